@@ -1,0 +1,9 @@
+import { defineConfig } from "drizzle-kit";
+
+// drizzle-kit reads DATABASE_URL only for `migrate`; `generate` works offline from the schema.
+export default defineConfig({
+  dialect: "postgresql",
+  schema: "./src/db/schema.ts",
+  out: "./drizzle",
+  dbCredentials: { url: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres" },
+});

@@ -1,0 +1,70 @@
+/**
+ * The event envelope hosts emit and clients receive, and the signed ingest batch between them.
+ * `seq` counts per execution from 1; the projector assigns the per-job `offset` clients resume by.
+ */
+import { z } from "zod";
+
+export const TERMINAL_EVENT_TYPES = [
+  "run.completed",
+  "run.failed",
+  "run.cancelled",
+  "run.lost",
+  "run.timed_out",
+] as const;
+export type TerminalEventType = (typeof TERMINAL_EVENT_TYPES)[number];
+
+export const EVENT_TYPES = [
+  "run.started",
+  "run.prepared",
+  "quota.waiting",
+  "model.delta",
+  "tool.call",
+  "tool.result",
+  "sandbox.created",
+  "input.accepted",
+  "cancel.accepted",
+  ...TERMINAL_EVENT_TYPES,
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export function isTerminalEventType(type: string): type is TerminalEventType {
+  return (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
+}
+
+export const EventEnvelopeSchema = z.object({
+  job_id: z.string().min(1).max(100),
+  execution_id: z.string().min(1).max(100),
+  epoch: z.number().int().min(0),
+  seq: z.number().int().min(1),
+  type: z.enum(EVENT_TYPES),
+  payload: z.record(z.string(), z.unknown()),
+  ts: z.string(),
+});
+export type EventEnvelope = z.infer<typeof EventEnvelopeSchema>;
+
+/** One batch from a host's outbox: events of one job, in seq order. */
+export const IngestBatchSchema = z.object({
+  job_id: z.string().min(1).max(100),
+  events: z.array(EventEnvelopeSchema).min(1).max(1000),
+});
+export type IngestBatch = z.infer<typeof IngestBatchSchema>;
+
+export interface IngestAck {
+  /** Highest seq of this execution that the projector holds durably (contiguous from 1). */
+  acked_seq: number;
+  accepted: number;
+  duplicates: number;
+}
+
+/** An event as stored and served: the envelope plus the projector's per-job offset. */
+export interface StoredEvent {
+  offset: number;
+  event: EventEnvelope;
+}
+
+/** Headers of a signed internal request (see src/domain/signing.ts). */
+export const INTERNAL_HEADERS = {
+  timestamp: "x-ear-timestamp",
+  nonce: "x-ear-nonce",
+  signature: "x-ear-signature",
+} as const;

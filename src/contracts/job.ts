@@ -1,0 +1,95 @@
+/** Job-facing contracts: request bodies, the public Job view and the job states. */
+import { z } from "zod";
+
+export const JOB_STATES = ["queued", "running", "completed", "failed", "cancelled", "lost", "timed_out"] as const;
+export type JobState = (typeof JOB_STATES)[number];
+
+export const TOOL_NAMES = ["shell", "read_file", "write_file", "list_dir"] as const;
+export type ToolName = (typeof TOOL_NAMES)[number];
+
+/** Limits that keep one job row and one event bounded; the gateway also caps the raw body. */
+export const LIMITS = {
+  maxBodyBytes: 256 * 1024,
+  maxMessages: 200,
+  maxMessageChars: 64 * 1024,
+  maxIdempotencyKey: 200,
+  maxConversationId: 200,
+  maxMetadataBytes: 16 * 1024,
+  maxListLimit: 100,
+  defaultListLimit: 20,
+} as const;
+
+export const ChatMessageSchema = z.object({
+  role: z.enum(["system", "user", "assistant"]),
+  content: z.string().max(LIMITS.maxMessageChars),
+});
+export type ChatMessage = z.infer<typeof ChatMessageSchema>;
+
+export const JobInputSchema = z.object({
+  messages: z.array(ChatMessageSchema).min(1).max(LIMITS.maxMessages),
+});
+export type JobInput = z.infer<typeof JobInputSchema>;
+
+const idLike = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -");
+
+export const CreateJobBodySchema = z
+  .object({
+    input: JobInputSchema,
+    conversation_id: idLike(LIMITS.maxConversationId).optional(),
+    model: z.string().min(1).max(200).optional(),
+    tools: z.array(z.enum(TOOL_NAMES)).max(TOOL_NAMES.length).optional(),
+    idempotency_key: z.string().min(1).max(LIMITS.maxIdempotencyKey).optional(),
+    metadata: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .refine((m) => m === undefined || JSON.stringify(m).length <= LIMITS.maxMetadataBytes, {
+        message: `metadata must serialize to at most ${LIMITS.maxMetadataBytes} bytes`,
+      }),
+  })
+  .strict();
+export type CreateJobBody = z.infer<typeof CreateJobBodySchema>;
+
+export const ListJobsQuerySchema = z.object({
+  state: z.enum(JOB_STATES).optional(),
+  limit: z.coerce.number().int().min(1).max(LIMITS.maxListLimit).default(LIMITS.defaultListLimit),
+  cursor: z.string().max(200).optional(),
+});
+
+export interface JobError {
+  code: string;
+  message: string;
+}
+
+export interface LatencyView {
+  dispatch_latency_ms: number | null;
+  preparation_latency_ms: number | null;
+  model_first_output_latency_ms: number | null;
+  first_output_latency_ms: number | null;
+  total_latency_ms: number | null;
+}
+
+/** The public Job of API.md. */
+export interface JobView {
+  id: string;
+  conversation_id: string | null;
+  state: JobState;
+  claimed: boolean;
+  epoch: number;
+  execution_id: string | null;
+  output: string | null;
+  error: JobError | null;
+  created_at: string;
+  started_at: string | null;
+  prepared_at: string | null;
+  first_output_at: string | null;
+  finished_at: string | null;
+  latency: LatencyView;
+  model: string | null;
+  tools: ToolName[];
+  metadata: Record<string, unknown>;
+}

@@ -1,0 +1,5 @@
+export * from "./client";
+export * from "./job-view";
+export * from "./jobs-repo";
+export * from "./ownership-repo";
+export * as schema from "./schema";

@@ -1,0 +1,32 @@
+/** Row → public Job (API.md). Latencies come from the one timing serializer. */
+import type { JobState, JobView } from "../contracts/job";
+import { deriveLatency, isoOrNull } from "../domain/timing";
+import type { JobRow } from "./schema";
+
+export function toJobView(row: JobRow): JobView {
+  return {
+    id: row.id,
+    conversation_id: row.conversationId,
+    state: row.state as JobState,
+    claimed: row.owner !== null || row.executionId !== null,
+    epoch: row.epoch,
+    execution_id: row.executionId,
+    output: row.output,
+    error: row.error ?? null,
+    created_at: isoOrNull(row.createdAt) as string,
+    started_at: isoOrNull(row.startedAt),
+    prepared_at: isoOrNull(row.preparedAt),
+    first_output_at: isoOrNull(row.firstOutputAt),
+    finished_at: isoOrNull(row.finishedAt),
+    latency: deriveLatency({
+      created_at: row.createdAt,
+      started_at: row.startedAt,
+      prepared_at: row.preparedAt,
+      first_output_at: row.firstOutputAt,
+      finished_at: row.finishedAt,
+    }),
+    model: row.model,
+    tools: row.tools,
+    metadata: row.metadata,
+  };
+}

@@ -1,0 +1,120 @@
+/**
+ * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
+ * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
+ */
+import { and, desc, eq, lt, or, sql } from "drizzle-orm";
+import type { CreateJobBody, JobState } from "../contracts/job";
+import type { Db } from "./client";
+import { apiKeys, type JobRow, jobs } from "./schema";
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** An id that is not a UUID cannot name a job; answering "not found" without a query avoids a cast error. */
+export function isJobId(id: string): boolean {
+  return UUID_RE.test(id);
+}
+
+export async function findTenantIdByKeyHash(db: Db, keyHash: string): Promise<string | null> {
+  const rows = await db
+    .select({ tenantId: apiKeys.tenantId, revokedAt: apiKeys.revokedAt })
+    .from(apiKeys)
+    .where(eq(apiKeys.keyHash, keyHash))
+    .limit(1);
+  const row = rows[0];
+  return row && row.revokedAt === null ? row.tenantId : null;
+}
+
+export interface CreatedJob {
+  job: JobRow;
+  /** false when an earlier request with the same idempotency key created it. */
+  created: boolean;
+}
+
+export async function createJob(db: Db, tenantId: string, id: string, body: CreateJobBody): Promise<CreatedJob> {
+  const values = {
+    id,
+    tenantId,
+    conversationId: body.conversation_id ?? null,
+    input: body.input,
+    model: body.model ?? null,
+    tools: body.tools ?? [],
+    metadata: body.metadata ?? {},
+    idempotencyKey: body.idempotency_key ?? null,
+  };
+  if (!body.idempotency_key) {
+    const [job] = await db.insert(jobs).values(values).returning();
+    return { job: job as JobRow, created: true };
+  }
+  const inserted = await db
+    .insert(jobs)
+    .values(values)
+    .onConflictDoNothing({
+      target: [jobs.tenantId, jobs.idempotencyKey],
+      where: sql`${jobs.idempotencyKey} is not null`,
+    })
+    .returning();
+  if (inserted[0]) return { job: inserted[0] as JobRow, created: true };
+  const [existing] = await db
+    .select()
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.idempotencyKey, body.idempotency_key)))
+    .limit(1);
+  if (!existing) throw new Error("idempotent insert conflicted but no row was found");
+  return { job: existing, created: false };
+}
+
+export async function getJob(db: Db, tenantId: string, id: string): Promise<JobRow | null> {
+  if (!isJobId(id)) return null;
+  const rows = await db
+    .select()
+    .from(jobs)
+    .where(and(eq(jobs.id, id), eq(jobs.tenantId, tenantId)))
+    .limit(1);
+  return rows[0] ?? null;
+}
+
+export interface ListCursor {
+  createdAt: string;
+  id: string;
+}
+
+export function encodeCursor(c: ListCursor): string {
+  return btoa(JSON.stringify([c.createdAt, c.id])).replace(/=+$/, "");
+}
+
+export function decodeCursor(s: string): ListCursor | null {
+  try {
+    const [createdAt, id] = JSON.parse(atob(s)) as unknown[];
+    if (typeof createdAt !== "string" || typeof id !== "string" || !isJobId(id)) return null;
+    if (!Number.isFinite(Date.parse(createdAt))) return null;
+    return { createdAt, id };
+  } catch {
+    return null;
+  }
+}
+
+/** Newest first, keyset-paginated on (created_at, id) so pages never skip or repeat a job. */
+export async function listJobs(
+  db: Db,
+  tenantId: string,
+  opts: { state?: JobState; limit: number; cursor?: ListCursor },
+): Promise<{ jobs: JobRow[]; nextCursor: string | null }> {
+  const conds = [eq(jobs.tenantId, tenantId)];
+  if (opts.state) conds.push(eq(jobs.state, opts.state));
+  if (opts.cursor) {
+    const at = new Date(opts.cursor.createdAt);
+    const after = or(lt(jobs.createdAt, at), and(eq(jobs.createdAt, at), lt(jobs.id, opts.cursor.id)));
+    if (after) conds.push(after);
+  }
+  const rows = await db
+    .select()
+    .from(jobs)
+    .where(and(...conds))
+    .orderBy(desc(jobs.createdAt), desc(jobs.id))
+    .limit(opts.limit + 1);
+  const page = rows.slice(0, opts.limit);
+  const last = page[page.length - 1];
+  const nextCursor =
+    rows.length > opts.limit && last ? encodeCursor({ createdAt: last.createdAt.toISOString(), id: last.id }) : null;
+  return { jobs: page, nextCursor };
+}

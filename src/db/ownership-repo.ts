@@ -1,0 +1,134 @@
+/**
+ * Owner writes on a job, each fenced by the owner's identity (ARCHITECTURE layer 2). Every
+ * function returns whether its conditional UPDATE hit the row: `false` means "you are no longer
+ * the owner" and the caller must stop acting under that identity. The claim and start
+ * statements are the ones in ARCHITECTURE.md, verbatim in shape.
+ */
+import { sql } from "drizzle-orm";
+import type { JobError } from "../contracts/job";
+import type { Db } from "./client";
+import { resultCount, resultRows } from "./client";
+
+/** Who owns a claim (before start). */
+export interface ClaimIdentity {
+  jobId: string;
+  host: string;
+  epoch: number;
+  token: string;
+}
+
+/** Who owns a started execution. */
+export interface ExecutionIdentity extends ClaimIdentity {
+  executionId: string;
+}
+
+/** Claim one job named by the ready index. Only a one-row hit counts; returns the new epoch. */
+export async function claimJob(db: Db, jobId: string, host: string, token: string): Promise<number | null> {
+  const rows = resultRows<{ epoch: number }>(
+    await db.execute(sql`
+      UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = epoch + 1, token = ${token}
+      WHERE id = ${jobId} AND state = 'queued' AND owner IS NULL AND claimed_at IS NULL
+        AND execution_id IS NULL AND execution_started_at IS NULL
+      RETURNING epoch`),
+  );
+  return rows.length === 1 ? Number(rows[0]?.epoch) : null;
+}
+
+/**
+ * Claim up to `limit` of the oldest claimable jobs straight from Postgres, for when the ready
+ * index is unavailable or has lost entries. SKIP LOCKED keeps concurrent pollers off each
+ * other's rows; the outer WHERE repeats the claim conditions so the claim stays a CAS.
+ */
+export async function claimFromPostgres(
+  db: Db,
+  host: string,
+  tokens: string[],
+  olderThanMs = 0,
+): Promise<Array<{ jobId: string; epoch: number; token: string }>> {
+  if (tokens.length === 0) return [];
+  // One token per claimed row: number the candidates and pair each with tokens[n].
+  const rows = resultRows<{ id: string; epoch: number; token: string }>(
+    await db.execute(sql`
+      WITH candidates AS (
+        SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
+          SELECT id, created_at FROM jobs
+          WHERE state = 'queued' AND owner IS NULL AND claimed_at IS NULL
+            AND execution_id IS NULL AND execution_started_at IS NULL
+            AND created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
+          ORDER BY created_at LIMIT ${tokens.length}
+          FOR UPDATE SKIP LOCKED
+        ) c
+      ), toks AS (
+        SELECT t, n FROM unnest(string_to_array(${tokens.join(",")}, ',')::uuid[]) WITH ORDINALITY AS u(t, n)
+      )
+      UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t
+      FROM candidates JOIN toks USING (n)
+      WHERE j.id = candidates.id AND j.state = 'queued' AND j.owner IS NULL AND j.claimed_at IS NULL
+        AND j.execution_id IS NULL AND j.execution_started_at IS NULL
+      RETURNING j.id, j.epoch, j.token`),
+  );
+  return rows.map((r) => ({ jobId: r.id, epoch: Number(r.epoch), token: r.token }));
+}
+
+/** The started CAS, the recovery boundary, plus the execution record, in one statement. */
+export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolean> {
+  const result = await db.execute(sql`
+    WITH started AS (
+      UPDATE jobs SET state = 'running', execution_id = ${id.executionId}, execution_started_at = now(),
+        started_at = now(), heartbeat_at = now(), deadline_at = now() + make_interval(secs => timeout_ms / 1000.0)
+      WHERE id = ${id.jobId} AND state = 'queued' AND owner = ${id.host} AND claimed_at IS NOT NULL
+        AND epoch = ${id.epoch} AND token = ${id.token} AND execution_id IS NULL AND execution_started_at IS NULL
+      RETURNING id, epoch
+    )
+    INSERT INTO executions (id, job_id, host, epoch)
+    SELECT ${id.executionId}, started.id, ${id.host}, started.epoch FROM started
+    RETURNING id`);
+  return resultCount(result) === 1;
+}
+
+const fence = (id: ExecutionIdentity) => sql`
+  id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
+  AND execution_id = ${id.executionId} AND state = 'running'`;
+
+/** One statement for every run a host holds; returns the execution ids that are still ours. */
+export async function heartbeat(db: Db, host: string, runs: ExecutionIdentity[]): Promise<Set<string>> {
+  if (runs.length === 0) return new Set();
+  const rows = resultRows<{ execution_id: string }>(
+    await db.execute(sql`
+      UPDATE jobs SET heartbeat_at = now()
+      FROM (SELECT unnest(string_to_array(${runs.map((r) => r.executionId).join(",")}, ',')::uuid[]) AS execution_id) mine
+      WHERE jobs.execution_id = mine.execution_id AND jobs.owner = ${host} AND jobs.state = 'running'
+      RETURNING jobs.execution_id`),
+  );
+  return new Set(rows.map((r) => r.execution_id));
+}
+
+export type TimingPoint = "prepared_at" | "first_output_at";
+
+/** Write one timing fact once, only as the current owner. */
+export async function setTimingFact(db: Db, id: ExecutionIdentity, point: TimingPoint): Promise<boolean> {
+  const column = sql.identifier(point);
+  const result = await db.execute(sql`UPDATE jobs SET ${column} = now() WHERE ${fence(id)} AND ${column} IS NULL`);
+  return resultCount(result) === 1;
+}
+
+export type FinalOutcome =
+  | { state: "completed"; output: string }
+  | { state: "failed"; error: JobError; output?: string | null }
+  | { state: "cancelled"; output?: string | null };
+
+/** The terminal write, checked by the execution identity. */
+export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOutcome): Promise<boolean> {
+  const output = "output" in outcome ? (outcome.output ?? null) : null;
+  const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
+  const result = await db.execute(sql`
+    WITH done AS (
+      UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb, finished_at = now()
+      WHERE ${fence(id)}
+      RETURNING execution_id
+    )
+    UPDATE executions SET finished_at = now(), outcome = ${outcome.state}
+    FROM done WHERE executions.id = done.execution_id
+    RETURNING executions.id`);
+  return resultCount(result) === 1;
+}

@@ -1,0 +1,113 @@
+/**
+ * The drizzle schema: the source of truth for Postgres. Migrations in drizzle/ are generated from
+ * it by drizzle-kit and never hand-edited. Every ownership change on `jobs` is a conditional
+ * UPDATE (see jobs-repo.ts); the five timing facts are nullable and written once each.
+ */
+import { sql } from "drizzle-orm";
+import {
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  text,
+  timestamp,
+  uniqueIndex,
+  uuid,
+} from "drizzle-orm/pg-core";
+import type { ChatMessage, JobError, ToolName } from "../contracts/job";
+
+const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
+
+export const tenants = pgTable("tenants", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull(),
+  createdAt: tstz("created_at").notNull().defaultNow(),
+});
+
+export const apiKeys = pgTable(
+  "api_keys",
+  {
+    id: uuid("id").primaryKey().defaultRandom(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    prefix: text("prefix").notNull(),
+    /** SHA-256 hex of the whole key; the key itself is shown once and never stored. */
+    keyHash: text("key_hash").notNull(),
+    name: text("name"),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    revokedAt: tstz("revoked_at"),
+  },
+  (t) => [uniqueIndex("api_keys_key_hash_uq").on(t.keyHash)],
+);
+
+export const jobs = pgTable(
+  "jobs",
+  {
+    id: uuid("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    conversationId: text("conversation_id"),
+    state: text("state").notNull().default("queued"),
+    // Ownership and fencing (ARCHITECTURE layer 2).
+    owner: text("owner"),
+    claimedAt: tstz("claimed_at"),
+    epoch: integer("epoch").notNull().default(0),
+    token: uuid("token"),
+    executionId: uuid("execution_id"),
+    executionStartedAt: tstz("execution_started_at"),
+    heartbeatAt: tstz("heartbeat_at"),
+    cancelRequestedAt: tstz("cancel_requested_at"),
+    timeoutMs: integer("timeout_ms").notNull().default(900_000),
+    deadlineAt: tstz("deadline_at"),
+    /** Sandbox cleanup fence: true from sandbox creation until its deletion is confirmed. */
+    cleanupPending: boolean("cleanup_pending").notNull().default(false),
+    // The five timing facts.
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    startedAt: tstz("started_at"),
+    preparedAt: tstz("prepared_at"),
+    firstOutputAt: tstz("first_output_at"),
+    finishedAt: tstz("finished_at"),
+    // Work.
+    input: jsonb("input").$type<{ messages: ChatMessage[] }>().notNull(),
+    output: text("output"),
+    error: jsonb("error").$type<JobError>(),
+    model: text("model"),
+    tools: jsonb("tools").$type<ToolName[]>().notNull().default([]),
+    metadata: jsonb("metadata").$type<Record<string, unknown>>().notNull().default({}),
+    idempotencyKey: text("idempotency_key"),
+  },
+  (t) => [
+    check("jobs_state_ck", sql`${t.state} in ('queued','running','completed','failed','cancelled','lost','timed_out')`),
+    uniqueIndex("jobs_tenant_idempotency_uq")
+      .on(t.tenantId, t.idempotencyKey)
+      .where(sql`${t.idempotencyKey} is not null`),
+    index("jobs_tenant_created_idx").on(t.tenantId, t.createdAt.desc(), t.id.desc()),
+    index("jobs_conversation_idx").on(t.tenantId, t.conversationId, t.createdAt),
+    // Candidate selection when the ready index is unavailable, and index rebuilds.
+    index("jobs_ready_idx").on(t.createdAt).where(sql`${t.state} = 'queued' and ${t.owner} is null`),
+    // Heartbeats and reaping of running jobs by owner.
+    index("jobs_running_owner_idx").on(t.owner).where(sql`${t.state} = 'running'`),
+  ],
+);
+
+export const executions = pgTable(
+  "executions",
+  {
+    id: uuid("id").primaryKey(),
+    jobId: uuid("job_id")
+      .notNull()
+      .references(() => jobs.id),
+    host: text("host").notNull(),
+    epoch: integer("epoch").notNull(),
+    startedAt: tstz("started_at").notNull().defaultNow(),
+    finishedAt: tstz("finished_at"),
+    outcome: text("outcome"),
+  },
+  (t) => [index("executions_job_idx").on(t.jobId)],
+);
+
+export type JobRow = typeof jobs.$inferSelect;

@@ -1,0 +1,5 @@
+export * from "./api-keys";
+export * from "./backoff";
+export * from "./job-state";
+export * from "./signing";
+export * from "./timing";

@@ -1,0 +1,28 @@
+import { defineConfig } from "vitest/config";
+
+// Unit tests are pure; integration tests run against real Postgres, Redis, workerd and Docker,
+// each suite starting its own services on free loopback ports (test/helpers/).
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: "unit",
+          include: ["test/unit/**/*.test.ts", "src/**/*.test.ts", "tools/**/*.unit.test.ts"],
+          environment: "node",
+        },
+      },
+      {
+        test: {
+          name: "integration",
+          include: ["test/integration/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          // 2 cores: suites start their own Postgres/Redis/workerd; two at a time keeps them honest.
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+});

@@ -1,0 +1,24 @@
+/**
+ * The gateway's database: drizzle over Neon's SQL-over-HTTP (`neon()`), one fetch per query, so
+ * a Worker needs no socket and no pool per request. In production `fetchEndpoint` is unset and
+ * the driver derives Neon's endpoint from the connection string's host; locally it points at the
+ * `/sql` endpoint of tools/pg-proxy.ts.
+ */
+import { neon, neonConfig } from "@neondatabase/serverless";
+import { drizzle } from "drizzle-orm/neon-http";
+import * as schema from "./schema";
+
+export interface NeonHttpOptions {
+  connectionString: string;
+  /** e.g. "http://127.0.0.1:5480/sql" for the local proxy. */
+  fetchEndpoint?: string;
+}
+
+export function createNeonHttpDb({ connectionString, fetchEndpoint }: NeonHttpOptions) {
+  // neonConfig.fetchEndpoint is global to the isolate; one deployment talks to one database,
+  // so setting it on every call is idempotent.
+  if (fetchEndpoint) neonConfig.fetchEndpoint = fetchEndpoint;
+  return drizzle({ client: neon(connectionString), schema });
+}
+
+export type NeonHttpDb = ReturnType<typeof createNeonHttpDb>;

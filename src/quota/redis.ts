@@ -1,0 +1,24 @@
+/**
+ * The one way runtime code builds a Redis client: @upstash/redis over REST (Upstash in
+ * production, tools/upstash-bridge.ts locally). Retries are short so a dead Redis is noticed in
+ * well under a second instead of the client's default ~5 exponential retries.
+ */
+import { Redis } from "@upstash/redis";
+
+export interface RedisClientOptions {
+  url: string;
+  token: string;
+  /** Network retries per command (default 1). */
+  retries?: number;
+}
+
+export function createRedisClient({ url, token, retries = 1 }: RedisClientOptions): Redis {
+  return new Redis({
+    url,
+    token,
+    retry: { retries, backoff: (n) => 25 * 2 ** n },
+    enableTelemetry: false,
+  });
+}
+
+export type { Redis };

@@ -21,7 +21,9 @@ export async function applyMigrations(databaseUrl: string): Promise<void> {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const url = process.env.DATABASE_URL;
   if (!url) {
-    console.error("DATABASE_URL is not set. Example: DATABASE_URL=postgres://user:pass@127.0.0.1:5432/db npm run db:migrate");
+    console.error(
+      "DATABASE_URL is not set. Example: DATABASE_URL=postgres://user:pass@127.0.0.1:5432/db npm run db:migrate",
+    );
     process.exit(2);
   }
   const started = Date.now();

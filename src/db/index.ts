@@ -3,3 +3,4 @@ export * from "./job-view";
 export * from "./jobs-repo";
 export * from "./ownership-repo";
 export * as schema from "./schema";
+export * from "./tenants-repo";

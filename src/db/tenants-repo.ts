@@ -1,0 +1,49 @@
+/** Tenants and their API keys. A key is returned once, at creation; only its hash is stored. */
+import { and, eq, isNull } from "drizzle-orm";
+import { generateApiKey, hashApiKey } from "../domain/api-keys";
+import type { Db } from "./client";
+import { apiKeys, tenants } from "./schema";
+
+export const TENANT_ID_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+
+export async function createTenant(db: Db, id: string, name = id): Promise<{ id: string; created: boolean }> {
+  if (!TENANT_ID_RE.test(id)) {
+    throw new Error(`tenant id "${id}" must be 1-63 chars of a-z, 0-9, _ or -, starting with a letter or digit`);
+  }
+  const rows = await db.insert(tenants).values({ id, name }).onConflictDoNothing().returning({ id: tenants.id });
+  return { id, created: rows.length === 1 };
+}
+
+export async function listTenants(db: Db) {
+  return db.select().from(tenants).orderBy(tenants.createdAt);
+}
+
+export async function createApiKey(
+  db: Db,
+  tenantId: string,
+  name: string | null = null,
+): Promise<{ key: string; prefix: string }> {
+  const exists = await db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).limit(1);
+  if (exists.length === 0) throw new Error(`no tenant "${tenantId}"; create it first`);
+  const { key, prefix } = generateApiKey();
+  await db.insert(apiKeys).values({ tenantId, prefix, keyHash: await hashApiKey(key), name });
+  return { key, prefix };
+}
+
+export async function listApiKeys(db: Db, tenantId: string) {
+  return db
+    .select({ prefix: apiKeys.prefix, name: apiKeys.name, createdAt: apiKeys.createdAt, revokedAt: apiKeys.revokedAt })
+    .from(apiKeys)
+    .where(eq(apiKeys.tenantId, tenantId))
+    .orderBy(apiKeys.createdAt);
+}
+
+/** Revokes every live key with this prefix; returns how many. */
+export async function revokeApiKey(db: Db, prefix: string): Promise<number> {
+  const rows = await db
+    .update(apiKeys)
+    .set({ revokedAt: new Date() })
+    .where(and(eq(apiKeys.prefix, prefix), isNull(apiKeys.revokedAt)))
+    .returning({ id: apiKeys.id });
+  return rows.length;
+}

@@ -1,0 +1,47 @@
+/** A thin client for the public API used by the end-to-end tests. */
+import { readSse, type SseEvent } from "../../tools/lib/sse";
+
+export interface ApiResponse<T = Record<string, unknown>> {
+  status: number;
+  body: T;
+  headers: Headers;
+}
+
+export function apiClient(baseUrl: string, apiKey: string | null) {
+  const auth: Record<string, string> = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+  async function call<T = Record<string, unknown>>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<ApiResponse<T>> {
+    const init: RequestInit = { method, headers: { ...auth, ...headers } };
+    if (body !== undefined) {
+      init.body = typeof body === "string" ? body : JSON.stringify(body);
+      (init.headers as Record<string, string>)["content-type"] ??= "application/json";
+    }
+    const res = await fetch(`${baseUrl}${path}`, init);
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {}
+    return { status: res.status, body: parsed as T, headers: res.headers };
+  }
+  async function events(jobId: string, opts: { after?: number; lastEventId?: number; query?: string } = {}) {
+    const headers: Record<string, string> = { ...auth };
+    if (opts.lastEventId !== undefined) headers["last-event-id"] = String(opts.lastEventId);
+    const q = opts.after !== undefined ? `?after=${opts.after}` : (opts.query ?? "");
+    const out: SseEvent[] = [];
+    for await (const ev of readSse(`${baseUrl}/v1/jobs/${jobId}/events${q}`, {
+      headers,
+      signal: AbortSignal.timeout(30_000),
+    })) {
+      out.push(ev);
+    }
+    return out;
+  }
+  return { call, events };
+}
+
+export const userMessage = (content: string) => ({ input: { messages: [{ role: "user", content }] } });

@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { decodeCursor, encodeCursor } from "../../src/db/jobs-repo";
+import { backoffDelay, jitter } from "../../src/domain/backoff";
+
+describe("request contracts", () => {
+  const ok = { input: { messages: [{ role: "user", content: "hi" }] } };
+
+  it("accepts the documented body and rejects wrong shapes", () => {
+    expect(CreateJobBodySchema.safeParse(ok).success).toBe(true);
+    expect(CreateJobBodySchema.safeParse({ ...ok, tools: ["shell", "list_dir"] }).success).toBe(true);
+    expect(CreateJobBodySchema.safeParse({}).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ input: { messages: [] } }).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ input: { messages: [{ role: "user", content: 5 }] } }).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ ...ok, tools: ["rm -rf"] }).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ ...ok, unknown_field: 1 }).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ ...ok, conversation_id: "has space" }).success).toBe(false);
+    expect(CreateJobBodySchema.safeParse({ ...ok, metadata: { big: "x".repeat(20_000) } }).success).toBe(false);
+  });
+
+  it("bounds list limits", () => {
+    expect(ListJobsQuerySchema.parse({}).limit).toBe(20);
+    expect(ListJobsQuerySchema.safeParse({ limit: "0" }).success).toBe(false);
+    expect(ListJobsQuerySchema.safeParse({ limit: "101" }).success).toBe(false);
+    expect(ListJobsQuerySchema.safeParse({ state: "bogus" }).success).toBe(false);
+  });
+
+  it("round-trips list cursors and rejects forged ones", () => {
+    const c = { createdAt: "2026-01-01T00:00:00.000Z", id: "0b8f6f9e-1c2d-4e5f-8a9b-0c1d2e3f4a5b" };
+    expect(decodeCursor(encodeCursor(c))).toEqual(c);
+    expect(decodeCursor("not-base64!")).toBeNull();
+    expect(decodeCursor(btoa(JSON.stringify(["2026-01-01", "not-a-uuid"])))).toBeNull();
+  });
+});
+
+describe("backoff", () => {
+  it("stays within [0, min(max, base*2^n)) and jitter within its spread", () => {
+    for (let n = 0; n < 12; n++) {
+      const d = backoffDelay(n, { baseMs: 10, maxMs: 1000 }, () => 0.999999);
+      expect(d).toBeLessThan(Math.min(1000, 10 * 2 ** n));
+      expect(backoffDelay(n, { baseMs: 10, maxMs: 1000 }, () => 0)).toBe(0);
+    }
+    expect(jitter(100, 0.2, () => 0)).toBe(80);
+    expect(jitter(100, 0.2, () => 1)).toBe(120);
+  });
+});

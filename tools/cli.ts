@@ -1,0 +1,81 @@
+/**
+ * Operator CLI: tenants and API keys (`npm run cli -- <command>`). Reads DATABASE_URL, or the
+ * running dev stack's database from .dev/stack.json.
+ *
+ *   tenant create <id> [--name N]    create a tenant (idempotent)
+ *   tenant list
+ *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
+ *   key list <tenant>
+ *   key revoke <prefix>
+ */
+import { readFile } from "node:fs/promises";
+import { parseArgs } from "node:util";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import * as schema from "../src/db/schema";
+import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../src/db/tenants-repo";
+
+const USAGE = `usage: npm run cli -- <command>
+  tenant create <id> [--name N]
+  tenant list
+  key create <tenant> [--name N]
+  key list <tenant>
+  key revoke <prefix>
+DATABASE_URL selects the database (default: the running dev stack's, from .dev/stack.json).`;
+
+async function databaseUrl(): Promise<string> {
+  if (process.env.DATABASE_URL) return process.env.DATABASE_URL;
+  try {
+    const stack = JSON.parse(await readFile(".dev/stack.json", "utf8")) as { database_url?: string };
+    if (stack.database_url) return stack.database_url;
+  } catch {}
+  throw new Error("DATABASE_URL is not set and no dev stack is running (.dev/stack.json not found)");
+}
+
+async function main(): Promise<number> {
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: { name: { type: "string" }, help: { type: "boolean", short: "h" } },
+  });
+  const [noun, verb, arg] = positionals;
+  if (values.help || !noun) {
+    console.log(USAGE);
+    return values.help ? 0 : 2;
+  }
+  const pool = new pg.Pool({ connectionString: await databaseUrl(), max: 1 });
+  const db = drizzle(pool, { schema });
+  try {
+    if (noun === "tenant" && verb === "create" && arg) {
+      const t = await createTenant(db, arg, values.name ?? arg);
+      console.log(t.created ? `created tenant ${t.id}` : `tenant ${t.id} already exists`);
+    } else if (noun === "tenant" && verb === "list") {
+      for (const t of await listTenants(db)) console.log(`${t.id}\t${t.name}\t${t.createdAt.toISOString()}`);
+    } else if (noun === "key" && verb === "create" && arg) {
+      const k = await createApiKey(db, arg, values.name ?? null);
+      console.log(k.key);
+      console.error(`(key ${k.prefix} for tenant ${arg}; shown once, store it now)`);
+    } else if (noun === "key" && verb === "list" && arg) {
+      for (const k of await listApiKeys(db, arg)) {
+        console.log(`${k.prefix}\t${k.name ?? ""}\t${k.createdAt.toISOString()}\t${k.revokedAt ? "revoked" : "live"}`);
+      }
+    } else if (noun === "key" && verb === "revoke" && arg) {
+      const n = await revokeApiKey(db, arg);
+      console.log(n > 0 ? `revoked ${n} key(s) with prefix ${arg}` : `no live key with prefix ${arg}`);
+      if (n === 0) return 1;
+    } else {
+      console.error(USAGE);
+      return 2;
+    }
+    return 0;
+  } finally {
+    await pool.end();
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    console.error(`error: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,104 @@
+/**
+ * `npm run dev`: the whole local stack in one command. Prints the gateway URL and a dev API key,
+ * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
+ * stops every child it started. Environment (all optional):
+ *   DATABASE_URL                       use this Postgres instead of an embedded one
+ *   REDIS_URL                          use this Redis (behind the local Upstash bridge)
+ *   UPSTASH_REDIS_REST_URL/_TOKEN      use a real Upstash endpoint directly
+ *   MODEL_BASE_URL/MODEL_API_KEY/MODEL_NAME   a real OpenAI-compatible provider (else the mock model)
+ *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
+ *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
+ */
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { type Stack, startStack } from "./stack";
+
+const root = resolve(process.cwd());
+const env = process.env;
+const started = Date.now();
+
+function intEnv(name: string): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === "") return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) {
+    console.error(`${name} must be a non-negative integer, got "${v}"`);
+    process.exit(2);
+  }
+  return n;
+}
+
+function say(source: string, line: string) {
+  if (source === "host" && line.startsWith("{")) return; // structured host logs stay quiet in dev
+  console.log(`[${source}] ${line}`);
+}
+
+async function writeStackFile(stack: Stack) {
+  await mkdir(join(root, ".dev"), { recursive: true });
+  const tmp = join(root, ".dev", `stack.json.${process.pid}`);
+  await writeFile(tmp, `${JSON.stringify(stack.describe(), null, 2)}\n`, { mode: 0o600 });
+  await rename(tmp, join(root, ".dev", "stack.json"));
+}
+
+let stack: Stack | null = null;
+let stopping = false;
+async function shutdown(code: number) {
+  if (stopping) return;
+  stopping = true;
+  console.log("\nstopping the stack…");
+  await rm(join(root, ".dev", "stack.json"), { force: true });
+  await stack?.stop();
+  console.log("stopped.");
+  process.exit(code);
+}
+process.on("SIGINT", () => void shutdown(0));
+process.on("SIGTERM", () => void shutdown(0));
+
+try {
+  if ((env.UPSTASH_REDIS_REST_URL === undefined) !== (env.UPSTASH_REDIS_REST_TOKEN === undefined)) {
+    throw new Error("set both UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN, or neither");
+  }
+  if (env.MODEL_BASE_URL && !env.MODEL_NAME) throw new Error("MODEL_BASE_URL is set: set MODEL_NAME too");
+  stack = await startStack({
+    root,
+    databaseUrl: env.DATABASE_URL || undefined,
+    redisUrl: env.REDIS_URL || undefined,
+    upstash: env.UPSTASH_REDIS_REST_URL
+      ? { url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN as string }
+      : undefined,
+    model: env.MODEL_BASE_URL
+      ? { baseUrl: env.MODEL_BASE_URL, apiKey: env.MODEL_API_KEY ?? "", name: env.MODEL_NAME as string }
+      : undefined,
+    mockModel: {
+      ttftMs: intEnv("MOCK_TTFT_MS"),
+      tokensPerS: intEnv("MOCK_TOKENS_PER_S"),
+      maxConcurrency: intEnv("MOCK_MAX_CONCURRENCY"),
+    },
+    hosts: intEnv("DEV_HOSTS") ?? 1,
+    gatewayPort: intEnv("GATEWAY_PORT") ?? 8787,
+    log: say,
+  });
+  if (stopping) process.exit(0);
+  await writeStackFile(stack);
+  for (const h of stack.hosts) {
+    h.process.once("exit", (c, s) => {
+      if (!stopping) console.error(`[host] ${h.id} exited (${c ?? s}); the rest of the stack keeps running`);
+    });
+  }
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`
+edge agent runtime: local stack ready in ${seconds} s
+  gateway   ${stack.gatewayUrl}
+  api key   ${stack.apiKey}   (tenant "${stack.tenantId}")
+  model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
+  hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}
+  details   .dev/stack.json
+
+try it:
+  npm run demo -- "hello"
+
+Ctrl-C stops everything.`);
+} catch (err) {
+  console.error(`\nthe stack did not start: ${err instanceof Error ? err.message : String(err)}`);
+  await shutdown(1);
+}

@@ -1,0 +1,273 @@
+/**
+ * The whole local stack, started in dependency order: Postgres (embedded unless DATABASE_URL),
+ * migrations, Redis (redis-server from PATH unless REDIS_URL / UPSTASH_REDIS_REST_URL), the two
+ * local bridges, the mock model (unless MODEL_BASE_URL), the gateway under wrangler dev, a dev
+ * tenant + API key, and N sandbox-hosts. `npm run dev` and the end-to-end tests both use it, so
+ * the tests exercise exactly what a developer runs.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import * as schema from "../src/db/schema";
+import { createApiKey, createTenant } from "../src/db/tenants-repo";
+import { applyMigrations } from "./migrate";
+import { startMockModel } from "./mock-model";
+import { startPgProxy } from "./pg-proxy";
+import { startGateway } from "./services/gateway";
+import { startPostgres } from "./services/postgres";
+import { stopProcessGroup } from "./services/process";
+import { startRedis } from "./services/redis";
+import { startUpstashBridge } from "./upstash-bridge";
+
+export interface StackOptions {
+  root?: string;
+  /** Use this Postgres instead of starting an embedded one. */
+  databaseUrl?: string;
+  /** Use this Redis (redis://) behind the local bridge instead of starting redis-server. */
+  redisUrl?: string;
+  /** Use this Upstash REST endpoint directly (no local Redis, no bridge). */
+  upstash?: { url: string; token: string };
+  /** Use this OpenAI-compatible provider instead of the mock model. */
+  model?: { baseUrl: string; apiKey: string; name: string };
+  mockModel?: { ttftMs?: number; tokensPerS?: number; maxConcurrency?: number };
+  hosts?: number;
+  hostEnv?: Record<string, string>;
+  gatewayPort?: number;
+  /** Where Durable Object state lives; default a throwaway temp dir. */
+  persistTo?: string;
+  log?: (source: string, line: string) => void;
+}
+
+export interface HostHandle {
+  id: string;
+  metricsUrl: string;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+export interface Stack {
+  gatewayUrl: string;
+  apiKey: string;
+  tenantId: string;
+  databaseUrl: string;
+  redisUrl: string | null;
+  upstash: { url: string; token: string };
+  modelUrl: string;
+  modelName: string;
+  signingSecret: string;
+  hosts: HostHandle[];
+  mockModel: Awaited<ReturnType<typeof startMockModel>> | null;
+  /** Start one more sandbox-host joined to this stack. */
+  addHost(extraEnv?: Record<string, string>): Promise<HostHandle>;
+  /** Env a sandbox-host of this stack needs (for spawning hosts by hand, e.g. chaos tests). */
+  hostEnv(extra?: Record<string, string>): Record<string, string>;
+  stop(): Promise<void>;
+  /** The `.dev/stack.json` document. */
+  describe(): Record<string, unknown>;
+}
+
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  const root = resolve(opts.root ?? process.cwd());
+  const log = opts.log ?? (() => {});
+  const cleanups: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const fn of cleanups.splice(0).reverse()) await fn().catch((e) => log("stack", `stop error: ${e}`));
+  };
+  try {
+    // Postgres
+    let databaseUrl = opts.databaseUrl;
+    if (!databaseUrl) {
+      const pgService = await startPostgres();
+      cleanups.push(() => pgService.stop());
+      databaseUrl = pgService.url;
+      log("postgres", `embedded Postgres on ${pgService.host}:${pgService.port}`);
+    }
+    await applyMigrations(databaseUrl);
+
+    // Redis (through the Upstash REST bridge unless a real Upstash endpoint is given)
+    let upstash = opts.upstash;
+    let redisUrl: string | null = opts.redisUrl ?? null;
+    if (!upstash) {
+      if (!redisUrl) {
+        const redis = await startRedis();
+        cleanups.push(() => redis.stop());
+        redisUrl = redis.url;
+        log("redis", `redis-server on ${redis.url}`);
+      }
+      const token = randomBytes(16).toString("hex");
+      const bridge = await startUpstashBridge({ redisUrl, token });
+      cleanups.push(() => bridge.close());
+      upstash = { url: bridge.url, token: bridge.token };
+      log("bridge", `Upstash REST bridge on ${bridge.url}`);
+    }
+
+    // The Neon driver's local bridge (WebSocket→TCP and POST /sql)
+    const proxy = await startPgProxy({ databaseUrl });
+    cleanups.push(() => proxy.close());
+    log("bridge", `Postgres proxy on ${proxy.url}`);
+
+    // Model provider
+    let mockModel: Stack["mockModel"] = null;
+    let model = opts.model;
+    if (!model) {
+      mockModel = await startMockModel({
+        maxConcurrency: opts.mockModel?.maxConcurrency,
+        defaultTtftMs: opts.mockModel?.ttftMs,
+        defaultTokensPerS: opts.mockModel?.tokensPerS,
+      });
+      const mm = mockModel;
+      cleanups.push(() => mm.close());
+      model = { baseUrl: mm.url, apiKey: "mock", name: "mock-model" };
+      log("model", `mock model on ${mm.url}`);
+    }
+
+    // Gateway
+    const signingSecret = randomBytes(32).toString("hex");
+    let persistTo = opts.persistTo;
+    if (!persistTo) {
+      const dir = await mkdtemp(join(tmpdir(), "ear-do-"));
+      cleanups.push(() => rm(dir, { recursive: true, force: true }));
+      persistTo = dir;
+    }
+    const gateway = await startGateway({
+      root,
+      port: opts.gatewayPort,
+      persistTo,
+      vars: {
+        DATABASE_URL: databaseUrl,
+        NEON_FETCH_ENDPOINT: `${proxy.url}/sql`,
+        UPSTASH_REDIS_REST_URL: upstash.url,
+        UPSTASH_REDIS_REST_TOKEN: upstash.token,
+        INTERNAL_SIGNING_SECRET: signingSecret,
+      },
+      log: (line) => log("gateway", line),
+    });
+    cleanups.push(() => gateway.stop());
+    log("gateway", `gateway on ${gateway.url}`);
+
+    // A dev tenant and key
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    let apiKey: string;
+    const tenantId = "dev";
+    try {
+      const db = drizzle(pool, { schema });
+      await createTenant(db, tenantId, "Local development");
+      apiKey = (await createApiKey(db, tenantId, "npm run dev")).key;
+    } finally {
+      await pool.end();
+    }
+
+    const upstashConf = upstash;
+    const modelConf = model;
+    const hostEnv = (extra: Record<string, string> = {}): Record<string, string> => ({
+      DATABASE_URL: databaseUrl as string,
+      UPSTASH_REDIS_REST_URL: upstashConf.url,
+      UPSTASH_REDIS_REST_TOKEN: upstashConf.token,
+      GATEWAY_URL: gateway.url,
+      INTERNAL_SIGNING_SECRET: signingSecret,
+      MODEL_BASE_URL: modelConf.baseUrl,
+      MODEL_API_KEY: modelConf.apiKey,
+      MODEL_NAME: modelConf.name,
+      HOST_METRICS_PORT: "0",
+      ...opts.hostEnv,
+      ...extra,
+    });
+    const hosts: HostHandle[] = [];
+    const addHost = async (extraEnv: Record<string, string> = {}) => {
+      const h = await spawnHost(root, hostEnv(extraEnv), log);
+      hosts.push(h);
+      cleanups.push(() => h.stop());
+      return h;
+    };
+    for (let i = 0; i < (opts.hosts ?? 1); i++) await addHost();
+
+    const stack: Stack = {
+      gatewayUrl: gateway.url,
+      apiKey,
+      tenantId,
+      databaseUrl,
+      redisUrl,
+      upstash: upstashConf,
+      modelUrl: modelConf.baseUrl,
+      modelName: modelConf.name,
+      signingSecret,
+      hosts,
+      mockModel,
+      addHost,
+      hostEnv,
+      stop: stopAll,
+      describe: () => ({
+        gateway_url: gateway.url,
+        api_key: apiKey,
+        tenant_id: tenantId,
+        database_url: databaseUrl,
+        redis_url: redisUrl,
+        upstash_url: upstashConf.url,
+        upstash_token: upstashConf.token,
+        model_url: modelConf.baseUrl,
+        signing_secret: signingSecret,
+        hosts: hosts.map((h) => ({ id: h.id, metrics_url: h.metricsUrl, pid: h.process.pid })),
+        // What `npm run host` needs to join; a real provider's key is not written to disk.
+        host_env: { ...hostEnv(), MODEL_API_KEY: mockModel ? "mock" : "" },
+        pid: process.pid,
+      }),
+    };
+    return stack;
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
+
+/** Spawn `sandbox-host/main.ts` in its own process group and wait for its `host.ready` line. */
+export async function spawnHost(
+  root: string,
+  env: Record<string, string>,
+  log: (source: string, line: string) => void = () => {},
+): Promise<HostHandle> {
+  const child = spawn(process.execPath, ["--import", "tsx", join(root, "sandbox-host", "main.ts")], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const stderrTail: string[] = [];
+  child.stderr?.on("data", (b: Buffer) => {
+    for (const line of b.toString().split("\n")) {
+      if (!line.trim()) continue;
+      stderrTail.push(line);
+      if (stderrTail.length > 30) stderrTail.shift();
+      log("host", line);
+    }
+  });
+  const ready = await new Promise<{ id: string; metrics_url: string }>((resolveReady, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`sandbox-host did not report ready in 30 s\n${stderrTail.join("\n")}`)),
+      30_000,
+    );
+    const rl = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+    rl.on("line", (line) => {
+      log("host", line);
+      try {
+        const msg = JSON.parse(line) as { event?: string; id?: string; metrics_url?: string };
+        if (msg.event === "host.ready" && msg.id && msg.metrics_url) {
+          clearTimeout(timer);
+          resolveReady({ id: msg.id, metrics_url: msg.metrics_url });
+        }
+      } catch {}
+    });
+    child.once("exit", (code, sig) => {
+      clearTimeout(timer);
+      reject(new Error(`sandbox-host exited (${code ?? sig}) before ready\n${stderrTail.join("\n")}`));
+    });
+  }).catch(async (err) => {
+    await stopProcessGroup(child);
+    throw err;
+  });
+  return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, 15_000) };
+}

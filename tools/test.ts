@@ -1,0 +1,84 @@
+/**
+ * `npm test`: typecheck, lint, then the unit, workers (inside workerd) and integration suites
+ * (real Postgres, Redis, workerd). Ends with one plain summary line, "N passed, N failed", so
+ * a reader (or CI) sees the total without scrolling. Any failing step fails the whole run.
+ * `npm test -- unit integration` runs only the named steps.
+ */
+import { spawn } from "node:child_process";
+import { mkdir, readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+
+interface Step {
+  name: string;
+  cmd: string[];
+  vitestJson?: string;
+}
+
+const out = join(".tmp", "test-results");
+const vitest = (name: string, args: string[]): Step => {
+  const json = join(out, `${name}.json`);
+  return {
+    name,
+    cmd: ["npx", "vitest", "run", ...args, "--reporter=default", "--reporter=json", `--outputFile.json=${json}`],
+    vitestJson: json,
+  };
+};
+
+const ALL: Step[] = [
+  { name: "typecheck", cmd: ["npm", "run", "-s", "typecheck"] },
+  { name: "lint", cmd: ["npm", "run", "-s", "lint"] },
+  vitest("unit", ["--project", "unit"]),
+  vitest("workers", ["--config", "vitest.workers.config.ts"]),
+  vitest("integration", ["--project", "integration"]),
+];
+
+function run(cmd: string[]): Promise<number> {
+  return new Promise((resolve) => {
+    const child = spawn(cmd[0] as string, cmd.slice(1), { stdio: "inherit" });
+    child.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+    child.on("error", () => resolve(127));
+  });
+}
+
+interface VitestJson {
+  numPassedTests: number;
+  numFailedTests: number;
+  numPendingTests: number;
+  numTodoTests: number;
+  numTotalTests: number;
+}
+
+const wanted = process.argv.slice(2);
+const steps = wanted.length ? ALL.filter((s) => wanted.includes(s.name)) : ALL;
+await rm(out, { recursive: true, force: true });
+await mkdir(out, { recursive: true });
+
+let passed = 0;
+let failed = 0;
+let skipped = 0;
+const failedSteps: string[] = [];
+for (const step of steps) {
+  const t0 = Date.now();
+  console.log(`\n▶ ${step.name}: ${step.cmd.join(" ")}`);
+  const code = await run(step.cmd);
+  if (step.vitestJson) {
+    try {
+      const r = JSON.parse(await readFile(step.vitestJson, "utf8")) as VitestJson;
+      passed += r.numPassedTests;
+      failed += r.numFailedTests;
+      skipped += r.numPendingTests + r.numTodoTests;
+      if (r.numTotalTests === 0) failedSteps.push(`${step.name} (ran no test)`);
+    } catch {
+      failedSteps.push(`${step.name} (no results)`);
+    }
+  }
+  if (code !== 0) failedSteps.push(`${step.name} (exit ${code})`);
+  console.log(
+    `◀ ${step.name}: ${code === 0 ? "ok" : `FAILED (exit ${code})`} in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+  );
+}
+
+console.log("");
+if (failedSteps.length) console.log(`failed steps: ${failedSteps.join(", ")}`);
+console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
+process.exit(failedSteps.length || failed ? 1 : 0);

@@ -17,8 +17,26 @@ export type ModelChunk =
   | { type: "tool_call"; id: string; name: string; args: unknown }
   | { type: "done"; finishReason: string | null; usage?: { promptTokens: number; completionTokens: number } };
 
+/** A tool call the model made, as the agent loop hands it back in the next turn's history. */
+export interface ModelToolCall {
+  id: string;
+  name: string;
+  args: unknown;
+}
+
+/**
+ * One message of a turn's history: the user-facing ChatMessage (which has no tool roles, by
+ * design of the public API) plus the two shapes an agent loop adds between turns — the
+ * assistant's tool calls and each tool's result. Without them a provider cannot be told that a
+ * tool already ran, and the loop would never end.
+ */
+export type ModelMessage =
+  | ChatMessage
+  | { role: "assistant"; content: string; toolCalls: ModelToolCall[] }
+  | { role: "tool"; toolCallId: string; content: string };
+
 export interface ModelTurnRequest {
-  messages: ChatMessage[];
+  messages: ModelMessage[];
   /** Overrides the configured default model. */
   model?: string;
   tools?: ModelToolSpec[];

@@ -1,0 +1,12 @@
+export { type ModelConfig, ModelConfigError, modelConfigFromEnv } from "./config";
+export { createOpenAICompatibleClient } from "./openai-compatible";
+export type {
+  ModelChunk,
+  ModelClient,
+  ModelErrorCode,
+  ModelMessage,
+  ModelToolCall,
+  ModelToolSpec,
+  ModelTurnRequest,
+} from "./types";
+export { ModelError } from "./types";

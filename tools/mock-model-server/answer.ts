@@ -1,0 +1,159 @@
+/**
+ * Writes one planned answer in the OpenAI chat-completions wire format: SSE
+ * (`data: {chat.completion.chunk}` … `data: [DONE]`) or a single `chat.completion` body.
+ * Pacing is scheduled against absolute times (start + ttft + k / rate) so timer lateness does
+ * not accumulate over a long answer; every wait is abortable so a client that goes away ends
+ * the answer at once and leaves no timer behind.
+ */
+import { once } from "node:events";
+import type { ServerResponse } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
+import { type AnswerPlan, argumentFragments } from "./script";
+
+type Answer = Extract<AnswerPlan, { kind: "answer" }>;
+
+export interface AnswerContext {
+  id: string;
+  model: string;
+  includeUsage: boolean;
+  /** Aborted when the client disconnects. */
+  signal: AbortSignal;
+  /** Admission time (performance.now()). */
+  startedAt: number;
+}
+
+export type AnswerOutcome = "completed" | "dropped";
+
+/** Resolves when `at` (performance.now() clock) is reached; rejects with AbortError on abort. */
+async function until(at: number, signal: AbortSignal): Promise<void> {
+  const wait = at - performance.now();
+  if (wait >= 1) await sleep(wait, undefined, { signal });
+  else signal.throwIfAborted();
+}
+
+function intervalMs(plan: Answer): number {
+  return plan.tokensPerS > 0 ? 1000 / plan.tokensPerS : 0;
+}
+
+function usageOf(plan: Answer, completionTokens: number) {
+  return {
+    prompt_tokens: plan.promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: plan.promptTokens + completionTokens,
+  };
+}
+
+/** Ends the TCP connection mid-body once what was written is flushed: a provider dying mid-answer. */
+function cutConnection(res: ServerResponse): void {
+  if (res.socket) res.socket.end();
+  else res.destroy();
+}
+
+async function write(res: ServerResponse, data: string, signal: AbortSignal): Promise<void> {
+  if (!res.write(data)) await once(res, "drain", { signal });
+}
+
+export async function streamAnswer(res: ServerResponse, plan: Answer, ctx: AnswerContext): Promise<AnswerOutcome> {
+  const created = Math.floor(Date.now() / 1000);
+  const chunk = (delta: Record<string, unknown>, finishReason: string | null = null) =>
+    `data: ${JSON.stringify({
+      id: ctx.id,
+      object: "chat.completion.chunk",
+      created,
+      model: ctx.model,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    })}\n\n`;
+
+  // Headers go out at admission, as a real provider's do; the first data chunk waits for ttft.
+  res.writeHead(200, {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+  });
+  res.flushHeaders();
+
+  const pieces: Record<string, unknown>[] = [];
+  plan.tokens.forEach((text, i) => {
+    pieces.push(i === 0 ? { role: "assistant", content: text } : { content: text });
+  });
+  plan.toolCalls.forEach((call, index) => {
+    argumentFragments(call.argsJson).forEach((fragment, f) => {
+      const head = pieces.length === 0 ? { role: "assistant", content: null } : {};
+      pieces.push(
+        f === 0
+          ? {
+              ...head,
+              tool_calls: [
+                { index, id: call.id, type: "function", function: { name: call.name, arguments: fragment } },
+              ],
+            }
+          : { tool_calls: [{ index, function: { arguments: fragment } }] },
+      );
+    });
+  });
+  if (pieces.length === 0) pieces.push({ role: "assistant", content: "" });
+
+  const first = ctx.startedAt + plan.ttftMs;
+  const step = intervalMs(plan);
+  for (let k = 0; k < pieces.length; k++) {
+    if (plan.dropAfterTokens !== null && k >= plan.dropAfterTokens) {
+      cutConnection(res);
+      return "dropped";
+    }
+    await until(first + k * step, ctx.signal);
+    await write(res, chunk(pieces[k]!), ctx.signal);
+  }
+
+  const finishReason = plan.toolCalls.length > 0 ? "tool_calls" : "stop";
+  let tail = chunk({}, finishReason);
+  if (ctx.includeUsage) {
+    tail += `data: ${JSON.stringify({
+      id: ctx.id,
+      object: "chat.completion.chunk",
+      created,
+      model: ctx.model,
+      choices: [],
+      usage: usageOf(plan, pieces.length),
+    })}\n\n`;
+  }
+  await write(res, `${tail}data: [DONE]\n\n`, ctx.signal);
+  res.end();
+  return "completed";
+}
+
+export async function respondAnswer(res: ServerResponse, plan: Answer, ctx: AnswerContext): Promise<AnswerOutcome> {
+  const n = plan.tokens.length + plan.toolCalls.length;
+  await until(ctx.startedAt + plan.ttftMs + Math.max(0, n - 1) * intervalMs(plan), ctx.signal);
+  if (plan.dropAfterTokens !== null) {
+    cutConnection(res);
+    return "dropped";
+  }
+  const toolCalls = plan.toolCalls.map((c) => ({
+    id: c.id,
+    type: "function",
+    function: { name: c.name, arguments: c.argsJson },
+  }));
+  const body = {
+    id: ctx.id,
+    object: "chat.completion",
+    created: Math.floor(Date.now() / 1000),
+    model: ctx.model,
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: "assistant",
+          content: toolCalls.length > 0 ? null : plan.tokens.join(""),
+          refusal: null,
+          ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+        },
+        logprobs: null,
+        finish_reason: toolCalls.length > 0 ? "tool_calls" : "stop",
+      },
+    ],
+    usage: usageOf(plan, n),
+  };
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify(body));
+  return "completed";
+}

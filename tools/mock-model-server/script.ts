@@ -1,0 +1,195 @@
+/**
+ * What the mock model answers, decided from the request alone (pure, no I/O), so every test and
+ * load run can script latency, length, tool calls and failures from inside the conversation:
+ *
+ * - last message from the user `!mock {json}` → the script: `reply`, `tokens`, `ttft_ms`,
+ *   `tokens_per_s`, `tool_calls: [{name, args}]`, `error: {status, message}`,
+ *   `drop_after_tokens` (cut the connection after N tokens, a provider dying mid-stream);
+ * - last message a tool result → the final answer of the turn that asked for the tools: the
+ *   script's `reply`/`tokens` if the last user message had them, else `Echo: <tool results>`;
+ *   never more tool calls, so an agent loop terminates;
+ * - any other last user message → `Echo: <message>`.
+ */
+import { z } from "zod";
+
+export interface TimingDefaults {
+  ttftMs: number;
+  /** 0 = unpaced (every token written as soon as the previous one). */
+  tokensPerS: number;
+}
+
+export interface PlannedToolCall {
+  id: string;
+  name: string;
+  argsJson: string;
+}
+
+export type AnswerPlan =
+  | {
+      kind: "answer";
+      /** Text pieces; their concatenation is the reply, exactly. */
+      tokens: string[];
+      toolCalls: PlannedToolCall[];
+      ttftMs: number;
+      tokensPerS: number;
+      /** Destroy the connection after this many streamed pieces (null: finish normally). */
+      dropAfterTokens: number | null;
+      promptTokens: number;
+    }
+  | { kind: "error"; status: number; message: string; type: string; code: string | null };
+
+const MAX_SCRIPTED_TOKENS = 100_000;
+
+const ScriptSchema = z
+  .object({
+    reply: z.string().optional(),
+    tokens: z.number().int().min(0).max(MAX_SCRIPTED_TOKENS).optional(),
+    ttft_ms: z.number().min(0).max(600_000).optional(),
+    tokens_per_s: z.number().min(0).optional(),
+    tool_calls: z
+      .array(z.object({ name: z.string().min(1), args: z.unknown().optional() }))
+      .max(64)
+      .optional(),
+    error: z
+      .object({
+        status: z.number().int().min(400).max(599),
+        message: z.string().optional(),
+      })
+      .optional(),
+    drop_after_tokens: z.number().int().min(0).optional(),
+  })
+  .strict();
+type Script = z.infer<typeof ScriptSchema>;
+
+const WireMessageSchema = z.looseObject({
+  role: z.string(),
+  content: z
+    .union([z.string(), z.null(), z.array(z.looseObject({ type: z.string(), text: z.string().optional() }))])
+    .optional(),
+});
+type WireMessage = z.infer<typeof WireMessageSchema>;
+
+export const CompletionRequestSchema = z.looseObject({
+  model: z.string().optional(),
+  messages: z.array(WireMessageSchema).min(1),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+});
+export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
+
+const MOCK_PREFIX = "!mock";
+
+export function textOf(m: WireMessage): string {
+  if (typeof m.content === "string") return m.content;
+  if (Array.isArray(m.content)) return m.content.map((p) => p.text ?? "").join("");
+  return "";
+}
+
+/** Whitespace-preserving split: `"a  b\n"` → `["a  ", "b\n"]`; joining the pieces gives the text back. */
+export function splitTokens(text: string): string[] {
+  return text.match(/\S+\s*|\s+/g) ?? [];
+}
+
+function generatedTokens(n: number): string[] {
+  return Array.from({ length: n }, (_, i) => (i === n - 1 ? `t${i + 1}` : `t${i + 1} `));
+}
+
+export class ScriptError extends Error {
+  override name = "ScriptError";
+}
+
+/** Parses a `!mock {json}` message; null when the message is not a script. */
+export function parseScript(text: string): Script | null {
+  const trimmed = text.trimStart();
+  if (!trimmed.startsWith(MOCK_PREFIX)) return null;
+  const body = trimmed.slice(MOCK_PREFIX.length).trim();
+  if (body === "") return {};
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch (err) {
+    throw new ScriptError(`!mock script is not valid JSON: ${(err as Error).message}`);
+  }
+  const parsed = ScriptSchema.safeParse(json);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ");
+    throw new ScriptError(`!mock script is invalid: ${issues}`);
+  }
+  return parsed.data;
+}
+
+/** Tool results since the last assistant message, oldest first. */
+function trailingToolResults(messages: WireMessage[]): string[] {
+  const out: string[] = [];
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i]!;
+    if (m.role !== "tool") break;
+    out.unshift(textOf(m));
+  }
+  return out;
+}
+
+function lastUserText(messages: WireMessage[]): string | null {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i]!;
+    if (m.role === "user") return textOf(m);
+  }
+  return null;
+}
+
+function countPromptTokens(messages: WireMessage[]): number {
+  return messages.reduce((n, m) => n + splitTokens(textOf(m)).length, 0);
+}
+
+/** Throws ScriptError for a malformed `!mock` script (the server answers 400). */
+export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nextId: () => string): AnswerPlan {
+  const messages = req.messages;
+  const last = messages[messages.length - 1]!;
+  const userText = lastUserText(messages);
+  const script = userText === null ? null : parseScript(userText);
+  const afterTools = last.role === "tool";
+
+  if (script?.error && !afterTools) {
+    const { status } = script.error;
+    return {
+      kind: "error",
+      status,
+      message: script.error.message ?? `scripted provider error ${status}`,
+      type: status >= 500 ? "server_error" : "invalid_request_error",
+      code: status === 429 ? "rate_limit_exceeded" : null,
+    };
+  }
+
+  let tokens: string[];
+  let toolCalls: PlannedToolCall[] = [];
+  if (!afterTools && script?.tool_calls?.length) {
+    tokens = [];
+    toolCalls = script.tool_calls.map((c) => ({ id: nextId(), name: c.name, argsJson: JSON.stringify(c.args ?? {}) }));
+  } else if (script?.reply !== undefined) {
+    tokens = splitTokens(script.reply);
+  } else if (script?.tokens !== undefined) {
+    tokens = generatedTokens(script.tokens);
+  } else if (afterTools) {
+    tokens = splitTokens(`Echo: ${trailingToolResults(messages).join("\n")}`);
+  } else {
+    tokens = splitTokens(`Echo: ${userText ?? textOf(last)}`);
+  }
+
+  return {
+    kind: "answer",
+    tokens,
+    toolCalls,
+    ttftMs: script?.ttft_ms ?? defaults.ttftMs,
+    tokensPerS: script?.tokens_per_s ?? defaults.tokensPerS,
+    dropAfterTokens: script?.drop_after_tokens ?? null,
+    promptTokens: countPromptTokens(messages),
+  };
+}
+
+/** Splits tool-call arguments into a few fragments, as real providers stream them. */
+export function argumentFragments(argsJson: string, size = 16): string[] {
+  if (argsJson.length === 0) return [""];
+  const out: string[] = [];
+  for (let i = 0; i < argsJson.length; i += size) out.push(argsJson.slice(i, i + size));
+  return out;
+}

@@ -2,7 +2,7 @@
  * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
-import { and, desc, eq, lt, or, sql } from "drizzle-orm";
+import { and, desc, eq, sql } from "drizzle-orm";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import type { Db } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
@@ -74,9 +74,12 @@ export async function getJob(db: Db, tenantId: string, id: string): Promise<JobR
 }
 
 export interface ListCursor {
+  /** ISO 8601 with Postgres' microseconds (a JavaScript Date keeps only milliseconds). */
   createdAt: string;
   id: string;
 }
+
+const CURSOR_TIME_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$/;
 
 export function encodeCursor(c: ListCursor): string {
   return btoa(JSON.stringify([c.createdAt, c.id])).replace(/=+$/, "");
@@ -86,12 +89,21 @@ export function decodeCursor(s: string): ListCursor | null {
   try {
     const [createdAt, id] = JSON.parse(atob(s)) as unknown[];
     if (typeof createdAt !== "string" || typeof id !== "string" || !isJobId(id)) return null;
-    if (!Number.isFinite(Date.parse(createdAt))) return null;
+    // The timestamp goes to Postgres as text: accept only the UTC ISO form encodeCursor writes.
+    if (!CURSOR_TIME_RE.test(createdAt) || !Number.isFinite(Date.parse(createdAt))) return null;
     return { createdAt, id };
   } catch {
     return null;
   }
 }
+
+/**
+ * created_at exactly as stored. The cursor must carry microseconds: cut to a Date's milliseconds,
+ * a job created in the same millisecond as the page's last one but a few microseconds earlier
+ * matches neither `<` nor `=` and is skipped (the conformance suite in
+ * test/integration/pg-proxy.test.ts covers it).
+ */
+const exactCreatedAt = sql<string>`to_char(${jobs.createdAt} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 /** Newest first, keyset-paginated on (created_at, id) so pages never skip or repeat a job. */
 export async function listJobs(
@@ -102,12 +114,11 @@ export async function listJobs(
   const conds = [eq(jobs.tenantId, tenantId)];
   if (opts.state) conds.push(eq(jobs.state, opts.state));
   if (opts.cursor) {
-    const at = new Date(opts.cursor.createdAt);
-    const after = or(lt(jobs.createdAt, at), and(eq(jobs.createdAt, at), lt(jobs.id, opts.cursor.id)));
-    if (after) conds.push(after);
+    // (created_at, id) strictly after the cursor in the page order.
+    conds.push(sql`(${jobs.createdAt}, ${jobs.id}) < (${opts.cursor.createdAt}::timestamptz, ${opts.cursor.id}::uuid)`);
   }
   const rows = await db
-    .select()
+    .select({ job: jobs, exactCreatedAt })
     .from(jobs)
     .where(and(...conds))
     .orderBy(desc(jobs.createdAt), desc(jobs.id))
@@ -115,6 +126,6 @@ export async function listJobs(
   const page = rows.slice(0, opts.limit);
   const last = page[page.length - 1];
   const nextCursor =
-    rows.length > opts.limit && last ? encodeCursor({ createdAt: last.createdAt.toISOString(), id: last.id }) : null;
-  return { jobs: page, nextCursor };
+    rows.length > opts.limit && last ? encodeCursor({ createdAt: last.exactCreatedAt, id: last.job.id }) : null;
+  return { jobs: page.map((r) => r.job), nextCursor };
 }

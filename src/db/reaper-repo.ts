@@ -1,0 +1,70 @@
+/**
+ * Reaping: idempotent CAS SQL that any host (or the Worker's cron backstop) may run at any time,
+ * any number of times, concurrently. Each statement re-checks the condition it acts on inside the
+ * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
+ */
+import { sql } from "drizzle-orm";
+import type { Db } from "./client";
+import { resultRows } from "./client";
+
+/**
+ * A claim that never reached `started` within the claim timeout is released: owner, claimed_at
+ * and token are cleared so the job is claimable again (the next claim bumps the epoch). A late
+ * started CAS from the old claimant then hits zero rows, because its token no longer matches.
+ */
+export async function releaseStaleClaims(
+  db: Db,
+  claimTimeoutMs: number,
+): Promise<Array<{ id: string; createdAt: Date }>> {
+  const rows = resultRows<{ id: string; created_at: Date | string }>(
+    await db.execute(sql`
+      UPDATE jobs SET owner = NULL, claimed_at = NULL, token = NULL
+      WHERE state = 'queued' AND owner IS NOT NULL AND claimed_at IS NOT NULL
+        AND claimed_at < now() - make_interval(secs => ${claimTimeoutMs / 1000})
+        AND execution_id IS NULL AND execution_started_at IS NULL
+      RETURNING id, created_at`),
+  );
+  return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
+}
+
+/**
+ * A running job past its deadline becomes `timed_out`; one whose owner stopped heartbeating
+ * becomes `lost`. Neither is re-run: the agent may already have caused side effects. The
+ * deadline is checked first so a run that is both late and silent reports the stronger fact.
+ */
+export async function reapRuns(
+  db: Db,
+  heartbeatTimeoutMs: number,
+): Promise<Array<{ id: string; state: "lost" | "timed_out"; executionId: string }>> {
+  const rows = resultRows<{ id: string; state: "lost" | "timed_out"; execution_id: string }>(
+    await db.execute(sql`
+      WITH reaped AS (
+        UPDATE jobs SET
+          state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
+          finished_at = now(),
+          error = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now()
+            THEN jsonb_build_object('code', 'timed_out', 'message', 'the run passed its deadline')
+            ELSE jsonb_build_object('code', 'lost', 'message', 'the run''s host stopped heartbeating; it is not re-run automatically') END
+        WHERE state = 'running'
+          AND ((deadline_at IS NOT NULL AND deadline_at < now())
+            OR heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
+        RETURNING id, state, execution_id
+      ), recorded AS (
+        UPDATE executions SET finished_at = now(), outcome = reaped.state
+        FROM reaped WHERE executions.id = reaped.execution_id AND executions.finished_at IS NULL
+      )
+      SELECT id, state, execution_id FROM reaped`),
+  );
+  return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
+}
+
+/** Queued, ownerless jobs (oldest first): what the ready index should hold. */
+export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: string; createdAt: Date }>> {
+  const rows = resultRows<{ id: string; created_at: Date | string }>(
+    await db.execute(sql`
+      SELECT id, created_at FROM jobs
+      WHERE state = 'queued' AND owner IS NULL AND claimed_at IS NULL
+      ORDER BY created_at LIMIT ${limit}`),
+  );
+  return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
+}

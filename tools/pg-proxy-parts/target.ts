@@ -1,0 +1,74 @@
+/**
+ * The one database the proxy fronts. Both endpoints name a database in each request (the
+ * WebSocket's `?address=host:port`, the HTTP `Neon-Connection-String` header); neither may
+ * reach anything else, or the proxy would be an open relay from loopback to any host:port.
+ */
+
+export interface PgTarget {
+  host: string;
+  port: number;
+  database: string;
+  user: string;
+}
+
+const LOOPBACK = new Set(["localhost", "127.0.0.1", "::1"]);
+
+/** `localhost`, `127.0.0.1` and `::1` name the same server; the proxy always dials the configured one. */
+function sameHost(a: string, b: string): boolean {
+  const norm = (h: string) => h.replace(/^\[|\]$/g, "").toLowerCase();
+  const x = norm(a);
+  const y = norm(b);
+  return x === y || (LOOPBACK.has(x) && LOOPBACK.has(y));
+}
+
+export function parseTarget(databaseUrl: string): PgTarget {
+  let url: URL;
+  try {
+    url = new URL(databaseUrl);
+  } catch {
+    throw new Error(`database URL is not a valid URL: ${databaseUrl}`);
+  }
+  if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
+    throw new Error(`database URL must start with postgres:// or postgresql:// (got ${url.protocol}//)`);
+  }
+  const database = decodeURIComponent(url.pathname.replace(/^\//, ""));
+  if (!url.hostname || !database) throw new Error("database URL must name a host and a database");
+  return {
+    host: url.hostname.replace(/^\[|\]$/g, ""),
+    port: url.port ? Number(url.port) : 5432,
+    database,
+    user: decodeURIComponent(url.username),
+  };
+}
+
+export function describeTarget(t: PgTarget): string {
+  return `${t.host}:${t.port}/${t.database}`;
+}
+
+/** `host:port` from the WebSocket query string; IPv6 may come bracketed or bare. */
+export function addressAllowed(address: string | null, target: PgTarget): boolean {
+  if (!address) return false;
+  const colon = address.lastIndexOf(":");
+  if (colon <= 0) return false;
+  const host = address.slice(0, colon);
+  const port = Number(address.slice(colon + 1));
+  return Number.isInteger(port) && port === target.port && sameHost(host, target.host);
+}
+
+/**
+ * Why a `Neon-Connection-String` does not name the configured database, or null when it does.
+ * Credentials are not checked: the proxy's own pool authenticates, and it serves loopback only.
+ */
+export function connectionStringMismatch(connectionString: string | undefined, target: PgTarget): string | null {
+  if (!connectionString) return "missing Neon-Connection-String header";
+  let asked: PgTarget;
+  try {
+    asked = parseTarget(connectionString);
+  } catch (err) {
+    return `Neon-Connection-String: ${(err as Error).message}`;
+  }
+  if (!sameHost(asked.host, target.host) || asked.port !== target.port || asked.database !== target.database) {
+    return `this pg-proxy serves only ${describeTarget(target)}; Neon-Connection-String names ${describeTarget(asked)}`;
+  }
+  return null;
+}

@@ -1,0 +1,240 @@
+/**
+ * The claimer: takes a job only when a run slot is free, and only a one-row claim hit counts.
+ *
+ * Wake path: read the oldest entries of the ready index (a Redis ZSET the gateway fills) and try
+ * the fenced claim on each. An entry is removed only after our claim hit, or when Postgres says
+ * the job is no longer claimable (stale entry). A Redis read is never ownership.
+ *
+ * Poll cadence: 25 ms while the index has candidates, stretching ×1.5 per empty pass to 250 ms
+ * when idle (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through the Upstash
+ * REST bridge costs ~1.3 ms, so an idle host at 250 ms spends ~4 requests/s (≈0.5% of a core)
+ * and picks up a job ~125 ms after enqueue on average; at a constant 25 ms it would be ~40
+ * requests/s per host for a ~12 ms gain — paid only while there is work around.
+ *
+ * Backstops: every ~1.5 s (jittered) a Postgres sweep claims jobs older than ~2 s that no index
+ * entry pointed at (lost entries). When Redis is unreachable the loop polls Postgres instead
+ * (SKIP LOCKED candidates, no age limit) and probes Redis once a second to go back.
+ *
+ * All claiming happens in this one loop, so the capacity check and the claims it admits can
+ * never interleave with another claim pass of the same host.
+ */
+import { randomUUID } from "node:crypto";
+import type { Db } from "../../src/db/client";
+import { claimFromPostgres, claimJob } from "../../src/db/ownership-repo";
+import { jitter } from "../../src/domain/backoff";
+import type { RedisKeys } from "../../src/quota/keys";
+import type { Redis } from "../../src/quota/redis";
+import { errorFields, type Logger } from "../log";
+import type { ClaimSource, HostMetrics } from "../metrics";
+import type { Claim } from "../runner";
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface ClaimTarget {
+  readonly free: number;
+  start(claim: Claim): void;
+  onSlotFreed(listener: () => void): () => void;
+}
+
+export interface ClaimerOptions {
+  db: Db;
+  redis: Redis;
+  keys: RedisKeys;
+  hostId: string;
+  runner: ClaimTarget;
+  log: Logger;
+  metrics: HostMetrics;
+  pollMs: number;
+  idlePollMs: number;
+  sweepMs: number;
+  sweepOlderThanMs: number;
+  /** A Redis call slower than this counts as Redis down (default 1000 ms). */
+  redisTimeoutMs?: number;
+  /** While Redis is down, try it again this often (default 1000 ms). */
+  redisProbeMs?: number;
+  /** Index entries read per pass beyond the free slots, to get past entries other hosts are taking. */
+  extraCandidates?: number;
+}
+
+type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
+
+export class Claimer {
+  private stopped = true;
+  private loop: Promise<void> | null = null;
+  private wakeSleep: (() => void) | null = null;
+  private delay: number;
+  private nextSweepAt = 0;
+  private redisState: RedisState = { up: true };
+  /** A Redis request we stopped waiting for; while it hangs we do not send another. */
+  private redisHung: Promise<unknown> | null = null;
+  private unsubscribe: (() => void) | null = null;
+
+  constructor(private readonly opts: ClaimerOptions) {
+    this.delay = opts.pollMs;
+  }
+
+  get redisUp(): boolean {
+    return this.redisState.up;
+  }
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+    this.unsubscribe = this.opts.runner.onSlotFreed(() => this.wake());
+    this.loop = this.run();
+  }
+
+  /** Stop admission: no claim starts after this resolves. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.unsubscribe?.();
+    this.wake();
+    await this.loop;
+  }
+
+  wake(): void {
+    this.wakeSleep?.();
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      let found = false;
+      if (this.opts.runner.free > 0) {
+        try {
+          found = await this.pass();
+        } catch (err) {
+          this.opts.log.warn("claim pass failed", errorFields(err));
+        }
+      }
+      if (this.stopped) break;
+      this.delay = found ? this.opts.pollMs : Math.min(this.opts.idlePollMs, Math.ceil(this.delay * 1.5));
+      // No free slot: sleep until one frees (the runner wakes us) or the next pass is due anyway.
+      await this.sleep(this.delay);
+    }
+  }
+
+  /** One claim pass. Returns whether there was anything to claim (keeps the short cadence). */
+  private async pass(): Promise<boolean> {
+    if (Date.now() >= this.nextSweepAt) {
+      this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+      if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
+    }
+    if (this.opts.runner.free === 0) return true;
+
+    const candidates = await this.readIndex();
+    if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
+
+    for (const jobId of candidates) {
+      if (this.stopped || this.opts.runner.free === 0) break;
+      await this.claimCandidate(jobId);
+    }
+    return candidates.length > 0;
+  }
+
+  /** Oldest entries of the ready index, or null while Redis is unreachable. */
+  private async readIndex(): Promise<string[] | null> {
+    const state = this.redisState;
+    const now = Date.now();
+    if (!state.up && now - state.lastProbe < (this.opts.redisProbeMs ?? 1000)) return null;
+    if (this.redisHung) return this.markRedisDown(new Error("an earlier Redis request is still hanging"));
+    if (!state.up) state.lastProbe = now;
+    const count = this.opts.runner.free + (this.opts.extraCandidates ?? 8);
+    const request = this.opts.redis.zrange<string[]>(this.opts.keys.readyIndex(), 0, count - 1);
+    try {
+      const ids = await withTimeout(request, this.opts.redisTimeoutMs ?? 1000);
+      if (!this.redisState.up) {
+        this.opts.log.info("Redis is back; claiming from the ready index again", {
+          down_ms: Date.now() - this.redisState.since,
+        });
+        this.redisState = { up: true };
+      }
+      return ids.map(String);
+    } catch (err) {
+      if (err instanceof TimeoutError) {
+        this.redisHung = request
+          .catch(() => {})
+          .finally(() => {
+            this.redisHung = null;
+          });
+      }
+      return this.markRedisDown(err);
+    }
+  }
+
+  private markRedisDown(err: unknown): null {
+    if (this.redisState.up) {
+      this.opts.log.warn("Redis unreachable; polling Postgres for jobs", errorFields(err));
+      this.redisState = { up: false, since: Date.now(), lastProbe: Date.now() };
+    }
+    return null;
+  }
+
+  private async claimCandidate(jobId: string): Promise<void> {
+    if (!UUID.test(jobId)) {
+      this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
+      this.removeFromIndex(jobId);
+      return;
+    }
+    const token = randomUUID();
+    const epoch = await claimJob(this.opts.db, jobId, this.opts.hostId, token);
+    this.opts.metrics.claims.inc({ source: "index", result: epoch === null ? "lost" : "won" });
+    if (epoch !== null) this.opts.runner.start({ jobId, epoch, token });
+    // Claimed by us, or no longer claimable (another host has it, or it is finished or gone):
+    // either way the entry has done its job.
+    this.removeFromIndex(jobId);
+  }
+
+  private async claimFromPostgres(source: ClaimSource, olderThanMs: number): Promise<number> {
+    const free = this.opts.runner.free;
+    if (free === 0 || this.stopped) return 0;
+    const tokens = Array.from({ length: free }, () => randomUUID());
+    const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    for (const claim of claimed) {
+      this.opts.metrics.claims.inc({ source, result: "won" });
+      this.opts.runner.start(claim);
+      if (this.redisState.up) this.removeFromIndex(claim.jobId);
+    }
+    if (claimed.length > 0 && source === "sweep") {
+      this.opts.log.info("sweep claimed jobs the ready index did not name", { jobs: claimed.map((c) => c.jobId) });
+    }
+    return claimed.length;
+  }
+
+  /** Fire and forget: a failed ZREM leaves an entry the next claimer drops as stale. */
+  private removeFromIndex(jobId: string): void {
+    withTimeout(this.opts.redis.zrem(this.opts.keys.readyIndex(), jobId), this.opts.redisTimeoutMs ?? 1000).catch(
+      (err: unknown) =>
+        this.opts.log.warn("ZREM of a ready-index entry failed", { job_id: jobId, ...errorFields(err) }),
+    );
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wakeSleep = () => {
+        this.wakeSleep = null;
+        done();
+      };
+    });
+  }
+}
+
+class TimeoutError extends Error {
+  constructor(ms: number) {
+    super(`no answer within ${ms} ms`);
+    this.name = "TimeoutError";
+  }
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,122 @@
+/**
+ * The host's configuration, parsed once at the edge of the process (main.ts passes in its env)
+ * and passed down as a plain object. Every knob has a default except the addresses and secrets a
+ * host cannot guess; a missing or bad value stops the process with a message naming the variable.
+ */
+import { hostname } from "node:os";
+import { z } from "zod";
+
+const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+const url = (protocols: string[], example: string) =>
+  z
+    .string()
+    .min(1)
+    .refine(
+      (v) => {
+        try {
+          return protocols.includes(new URL(v).protocol);
+        } catch {
+          return false;
+        }
+      },
+      `must be a ${protocols.join(" or ")} URL, e.g. ${example}`,
+    );
+
+export const HostConfigSchema = z.object({
+  hostId: z
+    .string()
+    .min(1)
+    .max(200)
+    .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -"),
+  databaseUrl: url(["postgres:", "postgresql:"], "postgres://user:pass@127.0.0.1:5432/db"),
+  redis: z.object({
+    url: url(["http:", "https:"], "http://127.0.0.1:8079"),
+    token: z.string().min(1),
+  }),
+  gatewayUrl: url(["http:", "https:"], "http://127.0.0.1:8787"),
+  signingSecret: z.string().min(16, "must be at least 16 characters"),
+  /** Run slots: the claimer never holds more claimed-or-running jobs than this. */
+  maxRuns: intFromEnv(1, 256).default(8),
+  /** 0 = any free loopback port. */
+  metricsPort: intFromEnv(0, 65535).default(0),
+  /** Ready-index poll interval while there is work around (see claimer/claimer.ts for the numbers). */
+  pollMs: intFromEnv(1, 60_000).default(25),
+  /** Poll interval once the index has been empty for a while. */
+  idlePollMs: intFromEnv(1, 60_000).default(250),
+  /** Postgres sweep for jobs whose index entry was lost. */
+  sweepMs: intFromEnv(50, 600_000).default(1500),
+  sweepOlderThanMs: intFromEnv(0, 600_000).default(2000),
+  heartbeatMs: intFromEnv(100, 600_000).default(2000),
+  /** On SIGTERM: how long running jobs may take to finish before they are failed. */
+  shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
+  /** On shutdown: how long the outbox may take to deliver what is left. */
+  outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
+});
+export type HostConfig = z.infer<typeof HostConfigSchema>;
+
+export type Env = Record<string, string | undefined>;
+
+/** Which env variable feeds which config field, for error messages. */
+const ENV_NAMES: Record<string, string> = {
+  hostId: "HOST_ID",
+  databaseUrl: "DATABASE_URL",
+  "redis.url": "UPSTASH_REDIS_REST_URL",
+  "redis.token": "UPSTASH_REDIS_REST_TOKEN",
+  gatewayUrl: "GATEWAY_URL",
+  signingSecret: "INTERNAL_SIGNING_SECRET",
+  maxRuns: "HOST_MAX_RUNS",
+  metricsPort: "HOST_METRICS_PORT",
+  pollMs: "HOST_POLL_MS",
+  idlePollMs: "HOST_IDLE_POLL_MS",
+  sweepMs: "HOST_SWEEP_MS",
+  sweepOlderThanMs: "HOST_SWEEP_OLDER_THAN_MS",
+  heartbeatMs: "HOST_HEARTBEAT_MS",
+  shutdownGraceMs: "HOST_SHUTDOWN_GRACE_MS",
+  outboxFlushTimeoutMs: "HOST_OUTBOX_FLUSH_TIMEOUT_MS",
+};
+
+export class HostConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid sandbox-host configuration:\n  ${problems.join("\n  ")}`);
+    this.name = "HostConfigError";
+  }
+}
+
+export function defaultHostId(): string {
+  const safeHost = hostname().replace(/[^A-Za-z0-9._:-]/g, "-") || "host";
+  return `${safeHost}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/** Parse the env a process was given. Empty strings count as unset. */
+export function hostConfigFromEnv(env: Env): HostConfig {
+  const v = (name: string) => {
+    const value = env[name]?.trim();
+    return value === "" ? undefined : value;
+  };
+  const raw = {
+    hostId: v("HOST_ID") ?? defaultHostId(),
+    databaseUrl: v("DATABASE_URL"),
+    redis: { url: v("UPSTASH_REDIS_REST_URL"), token: v("UPSTASH_REDIS_REST_TOKEN") },
+    gatewayUrl: v("GATEWAY_URL"),
+    signingSecret: v("INTERNAL_SIGNING_SECRET"),
+    maxRuns: v("HOST_MAX_RUNS"),
+    metricsPort: v("HOST_METRICS_PORT"),
+    pollMs: v("HOST_POLL_MS"),
+    idlePollMs: v("HOST_IDLE_POLL_MS"),
+    sweepMs: v("HOST_SWEEP_MS"),
+    sweepOlderThanMs: v("HOST_SWEEP_OLDER_THAN_MS"),
+    heartbeatMs: v("HOST_HEARTBEAT_MS"),
+    shutdownGraceMs: v("HOST_SHUTDOWN_GRACE_MS"),
+    outboxFlushTimeoutMs: v("HOST_OUTBOX_FLUSH_TIMEOUT_MS"),
+  };
+  const parsed = HostConfigSchema.safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const problems = parsed.error.issues.map((issue) => {
+    const path = issue.path.join(".");
+    const name = ENV_NAMES[path] ?? path;
+    const missing = issue.code === "invalid_type" && issue.input === undefined;
+    return missing ? `${name} is required` : `${name}: ${issue.message}`;
+  });
+  throw new HostConfigError(problems);
+}

@@ -1,0 +1,138 @@
+/**
+ * Wires one sandbox-host: Postgres pool, Redis client, metrics, outbox, runner, claimer. Takes a
+ * parsed config and its collaborators (model client, logger) so tests can start several hosts in
+ * one process; main.ts is the production entry that builds them from the environment.
+ */
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import * as schema from "../src/db/schema";
+import { redisKeys } from "../src/quota/keys";
+import { createRedisClient, type Redis } from "../src/quota/redis";
+import { Claimer } from "./claimer";
+import type { HostConfig } from "./config";
+import { createLogger, errorFields, type Logger } from "./log";
+import { createHostMetrics, startMetricsServer } from "./metrics";
+import type { ModelClient } from "./model/types";
+import { Outbox } from "./outbox";
+import { Runner } from "./runner";
+
+export interface HostDeps {
+  model: ModelClient;
+  log?: Logger;
+  /** Defaults to a client built from `config.redis`. */
+  redis?: Redis;
+  fetch?: typeof fetch;
+}
+
+export interface RunningHost {
+  id: string;
+  metricsUrl: string;
+  healthUrl: string;
+  /** Claimed-or-running jobs right now. */
+  readonly runsActive: number;
+  /**
+   * Graceful stop: no new claims, running jobs get `graceMs` (default: the config's) to finish,
+   * the outbox gets its flush timeout, then everything is closed. Idempotent.
+   */
+  close(opts?: { graceMs?: number }): Promise<void>;
+}
+
+export async function startHost(config: HostConfig, deps: HostDeps): Promise<RunningHost> {
+  const log = deps.log ?? createLogger({ host: config.hostId });
+  // One connection per run slot (each run issues one statement at a time) plus the claimer,
+  // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
+  const pool = new pg.Pool({
+    connectionString: config.databaseUrl,
+    max: config.maxRuns + 4,
+    idleTimeoutMillis: 30_000,
+    connectionTimeoutMillis: 5_000,
+  });
+  // An idle client losing its connection emits here; unhandled it would kill the process.
+  pool.on("error", (err) => log.warn("idle Postgres connection failed", errorFields(err)));
+  try {
+    await pool.query("SELECT 1");
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw new Error(`cannot reach Postgres at DATABASE_URL: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const db = drizzle(pool, { schema });
+  const redis = deps.redis ?? createRedisClient(config.redis);
+
+  const metrics = createHostMetrics(config.hostId);
+  const outbox = new Outbox({
+    gatewayUrl: config.gatewayUrl,
+    signingSecret: config.signingSecret,
+    log,
+    fetch: deps.fetch,
+    onBacklog: (n) => metrics.outboxBacklog.set(n),
+  });
+  const runner = new Runner({
+    db,
+    hostId: config.hostId,
+    maxRuns: config.maxRuns,
+    model: deps.model,
+    outbox,
+    log,
+    metrics,
+    heartbeatMs: config.heartbeatMs,
+  });
+  const claimer = new Claimer({
+    db,
+    redis,
+    keys: redisKeys(),
+    hostId: config.hostId,
+    runner,
+    log,
+    metrics,
+    pollMs: config.pollMs,
+    idlePollMs: config.idlePollMs,
+    sweepMs: config.sweepMs,
+    sweepOlderThanMs: config.sweepOlderThanMs,
+  });
+
+  let server: Awaited<ReturnType<typeof startMetricsServer>>;
+  try {
+    server = await startMetricsServer({
+      port: config.metricsPort,
+      hostId: config.hostId,
+      metrics,
+      runsActive: () => runner.active,
+    });
+  } catch (err) {
+    metrics.stop();
+    await pool.end().catch(() => {});
+    throw err;
+  }
+
+  runner.startHeartbeats();
+  claimer.start();
+  log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
+
+  let closing: Promise<void> | null = null;
+  const close = async (graceMs: number) => {
+    await claimer.stop();
+    log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
+    await runner.shutdown(graceMs);
+    await runner.stopHeartbeats();
+    const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
+    if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
+    outbox.close();
+    metrics.stop();
+    await server.close();
+    await pool.end();
+    log.info("sandbox-host stopped");
+  };
+
+  return {
+    id: config.hostId,
+    metricsUrl: server.url,
+    healthUrl: server.url.replace(/\/metrics$/, "/healthz"),
+    get runsActive() {
+      return runner.active;
+    },
+    close(opts) {
+      closing ??= close(opts?.graceMs ?? config.shutdownGraceMs);
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,58 @@
+/** The host's own HTTP port: `/metrics` (Prometheus text) and `/healthz`. Loopback only. */
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { HostMetrics } from "./metrics";
+
+export interface MetricsServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+export async function startMetricsServer(opts: {
+  port: number;
+  hostId: string;
+  metrics: HostMetrics;
+  runsActive: () => number;
+  host?: string;
+}): Promise<MetricsServer> {
+  const { metrics } = opts;
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0];
+    if (req.method !== "GET") {
+      res.writeHead(405, { allow: "GET" }).end();
+      return;
+    }
+    if (path === "/metrics") {
+      metrics.registry.metrics().then(
+        (text) => res.writeHead(200, { "content-type": metrics.registry.contentType }).end(text),
+        (err: unknown) => res.writeHead(500, { "content-type": "text/plain" }).end(String(err)),
+      );
+      return;
+    }
+    if (path === "/healthz") {
+      const body = JSON.stringify({ ok: true, id: opts.hostId, runs_active: opts.runsActive() });
+      res.writeHead(200, { "content-type": "application/json" }).end(body);
+      return;
+    }
+    res
+      .writeHead(404, { "content-type": "application/json" })
+      .end('{"error":{"code":"not_found","message":"no such route"}}');
+  });
+  const bindHost = opts.host ?? "127.0.0.1";
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(opts.port, bindHost, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://${bindHost}:${port}/metrics`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

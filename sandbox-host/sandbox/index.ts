@@ -1,0 +1,1 @@
+export { connectDocker, type Docker, type DockerConnectOptions } from "./docker";

@@ -90,14 +90,24 @@ const fence = (id: ExecutionIdentity) => sql`
   id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
   AND execution_id = ${id.executionId} AND state = 'running'`;
 
-/** One statement for every run a host holds; returns the execution ids that are still ours. */
+/**
+ * One statement for every run a host holds; returns the execution ids that are still ours. Each
+ * run's full identity (execution id, epoch, token, job, host) is checked, like every owner write.
+ */
 export async function heartbeat(db: Db, host: string, runs: ExecutionIdentity[]): Promise<Set<string>> {
   if (runs.length === 0) return new Set();
+  const col = (f: (r: ExecutionIdentity) => string | number) => runs.map(f).join(",");
   const rows = resultRows<{ execution_id: string }>(
     await db.execute(sql`
       UPDATE jobs SET heartbeat_at = now()
-      FROM (SELECT unnest(string_to_array(${runs.map((r) => r.executionId).join(",")}, ',')::uuid[]) AS execution_id) mine
-      WHERE jobs.execution_id = mine.execution_id AND jobs.owner = ${host} AND jobs.state = 'running'
+      FROM unnest(
+        string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
+        string_to_array(${col((r) => r.executionId)}, ',')::uuid[],
+        string_to_array(${col((r) => r.epoch)}, ',')::int[],
+        string_to_array(${col((r) => r.token)}, ',')::uuid[]
+      ) AS mine(job_id, execution_id, epoch, token)
+      WHERE jobs.id = mine.job_id AND jobs.execution_id = mine.execution_id AND jobs.epoch = mine.epoch
+        AND jobs.token = mine.token AND jobs.owner = ${host} AND jobs.state = 'running'
       RETURNING jobs.execution_id`),
   );
   return new Set(rows.map((r) => r.execution_id));

@@ -1,0 +1,49 @@
+/**
+ * Per-suite Postgres for integration tests: one embedded server, migrated once, and a fresh
+ * database per call cloned from the migrated template (graphile-worker's habit), so tests never
+ * see each other's rows.
+ */
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import * as schema from "../../src/db/schema";
+import { applyMigrations } from "../../tools/migrate";
+import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+
+export interface TestDb {
+  url: string;
+  pool: pg.Pool;
+  db: ReturnType<typeof drizzle<typeof schema>>;
+  close(): Promise<void>;
+}
+
+export async function startTestPostgres(): Promise<{
+  server: PostgresService;
+  freshDb(max?: number): Promise<TestDb>;
+  stop(): Promise<void>;
+}> {
+  const server = await startPostgres();
+  const templateUrl = server.url.replace(/\/postgres$/, "/ear_template");
+  const admin = new pg.Client({ connectionString: server.url });
+  await admin.connect();
+  await admin.query("CREATE DATABASE ear_template");
+  await applyMigrations(templateUrl);
+  let n = 0;
+  const opened: TestDb[] = [];
+  return {
+    server,
+    async freshDb(max = 10) {
+      const name = `ear_test_${process.pid}_${++n}`;
+      await admin.query(`CREATE DATABASE ${name} TEMPLATE ear_template`);
+      const url = server.url.replace(/\/postgres$/, `/${name}`);
+      const pool = new pg.Pool({ connectionString: url, max });
+      const t: TestDb = { url, pool, db: drizzle(pool, { schema }), close: () => pool.end() };
+      opened.push(t);
+      return t;
+    },
+    async stop() {
+      for (const t of opened) await t.close().catch(() => {});
+      await admin.end().catch(() => {});
+      await server.stop();
+    },
+  };
+}

@@ -1,0 +1,35 @@
+/**
+ * One racer process for the claim-race test: waits for a shared start instant, then tries to
+ * claim every given job (in its own shuffled order) with the real claim SQL, and prints one JSON
+ * line per attempt. Several of these run at once against one database.
+ *   env: DATABASE_URL, RACER_ID, START_AT (epoch ms), JOB_IDS (comma-separated)
+ */
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import { claimJob } from "../../src/db/ownership-repo";
+import * as schema from "../../src/db/schema";
+
+const { DATABASE_URL, RACER_ID = `racer-${process.pid}`, START_AT = "0", JOB_IDS = "" } = process.env;
+const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+const db = drizzle(pool, { schema });
+const ids = JOB_IDS.split(",").filter(Boolean);
+for (let i = ids.length - 1; i > 0; i--) {
+  const j = Math.floor(Math.random() * (i + 1));
+  [ids[i], ids[j]] = [ids[j] as string, ids[i] as string];
+}
+await pool.query("select 1"); // connect before the start line
+const wait = Number(START_AT) - Date.now();
+if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+const lines: string[] = [];
+await Promise.all(
+  [0, 1, 2, 3].map(async (lane) => {
+    for (let k = lane; k < ids.length; k += 4) {
+      const job = ids[k] as string;
+      const epoch = await claimJob(db, job, RACER_ID, randomUUID());
+      lines.push(JSON.stringify({ racer: RACER_ID, job, won: epoch !== null, epoch }));
+    }
+  }),
+);
+process.stdout.write(`${lines.join("\n")}\n`);
+await pool.end();

@@ -1,0 +1,93 @@
+/** JobEventsObject event stream: replay from a cursor, then live, no dup/gap, close at terminal. */
+import { describe, expect, it } from "vitest";
+import { batch, envelope, ingest, newJob, SseReader } from "./helpers";
+
+function subscribe(stub: ReturnType<typeof newJob>["stub"], after?: number): Promise<Response> {
+  return stub.fetch(`https://job-events/events${after === undefined ? "" : `?after=${after}`}`);
+}
+
+describe("JobEventsObject SSE", () => {
+  it("replays exactly the tail after the cursor, framed as id/event/data", async () => {
+    const { jobId, stub } = newJob();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1, 2, 3, 4, 5]));
+    const res = await subscribe(stub, 2);
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    expect(res.headers.get("cache-control")).toBe("no-cache");
+    const sse = new SseReader(res);
+    const events = await sse.take(3);
+    expect(events.map((e) => e.id)).toEqual([3, 4, 5]);
+    expect(events[0]).toMatchObject({ event: "model.delta", data: { job_id: jobId, seq: 3, payload: { text: "t3" } } });
+    await sse.cancel();
+    const last = new SseReader(await subscribe(stub, 4));
+    expect((await last.take(1)).map((e) => e.id)).toEqual([5]);
+    await last.cancel();
+  });
+
+  it("a live subscriber gets replay then live events with no duplicate or gap, and the stream closes at the terminal event", async () => {
+    const { jobId, stub } = newJob();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1, 2]));
+    const sse = new SseReader(await subscribe(stub, 0));
+    expect((await sse.take(2)).map((e) => e.id)).toEqual([1, 2]);
+
+    await ingest(stub, batch(jobId, "exec-a", 1, [2, 3])); // seq 2 is a duplicate
+    await ingest(stub, batch(jobId, "exec-a", 1, [5])); // a gap: not appended
+    await ingest(stub, batch(jobId, "exec-a", 1, [4]));
+    await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 5, "run.completed", { output: "x" })] });
+
+    const rest = await sse.rest(); // resolves only if the DO closes the stream
+    expect(rest.map((e) => [e.id, e.data.seq, e.event])).toEqual([
+      [3, 3, "model.delta"],
+      [4, 4, "model.delta"],
+      [5, 5, "run.completed"],
+    ]);
+  });
+
+  it("events ingested between subscribing and reading are neither lost nor repeated", async () => {
+    const { jobId, stub } = newJob();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1, 2, 3]));
+    const res = await subscribe(stub, 1);
+    // Nothing read yet: the replay (2, 3) is queued; these arrive live.
+    await ingest(stub, batch(jobId, "exec-a", 1, [4, 5]));
+    await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 6, "run.cancelled")] });
+    const ids = (await new SseReader(res).rest()).map((e) => e.id);
+    expect(ids).toEqual([2, 3, 4, 5, 6]);
+  });
+
+  it("closes immediately after the replay when the log already has its terminal event", async () => {
+    const { jobId, stub } = newJob();
+    await ingest(stub, {
+      job_id: jobId,
+      events: [envelope(jobId, "exec-a", 1, 1), envelope(jobId, "exec-a", 1, 2, "run.timed_out")],
+    });
+    expect((await new SseReader(await subscribe(stub, 0)).rest()).map((e) => e.id)).toEqual([1, 2]);
+    // Resuming at the terminal offset: nothing left, still closes.
+    expect(await new SseReader(await subscribe(stub, 2)).rest()).toEqual([]);
+  });
+
+  it("fans out to every subscriber; one that never reads does not hold up the others", async () => {
+    const { jobId, stub } = newJob();
+    const stalled = await subscribe(stub, 0); // never read
+    const a = new SseReader(await subscribe(stub, 0));
+    const b = new SseReader(await subscribe(stub, 0));
+    for (let seq = 1; seq <= 20; seq++) await ingest(stub, batch(jobId, "exec-a", 1, [seq]));
+    await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 21, "run.completed")] });
+    const expected = Array.from({ length: 21 }, (_, i) => i + 1);
+    expect((await a.rest()).map((e) => e.id)).toEqual(expected);
+    expect((await b.rest()).map((e) => e.id)).toEqual(expected);
+    await stalled.body?.cancel();
+  });
+
+  it("sends a keepalive comment while a subscriber is idle", async () => {
+    const { stub } = newJob();
+    const sse = new SseReader(await subscribe(stub, 0));
+    // SSE_HEARTBEAT_MS is 200 in the test config; nothing is ingested, so only comments arrive.
+    await expect(sse.next(700)).rejects.toThrow(/timed out/);
+    expect(sse.comments).toBeGreaterThanOrEqual(2);
+    await sse.cancel();
+  });
+
+  it("refuses a malformed cursor", async () => {
+    const { stub } = newJob();
+    expect((await stub.fetch("https://job-events/events?after=-1")).status).toBe(400);
+  });
+});

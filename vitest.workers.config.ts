@@ -1,0 +1,30 @@
+import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
+import { defineConfig } from "vitest/config";
+
+// Gateway Worker + JobEvents DO tests, run inside workerd (wrangler 4.86.0's). No Postgres or
+// Redis: their URLs point at a closed loopback port, so the "dependency down" paths are real.
+export default defineConfig({
+  plugins: [
+    cloudflareTest({
+      wrangler: { configPath: "./wrangler.toml" },
+      miniflare: {
+        bindings: {
+          DATABASE_URL: "postgres://ear:ear@127.0.0.1:1/ear",
+          NEON_FETCH_ENDPOINT: "http://127.0.0.1:1/sql",
+          UPSTASH_REDIS_REST_URL: "http://127.0.0.1:1",
+          UPSTASH_REDIS_REST_TOKEN: "test-token",
+          INTERNAL_SIGNING_SECRET: "test-signing-secret-0123456789",
+          // Short keepalive so the heartbeat is observable in a test.
+          SSE_HEARTBEAT_MS: "200",
+        },
+      },
+    }),
+  ],
+  test: {
+    name: "workers",
+    include: ["test/workers/**/*.test.ts"],
+    // The first Durable Object call of a file loads the Worker through Vite's module runner:
+    // ~10 s on a 2-core machine, so the default 5 s would fail whichever test runs first.
+    testTimeout: 30_000,
+  },
+});

@@ -1,0 +1,29 @@
+/**
+ * The gateway's Hono app: auth, validation and routing only; it never executes agents.
+ * /healthz and /readyz need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an API key.
+ */
+import { Hono } from "hono";
+import { apiKeyAuth } from "./middleware/auth";
+import { withConfig } from "./middleware/config";
+import { handleError, handleNotFound } from "./middleware/errors";
+import { healthRoutes } from "./routes/health";
+import { internalEventRoutes } from "./routes/internal-events";
+import { jobEventRoutes } from "./routes/job-events";
+import { jobRoutes } from "./routes/jobs";
+import type { GatewayEnv } from "./types";
+
+export function createApp() {
+  const app = new Hono<GatewayEnv>();
+  app.onError(handleError);
+  app.notFound(handleNotFound);
+
+  app.route("/", healthRoutes);
+
+  app.use("/internal/*", withConfig());
+  app.route("/", internalEventRoutes);
+
+  app.use("/v1/*", withConfig(), apiKeyAuth());
+  app.route("/v1/jobs", jobEventRoutes);
+  app.route("/v1/jobs", jobRoutes);
+  return app;
+}

@@ -1,0 +1,55 @@
+/**
+ * The gateway's configuration, parsed from the Worker env with zod once per env object and then
+ * passed around as a plain value; nothing else reads `env` vars. A missing or malformed setting
+ * fails every route that needs it with a logged reason instead of a confusing driver error.
+ */
+import { z } from "zod";
+import { LIMITS } from "../src/contracts";
+import type { Env } from "./env";
+
+/** `--var NAME:` passes an empty string; treat it as unset. */
+const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
+
+const ConfigSchema = z.object({
+  DATABASE_URL: z.string().min(1, "DATABASE_URL is required"),
+  NEON_FETCH_ENDPOINT: optional(z.url()),
+  UPSTASH_REDIS_REST_URL: z.url(),
+  UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
+  INTERNAL_SIGNING_SECRET: z.string().min(16, "INTERNAL_SIGNING_SECRET must be at least 16 characters"),
+  MAX_BODY_BYTES: optional(z.coerce.number().int().positive()),
+});
+
+export interface GatewayConfig {
+  databaseUrl: string;
+  neonFetchEndpoint: string | undefined;
+  redis: { url: string; token: string };
+  signingSecret: string;
+  maxBodyBytes: number;
+}
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+const cache = new WeakMap<object, GatewayConfig | ConfigError>();
+
+export function loadConfig(env: Env): GatewayConfig {
+  let cached = cache.get(env);
+  if (!cached) {
+    const parsed = ConfigSchema.safeParse(env);
+    cached = parsed.success
+      ? {
+          databaseUrl: parsed.data.DATABASE_URL,
+          neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
+          redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
+          signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+          maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
+        }
+      : new ConfigError(
+          `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+        );
+    cache.set(env, cached);
+  }
+  if (cached instanceof ConfigError) throw cached;
+  return cached;
+}

@@ -1,0 +1,86 @@
+/**
+ * Per-request access to Postgres (drizzle over Neon HTTP) and Redis (Upstash REST), built lazily
+ * so routes that need neither never pay for them. Clients are per request, not per isolate:
+ * @upstash/redis auto-pipelines, and a pipeline shared across requests would settle one
+ * request's promise from another request's I/O, which workerd forbids.
+ *
+ * `callDependency` turns "the dependency did not answer" into 503 `dependency_unavailable`,
+ * while a real query error (a Postgres SQLSTATE outside the connection classes) stays a 500.
+ */
+import { ApiError } from "../src/contracts";
+import { createNeonHttpDb, type NeonHttpDb } from "../src/db/neon-http";
+import { createRedisClient, type Redis } from "../src/quota/redis";
+import type { GatewayConfig } from "./config";
+
+export interface Deps {
+  db(): NeonHttpDb;
+  redis(): Redis;
+}
+
+export function createDeps(config: GatewayConfig): Deps {
+  let db: NeonHttpDb | undefined;
+  let redis: Redis | undefined;
+  return {
+    db: () => {
+      db ??= createNeonHttpDb({ connectionString: config.databaseUrl, fetchEndpoint: config.neonFetchEndpoint });
+      return db;
+    },
+    redis: () => {
+      redis ??= createRedisClient(config.redis);
+      return redis;
+    },
+  };
+}
+
+export type DependencyName = "postgres" | "redis";
+
+export class DependencyTimeout extends Error {
+  override readonly name = "DependencyTimeout";
+}
+
+export async function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DependencyTimeout(`${what} did not answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
+}
+
+/** SQLSTATE classes that mean "could not talk to the database", not "the query is wrong". */
+const CONNECTION_SQLSTATE = /^(08|53|57|58)/;
+
+function sqlState(err: unknown): string | undefined {
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+export async function callDependency<T>(name: DependencyName, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    const state = sqlState(err);
+    if (name === "postgres" && state && !CONNECTION_SQLSTATE.test(state)) throw err;
+    throw new ApiError("dependency_unavailable", `${name} is unavailable; try again shortly`, { cause: err });
+  }
+}
+
+/** Durable Object calls fail with `retryable`/`overloaded` set when the object was reset or is busy. */
+export async function callDurableObject<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    const e = err as { retryable?: boolean; overloaded?: boolean };
+    if (e?.retryable || e?.overloaded) {
+      throw new ApiError("dependency_unavailable", "the job's event log is busy; try again shortly", { cause: err });
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,14 @@
+/** The Worker's raw bindings as workerd hands them over; read only by config.ts and the DO. */
+import type { JobEventsObject } from "./durable-objects/job-events";
+
+export interface Env {
+  JOB_EVENTS: DurableObjectNamespace<JobEventsObject>;
+  DATABASE_URL?: string;
+  NEON_FETCH_ENDPOINT?: string;
+  UPSTASH_REDIS_REST_URL?: string;
+  UPSTASH_REDIS_REST_TOKEN?: string;
+  INTERNAL_SIGNING_SECRET?: string;
+  MAX_BODY_BYTES?: string;
+  /** Test hook: SSE keepalive period in ms (default 10 000). */
+  SSE_HEARTBEAT_MS?: string;
+}

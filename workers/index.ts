@@ -1,0 +1,11 @@
+/** Worker entry: the gateway app as the default fetch handler, plus the Durable Object classes. */
+import { createApp } from "./app";
+import type { Env } from "./env";
+
+export { JobEventsObject } from "./durable-objects/job-events";
+
+const app = createApp();
+
+export default {
+  fetch: (request, env, ctx) => app.fetch(request, env, ctx),
+} satisfies ExportedHandler<Env>;

@@ -1,0 +1,1 @@
+export { apiKeyAuth } from "./auth";

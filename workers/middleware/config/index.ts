@@ -1,0 +1,1 @@
+export { withConfig } from "./config";

@@ -1,0 +1,68 @@
+/**
+ * The one place an error becomes an HTTP response: ApiError → `{"error":{code,message}}` with its
+ * status; anything else → 500 `internal` with a generic message, the cause logged, never sent.
+ */
+import type { Context, ErrorHandler, NotFoundHandler } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contracts";
+import type { GatewayEnv } from "../../types";
+
+export function errorResponse(c: Context, err: ApiError): Response {
+  return c.json(err.toBody(), err.status as ContentfulStatusCode);
+}
+
+/** hono throws HTTPException for its own failures (e.g. a malformed URL); keep their status. */
+function fromHttpException(err: HTTPException): ApiError {
+  const byStatus: Partial<Record<number, ErrorCode>> = {
+    400: "invalid_request",
+    401: "unauthorized",
+    404: "not_found",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+  };
+  const code = byStatus[err.status];
+  return code ? new ApiError(code, err.message || code.replace(/_/g, " ")) : internalError(err);
+}
+
+function internalError(cause: unknown): ApiError {
+  return new ApiError("internal", "internal error; the request was not completed", { cause });
+}
+
+/**
+ * What the log keeps of a cause: each message down the `cause` chain, with drizzle's
+ * "params: …" tail cut off (it would copy API-key hashes and job input into the logs).
+ */
+function describeCause(err: unknown): { error: string; stack?: string } {
+  const messages: string[] = [];
+  let deepest: unknown = err;
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    messages.push(String(e instanceof Error ? `${e.name}: ${e.message}` : e).replace(/\nparams:[\s\S]*$/, ""));
+    deepest = e;
+  }
+  const stack = deepest instanceof Error ? deepest.stack?.split("\n").slice(1, 6).join("\n") : undefined;
+  return { error: messages.join(" <- "), stack };
+}
+
+export const handleError: ErrorHandler<GatewayEnv> = (err, c) => {
+  const apiError =
+    err instanceof ApiError ? err : err instanceof HTTPException ? fromHttpException(err) : internalError(err);
+  if (apiError.status >= 500) {
+    const log = apiError.status === 500 ? console.error : console.warn;
+    log(
+      JSON.stringify({
+        msg: "request failed",
+        method: c.req.method,
+        path: c.req.path,
+        code: apiError.code,
+        ...describeCause(apiError.cause ?? err),
+      }),
+    );
+  }
+  return errorResponse(c, apiError);
+};
+
+export const handleNotFound: NotFoundHandler<GatewayEnv> = (c) => {
+  const body: ApiErrorBody = { error: { code: "not_found", message: `no route for ${c.req.method} ${c.req.path}` } };
+  return c.json(body, 404);
+};

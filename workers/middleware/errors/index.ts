@@ -1,0 +1,1 @@
+export { errorResponse, handleError, handleNotFound } from "./errors";

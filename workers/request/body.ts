@@ -1,0 +1,84 @@
+/**
+ * Reading a request body safely: size capped twice (the declared content-length, then the bytes
+ * actually read, since a client may lie or stream without a length), JSON only, and zod failures
+ * reported with the field they are about.
+ */
+import type { z } from "zod";
+import { ApiError } from "../../src/contracts";
+
+export async function readBodyText(req: Request, maxBytes: number): Promise<string> {
+  const declared = req.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) throw tooLarge(maxBytes);
+  if (!req.body) return "";
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(maxBytes);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    throw new ApiError("invalid_json", "request body is not valid UTF-8");
+  }
+}
+
+function tooLarge(maxBytes: number): ApiError {
+  return new ApiError("payload_too_large", `request body exceeds ${maxBytes} bytes`);
+}
+
+export function requireJsonContentType(req: Request): void {
+  const type = req.headers.get("content-type")?.split(";")[0]?.trim().toLowerCase();
+  if (type !== "application/json") {
+    throw new ApiError("unsupported_media_type", "content-type must be application/json");
+  }
+}
+
+export function parseJson(text: string): unknown {
+  if (text.trim() === "") throw new ApiError("invalid_json", "request body is empty; expected a JSON object");
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new ApiError("invalid_json", "request body is not valid JSON");
+  }
+}
+
+/** "input.messages: Too small: expected array to have >=1 items" — at most three issues. */
+export function describeZodError(error: z.ZodError): string {
+  const parts = error.issues.slice(0, 3).map((issue) => {
+    const path = issue.path.map(String).join(".");
+    return path ? `${path}: ${issue.message}` : issue.message;
+  });
+  const more = error.issues.length > 3 ? ` (and ${error.issues.length - 3} more)` : "";
+  return parts.join("; ") + more;
+}
+
+export function validate<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new ApiError("invalid_request", describeZodError(parsed.error));
+  return parsed.data;
+}
+
+export async function readJsonBody<S extends z.ZodType>(
+  req: Request,
+  schema: S,
+  maxBytes: number,
+): Promise<z.infer<S>> {
+  const declared = req.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) throw tooLarge(maxBytes);
+  requireJsonContentType(req);
+  return validate(schema, parseJson(await readBodyText(req, maxBytes)));
+}

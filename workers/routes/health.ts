@@ -1,0 +1,55 @@
+/**
+ * Liveness and readiness. /healthz answers whenever the isolate runs; /readyz asks Postgres
+ * (`select 1`) and Redis (`PING`) in parallel, each bounded, and names whichever did not answer.
+ */
+import { sql } from "drizzle-orm";
+import { Hono } from "hono";
+import { ConfigError, loadConfig } from "../config";
+import { createDeps, withTimeout } from "../deps";
+import type { GatewayEnv } from "../types";
+
+/** Long enough for a cold Neon HTTP round trip (~100s of ms), short enough for a load balancer probe. */
+const READY_TIMEOUT_MS = 1_500;
+
+type Check = "ok" | "unavailable";
+
+async function probe(work: () => Promise<unknown>, what: string): Promise<Check> {
+  try {
+    await withTimeout(work(), READY_TIMEOUT_MS, what);
+    return "ok";
+  } catch (err) {
+    console.warn(JSON.stringify({ msg: "readiness check failed", dependency: what, error: String(err) }));
+    return "unavailable";
+  }
+}
+
+export const healthRoutes = new Hono<GatewayEnv>()
+  .get("/healthz", (c) => c.json({ ok: true }))
+  .get("/readyz", async (c) => {
+    let deps: ReturnType<typeof createDeps>;
+    try {
+      deps = createDeps(loadConfig(c.env));
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      console.error(JSON.stringify({ msg: "readiness: invalid configuration", error: err.message }));
+      return c.json(
+        { ok: false, error: { code: "dependency_unavailable", message: "the gateway is misconfigured" } },
+        503,
+      );
+    }
+    const [postgres, redis] = await Promise.all([
+      probe(() => deps.db().execute(sql`select 1`), "postgres"),
+      probe(() => deps.redis().ping(), "redis"),
+    ]);
+    if (postgres === "ok" && redis === "ok") return c.json({ ok: true, postgres, redis });
+    const down = [postgres === "ok" ? null : "postgres", redis === "ok" ? null : "redis"].filter(Boolean);
+    return c.json(
+      {
+        ok: false,
+        postgres,
+        redis,
+        error: { code: "dependency_unavailable", message: `${down.join(" and ")} did not answer` },
+      },
+      503,
+    );
+  });

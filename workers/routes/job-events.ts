@@ -1,0 +1,33 @@
+/**
+ * GET /v1/jobs/:id/events — the job's event stream (SSE). The gateway checks once that the job
+ * is the tenant's, then hands the request to the job's JobEvents object, which replays from the
+ * cursor and stays subscribed. A reconnecting browser sends Last-Event-ID with the URL it first
+ * used, so the header wins over `?after=`.
+ */
+import { Hono } from "hono";
+import { ApiError } from "../../src/contracts";
+import { getJob } from "../../src/db";
+import { callDependency, callDurableObject } from "../deps";
+import type { GatewayEnv } from "../types";
+import { notFoundJob } from "./jobs";
+
+export function parseEventCursor(lastEventId: string | undefined, after: string | undefined): number {
+  const raw = lastEventId ?? after;
+  if (raw === undefined || raw === "") return 0;
+  const n = /^\d{1,15}$/.test(raw.trim()) ? Number(raw.trim()) : Number.NaN;
+  if (!Number.isSafeInteger(n)) {
+    const field = lastEventId !== undefined ? "Last-Event-ID" : "after";
+    throw new ApiError("invalid_request", `${field}: must be a non-negative integer event id`);
+  }
+  return n;
+}
+
+export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c) => {
+  const after = parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
+  const jobId = c.req.param("id");
+  const db = c.get("deps").db();
+  const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), jobId));
+  if (!job) throw notFoundJob();
+  const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(job.id));
+  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}`));
+});

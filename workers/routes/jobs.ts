@@ -1,0 +1,65 @@
+/**
+ * Job REST routes (API.md "Jobs"). The job row in Postgres is the truth; the Redis ready index
+ * only wakes claimers, so a failed ZADD is logged and the job is still accepted (hosts also
+ * sweep Postgres for queued jobs).
+ */
+import { Hono } from "hono";
+import { ApiError, CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts";
+import { createJob, decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
+import { redisKeys } from "../../src/quota/keys";
+import { callDependency, type Deps, withTimeout } from "../deps";
+import { readJsonBody, validate } from "../request/body";
+import type { GatewayEnv } from "../types";
+
+const READY_INDEX_TIMEOUT_MS = 500;
+const keys = redisKeys();
+
+async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
+  try {
+    await withTimeout(
+      deps.redis().zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),
+      READY_INDEX_TIMEOUT_MS,
+      "redis",
+    );
+  } catch (err) {
+    console.warn(
+      JSON.stringify({
+        msg: "ready index ZADD failed; hosts will find the job in Postgres",
+        jobId,
+        error: String(err),
+      }),
+    );
+  }
+}
+
+export function notFoundJob(): ApiError {
+  return new ApiError("not_found", "job not found");
+}
+
+export const jobRoutes = new Hono<GatewayEnv>()
+  .post("/", async (c) => {
+    const body = await readJsonBody(c.req.raw, CreateJobBodySchema, c.get("config").maxBodyBytes);
+    const deps = c.get("deps");
+    const db = deps.db();
+    const { job, created } = await callDependency("postgres", () =>
+      createJob(db, c.get("tenantId"), crypto.randomUUID(), body),
+    );
+    if (created) await indexReadyJob(deps, job.id);
+    return c.json({ job: toJobView(job) }, created ? 202 : 200);
+  })
+  .get("/", async (c) => {
+    const query = validate(ListJobsQuerySchema, c.req.query());
+    const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+    const db = c.get("deps").db();
+    const page = await callDependency("postgres", () =>
+      listJobs(db, c.get("tenantId"), { state: query.state, limit: query.limit, cursor }),
+    );
+    return c.json({ jobs: page.jobs.map(toJobView), next_cursor: page.nextCursor });
+  })
+  .get("/:id", async (c) => {
+    const db = c.get("deps").db();
+    const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
+    if (!job) throw notFoundJob();
+    return c.json({ job: toJobView(job) });
+  });

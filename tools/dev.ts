@@ -9,6 +9,7 @@
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  */
+import { readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { type Stack, startStack } from "./stack";
@@ -53,6 +54,32 @@ async function shutdown(code: number) {
 }
 process.on("SIGINT", () => void shutdown(0));
 process.on("SIGTERM", () => void shutdown(0));
+process.on("SIGHUP", () => void shutdown(0));
+watchLauncher(() => void shutdown(0));
+
+/**
+ * `npm run dev` is npm → sh → node. Ctrl-C reaches all three, but a SIGTERM sent to npm alone is
+ * not forwarded (npm 11 exits and leaves us running), so we also stop when our parent or
+ * grandparent goes away.
+ */
+function watchLauncher(onGone: () => void) {
+  const ancestors = [process.ppid];
+  try {
+    const stat = readFileSync(`/proc/${process.ppid}/stat`, "utf8"); // startup only
+    const grandparent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    if (grandparent > 1) ancestors.push(grandparent);
+  } catch {}
+  setInterval(() => {
+    for (const pid of ancestors) {
+      try {
+        process.kill(pid, 0);
+      } catch {
+        onGone();
+        return;
+      }
+    }
+  }, 500).unref();
+}
 
 try {
   if ((env.UPSTASH_REDIS_REST_URL === undefined) !== (env.UPSTASH_REDIS_REST_TOKEN === undefined)) {

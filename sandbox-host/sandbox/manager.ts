@@ -1,0 +1,363 @@
+/**
+ * The sandbox provisioner: one hardened container on its own internal network per run, created
+ * on first use (`ensure`, called by every tool), removed at the run's end (`destroy`) or, after a
+ * crash, by `removeOrphans` at host start. Docker is the only record of what exists: containers
+ * and networks carry host and run labels, and every delete finds its targets by label.
+ */
+import { createHash } from "node:crypto";
+import type Docker from "dockerode";
+import { type Logger, silentLogger } from "../log";
+import { connectDocker, errorText, isGoneOrGoing, isNotFound } from "./docker";
+import { SandboxError } from "./errors";
+import { type RawExecResult, runExec } from "./exec";
+import * as files from "./files";
+import { createKeyedLock, createSemaphore, type KeyedLock } from "./keyed-lock";
+import { createNetworkPool } from "./network-pool";
+import { containerSpec, type ResolvedProfile, resolveProfile, type SandboxProfile } from "./profile";
+
+export const LABEL_SANDBOX = "ear.sandbox";
+export const LABEL_HOST = "ear.sandbox.host";
+export const LABEL_RUN = "ear.sandbox.run";
+
+export interface SandboxManagerOptions {
+  docker?: Docker;
+  hostId: string;
+  image: string;
+  profile?: Partial<SandboxProfile>;
+  /** Dedicated address pool; deployers must check it clashes with nothing on the host or VPN. */
+  pool?: string;
+  subnetPrefix?: number;
+  deleteConcurrency?: number;
+  stopGraceS?: number;
+  deleteTimeoutMs?: number;
+  /** Default timeout of file operations (shell commands bring their own). */
+  fileOpTimeoutMs?: number;
+  logger?: Logger;
+  /** Replaceable only so a test can show what the per-run lock prevents. */
+  lock?: KeyedLock;
+}
+
+export interface Sandbox {
+  runId: string;
+  containerId: string;
+  containerName: string;
+  networkId: string;
+  networkName: string;
+  subnet: string;
+  createdAt: Date;
+  /** ms spent creating it (0 when adopted from an earlier process). */
+  createMs: number;
+}
+
+export interface ExecRequest {
+  /** A shell command line, run by /bin/sh -c, or an argv. */
+  cmd: string | string[];
+  timeoutMs?: number;
+  /** Per stream; beyond it output is dropped and a truncation marker appended. */
+  outputCapBytes?: number;
+  signal?: AbortSignal;
+  cwd?: string;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+  stdoutBytes: number;
+  stderrBytes: number;
+  truncated: boolean;
+  timedOut: boolean;
+  cancelled: boolean;
+  durationMs: number;
+}
+
+export interface DestroyResult {
+  containers: number;
+  networks: number;
+}
+
+export interface SandboxManager {
+  /** The run's sandbox, created on first call; concurrent and repeated calls get the same one. */
+  ensure(runId: string): Promise<Sandbox>;
+  exec(runId: string, req: ExecRequest): Promise<ExecResult>;
+  readFile(
+    runId: string,
+    path: string,
+    opts?: { maxBytes?: number; signal?: AbortSignal },
+  ): Promise<files.ReadFileResult>;
+  writeFile(
+    runId: string,
+    path: string,
+    data: Uint8Array | string,
+    opts?: { createParents?: boolean; signal?: AbortSignal },
+  ): Promise<files.WriteFileResult>;
+  listDir(
+    runId: string,
+    path?: string,
+    opts?: { maxEntries?: number; signal?: AbortSignal },
+  ): Promise<files.ListDirResult>;
+  /** Removes the run's container and network; idempotent (nothing to remove is success). */
+  destroy(runId: string): Promise<DestroyResult>;
+  /** Removes this host's labelled containers/networks whose run is not in `liveRunIds`. */
+  removeOrphans(liveRunIds: ReadonlySet<string>): Promise<DestroyResult & { runs: string[] }>;
+  active(): Sandbox[];
+  readonly profile: ResolvedProfile;
+}
+
+export const DEFAULT_POOL = "10.253.240.0/20";
+export const DEFAULT_OUTPUT_CAP_BYTES = 32 * 1024;
+export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+export const DEFAULT_READ_MAX_BYTES = 1024 * 1024;
+export const MAX_WRITE_BYTES = 16 * 1024 * 1024;
+
+export function createSandboxManager(opts: SandboxManagerOptions): SandboxManager {
+  const docker = opts.docker ?? connectDocker();
+  const profile = resolveProfile(opts.profile);
+  const log = opts.logger ?? silentLogger;
+  const lock = opts.lock ?? createKeyedLock();
+  const deletions = createSemaphore(opts.deleteConcurrency ?? 32);
+  const stopGraceS = opts.stopGraceS ?? 2;
+  const deleteTimeoutMs = opts.deleteTimeoutMs ?? 120_000;
+  const fileOpTimeoutMs = opts.fileOpTimeoutMs ?? 30_000;
+  const pool = createNetworkPool({
+    docker,
+    pool: opts.pool ?? DEFAULT_POOL,
+    subnetPrefix: opts.subnetPrefix ?? 28,
+  });
+  const sandboxes = new Map<string, Sandbox>();
+
+  const labelsFor = (runId: string) => ({ [LABEL_SANDBOX]: "1", [LABEL_HOST]: opts.hostId, [LABEL_RUN]: runId });
+  const runFilter = (runId: string) =>
+    JSON.stringify({ label: [`${LABEL_HOST}=${opts.hostId}`, `${LABEL_RUN}=${runId}`] });
+  // Docker names allow [a-zA-Z0-9_.-]; run ids may not, and may be long. Labels carry the real ids.
+  const nameFor = (runId: string) =>
+    `ear-sb-${createHash("sha256").update(`${opts.hostId}\0${runId}`).digest("hex").slice(0, 20)}`;
+
+  async function create(runId: string): Promise<Sandbox> {
+    const started = performance.now();
+    const name = nameFor(runId);
+    const labels = labelsFor(runId);
+    const net = await pool.create({ runId, name, labels, internal: !profile.egress });
+    let containerId: string | null = null;
+    try {
+      const container = await docker.createContainer(
+        containerSpec({ profile, image: opts.image, name, networkName: name, labels, stopGraceS }),
+      );
+      containerId = container.id;
+      await container.start();
+    } catch (err) {
+      await removeByLabel(runId).catch((cleanupErr) =>
+        log.warn("sandbox create cleanup failed", { run_id: runId, error: errorText(cleanupErr) }),
+      );
+      const hint = isNotFound(err) ? ` (image ${opts.image} missing? build it with \`npm run sandbox:image\`)` : "";
+      throw new SandboxError("create_failed", `creating sandbox for run ${runId} failed: ${errorText(err)}${hint}`, {
+        cause: err,
+        runId,
+      });
+    }
+    const createMs = Math.round(performance.now() - started);
+    log.info("sandbox created", { run_id: runId, container: name, subnet: net.subnet, ms: createMs });
+    return {
+      runId,
+      containerId,
+      containerName: name,
+      networkId: net.id,
+      networkName: name,
+      subnet: net.subnet,
+      createdAt: new Date(),
+      createMs,
+    };
+  }
+
+  /** A running container left by an earlier process of this host for the same run is reused. */
+  async function adopt(runId: string): Promise<Sandbox | null> {
+    const [containers, networks] = await Promise.all([
+      docker.listContainers({ all: true, filters: runFilter(runId) }),
+      docker.listNetworks({ filters: runFilter(runId) }),
+    ]);
+    if (containers.length === 0 && networks.length === 0) return null;
+    const c = containers[0];
+    const n = networks[0];
+    if (containers.length === 1 && networks.length === 1 && c && n && c.State === "running") {
+      return {
+        runId,
+        containerId: c.Id,
+        containerName: (c.Names[0] ?? "").replace(/^\//, ""),
+        networkId: n.Id,
+        networkName: n.Name,
+        subnet: n.IPAM?.Config?.[0]?.Subnet ?? "",
+        createdAt: new Date(c.Created * 1000),
+        createMs: 0,
+      };
+    }
+    await removeByLabel(runId);
+    return null;
+  }
+
+  async function removeByLabel(runId: string): Promise<DestroyResult> {
+    const containers = await docker.listContainers({ all: true, filters: runFilter(runId) });
+    await Promise.all(
+      containers.map(async (info) => {
+        const c = docker.getContainer(info.Id);
+        if (info.State === "running") {
+          await c.stop({ t: stopGraceS }).catch((err) => {
+            if (!isGoneOrGoing(err)) throw err;
+          });
+        }
+        await c.remove({ force: true, v: true }).catch((err) => {
+          if (!isGoneOrGoing(err)) throw err;
+        });
+      }),
+    );
+    const networks = await docker.listNetworks({ filters: runFilter(runId) });
+    await Promise.all(
+      networks.map((n) =>
+        docker
+          .getNetwork(n.Id)
+          .remove()
+          .catch((err) => {
+            if (!isNotFound(err)) throw err;
+          }),
+      ),
+    );
+    return { containers: containers.length, networks: networks.length };
+  }
+
+  function destroy(runId: string): Promise<DestroyResult> {
+    return lock.run(runId, () =>
+      deletions.run(async () => {
+        let timer: NodeJS.Timeout | undefined;
+        const timeout = new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () =>
+              reject(
+                new SandboxError("delete_timeout", `deleting sandbox of run ${runId} took over ${deleteTimeoutMs} ms`, {
+                  runId,
+                }),
+              ),
+            deleteTimeoutMs,
+          );
+        });
+        try {
+          const removed = await Promise.race([removeByLabel(runId), timeout]);
+          sandboxes.delete(runId);
+          if (removed.containers || removed.networks) log.info("sandbox deleted", { run_id: runId, ...removed });
+          return removed;
+        } catch (err) {
+          if (err instanceof SandboxError) throw err;
+          throw new SandboxError("delete_failed", `deleting sandbox of run ${runId} failed: ${errorText(err)}`, {
+            cause: err,
+            runId,
+          });
+        } finally {
+          clearTimeout(timer);
+        }
+      }),
+    );
+  }
+
+  function ensure(runId: string): Promise<Sandbox> {
+    return lock.run(runId, async () => {
+      const known = sandboxes.get(runId);
+      if (known) return known;
+      let sb: Sandbox | null;
+      try {
+        sb = await adopt(runId);
+      } catch (err) {
+        throw new SandboxError("create_failed", `inspecting leftovers of run ${runId} failed: ${errorText(err)}`, {
+          cause: err,
+          runId,
+        });
+      }
+      sb ??= await create(runId);
+      sandboxes.set(runId, sb);
+      return sb;
+    });
+  }
+
+  async function fileCtx(runId: string, signal?: AbortSignal): Promise<files.FileOpContext> {
+    const sb = await ensure(runId);
+    return { docker, containerId: sb.containerId, user: profile.user, runId, timeoutMs: fileOpTimeoutMs, signal };
+  }
+
+  return {
+    profile,
+    ensure,
+    destroy,
+    active: () => [...sandboxes.values()],
+
+    async exec(runId, req) {
+      const sb = await ensure(runId);
+      const cap = req.outputCapBytes ?? DEFAULT_OUTPUT_CAP_BYTES;
+      const r = await runExec(docker, sb.containerId, {
+        argv: typeof req.cmd === "string" ? ["/bin/sh", "-c", req.cmd] : req.cmd,
+        timeoutMs: req.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: cap,
+        signal: req.signal,
+        cwd: req.cwd === undefined ? undefined : files.workspacePath(req.cwd, runId),
+        user: profile.user,
+      });
+      return toExecResult(r);
+    },
+
+    async readFile(runId, path, o = {}) {
+      return files.readFile(await fileCtx(runId, o.signal), path, o.maxBytes ?? DEFAULT_READ_MAX_BYTES);
+    },
+
+    async writeFile(runId, path, data, o = {}) {
+      const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+      if (bytes.byteLength > MAX_WRITE_BYTES) {
+        throw new SandboxError("too_large", `write of ${bytes.byteLength} bytes exceeds ${MAX_WRITE_BYTES}`, { runId });
+      }
+      return files.writeFile(await fileCtx(runId, o.signal), path, bytes, o.createParents ?? true);
+    },
+
+    async listDir(runId, path = ".", o = {}) {
+      return files.listDir(await fileCtx(runId, o.signal), path, o.maxEntries ?? 1000);
+    },
+
+    async removeOrphans(liveRunIds) {
+      const hostFilter = JSON.stringify({ label: [`${LABEL_HOST}=${opts.hostId}`] });
+      const [containers, networks] = await Promise.all([
+        docker.listContainers({ all: true, filters: hostFilter }),
+        docker.listNetworks({ filters: hostFilter }),
+      ]);
+      const runs = new Set<string>();
+      for (const x of [...containers.map((c) => c.Labels), ...networks.map((n) => n.Labels)]) {
+        const run = x?.[LABEL_RUN];
+        if (run !== undefined && !liveRunIds.has(run)) runs.add(run);
+      }
+      const results = await Promise.all([...runs].map((run) => destroy(run)));
+      const total = results.reduce(
+        (a, r) => ({ containers: a.containers + r.containers, networks: a.networks + r.networks }),
+        {
+          containers: 0,
+          networks: 0,
+        },
+      );
+      if (runs.size) log.info("sandbox orphans removed", { runs: runs.size, ...total });
+      return { ...total, runs: [...runs] };
+    },
+  };
+}
+
+function marker(n: number, stream: string): string {
+  return `\n…[truncated: ${n} more bytes of ${stream}]`;
+}
+
+export function toExecResult(r: RawExecResult): ExecResult {
+  const decode = (b: Buffer) => new TextDecoder("utf-8", { fatal: false }).decode(b);
+  const cutOut = r.stdoutBytes - r.stdout.length;
+  const cutErr = r.stderrBytes - r.stderr.length;
+  return {
+    exitCode: r.exitCode,
+    stdout: decode(r.stdout) + (cutOut > 0 ? marker(cutOut, "stdout") : ""),
+    stderr: decode(r.stderr) + (cutErr > 0 ? marker(cutErr, "stderr") : ""),
+    stdoutBytes: r.stdoutBytes,
+    stderrBytes: r.stderrBytes,
+    truncated: cutOut > 0 || cutErr > 0,
+    timedOut: r.timedOut,
+    cancelled: r.cancelled,
+    durationMs: r.durationMs,
+  };
+}

@@ -50,6 +50,16 @@ export const HostConfigSchema = z.object({
   heartbeatMs: intFromEnv(100, 600_000).default(2000),
   /** On SIGTERM: how long running jobs may take to finish before they are failed. */
   shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
+  /** Reaper pass interval (jittered ±30 %). */
+  reapMs: intFromEnv(100, 600_000).default(2000),
+  /** A claim not started within this is released and re-indexed. A host starts within ms of claiming. */
+  claimTimeoutMs: intFromEnv(100, 3_600_000).default(10_000),
+  /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
+  runLostAfterMs: intFromEnv(100, 3_600_000).optional(),
+  /** Periodic rebuild of the ready index from Postgres. */
+  indexRebuildMs: intFromEnv(1000, 3_600_000).default(30_000),
+  /** LISTEN for jobs becoming claimable (instant wake-up); off only for tests of the other paths. */
+  listen: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   /** On shutdown: how long the outbox may take to deliver what is left. */
   outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
 });
@@ -74,6 +84,11 @@ const ENV_NAMES: Record<string, string> = {
   heartbeatMs: "HOST_HEARTBEAT_MS",
   shutdownGraceMs: "HOST_SHUTDOWN_GRACE_MS",
   outboxFlushTimeoutMs: "HOST_OUTBOX_FLUSH_TIMEOUT_MS",
+  reapMs: "HOST_REAP_MS",
+  claimTimeoutMs: "HOST_CLAIM_TIMEOUT_MS",
+  runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
+  indexRebuildMs: "HOST_INDEX_REBUILD_MS",
+  listen: "HOST_LISTEN",
 };
 
 export class HostConfigError extends Error {
@@ -109,6 +124,11 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     heartbeatMs: v("HOST_HEARTBEAT_MS"),
     shutdownGraceMs: v("HOST_SHUTDOWN_GRACE_MS"),
     outboxFlushTimeoutMs: v("HOST_OUTBOX_FLUSH_TIMEOUT_MS"),
+    reapMs: v("HOST_REAP_MS"),
+    claimTimeoutMs: v("HOST_CLAIM_TIMEOUT_MS"),
+    runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
+    indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),
+    listen: v("HOST_LISTEN"),
   };
   const parsed = HostConfigSchema.safeParse(raw);
   if (parsed.success) return parsed.data;

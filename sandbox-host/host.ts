@@ -9,11 +9,13 @@ import * as schema from "../src/db/schema";
 import { redisKeys } from "../src/quota/keys";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer";
+import { ReadyListener } from "./claimer/ready-listener";
 import type { HostConfig } from "./config";
 import { createLogger, errorFields, type Logger } from "./log";
 import { createHostMetrics, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
 import { Outbox } from "./outbox";
+import { Reaper } from "./reaper";
 import { Runner } from "./runner";
 
 export interface HostDeps {
@@ -90,6 +92,20 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     sweepOlderThanMs: config.sweepOlderThanMs,
   });
 
+  const reaper = new Reaper({
+    db,
+    redis,
+    keys: redisKeys(),
+    log,
+    intervalMs: config.reapMs,
+    claimTimeoutMs: config.claimTimeoutMs,
+    runLostAfterMs: config.runLostAfterMs ?? 3 * config.heartbeatMs + 2000,
+    indexRebuildMs: config.indexRebuildMs,
+  });
+  const listener = config.listen
+    ? new ReadyListener({ databaseUrl: config.databaseUrl, log, onReady: (jobId) => claimer.hint(jobId) })
+    : null;
+
   let server: Awaited<ReturnType<typeof startMetricsServer>>;
   try {
     server = await startMetricsServer({
@@ -105,12 +121,16 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   }
 
   runner.startHeartbeats();
+  await listener?.start();
   claimer.start();
+  reaper.start();
   log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
 
   let closing: Promise<void> | null = null;
   const close = async (graceMs: number) => {
+    await listener?.stop();
     await claimer.stop();
+    await reaper.stop();
     log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
     await runner.shutdown(graceMs);
     await runner.stopHeartbeats();

@@ -68,6 +68,8 @@ export class Claimer {
   /** A Redis request we stopped waiting for; while it hangs we do not send another. */
   private redisHung: Promise<unknown> | null = null;
   private unsubscribe: (() => void) | null = null;
+  /** Jobs Postgres just announced as claimable (LISTEN ear_ready), tried before the index. */
+  private readonly hints = new Set<string>();
 
   constructor(private readonly opts: ClaimerOptions) {
     this.delay = opts.pollMs;
@@ -97,6 +99,13 @@ export class Claimer {
     this.wakeSleep?.();
   }
 
+  /** A job that just became claimable: try it on the next pass, right away. */
+  hint(jobId: string): void {
+    if (this.stopped || this.hints.size >= 1000) return;
+    this.hints.add(jobId);
+    this.wake();
+  }
+
   private async run(): Promise<void> {
     while (!this.stopped) {
       let found = false;
@@ -122,6 +131,15 @@ export class Claimer {
     }
     if (this.opts.runner.free === 0) return true;
 
+    let hinted = false;
+    for (const jobId of this.hints) {
+      if (this.stopped || this.opts.runner.free === 0) break;
+      this.hints.delete(jobId);
+      hinted = true;
+      await this.claimCandidate(jobId, "notify");
+    }
+    if (hinted && this.opts.runner.free === 0) return true;
+
     const candidates = await this.readIndex();
     if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
 
@@ -129,7 +147,7 @@ export class Claimer {
       if (this.stopped || this.opts.runner.free === 0) break;
       await this.claimCandidate(jobId);
     }
-    return candidates.length > 0;
+    return hinted || candidates.length > 0;
   }
 
   /** Oldest entries of the ready index, or null while Redis is unreachable. */
@@ -170,7 +188,7 @@ export class Claimer {
     return null;
   }
 
-  private async claimCandidate(jobId: string): Promise<void> {
+  private async claimCandidate(jobId: string, source: "index" | "notify" = "index"): Promise<void> {
     if (!UUID.test(jobId)) {
       this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
       this.removeFromIndex(jobId);
@@ -178,7 +196,7 @@ export class Claimer {
     }
     const token = randomUUID();
     const epoch = await claimJob(this.opts.db, jobId, this.opts.hostId, token);
-    this.opts.metrics.claims.inc({ source: "index", result: epoch === null ? "lost" : "won" });
+    this.opts.metrics.claims.inc({ source, result: epoch === null ? "lost" : "won" });
     if (epoch !== null) this.opts.runner.start({ jobId, epoch, token });
     // Claimed by us, or no longer claimable (another host has it, or it is finished or gone):
     // either way the entry has done its job.

@@ -6,7 +6,7 @@
 import { performance } from "node:perf_hooks";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 
-export type ClaimSource = "index" | "sweep" | "poll";
+export type ClaimSource = "index" | "notify" | "sweep" | "poll";
 export type ClaimResult = "won" | "lost";
 
 export interface HostMetrics {

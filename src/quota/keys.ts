@@ -6,10 +6,16 @@ export function redisKeys(prefix = "ear") {
   return {
     /** ZSET of queued, ownerless job ids scored by enqueue time (ms). Only wakes claimers. */
     readyIndex: () => `${prefix}:ready`,
+    /** Set by every index rebuild; its absence means Redis lost its data and the index needs one now. */
+    indexMarker: () => `${prefix}:ready:built`,
     /** Cancel hint for a running job (issue 6). */
     cancelHint: (jobId: string) => `${prefix}:cancel:${jobId}`,
     /** Quota lease ZSET for a quota key (issue 5). */
     quotaLeases: (quotaKey: string) => `${prefix}:quota:${quotaKey}`,
+    /** Waiter queue of a quota key: holder → arrival ticket (server ms), for fair admission. */
+    quotaWaiters: (quotaKey: string) => `${prefix}:quota-waiters:${quotaKey}`,
+    /** Last poll (server ms) of each waiter of a quota key: waiters that stop polling are purged. */
+    quotaWaitersSeen: (quotaKey: string) => `${prefix}:quota-seen:${quotaKey}`,
   };
 }
 export type RedisKeys = ReturnType<typeof redisKeys>;

@@ -311,7 +311,7 @@ if (canRun) {
 describe.skipIf(!canRun)("sandbox-host", () => {
   it("claims an indexed job, streams contiguous events and ends completed with all five timing facts", async () => {
     const t = await freshDb();
-    const host = await launch(hostConfig(t));
+    const host = await launch(hostConfig(t, { listen: false }));
     const [id] = await insertJobs(t, ["hello"]);
     const [row] = await waitJobs(t, [id!]);
     expect(row).toMatchObject({ state: "completed", output: "Echo: hello", owner: host.id, epoch: 1 });
@@ -334,7 +334,7 @@ describe.skipIf(!canRun)("sandbox-host", () => {
 
   it("measures enqueue → started latency on an idle host (index path)", async () => {
     const t = await freshDb();
-    await launch(hostConfig(t));
+    await launch(hostConfig(t, { listen: false }));
     const dispatch: number[] = [];
     const firstOutput: number[] = [];
     for (let i = 0; i < 12; i++) {
@@ -354,9 +354,30 @@ describe.skipIf(!canRun)("sandbox-host", () => {
     expect(median(dispatch)).toBeLessThan(300);
   }, 60_000);
 
+  it("wakes at once on Postgres NOTIFY: an idle host starts a job the index never named", async () => {
+    const t = await freshDb();
+    const host = await launch(hostConfig(t, { idlePollMs: 5000, sweepMs: 60_000 }));
+    const dispatch: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      await new Promise((r) => setTimeout(r, 200 + Math.random() * 100));
+      const [id] = await insertJobs(t, [`notify ${i}`], { index: false });
+      const [row] = await waitJobs(t, [id!]);
+      dispatch.push(ms(row!.createdAt, row!.startedAt));
+    }
+    console.log(
+      `idle host, NOTIFY path: enqueue→started median ${median(dispatch)} ms (min ${Math.min(...dispatch)}, max ${Math.max(...dispatch)})`,
+    );
+    // With a 5 s idle poll and no sweep, only the notification can explain a fast start.
+    expect(median(dispatch)).toBeLessThan(1000);
+    expect(await metricValue(host.metricsUrl, "claims_total", { source: "notify", result: "won" })).toBe(12);
+  }, 60_000);
+
   it("runs a job the ready index lost, through the Postgres sweep", async () => {
     const t = await freshDb();
-    const host = await launch(hostConfig(t));
+    const host = await launch(hostConfig(t, { listen: false, indexRebuildMs: 3_600_000 }));
+    // The reaper's first pass rebuilds the index from Postgres; let it finish before adding a
+    // job that only the sweep may find.
+    await waitFor("first index rebuild", async () => (await redis.get(redisKeys().indexMarker())) !== null);
     const [id] = await insertJobs(t, ["not indexed"], { index: false });
     const [row] = await waitJobs(t, [id!], ["completed"], 10_000);
     expect(row!.output).toBe("Echo: not indexed");

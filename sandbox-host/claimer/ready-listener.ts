@@ -1,0 +1,73 @@
+/**
+ * LISTEN ear_ready on a dedicated Postgres connection (drizzle/0001_ready_notify.sql announces
+ * every job that becomes claimable). Each notification names a job the claimer tries at once.
+ * Only a wake-up: a lost notification costs latency, never a job (the index and the sweep still
+ * find it). Reconnects with backoff when the connection drops.
+ */
+import pg from "pg";
+import { backoffDelay } from "../../src/domain/backoff";
+import { errorFields, type Logger } from "../log";
+
+export const READY_CHANNEL = "ear_ready";
+
+export class ReadyListener {
+  private client: pg.Client | null = null;
+  private stopped = false;
+  private attempt = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly opts: { databaseUrl: string; log: Logger; onReady: (jobId: string) => void }) {}
+
+  get connected(): boolean {
+    return this.client !== null;
+  }
+
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopped) return;
+    const client = new pg.Client({ connectionString: this.opts.databaseUrl, connectionTimeoutMillis: 5000 });
+    client.on("notification", (msg) => {
+      if (msg.channel === READY_CHANNEL && msg.payload) this.opts.onReady(msg.payload);
+    });
+    client.on("error", (err) => {
+      this.opts.log.warn("ready listener connection failed", errorFields(err));
+      this.dropAndRetry(client);
+    });
+    client.on("end", () => this.dropAndRetry(client));
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${READY_CHANNEL}`);
+      if (this.stopped) {
+        await client.end().catch(() => {});
+        return;
+      }
+      this.client = client;
+      this.attempt = 0;
+    } catch (err) {
+      this.opts.log.warn("ready listener could not connect; retrying", errorFields(err));
+      this.dropAndRetry(client);
+    }
+  }
+
+  private dropAndRetry(client: pg.Client): void {
+    if (this.client === client) this.client = null;
+    client.end().catch(() => {});
+    if (this.stopped || this.retryTimer) return;
+    const delay = backoffDelay(this.attempt++, { baseMs: 200, maxMs: 5000 }) + 100;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      void this.connect();
+    }, delay);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const c = this.client;
+    this.client = null;
+    await c?.end().catch(() => {});
+  }
+}

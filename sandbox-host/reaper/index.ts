@@ -1,0 +1,1 @@
+export { Reaper, type ReaperOptions } from "./reaper";

@@ -1,0 +1,107 @@
+/**
+ * The host's reaper: idempotent CAS SQL (src/db/reaper-repo.ts) run on a jittered interval by
+ * every host, so recovery never depends on one particular host being alive (the Worker's cron
+ * trigger is the backstop when none is). Each pass:
+ *  - releases claims that never reached `started` within the claim timeout, and re-indexes them;
+ *  - marks silent runs `lost` and overdue runs `timed_out` (never re-run);
+ *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data
+ *    (detected by a marker key the rebuild sets: FLUSHALL or a restart without persistence
+ *    removes it).
+ */
+import type { Db } from "../../src/db/client";
+import { readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
+import { jitter } from "../../src/domain/backoff";
+import type { RedisKeys } from "../../src/quota/keys";
+import type { Redis } from "../../src/quota/redis";
+import { errorFields, type Logger } from "../log";
+
+export interface ReaperOptions {
+  db: Db;
+  redis: Redis;
+  keys: RedisKeys;
+  log: Logger;
+  intervalMs: number;
+  claimTimeoutMs: number;
+  runLostAfterMs: number;
+  indexRebuildMs: number;
+  /** Called for each run this pass declared lost or timed out. */
+  onReaped?: (r: { id: string; state: "lost" | "timed_out"; executionId: string }) => void;
+}
+
+const REBUILD_BATCH = 1000;
+
+export class Reaper {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private nextRebuildAt = 0;
+  private stopped = true;
+
+  constructor(private readonly opts: ReaperOptions) {}
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.running = this.pass().finally(() => {
+        this.running = null;
+        this.schedule(jitter(this.opts.intervalMs, 0.3));
+      });
+    }, ms);
+  }
+
+  /** One reaping pass; safe to run concurrently with other hosts' passes. */
+  async pass(): Promise<void> {
+    const { db, log } = this.opts;
+    try {
+      const released = await releaseStaleClaims(db, this.opts.claimTimeoutMs);
+      if (released.length > 0) {
+        log.warn("released claims that never started", { jobs: released.map((r) => r.id) });
+        await this.index(released);
+      }
+      const reaped = await reapRuns(db, this.opts.runLostAfterMs);
+      for (const r of reaped) {
+        log.warn(`run ${r.state === "lost" ? "lost (owner stopped heartbeating)" : "timed out"}`, {
+          job_id: r.id,
+          execution_id: r.executionId,
+        });
+        this.opts.onReaped?.(r);
+      }
+    } catch (err) {
+      log.warn("reaper pass failed", errorFields(err));
+    }
+    await this.maybeRebuildIndex();
+  }
+
+  private async maybeRebuildIndex(): Promise<void> {
+    const { redis, keys, log } = this.opts;
+    try {
+      const marker = await redis.get(keys.indexMarker());
+      const lostData = marker === null;
+      if (!lostData && Date.now() < this.nextRebuildAt) return;
+      this.nextRebuildAt = Date.now() + jitter(this.opts.indexRebuildMs);
+      const jobs = await readyJobs(this.opts.db, REBUILD_BATCH);
+      await this.index(jobs);
+      await redis.set(keys.indexMarker(), String(Date.now()));
+      if (lostData) log.warn("ready index rebuilt from Postgres (Redis had lost its data)", { jobs: jobs.length });
+    } catch {
+      // Redis down: nothing to rebuild into; claimers are polling Postgres meanwhile.
+    }
+  }
+
+  private async index(jobs: Array<{ id: string; createdAt: Date }>): Promise<void> {
+    if (jobs.length === 0) return;
+    const [first, ...rest] = jobs.map((j) => ({ score: j.createdAt.getTime(), member: j.id }));
+    if (first) await this.opts.redis.zadd(this.opts.keys.readyIndex(), first, ...rest);
+  }
+}

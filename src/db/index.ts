@@ -4,3 +4,4 @@ export * from "./jobs-repo";
 export * from "./ownership-repo";
 export * as schema from "./schema";
 export * from "./tenants-repo";
+export * from "./control-repo";

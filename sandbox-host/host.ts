@@ -14,9 +14,13 @@ import type { HostConfig } from "./config";
 import { createLogger, errorFields, type Logger } from "./log";
 import { createHostMetrics, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
+import { OffloadPool, type OffloadPoolOptions } from "./offload";
 import { Outbox } from "./outbox";
 import { Reaper } from "./reaper";
 import { Runner } from "./runner";
+
+/** Offload work still running this long after the runs ended is stopped with its thread. */
+const OFFLOAD_DRAIN_MS = 5000;
 
 export interface HostDeps {
   model: ModelClient;
@@ -24,12 +28,16 @@ export interface HostDeps {
   /** Defaults to a client built from `config.redis`. */
   redis?: Redis;
   fetch?: typeof fetch;
+  /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
+  offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
 }
 
 export interface RunningHost {
   id: string;
   metricsUrl: string;
   healthUrl: string;
+  /** The host's one adapter for blocking or CPU-heavy work (worker threads). */
+  offload: OffloadPool;
   /** Claimed-or-running jobs right now. */
   readonly runsActive: number;
   /**
@@ -61,6 +69,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   const redis = deps.redis ?? createRedisClient(config.redis);
 
   const metrics = createHostMetrics(config.hostId);
+  const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,
     signingSecret: config.signingSecret,
@@ -77,6 +86,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     log,
     metrics,
     heartbeatMs: config.heartbeatMs,
+    redis,
+    keys: redisKeys(),
   });
   const claimer = new Claimer({
     db,
@@ -116,11 +127,13 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     });
   } catch (err) {
     metrics.stop();
+    await offload.close({ timeoutMs: 0 }).catch(() => {});
     await pool.end().catch(() => {});
     throw err;
   }
 
   runner.startHeartbeats();
+  runner.startCancelWatch();
   await listener?.start();
   claimer.start();
   reaper.start();
@@ -133,7 +146,10 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     await reaper.stop();
     log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
     await runner.shutdown(graceMs);
+    // Runs are over: stop admitting offload work, let what was admitted finish, end the threads.
+    await offload.close({ timeoutMs: OFFLOAD_DRAIN_MS });
     await runner.stopHeartbeats();
+    await runner.stopCancelWatch();
     const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
     if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
     outbox.close();
@@ -145,6 +161,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
 
   return {
     id: config.hostId,
+    offload,
     metricsUrl: server.url,
     healthUrl: server.url.replace(/\/metrics$/, "/healthz"),
     get runsActive() {

@@ -8,6 +8,7 @@ import { withConfig } from "./middleware/config";
 import { handleError, handleNotFound } from "./middleware/errors";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
+import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
 import type { GatewayEnv } from "./types";
@@ -25,5 +26,6 @@ export function createApp() {
   app.use("/v1/*", withConfig(), apiKeyAuth());
   app.route("/v1/jobs", jobEventRoutes);
   app.route("/v1/jobs", jobRoutes);
+  app.route("/v1/jobs", jobControlRoutes);
   return app;
 }

@@ -93,3 +93,10 @@ export interface JobView {
   tools: ToolName[];
   metadata: Record<string, unknown>;
 }
+
+export const JobInputBodySchema = z
+  .object({
+    content: z.string().min(1).max(LIMITS.maxMessageChars),
+    idempotency_key: z.string().min(1).max(LIMITS.maxIdempotencyKey).optional(),
+  })
+  .strict();

@@ -38,3 +38,86 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
   );
   return rows[0]?.outcome ?? "not_found";
 }
+
+export type InputStatus = "requested" | "accepted" | "applied" | "already_finished";
+
+export interface InputRecord {
+  id: string;
+  status: InputStatus;
+  content: string;
+  createdAt: Date;
+  acceptedAt: Date | null;
+  appliedAt: Date | null;
+}
+
+/**
+ * Append input to a job, durably. Idempotent by key (the same key returns the first input).
+ * The job row is read FOR SHARE: a concurrent terminal write either commits first (the input is
+ * stored as already_finished) or waits for this insert (then the settle trigger marks it).
+ */
+export async function submitInput(
+  db: Db,
+  tenantId: string,
+  jobId: string,
+  content: string,
+  idempotencyKey: string | null,
+): Promise<{ inputId: string; status: InputStatus; created: boolean } | null> {
+  if (!isJobId(jobId)) return null;
+  const rows = resultRows<{ id: string; status: InputStatus; created: boolean }>(
+    await db.execute(sql`
+      WITH target AS (
+        SELECT id, state FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR SHARE
+      ), ins AS (
+        INSERT INTO job_inputs (job_id, tenant_id, content, idempotency_key, status)
+        SELECT id, ${tenantId}, ${content}, ${idempotencyKey},
+          CASE WHEN state IN ('queued', 'running') THEN 'requested' ELSE 'already_finished' END
+        FROM target
+        ON CONFLICT (job_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, status
+      )
+      SELECT id, status, true AS created FROM ins
+      UNION ALL
+      SELECT i.id, i.status, false FROM job_inputs i JOIN target ON i.job_id = target.id
+        WHERE ${idempotencyKey}::text IS NOT NULL AND i.idempotency_key = ${idempotencyKey} AND NOT EXISTS (SELECT 1 FROM ins)`),
+  );
+  const row = rows[0];
+  if (!row) {
+    // Target missing (not found / another tenant's), or an idempotent twin committed after our
+    // snapshot: read it now.
+    if (!idempotencyKey) return null;
+    const again = resultRows<{ id: string; status: InputStatus }>(
+      await db.execute(sql`
+        SELECT i.id, i.status FROM job_inputs i JOIN jobs j ON j.id = i.job_id
+        WHERE i.job_id = ${jobId} AND j.tenant_id = ${tenantId} AND i.idempotency_key = ${idempotencyKey}`),
+    );
+    return again[0] ? { inputId: again[0].id, status: again[0].status, created: false } : null;
+  }
+  return { inputId: row.id, status: row.status, created: row.created };
+}
+
+export async function listInputs(db: Db, tenantId: string, jobId: string): Promise<InputRecord[] | null> {
+  if (!isJobId(jobId)) return null;
+  const owner = resultRows(await db.execute(sql`SELECT 1 FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId}`));
+  if (owner.length === 0) return null;
+  const rows = resultRows<{
+    id: string;
+    status: InputStatus;
+    content: string;
+    created_at: string | Date;
+    accepted_at: string | Date | null;
+    applied_at: string | Date | null;
+  }>(
+    await db.execute(sql`
+      SELECT id, status, content, created_at, accepted_at, applied_at FROM job_inputs
+      WHERE job_id = ${jobId} ORDER BY seq`),
+  );
+  const d = (v: string | Date | null) => (v === null ? null : new Date(v));
+  return rows.map((r) => ({
+    id: r.id,
+    status: r.status,
+    content: r.content,
+    createdAt: new Date(r.created_at),
+    acceptedAt: d(r.accepted_at),
+    appliedAt: d(r.applied_at),
+  }));
+}

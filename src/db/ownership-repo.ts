@@ -78,6 +78,7 @@ export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolea
         started_at = now(), heartbeat_at = now(), deadline_at = now() + make_interval(secs => timeout_ms / 1000.0)
       WHERE id = ${id.jobId} AND state = 'queued' AND owner = ${id.host} AND claimed_at IS NOT NULL
         AND epoch = ${id.epoch} AND token = ${id.token} AND execution_id IS NULL AND execution_started_at IS NULL
+        AND cancel_requested_at IS NULL
       RETURNING id, epoch
     )
     INSERT INTO executions (id, job_id, host, epoch)
@@ -141,4 +142,56 @@ export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOut
     FROM done WHERE executions.id = done.execution_id
     RETURNING executions.id`);
   return resultCount(result) === 1;
+}
+
+/**
+ * The owner takes every input still `requested`, in arrival order, marking it `accepted` by this
+ * execution. Fenced: only while the job is running under this identity.
+ */
+export async function acceptPendingInputs(
+  db: Db,
+  id: ExecutionIdentity,
+): Promise<Array<{ id: string; content: string }>> {
+  const rows = resultRows<{ id: string; content: string; seq: string | number }>(
+    await db.execute(sql`
+      UPDATE job_inputs SET status = 'accepted', accepted_at = now(), execution_id = ${id.executionId}
+      WHERE job_id = ${id.jobId} AND status = 'requested'
+        AND EXISTS (SELECT 1 FROM jobs WHERE ${fence(id)})
+      RETURNING id, content, seq`),
+  );
+  return rows.sort((a, b) => Number(a.seq) - Number(b.seq)).map((r) => ({ id: r.id, content: r.content }));
+}
+
+/** Inputs included in a model turn that is about to start. */
+export async function markInputsApplied(db: Db, id: ExecutionIdentity, inputIds: string[]): Promise<number> {
+  if (inputIds.length === 0) return 0;
+  const result = await db.execute(sql`
+    UPDATE job_inputs SET status = 'applied', applied_at = now()
+    WHERE id = ANY(string_to_array(${inputIds.join(",")}, ',')::uuid[]) AND execution_id = ${id.executionId}
+      AND status = 'accepted' AND EXISTS (SELECT 1 FROM jobs WHERE ${fence(id)})`);
+  return resultCount(result);
+}
+
+/**
+ * A claim whose job was asked to cancel before it started: the claimant ends it `cancelled`
+ * with its claim identity (it never starts).
+ */
+export async function cancelClaim(db: Db, c: ClaimIdentity): Promise<boolean> {
+  const result = await db.execute(sql`
+    UPDATE jobs SET state = 'cancelled', finished_at = now(),
+      error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled before it started')
+    WHERE id = ${c.jobId} AND state = 'queued' AND owner = ${c.host} AND epoch = ${c.epoch} AND token = ${c.token}
+      AND execution_id IS NULL AND cancel_requested_at IS NOT NULL`);
+  return resultCount(result) === 1;
+}
+
+/** Running jobs of this host (by job id) whose cancel was requested durably. One query for all. */
+export async function cancelRequested(db: Db, jobIds: string[]): Promise<Set<string>> {
+  if (jobIds.length === 0) return new Set();
+  const rows = resultRows<{ id: string }>(
+    await db.execute(sql`
+      SELECT id FROM jobs WHERE id = ANY(string_to_array(${jobIds.join(",")}, ',')::uuid[])
+        AND cancel_requested_at IS NOT NULL`),
+  );
+  return new Set(rows.map((r) => r.id));
 }

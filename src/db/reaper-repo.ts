@@ -16,15 +16,20 @@ export async function releaseStaleClaims(
   db: Db,
   claimTimeoutMs: number,
 ): Promise<Array<{ id: string; createdAt: Date }>> {
-  const rows = resultRows<{ id: string; created_at: Date | string }>(
+  // A stale claim whose job was asked to cancel ends `cancelled` instead of going back to the queue.
+  const rows = resultRows<{ id: string; created_at: Date | string; state: string }>(
     await db.execute(sql`
-      UPDATE jobs SET owner = NULL, claimed_at = NULL, token = NULL
+      UPDATE jobs SET owner = NULL, claimed_at = NULL, token = NULL,
+        state = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+        finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        error = CASE WHEN cancel_requested_at IS NULL THEN NULL
+          ELSE jsonb_build_object('code', 'cancelled', 'message', 'cancelled before it started') END
       WHERE state = 'queued' AND owner IS NOT NULL AND claimed_at IS NOT NULL
         AND claimed_at < now() - make_interval(secs => ${claimTimeoutMs / 1000})
         AND execution_id IS NULL AND execution_started_at IS NULL
-      RETURNING id, created_at`),
+      RETURNING id, created_at, state`),
   );
-  return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
+  return rows.filter((r) => r.state === "queued").map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
 }
 
 /**

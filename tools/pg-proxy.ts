@@ -59,6 +59,10 @@ export async function startPgProxy(opts: PgProxyOptions): Promise<PgProxy> {
         .end("pg-proxy serves POST /sql, GET /v2 (WebSocket), GET /healthz\n");
     }
   });
+  // Node closes idle keep-alive sockets after 5 s by default; a client (workerd's fetch, undici)
+  // reusing one at that instant sees "Network connection lost". Outlive any client's idle reuse.
+  server.keepAliveTimeout = 75_000;
+  server.headersTimeout = 76_000;
   server.on("upgrade", (req, socket, head) => tunnel.handleUpgrade(req, socket, head));
   // A client dropping mid-handshake must not take the proxy down.
   server.on("clientError", (_err, socket) => socket.destroy());

@@ -13,11 +13,13 @@ import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
+import { connectDocker } from "../sandbox-host/sandbox";
 import * as schema from "../src/db/schema";
 import { createApiKey, createTenant } from "../src/db/tenants-repo";
 import { applyMigrations } from "./migrate";
 import { startMockModel } from "./mock-model";
 import { startPgProxy } from "./pg-proxy";
+import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "./sandbox-image/build";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { stopProcessGroup } from "./services/process";
@@ -129,6 +131,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       model = { baseUrl: mm.url, apiKey: "mock", name: "mock-model" };
       log("model", `mock model on ${mm.url}`);
     }
+
+    // The local sandbox image, when a Docker engine is there (tool runs need it; text runs do not).
+    await ensureSandboxImage(log);
 
     // Gateway
     const signingSecret = randomBytes(32).toString("hex");
@@ -275,4 +280,20 @@ export async function spawnHost(
     throw err;
   });
   return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, 15_000) };
+}
+
+async function ensureSandboxImage(log: (source: string, line: string) => void): Promise<void> {
+  const docker = connectDocker();
+  try {
+    await docker.ping();
+  } catch {
+    log("sandbox", "no Docker engine: text-only jobs work; tool calls will fail with tools_unavailable");
+    return;
+  }
+  try {
+    await docker.getImage(LOCAL_SANDBOX_IMAGE).inspect();
+  } catch {
+    log("sandbox", `building ${LOCAL_SANDBOX_IMAGE} from busybox-static…`);
+    await buildSandboxImage({ docker, image: LOCAL_SANDBOX_IMAGE });
+  }
 }

@@ -120,6 +120,10 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
       send(res, 500, { error: "ERR internal bridge error" });
     });
   });
+  // Node closes idle keep-alive sockets after 5 s by default; a client (workerd's fetch, undici)
+  // reusing one at that instant sees "Network connection lost". Outlive any client's idle reuse.
+  server.keepAliveTimeout = 75_000;
+  server.headersTimeout = 76_000;
 
   await link.waitUntilReady(Math.max(opts.connectTimeoutMs ?? 500, 1_000));
   await new Promise<void>((resolve, reject) => {

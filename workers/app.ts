@@ -6,6 +6,7 @@ import { Hono } from "hono";
 import { apiKeyAuth } from "./middleware/auth";
 import { withConfig } from "./middleware/config";
 import { handleError, handleNotFound } from "./middleware/errors";
+import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
 import { jobControlRoutes } from "./routes/job-control";
@@ -26,6 +27,7 @@ export function createApp() {
   app.use("/v1/*", withConfig(), apiKeyAuth());
   app.route("/v1/jobs", jobEventRoutes);
   app.route("/v1/jobs", jobRoutes);
+  app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   return app;
 }

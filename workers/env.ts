@@ -1,8 +1,10 @@
-/** The Worker's raw bindings as workerd hands them over; read only by config.ts and the DO. */
+/** The Worker's raw bindings as workerd hands them over; read only by config.ts and the DOs. */
+import type { ChatSessionObject } from "./durable-objects/chat-session";
 import type { JobEventsObject } from "./durable-objects/job-events";
 
 export interface Env {
   JOB_EVENTS: DurableObjectNamespace<JobEventsObject>;
+  CHAT_SESSIONS: DurableObjectNamespace<ChatSessionObject>;
   DATABASE_URL?: string;
   NEON_FETCH_ENDPOINT?: string;
   UPSTASH_REDIS_REST_URL?: string;

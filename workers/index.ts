@@ -2,6 +2,7 @@
 import { createApp } from "./app";
 import type { Env } from "./env";
 
+export { ChatSessionObject } from "./durable-objects/chat-session";
 export { JobEventsObject } from "./durable-objects/job-events";
 
 const app = createApp();

@@ -5,9 +5,15 @@
  */
 import { performance } from "node:perf_hooks";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import type { LatencyView } from "../../src/contracts/job";
+import type { OffloadObserver } from "../offload";
 
 export type ClaimSource = "index" | "notify" | "sweep" | "poll";
 export type ClaimResult = "won" | "lost";
+
+export type RunLatencyPhase = "dispatch" | "preparation" | "model_first_output" | "total";
+export type QuotaWaitOutcome = "admitted" | "timed_out" | "aborted";
+export type SandboxOpOutcome = "ok" | "error";
 
 export interface HostMetrics {
   registry: Registry;
@@ -16,9 +22,35 @@ export interface HostMetrics {
   runsFinished: Counter<"outcome">;
   outboxBacklog: Gauge;
   eventLoopLag: Histogram;
+  /** Fed by `observeRunPhases` from a finished run's timing facts. */
+  runPhase: Histogram<"phase">;
+  /** Fed by the quota integration: `quotaWait.observe({ outcome }, waitedMs / 1000)`. */
+  quotaWait: Histogram<"outcome">;
+  /** Leases this host holds right now (set, or inc on acquire / dec on release or loss). */
+  quotaLeasesHeld: Gauge;
+  /** A renewal found the lease purged: the holder lost its slot and must stop model calls. */
+  quotaLeasesLost: Counter;
+  sandboxesActive: Gauge;
+  sandboxCreate: Histogram<"outcome">;
+  sandboxDelete: Histogram<"outcome">;
+  /** cancel_requested_at → terminal state written, observed by the host that converged it. */
+  cancelConvergence: Histogram<"outcome">;
+  offloadInFlight: Gauge;
+  offloadQueued: Gauge;
+  offloadRejected: Counter<"reason">;
+  offloadTaskDuration: Histogram<"task" | "outcome">;
+  /** The offload pool reports through this. */
+  offloadObserver: OffloadObserver;
   /** Stops the lag probe. */
   stop(): void;
 }
+
+// Phases run from a few ms (preparation) to minutes (a long agent run): 5 ms … 30 min.
+const PHASE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800];
+// Docker create/delete: ~100 ms warm to the 120 s delete timeout.
+const SANDBOX_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+// Cancel: the ≈200 ms hint poll is the floor, the ≈1 s durable poll the usual ceiling.
+const CANCEL_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.5, 1, 1.5, 2, 3, 5, 10, 30];
 
 /**
  * `event_loop_lag_seconds`: a timer asks to wake every `probeMs` and records how late it woke.
@@ -32,8 +64,9 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
 
   const eventLoopLag = new Histogram({
     name: "event_loop_lag_seconds",
-    help: "How late a 100 ms timer fired on this host's event loop",
-    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    help: `How late a ${probeMs} ms timer fired on this host's event loop (one sample per wakeup)`,
+    // 1 ms (an idle loop) … 5 s (a frozen one); dense around 10-250 ms where trouble starts.
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [registry],
   });
   const claims = new Counter({
@@ -59,6 +92,81 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     registers: [registry],
   });
 
+  const runPhase = new Histogram({
+    name: "run_phase_seconds",
+    help: "Run latency by phase, from the run's timing facts: dispatch (created→started), preparation (started→prepared), model_first_output (prepared→first output), total (created→finished)",
+    labelNames: ["phase"] as const,
+    buckets: PHASE_BUCKETS,
+    registers: [registry],
+  });
+  const quotaWait = new Histogram({
+    name: "quota_wait_seconds",
+    help: "Time a run waited for a global model-quota lease, by how the wait ended",
+    labelNames: ["outcome"] as const,
+    buckets: [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+    registers: [registry],
+  });
+  const quotaLeasesHeld = new Gauge({
+    name: "quota_leases_held",
+    help: "Global model-quota leases this host holds right now",
+    registers: [registry],
+  });
+  const quotaLeasesLost = new Counter({
+    name: "quota_leases_lost_total",
+    help: "Leases found purged on renewal (the holder stopped its model calls); nonzero means heartbeats were late",
+    registers: [registry],
+  });
+  const sandboxesActive = new Gauge({
+    name: "sandboxes_active",
+    help: "Docker sandboxes this host has created and not yet deleted",
+    registers: [registry],
+  });
+  const sandboxCreate = new Histogram({
+    name: "sandbox_create_seconds",
+    help: "Time to create a sandbox (network + container, started), by outcome",
+    labelNames: ["outcome"] as const,
+    buckets: SANDBOX_BUCKETS,
+    registers: [registry],
+  });
+  const sandboxDelete = new Histogram({
+    name: "sandbox_delete_seconds",
+    help: "Time to delete a sandbox (stop, remove container and network), by outcome",
+    labelNames: ["outcome"] as const,
+    buckets: SANDBOX_BUCKETS,
+    registers: [registry],
+  });
+  const cancelConvergence = new Histogram({
+    name: "cancel_convergence_seconds",
+    help: "Cancel requested (durable) → the run's terminal state written, by final state",
+    labelNames: ["outcome"] as const,
+    buckets: CANCEL_BUCKETS,
+    registers: [registry],
+  });
+  const offloadInFlight = new Gauge({
+    name: "offload_tasks_in_flight",
+    help: "Offload tasks running on worker threads (slots held until the worker really finishes)",
+    registers: [registry],
+  });
+  const offloadQueued = new Gauge({
+    name: "offload_tasks_queued",
+    help: "Offload tasks admitted and waiting for a worker thread",
+    registers: [registry],
+  });
+  const offloadRejected = new Counter({
+    name: "offload_tasks_rejected_total",
+    help: "Offload tasks refused at admission: queue_full (bounded queue at its limit) or closed (shutting down)",
+    labelNames: ["reason"] as const,
+    registers: [registry],
+  });
+  const offloadTaskDuration = new Histogram({
+    name: "offload_task_duration_seconds",
+    help: "Offload task run time on its worker thread (start → worker done), by task and outcome",
+    labelNames: ["task", "outcome"] as const,
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [registry],
+  });
+  for (const reason of ["queue_full", "closed"]) offloadRejected.inc({ reason }, 0);
+
   let expected = performance.now() + probeMs;
   const timer = setInterval(() => {
     const now = performance.now();
@@ -74,6 +182,60 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     runsFinished,
     outboxBacklog,
     eventLoopLag,
+    runPhase,
+    quotaWait,
+    quotaLeasesHeld,
+    quotaLeasesLost,
+    sandboxesActive,
+    sandboxCreate,
+    sandboxDelete,
+    cancelConvergence,
+    offloadInFlight,
+    offloadQueued,
+    offloadRejected,
+    offloadTaskDuration,
+    offloadObserver: {
+      inFlight: (n) => offloadInFlight.set(n),
+      queued: (n) => offloadQueued.set(n),
+      rejected: (reason) => offloadRejected.inc({ reason }),
+      finished: (task, outcome, seconds) => offloadTaskDuration.observe({ task, outcome }, seconds),
+    },
     stop: () => clearInterval(timer),
   };
+}
+
+/**
+ * Observe a finished run's phases from the latencies the one timing serializer derived from its
+ * timing facts (src/domain/timing.ts), so the histograms and the API can never disagree. A
+ * missing point (null) is not observed.
+ */
+export function observeRunPhases(metrics: Pick<HostMetrics, "runPhase">, latency: LatencyView): void {
+  const phases: Array<[RunLatencyPhase, number | null]> = [
+    ["dispatch", latency.dispatch_latency_ms],
+    ["preparation", latency.preparation_latency_ms],
+    ["model_first_output", latency.model_first_output_latency_ms],
+    ["total", latency.total_latency_ms],
+  ];
+  for (const [phase, ms] of phases) if (ms !== null) metrics.runPhase.observe({ phase }, ms / 1000);
+}
+
+/** The quota integration's one call per finished wait. */
+export function observeQuotaWait(
+  metrics: Pick<HostMetrics, "quotaWait">,
+  wait: { kind: QuotaWaitOutcome; waitedMs: number },
+): void {
+  metrics.quotaWait.observe({ outcome: wait.kind }, Math.max(0, wait.waitedMs) / 1000);
+}
+
+/** Time one sandbox create/delete into its histogram, by outcome; rethrows. */
+export async function timeSandboxOp<T>(histogram: Histogram<"outcome">, op: () => Promise<T>): Promise<T> {
+  const end = histogram.startTimer();
+  try {
+    const value = await op();
+    end({ outcome: "ok" satisfies SandboxOpOutcome });
+    return value;
+  } catch (err) {
+    end({ outcome: "error" satisfies SandboxOpOutcome });
+    throw err;
+  }
 }

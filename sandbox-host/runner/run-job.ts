@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { and, eq } from "drizzle-orm";
 import type { EventType } from "../../src/contracts/events";
-import type { ChatMessage, JobError } from "../../src/contracts/job";
+import type { ChatMessage, JobError, ToolName } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import {
   acceptPendingInputs,
@@ -17,15 +17,19 @@ import {
   finishJob,
   markInputsApplied,
   markStarted,
+  setCleanupPending,
   setTimingFact,
   type TimingPoint,
 } from "../../src/db/ownership-repo";
 import { jobs } from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
+import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
+import { acquireWithWait } from "../../src/quota/wait";
 import { errorFields, type Logger } from "../log";
 import { type HostMetrics, observeRunPhases } from "../metrics";
-import { type ModelClient, ModelError } from "../model/types";
+import { type ModelClient, ModelError, type ModelMessage, type ModelToolCall } from "../model/types";
 import type { Outbox } from "../outbox";
+import { callSandboxTool, isRunFatal, SANDBOX_TOOL_SPECS, type SandboxManager, toolResultContent } from "../sandbox";
 
 export interface Claim {
   jobId: string;
@@ -43,12 +47,32 @@ export interface RunContext {
   coalesceMs: number;
   /** Phase histograms, observed from the timing facts once the terminal write hit. */
   metrics?: Pick<HostMetrics, "runPhase">;
+  /** Global model quota (ARCHITECTURE layer 3); absent = no quota. */
+  quota?: QuotaGate;
+  /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
+  sandbox?: SandboxManager;
+}
+
+/** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
+export interface QuotaGate {
+  store: LeaseStore;
+  /** Slots per model across all hosts. */
+  modelLimit: number;
+  /** Slots per tenant across all hosts (0 = no tenant quota). */
+  tenantLimit: number;
+  maxWaitMs: number;
+  /** The provider's default model, when a job names none. */
+  defaultModel: string;
+  /** Register a lease with the host's batched renewal; the callback fires if a renewal finds it gone. */
+  track(lease: QuotaLease, onLost: () => void): void;
+  untrack(lease: QuotaLease): void;
+  onWait?(seconds: number): void;
 }
 
 export type RunPhase = "claimed" | "running" | "finishing" | "done";
 
 /** Why a run stopped early, set by whoever aborts it. */
-export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled";
+export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled" | "quota_lease_lost";
 
 /** The state a run shares with the heartbeat loop and shutdown. */
 export class ActiveRun {
@@ -79,6 +103,14 @@ export class ActiveRun {
   }
 
   cancelledVia: "hint" | "durable" | null = null;
+  /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
+  sandboxUsed = false;
+
+  /** A quota renewal found our lease gone: no further model call under it. */
+  loseLease(): void {
+    this.abortReason ??= "quota_lease_lost";
+    this.abort.abort(new Error("quota lease lost"));
+  }
 
   /** Shutdown grace ran out: stop the model stream and fail the run honestly. */
   stopForShutdown(): void {
@@ -152,7 +184,19 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     return outcome.state;
   } finally {
     run.phase = "done";
+    if (run.sandboxUsed && ctx.sandbox) await destroySandbox(ctx, id);
     out.end();
+  }
+}
+
+/** The run's terminal state is written: remove its sandbox, then clear the fence on the row. */
+async function destroySandbox(ctx: RunContext, id: ExecutionIdentity): Promise<void> {
+  try {
+    await ctx.sandbox?.destroy(id.executionId);
+    await setCleanupPending(ctx.db, id, false);
+  } catch (err) {
+    // The fence stays set; orphan removal at the next host start finishes the job.
+    ctx.log.error("sandbox cleanup failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
   }
 }
 
@@ -176,44 +220,70 @@ async function streamTurn(
 
   try {
     const job = await loadJob(ctx.db, id.jobId);
-    const messages: ChatMessage[] = [...job.messages];
+    const messages: ModelMessage[] = [...job.messages];
+    const tools =
+      job.tools.length > 0 && ctx.sandbox
+        ? SANDBOX_TOOL_SPECS.filter((t) => job.tools.includes(t.name as ToolName))
+        : undefined;
     await applyInputs(ctx, id, messages, emit);
     await writeTimingFact(ctx, id, "prepared_at");
     emit("run.prepared", {});
 
     for (let turn = 1; ; turn++) {
+      const admitted = await acquireQuota(ctx, run, id, job, turn, emit);
+      if ("state" in admitted) return admitted;
+      const lease = admitted.lease;
       let turnText = "";
-      for await (const chunk of ctx.model.streamTurn({
-        messages,
-        model: job.model ?? undefined,
-        signal: run.abort.signal,
-      })) {
-        if (run.abort.signal.aborted) break;
-        if (chunk.type === "text") {
-          if (!chunk.text) continue;
-          // Not awaited here so the stream keeps flowing; awaited before the terminal write,
-          // which would otherwise make the fenced timing write miss (state no longer running).
-          firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
-          turnText += chunk.text;
-          pendingDelta += chunk.text;
-          if (pendingDelta.length >= MAX_DELTA_CHARS) flushDelta();
-          else deltaTimer ??= setTimeout(flushDelta, ctx.coalesceMs);
-        } else if (chunk.type === "tool_call") {
-          firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
-          flushDelta();
-          // Leaving the loop returns the iterator, which ends the provider request.
-          return failed(
-            "tools_unavailable",
-            `the model called tool "${chunk.name}"; tools are not available yet`,
-            text,
-          );
-        } else if (chunk.type === "done") {
-          break;
+      const calls: ModelToolCall[] = [];
+      try {
+        for await (const chunk of ctx.model.streamTurn({
+          messages,
+          model: job.model ?? undefined,
+          tools,
+          signal: run.abort.signal,
+        })) {
+          if (run.abort.signal.aborted) break;
+          if (chunk.type === "text") {
+            if (!chunk.text) continue;
+            // Not awaited here so the stream keeps flowing; awaited before the terminal write,
+            // which would otherwise make the fenced timing write miss (state no longer running).
+            firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
+            turnText += chunk.text;
+            pendingDelta += chunk.text;
+            if (pendingDelta.length >= MAX_DELTA_CHARS) flushDelta();
+            else deltaTimer ??= setTimeout(flushDelta, ctx.coalesceMs);
+          } else if (chunk.type === "tool_call") {
+            firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
+            calls.push({ id: chunk.id, name: chunk.name, args: chunk.args });
+          } else if (chunk.type === "done") {
+            break;
+          }
+        }
+      } finally {
+        if (lease) {
+          ctx.quota?.untrack(lease);
+          await ctx.quota?.store.release(lease);
         }
       }
       flushDelta();
       text = turnText;
       if (run.abort.signal.aborted) return abortedOutcome(run, text);
+
+      if (calls.length > 0) {
+        if (!tools) {
+          const why = ctx.sandbox ? "this job allows no tools" : "this host has no sandbox (Docker) available";
+          return failed("tools_unavailable", `the model called tool "${calls[0]?.name}" but ${why}`, text);
+        }
+        if (turn >= MAX_TURNS) return failed("too_many_turns", `the agent used ${MAX_TURNS} model turns`, text);
+        messages.push({ role: "assistant", content: turnText, toolCalls: calls });
+        for (const call of calls) {
+          const result = await runTool(ctx, run, id, call, emit);
+          if ("state" in result) return result;
+          messages.push({ role: "tool", toolCallId: call.id, content: result.content });
+          if (run.abort.signal.aborted) return abortedOutcome(run, text);
+        }
+        continue;
+      }
       // Input that arrived during the turn is applied in one more turn (bounded).
       if (turn >= MAX_TURNS) break;
       messages.push({ role: "assistant", content: turnText });
@@ -232,6 +302,84 @@ async function streamTurn(
   }
 }
 
+interface LoadedJob {
+  messages: ChatMessage[];
+  model: string | null;
+  tools: ToolName[];
+  tenantId: string;
+}
+
+/**
+ * A quota lease for one model turn (holder = execution id + turn, so a late release of an
+ * earlier turn can never free this one). Waiting is bounded and visible as `quota.waiting`.
+ */
+async function acquireQuota(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  job: LoadedJob,
+  turn: number,
+  emit: (type: EventType, payload: Record<string, unknown>) => void,
+): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
+  const q = ctx.quota;
+  if (!q || q.modelLimit <= 0) return { lease: null };
+  const demands: QuotaDemand[] = [{ key: `model:${job.model ?? q.defaultModel}`, limit: q.modelLimit }];
+  if (q.tenantLimit > 0) demands.push({ key: `tenant:${job.tenantId}`, limit: q.tenantLimit });
+  const outcome = await acquireWithWait(q.store, {
+    holder: `${id.executionId}:${turn}`,
+    demands,
+    maxWaitMs: q.maxWaitMs,
+    signal: run.abort.signal,
+    onWaiting: (info) =>
+      emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
+  });
+  q.onWait?.(outcome.waitedMs / 1000);
+  if (outcome.kind === "aborted") return abortedOutcome(run, "");
+  if (outcome.kind === "timed_out") {
+    return failed(
+      "quota_unavailable",
+      outcome.reason === "redis_unavailable"
+        ? "the model quota could not be checked (Redis unavailable) within the wait limit"
+        : `no model quota slot became free within ${Math.round(outcome.waitedMs)} ms`,
+      "",
+    );
+  }
+  q.track(outcome.lease, () => run.loseLease());
+  return { lease: outcome.lease };
+}
+
+/** One tool call in the run's sandbox (created lazily by the first call), with its events. */
+async function runTool(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  call: ModelToolCall,
+  emit: (type: EventType, payload: Record<string, unknown>) => void,
+): Promise<{ content: string } | FinalOutcome> {
+  const sandbox = ctx.sandbox as SandboxManager;
+  emit("tool.call", { id: call.id, name: call.name, args: call.args });
+  if (!run.sandboxUsed) {
+    // The fence goes on the row before anything exists to clean up.
+    if (!(await setCleanupPending(ctx.db, id, true))) {
+      run.owned = false;
+      return failed("ownership_lost", "the run is no longer the owner", "");
+    }
+    run.sandboxUsed = true;
+  }
+  const hadSandbox = sandbox.active().some((s) => s.runId === id.executionId);
+  try {
+    const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, run.abort.signal);
+    if (!hadSandbox) emit("sandbox.created", {});
+    emit("tool.result", { id: call.id, ok: result.ok, output: result.ok ? result.output : result.error });
+    return { content: toolResultContent(result) };
+  } catch (err) {
+    // Creation or engine failure: an explicit run error, never a fallback to the host.
+    const message = err instanceof Error ? err.message : String(err);
+    emit("tool.result", { id: call.id, ok: false, output: { code: "sandbox_error", message } });
+    return failed(isRunFatal(err) ? "sandbox_error" : "tool_error", message, "");
+  }
+}
+
 /**
  * Take input sent while the job was queued or running, in arrival order, into the next model
  * turn: accepted (event), appended as user messages, then marked applied. Returns how many.
@@ -239,7 +387,7 @@ async function streamTurn(
 async function applyInputs(
   ctx: RunContext,
   id: ExecutionIdentity,
-  messages: ChatMessage[],
+  messages: ModelMessage[],
   emit: (type: EventType, payload: Record<string, unknown>) => void,
 ): Promise<number> {
   const inputs = await acceptPendingInputs(ctx.db, id);
@@ -258,6 +406,13 @@ async function applyInputs(
 
 function abortedOutcome(run: ActiveRun, text: string): FinalOutcome {
   if (run.abortReason === "cancelled") return { state: "cancelled", output: text || null };
+  if (run.abortReason === "quota_lease_lost") {
+    return failed(
+      "quota_lease_lost",
+      "the model quota lease was lost (renewal found it gone); no further model calls",
+      text,
+    );
+  }
   return run.abortReason === "host_shutdown"
     ? failed("host_shutdown", "the sandbox-host shut down before the run finished", text)
     : failed("aborted", "the run was aborted", text);
@@ -268,11 +423,15 @@ function failed(code: string, message: string, partialOutput: string): FinalOutc
   return { state: "failed", error, output: partialOutput || null };
 }
 
-async function loadJob(db: Db, jobId: string): Promise<{ messages: ChatMessage[]; model: string | null }> {
-  const rows = await db.select({ input: jobs.input, model: jobs.model }).from(jobs).where(eq(jobs.id, jobId)).limit(1);
+async function loadJob(db: Db, jobId: string): Promise<LoadedJob> {
+  const rows = await db
+    .select({ input: jobs.input, model: jobs.model, tools: jobs.tools, tenantId: jobs.tenantId })
+    .from(jobs)
+    .where(eq(jobs.id, jobId))
+    .limit(1);
   const row = rows[0];
   if (!row) throw new Error(`job ${jobId} vanished after it was started`);
-  return { messages: row.input.messages, model: row.model };
+  return { messages: row.input.messages, model: row.model, tools: row.tools, tenantId: row.tenantId };
 }
 
 /** Phase histograms from the same five timestamps the API serializes (one PK read). Never throws. */

@@ -8,12 +8,14 @@ import type { Db } from "../../src/db/client";
 import { cancelRequested, heartbeat } from "../../src/db/ownership-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
+import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { Redis } from "../../src/quota/redis";
 import { errorFields, type Logger } from "../log";
 import type { HostMetrics } from "../metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox";
-import { ActiveRun, type Claim, type RunContext, runJob } from "./run-job";
+import type { SandboxManager } from "../sandbox";
+import { ActiveRun, type Claim, type QuotaGate, type RunContext, runJob } from "./run-job";
 
 export interface RunnerOptions {
   db: Db;
@@ -31,6 +33,9 @@ export interface RunnerOptions {
   cancelHintMs?: number;
   /** Durable cancel flags (Postgres): one query for all running jobs this often (≈1 s). */
   cancelDurableMs?: number;
+  /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
+  quota?: Omit<QuotaGate, "track" | "untrack">;
+  sandbox?: SandboxManager;
 }
 
 export class Runner {
@@ -41,6 +46,10 @@ export class Runner {
   private cancelTimer: NodeJS.Timeout | undefined;
   private cancelInFlight: Promise<void> | null = null;
   private lastDurableCheck = 0;
+  /** Quota leases held by runs here, renewed together (one Redis call per heartbeat). */
+  private readonly leases = new Map<string, { lease: QuotaLease; onLost: () => void }>();
+  private renewTimer: NodeJS.Timeout | undefined;
+  private renewInFlight: Promise<void> | null = null;
   private readonly ctx: RunContext;
 
   constructor(private readonly opts: RunnerOptions) {
@@ -52,6 +61,20 @@ export class Runner {
       log: opts.log,
       coalesceMs: opts.coalesceMs ?? 5,
       metrics: opts.metrics,
+      sandbox: opts.sandbox,
+      quota: opts.quota
+        ? {
+            ...opts.quota,
+            track: (lease, onLost) => {
+              this.leases.set(lease.holder, { lease, onLost });
+              this.opts.metrics.quotaLeasesHeld?.set(this.leases.size);
+            },
+            untrack: (lease) => {
+              this.leases.delete(lease.holder);
+              this.opts.metrics.quotaLeasesHeld?.set(this.leases.size);
+            },
+          }
+        : undefined,
     };
   }
 
@@ -104,6 +127,40 @@ export class Runner {
       });
     };
     this.heartbeatTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
+  }
+
+  /** Renew every lease held here in one call per heartbeat interval; a lost lease stops its run. */
+  startLeaseRenewal(store: LeaseStore): void {
+    const tick = () => {
+      this.renewInFlight = this.renewOnce(store).finally(() => {
+        this.renewInFlight = null;
+        if (this.renewTimer) this.renewTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
+      });
+    };
+    this.renewTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
+  }
+
+  async stopLeaseRenewal(): Promise<void> {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    await this.renewInFlight;
+  }
+
+  async renewOnce(store: LeaseStore): Promise<void> {
+    if (this.leases.size === 0) return;
+    try {
+      const { lost } = await store.renew([...this.leases.values()].map((l) => l.lease));
+      for (const lease of lost) {
+        const entry = this.leases.get(lease.holder);
+        this.leases.delete(lease.holder);
+        this.opts.metrics.quotaLeasesLost?.inc();
+        this.opts.log.warn("quota lease lost on renewal; stopping that run's model calls", { holder: lease.holder });
+        entry?.onLost();
+      }
+    } catch (err) {
+      // Redis unreachable: the leases run out on their own deadline (isValid), fail closed.
+      this.opts.log.warn("quota lease renewal failed", errorFields(err));
+    }
   }
 
   /**

@@ -195,3 +195,17 @@ export async function cancelRequested(db: Db, jobIds: string[]): Promise<Set<str
   );
   return new Set(rows.map((r) => r.id));
 }
+
+/**
+ * The sandbox cleanup fence on the job row: set (as the running owner) before a sandbox is
+ * created, cleared by the same execution once the sandbox is gone. A row left with the fence set
+ * names a sandbox some host still has to remove.
+ */
+export async function setCleanupPending(db: Db, id: ExecutionIdentity, pending: boolean): Promise<boolean> {
+  const result = pending
+    ? await db.execute(sql`UPDATE jobs SET cleanup_pending = true WHERE ${fence(id)}`)
+    : await db.execute(sql`
+        UPDATE jobs SET cleanup_pending = false
+        WHERE id = ${id.jobId} AND execution_id = ${id.executionId} AND epoch = ${id.epoch} AND token = ${id.token}`);
+  return resultCount(result) === 1;
+}

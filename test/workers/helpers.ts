@@ -56,6 +56,7 @@ export class SseReader {
   private readonly decoder = new TextDecoder();
   private buffer = "";
   private ended = false;
+  private pending: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
   comments = 0;
 
   constructor(response: Response) {
@@ -79,14 +80,17 @@ export class SseReader {
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw new Error("timed out waiting for an SSE frame");
       let timer: ReturnType<typeof setTimeout> | undefined;
+      // A read outlives a timed-out `next`, so its chunk is kept for the next call.
+      this.pending ??= this.reader.read();
       const chunk = await Promise.race([
-        this.reader.read(),
+        this.pending,
         new Promise<never>((_, reject) => {
           timer = setTimeout(() => reject(new Error("timed out waiting for an SSE frame")), remaining);
         }),
       ]).finally(() => {
         if (timer !== undefined) clearTimeout(timer);
       });
+      this.pending = undefined;
       if (chunk.done) this.ended = true;
       else this.buffer += this.decoder.decode(chunk.value, { stream: true });
     }

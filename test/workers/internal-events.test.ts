@@ -36,7 +36,7 @@ describe("POST /internal/events", () => {
     const { jobId, stub } = newJob();
     const { res } = await signedSend(batch(jobId, "exec-a", 1, [1, 2]));
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ acked_seq: 2, accepted: 2, duplicates: 0 });
+    expect(await res.json()).toEqual({ acked_seq: 2, accepted: 2, duplicates: 0, buffered: 0, deferred: 0 });
     expect((await offsets(stub)).map((e) => [e.offset, e.seq])).toEqual([
       [1, 1],
       [2, 2],

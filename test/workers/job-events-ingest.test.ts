@@ -9,7 +9,7 @@ describe("JobEventsObject ingest", () => {
     const { jobId, stub } = newJob();
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [1, 2, 3]))).toEqual({
       ok: true,
-      ack: { acked_seq: 3, accepted: 3, duplicates: 0 },
+      ack: { acked_seq: 3, accepted: 3, duplicates: 0, buffered: 0, deferred: 0 },
     });
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [4, 5]))).toMatchObject({ ok: true, ack: { acked_seq: 5 } });
     const log = await offsets(stub);
@@ -22,22 +22,23 @@ describe("JobEventsObject ingest", () => {
     await ingest(stub, batch(jobId, "exec-a", 1, [1, 2]));
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [1, 2, 3, 3]))).toEqual({
       ok: true,
-      ack: { acked_seq: 3, accepted: 1, duplicates: 3 },
+      ack: { acked_seq: 3, accepted: 1, duplicates: 3, buffered: 0, deferred: 0 },
     });
     expect((await offsets(stub)).map((e) => e.seq)).toEqual([1, 2, 3]);
   });
 
-  it("does not append or ack past a gap; the resend from acked_seq + 1 fills it", async () => {
+  it("buffers events past a gap without acking them; the late seq releases the run in order", async () => {
     const { jobId, stub } = newJob();
     await ingest(stub, batch(jobId, "exec-a", 1, [1]));
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [3, 4]))).toEqual({
       ok: true,
-      ack: { acked_seq: 1, accepted: 0, duplicates: 0 },
+      ack: { acked_seq: 1, accepted: 0, duplicates: 0, buffered: 2, deferred: 0 },
     });
     expect(await offsets(stub)).toHaveLength(1);
-    expect(await ingest(stub, batch(jobId, "exec-a", 1, [2, 3, 4]))).toMatchObject({
+    // Only seq 2 arrives late: 3 and 4 come out of the buffer behind it.
+    expect(await ingest(stub, batch(jobId, "exec-a", 1, [2]))).toEqual({
       ok: true,
-      ack: { acked_seq: 4, accepted: 3 },
+      ack: { acked_seq: 4, accepted: 3, duplicates: 0, buffered: 0, deferred: 0 },
     });
     const log = await offsets(stub);
     expect(log.map((e) => [e.offset, e.seq])).toEqual([
@@ -48,10 +49,26 @@ describe("JobEventsObject ingest", () => {
     ]);
   });
 
-  it("a first batch that does not start at seq 1 appends nothing", async () => {
+  it("a host resending from acked_seq + 1 over a buffered tail gets each event once", async () => {
     const { jobId, stub } = newJob();
-    expect(await ingest(stub, batch(jobId, "exec-a", 1, [2]))).toMatchObject({ ok: true, ack: { acked_seq: 0 } });
+    await ingest(stub, batch(jobId, "exec-a", 1, [1]));
+    await ingest(stub, batch(jobId, "exec-a", 1, [3, 4]));
+    expect(await ingest(stub, batch(jobId, "exec-a", 1, [2, 3, 4, 5]))).toMatchObject({
+      ok: true,
+      ack: { acked_seq: 5, accepted: 4, buffered: 0 },
+    });
+    expect((await offsets(stub)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it("a first batch that does not start at seq 1 appends nothing and is held for seq 1", async () => {
+    const { jobId, stub } = newJob();
+    expect(await ingest(stub, batch(jobId, "exec-a", 1, [2]))).toMatchObject({
+      ok: true,
+      ack: { acked_seq: 0, buffered: 1 },
+    });
     expect(await offsets(stub)).toEqual([]);
+    expect(await ingest(stub, batch(jobId, "exec-a", 1, [1]))).toMatchObject({ ok: true, ack: { acked_seq: 2 } });
+    expect((await offsets(stub)).map((e) => e.seq)).toEqual([1, 2]);
   });
 
   it("rejects a stale epoch and writes nothing", async () => {
@@ -87,7 +104,10 @@ describe("JobEventsObject ingest", () => {
       ],
     };
     // Events behind the terminal one in the same batch are not appended or acked.
-    expect(await ingest(stub, withTerminal)).toEqual({ ok: true, ack: { acked_seq: 2, accepted: 2, duplicates: 0 } });
+    expect(await ingest(stub, withTerminal)).toEqual({
+      ok: true,
+      ack: { acked_seq: 2, accepted: 2, duplicates: 0, buffered: 0, deferred: 0 },
+    });
     // A resend of the terminal event is a duplicate; anything new is refused.
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [2]))).toMatchObject({ ok: true, ack: { duplicates: 1 } });
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [3]))).toMatchObject({ ok: false, reason: "job_finished" });

@@ -30,9 +30,9 @@ describe("JobEventsObject SSE", () => {
     expect((await sse.take(2)).map((e) => e.id)).toEqual([1, 2]);
 
     await ingest(stub, batch(jobId, "exec-a", 1, [2, 3])); // seq 2 is a duplicate
-    await ingest(stub, batch(jobId, "exec-a", 1, [5])); // a gap: not appended
-    await ingest(stub, batch(jobId, "exec-a", 1, [4]));
+    // A gap: the terminal event (seq 5) arrives before seq 4 and is held, not streamed.
     await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 5, "run.completed", { output: "x" })] });
+    await ingest(stub, batch(jobId, "exec-a", 1, [4]));
 
     const rest = await sse.rest(); // resolves only if the DO closes the stream
     expect(rest.map((e) => [e.id, e.data.seq, e.event])).toEqual([

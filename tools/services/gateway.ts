@@ -59,7 +59,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
     "--persist-to",
     opts.persistTo,
     "--log-level",
-    "warn",
+    process.env.EAR_WRANGLER_LOG_LEVEL ?? "warn",
     "--show-interactive-dev-session=false",
   ];
   for (const [k, v] of Object.entries(opts.vars)) args.push("--var", `${k}:${v}`);

@@ -2,12 +2,18 @@
  * The durable half of the projector: one job's ordered event log in the Durable Object's SQLite.
  *
  * Hosts deliver at least once, in batches of one execution. Events are accepted by
- * (execution_id, seq): a seq already held is a duplicate (dropped, counted); only the next
- * contiguous seq is appended, so a batch after a gap appends nothing past it and the host resends
- * from `acked_seq + 1` (buffering out-of-order events is a later step). The generation with the
- * highest epoch is the only one that may write: a newer epoch retires the older one, a stale one
- * is refused. Each appended event gets the next per-job offset from 1, the id clients resume by.
- * A job has exactly one terminal event; nothing is appended after it.
+ * (execution_id, seq): a seq already held is a duplicate (dropped, counted). The next contiguous
+ * seq is appended; an event past a gap is held in a bounded per-execution gap buffer (SQLite,
+ * so it survives eviction) until the missing seqs arrive, then the run is appended in seq order.
+ * The ack only ever covers the contiguous prefix, so a buffered event is still resent by a host
+ * that never saw it acknowledged (and then counts as a duplicate). Past the buffer's bounds an
+ * event is refused (`deferred`): nothing is stored, the ack does not move, the host resends.
+ *
+ * The generation with the highest epoch is the only one that may write: a newer epoch retires
+ * the older one (its gap buffer is dropped), a stale one is refused. Each appended event gets
+ * the next per-job offset from 1, the id clients resume by. A job has exactly one terminal event;
+ * nothing is appended after it, whether the host wrote it or the projector did from Postgres
+ * (`appendProjectedTerminal`).
  *
  * Every ingest runs in one SQLite transaction, together with the nonce that makes a replayed
  * signed request a no-op, so a request is either wholly applied or not at all.
@@ -20,6 +26,15 @@ import { SIGNATURE_MAX_SKEW_MS } from "../../src/domain/signing";
  * arrives; remembering it for 180 s covers that window with margin for clock skew. */
 export const NONCE_RETENTION_MS = 3 * SIGNATURE_MAX_SKEW_MS;
 
+/**
+ * Gap buffer bounds per execution. A host keeps one batch in flight and resends from
+ * acked_seq + 1, so a real gap is at most a few batches; 1024 events / 1 MiB holds four full
+ * 256-event outbox batches of ordinary deltas and keeps a misbehaving sender from filling the
+ * object's storage.
+ */
+export const GAP_BUFFER_MAX_EVENTS = 1024;
+export const GAP_BUFFER_MAX_BYTES = 1024 * 1024;
+
 /** An event as the log keeps it: `body` is the envelope JSON, sent to clients verbatim. */
 export interface LoggedEvent {
   offset: number;
@@ -27,10 +42,18 @@ export interface LoggedEvent {
   body: string;
 }
 
+/** The ingest acknowledgement plus what the gap buffer did with the rest of the batch. */
+export interface ProjectorAck extends IngestAck {
+  /** Events of this execution held past a gap (not acknowledged until the gap is filled). */
+  buffered: number;
+  /** Events of this batch refused because the gap buffer was full; the host resends them. */
+  deferred: number;
+}
+
 export type IngestRejection = "replayed_nonce" | "stale_epoch" | "epoch_taken" | "job_finished" | "invalid_batch";
 
 export type IngestOutcome =
-  | { ok: true; ack: IngestAck; appended: LoggedEvent[]; finished: boolean }
+  | { ok: true; ack: ProjectorAck; appended: LoggedEvent[]; finished: boolean }
   | { ok: false; reason: IngestRejection; message: string };
 
 /** A batch must be events of one job, one execution, one epoch. Returns why not, or null. */
@@ -60,6 +83,13 @@ const SCHEMA = `
     execution_id TEXT PRIMARY KEY,
     epoch INTEGER NOT NULL,
     last_seq INTEGER NOT NULL
+  );
+  CREATE TABLE IF NOT EXISTS gap_buffer (
+    execution_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (execution_id, seq)
   );
   CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, ts INTEGER NOT NULL);
   CREATE INDEX IF NOT EXISTS nonces_by_ts ON nonces (ts);
@@ -91,15 +121,30 @@ export class EventLog {
     return this.terminalOffset !== null;
   }
 
-  /** Events with offset > `after`, in offset order. */
-  readAfter(after: number): LoggedEvent[] {
+  /** Highest offset in the log (0 when empty). */
+  get lastOffset(): number {
+    return this.storage.sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) AS n FROM events`).one().n;
+  }
+
+  /** Events with offset > `after`, in offset order, at most `limit` of them. */
+  readAfter(after: number, limit = -1): LoggedEvent[] {
     return this.storage.sql
       .exec<{ offset: number; type: string; body: string }>(
-        `SELECT "offset", type, body FROM events WHERE "offset" > ? ORDER BY "offset"`,
+        `SELECT "offset", type, body FROM events WHERE "offset" > ? ORDER BY "offset" LIMIT ?`,
         after,
+        limit,
       )
       .toArray()
       .map((r) => ({ offset: r.offset, type: r.type, body: r.body }));
+  }
+
+  /** The execution whose generation holds the highest epoch, if any event arrived yet. */
+  currentGeneration(): Generation | null {
+    return (
+      this.storage.sql
+        .exec<Generation>("SELECT execution_id, epoch, last_seq FROM generations ORDER BY epoch DESC LIMIT 1")
+        .toArray()[0] ?? null
+    );
   }
 
   ingest(jobId: string, events: readonly EventEnvelope[], nonce: string, now = Date.now()): IngestOutcome {
@@ -113,6 +158,33 @@ export class EventLog {
     return outcome;
   }
 
+  /**
+   * Append a terminal event the projector derived from Postgres (see job-events.ts). Returns
+   * null when the log already has its terminal event: there is exactly one per job.
+   */
+  appendProjectedTerminal(event: EventEnvelope): LoggedEvent | null {
+    if (!isTerminalEventType(event.type)) throw new Error(`${event.type} is not a terminal event type`);
+    if (this.terminalOffset !== null) return null;
+    const logged = this.storage.transactionSync(() => {
+      const sql = this.storage.sql;
+      const offset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
+      const row: LoggedEvent = { offset, type: event.type, body: JSON.stringify(event) };
+      sql.exec(
+        `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
+        offset,
+        event.execution_id,
+        event.epoch,
+        event.seq,
+        event.type,
+        row.body,
+      );
+      sql.exec("DELETE FROM gap_buffer");
+      return row;
+    });
+    this.terminalOffset = logged.offset;
+    return logged;
+  }
+
   private ingestInTransaction(events: readonly EventEnvelope[], nonce: string, now: number): IngestOutcome {
     const sql = this.storage.sql;
     sql.exec("DELETE FROM nonces WHERE ts < ?", now - NONCE_RETENTION_MS);
@@ -122,9 +194,7 @@ export class EventLog {
     sql.exec("INSERT INTO nonces (nonce, ts) VALUES (?, ?)", nonce, now);
 
     const { execution_id: executionId, epoch } = events[0] as EventEnvelope;
-    const current = sql
-      .exec<Generation>("SELECT execution_id, epoch, last_seq FROM generations ORDER BY epoch DESC LIMIT 1")
-      .toArray()[0];
+    const current = this.currentGeneration();
     let generation = sql
       .exec<Generation>("SELECT execution_id, epoch, last_seq FROM generations WHERE execution_id = ?", executionId)
       .toArray()[0];
@@ -156,47 +226,136 @@ export class EventLog {
       }
       generation = { execution_id: executionId, epoch, last_seq: 0 };
       sql.exec("INSERT INTO generations (execution_id, epoch, last_seq) VALUES (?, ?, 0)", executionId, epoch);
+      // The older generation is retired: whatever it left in the gap buffer can never be appended.
+      sql.exec("DELETE FROM gap_buffer WHERE execution_id != ?", executionId);
     }
 
     let lastSeq = generation.last_seq;
-    let nextOffset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
-    let finished = this.terminalOffset !== null;
-    const alreadyFinished = finished;
+    const incoming = new Map<number, EventEnvelope>();
     let duplicates = 0;
-    let refusedAfterTerminal = false;
+    for (const e of events) {
+      if (e.seq <= lastSeq || incoming.has(e.seq)) duplicates++;
+      else incoming.set(e.seq, e);
+    }
+
+    if (this.terminalOffset !== null) {
+      if (incoming.size > 0) {
+        return { ok: false, reason: "job_finished", message: "the job already has its terminal event" };
+      }
+      return {
+        ok: true,
+        ack: { acked_seq: lastSeq, accepted: 0, duplicates, buffered: 0, deferred: 0 },
+        appended: [],
+        finished: true,
+      };
+    }
+
+    const held = sql
+      .exec<{ n: number; bytes: number }>(
+        "SELECT count(*) AS n, coalesce(sum(length(body)), 0) AS bytes FROM gap_buffer WHERE execution_id = ?",
+        executionId,
+      )
+      .one();
+    let heldCount = held.n;
+    let heldBytes = held.bytes;
+
+    let nextOffset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
+    let finished = false;
     const appended: LoggedEvent[] = [];
 
-    for (const event of [...events].sort((a, b) => a.seq - b.seq)) {
-      if (event.seq <= lastSeq) {
-        duplicates++;
-        continue;
+    // Append the contiguous run, taking each next seq from the batch or from the gap buffer.
+    for (;;) {
+      const seq = lastSeq + 1;
+      let type: string;
+      let body: string;
+      const fromBatch = incoming.get(seq);
+      if (fromBatch) {
+        incoming.delete(seq);
+        type = fromBatch.type;
+        body = JSON.stringify(fromBatch);
+        if (heldCount > 0) {
+          const removed = sql.exec<{ len: number }>(
+            "DELETE FROM gap_buffer WHERE execution_id = ? AND seq = ? RETURNING length(body) AS len",
+            executionId,
+            seq,
+          );
+          for (const r of removed) {
+            heldCount--;
+            heldBytes -= r.len;
+          }
+        }
+      } else {
+        if (heldCount === 0) break;
+        const row = sql
+          .exec<{ type: string; body: string }>(
+            "DELETE FROM gap_buffer WHERE execution_id = ? AND seq = ? RETURNING type, body",
+            executionId,
+            seq,
+          )
+          .toArray()[0];
+        if (!row) break;
+        heldCount--;
+        heldBytes -= row.body.length;
+        type = row.type;
+        body = row.body;
       }
-      if (finished) {
-        refusedAfterTerminal = true;
-        break;
-      }
-      if (event.seq !== lastSeq + 1) break; // a gap: the host resends from acked_seq + 1
-      const logged: LoggedEvent = { offset: nextOffset++, type: event.type, body: JSON.stringify(event) };
+      const logged: LoggedEvent = { offset: nextOffset++, type, body };
       sql.exec(
         `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
         logged.offset,
         executionId,
         epoch,
-        event.seq,
-        event.type,
-        logged.body,
+        seq,
+        type,
+        body,
       );
       appended.push(logged);
-      lastSeq = event.seq;
-      if (isTerminalEventType(event.type)) finished = true;
+      lastSeq = seq;
+      if (isTerminalEventType(type)) {
+        finished = true;
+        break;
+      }
     }
 
-    if (alreadyFinished && refusedAfterTerminal) {
-      return { ok: false, reason: "job_finished", message: "the job already has its terminal event" };
+    let deferred = 0;
+    if (finished) {
+      // Nothing follows the terminal event: seqs behind it (batch or buffer) are discarded.
+      sql.exec("DELETE FROM gap_buffer");
+      heldCount = 0;
+    } else {
+      // What is left of the batch lies past a gap: hold it, within the buffer's bounds.
+      for (const [seq, e] of [...incoming].sort((a, b) => a[0] - b[0])) {
+        const body = JSON.stringify(e);
+        if (heldCount + 1 > GAP_BUFFER_MAX_EVENTS || heldBytes + body.length > GAP_BUFFER_MAX_BYTES) {
+          deferred++;
+          continue;
+        }
+        const inserted = sql
+          .exec(
+            "INSERT INTO gap_buffer (execution_id, seq, type, body) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING seq",
+            executionId,
+            seq,
+            e.type,
+            body,
+          )
+          .toArray();
+        if (inserted.length === 0) {
+          duplicates++; // already held from an earlier batch
+          continue;
+        }
+        heldCount++;
+        heldBytes += body.length;
+      }
     }
+
     if (lastSeq !== generation.last_seq) {
       sql.exec("UPDATE generations SET last_seq = ? WHERE execution_id = ?", lastSeq, executionId);
     }
-    return { ok: true, ack: { acked_seq: lastSeq, accepted: appended.length, duplicates }, appended, finished };
+    return {
+      ok: true,
+      ack: { acked_seq: lastSeq, accepted: appended.length, duplicates, buffered: heldCount, deferred },
+      appended,
+      finished,
+    };
   }
 }

@@ -3,43 +3,95 @@
  *
  * It exists so every event of a job passes through one single-threaded place that can order,
  * dedupe and fence it, store it durably (event-log.ts, DO SQLite) and fan it out to every
- * watcher (sse-fanout.ts). Hosts reach it through the signed /internal/events route (RPC
- * `ingest`); clients through GET /v1/jobs/:id/events, which the gateway authorizes and then
- * forwards here as `GET /events?after=<offset>`.
+ * watcher: SSE subscribers (sse-fanout.ts) and the ChatSession objects that asked to `watch` the
+ * job (chat-relay.ts). Hosts reach it through the signed /internal/events route (RPC `ingest`);
+ * clients through GET /v1/jobs/:id/events, which the gateway authorizes and then forwards here as
+ * `GET /events?after=<offset>&job_id=<id>`.
+ *
+ * No stream waits forever: while the log has no terminal event, an alarm asks Postgres for the
+ * job's state (job-state.ts) and, when the job is terminal there (lost, timed out, cancelled
+ * before it started, or a host that died after writing its terminal state), appends the matching
+ * terminal event itself. Cadence: every second while an SSE client watches, every 5 s while only
+ * chat sessions do, otherwise backing off from 10 s to 5 min; one indexed row read per alarm.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { IngestAck, IngestBatch } from "../../src/contracts";
+import type { IngestBatch } from "../../src/contracts";
 import type { Env } from "../env";
-import { EventLog, type IngestRejection } from "./event-log";
+import { ChatRelay } from "./chat-relay";
+import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
+import { type JobStateLookup, postgresJobStateLookup, projectedTerminal } from "./job-state";
 import { SseFanout } from "./sse-fanout";
 
-export type IngestResult = { ok: true; ack: IngestAck } | { ok: false; reason: IngestRejection; message: string };
+export type IngestResult = { ok: true; ack: ProjectorAck } | { ok: false; reason: IngestRejection; message: string };
 
 /** 10 s keeps well inside API.md's "a comment at least every 15 s" even with a busy isolate. */
 const DEFAULT_HEARTBEAT_MS = 10_000;
 
+export const TERMINAL_CHECK = {
+  /** An SSE client is waiting on this job. */
+  watchedMs: 1_000,
+  /** Only chat sessions are relaying this job. */
+  relayedMs: 5_000,
+  /** Nobody watches: first check, then doubling up to the cap. */
+  idleFirstMs: 10_000,
+  idleMaxMs: 5 * 60_000,
+} as const;
+
+/** A page of the log, as RPC hands it to consumers that poll (tests, the chat relay). */
+export interface LogPage {
+  events: Array<{ offset: number; type: string; body: string }>;
+  finished: boolean;
+}
+
 export class JobEventsObject extends DurableObject<Env> {
   private readonly log: EventLog;
   private readonly fanout: SseFanout;
+  private readonly relay: ChatRelay;
+  /** Injectable for tests; the default reads Postgres over neon-http. */
+  jobState: JobStateLookup;
+  private idleDelayMs: number = TERMINAL_CHECK.idleFirstMs;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.log = new EventLog(ctx.storage);
+    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
     const heartbeatMs = Number(env.SSE_HEARTBEAT_MS);
     this.fanout = new SseFanout(Number.isFinite(heartbeatMs) && heartbeatMs > 0 ? heartbeatMs : DEFAULT_HEARTBEAT_MS);
+    this.relay = new ChatRelay(ctx.storage, env);
+    this.jobState = postgresJobStateLookup(env);
   }
 
   /** Append a host's batch (see event-log.ts for the acceptance rules), then fan out what was new. */
   async ingest(batch: IngestBatch, nonce: string): Promise<IngestResult> {
+    this.rememberJobId(batch.job_id);
     const outcome = this.log.ingest(batch.job_id, batch.events, nonce);
     if (!outcome.ok) return outcome;
-    this.fanout.publish(outcome.appended, outcome.finished);
+    this.publish(outcome.appended, outcome.finished);
+    if (!outcome.finished) await this.scheduleTerminalCheck();
     return { ok: true, ack: outcome.ack };
   }
 
-  /** Everything after `offset`, for tests and for consumers that poll rather than stream. */
-  async readAfter(offset: number): Promise<Array<{ offset: number; type: string; event: unknown }>> {
-    return this.log.readAfter(offset).map((e) => ({ offset: e.offset, type: e.type, event: JSON.parse(e.body) }));
+  /** Everything after `offset` (at most `limit`), for tests and for consumers that poll. */
+  async readAfter(offset: number, limit = -1): Promise<Array<{ offset: number; type: string; event: unknown }>> {
+    return this.log
+      .readAfter(offset, limit)
+      .map((e) => ({ offset: e.offset, type: e.type, event: JSON.parse(e.body) }));
+  }
+
+  /** A page of raw log rows after `offset`, and whether the log is complete. */
+  async page(offset: number, limit: number): Promise<LogPage> {
+    return { events: this.log.readAfter(offset, limit), finished: this.log.finished };
+  }
+
+  /**
+   * A ChatSession (by name) asks to be sent every event appended from now on. Idempotent; the
+   * session pulls what it missed with `page`, so registration racing an append loses nothing.
+   */
+  async watch(jobId: string, chatName: string): Promise<{ finished: boolean; lastOffset: number }> {
+    this.rememberJobId(jobId);
+    this.relay.add(chatName);
+    if (!this.log.finished) await this.scheduleTerminalCheck();
+    return { finished: this.log.finished, lastOffset: this.log.lastOffset };
   }
 
   override async fetch(request: Request): Promise<Response> {
@@ -47,7 +99,78 @@ export class JobEventsObject extends DurableObject<Env> {
     if (request.method !== "GET" || url.pathname !== "/events") return new Response("not found", { status: 404 });
     const after = Number(url.searchParams.get("after") ?? "0");
     if (!Number.isSafeInteger(after) || after < 0) return new Response("bad cursor", { status: 400 });
+    const jobId = url.searchParams.get("job_id");
+    if (jobId) this.rememberJobId(jobId);
     // Replay read and subscription happen in this one synchronous turn: nothing can interleave.
-    return this.fanout.open(this.log.readAfter(after), this.log.finished);
+    const response = this.fanout.open(this.log.readAfter(after), this.log.finished);
+    if (!this.log.finished) await this.scheduleTerminalCheck();
+    return response;
+  }
+
+  /** The terminal check: Postgres says terminal and the log does not → append it ourselves. */
+  override async alarm(): Promise<void> {
+    if (this.log.finished) return;
+    const jobId = this.jobId();
+    if (jobId === null) return; // never told which job this is: nothing to ask Postgres about
+    try {
+      const facts = await this.jobState(jobId);
+      const terminal = facts ? projectedTerminal(jobId, facts) : null;
+      if (terminal && !this.log.finished) {
+        const logged = this.log.appendProjectedTerminal(terminal);
+        if (logged) {
+          console.log(JSON.stringify({ msg: "projected terminal event from Postgres", jobId, type: logged.type }));
+          this.publish([logged], true);
+          return;
+        }
+      }
+    } catch (err) {
+      console.warn(JSON.stringify({ msg: "terminal check failed; will retry", jobId, error: String(err) }));
+    }
+    if (!this.log.finished) await this.scheduleTerminalCheck(true);
+  }
+
+  private publish(appended: LoggedEvent[], finished: boolean): void {
+    this.fanout.publish(appended, finished);
+    const jobId = this.jobId();
+    if (jobId !== null && appended.length > 0) this.relay.push(jobId, appended);
+    if (finished) this.idleDelayMs = TERMINAL_CHECK.idleFirstMs;
+  }
+
+  /** Keep one alarm pending at the cadence the current watchers need (never later than due). */
+  private async scheduleTerminalCheck(fromAlarm = false): Promise<void> {
+    let delay: number;
+    if (this.fanout.size > 0) delay = TERMINAL_CHECK.watchedMs;
+    else if (this.relay.size > 0) delay = TERMINAL_CHECK.relayedMs;
+    else {
+      delay = this.idleDelayMs;
+      if (fromAlarm) this.idleDelayMs = Math.min(this.idleDelayMs * 2, TERMINAL_CHECK.idleMaxMs);
+    }
+    const due = Date.now() + delay;
+    // Cached so the ingest hot path costs no storage read: only this object sets its alarm.
+    if (fromAlarm) this.alarmDue = null;
+    else if (this.alarmDue === undefined) this.alarmDue = await this.ctx.storage.getAlarm();
+    if (this.alarmDue === null || this.alarmDue < Date.now() || this.alarmDue > due) {
+      await this.ctx.storage.setAlarm(due);
+      this.alarmDue = due;
+    }
+  }
+
+  private alarmDue: number | null | undefined;
+
+  private cachedJobId: string | null | undefined;
+
+  private jobId(): string | null {
+    if (this.cachedJobId === undefined) {
+      this.cachedJobId =
+        this.ctx.storage.sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'job_id'").toArray()[0]
+          ?.value ?? null;
+    }
+    return this.cachedJobId;
+  }
+
+  private rememberJobId(jobId: string): void {
+    if (this.jobId() !== null) return;
+    this.ctx.storage.sql.exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('job_id', ?)", jobId);
+    this.cachedJobId = jobId;
   }
 }

@@ -29,5 +29,5 @@ export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c
   const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), jobId));
   if (!job) throw notFoundJob();
   const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(job.id));
-  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}`));
+  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${job.id}`));
 });

@@ -14,7 +14,7 @@ import type { GatewayEnv } from "../types";
 const READY_INDEX_TIMEOUT_MS = 500;
 const keys = redisKeys();
 
-async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
+export async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
   try {
     await withTimeout(
       deps.redis().zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),

@@ -1,0 +1,165 @@
+/**
+ * Tool calls in Docker sandboxes, end to end through the real stack: created lazily by the first
+ * tool call, exactly one per run, removed with its network at every kind of end (completed,
+ * cancelled, host SIGKILLed then restarted), never a fallback to the host.
+ */
+import { randomUUID } from "node:crypto";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Docker } from "../../sandbox-host/sandbox";
+import { readSse, type SseEvent } from "../../tools/lib/sse";
+import { type Stack, startStack } from "../../tools/stack";
+import { apiClient } from "../helpers/api";
+import { countHostObjects, removeHostObjects, requireDocker } from "../helpers/docker";
+import { requireBinary } from "../helpers/require";
+
+const docker = await requireDocker();
+const canRun = docker !== null && (await requireBinary("redis-server", "apt-get install redis-server"));
+
+const mock = (script: object) => ({ role: "user", content: `!mock ${JSON.stringify(script)}` });
+
+describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
+  let stack: Stack;
+  let api: ReturnType<typeof apiClient>;
+  let pool: pg.Pool;
+  const hostId = `test-tools-${randomUUID().slice(0, 8)}`;
+  const d = docker as Docker;
+
+  beforeAll(async () => {
+    stack = await startStack({
+      hosts: 1,
+      hostEnv: { HOST_ID: hostId, HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
+    });
+    api = apiClient(stack.gatewayUrl, stack.apiKey);
+    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+  }, 180_000);
+  afterAll(async () => {
+    await pool?.end();
+    await stack?.stop();
+    await removeHostObjects(d, hostId);
+  }, 60_000);
+
+  async function submit(body: object): Promise<string> {
+    const r = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", body);
+    expect(r.status).toBe(202);
+    return r.body.job.id;
+  }
+  const events = (id: string) => api.events(id);
+  const payload = (e: SseEvent) => (JSON.parse(e.data) as { payload: Record<string, unknown> }).payload;
+  async function noSandboxLeft() {
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const n = await countHostObjects(d, hostId);
+      if (n.containers === 0 && n.networks === 0) return n;
+      if (Date.now() > deadline) return n;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it("a text-only run creates no sandbox", async () => {
+    const id = await submit({ input: { messages: [{ role: "user", content: "just text" }] }, tools: ["shell"] });
+    const evs = await events(id);
+    expect(evs.at(-1)?.event).toBe("run.completed");
+    expect(evs.map((e) => e.event)).not.toContain("sandbox.created");
+    expect(await countHostObjects(d, hostId)).toEqual({ containers: 0, networks: 0 });
+  });
+
+  it("runs tool calls in one hardened sandbox and removes it (and its network) when the run completes", async () => {
+    const id = await submit({
+      input: {
+        messages: [
+          mock({
+            tool_calls: [
+              { name: "write_file", args: { path: "note.txt", content: "hello from the agent" } },
+              { name: "shell", args: { command: "cat note.txt; echo; id -u" } },
+            ],
+            reply: "all done",
+          }),
+        ],
+      },
+      tools: ["shell", "write_file", "read_file"],
+    });
+    const evs = await events(id);
+    const types = evs.map((e) => e.event);
+    expect(types.filter((t) => t === "tool.call")).toHaveLength(2);
+    expect(types.filter((t) => t === "tool.result")).toHaveLength(2);
+    expect(types.filter((t) => t === "sandbox.created")).toHaveLength(1);
+    expect(types.at(-1)).toBe("run.completed");
+    const shell = evs.filter((e) => e.event === "tool.result").map(payload)[1] as {
+      ok: boolean;
+      output: { stdout: string; exit_code: number };
+    };
+    expect(shell.ok).toBe(true);
+    expect(shell.output.exit_code).toBe(0);
+    expect(shell.output.stdout).toContain("hello from the agent");
+    expect(shell.output.stdout.trim().split("\n").at(-1)).toBe("65534"); // non-root inside
+    expect(payload(evs.at(-1) as SseEvent).output).toBe("all done");
+    expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+    const row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
+    expect(row.rows[0]).toEqual({ state: "completed", cleanup_pending: false });
+  });
+
+  it("a model calling a tool the job does not allow fails the run with tools_unavailable, creating nothing", async () => {
+    const id = await submit({
+      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "echo sneaky" } }] })] },
+    });
+    const evs = await events(id);
+    expect(evs.at(-1)?.event).toBe("run.failed");
+    expect(payload(evs.at(-1) as SseEvent).error).toMatchObject({ code: "tools_unavailable" });
+    expect(await countHostObjects(d, hostId)).toEqual({ containers: 0, networks: 0 });
+  });
+
+  it("cancel kills a running command and removes the sandbox", async () => {
+    const id = await submit({
+      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
+      tools: ["shell"],
+    });
+    const it = readSse(`${stack.gatewayUrl}/v1/jobs/${id}/events`, {
+      headers: { authorization: `Bearer ${stack.apiKey}` },
+      signal: AbortSignal.timeout(30_000),
+    });
+    const seen: string[] = [];
+    for (;;) {
+      const r = await it.next();
+      if (r.done) break;
+      seen.push(r.value.event);
+      if (r.value.event === "sandbox.created" || r.value.event === "tool.call") break;
+    }
+    // Let the command start inside the sandbox.
+    await new Promise((r) => setTimeout(r, 1500));
+    const t0 = performance.now();
+    const c = await api.call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
+    expect(c.body.status).toBe("requested");
+    for (;;) {
+      const r = await it.next();
+      if (r.done) break;
+      seen.push(r.value.event);
+    }
+    expect(seen.at(-1)).toBe("run.cancelled");
+    expect(performance.now() - t0).toBeLessThan(10_000); // not the 60 s of the command
+    expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+  });
+
+  it("a host SIGKILLed mid tool call leaves a sandbox that the restarted host removes", async () => {
+    const id = await submit({
+      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
+      tools: ["shell"],
+    });
+    const deadline = Date.now() + 20_000;
+    while ((await countHostObjects(d, hostId)).containers === 0) {
+      if (Date.now() > deadline) throw new Error("sandbox never appeared");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const victim = stack.hosts[0];
+    process.kill(-(victim?.process.pid as number), "SIGKILL");
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await countHostObjects(d, hostId)).containers).toBe(1); // the orphan
+    await stack.addHost({ HOST_ID: hostId });
+    expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+    // The run itself is lost (never re-run), and its stream ends.
+    const evs = await events(id);
+    expect(["run.lost", "run.failed"]).toContain(evs.at(-1)?.event);
+    const row = await pool.query("select state from jobs where id = $1", [id]);
+    expect(row.rows[0].state).toBe("lost");
+  }, 60_000);
+});

@@ -1,0 +1,125 @@
+/**
+ * `npm run bench:cancel`: cancel convergence and the Redis cost of watching for cancels.
+ *
+ *  1. N running jobs (default 100, on 2 hosts) each streaming a long scripted answer; every job
+ *     is cancelled through the API; per job we measure API call → durable `cancelled` (polled in
+ *     Postgres every 5 ms, one query for all jobs) and API call → its SSE stream closed after
+ *     `run.cancelled`. Prints p50 / p95 / max.
+ *  2. Redis commands per second per host (Redis INFO total_commands_processed deltas over 3 s)
+ *     with 0, 10 and N running jobs: batched hint checks make it constant in the number of runs,
+ *     where a per-run poll would be ~5 per run per second.
+ */
+import pg from "pg";
+import { readSse } from "../lib/sse";
+import { type Stack, startStack } from "../stack";
+import { redisInfo } from "./redis-info";
+
+const N = Number(process.argv[2] ?? 100);
+const HOSTS = 2;
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
+};
+const fmt = (xs: number[]) =>
+  `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function commandsPerSecond(stack: Stack, seconds = 3): Promise<number> {
+  const port = Number(new URL(stack.redisUrl as string).port);
+  const a = Number((await redisInfo(port, "stats")).total_commands_processed);
+  await sleep(seconds * 1000);
+  const b = Number((await redisInfo(port, "stats")).total_commands_processed);
+  return (b - a) / seconds;
+}
+
+async function main() {
+  console.error(`starting a stack with ${HOSTS} hosts…`);
+  const stack = await startStack({
+    hosts: HOSTS,
+    hostEnv: { HOST_MAX_RUNS: String(Math.ceil(N / HOSTS) + 4), QUOTA_MODEL_LIMIT: "0", HOST_IDLE_POLL_MS: "250" },
+  });
+  const pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 4 });
+  const headers = { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" };
+  const long = {
+    input: { messages: [{ role: "user", content: `!mock ${JSON.stringify({ tokens: 100000, tokens_per_s: 20 })}` }] },
+  };
+  try {
+    const idle = await commandsPerSecond(stack);
+    const submitMany = async (n: number) => {
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const r = await fetch(`${stack.gatewayUrl}/v1/jobs`, { method: "POST", headers, body: JSON.stringify(long) });
+        const body = (await r.json()) as { job?: { id: string } };
+        if (!body.job) throw new Error(`submit: HTTP ${r.status} ${JSON.stringify(body)}`);
+        ids.push(body.job.id);
+      }
+      for (;;) {
+        const r = await pool.query("select count(*)::int n from jobs where id = any($1) and state = 'running'", [ids]);
+        if (r.rows[0].n === n) return ids;
+        await sleep(50);
+      }
+    };
+    const ten = await submitMany(10);
+    await sleep(1000);
+    const with10 = await commandsPerSecond(stack);
+    const rest = await submitMany(N - 10);
+    const ids = [...ten, ...rest];
+    await sleep(1000);
+    const withN = await commandsPerSecond(stack);
+
+    // Open one SSE stream per job and read it to the end in the background.
+    const closedAt = new Map<string, number>();
+    const streams = ids.map(async (id) => {
+      for await (const ev of readSse(`${stack.gatewayUrl}/v1/jobs/${id}/events`, {
+        headers,
+        signal: AbortSignal.timeout(120_000),
+      })) {
+        if (ev.event === "run.cancelled") closedAt.set(id, performance.now());
+      }
+    });
+    await sleep(1000);
+
+    const calledAt = new Map<string, number>();
+    const cancelledAt = new Map<string, number>();
+    const watcher = (async () => {
+      while (cancelledAt.size < ids.length) {
+        const r = await pool.query("select id from jobs where id = any($1) and state = 'cancelled'", [ids]);
+        const now = performance.now();
+        for (const row of r.rows) if (!cancelledAt.has(row.id)) cancelledAt.set(row.id, now);
+        await sleep(5);
+      }
+    })();
+    // Cancel them spread over ~2 s so the numbers are not one synchronized burst.
+    await Promise.all(
+      ids.map(async (id, i) => {
+        await sleep((i * 2000) / ids.length);
+        calledAt.set(id, performance.now());
+        const r = await fetch(`${stack.gatewayUrl}/v1/jobs/${id}/cancel`, { method: "POST", headers });
+        if (r.status !== 202) throw new Error(`cancel ${id}: HTTP ${r.status}`);
+      }),
+    );
+    await watcher;
+    await Promise.all(streams);
+
+    const durable = ids.map((id) => (cancelledAt.get(id) as number) - (calledAt.get(id) as number));
+    const closed = ids.map((id) => (closedAt.get(id) ?? Number.NaN) - (calledAt.get(id) as number));
+    console.log(`\ncancel convergence over ${N} running jobs on ${HOSTS} hosts`);
+    console.log(`  API call → durable cancelled:   ${fmt(durable)}`);
+    console.log(`  API call → stream ended:        ${fmt(closed.filter(Number.isFinite))}`);
+    console.log(`\nRedis commands per second per host (whole Redis / ${HOSTS} hosts)`);
+    console.log(`  0 running jobs:   ${(idle / HOSTS).toFixed(1)}`);
+    console.log(`  10 running jobs:  ${(with10 / HOSTS).toFixed(1)}`);
+    console.log(
+      `  ${N} running jobs: ${(withN / HOSTS).toFixed(1)}   (a per-run 200 ms poll would add ~${(5 * N) / HOSTS}/s per host)`,
+    );
+  } finally {
+    await pool.end();
+    await stack.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

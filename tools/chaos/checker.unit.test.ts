@@ -1,0 +1,180 @@
+/**
+ * The checker must be able to fail: each anomaly class is fed as a synthetic history and must be
+ * reported, and the valid histories (including a released-then-reclaimed job) must not be.
+ */
+import { describe, expect, it } from "vitest";
+import { checkHistory } from "./checker";
+import type { ExecutionRow, History, JobChange, JobFinal } from "./history";
+
+let seq = 0;
+const J = "00000000-0000-0000-0000-00000000000a";
+const T1 = "10000000-0000-0000-0000-000000000001";
+const T2 = "10000000-0000-0000-0000-000000000002";
+const E1 = "20000000-0000-0000-0000-000000000001";
+const E2 = "20000000-0000-0000-0000-000000000002";
+
+type Id = { owner: string | null; epoch: number; token: string | null; exec: string | null };
+function change(oldState: string, newState: string, o: Id, n: Id, extra: Partial<JobChange> = {}): JobChange {
+  return {
+    seq: ++seq,
+    jobId: J,
+    oldState,
+    newState,
+    oldOwner: o.owner,
+    newOwner: n.owner,
+    oldEpoch: o.epoch,
+    newEpoch: n.epoch,
+    oldToken: o.token,
+    newToken: n.token,
+    oldExec: o.exec,
+    newExec: n.exec,
+    heartbeatMoved: false,
+    timingMoved: false,
+    outputMoved: false,
+    ...extra,
+  };
+}
+const none: Id = { owner: null, epoch: 0, token: null, exec: null };
+const claimA: Id = { owner: "A", epoch: 1, token: T1, exec: null };
+const runA: Id = { ...claimA, exec: E1 };
+const released: Id = { owner: null, epoch: 1, token: null, exec: null };
+const claimB: Id = { owner: "B", epoch: 2, token: T2, exec: null };
+const runB: Id = { ...claimB, exec: E2 };
+
+const final = (state: string, id: Id): JobFinal => ({
+  id: J,
+  state,
+  owner: id.owner,
+  epoch: id.epoch,
+  token: id.token,
+  executionId: id.exec,
+  claimedAt: null,
+});
+const exec = (id: string, host: string, epoch: number, outcome: string | null): ExecutionRow => ({
+  id,
+  jobId: J,
+  host,
+  epoch,
+  outcome,
+});
+
+function history(p: Partial<History>): History {
+  return { jobs: [], executions: [], jobChanges: [], executionChanges: [], ...p };
+}
+
+const happy = () =>
+  history({
+    jobs: [final("completed", runA)],
+    executions: [exec(E1, "A", 1, "completed")],
+    jobChanges: [
+      change("queued", "queued", none, claimA),
+      change("queued", "running", claimA, runA),
+      change("running", "running", runA, runA, { heartbeatMoved: true }),
+      change("running", "completed", runA, runA),
+    ],
+  });
+
+describe("claims checker", () => {
+  it("passes a clean run and a released-then-reclaimed one", () => {
+    expect(checkHistory([J], happy()).counts.completed_once).toBe(1);
+    const requeued = checkHistory(
+      [J],
+      history({
+        jobs: [final("completed", runB)],
+        executions: [exec(E2, "B", 2, "completed")],
+        jobChanges: [
+          change("queued", "queued", none, claimA),
+          change("queued", "queued", claimA, released),
+          change("queued", "queued", released, claimB),
+          change("queued", "running", claimB, runB),
+          change("running", "completed", runB, runB),
+        ],
+      }),
+    );
+    expect(requeued.counts.requeued_then_completed).toBe(1);
+    expect(requeued.releases).toBe(1);
+    expect(requeued.anomalies).toBe(0);
+  });
+
+  it("accepts lost only after a start", () => {
+    const lost = history({
+      jobs: [final("lost", runA)],
+      executions: [exec(E1, "A", 1, "lost")],
+      jobChanges: [
+        change("queued", "queued", none, claimA),
+        change("queued", "running", claimA, runA),
+        change("running", "lost", runA, runA),
+      ],
+    });
+    expect(checkHistory([J], lost).counts.lost).toBe(1);
+    const unstarted = history({
+      jobs: [final("lost", claimA)],
+      jobChanges: [change("queued", "queued", none, claimA), change("queued", "lost", claimA, claimA)],
+    });
+    const r = checkHistory([J], unstarted);
+    expect(r.anomalies).toBe(1);
+    expect(r.verdicts[0]?.cls).toMatch(/stale_write_accepted|lost_without_start/);
+  });
+
+  it("flags a double start: two executions, or a second started CAS", () => {
+    const h = happy();
+    h.executions.push(exec(E2, "B", 2, null));
+    expect(checkHistory([J], h).counts.double_started).toBe(1);
+    const twice = history({
+      jobs: [final("completed", runB)],
+      executions: [exec(E2, "B", 2, "completed")],
+      jobChanges: [
+        change("queued", "queued", none, claimA),
+        change("queued", "running", claimA, runA),
+        change("running", "queued", runA, released),
+        change("queued", "queued", released, claimB),
+        change("queued", "running", claimB, runB),
+        change("running", "completed", runB, runB),
+      ],
+    });
+    expect(checkHistory([J], twice).counts.double_started).toBe(1);
+  });
+
+  it("flags stale writes: after terminal, mismatched start, identity switch, overwritten outcome", () => {
+    const afterTerminal = happy();
+    afterTerminal.jobChanges.push(change("completed", "completed", runA, runA, { timingMoved: true }));
+    expect(checkHistory([J], afterTerminal).counts.stale_write_accepted).toBe(1);
+
+    const badStart = history({
+      jobs: [final("completed", runB)],
+      executions: [exec(E2, "B", 2, "completed")],
+      jobChanges: [
+        change("queued", "queued", none, claimA),
+        change("queued", "queued", claimA, released),
+        change("queued", "queued", released, claimB),
+        // A's late started CAS with its old token, accepted:
+        change("queued", "running", claimB, { ...claimB, token: T1, exec: E2 }),
+        change("running", "completed", { ...claimB, token: T1, exec: E2 }, { ...claimB, token: T1, exec: E2 }),
+      ],
+    });
+    expect(checkHistory([J], badStart).counts.stale_write_accepted).toBe(1);
+
+    const takeover = history({
+      jobs: [final("queued", claimB)],
+      jobChanges: [change("queued", "queued", none, claimA), change("queued", "queued", claimA, claimB)],
+    });
+    expect(checkHistory([J], takeover).counts.stale_write_accepted).toBe(1);
+
+    const overwritten = happy();
+    overwritten.executionChanges.push({ seq: ++seq, executionId: E1, oldOutcome: "lost", newOutcome: "completed" });
+    expect(checkHistory([J], overwritten).counts.stale_write_accepted).toBe(1);
+
+    const foreignExec = happy();
+    foreignExec.executions[0] = exec(E1, "B", 1, "completed");
+    expect(checkHistory([J], foreignExec).counts.stale_write_accepted).toBe(1);
+  });
+
+  it("flags stuck jobs and leaked claims, missing and unexpected rows", () => {
+    const leaked = history({ jobs: [final("queued", claimA)], jobChanges: [change("queued", "queued", none, claimA)] });
+    const r = checkHistory([J], leaked);
+    expect(r.counts.stuck).toBe(1);
+    expect(r.leakedClaims).toBe(1);
+    expect(checkHistory([J], history({})).counts.missing).toBe(1);
+    expect(checkHistory([], happy()).counts.unexpected).toBe(1);
+  });
+});

@@ -1,0 +1,503 @@
+/**
+ * The claims invariant harness (issue 3 item 6): real sandbox-host processes over one Postgres
+ * and one Redis, jobs submitted while a seeded schedule of faults lands on them, then a recovery
+ * window and a Jepsen-style classification of every job from what Postgres accepted.
+ *
+ * Faults and how each is aimed (every host reaches Postgres through its own chaos proxy, see
+ * pg-chaos-proxy.ts, which holds claim statements ~claimDelayMs and started CASes ~startDelayMs):
+ *  - kill_before_claim: SIGKILL a host whose claim statement the proxy still holds (never commits);
+ *  - kill_after_claim:  SIGKILL a host whose started CAS is held (claim committed, no start);
+ *  - kill_mid_run:      SIGKILL a host that Postgres says owns a running job;
+ *  - stop_claimed / stop_running: SIGSTOP (and hold its traffic) past the claim timeout and the
+ *    lost-run timeout, then SIGCONT: its late started CAS / heartbeat / terminal write must miss;
+ *  - redis_flushall, redis_restart (stop, ~1 s down, start on the same port, empty).
+ * Each victim is frozen (proxy paused + SIGSTOP) before it is inspected, so the recorded kind is
+ * what it held when it died. Killed hosts are replaced. The seed fixes the schedule (fault order
+ * and kinds, job mix and pacing); OS interleavings still vary between runs.
+ */
+import { randomUUID } from "node:crypto";
+import { createConnection } from "node:net";
+import { resolve } from "node:path";
+import pg from "pg";
+import { redisKeys } from "../../src/quota/keys";
+import { createRedisClient } from "../../src/quota/redis";
+import { type RedisService, startRedis } from "../services/redis";
+import { type HostHandle, type Stack, startStack } from "../stack";
+import { bundleHost, spawnBundledHost } from "./bundled-host";
+import { type CheckResult, checkHistory } from "./checker";
+import { installHistory, readHistory } from "./history";
+import { ChaosProxy } from "./pg-chaos-proxy";
+
+export interface ChaosOptions {
+  jobs: number;
+  kills: number;
+  hosts: number;
+  seed: number;
+  /** Time between scheduled faults. */
+  faultEveryMs: number;
+  /** After the load: how long every job gets to reach a terminal state. */
+  recoveryWindowMs: number;
+  /** Share of jobs submitted through the gateway's API instead of straight into Postgres + index. */
+  apiShare: number;
+  root?: string;
+  log?: (line: string) => void;
+}
+
+export const FAULT_KINDS = [
+  "kill_before_claim",
+  "kill_after_claim",
+  "kill_mid_run",
+  "stop_claimed",
+  "stop_running",
+  "redis_flushall",
+  "redis_restart",
+  "kill_other",
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_mid_run";
+
+/** The timeouts every chaos host runs with: short, so recovery happens inside the run. */
+export const CHAOS_HOST_ENV = {
+  HOST_MAX_RUNS: "4",
+  HOST_HEARTBEAT_MS: "300",
+  HOST_RUN_LOST_AFTER_MS: "1200",
+  HOST_CLAIM_TIMEOUT_MS: "800",
+  HOST_REAP_MS: "200",
+  HOST_SWEEP_MS: "500",
+  HOST_SWEEP_OLDER_THAN_MS: "500",
+  HOST_INDEX_REBUILD_MS: "5000",
+  HOST_SHUTDOWN_GRACE_MS: "0",
+  HOST_OUTBOX_FLUSH_TIMEOUT_MS: "0",
+};
+const CLAIM_DELAY_MS = 40;
+const START_DELAY_MS = 300;
+/** Frozen longer than claim timeout + lost-run timeout + a reaper pass or two. */
+const STOP_MS = 2200;
+
+/** What the hosts themselves reported as fenced writes that missed (from their JSON logs). */
+const HOST_REPORTS = {
+  start_cas_missed: "start CAS missed",
+  terminal_write_missed: "terminal write missed",
+  heartbeat_not_ours: "heartbeat: execution no longer ours",
+  timing_fact_missed: "timing fact not written",
+} as const;
+
+export interface ChaosReport {
+  seed: number;
+  options: Omit<ChaosOptions, "log" | "root">;
+  check: CheckResult;
+  faults: Record<FaultKind, number>;
+  /** Faults that were scheduled but found no victim in the state they aim at. */
+  faultsMissed: Record<FaultKind, number>;
+  hostReports: Record<keyof typeof HOST_REPORTS, number>;
+  submitted: { direct: number; api: number; apiFailed: number };
+  hostsSpawned: number;
+  selfCheck: { doubleStartDetected: boolean; staleWriteDetected: boolean };
+  durationMs: number;
+}
+
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface LiveHost {
+  handle: HostHandle;
+  proxy: ChaosProxy;
+  stopped: boolean;
+  dead: boolean;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function signalGroup(h: LiveHost, sig: NodeJS.Signals): void {
+  try {
+    process.kill(-(h.handle.process.pid as number), sig);
+  } catch {}
+}
+
+/** One RESP command on a fresh connection (FLUSHALL), so the harness needs no Redis client for it. */
+function redisCommand(port: number, ...args: string[]): Promise<string> {
+  return new Promise((res, rej) => {
+    const sock = createConnection({ port, host: "127.0.0.1" });
+    sock.setTimeout(2000);
+    sock.on("connect", () => sock.write(`*${args.length}\r\n${args.map((a) => `$${a.length}\r\n${a}\r\n`).join("")}`));
+    sock.on("data", (d) => {
+      sock.destroy();
+      res(d.toString().trim());
+    });
+    sock.on("error", rej);
+    sock.on("timeout", () => {
+      sock.destroy();
+      rej(new Error("redis timeout"));
+    });
+  });
+}
+
+/** The fault schedule: every kind at least once (when there is room), the rest by weight. */
+export function scheduleFaults(kills: number, rand: () => number): FaultKind[] {
+  const killKinds: KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_mid_run"];
+  const list: FaultKind[] = [];
+  for (let i = 0; i < kills; i++) list.push(i < 3 ? (killKinds[i] as KillKind) : pick(killKinds, rand));
+  const stops = Math.max(2, Math.ceil(kills / 5));
+  for (let i = 0; i < stops; i++) list.push(i % 2 === 0 ? "stop_claimed" : "stop_running");
+  for (let i = 0; i < Math.max(1, Math.ceil(kills / 12)); i++) list.push("redis_flushall");
+  for (let i = 0; i < Math.max(1, Math.ceil(kills / 20)); i++) list.push("redis_restart");
+  for (let i = list.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [list[i], list[j]] = [list[j] as FaultKind, list[i] as FaultKind];
+  }
+  return list;
+}
+
+function pick<T>(xs: readonly T[], rand: () => number): T {
+  return xs[Math.floor(rand() * xs.length)] as T;
+}
+
+export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
+  const t0 = Date.now();
+  const log = opts.log ?? (() => {});
+  const root = resolve(opts.root ?? process.cwd());
+  const rand = mulberry32(opts.seed);
+  const faults = Object.fromEntries(FAULT_KINDS.map((k) => [k, 0])) as Record<FaultKind, number>;
+  const faultsMissed = { ...faults };
+  const hostReports = Object.fromEntries(Object.keys(HOST_REPORTS).map((k) => [k, 0])) as ChaosReport["hostReports"];
+  const submitted = { direct: 0, api: 0, apiFailed: 0 };
+  const ids: string[] = [];
+  const hosts: LiveHost[] = [];
+  const background = new Set<Promise<unknown>>();
+  const track = (p: Promise<unknown>) => {
+    const q = p.catch((e) => log(`background task failed: ${e}`)).finally(() => background.delete(q));
+    background.add(q);
+  };
+  let hostsSpawned = 0;
+
+  let redis: RedisService | null = await startRedis();
+  const redisPort = redis.port;
+  let stack: Stack | null = null;
+  let pool: pg.Pool | null = null;
+  try {
+    stack = await startStack({
+      root,
+      redisUrl: redis.url,
+      hosts: 0,
+      mockModel: { ttftMs: 5, tokensPerS: 2000 },
+      log: (src, line) => {
+        if (src !== "host") log(`[${src}] ${line}`);
+      },
+    });
+    const st = stack;
+    pool = new pg.Pool({ connectionString: st.databaseUrl, max: 6 });
+    const db = pool;
+    await installHistory(db);
+    const pgUrl = new URL(st.databaseUrl);
+    const indexClient = createRedisClient({ ...st.upstash, retries: 0 });
+    const readyKey = redisKeys().readyIndex();
+
+    const bundle = await bundleHost(root);
+    const onHostLine = (line: string) => {
+      for (const [k, needle] of Object.entries(HOST_REPORTS)) {
+        if (line.includes(needle)) hostReports[k as keyof typeof HOST_REPORTS]++;
+      }
+    };
+    const spawnChaosHost = async (): Promise<LiveHost> => {
+      const spawnedAt = Date.now();
+      const proxy = new ChaosProxy({
+        target: { host: pgUrl.hostname, port: Number(pgUrl.port) },
+        claimDelayMs: CLAIM_DELAY_MS,
+        startDelayMs: START_DELAY_MS,
+      });
+      const port = await proxy.listen();
+      const url = new URL(st.databaseUrl);
+      url.port = String(port);
+      const handle = await spawnBundledHost(
+        bundle,
+        st.hostEnv({ ...CHAOS_HOST_ENV, DATABASE_URL: url.toString(), HOST_ID: `chaos-${++hostsSpawned}` }),
+        onHostLine,
+      ).catch(async (e) => {
+        await proxy.close();
+        throw e;
+      });
+      const h: LiveHost = { handle, proxy, stopped: false, dead: false };
+      hosts.push(h);
+      log(`host ${handle.id} up in ${Date.now() - spawnedAt} ms`);
+      return h;
+    };
+    await Promise.all(Array.from({ length: opts.hosts }, () => spawnChaosHost()));
+    log(`${opts.hosts} hosts up after ${Date.now() - t0} ms`);
+
+    // --- the load -------------------------------------------------------------------------
+    const schedule = scheduleFaults(opts.kills, rand);
+    const loadMs = schedule.length * opts.faultEveryMs;
+    const plan = Array.from({ length: opts.jobs }, (_, i) => ({
+      at: (i * loadMs) / opts.jobs,
+      slow: rand() < 0.4,
+      viaApi: rand() < opts.apiShare,
+      ttft: 400 + Math.floor(rand() * 400),
+    }));
+    const faultPlan = schedule.map((kind, i) => ({ kind, at: (i + 0.5 + (rand() - 0.5) * 0.6) * opts.faultEveryMs }));
+
+    const submitOne = async (i: number, p: (typeof plan)[number]) => {
+      const script = p.slow
+        ? { reply: `slow ${i} one two three four`, ttft_ms: p.ttft, tokens_per_s: 40 }
+        : { reply: `quick ${i}`, ttft_ms: 5 };
+      const content = `!mock ${JSON.stringify(script)}`;
+      if (p.viaApi) {
+        try {
+          const res = await fetch(`${st.gatewayUrl}/v1/jobs`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${st.apiKey}`, "content-type": "application/json" },
+            body: JSON.stringify({ input: { messages: [{ role: "user", content }] } }),
+          });
+          const body = (await res.json()) as { job?: { id: string } };
+          if (res.status === 202 && body.job) {
+            ids.push(body.job.id);
+            submitted.api++;
+            return;
+          }
+          submitted.apiFailed++;
+        } catch {
+          submitted.apiFailed++;
+        }
+        return;
+      }
+      const id = randomUUID();
+      await db.query("INSERT INTO jobs (id, tenant_id, input) VALUES ($1, $2, $3)", [
+        id,
+        st.tenantId,
+        JSON.stringify({ messages: [{ role: "user", content }] }),
+      ]);
+      ids.push(id);
+      submitted.direct++;
+      // Like the gateway: the index is only a wake-up, a failed ZADD loses nothing.
+      await indexClient.zadd(readyKey, { score: Date.now(), member: id }).catch(() => {});
+    };
+
+    const loadStart = Date.now();
+    let faultsDone = 0;
+    const submitter = (async () => {
+      const inflight: Promise<void>[] = [];
+      for (const [i, p] of plan.entries()) {
+        const wait = loadStart + p.at - Date.now();
+        if (wait > 0) await sleep(wait);
+        // Faults may run late (they wait for replacement hosts): keep the load alongside them.
+        while (faultsDone < Math.floor((i * faultPlan.length) / opts.jobs) - 2) await sleep(20);
+        inflight.push(submitOne(i, p));
+      }
+      await Promise.all(inflight);
+    })();
+
+    const alive = () => hosts.filter((h) => !h.dead && !h.stopped);
+    const ownedRows = async (hostId: string) => {
+      const r = await db.query<{ state: string; n: string }>(
+        "SELECT state, count(*) AS n FROM jobs WHERE owner = $1 AND state IN ('queued','running') GROUP BY state",
+        [hostId],
+      );
+      const by = Object.fromEntries(r.rows.map((x) => [x.state, Number(x.n)]));
+      return { claimed: by.queued ?? 0, running: by.running ?? 0 };
+    };
+    const runningOwners = async () => {
+      const r = await db.query<{ owner: string }>("SELECT DISTINCT owner FROM jobs WHERE state = 'running'");
+      return new Set(r.rows.map((x) => x.owner));
+    };
+
+    /** Wait (bounded) for a host in the state this fault aims at. */
+    const findVictim = async (
+      aim: "claim_held" | "start_held" | "running",
+      withinMs = 2000,
+    ): Promise<LiveHost | null> => {
+      const deadline = Date.now() + withinMs;
+      while (Date.now() < deadline) {
+        const cands = alive();
+        let found: LiveHost[] = [];
+        if (aim === "claim_held") found = cands.filter((h) => h.proxy.held("claim") > 0);
+        else if (aim === "start_held") found = cands.filter((h) => h.proxy.held("start") > 0);
+        else {
+          const owners = await runningOwners();
+          found = alive().filter((h) => owners.has(h.handle.id));
+        }
+        if (found.length) return pick(found, rand);
+        await sleep(aim === "running" ? 40 : 5);
+      }
+      log(
+        `no victim for ${aim}: ${alive()
+          .map((h) => `${h.handle.id} c=${h.proxy.held("claim")} s=${h.proxy.held("start")}`)
+          .join(", ")}`,
+      );
+      return null;
+    };
+
+    const freeze = (h: LiveHost) => {
+      h.proxy.pause();
+      signalGroup(h, "SIGSTOP");
+    };
+
+    /** Kills must not outpace replacements: keep at least hosts-1 alive (bounded wait). */
+    const enoughHosts = async () => {
+      const until = Date.now() + 15_000;
+      while (alive().length < Math.max(2, opts.hosts - 1) && Date.now() < until) await sleep(50);
+    };
+
+    const AIM = { kill_before_claim: "claim_held", kill_after_claim: "start_held", kill_mid_run: "running" } as const;
+    /** The scheduled kind first; if no host is in that state, another kind, so the kill still happens. */
+    const kill = async (scheduled: KillKind) => {
+      await enoughHosts();
+      let kind = scheduled;
+      let victim = await findVictim(AIM[kind], 2000);
+      if (!victim) faultsMissed[scheduled]++;
+      for (const other of Object.keys(AIM) as KillKind[]) {
+        if (victim) break;
+        kind = other;
+        victim = await findVictim(AIM[kind], 1000);
+      }
+      if (!victim) return;
+      freeze(victim);
+      const heldClaim = victim.proxy.held("claim");
+      const heldStart = victim.proxy.held("start");
+      const owned = await ownedRows(victim.handle.id);
+      const landed =
+        kind === "kill_before_claim" ? heldClaim > 0 : kind === "kill_after_claim" ? heldStart > 0 : owned.running > 0;
+      signalGroup(victim, "SIGKILL");
+      victim.dead = true;
+      await victim.proxy.close();
+      if (landed) faults[kind]++;
+      else faults.kill_other++;
+      log(
+        `${kind}${landed ? "" : " (missed its window)"}: ${victim.handle.id} held claim=${heldClaim} start=${heldStart}, owned claimed=${owned.claimed} running=${owned.running}`,
+      );
+      track(spawnChaosHost());
+    };
+
+    const stop = async (scheduled: "stop_claimed" | "stop_running") => {
+      let kind = scheduled;
+      await enoughHosts();
+      let victim = await findVictim(kind === "stop_claimed" ? "start_held" : "running", 4000);
+      if (!victim) {
+        faultsMissed[kind]++;
+        kind = kind === "stop_claimed" ? "stop_running" : "stop_claimed";
+        victim = await findVictim(kind === "stop_claimed" ? "start_held" : "running", 2000);
+        if (!victim) return;
+      }
+      freeze(victim);
+      victim.stopped = true;
+      faults[kind]++;
+      log(`${kind}: ${victim.handle.id} frozen for ${STOP_MS} ms`);
+      track(
+        sleep(STOP_MS).then(() => {
+          signalGroup(victim, "SIGCONT");
+          victim.proxy.resume();
+          victim.stopped = false;
+        }),
+      );
+    };
+
+    const restartRedis = async () => {
+      faults.redis_restart++;
+      const old = redis;
+      redis = null;
+      await old?.stop();
+      log("redis stopped");
+      await sleep(1000);
+      redis = await startRedis({ port: redisPort });
+      log("redis restarted (empty)");
+    };
+
+    const faulter = (async () => {
+      for (const f of faultPlan) {
+        faultsDone++;
+        const wait = loadStart + f.at - Date.now();
+        if (wait > 0) await sleep(wait);
+        if (f.kind === "kill_before_claim" || f.kind === "kill_after_claim" || f.kind === "kill_mid_run") {
+          await kill(f.kind);
+        } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
+          await stop(f.kind);
+        } else if (f.kind === "redis_flushall") {
+          if (redis) {
+            await redisCommand(redisPort, "FLUSHALL").catch(() => {});
+            faults.redis_flushall++;
+            log("redis FLUSHALL");
+          } else faultsMissed.redis_flushall++;
+        } else {
+          track(restartRedis());
+        }
+      }
+    })();
+
+    await Promise.all([submitter, faulter]);
+    while (background.size) await Promise.all([...background]);
+    for (const h of hosts) if (h.stopped) signalGroup(h, "SIGCONT");
+    log(`load done after ${Date.now() - loadStart} ms; recovery window`);
+
+    // --- recovery window, then the verdict ------------------------------------------------
+    const deadline = Date.now() + opts.recoveryWindowMs;
+    while (Date.now() < deadline) {
+      const r = await db.query<{ n: string }>(
+        "SELECT count(*) AS n FROM jobs WHERE id = ANY($1::uuid[]) AND state IN ('queued','running')",
+        [ids],
+      );
+      if (Number(r.rows[0]?.n) === 0) break;
+      await sleep(250);
+    }
+    const check = checkHistory(ids, await readHistory(db));
+    const selfCheck = await checkerSelfCheck(db, ids, check);
+
+    return {
+      seed: opts.seed,
+      options: {
+        jobs: opts.jobs,
+        kills: opts.kills,
+        hosts: opts.hosts,
+        seed: opts.seed,
+        faultEveryMs: opts.faultEveryMs,
+        recoveryWindowMs: opts.recoveryWindowMs,
+        apiShare: opts.apiShare,
+      },
+      check,
+      faults,
+      faultsMissed,
+      hostReports,
+      submitted,
+      hostsSpawned,
+      selfCheck,
+      durationMs: Date.now() - t0,
+    };
+  } finally {
+    for (const h of hosts) {
+      signalGroup(h, "SIGCONT");
+      signalGroup(h, "SIGKILL");
+      await h.proxy.close().catch(() => {});
+    }
+    await Promise.allSettled([...background]);
+    await pool?.end().catch(() => {});
+    await stack?.stop().catch(() => {});
+    await redis?.stop().catch(() => {});
+  }
+}
+
+/**
+ * A check that cannot fail is a defect: after the verdict, plant a second execution on one
+ * completed job and a write after the terminal state on another, in the same database, and
+ * require the checker to flag both. Runs after the real verdict, so it cannot change it.
+ */
+async function checkerSelfCheck(db: pg.Pool, ids: string[], real: CheckResult): Promise<ChaosReport["selfCheck"]> {
+  const done = real.verdicts.filter((v) => v.cls === "completed_once" || v.cls === "requeued_then_completed");
+  const [a, b] = [done[0]?.id, done[1]?.id];
+  if (!a || !b) return { doubleStartDetected: false, staleWriteDetected: false };
+  await db.query(
+    "INSERT INTO executions (id, job_id, host, epoch) SELECT $2, id, 'planted', epoch + 1 FROM jobs WHERE id = $1",
+    [a, randomUUID()],
+  );
+  await db.query("UPDATE jobs SET prepared_at = now() WHERE id = $1", [b]);
+  const after = checkHistory(ids, await readHistory(db));
+  const cls = (id: string) => after.verdicts.find((v) => v.id === id)?.cls;
+  return {
+    doubleStartDetected: cls(a) === "double_started",
+    staleWriteDetected: cls(b) === "stale_write_accepted",
+  };
+}

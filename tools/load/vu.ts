@@ -1,0 +1,380 @@
+/**
+ * One virtual user's run: a real HTTP submit, then the job's SSE stream, then the authoritative
+ * terminal state read back from `GET /v1/jobs/{id}`. Strict success needs both halves:
+ * - stream: ids contiguous from 1 (no duplicate, no gap, also across a reconnect), exactly one
+ *   terminal event and nothing after it, the scenario's events present;
+ * - state: the job's terminal state, output and error match what the scenario means.
+ * Client timings start at `t0` (the submit, or the user's arrival in the baseline mode) and are
+ * never mixed with the server's latency fields, which are copied beside them.
+ */
+import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
+import { readSse, type SseEvent } from "../lib/sse";
+import type { ModelScript, RunRecord, Scenario, Target } from "./types";
+
+export interface VuContext {
+  target: Target;
+  script: ModelScript;
+  runTimeoutMs: number;
+  runId: string;
+  step: number;
+  /** Called for every event the client sees (progress bar). */
+  onEvent?: (vu: number, type: string) => void;
+  /** Extra metadata on the job (baseline mode records the simulated receiving host). */
+  metadata?: Record<string, unknown>;
+}
+
+const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled", "run.lost", "run.timed_out"]);
+const STATE_OF_TERMINAL: Record<string, string> = {
+  "run.completed": "completed",
+  "run.failed": "failed",
+  "run.cancelled": "cancelled",
+  "run.lost": "lost",
+  "run.timed_out": "timed_out",
+};
+
+interface JobView {
+  id: string;
+  state: string;
+  output: string | null;
+  error: { code: string; message: string } | null;
+  latency: NonNullable<RunRecord["server"]>;
+}
+
+function replyWords(n: number, token: string): string {
+  const words = [`load ${token}:`];
+  for (let i = 1; i < Math.max(2, n); i++) words.push(`w${i}`);
+  return words.join(" ");
+}
+
+interface Plan {
+  content: string;
+  reply: string;
+  tools?: string[];
+}
+
+function planFor(scenario: Scenario, token: string, s: ModelScript): Plan {
+  const timing = { ttft_ms: s.ttftMs, tokens_per_s: s.tokensPerS };
+  const mock = (o: Record<string, unknown>) => `!mock ${JSON.stringify({ ...o, ...timing })}`;
+  switch (scenario) {
+    case "text": {
+      const reply = replyWords(s.replyTokens, token);
+      return { content: mock({ reply }), reply };
+    }
+    case "reconnect": {
+      // Long enough that the drop lands mid-stream.
+      const reply = replyWords(Math.max(s.replyTokens, 60), token);
+      return { content: mock({ reply }), reply };
+    }
+    case "cancel": {
+      // Far longer than the cancel takes: a completed run here means the cancel did not work.
+      const reply = replyWords(Math.max(s.replyTokens * 4, 400), token);
+      return { content: mock({ reply }), reply };
+    }
+    case "tool": {
+      const reply = `tool ok ${token}`;
+      return {
+        content: mock({ reply, tool_calls: [{ name: "shell", args: { cmd: `echo ${token}` } }] }),
+        reply,
+        tools: ["shell"],
+      };
+    }
+  }
+}
+
+class StreamState {
+  lastId = 0;
+  events = 0;
+  text = "";
+  deltas = 0;
+  terminal: string | null = null;
+  firstEventAt: number | null = null;
+  firstDeltaAt: number | null = null;
+  terminalAt: number | null = null;
+  host: string | null = null;
+  cancelAccepted = false;
+  toolCalls: Array<{ id?: string; name?: string }> = [];
+  toolResults: Array<{ id?: string; ok?: boolean; output?: unknown }> = [];
+  problems: string[] = [];
+
+  take(ev: SseEvent, now: number): void {
+    this.events++;
+    const id = Number(ev.id);
+    if (!Number.isSafeInteger(id)) this.problems.push(`event without a numeric id (${ev.event})`);
+    else if (id <= this.lastId) this.problems.push(`duplicate event id ${id} (last ${this.lastId})`);
+    else if (id !== this.lastId + 1) this.problems.push(`gap: event id ${id} after ${this.lastId}`);
+    if (Number.isSafeInteger(id)) this.lastId = Math.max(this.lastId, id);
+    if (this.terminal) this.problems.push(`event ${ev.event} after terminal ${this.terminal}`);
+    this.firstEventAt ??= now;
+    let payload: Record<string, unknown> = {};
+    try {
+      payload = ((JSON.parse(ev.data) as { payload?: Record<string, unknown> }).payload ?? {}) as Record<
+        string,
+        unknown
+      >;
+    } catch {
+      this.problems.push(`event ${id} data is not JSON`);
+    }
+    switch (ev.event) {
+      case "run.started":
+        this.host = typeof payload.host === "string" ? payload.host : this.host;
+        break;
+      case "model.delta": {
+        const t = typeof payload.text === "string" ? payload.text : "";
+        if (t) {
+          this.firstDeltaAt ??= now;
+          this.deltas++;
+        }
+        this.text += t;
+        break;
+      }
+      case "tool.call":
+        this.toolCalls.push(payload as { id?: string; name?: string });
+        break;
+      case "tool.result":
+        this.toolResults.push(payload as { id?: string; ok?: boolean; output?: unknown });
+        break;
+      case "cancel.accepted":
+        this.cancelAccepted = true;
+        break;
+    }
+    if (TERMINAL.has(ev.event)) {
+      if (!this.terminal) {
+        this.terminal = ev.event;
+        this.terminalAt = now;
+      }
+    }
+  }
+}
+
+export async function runVu(
+  ctx: VuContext,
+  vu: number,
+  scenario: Scenario,
+  t0 = performance.now(),
+): Promise<RunRecord> {
+  const { target } = ctx;
+  const token = `${ctx.runId}-s${ctx.step}-v${vu}`;
+  const conversationId = `load-${ctx.runId}-s${ctx.step}-v${vu}`;
+  const plan = planFor(scenario, token, ctx.script);
+  const auth = { authorization: `Bearer ${target.apiKey}` };
+  const deadline = AbortSignal.timeout(ctx.runTimeoutMs);
+  const rec: RunRecord = {
+    step: ctx.step,
+    vu,
+    scenario,
+    jobId: null,
+    conversationId,
+    ok: false,
+    streamOk: false,
+    stateOk: false,
+    problems: [],
+    finalState: null,
+    errorCode: null,
+    host: null,
+    events: 0,
+    client: {
+      submitMs: null,
+      preparationMs: null,
+      firstTokenMs: null,
+      totalMs: null,
+      cancelMs: null,
+      resumedEvents: null,
+    },
+    server: null,
+  };
+  const since = (t: number | null) => (t === null ? null : Math.max(0, t - t0));
+  const streamProblems: string[] = [];
+  const stateProblems: string[] = [];
+
+  // 1. submit
+  try {
+    const res = await fetch(`${target.gatewayUrl}/v1/jobs`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({
+        input: { messages: [{ role: "user", content: plan.content }] },
+        conversation_id: conversationId,
+        ...(plan.tools ? { tools: plan.tools } : {}),
+        metadata: { load_run: ctx.runId, step: ctx.step, vu, scenario, ...ctx.metadata },
+      }),
+      signal: deadline,
+    });
+    const body = (await res.json().catch(() => null)) as { job?: { id: string } } | null;
+    rec.client.submitMs = since(performance.now());
+    if (res.status !== 202 || !body?.job?.id) {
+      rec.problems.push(`submit answered HTTP ${res.status}`);
+      return rec;
+    }
+    rec.jobId = body.job.id;
+  } catch (err) {
+    rec.problems.push(`submit failed: ${(err as Error).message}`);
+    return rec;
+  }
+  const jobId = rec.jobId;
+
+  // 2. stream (one connection, or two for `reconnect`)
+  const st = new StreamState();
+  let cancelSentAt: number | null = null;
+  let cancelPost: Promise<void> | null = null;
+  const eventsUrl = `${target.gatewayUrl}/v1/jobs/${jobId}/events`;
+  const consume = async (
+    headers: Record<string, string>,
+    stopAfterDeltas: number | null,
+  ): Promise<"ended" | "dropped"> => {
+    const conn = new AbortController();
+    const gen = readSse(eventsUrl, {
+      headers: { ...auth, ...headers },
+      signal: AbortSignal.any([deadline, conn.signal]),
+    });
+    try {
+      for (;;) {
+        const next = await gen.next();
+        if (next.done) return "ended";
+        const now = performance.now();
+        st.take(next.value, now);
+        ctx.onEvent?.(vu, next.value.event);
+        if (scenario === "cancel" && st.firstDeltaAt !== null && !cancelPost && !st.terminal) {
+          cancelSentAt = performance.now();
+          cancelPost = fetch(`${target.gatewayUrl}/v1/jobs/${jobId}/cancel`, {
+            method: "POST",
+            headers: auth,
+            signal: deadline,
+          })
+            .then(async (r) => {
+              const b = (await r.json().catch(() => null)) as { status?: string } | null;
+              if (r.status !== 202) stateProblems.push(`cancel answered HTTP ${r.status}`);
+              else if (b?.status !== "requested") stateProblems.push(`cancel status ${b?.status} (expected requested)`);
+            })
+            .catch((e: Error) => {
+              stateProblems.push(`cancel failed: ${e.message}`);
+            });
+        }
+        if (st.terminal) continue; // read to the end: the stream must close after the terminal event
+        if (stopAfterDeltas !== null && st.deltas >= stopAfterDeltas) {
+          conn.abort(new Error("load: drop mid-stream"));
+          return "dropped";
+        }
+      }
+    } finally {
+      await gen.return(undefined).catch(() => {});
+    }
+  };
+
+  try {
+    if (scenario === "reconnect") {
+      const first = await consume({}, 3);
+      if (first === "dropped") {
+        await sleep(150 + Math.floor(Math.random() * 150));
+        const before = st.events;
+        await consume({ "last-event-id": String(st.lastId) }, null);
+        rec.client.resumedEvents = st.events - before;
+        if (rec.client.resumedEvents === 0) streamProblems.push("the resumed stream delivered nothing");
+      } else {
+        streamProblems.push("the stream ended before the planned mid-stream drop");
+      }
+    } else {
+      await consume({}, null);
+    }
+  } catch (err) {
+    streamProblems.push(
+      deadline.aborted ? `no terminal event within ${ctx.runTimeoutMs} ms` : `stream error: ${(err as Error).message}`,
+    );
+  }
+  await cancelPost;
+  rec.events = st.events;
+  rec.host = st.host;
+  rec.client.preparationMs = since(st.firstEventAt);
+  rec.client.firstTokenMs = since(st.firstDeltaAt);
+  rec.client.totalMs = since(st.terminalAt);
+  if (cancelSentAt !== null && st.terminalAt !== null) rec.client.cancelMs = Math.max(0, st.terminalAt - cancelSentAt);
+  streamProblems.push(...st.problems);
+  if (!st.terminal && !streamProblems.some((p) => p.startsWith("no terminal"))) {
+    streamProblems.push("the stream closed without a terminal event");
+  }
+
+  // 3. the authoritative terminal state
+  let job: JobView | null = null;
+  const readUntil = performance.now() + 15_000;
+  while (performance.now() < readUntil) {
+    try {
+      const r = await fetch(`${target.gatewayUrl}/v1/jobs/${jobId}`, {
+        headers: auth,
+        signal: AbortSignal.timeout(10_000),
+      });
+      if (r.status !== 200) {
+        stateProblems.push(`GET job answered HTTP ${r.status}`);
+        break;
+      }
+      job = ((await r.json()) as { job: JobView }).job;
+      if (job.state !== "queued" && job.state !== "running") break;
+    } catch (err) {
+      stateProblems.push(`GET job failed: ${(err as Error).message}`);
+      break;
+    }
+    await sleep(100);
+  }
+  if (job) {
+    rec.finalState = job.state;
+    rec.errorCode = job.error?.code ?? null;
+    rec.server = job.latency ?? null;
+    if (st.terminal && STATE_OF_TERMINAL[st.terminal] !== job.state) {
+      stateProblems.push(`stream ended ${st.terminal} but the job is ${job.state}`);
+    }
+    checkMeaning(scenario, plan, token, job, st, streamProblems, stateProblems);
+  } else if (!stateProblems.length) {
+    stateProblems.push("no terminal state read back");
+  }
+
+  rec.streamOk = streamProblems.length === 0;
+  rec.stateOk = stateProblems.length === 0 && job !== null;
+  rec.ok = rec.streamOk && rec.stateOk;
+  rec.problems = [...streamProblems.map((p) => `stream: ${p}`), ...stateProblems.map((p) => `state: ${p}`)];
+  return rec;
+}
+
+function checkMeaning(
+  scenario: Scenario,
+  plan: Plan,
+  token: string,
+  job: JobView,
+  st: StreamState,
+  streamProblems: string[],
+  stateProblems: string[],
+): void {
+  const failedWith = job.state === "failed" ? ` (${job.error?.code ?? "no error code"})` : "";
+  switch (scenario) {
+    case "text":
+    case "reconnect":
+      if (job.state !== "completed") stateProblems.push(`job is ${job.state}${failedWith}, expected completed`);
+      else if (job.output !== plan.reply) stateProblems.push("job output differs from the scripted reply");
+      if (st.terminal === "run.completed" && st.text !== plan.reply) {
+        streamProblems.push("streamed text differs from the scripted reply (duplicate or missing delta)");
+      }
+      break;
+    case "tool": {
+      if (job.state !== "completed") stateProblems.push(`job is ${job.state}${failedWith}, expected completed`);
+      else if (job.output !== plan.reply) stateProblems.push("job output differs from the scripted final reply");
+      const call = st.toolCalls.find((c) => c.name === "shell");
+      if (!call) streamProblems.push("no tool.call for shell");
+      const result = st.toolResults.find((r) => !call?.id || r.id === call.id);
+      if (!result) streamProblems.push("no tool.result");
+      else if (result.ok !== true) {
+        streamProblems.push(`tool.result is not ok: ${JSON.stringify(result.output ?? null).slice(0, 160)}`);
+      } else if (!JSON.stringify(result.output ?? "").includes(token)) {
+        streamProblems.push("tool.result output lacks the echoed token");
+      }
+      break;
+    }
+    case "cancel":
+      if (job.state !== "cancelled") stateProblems.push(`job is ${job.state}${failedWith}, expected cancelled`);
+      if (st.terminal && st.terminal !== "run.cancelled")
+        streamProblems.push(`terminal ${st.terminal}, expected run.cancelled`);
+      if (!st.cancelAccepted) streamProblems.push("no cancel.accepted event");
+      if (!plan.reply.startsWith(st.text)) streamProblems.push("streamed text is not a prefix of the scripted reply");
+      if (job.output !== null && !plan.reply.startsWith(job.output)) {
+        stateProblems.push("cancelled job's partial output is not a prefix of the reply");
+      }
+      break;
+  }
+}

@@ -1,0 +1,33 @@
+/**
+ * Cancel a job (ARCHITECTURE "Cancellation"): the durable request in Postgres first
+ * (`requestCancel`), then — only when an owner must stop a claimed or running job — the Redis
+ * hint its host polls every ~200 ms. The hint is an accelerator: if Redis is down the host still
+ * sees `cancel_requested_at` on its ~1 s Postgres check, so a failed SET is logged, not raised.
+ */
+import { type CancelStatus, requestCancel } from "../../src/db/control-repo";
+import { redisKeys } from "../../src/quota/keys";
+import { callDependency, type Deps, withTimeout } from "../deps";
+
+/** Outlives any host's check interval by far; the key only has to be seen once. */
+export const CANCEL_HINT_TTL_S = 600;
+const HINT_TIMEOUT_MS = 500;
+const keys = redisKeys();
+
+export async function cancelJob(deps: Deps, tenantId: string, jobId: string): Promise<CancelStatus> {
+  const db = deps.db();
+  const status = await callDependency("postgres", () => requestCancel(db, tenantId, jobId));
+  if (status === "requested") {
+    try {
+      await withTimeout(
+        deps.redis().set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
+        HINT_TIMEOUT_MS,
+        "redis",
+      );
+    } catch (err) {
+      console.warn(
+        JSON.stringify({ msg: "cancel hint SET failed; the host will see Postgres", jobId, error: String(err) }),
+      );
+    }
+  }
+  return status;
+}

@@ -1,0 +1,69 @@
+/**
+ * What a ChatSession needs from the job system, behind one interface so workerd tests can stand
+ * in for Postgres and Redis: turning a chat message into a job (the same `createJob` + ready-index
+ * ZADD as POST /v1/jobs), cancelling one, and looking one up for `resume`.
+ */
+import { type JobView, LIMITS } from "../../src/contracts";
+import type { CancelStatus } from "../../src/db/control-repo";
+import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
+import { toJobView } from "../../src/db/job-view";
+import { createJob, getJob } from "../../src/db/jobs-repo";
+import { cancelJob } from "../commands/cancel";
+import { loadConfig } from "../config";
+import { callDependency, createDeps } from "../deps";
+import type { Env } from "../env";
+import { indexReadyJob } from "../routes/jobs";
+
+export interface ChatSubmission {
+  tenantId: string;
+  conversationId: string;
+  content: string;
+  clientMessageId: string;
+}
+
+export interface ChatBackend {
+  /** Idempotent per (tenant, conversation, client_message_id): a repeat returns the same job. */
+  submit(s: ChatSubmission): Promise<{ job: JobView; created: boolean }>;
+  cancel(tenantId: string, jobId: string): Promise<CancelStatus>;
+  findJob(tenantId: string, jobId: string): Promise<JobView | null>;
+}
+
+/** History sent to the model: the last 20 jobs' turns, within the job input limits. */
+const HISTORY_JOBS = 20;
+const HISTORY_MAX_CHARS = 128 * 1024;
+
+export function chatIdempotencyKey(conversationId: string, clientMessageId: string): string {
+  return `chat:${conversationId}:${clientMessageId}`;
+}
+
+export function postgresChatBackend(env: Env): ChatBackend {
+  // Per call, not per object: clients must not be shared across requests (see deps.ts).
+  const deps = () => createDeps(loadConfig(env));
+  return {
+    async submit({ tenantId, conversationId, content, clientMessageId }) {
+      const d = deps();
+      const db = d.db();
+      const { job, created } = await callDependency("postgres", async () => {
+        const rows = await listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS);
+        const messages = nextJobMessages(conversationMessages(rows), content, {
+          maxMessages: LIMITS.maxMessages,
+          maxChars: HISTORY_MAX_CHARS,
+        });
+        return createJob(db, tenantId, crypto.randomUUID(), {
+          input: { messages },
+          conversation_id: conversationId,
+          idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
+          metadata: { source: "chat", client_message_id: clientMessageId },
+        });
+      });
+      if (created) await indexReadyJob(d, job.id);
+      return { job: toJobView(job), created };
+    },
+    cancel: (tenantId, jobId) => cancelJob(deps(), tenantId, jobId),
+    async findJob(tenantId, jobId) {
+      const db = deps().db();
+      const row = await callDependency("postgres", () => getJob(db, tenantId, jobId));
+      return row ? toJobView(row) : null;
+    },
+  };
+}

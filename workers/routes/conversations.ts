@@ -1,0 +1,59 @@
+/**
+ * Conversations (API.md "Conversations"): the chat WebSocket and the history.
+ *
+ * GET /v1/conversations/:id/ws — the API key (header or `?token=`) was checked by the /v1
+ * middleware before anything is upgraded, so a bad key is a JSON 401 and never a socket. The
+ * upgrade is handed to the tenant's ChatSession for this conversation, named `tenant:conversation`.
+ * A conversation id is the client's own (like POST /v1/jobs's `conversation_id`), scoped by
+ * tenant: another tenant's conversation of the same id is simply a different, empty one here.
+ *
+ * GET /v1/conversations/:id/messages — the turns of the tenant's jobs in that conversation,
+ * oldest first; a conversation the tenant has no job in (including another tenant's) is 404.
+ */
+import { Hono } from "hono";
+import { ApiError, LIMITS } from "../../src/contracts";
+import { MULTITASK_POLICIES } from "../../src/contracts/chat";
+import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
+import { callDependency, callDurableObject } from "../deps";
+import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session";
+import type { GatewayEnv } from "../types";
+
+const CONVERSATION_ID_RE = /^[A-Za-z0-9._:-]+$/;
+/** History reads return at most this many jobs' turns. */
+const HISTORY_MAX_JOBS = 500;
+
+function conversationId(raw: string): string {
+  if (raw.length === 0 || raw.length > LIMITS.maxConversationId || !CONVERSATION_ID_RE.test(raw)) {
+    throw new ApiError("not_found", "conversation not found");
+  }
+  return raw;
+}
+
+export const conversationRoutes = new Hono<GatewayEnv>()
+  .get("/:id/ws", async (c) => {
+    const id = conversationId(c.req.param("id"));
+    if (c.req.header("upgrade")?.toLowerCase() !== "websocket") {
+      throw new ApiError("invalid_request", "this route needs a WebSocket upgrade (Upgrade: websocket)");
+    }
+    const multitask = c.req.query("multitask") ?? "queue";
+    if (!(MULTITASK_POLICIES as readonly string[]).includes(multitask)) {
+      throw new ApiError("invalid_request", `multitask: must be one of ${MULTITASK_POLICIES.join(", ")}`);
+    }
+    const tenantId = c.get("tenantId");
+    const stub = c.env.CHAT_SESSIONS.get(c.env.CHAT_SESSIONS.idFromName(chatSessionName(tenantId, id)));
+    const headers = new Headers(c.req.raw.headers);
+    headers.delete("authorization"); // the object needs the tenant, never the key
+    headers.set(CHAT_HEADERS.tenant, tenantId);
+    headers.set(CHAT_HEADERS.conversation, id);
+    headers.set(CHAT_HEADERS.multitask, multitask);
+    return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
+  })
+  .get("/:id/messages", async (c) => {
+    const id = conversationId(c.req.param("id"));
+    const db = c.get("deps").db();
+    const rows = await callDependency("postgres", () =>
+      listConversationJobsOldestFirst(db, c.get("tenantId"), id, HISTORY_MAX_JOBS),
+    );
+    if (rows.length === 0) throw new ApiError("not_found", "conversation not found");
+    return c.json({ messages: conversationMessages(rows) });
+  });

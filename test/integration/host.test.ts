@@ -223,6 +223,8 @@ function hostConfig(t: TestDb, over: Partial<HostConfig> = {}): HostConfig {
     redis: { url: bridge.url, token: BRIDGE_TOKEN },
     gatewayUrl: ingest.url,
     signingSecret: SECRET,
+    // These tests are about claiming and running; the quota has its own suites.
+    quotaModelLimit: 0,
     ...over,
   });
 }

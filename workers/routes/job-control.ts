@@ -7,41 +7,17 @@
  */
 import { Hono } from "hono";
 import { JobInputBodySchema } from "../../src/contracts";
-import { type CancelStatus, listInputs, requestCancel, submitInput } from "../../src/db/control-repo";
-import { redisKeys } from "../../src/quota/keys";
-import { callDependency, type Deps, withTimeout } from "../deps";
+import { listInputs, submitInput } from "../../src/db/control-repo";
+import { cancelJob } from "../commands/cancel";
+import { callDependency } from "../deps";
 import { readJsonBody } from "../request/body";
 import type { GatewayEnv } from "../types";
 import { notFoundJob } from "./jobs";
 
-const keys = redisKeys();
-const HINT_TTL_S = 600;
-const HINT_TIMEOUT_MS = 500;
-
-/** The one cancel path: POST /cancel, the WebSocket `cancel` frame and the chat `interrupt` policy. */
-export async function cancelJob(
-  deps: Deps,
-  tenantId: string,
-  jobId: string,
-): Promise<Exclude<CancelStatus, "not_found">> {
-  const db = deps.db();
-  const status = await callDependency("postgres", () => requestCancel(db, tenantId, jobId));
-  if (status === "not_found") throw notFoundJob();
-  if (status === "requested") {
-    try {
-      await withTimeout(deps.redis().set(keys.cancelHint(jobId), "1", { ex: HINT_TTL_S }), HINT_TIMEOUT_MS, "redis");
-    } catch (err) {
-      console.warn(
-        JSON.stringify({ msg: "cancel hint not set; hosts converge on the durable flag", jobId, error: String(err) }),
-      );
-    }
-  }
-  return status;
-}
-
 export const jobControlRoutes = new Hono<GatewayEnv>()
   .post("/:id/cancel", async (c) => {
     const status = await cancelJob(c.get("deps"), c.get("tenantId"), c.req.param("id"));
+    if (status === "not_found") throw notFoundJob();
     return c.json({ status }, 202);
   })
   .post("/:id/input", async (c) => {

@@ -383,9 +383,13 @@ describe.skipIf(!canRun)("sandbox-host", () => {
     const [id] = await insertJobs(t, ["not indexed"], { index: false });
     const [row] = await waitJobs(t, [id!], ["completed"], 10_000);
     expect(row!.output).toBe("Echo: not indexed");
-    // Only jobs older than sweepOlderThanMs (2 s) are swept.
-    expect(ms(row!.createdAt, row!.startedAt)).toBeGreaterThanOrEqual(1900);
-    expect(await metricValue(host.metricsUrl, "claims_total", { source: "sweep", result: "won" })).toBe(1);
+    // Found through Postgres: the sweep (jobs older than 2 s), or the poll a host falls back to
+    // when a slow Redis answer makes it treat Redis as down (seen under CI load). Never the index.
+    const viaSweep = await metricValue(host.metricsUrl, "claims_total", { source: "sweep", result: "won" });
+    const viaPoll = await metricValue(host.metricsUrl, "claims_total", { source: "poll", result: "won" });
+    expect(viaSweep + viaPoll).toBe(1);
+    if (viaSweep === 1) expect(ms(row!.createdAt, row!.startedAt)).toBeGreaterThanOrEqual(1900);
+    expect(await metricValue(host.metricsUrl, "claims_total", { source: "index", result: "won" })).toBe(0);
   });
 
   it("keeps claiming by polling Postgres while Redis is down, and returns to the index when it is back", async () => {
@@ -728,7 +732,7 @@ describe.skipIf(!canRun)("sandbox-host processes", () => {
     await Promise.all(hosts.map((h) => killGroup(h, "SIGTERM")));
     for (const h of hosts) {
       await waitFor("the daemon's last log line", async () => h.stderrTail().includes('"msg":"sandbox-host stopped"'), {
-        timeoutMs: 5000,
+        timeoutMs: 20_000,
       });
     }
   }, 120_000);

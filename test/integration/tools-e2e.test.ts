@@ -95,7 +95,12 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     expect(shell.output.stdout.trim().split("\n").at(-1)).toBe("65534"); // non-root inside
     expect(payload(evs.at(-1) as SseEvent).output).toBe("all done");
     expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
-    const row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
+    // The fence is cleared right after the sandbox is gone (after the terminal event).
+    let row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
+    for (let i = 0; i < 100 && row.rows[0].cleanup_pending; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
+    }
     expect(row.rows[0]).toEqual({ state: "completed", cleanup_pending: false });
   });
 

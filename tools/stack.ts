@@ -234,34 +234,44 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   }
 }
 
-/** Spawn `sandbox-host/main.ts` in its own process group and wait for its `host.ready` line. */
+export interface SpawnHostOptions {
+  /** Node arguments (default: `--import tsx sandbox-host/main.ts`; chaos runs use a bundle). */
+  argv?: string[];
+  readyTimeoutMs?: number;
+  stopGraceMs?: number;
+}
+
+/**
+ * Spawn a sandbox-host in its own process group and wait for its `host.ready` line. Every log line
+ * is handed to `log` whole (a chunk may end mid-line; the chaos harness counts what hosts report).
+ */
 export async function spawnHost(
   root: string,
   env: Record<string, string>,
   log: (source: string, line: string) => void = () => {},
+  opts: SpawnHostOptions = {},
 ): Promise<HostHandle> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(root, "sandbox-host", "main.ts")], {
+  const argv = opts.argv ?? ["--import", "tsx", join(root, "sandbox-host", "main.ts")];
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
+  const child = spawn(process.execPath, argv, {
     cwd: root,
     env: { ...process.env, ...env },
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });
   const stderrTail: string[] = [];
-  child.stderr?.on("data", (b: Buffer) => {
-    for (const line of b.toString().split("\n")) {
-      if (!line.trim()) continue;
-      stderrTail.push(line);
-      if (stderrTail.length > 30) stderrTail.shift();
-      log("host", line);
-    }
+  createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
+    stderrTail.push(line);
+    if (stderrTail.length > 30) stderrTail.shift();
+    log("host", line);
   });
   const ready = await new Promise<{ id: string; metrics_url: string }>((resolveReady, reject) => {
     const timer = setTimeout(
-      () => reject(new Error(`sandbox-host did not report ready in 30 s\n${stderrTail.join("\n")}`)),
-      30_000,
+      () =>
+        reject(new Error(`sandbox-host did not report ready in ${readyTimeoutMs / 1000} s\n${stderrTail.join("\n")}`)),
+      readyTimeoutMs,
     );
-    const rl = createInterface({ input: child.stdout as NodeJS.ReadableStream });
-    rl.on("line", (line) => {
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
       log("host", line);
       try {
         const msg = JSON.parse(line) as { event?: string; id?: string; metrics_url?: string };
@@ -276,10 +286,11 @@ export async function spawnHost(
       reject(new Error(`sandbox-host exited (${code ?? sig}) before ready\n${stderrTail.join("\n")}`));
     });
   }).catch(async (err) => {
-    await stopProcessGroup(child);
+    await stopProcessGroup(child, 1000);
     throw err;
   });
-  return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, 15_000) };
+  const grace = opts.stopGraceMs ?? 15_000;
+  return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, grace) };
 }
 
 async function ensureSandboxImage(log: (source: string, line: string) => void): Promise<void> {

@@ -6,13 +6,10 @@
  * a few minutes. Same source, same process model; only the loader differs.
  * dockerode stays external (native optional deps); the text-only runner never loads it.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { stopProcessGroup } from "../services/process";
-import type { HostHandle } from "../stack";
+import { type HostHandle, spawnHost } from "../stack";
 
 export async function bundleHost(root: string): Promise<string> {
   const require = createRequire(join(root, "package.json"));
@@ -36,42 +33,15 @@ export async function bundleHost(root: string): Promise<string> {
   return outfile;
 }
 
-/** Spawn the bundled host in its own process group and wait for its `host.ready` line. */
-export async function spawnBundledHost(
+/** Spawn the bundled host (see spawnHost) and hand each stderr/stdout line to `onLine`. */
+export function spawnBundledHost(
   bundle: string,
   env: Record<string, string>,
   onLine: (line: string) => void,
 ): Promise<HostHandle> {
-  const child: ChildProcess = spawn(process.execPath, [bundle], {
-    env: { ...process.env, ...env },
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
+  return spawnHost(process.cwd(), env, (_source, line) => onLine(line), {
+    argv: [bundle],
+    readyTimeoutMs: 60_000,
+    stopGraceMs: 5000,
   });
-  const tail: string[] = [];
-  // Whole lines only: the harness counts what hosts report, and a chunk may end mid-line.
-  createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
-    tail.push(line);
-    if (tail.length > 20) tail.shift();
-    onLine(line);
-  });
-  const ready = await new Promise<{ id: string; metrics_url: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`host not ready in 60 s\n${tail.join("\n")}`)), 60_000);
-    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
-      try {
-        const msg = JSON.parse(line) as { event?: string; id?: string; metrics_url?: string };
-        if (msg.event === "host.ready" && msg.id && msg.metrics_url) {
-          clearTimeout(timer);
-          resolve({ id: msg.id, metrics_url: msg.metrics_url });
-        }
-      } catch {}
-    });
-    child.once("exit", (code, sig) => {
-      clearTimeout(timer);
-      reject(new Error(`host exited (${code ?? sig}) before ready\n${tail.join("\n")}`));
-    });
-  }).catch(async (err) => {
-    await stopProcessGroup(child, 1000);
-    throw err;
-  });
-  return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, 5000) };
 }

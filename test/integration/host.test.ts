@@ -376,9 +376,11 @@ describe.skipIf(!canRun)("sandbox-host", () => {
 
   it("runs a job the ready index lost, through the Postgres sweep", async () => {
     const t = await freshDb();
-    const host = await launch(hostConfig(t, { listen: false, indexRebuildMs: 3_600_000 }));
     // The reaper's first pass rebuilds the index from Postgres; let it finish before adding a
-    // job that only the sweep may find.
+    // job that only the sweep may find. The marker is shared by every test on this Redis, so
+    // clear it first: its reappearance is this host's rebuild.
+    await redis.del(redisKeys().indexMarker());
+    const host = await launch(hostConfig(t, { listen: false, indexRebuildMs: 3_600_000 }));
     await waitFor("first index rebuild", async () => (await redis.get(redisKeys().indexMarker())) !== null);
     const [id] = await insertJobs(t, ["not indexed"], { index: false });
     const [row] = await waitJobs(t, [id!], ["completed"], 10_000);
@@ -399,7 +401,8 @@ describe.skipIf(!canRun)("sandbox-host", () => {
     const deadBridge = await startUpstashBridge({ redisUrl: deadRedis.url, token: BRIDGE_TOKEN, log: () => {} });
     cleanups.push(() => deadBridge.close());
     await deadRedis.stop();
-    const host = await launch(hostConfig(t, { redis: { url: deadBridge.url, token: BRIDGE_TOKEN } }));
+    // NOTIFY off: this test is about the poll fallback and the way back to the index.
+    const host = await launch(hostConfig(t, { redis: { url: deadBridge.url, token: BRIDGE_TOKEN }, listen: false }));
     const ids = await insertJobs(t, ["down 1", "down 2", "down 3"], { index: false });
     const rows = await waitJobs(t, ids, ["completed"], 10_000);
     // Fallback polling has no age limit: well under the sweep's 2 s.

@@ -7,20 +7,17 @@
  * whole stall. Offloaded, lag stays in the low buckets and heartbeats keep their interval.
  */
 import { randomUUID } from "node:crypto";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
-import type { IngestBatch } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
-import { MOCK_MODEL_NAME, type MockModel, startMockModel } from "../../tools/mock-model";
+import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model";
 import { waitFor } from "../../tools/services/ports";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { UpstashBridge } from "../../tools/upstash-bridge";
+import type { startTestPostgres, TestDb } from "../helpers/db";
+import { type AckingIngest, type HostServices, startHostServices } from "../helpers/host-services";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -31,39 +28,9 @@ const STALL_MS = 1500;
 const HEARTBEAT_MS = 200;
 
 let pgStack: Awaited<ReturnType<typeof startTestPostgres>>;
-let redisService: RedisService;
 let bridge: UpstashBridge;
 let mock: MockModel;
-let ingest: { url: string; close(): Promise<void> };
-
-/** Accepts every signed batch and acks it: delivery is not under test here. */
-async function startAckingIngest(): Promise<{ url: string; close(): Promise<void> }> {
-  const acked = new Map<string, number>();
-  const server: Server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const batch = JSON.parse(Buffer.concat(chunks).toString("utf8")) as IngestBatch;
-    // Contiguous seqs per execution, as the projector acks them.
-    let seq = 0;
-    for (const e of batch.events) {
-      const have = acked.get(e.execution_id) ?? 0;
-      if (e.seq === have + 1) acked.set(e.execution_id, e.seq);
-      seq = acked.get(e.execution_id) ?? 0;
-    }
-    res
-      .writeHead(200, { "content-type": "application/json" })
-      .end(JSON.stringify({ acked_seq: seq, accepted: batch.events.length, duplicates: 0 }));
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
-}
+let ingest: AckingIngest;
 
 /** Histogram buckets + sum + count of one metric, from the host's /metrics text. */
 interface HistogramSnapshot {
@@ -115,19 +82,15 @@ function blockLoop(ms: number): void {
 }
 
 if (canRun) {
+  let services: HostServices | undefined;
   beforeAll(async () => {
-    [pgStack, redisService, mock, ingest] = await Promise.all([
-      startTestPostgres(),
-      startRedis(),
-      startMockModel({ defaultTtftMs: 5, defaultTokensPerS: 500 }),
-      startAckingIngest(),
-    ]);
-    bridge = await startUpstashBridge({ redisUrl: redisService.url, token: BRIDGE_TOKEN, log: () => {} });
+    services = await startHostServices({
+      bridgeToken: BRIDGE_TOKEN,
+      mock: { defaultTtftMs: 5, defaultTokensPerS: 500 },
+    });
+    ({ pgStack, bridge, mock, ingest } = services);
   });
-  afterAll(async () => {
-    await bridge?.close();
-    await Promise.all([pgStack?.stop(), redisService?.stop(), mock?.close(), ingest?.close()]);
-  });
+  afterAll(async () => services?.stop());
 }
 
 describe.skipIf(!canRun)("event-loop health (seed part one)", () => {

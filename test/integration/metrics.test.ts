@@ -6,8 +6,6 @@
  */
 import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { join, resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,18 +14,17 @@ import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { createLogger, type Logger, silentLogger } from "../../sandbox-host/log";
 import { createHostMetrics, observeQuotaWait, timeSandboxOp } from "../../sandbox-host/metrics";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
-import type { IngestBatch } from "../../src/contracts/events";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";
 import { getJob, listJobs } from "../../src/db/jobs-repo";
 import { claimJob, type ExecutionIdentity, finishJob, markStarted, setTimingFact } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
-import { MOCK_MODEL_NAME, type MockModel, startMockModel } from "../../tools/mock-model";
+import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model";
 import { waitFor } from "../../tools/services/ports";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { UpstashBridge } from "../../tools/upstash-bridge";
+import type { startTestPostgres, TestDb } from "../helpers/db";
+import { type AckingIngest, type HostServices, startHostServices } from "../helpers/host-services";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -38,35 +35,9 @@ const BRIDGE_TOKEN = "metrics-bridge-token";
 const TIMING = ["created_at", "started_at", "prepared_at", "first_output_at", "finished_at"] as const;
 
 let pgStack: Awaited<ReturnType<typeof startTestPostgres>>;
-let redisService: RedisService;
 let bridge: UpstashBridge;
 let mock: MockModel;
-let ingest: { url: string; close(): Promise<void> };
-
-async function startAckingIngest(): Promise<{ url: string; close(): Promise<void> }> {
-  const acked = new Map<string, number>();
-  const server: Server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const batch = JSON.parse(Buffer.concat(chunks).toString("utf8")) as IngestBatch;
-    let seq = 0;
-    for (const e of batch.events) {
-      const have = acked.get(e.execution_id) ?? 0;
-      if (e.seq === have + 1) acked.set(e.execution_id, e.seq);
-      seq = acked.get(e.execution_id) ?? 0;
-    }
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ acked_seq: seq }));
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    close: () =>
-      new Promise<void>((r) => {
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
-}
+let ingest: AckingIngest;
 
 async function freshDb(): Promise<TestDb> {
   const t = await pgStack.freshDb(4);
@@ -146,19 +117,15 @@ const TIMING_AUDIT_SQL = `
   CREATE TRIGGER audit_timing AFTER UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION audit_timing();`;
 
 if (canRun) {
+  let services: HostServices | undefined;
   beforeAll(async () => {
-    [pgStack, redisService, mock, ingest] = await Promise.all([
-      startTestPostgres(),
-      startRedis(),
-      startMockModel({ defaultTtftMs: 20, defaultTokensPerS: 500 }),
-      startAckingIngest(),
-    ]);
-    bridge = await startUpstashBridge({ redisUrl: redisService.url, token: BRIDGE_TOKEN, log: () => {} });
+    services = await startHostServices({
+      bridgeToken: BRIDGE_TOKEN,
+      mock: { defaultTtftMs: 20, defaultTokensPerS: 500 },
+    });
+    ({ pgStack, bridge, mock, ingest } = services);
   });
-  afterAll(async () => {
-    await bridge?.close();
-    await Promise.all([pgStack?.stop(), redisService?.stop(), mock?.close(), ingest?.close()]);
-  });
+  afterAll(async () => services?.stop());
 }
 
 describe.skipIf(!canRun)("host metrics and run timing facts", () => {

@@ -634,7 +634,7 @@ interface HostProcess {
 }
 
 async function spawnHostProcess(env: Record<string, string>): Promise<HostProcess> {
-  const child = spawn("npx", ["tsx", "sandbox-host/main.ts"], {
+  const child = spawn(process.execPath, ["--import", "tsx", "sandbox-host/main.ts"], {
     cwd: new URL("../..", import.meta.url).pathname,
     env: { ...process.env, ...env },
     detached: true,

@@ -103,11 +103,11 @@ export class ChatSessionObject extends DurableObject<Env> {
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    // A new connection follows unfinished jobs live from now on; `resume` replays older events.
-    const jobs = await this.jobs();
-    const cursors: Record<string, number> = {};
-    for (const [id, j] of Object.entries(jobs)) if (!j.finished) cursors[id] = j.relayed;
-    server.serializeAttachment({ multitask, cursors } satisfies SocketState);
+    // A new connection follows the jobs submitted after it connects, and whatever it `resume`s.
+    // It does not start following a job already running: events pushed before its `resume`
+    // frame arrives would reach it ahead of the replay (out of order, then again). A client that
+    // reconnects resumes with its cursor; one that knows nothing resumes with after=0.
+    server.serializeAttachment({ multitask, cursors: {} } satisfies SocketState);
     return new Response(null, { status: 101, webSocket: client });
   }
 

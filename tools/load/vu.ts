@@ -74,7 +74,7 @@ function planFor(scenario: Scenario, token: string, s: ModelScript): Plan {
     case "tool": {
       const reply = `tool ok ${token}`;
       return {
-        content: mock({ reply, tool_calls: [{ name: "shell", args: { cmd: `echo ${token}` } }] }),
+        content: mock({ reply, tool_calls: [{ name: "shell", args: { command: `echo ${token}` } }] }),
         reply,
         tools: ["shell"],
       };

@@ -9,9 +9,9 @@
  * delivered; the runner is what stops producing new ones.
  */
 import type { EventEnvelope, EventType, IngestAck } from "../../src/contracts/events";
-import { INTERNAL_HEADERS } from "../../src/contracts/events";
+
 import { backoffDelay } from "../../src/domain/backoff";
-import { signRequest } from "../../src/domain/signing";
+import { signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
 
 export interface OutboxOptions {
@@ -242,15 +242,9 @@ export class ExecutionOutbox {
   private async post(events: EventEnvelope[]): Promise<IngestAck | "rejected"> {
     const { opts, ingestUrl } = this.outbox;
     const body = JSON.stringify({ job_id: this.ref.jobId, events });
-    const signed = await signRequest(opts.signingSecret, "POST", ingestUrl.pathname, body);
     const res = await (opts.fetch ?? fetch)(ingestUrl, {
       method: "POST",
-      headers: {
-        "content-type": "application/json",
-        [INTERNAL_HEADERS.timestamp]: signed.timestamp,
-        [INTERNAL_HEADERS.nonce]: signed.nonce,
-        [INTERNAL_HEADERS.signature]: signed.signature,
-      },
+      headers: await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body),
       body,
       signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 10_000),
     });

@@ -3,6 +3,8 @@
  * runs in workerd and in Node ≥ 20. The signature covers method, path, timestamp, nonce and
  * body; the verifier also checks freshness, and the receiver remembers nonces to reject replays.
  */
+import { INTERNAL_HEADERS } from "../contracts/events";
+
 const encoder = new TextEncoder();
 
 export const SIGNATURE_MAX_SKEW_MS = 60_000;
@@ -47,6 +49,22 @@ export async function signRequest(
   const key = await hmacKey(secret);
   const sig = await crypto.subtle.sign("HMAC", key, encoder.encode(canonical(method, path, timestamp, nonce, body)));
   return { timestamp, nonce, signature: toHex(sig) };
+}
+
+/** The headers of a signed internal JSON request (host → gateway), ready for fetch. */
+export async function signedHeaders(
+  secret: string,
+  method: string,
+  path: string,
+  body: string,
+): Promise<Record<string, string>> {
+  const signed = await signRequest(secret, method, path, body);
+  return {
+    "content-type": "application/json",
+    [INTERNAL_HEADERS.timestamp]: signed.timestamp,
+    [INTERNAL_HEADERS.nonce]: signed.nonce,
+    [INTERNAL_HEADERS.signature]: signed.signature,
+  };
 }
 
 export type VerifyResult = { ok: true } | { ok: false; reason: "missing" | "stale" | "bad_signature" };

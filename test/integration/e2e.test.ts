@@ -8,7 +8,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant, revokeApiKey } from "../../src/db/tenants-repo";
-import { signRequest } from "../../src/domain/signing";
+import { signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
@@ -229,15 +229,9 @@ describe.skipIf(!canRun)("job spine end to end", () => {
         },
       ],
     });
-    const forged = await signRequest("not-the-secret", "POST", "/internal/events", batch);
     const r1 = await fetch(`${stack.gatewayUrl}/internal/events`, {
       method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "x-ear-timestamp": forged.timestamp,
-        "x-ear-nonce": forged.nonce,
-        "x-ear-signature": forged.signature,
-      },
+      headers: await signedHeaders("not-the-secret", "POST", "/internal/events", batch),
       body: batch,
     });
     expect(r1.status).toBe(401);

@@ -677,19 +677,26 @@ function killGroup(h: HostProcess, signal: NodeJS.Signals) {
   return h.exited;
 }
 
+/** What a spawned host process of these tests needs; the caller adds its HOST_* knobs. */
+function processEnv(t: TestDb, idPrefix: string, i: number): Record<string, string> {
+  return {
+    DATABASE_URL: t.url,
+    UPSTASH_REDIS_REST_URL: bridge.url,
+    UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
+    GATEWAY_URL: ingest.url,
+    INTERNAL_SIGNING_SECRET: SECRET,
+    MODEL_BASE_URL: mock.url,
+    MODEL_API_KEY: "mock",
+    MODEL_NAME: MOCK_MODEL_NAME,
+    HOST_ID: `${idPrefix}-${i}-${randomUUID().slice(0, 6)}`,
+  };
+}
+
 describe.skipIf(!canRun)("sandbox-host processes", () => {
   it("3 hosts, 60 jobs: every job runs exactly once", async () => {
     const t = await freshDb();
     const env = (i: number) => ({
-      DATABASE_URL: t.url,
-      UPSTASH_REDIS_REST_URL: bridge.url,
-      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
-      GATEWAY_URL: ingest.url,
-      INTERNAL_SIGNING_SECRET: SECRET,
-      MODEL_BASE_URL: mock.url,
-      MODEL_API_KEY: "mock",
-      MODEL_NAME: MOCK_MODEL_NAME,
-      HOST_ID: `proc-${i}-${randomUUID().slice(0, 6)}`,
+      ...processEnv(t, "proc", i),
       HOST_MAX_RUNS: "4",
       HOST_METRICS_PORT: "0",
       HOST_SWEEP_MS: "300",
@@ -743,15 +750,7 @@ describe.skipIf(!canRun)("sandbox-host processes", () => {
   it("a SIGKILLed host never gets its jobs run twice by the survivors", async () => {
     const t = await freshDb();
     const env = (i: number) => ({
-      DATABASE_URL: t.url,
-      UPSTASH_REDIS_REST_URL: bridge.url,
-      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
-      GATEWAY_URL: ingest.url,
-      INTERNAL_SIGNING_SECRET: SECRET,
-      MODEL_BASE_URL: mock.url,
-      MODEL_API_KEY: "mock",
-      MODEL_NAME: MOCK_MODEL_NAME,
-      HOST_ID: `kill-${i}-${randomUUID().slice(0, 6)}`,
+      ...processEnv(t, "kill", i),
       HOST_MAX_RUNS: "4",
       HOST_METRICS_PORT: "0",
     });

@@ -11,8 +11,8 @@
  */
 import pg from "pg";
 import { readSse } from "../lib/sse";
+import { RespInfo } from "../load/resp";
 import { type Stack, startStack } from "../stack";
-import { redisInfo } from "./redis-info";
 
 const N = Number(process.argv[2] ?? 100);
 const HOSTS = 2;
@@ -26,11 +26,16 @@ const fmt = (xs: number[]) =>
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function commandsPerSecond(stack: Stack, seconds = 3): Promise<number> {
-  const port = Number(new URL(stack.redisUrl as string).port);
-  const a = Number((await redisInfo(port, "stats")).total_commands_processed);
-  await sleep(seconds * 1000);
-  const b = Number((await redisInfo(port, "stats")).total_commands_processed);
-  return (b - a) / seconds;
+  const redis = new RespInfo(stack.redisUrl as string);
+  try {
+    const a = Number((await redis.info("stats")).total_commands_processed);
+    await sleep(seconds * 1000);
+    const b = Number((await redis.info("stats")).total_commands_processed);
+    // Less this connection's own INFO (one command between the two readings).
+    return (b - a - 1) / seconds;
+  } finally {
+    redis.close();
+  }
 }
 
 async function main() {

@@ -14,8 +14,8 @@
  * so nothing else writes to its stream) and stops it at the end. `--json` prints JSON too.
  */
 
-import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
-import { signRequest } from "../../src/domain/signing";
+import type { EventEnvelope } from "../../src/contracts/events";
+import { signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../lib/sse";
 import { type Stack, startStack } from "../stack";
 
@@ -65,15 +65,9 @@ class Sender {
       });
     }
     const body = JSON.stringify({ job_id: this.jobId, events });
-    const signed = await signRequest(this.stack.signingSecret, "POST", "/internal/events", body);
     const res = await fetch(`${this.stack.gatewayUrl}/internal/events`, {
       method: "POST",
-      headers: {
-        "content-type": "application/json",
-        [INTERNAL_HEADERS.timestamp]: signed.timestamp,
-        [INTERNAL_HEADERS.nonce]: signed.nonce,
-        [INTERNAL_HEADERS.signature]: signed.signature,
-      },
+      headers: await signedHeaders(this.stack.signingSecret, "POST", "/internal/events", body),
       body,
     });
     const text = await res.text();

@@ -91,14 +91,23 @@ export class RespInfo {
     });
   }
 
+  /** One `INFO <section>` as raw strings. */
+  async info(section: string): Promise<Record<string, string>> {
+    await this.connect();
+    const text = await this.command(["INFO", section]);
+    const out: Record<string, string> = {};
+    for (const line of text.split("\r\n")) {
+      const i = line.indexOf(":");
+      if (i > 0) out[line.slice(0, i)] = line.slice(i + 1);
+    }
+    return out;
+  }
+
   /** `INFO clients` as numbers; `connected_clients` excludes this connection. */
   async clients(): Promise<Record<string, number>> {
-    await this.connect();
-    const text = await this.command(["INFO", "clients"]);
     const out: Record<string, number> = {};
-    for (const line of text.split("\r\n")) {
-      const [k, v] = line.split(":");
-      if (k && v !== undefined && /^-?\d+(\.\d+)?$/.test(v)) out[k] = Number(v);
+    for (const [k, v] of Object.entries(await this.info("clients"))) {
+      if (/^-?\d+(\.\d+)?$/.test(v)) out[k] = Number(v);
     }
     if (out.connected_clients !== undefined) out.connected_clients -= 1;
     // Redis 7.0 has no pubsub_clients in INFO: count subscribers from CLIENT LIST.

@@ -114,7 +114,14 @@ async function main() {
       ids.map(async (id, i) => {
         await sleep((i * 2000) / ids.length);
         calledAt.set(id, performance.now());
-        const r = await fetch(`${stack.gatewayUrl}/v1/jobs/${id}/cancel`, { method: "POST", headers });
+        // A saturated gateway may answer 503 ("try again shortly"): retry like a client would;
+        // the convergence clock keeps running from the first attempt.
+        let r = await fetch(`${stack.gatewayUrl}/v1/jobs/${id}/cancel`, { method: "POST", headers });
+        for (let attempt = 1; r.status === 503 && attempt < 5; attempt++) {
+          await r.text();
+          await sleep(100 * attempt);
+          r = await fetch(`${stack.gatewayUrl}/v1/jobs/${id}/cancel`, { method: "POST", headers });
+        }
         answeredAt.set(id, performance.now());
         if (r.status !== 202) {
           stop = true;

@@ -37,7 +37,7 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
     expect(r.faults.kill_mid_run, context).toBeGreaterThanOrEqual(1);
     const kills = r.faults.kill_before_claim + r.faults.kill_after_claim + r.faults.kill_mid_run + r.faults.kill_other;
     expect(kills, context).toBe(10);
-    expect(r.faults.stop_claimed + r.faults.stop_running, context).toBeGreaterThanOrEqual(2);
+    expect(r.faults.stop_claimed + r.faults.stop_running, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.redis_flushall, context).toBe(1);
     expect(r.faults.redis_restart, context).toBe(1);
     // Recovery did its work: lost runs and released claims are visible, not hidden.

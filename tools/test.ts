@@ -46,7 +46,25 @@ interface VitestJson {
   numPendingTests: number;
   numTodoTests: number;
   numTotalTests: number;
+  testResults?: Array<{
+    name: string;
+    message?: string;
+    assertionResults?: Array<{ fullName: string; status: string; failureMessages?: string[] }>;
+  }>;
 }
+
+// A failure's first lines, without colour codes: CI keeps only the tail of the output, so the
+// summary repeats what failed and why right above the totals.
+const brief = (text: string, lines = 6): string =>
+  text
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping ANSI colour codes
+    .replace(/\u001b\[[0-9;]*m/g, "")
+    .split("\n")
+    .filter((l) => l.trim())
+    .slice(0, lines)
+    .map((l) => `      ${l.slice(0, 300)}`)
+    .join("\n");
+const failures: string[] = [];
 
 const wanted = process.argv.slice(2);
 const steps = wanted.length ? ALL.filter((s) => wanted.includes(s.name)) : ALL;
@@ -68,6 +86,14 @@ for (const step of steps) {
       failed += r.numFailedTests;
       skipped += r.numPendingTests + r.numTodoTests;
       if (r.numTotalTests === 0) failedSteps.push(`${step.name} (ran no test)`);
+      for (const file of r.testResults ?? []) {
+        const rel = file.name.replace(`${process.cwd()}/`, "");
+        if (file.message) failures.push(`  ${step.name} ${rel}: file failed\n${brief(file.message)}`);
+        for (const a of file.assertionResults ?? []) {
+          if (a.status !== "failed") continue;
+          failures.push(`  ${step.name} ${rel} › ${a.fullName}\n${brief((a.failureMessages ?? []).join("\n"))}`);
+        }
+      }
     } catch {
       failedSteps.push(`${step.name} (no results)`);
     }
@@ -79,6 +105,7 @@ for (const step of steps) {
 }
 
 console.log("");
+if (failures.length) console.log(`failures:\n${failures.slice(0, 20).join("\n")}`);
 if (failedSteps.length) console.log(`failed steps: ${failedSteps.join(", ")}`);
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failedSteps.length || failed ? 1 : 0);

@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
-import { eq } from "drizzle-orm";
+import { eq, inArray } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   claimJob,
@@ -155,30 +155,44 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 });
 
-function runRacer(
-  env: Record<string, string>,
-): Promise<Array<{ racer: string; job: string; won: boolean; epoch: number | null }>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "tools/chaos/claim-racer.ts"], {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d) => (out += d));
-    child.stderr.on("data", (d) => (err += d));
+interface Attempt {
+  racer: string;
+  job: string;
+  won: boolean;
+  epoch: number | null;
+}
+
+/** Starts one racer process; `ready` resolves when it is connected and waiting for `go`. */
+function startRacer(env: Record<string, string>): { ready: Promise<void>; go(): void; done: Promise<Attempt[]> } {
+  const child = spawn(process.execPath, ["--import", "tsx", "tools/chaos/claim-racer.ts"], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  let markReady: () => void = () => {};
+  const ready = new Promise<void>((r) => (markReady = r));
+  child.stdout.on("data", (d) => {
+    out += d;
+    if (out.startsWith("ready\n")) markReady();
+  });
+  child.stderr.on("data", (d) => (err += d));
+  child.stdin.on("error", () => {}); // a racer that died is reported by its exit code
+  const done = new Promise<Attempt[]>((resolve, reject) => {
     child.on("exit", (code) => {
-      if (code !== 0) reject(new Error(`racer exited ${code}: ${err}`));
-      else
-        resolve(
-          out
-            .split("\n")
-            .filter(Boolean)
-            .map((l) => JSON.parse(l)),
-        );
+      if (code !== 0) return reject(new Error(`racer exited ${code}: ${err}`));
+      resolve(
+        out
+          .split("\n")
+          .filter((l) => l && l !== "ready")
+          .map((l) => JSON.parse(l) as Attempt),
+      );
     });
   });
+  // A racer that dies before `ready` fails the round instead of hanging it.
+  done.catch(() => markReady());
+  return { ready, go: () => child.stdin.end("go\n"), done };
 }
 
 describe("claim race between real processes", () => {
@@ -191,28 +205,24 @@ describe("claim race between real processes", () => {
       rounds++;
       const ids = await Promise.all(Array.from({ length: 150 }, () => newJob()));
       totalJobs += ids.length;
-      const startAt = String(Date.now() + 1500);
-      const results = (
-        await Promise.all(
-          Array.from({ length: RACERS }, (_, i) =>
-            runRacer({
-              DATABASE_URL: t.url,
-              RACER_ID: `racer-${rounds}-${i}`,
-              START_AT: startAt,
-              JOB_IDS: ids.join(","),
-            }),
-          ),
-        )
-      ).flat();
+      const racers = Array.from({ length: RACERS }, (_, i) =>
+        startRacer({ DATABASE_URL: t.url, RACER_ID: `racer-${rounds}-${i}`, JOB_IDS: ids.join(",") }),
+      );
+      await Promise.all(racers.map((r) => r.ready));
+      for (const r of racers) r.go();
+      const results = (await Promise.all(racers.map((r) => r.done))).flat();
       expect(results).toHaveLength(ids.length * RACERS);
+      const rows = await t.db
+        .select({ id: jobs.id, owner: jobs.owner, epoch: jobs.epoch })
+        .from(jobs)
+        .where(inArray(jobs.id, ids));
+      const byId = new Map(rows.map((r) => [r.id, r]));
       for (const job of ids) {
-        const attempts = results.filter((r) => r.job === job);
-        const winners = attempts.filter((r) => r.won);
+        const winners = results.filter((r) => r.job === job && r.won);
         expect(winners, `job ${job}`).toHaveLength(1);
         expect(winners[0]?.epoch).toBe(1);
-        const r = await row(job);
-        expect(r.owner).toBe(winners[0]?.racer);
-        expect(r.epoch).toBe(1);
+        expect(byId.get(job)?.owner).toBe(winners[0]?.racer);
+        expect(byId.get(job)?.epoch).toBe(1);
       }
       // A job whose winner was not the first racer to reach it in the others' orders shows
       // the racers really overlapped; count jobs claimed by someone other than racer 0.

@@ -2,7 +2,7 @@
  * The claimer: takes a job only when a run slot is free, and only a one-row claim hit counts.
  *
  * Wake path: read the oldest entries of the ready index (a Redis ZSET the gateway fills) and try
- * the fenced claim on each. An entry is removed only after our claim hit, or when Postgres says
+ * the fenced claim on as many of them as there are free slots, in one statement. An entry is removed only after our claim hit, or when Postgres says
  * the job is no longer claimable (stale entry). A Redis read is never ownership.
  *
  * Poll cadence: 25 ms while the index has candidates, stretching ×1.5 per empty pass to 250 ms
@@ -20,7 +20,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
-import { claimFromPostgres, claimJob } from "../../src/db/ownership-repo";
+import { claimFromPostgres, claimJobs } from "../../src/db/ownership-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
@@ -132,20 +132,24 @@ export class Claimer {
     if (this.opts.runner.free === 0) return true;
 
     let hinted = false;
-    for (const jobId of this.hints) {
-      if (this.stopped || this.opts.runner.free === 0) break;
-      this.hints.delete(jobId);
+    while (this.hints.size > 0 && !this.stopped && this.opts.runner.free > 0) {
+      const batch = [...this.hints].slice(0, this.opts.runner.free);
+      for (const jobId of batch) this.hints.delete(jobId);
       hinted = true;
-      await this.claimCandidate(jobId, "notify");
+      await this.claimCandidates(batch, "notify");
     }
     if (hinted && this.opts.runner.free === 0) return true;
 
     const candidates = await this.readIndex();
     if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
 
-    for (const jobId of candidates) {
-      if (this.stopped || this.opts.runner.free === 0) break;
-      await this.claimCandidate(jobId);
+    // As many candidates per statement as there are free slots; what other hosts took first is
+    // simply not won, and the next ones are tried with the slots still free.
+    let next = 0;
+    while (next < candidates.length && !this.stopped && this.opts.runner.free > 0) {
+      const batch = candidates.slice(next, next + this.opts.runner.free);
+      next += batch.length;
+      await this.claimCandidates(batch, "index");
     }
     return hinted || candidates.length > 0;
   }
@@ -188,19 +192,26 @@ export class Claimer {
     return null;
   }
 
-  private async claimCandidate(jobId: string, source: "index" | "notify" = "index"): Promise<void> {
-    if (!UUID.test(jobId)) {
-      this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
-      this.removeFromIndex(jobId);
-      return;
+  /** One claim statement for candidates from the index or NOTIFY; never more than the free slots. */
+  private async claimCandidates(jobIds: string[], source: "index" | "notify"): Promise<void> {
+    const candidates: Array<{ jobId: string; token: string }> = [];
+    for (const jobId of jobIds) {
+      if (UUID.test(jobId)) candidates.push({ jobId, token: randomUUID() });
+      else {
+        this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
+        this.removeFromIndex([jobId]);
+      }
     }
-    const token = randomUUID();
-    const epoch = await claimJob(this.opts.db, jobId, this.opts.hostId, token);
-    this.opts.metrics.claims.inc({ source, result: epoch === null ? "lost" : "won" });
-    if (epoch !== null) this.opts.runner.start({ jobId, epoch, token });
+    if (candidates.length === 0) return;
+    const won = await claimJobs(this.opts.db, this.opts.hostId, candidates);
+    for (const c of candidates) {
+      const epoch = won.get(c.jobId);
+      this.opts.metrics.claims.inc({ source, result: epoch === undefined ? "lost" : "won" });
+      if (epoch !== undefined) this.opts.runner.start({ jobId: c.jobId, epoch, token: c.token });
+    }
     // Claimed by us, or no longer claimable (another host has it, or it is finished or gone):
-    // either way the entry has done its job.
-    this.removeFromIndex(jobId);
+    // either way the entries have done their job.
+    this.removeFromIndex(candidates.map((c) => c.jobId));
   }
 
   private async claimFromPostgres(source: ClaimSource, olderThanMs: number): Promise<number> {
@@ -211,19 +222,23 @@ export class Claimer {
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
-      if (this.redisState.up) this.removeFromIndex(claim.jobId);
     }
+    if (this.redisState.up && claimed.length > 0) this.removeFromIndex(claimed.map((c) => c.jobId));
     if (claimed.length > 0 && source === "sweep") {
       this.opts.log.info("sweep claimed jobs the ready index did not name", { jobs: claimed.map((c) => c.jobId) });
     }
     return claimed.length;
   }
 
-  /** Fire and forget: a failed ZREM leaves an entry the next claimer drops as stale. */
-  private removeFromIndex(jobId: string): void {
-    withTimeout(this.opts.redis.zrem(this.opts.keys.readyIndex(), jobId), this.opts.redisTimeoutMs ?? 1000).catch(
-      (err: unknown) =>
-        this.opts.log.warn("ZREM of a ready-index entry failed", { job_id: jobId, ...errorFields(err) }),
+  /** Fire and forget: a failed ZREM leaves entries the next claimer drops as stale. */
+  private removeFromIndex(jobIds: string[]): void {
+    const [first, ...rest] = jobIds;
+    if (first === undefined) return;
+    withTimeout(
+      this.opts.redis.zrem(this.opts.keys.readyIndex(), first, ...rest),
+      this.opts.redisTimeoutMs ?? 1000,
+    ).catch((err: unknown) =>
+      this.opts.log.warn("ZREM of ready-index entries failed", { job_ids: jobIds, ...errorFields(err) }),
     );
   }
 

@@ -40,6 +40,8 @@ export interface Claim {
 export interface RunContext {
   db: Db;
   hostId: string;
+  /** The started CAS; the runner passes its group-committing batcher (default: one statement). */
+  markStarted?: (id: ExecutionIdentity) => Promise<boolean>;
   model: ModelClient;
   outbox: Outbox;
   log: Logger;
@@ -138,7 +140,7 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
   const id: ExecutionIdentity = { ...run.claim, host: ctx.hostId, executionId: randomUUID() };
   const fields = { job_id: id.jobId, execution_id: id.executionId, epoch: id.epoch };
 
-  if (!(await markStarted(db, id))) {
+  if (!(await (ctx.markStarted ?? ((x) => markStarted(db, x)))(id))) {
     // Cancelled before it started: end it with our claim identity. Otherwise someone else owns
     // it now (claim released and re-claimed): not ours to run.
     if (await cancelClaim(db, id).catch(() => false)) {

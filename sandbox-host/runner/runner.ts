@@ -16,6 +16,7 @@ import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox";
 import type { SandboxManager } from "../sandbox";
 import { ActiveRun, type Claim, type QuotaGate, type RunContext, runJob } from "./run-job";
+import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
   db: Db;
@@ -53,9 +54,11 @@ export class Runner {
   private readonly ctx: RunContext;
 
   constructor(private readonly opts: RunnerOptions) {
+    const starts = new StartBatcher(opts.db, opts.hostId);
     this.ctx = {
       db: opts.db,
       hostId: opts.hostId,
+      markStarted: (id) => starts.start(id),
       model: opts.model,
       outbox: opts.outbox,
       log: opts.log,

@@ -24,14 +24,34 @@ export interface ExecutionIdentity extends ClaimIdentity {
 
 /** Claim one job named by the ready index. Only a one-row hit counts; returns the new epoch. */
 export async function claimJob(db: Db, jobId: string, host: string, token: string): Promise<number | null> {
-  const rows = resultRows<{ epoch: number }>(
+  const won = await claimJobs(db, host, [{ jobId, token }]);
+  return won.get(jobId) ?? null;
+}
+
+/**
+ * Claim several jobs named by the ready index in one statement (a host with N free slots tries N
+ * candidates at once). Each row is the same CAS as the single claim, checked per row: a job
+ * another host took, or that is no longer queued, is simply not in the result. Returns the new
+ * epoch of every job won, by job id.
+ */
+export async function claimJobs(
+  db: Db,
+  host: string,
+  candidates: Array<{ jobId: string; token: string }>,
+): Promise<Map<string, number>> {
+  if (candidates.length === 0) return new Map();
+  const rows = resultRows<{ id: string; epoch: number }>(
     await db.execute(sql`
-      UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = epoch + 1, token = ${token}
-      WHERE id = ${jobId} AND state = 'queued' AND owner IS NULL AND claimed_at IS NULL
-        AND execution_id IS NULL AND execution_started_at IS NULL
-      RETURNING epoch`),
+      UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = jobs.epoch + 1, token = mine.token
+      FROM unnest(
+        string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
+        string_to_array(${candidates.map((c) => c.token).join(",")}, ',')::uuid[]
+      ) AS mine(job_id, token)
+      WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner IS NULL AND jobs.claimed_at IS NULL
+        AND jobs.execution_id IS NULL AND jobs.execution_started_at IS NULL
+      RETURNING jobs.id, jobs.epoch`),
   );
-  return rows.length === 1 ? Number(rows[0]?.epoch) : null;
+  return new Map(rows.map((r) => [r.id, Number(r.epoch)]));
 }
 
 /**
@@ -72,19 +92,43 @@ export async function claimFromPostgres(
 
 /** The started CAS, the recovery boundary, plus the execution record, in one statement. */
 export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolean> {
-  const result = await db.execute(sql`
-    WITH started AS (
-      UPDATE jobs SET state = 'running', execution_id = ${id.executionId}, execution_started_at = now(),
-        started_at = now(), heartbeat_at = now(), deadline_at = now() + make_interval(secs => timeout_ms / 1000.0)
-      WHERE id = ${id.jobId} AND state = 'queued' AND owner = ${id.host} AND claimed_at IS NOT NULL
-        AND epoch = ${id.epoch} AND token = ${id.token} AND execution_id IS NULL AND execution_started_at IS NULL
-        AND cancel_requested_at IS NULL
-      RETURNING id, epoch
-    )
-    INSERT INTO executions (id, job_id, host, epoch)
-    SELECT ${id.executionId}, started.id, ${id.host}, started.epoch FROM started
-    RETURNING id`);
-  return resultCount(result) === 1;
+  return (await markStartedMany(db, id.host, [id])).has(id.executionId);
+}
+
+/**
+ * The started CAS for several claims of one host in one statement (the host coalesces starts
+ * that are ready at the same moment). Every row is checked against its own full claim identity,
+ * exactly like the single CAS; each one that hits gets its `executions` row in the same
+ * statement. Returns the execution ids that started.
+ */
+export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  if (ids.some((id) => id.host !== host)) throw new Error("markStartedMany: every identity must be this host's");
+  const col = (f: (r: ExecutionIdentity) => string | number) => ids.map(f).join(",");
+  const rows = resultRows<{ id: string }>(
+    await db.execute(sql`
+      WITH mine AS (
+        SELECT * FROM unnest(
+          string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
+          string_to_array(${col((r) => r.executionId)}, ',')::uuid[],
+          string_to_array(${col((r) => r.epoch)}, ',')::int[],
+          string_to_array(${col((r) => r.token)}, ',')::uuid[]
+        ) AS m(job_id, execution_id, epoch, token)
+      ), started AS (
+        UPDATE jobs SET state = 'running', execution_id = mine.execution_id, execution_started_at = now(),
+          started_at = now(), heartbeat_at = now(),
+          deadline_at = now() + make_interval(secs => jobs.timeout_ms / 1000.0)
+        FROM mine
+        WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = ${host}
+          AND jobs.claimed_at IS NOT NULL AND jobs.epoch = mine.epoch AND jobs.token = mine.token
+          AND jobs.execution_id IS NULL AND jobs.execution_started_at IS NULL AND jobs.cancel_requested_at IS NULL
+        RETURNING jobs.id, jobs.epoch, jobs.execution_id
+      )
+      INSERT INTO executions (id, job_id, host, epoch)
+      SELECT started.execution_id, started.id, ${host}, started.epoch FROM started
+      RETURNING id`),
+  );
+  return new Set(rows.map((r) => r.id));
 }
 
 const fence = (id: ExecutionIdentity) => sql`

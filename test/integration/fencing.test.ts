@@ -10,14 +10,16 @@ import { eq, inArray } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   claimJob,
+  claimJobs,
   type ExecutionIdentity,
   finishJob,
   heartbeat,
   markStarted,
+  markStartedMany,
   setTimingFact,
 } from "../../src/db/ownership-repo";
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
-import { jobs, tenants } from "../../src/db/schema";
+import { executions, jobs, tenants } from "../../src/db/schema";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -131,6 +133,46 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     expect(await finishJob(t.db, id, { state: "completed", output: "again" })).toBe(false);
     const r = await row(job);
     expect([r.state, r.output]).toEqual(["completed", "ok"]);
+  });
+
+  it("batched claims and starts check every row's own identity: stale rows in a batch hit nothing", async () => {
+    const [a, b, c, d] = await Promise.all([newJob(), newJob(), newJob(), newJob()]);
+    const taken = randomUUID();
+    expect(await claimJob(t.db, b as string, "other", taken)).toBe(1);
+    const tokens = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+    const won = await claimJobs(
+      t.db,
+      "A",
+      [a, b, c, d].map((jobId, i) => ({ jobId: jobId as string, token: tokens[i] as string })),
+    );
+    expect([...won.keys()].sort()).toEqual([a, c, d].sort());
+    expect((await row(b as string)).owner).toBe("other");
+    await t.db
+      .update(jobs)
+      .set({ cancelRequestedAt: new Date() })
+      .where(eq(jobs.id, d as string));
+    const ids: ExecutionIdentity[] = [
+      { jobId: a as string, host: "A", epoch: 1, token: tokens[0] as string, executionId: randomUUID() },
+      // b belongs to "other": our token never matched.
+      { jobId: b as string, host: "A", epoch: 1, token: tokens[1] as string, executionId: randomUUID() },
+      // c with a stale epoch.
+      { jobId: c as string, host: "A", epoch: 0, token: tokens[2] as string, executionId: randomUUID() },
+      // d was asked to cancel before it started.
+      { jobId: d as string, host: "A", epoch: 1, token: tokens[3] as string, executionId: randomUUID() },
+    ];
+    const started = await markStartedMany(t.db, "A", ids);
+    expect([...started]).toEqual([ids[0]?.executionId]);
+    expect((await row(a as string)).state).toBe("running");
+    for (const j of [b, c, d]) expect((await row(j as string)).state).toBe("queued");
+    const execs = await t.db
+      .select()
+      .from(executions)
+      .where(inArray(executions.jobId, [a, b, c, d] as string[]));
+    expect(execs.map((e) => e.id)).toEqual([ids[0]?.executionId]);
+    // The same batch again: the started job's CAS no longer hits.
+    expect(
+      (await markStartedMany(t.db, "A", [{ ...(ids[0] as ExecutionIdentity), executionId: randomUUID() }])).size,
+    ).toBe(0);
   });
 
   it("a run past its deadline becomes timed_out, not lost, and is never re-claimable", async () => {

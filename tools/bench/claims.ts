@@ -4,8 +4,10 @@
  * baseline. Figures and their reading live in docs/claims.md.
  *
  *  1. throughput: N jobs pre-inserted; K = 1, 4, 16 claimers (one connection each) loop
- *     claimFromPostgres (batch 1 and batch 4 = a host's free slots) + one markStarted per claim.
- *     graphile-worker: the same N jobs, concurrency K, a no-op task; we count task starts/s.
+ *     claimFromPostgres with batch B = a host's free slots (1, 4, 16), then the started CAS:
+ *     one markStarted per claim at B = 1, one markStartedMany for the pass at B > 1 (what the
+ *     host's StartBatcher sends). graphile-worker: the same N jobs, concurrency K, a no-op task,
+ *     without and with its batching localQueue (size 16); we count task starts/s.
  *  2. latency: an idle claimer (LISTEN ear_ready → claimJob + markStarted, what a host's
  *     ReadyListener does) while jobs are enqueued one by one at 20/s; enqueue→started measured
  *     in this process from before the INSERT to the started CAS returning. graphile-worker:
@@ -26,6 +28,7 @@ import {
   finishJob,
   heartbeat,
   markStarted,
+  markStartedMany,
   setTimingFact,
 } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
@@ -97,8 +100,12 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
           Array.from({ length: batch }, () => randomUUID()),
         );
         if (claims.length === 0) return;
-        for (const c of claims) {
-          if (await markStarted(db, { ...c, host, executionId: randomUUID() })) started++;
+        if (batch === 1) {
+          for (const c of claims) if (await markStarted(db, { ...c, host, executionId: randomUUID() })) started++;
+        } else {
+          // What a host's StartBatcher does when one claim pass won several jobs.
+          const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
+          started += (await markStartedMany(db, host, ids)).size;
         }
       }
     }),
@@ -109,7 +116,7 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
   return { perS: N / secs, stats: [before, await jobStats()] };
 }
 
-async function graphile(k: number): Promise<number> {
+async function graphile(k: number, localQueue = 0): Promise<number> {
   await admin.query("DELETE FROM graphile_worker._private_jobs");
   await admin.query(
     "SELECT graphile_worker.add_job('bench', json_build_object('i', i)) FROM generate_series(1, $1) i",
@@ -129,6 +136,7 @@ async function graphile(k: number): Promise<number> {
     noHandleSignals: true,
     pollInterval: 1000,
     logger: silent,
+    ...(localQueue > 0 ? { preset: { worker: { localQueue: { size: localQueue } } } } : {}),
     taskList: {
       bench: async () => {
         if (++count === N) done();
@@ -244,15 +252,20 @@ try {
   );
 
   console.log("claim+start per second (pre-inserted backlog)");
-  console.log("  claimers | ours batch 1 | ours batch 4 | graphile-worker | ratio (batch 1 / graphile)");
-  const rows: Array<{ k: number; b1: number; b4: number; gw: number; dead: [TableStats, TableStats] }> = [];
+  console.log(
+    "  claimers | ours b1 | ours b4 | ours b16 | graphile | graphile localQueue | b1/graphile | b4/graphile | b16/graphile-lq",
+  );
+  const rows: Array<{ k: number; dead: [TableStats, TableStats] }> = [];
   for (const k of [1, 4, 16]) {
     const b1 = await ours(k, 1);
     const b4 = await ours(k, 4);
+    const b16 = await ours(k, 16);
     const gw = await graphile(k);
-    rows.push({ k, b1: b1.perS, b4: b4.perS, gw, dead: b1.stats });
+    const gwq = await graphile(k, 16);
+    rows.push({ k, dead: b1.stats });
+    const c = (x: number, w: number) => x.toFixed(0).padStart(w);
     console.log(
-      `  ${String(k).padStart(8)} | ${b1.perS.toFixed(0).padStart(12)} | ${b4.perS.toFixed(0).padStart(12)} | ${gw.toFixed(0).padStart(15)} | ${(b1.perS / gw).toFixed(2)}×`,
+      `  ${String(k).padStart(8)} | ${c(b1.perS, 7)} | ${c(b4.perS, 7)} | ${c(b16.perS, 8)} | ${c(gw, 8)} | ${c(gwq, 19)} | ${(b1.perS / gw).toFixed(2).padStart(10)}× | ${(b4.perS / gw).toFixed(2).padStart(10)}× | ${(b16.perS / gwq).toFixed(2).padStart(14)}×`,
     );
   }
   const d = rows[rows.length - 1]?.dead;

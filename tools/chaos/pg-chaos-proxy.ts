@@ -16,7 +16,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 export type HeldKind = "claim" | "start" | "other";
 
 /** The fenced claim (claimJob / claimFromPostgres) and the started CAS, as ownership-repo.ts writes them. */
-const CLAIM = /claimed_at = now\(\), epoch = (?:j\.)?epoch \+ 1/;
+const CLAIM = /claimed_at = now\(\), epoch = (?:j\.|jobs\.)?epoch \+ 1/;
 const START = /SET state = 'running', execution_id/;
 
 export function classifyChunk(chunk: Buffer): HeldKind {

@@ -2,13 +2,20 @@
  * The event outbox: per execution, events get `seq` from 1 and stay here until the gateway's
  * ingest route acknowledges them (`acked_seq`, contiguous from 1). Delivery is at-least-once;
  * the projector drops duplicates by (execution_id, seq) and only appends contiguous seqs, so a
- * batch always restarts at `acked_seq + 1` and there is at most one request in flight per
- * execution (keeps order without the projector having to buffer).
+ * batch always restarts at `acked_seq + 1` and each execution has at most one batch in flight
+ * (keeps order without the projector having to buffer).
+ *
+ * Requests are per host, not per execution: every stream that is due goes into one signed
+ * request (`{batches: [...]}`), and the gateway fans it out to the jobs' objects. A host with 100
+ * running jobs therefore sends one request per flush instead of 100, which is what keeps the
+ * gateway (and everything behind it, like a cancel) responsive under load. A few requests may be
+ * in flight at once, each carrying different executions; a stream's result (ack, permanent
+ * rejection, or retry with its own backoff) never affects the other streams in the request.
  *
  * Events produced while we owned the execution stay valid after we lose it, so they keep being
  * delivered; the runner is what stops producing new ones.
  */
-import type { EventEnvelope, EventType, IngestAck } from "../../src/contracts/events";
+import type { EventEnvelope, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
 import { backoffDelay } from "../../src/domain/backoff";
 import { signedHeaders } from "../../src/domain/signing";
@@ -23,8 +30,12 @@ export interface OutboxOptions {
   onBacklog?: (backlog: number) => void;
   /** Batching window: a model stream emits ~every 5-30 ms, 10 ms makes most batches hold a few events. */
   flushDelayMs?: number;
-  /** Flush at once when this many events wait; also the most one request carries. */
+  /** Flush at once when one execution has this many events waiting; also the most one batch carries. */
   maxBatch?: number;
+  /** The most events one request carries across all its executions (default 2000). */
+  maxRequestEvents?: number;
+  /** Requests in flight at once, each with different executions (default 4). */
+  maxInFlight?: number;
   retry?: { baseMs: number; maxMs: number };
   requestTimeoutMs?: number;
 }
@@ -38,10 +49,17 @@ export interface ExecutionRef {
 /** Statuses that say "this batch will never be accepted": retrying cannot help. */
 const PERMANENT_REJECTIONS = new Set([400, 409, 410, 413, 422]);
 
+/** Bytes a request may carry: the gateway takes 1 MiB; stay well under it. */
+const MAX_REQUEST_BYTES = 512 * 1024;
+
 export class Outbox {
   private readonly streams = new Map<string, ExecutionOutbox>();
   private backlog = 0;
   private drainWaiters: Array<() => void> = [];
+  private inFlight = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private timerDue = Number.POSITIVE_INFINITY;
+  private closed = false;
   readonly ingestUrl: URL;
 
   constructor(readonly opts: OutboxOptions) {
@@ -62,7 +80,7 @@ export class Outbox {
 
   /** Resolves true once every stream is delivered, false when `timeoutMs` passes first. */
   async drain(timeoutMs: number): Promise<boolean> {
-    for (const s of this.streams.values()) s.flushNow();
+    this.schedule(0);
     if (this.streams.size === 0) return true;
     let timer: NodeJS.Timeout | undefined;
     const drained = new Promise<boolean>((resolve) => this.drainWaiters.push(() => resolve(true)));
@@ -76,6 +94,8 @@ export class Outbox {
 
   /** Stop all timers; undelivered events are abandoned (call drain first). */
   close(): void {
+    this.closed = true;
+    clearTimeout(this.timer);
     for (const s of this.streams.values()) s.stop();
     this.streams.clear();
     this.resolveDrainIfEmpty();
@@ -93,6 +113,114 @@ export class Outbox {
     this.resolveDrainIfEmpty();
   }
 
+  /** @internal Send whatever is due within `delayMs` (earlier requests win). */
+  schedule(delayMs: number): void {
+    if (this.closed) return;
+    const due = Date.now() + delayMs;
+    if (this.timer && this.timerDue <= due) return;
+    clearTimeout(this.timer);
+    this.timerDue = due;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.timerDue = Number.POSITIVE_INFINITY;
+        this.flush();
+      },
+      Math.max(0, delayMs),
+    );
+  }
+
+  /** Start requests for every due stream, up to the in-flight bound. */
+  private flush(): void {
+    const { maxInFlight = 4, maxRequestEvents = 2000, maxBatch = 256 } = this.opts;
+    while (!this.closed && this.inFlight < maxInFlight) {
+      const now = Date.now();
+      const parts: Array<{ stream: ExecutionOutbox; events: EventEnvelope[] }> = [];
+      const jobs = new Set<string>();
+      let events = 0;
+      let bytes = 0;
+      let nextRetry = Number.POSITIVE_INFINITY;
+      for (const stream of this.streams.values()) {
+        if (!stream.hasPending || stream.sending) continue;
+        if (stream.retryAt > now) {
+          nextRetry = Math.min(nextRetry, stream.retryAt);
+          continue;
+        }
+        // One batch per job in a request (a job's batch is one ordered unit at the gateway).
+        if (jobs.has(stream.ref.jobId)) continue;
+        const batch = stream.nextBatch(Math.min(maxBatch, maxRequestEvents - events));
+        const size = JSON.stringify(batch).length;
+        if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + size > MAX_REQUEST_BYTES)) break;
+        parts.push({ stream, events: batch });
+        jobs.add(stream.ref.jobId);
+        events += batch.length;
+        bytes += size;
+      }
+      if (nextRetry < Number.POSITIVE_INFINITY) this.schedule(nextRetry - now);
+      if (parts.length === 0) return;
+      for (const p of parts) p.stream.sending = true;
+      this.inFlight++;
+      void this.send(parts).finally(() => {
+        this.inFlight--;
+        for (const p of parts) {
+          p.stream.sending = false;
+          p.stream.forgetIfDone();
+        }
+        // What arrived meanwhile goes out now: under load batches grow, they never queue up.
+        if (this.hasDue()) this.schedule(0);
+      });
+    }
+  }
+
+  private hasDue(): boolean {
+    for (const s of this.streams.values()) if (s.hasPending && !s.sending) return true;
+    return false;
+  }
+
+  private async send(parts: Array<{ stream: ExecutionOutbox; events: EventEnvelope[] }>): Promise<void> {
+    const body = JSON.stringify({ batches: parts.map((p) => ({ job_id: p.stream.ref.jobId, events: p.events })) });
+    let results: IngestMultiResult[];
+    try {
+      results = await this.post(body, parts.length);
+    } catch (err) {
+      for (const p of parts) p.stream.onFailure(err, p.events);
+      return;
+    }
+    parts.forEach((p, i) => {
+      const r = results[i] as IngestMultiResult;
+      if (r.status === 200) p.stream.onAck(r.ack, p.events);
+      else if (PERMANENT_REJECTIONS.has(r.status)) p.stream.onRejected(r.status, JSON.stringify(r.error));
+      else p.stream.onFailure(new Error(`ingest answered ${r.status} for this job: ${r.error.message}`), p.events);
+    });
+  }
+
+  private async post(body: string, count: number): Promise<IngestMultiResult[]> {
+    const { opts, ingestUrl } = this;
+    const res = await (opts.fetch ?? fetch)(ingestUrl, {
+      method: "POST",
+      headers: await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body),
+      body,
+      signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 10_000),
+    });
+    const text = await res.text();
+    if (PERMANENT_REJECTIONS.has(res.status)) {
+      // The whole request was refused (a shape our own code produced): every batch in it would
+      // be refused again, so each stream drops its events — loudly.
+      opts.log.error("ingest rejected a whole request for good", { status: res.status, body: text.slice(0, 500) });
+      return Array.from({ length: count }, () => ({
+        job_id: "",
+        status: 400 as const,
+        error: { code: "rejected", message: text.slice(0, 200) },
+      }));
+    }
+    if (!res.ok) throw new Error(`ingest answered ${res.status}: ${text.slice(0, 200)}`);
+    const parsed = JSON.parse(text) as { results?: IngestMultiResult[] };
+    if (!Array.isArray(parsed.results) || parsed.results.length !== count) {
+      throw new Error(`ingest answered without one result per batch: ${text.slice(0, 200)}`);
+    }
+    return parsed.results;
+  }
+
   private resolveDrainIfEmpty(): void {
     if (this.streams.size > 0) return;
     const waiters = this.drainWaiters;
@@ -106,12 +234,13 @@ export class ExecutionOutbox {
   private ackedSeq = 0;
   /** Unacknowledged events, in seq order. */
   private pending: EventEnvelope[] = [];
-  private sending = false;
+  /** @internal A batch of this execution is in a request right now. */
+  sending = false;
+  /** @internal Not before this time (ms) after a failed delivery. */
+  retryAt = 0;
   private ended = false;
   private stopped = false;
   private attempt = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private timerDue = Number.POSITIVE_INFINITY;
 
   constructor(
     readonly ref: ExecutionRef,
@@ -124,6 +253,11 @@ export class ExecutionOutbox {
 
   get acknowledged(): number {
     return this.ackedSeq;
+  }
+
+  /** @internal */
+  get hasPending(): boolean {
+    return !this.stopped && this.pending.length > 0;
   }
 
   emit(type: EventType, payload: Record<string, unknown>): EventEnvelope {
@@ -140,7 +274,7 @@ export class ExecutionOutbox {
     this.pending.push(event);
     this.outbox.adjustBacklog(1);
     const { flushDelayMs = 10, maxBatch = 256 } = this.outbox.opts;
-    this.schedule(this.pending.length >= maxBatch ? 0 : flushDelayMs);
+    this.outbox.schedule(this.pending.length >= maxBatch ? 0 : flushDelayMs);
     return event;
   }
 
@@ -152,69 +286,64 @@ export class ExecutionOutbox {
   }
 
   flushNow(): void {
-    this.schedule(0);
+    this.outbox.schedule(0);
   }
 
   /** @internal */
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.timer);
     this.outbox.adjustBacklog(-this.pending.length);
     this.pending = [];
   }
 
-  private schedule(delayMs: number): void {
-    if (this.stopped || this.sending || this.pending.length === 0) return;
-    const due = Date.now() + delayMs;
-    if (this.timer && this.timerDue <= due) return;
-    clearTimeout(this.timer);
-    this.timerDue = due;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.timerDue = Number.POSITIVE_INFINITY;
-      void this.send();
-    }, delayMs);
+  /** @internal The next batch: always from `acked_seq + 1`. */
+  nextBatch(max: number): EventEnvelope[] {
+    return this.pending.slice(0, Math.max(1, max));
   }
 
-  private forgetIfDone(): void {
+  /** @internal */
+  forgetIfDone(): void {
     if (this.ended && this.pending.length === 0 && !this.sending) this.outbox.forget(this.ref.executionId);
   }
 
-  private async send(): Promise<void> {
-    if (this.stopped || this.sending || this.pending.length === 0) return;
-    this.sending = true;
-    const { opts } = this.outbox;
-    const batch = this.pending.slice(0, opts.maxBatch ?? 256);
-    const lastSent = batch[batch.length - 1]?.seq ?? 0;
-    let retryDelay: number | null = null;
-    try {
-      const ack = await this.post(batch);
-      if (ack === "rejected") {
-        this.dropAll();
-      } else {
-        const before = this.ackedSeq;
-        this.acknowledge(ack.acked_seq);
-        // A 2xx that did not move the ack (the projector holds a gap we can no longer see)
-        // is retried with backoff like a failure, so it cannot become a hot loop.
-        if (this.ackedSeq > before || this.ackedSeq >= lastSent) this.attempt = 0;
-        else retryDelay = this.nextBackoff();
-      }
-    } catch (err) {
-      retryDelay = this.nextBackoff();
-      opts.log.warn("outbox delivery failed, will retry", {
-        job_id: this.ref.jobId,
-        execution_id: this.ref.executionId,
-        attempt: this.attempt,
-        retry_in_ms: retryDelay,
-        from_seq: batch[0]?.seq,
-        ...errorFields(err),
-      });
-    } finally {
-      this.sending = false;
-    }
-    if (this.stopped) return;
-    if (this.pending.length > 0) this.schedule(retryDelay ?? 0);
-    this.forgetIfDone();
+  /** @internal The gateway acknowledged (some of) a batch. */
+  onAck(ack: IngestAck, sent: EventEnvelope[]): void {
+    const before = this.ackedSeq;
+    const lastSent = sent[sent.length - 1]?.seq ?? 0;
+    this.acknowledge(ack.acked_seq);
+    // A 2xx that did not move the ack (the projector holds a gap we can no longer see) is
+    // retried with backoff like a failure, so it cannot become a hot loop.
+    if (this.ackedSeq > before || this.ackedSeq >= lastSent) {
+      this.attempt = 0;
+      this.retryAt = 0;
+    } else this.retryAt = Date.now() + this.nextBackoff();
+  }
+
+  /** @internal Delivery failed (network, timeout, busy object): retry with this stream's backoff. */
+  onFailure(err: unknown, sent: EventEnvelope[]): void {
+    const delay = this.nextBackoff();
+    this.retryAt = Date.now() + delay;
+    this.outbox.opts.log.warn("outbox delivery failed, will retry", {
+      job_id: this.ref.jobId,
+      execution_id: this.ref.executionId,
+      attempt: this.attempt,
+      retry_in_ms: delay,
+      from_seq: sent[0]?.seq,
+      ...errorFields(err),
+    });
+  }
+
+  /** @internal This batch will never be accepted: drop this execution's undelivered events. */
+  onRejected(status: number, body: string): void {
+    this.outbox.opts.log.error("ingest rejected a batch for good; dropping this execution's undelivered events", {
+      job_id: this.ref.jobId,
+      execution_id: this.ref.executionId,
+      status,
+      body: body.slice(0, 500),
+      dropped: this.pending.length,
+    });
+    this.outbox.adjustBacklog(-this.pending.length);
+    this.pending = [];
   }
 
   private nextBackoff(): number {
@@ -232,36 +361,5 @@ export class ExecutionOutbox {
       this.pending.splice(0, n);
       this.outbox.adjustBacklog(-n);
     }
-  }
-
-  private dropAll(): void {
-    this.outbox.adjustBacklog(-this.pending.length);
-    this.pending = [];
-  }
-
-  private async post(events: EventEnvelope[]): Promise<IngestAck | "rejected"> {
-    const { opts, ingestUrl } = this.outbox;
-    const body = JSON.stringify({ job_id: this.ref.jobId, events });
-    const res = await (opts.fetch ?? fetch)(ingestUrl, {
-      method: "POST",
-      headers: await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body),
-      body,
-      signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 10_000),
-    });
-    const text = await res.text();
-    if (PERMANENT_REJECTIONS.has(res.status)) {
-      opts.log.error("ingest rejected a batch for good; dropping this execution's undelivered events", {
-        job_id: this.ref.jobId,
-        execution_id: this.ref.executionId,
-        status: res.status,
-        body: text.slice(0, 500),
-        dropped: this.pending.length,
-      });
-      return "rejected";
-    }
-    if (!res.ok) throw new Error(`ingest answered ${res.status}: ${text.slice(0, 200)}`);
-    const ack = JSON.parse(text) as Partial<IngestAck>;
-    if (typeof ack.acked_seq !== "number") throw new Error(`ingest answered without acked_seq: ${text.slice(0, 200)}`);
-    return ack as IngestAck;
   }
 }

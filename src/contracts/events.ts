@@ -49,6 +49,25 @@ export const IngestBatchSchema = z.object({
 });
 export type IngestBatch = z.infer<typeof IngestBatchSchema>;
 
+/**
+ * Several jobs' batches in one signed request: a host sends every stream that is due together,
+ * so the gateway sees one request per flush, not one per running job. Job ids are unique within
+ * a request (each job's batch stays one ordered unit); the body limit bounds the total.
+ */
+export const IngestMultiSchema = z.object({
+  batches: z
+    .array(IngestBatchSchema)
+    .min(1)
+    .max(500)
+    .refine((bs) => new Set(bs.map((b) => b.job_id)).size === bs.length, "job_id must be unique within a request"),
+});
+export type IngestMulti = z.infer<typeof IngestMultiSchema>;
+
+/** The answer to a multi-job request: one result per batch, in request order. */
+export type IngestMultiResult =
+  | { job_id: string; status: 200; ack: IngestAck }
+  | { job_id: string; status: 400 | 409 | 503; error: { code: string; message: string } };
+
 export interface IngestAck {
   /** Highest seq of this execution that the projector holds durably (contiguous from 1). */
   acked_seq: number;

@@ -97,37 +97,39 @@ async function startIngest(secret: string): Promise<Ingest> {
       res.writeHead(500).end('{"error":{"code":"internal","message":"injected"}}');
       return;
     }
-    const batch = JSON.parse(body) as IngestBatch;
-    let accepted = 0;
-    let duplicates = 0;
-    let acked = 0;
-    for (const e of batch.events) {
-      const stored = state.log.get(e.execution_id) ?? [];
-      state.log.set(e.execution_id, stored);
-      const execs = jobExecutions.get(e.job_id) ?? new Set();
-      execs.add(e.execution_id);
-      jobExecutions.set(e.job_id, execs);
-      if (e.seq === stored.length + 1) {
-        stored.push(e);
-        accepted++;
-      } else if (e.seq <= stored.length) {
-        expect(stored[e.seq - 1]).toEqual(e); // a resend must be the same event
-        duplicates++;
-      } else {
-        state.gaps++;
+    // The host sends its whole flush as `{batches}`; each batch is one job's, answered apiece.
+    const { batches } = JSON.parse(body) as { batches: IngestBatch[] };
+    const results = batches.map((batch) => {
+      let accepted = 0;
+      let duplicates = 0;
+      let acked = 0;
+      for (const e of batch.events) {
+        const stored = state.log.get(e.execution_id) ?? [];
+        state.log.set(e.execution_id, stored);
+        const execs = jobExecutions.get(e.job_id) ?? new Set();
+        execs.add(e.execution_id);
+        jobExecutions.set(e.job_id, execs);
+        if (e.seq === stored.length + 1) {
+          stored.push(e);
+          accepted++;
+        } else if (e.seq <= stored.length) {
+          expect(stored[e.seq - 1]).toEqual(e); // a resend must be the same event
+          duplicates++;
+        } else {
+          state.gaps++;
+        }
+        acked = stored.length;
       }
-      acked = stored.length;
-    }
-    state.duplicates += duplicates;
+      state.duplicates += duplicates;
+      return { job_id: batch.job_id, status: 200, ack: { acked_seq: acked, accepted, duplicates } };
+    });
     if (state.failAfterStore > 0) {
       state.failAfterStore--;
       state.failures++;
       res.writeHead(500).end('{"error":{"code":"internal","message":"injected after store"}}');
       return;
     }
-    res
-      .writeHead(200, { "content-type": "application/json" })
-      .end(JSON.stringify({ acked_seq: acked, accepted, duplicates }));
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const { port } = server.address() as AddressInfo;

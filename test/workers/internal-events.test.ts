@@ -108,4 +108,72 @@ describe("POST /internal/events", () => {
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/^stale_epoch: /);
     expect((await offsets(stub)).map((e) => e.execution_id)).toEqual(["exec-b"]);
   });
+
+  describe("a host's whole flush in one request ({batches})", () => {
+    async function signedMulti(batches: IngestBatch[]) {
+      const body = JSON.stringify({ batches });
+      const signed = await signRequest(testEnv.INTERNAL_SIGNING_SECRET, "POST", PATH, body);
+      return { body, headers: headersOf(signed), res: await send(body, headersOf(signed)) };
+    }
+
+    it("delivers each job's batch to its own log and answers one result per batch, in order", async () => {
+      const a = newJob();
+      const b = newJob();
+      const { res } = await signedMulti([batch(a.jobId, "exec-a", 1, [1, 2, 3]), batch(b.jobId, "exec-b", 1, [1])]);
+      expect(res.status).toBe(200);
+      const { results } = (await res.json()) as { results: Array<{ job_id: string; status: number; ack?: unknown }> };
+      expect(results.map((r) => [r.job_id, r.status])).toEqual([
+        [a.jobId, 200],
+        [b.jobId, 200],
+      ]);
+      expect(results[0]?.ack).toMatchObject({ acked_seq: 3, accepted: 3 });
+      expect((await offsets(a.stub)).map((e) => e.seq)).toEqual([1, 2, 3]);
+      expect((await offsets(b.stub)).map((e) => e.seq)).toEqual([1]);
+    });
+
+    it("one job's rejection (stale epoch, bad shape) does not fail the others", async () => {
+      const stale = newJob();
+      expect((await signedSend(batch(stale.jobId, "exec-new", 2, [1]))).res.status).toBe(200);
+      const good = newJob();
+      const bad = newJob();
+      const mixed = batch(bad.jobId, "exec-x", 1, [1, 2]);
+      (mixed.events[1] as { execution_id: string }).execution_id = "exec-y";
+      const { res } = await signedMulti([
+        batch(stale.jobId, "exec-old", 1, [1]),
+        batch(good.jobId, "exec-g", 1, [1]),
+        mixed,
+      ]);
+      expect(res.status).toBe(200);
+      const { results } = (await res.json()) as { results: Array<{ status: number; error?: { message: string } }> };
+      expect(results.map((r) => r.status)).toEqual([409, 200, 400]);
+      expect(results[0]?.error?.message).toMatch(/^stale_epoch: /);
+      expect((await offsets(stale.stub)).map((e) => e.execution_id)).toEqual(["exec-new"]);
+      expect((await offsets(good.stub)).map((e) => e.seq)).toEqual([1]);
+      expect(await offsets(bad.stub)).toEqual([]);
+    });
+
+    it("a replayed multi-job request is refused by every job it names and writes nothing", async () => {
+      const a = newJob();
+      const b = newJob();
+      const first = await signedMulti([batch(a.jobId, "exec-a", 1, [1]), batch(b.jobId, "exec-b", 1, [1])]);
+      expect(first.res.status).toBe(200);
+      const again = await send(first.body, first.headers);
+      expect(again.status).toBe(200);
+      const { results } = (await again.json()) as { results: Array<{ status: number }> };
+      expect(results.map((r) => r.status)).toEqual([409, 409]);
+      expect((await offsets(a.stub)).map((e) => e.seq)).toEqual([1]);
+      expect((await offsets(b.stub)).map((e) => e.seq)).toEqual([1]);
+    });
+
+    it("refuses a request naming one job twice, or with no batches, and writes nothing", async () => {
+      const a = newJob();
+      await expectError(
+        (await signedMulti([batch(a.jobId, "exec-a", 1, [1]), batch(a.jobId, "exec-a", 1, [2])])).res,
+        400,
+        "invalid_request",
+      );
+      await expectError((await signedMulti([])).res, 400, "invalid_request");
+      expect(await offsets(a.stub)).toEqual([]);
+    });
+  });
 });

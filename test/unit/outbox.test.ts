@@ -1,0 +1,191 @@
+/**
+ * The host outbox's request discipline, with the gateway replaced by a scripted fetch (the real
+ * path, through workerd, is covered by the integration and workers suites): one request carries
+ * every due execution, an execution never has two batches in flight, a batch always restarts at
+ * `acked_seq + 1`, and one execution's failure or rejection never touches the others.
+ */
+import { describe, expect, it } from "vitest";
+import { silentLogger } from "../../sandbox-host/log";
+import { Outbox } from "../../sandbox-host/outbox";
+import type { EventEnvelope } from "../../src/contracts/events";
+
+type Batch = { job_id: string; events: EventEnvelope[] };
+type Answer = { status: number; body: unknown } | Error;
+
+/** A fetch that records each request's batches and answers with what the test decides. */
+function scriptedGateway(answer: (batches: Batch[]) => Answer | Promise<Answer>) {
+  const requests: Batch[][] = [];
+  const fetch = (async (_url: unknown, init?: RequestInit) => {
+    const { batches } = JSON.parse(String(init?.body)) as { batches: Batch[] };
+    requests.push(batches);
+    const a = await answer(batches);
+    if (a instanceof Error) throw a;
+    return new Response(JSON.stringify(a.body), { status: a.status });
+  }) as typeof globalThis.fetch;
+  return { fetch, requests };
+}
+
+const ackAll = (batches: Batch[]): Answer => ({
+  status: 200,
+  body: {
+    results: batches.map((b) => ({
+      job_id: b.job_id,
+      status: 200,
+      ack: { acked_seq: b.events[b.events.length - 1]?.seq ?? 0, accepted: b.events.length, duplicates: 0 },
+    })),
+  },
+});
+
+function outbox(fetch: typeof globalThis.fetch, onBacklog?: (n: number) => void) {
+  return new Outbox({
+    gatewayUrl: "http://gateway.test",
+    signingSecret: "unit-test-secret-unit-test-secret",
+    log: silentLogger,
+    fetch,
+    onBacklog,
+    flushDelayMs: 5,
+    retry: { baseMs: 20, maxMs: 40 },
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const seqs = (b: Batch | undefined) => b?.events.map((e) => e.seq);
+
+describe("outbox: one request per flush for the whole host", () => {
+  it("sends the due events of several executions in one request, each in seq order", async () => {
+    const gw = scriptedGateway(ackAll);
+    const box = outbox(gw.fetch);
+    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    for (const s of streams) {
+      s.emit("model.delta", { text: "a" });
+      s.emit("model.delta", { text: "b" });
+    }
+    expect(await box.drain(1000)).toBe(false); // streams are not ended: drain waits for end()
+    expect(gw.requests).toHaveLength(1);
+    expect(gw.requests[0]?.map((b) => [b.job_id, seqs(b)])).toEqual([
+      ["j1", [1, 2]],
+      ["j2", [1, 2]],
+      ["j3", [1, 2]],
+    ]);
+    expect(box.pendingEvents).toBe(0);
+    for (const s of streams) s.end();
+    expect(await box.drain(1000)).toBe(true);
+  });
+
+  it("never has two batches of one execution in flight; what arrived meanwhile goes next", async () => {
+    let release: () => void = () => {};
+    let first = true;
+    const gw = scriptedGateway(async (batches) => {
+      if (first) {
+        first = false;
+        await new Promise<void>((r) => (release = r));
+      }
+      return ackAll(batches);
+    });
+    const box = outbox(gw.fetch);
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1 });
+    a.emit("model.delta", { text: "1" });
+    await sleep(30);
+    expect(gw.requests).toHaveLength(1);
+    a.emit("model.delta", { text: "2" });
+    a.emit("model.delta", { text: "3" });
+    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1 });
+    b.emit("model.delta", { text: "x" });
+    await sleep(30);
+    // b is free to go while a's first batch is held; a's new events wait for a's answer.
+    expect(gw.requests.map((r) => r.map((x) => x.job_id))).toEqual([["ja"], ["jb"]]);
+    release();
+    await sleep(30);
+    expect(gw.requests[2]?.map((x) => [x.job_id, seqs(x)])).toEqual([["ja", [2, 3]]]);
+  });
+
+  it("retries only the execution whose object was busy, from its acked seq", async () => {
+    let busy = true;
+    const gw = scriptedGateway((batches) => {
+      const base = ackAll(batches) as { status: number; body: { results: Array<Record<string, unknown>> } };
+      if (busy) {
+        busy = false;
+        base.body.results[1] = {
+          job_id: "j2",
+          status: 503,
+          error: { code: "dependency_unavailable", message: "busy" },
+        };
+      }
+      return base;
+    });
+    const backlog: number[] = [];
+    const box = outbox(gw.fetch, (n) => backlog.push(n));
+    const s1 = box.open({ jobId: "j1", executionId: "e1", epoch: 1 });
+    const s2 = box.open({ jobId: "j2", executionId: "e2", epoch: 1 });
+    s1.emit("run.started", {});
+    s2.emit("run.started", {});
+    s2.emit("model.delta", { text: "y" });
+    s1.end();
+    s2.end();
+    expect(await box.drain(2000)).toBe(true);
+    expect(gw.requests.map((r) => r.map((b) => [b.job_id, seqs(b)]))).toEqual([
+      [
+        ["j1", [1]],
+        ["j2", [1, 2]],
+      ],
+      [["j2", [1, 2]]],
+    ]);
+    expect(s2.acknowledged).toBe(2);
+    expect(backlog[backlog.length - 1]).toBe(0);
+  });
+
+  it("drops only the rejected execution's events (409); a network failure retries everyone", async () => {
+    let calls = 0;
+    const gw = scriptedGateway((batches) => {
+      calls++;
+      if (calls === 1) return new Error("connection reset");
+      const base = ackAll(batches) as { status: number; body: { results: Array<Record<string, unknown>> } };
+      const i = batches.findIndex((b) => b.job_id === "jstale");
+      if (i >= 0)
+        base.body.results[i] = { job_id: "jstale", status: 409, error: { code: "conflict", message: "stale_epoch" } };
+      return base;
+    });
+    const box = outbox(gw.fetch);
+    const ok = box.open({ jobId: "jok", executionId: "eok", epoch: 2 });
+    const stale = box.open({ jobId: "jstale", executionId: "est", epoch: 1 });
+    ok.emit("run.started", {});
+    stale.emit("run.started", {});
+    stale.emit("model.delta", { text: "late" });
+    ok.end();
+    stale.end();
+    expect(await box.drain(2000)).toBe(true);
+    expect(gw.requests[0]?.map((b) => b.job_id)).toEqual(["jok", "jstale"]);
+    // After the network error both were retried (each on its own backoff, maybe in one request).
+    const retried = gw.requests.slice(1).flat();
+    expect(retried.map((b) => b.job_id).sort()).toEqual(["jok", "jstale"]);
+    expect(ok.acknowledged).toBe(1);
+    expect(stale.acknowledged).toBe(0);
+    expect(box.pendingEvents).toBe(0);
+  });
+
+  it("splits a flush that exceeds the per-request event bound, keeping each execution whole", async () => {
+    const gw = scriptedGateway(ackAll);
+    const box = new Outbox({
+      gatewayUrl: "http://gateway.test",
+      signingSecret: "unit-test-secret-unit-test-secret",
+      log: silentLogger,
+      fetch: gw.fetch,
+      flushDelayMs: 5,
+      maxRequestEvents: 5,
+      maxInFlight: 1,
+    });
+    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
+    for (const s of streams) s.end();
+    expect(await box.drain(2000)).toBe(true);
+    for (const r of gw.requests) expect(r.reduce((n, b) => n + b.events.length, 0)).toBeLessThanOrEqual(5);
+    const delivered = new Map<string, number[]>();
+    for (const b of gw.requests.flat())
+      delivered.set(b.job_id, [...(delivered.get(b.job_id) ?? []), ...(seqs(b) ?? [])]);
+    expect([...delivered.entries()].sort()).toEqual([
+      ["j1", [1, 2, 3]],
+      ["j2", [1, 2, 3]],
+      ["j3", [1, 2, 3]],
+    ]);
+  });
+});

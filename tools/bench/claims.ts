@@ -89,6 +89,7 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
   const db = drizzle(pool, { schema });
   await Promise.all(Array.from({ length: k }, () => pool.query("SELECT 1")));
   let started = 0;
+  let claimed = 0;
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: k }, async (_, i) => {
@@ -100,19 +101,25 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
           Array.from({ length: batch }, () => randomUUID()),
         );
         if (claims.length === 0) return;
+        claimed += claims.length;
         if (batch === 1) {
           for (const c of claims) if (await markStarted(db, { ...c, host, executionId: randomUUID() })) started++;
         } else {
           // What a host's StartBatcher does when one claim pass won several jobs.
           const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
-          started += (await markStartedMany(db, host, ids)).size;
+          // (not `started += await …`: that reads `started` before the await and loses updates)
+          const n = (await markStartedMany(db, host, ids)).size;
+          started += n;
         }
       }
     }),
   );
   const secs = (performance.now() - t0) / 1000;
   await pool.end();
-  if (started !== N) throw new Error(`started ${started} of ${N}`);
+  if (started !== N) {
+    const left = await admin.query("SELECT state, owner IS NOT NULL AS claimed, count(*)::int AS n FROM jobs GROUP BY 1, 2");
+    throw new Error(`K=${k} batch ${batch}: claimed ${claimed}, started ${started} of ${N}; rows now ${JSON.stringify(left.rows)}`);
+  }
   return { perS: N / secs, stats: [before, await jobStats()] };
 }
 

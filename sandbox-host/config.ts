@@ -69,6 +69,11 @@ export const HostConfigSchema = z.object({
   /** Docker sandboxes for tool calls (needs a Docker engine). */
   sandboxEnabled: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   sandboxImage: z.string().min(1).default("ear-sandbox:local"),
+  /**
+   * How often (jittered) the host removes sandboxes on its Docker engine whose run Postgres says
+   * is over, whichever host made them (a host that died and never came back leaves some).
+   */
+  sandboxJanitorMs: intFromEnv(200, 3_600_000).default(30_000),
   /** On shutdown: how long the outbox may take to deliver what is left. */
   outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
 });
@@ -103,6 +108,7 @@ const ENV_NAMES: Record<string, string> = {
   quotaMaxWaitMs: "QUOTA_MAX_WAIT_MS",
   sandboxEnabled: "SANDBOX_ENABLED",
   sandboxImage: "SANDBOX_IMAGE",
+  sandboxJanitorMs: "SANDBOX_JANITOR_MS",
 };
 
 export class HostConfigError extends Error {
@@ -148,6 +154,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     quotaMaxWaitMs: v("QUOTA_MAX_WAIT_MS"),
     sandboxEnabled: v("SANDBOX_ENABLED"),
     sandboxImage: v("SANDBOX_IMAGE"),
+    sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
   };
   const parsed = HostConfigSchema.safeParse(raw);
   if (parsed.success) return parsed.data;

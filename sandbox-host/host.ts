@@ -13,12 +13,12 @@ import { Claimer } from "./claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import type { HostConfig } from "./config";
 import { createLogger, errorFields, type Logger } from "./log";
-import { createHostMetrics, startMetricsServer } from "./metrics";
+import { createHostMetrics, type HostMetrics, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
 import { OffloadPool, type OffloadPoolOptions } from "./offload";
 import { Outbox } from "./outbox";
 import { loadQuotaScripts } from "./quota/load-scripts";
-import { Reaper } from "./reaper";
+import { Reaper, SandboxJanitor } from "./reaper";
 import { Runner } from "./runner";
 import { connectDocker, createSandboxManager, type SandboxManager } from "./sandbox";
 
@@ -80,7 +80,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     config.quotaModelLimit > 0
       ? createLeaseStore(redis, await loadQuotaScripts(), { heartbeatIntervalMs: config.heartbeatMs })
       : null;
-  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log);
+  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,
@@ -136,6 +136,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     runLostAfterMs: config.runLostAfterMs ?? 3 * config.heartbeatMs + 2000,
     indexRebuildMs: config.indexRebuildMs,
   });
+  const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
   const listener = config.listen
     ? new ReadyListener({ databaseUrl: config.databaseUrl, log, onReady: (jobId) => claimer.hint(jobId) })
     : null;
@@ -161,6 +162,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   await listener?.start();
   claimer.start();
   reaper.start();
+  janitor?.start();
   log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
 
   let closing: Promise<void> | null = null;
@@ -168,6 +170,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     await listener?.stop();
     await claimer.stop();
     await reaper.stop();
+    await janitor?.stop();
     log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
     await runner.shutdown(graceMs);
     // Runs are over: stop admitting offload work, let what was admitted finish, end the threads.
@@ -204,7 +207,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
  * model calls a tool then fails with tools_unavailable (never a fallback to the host). Orphans of
  * this host id (a previous process that died) are removed before any run starts here.
  */
-async function startSandboxes(config: HostConfig, log: Logger): Promise<SandboxManager | null> {
+async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetrics): Promise<SandboxManager | null> {
   if (!config.sandboxEnabled) return null;
   const docker = connectDocker();
   try {
@@ -213,7 +216,17 @@ async function startSandboxes(config: HostConfig, log: Logger): Promise<SandboxM
     log.warn("no Docker engine: tool calls will fail with tools_unavailable", errorFields(err));
     return null;
   }
-  const manager = createSandboxManager({ docker, hostId: config.hostId, image: config.sandboxImage, logger: log });
+  const manager = createSandboxManager({
+    docker,
+    hostId: config.hostId,
+    image: config.sandboxImage,
+    logger: log,
+    observe: {
+      active: (n) => metrics.sandboxesActive.set(n),
+      created: (seconds, outcome) => metrics.sandboxCreate.observe({ outcome }, seconds),
+      deleted: (seconds, outcome) => metrics.sandboxDelete.observe({ outcome }, seconds),
+    },
+  });
   try {
     await manager.removeOrphans(new Set());
   } catch (err) {

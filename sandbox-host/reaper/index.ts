@@ -1,1 +1,2 @@
 export { Reaper, type ReaperOptions } from "./reaper";
+export { SandboxJanitor, type SandboxJanitorOptions } from "./sandbox-janitor";

@@ -35,6 +35,12 @@ export interface SandboxManagerOptions {
   logger?: Logger;
   /** Replaceable only so a test can show what the per-run lock prevents. */
   lock?: KeyedLock;
+  /** Observations for the host's metrics (sandboxes_active, create and delete time). */
+  observe?: {
+    active(n: number): void;
+    created(seconds: number, outcome: "ok" | "error"): void;
+    deleted(seconds: number, outcome: "ok" | "error"): void;
+  };
 }
 
 export interface Sandbox {
@@ -97,9 +103,19 @@ export interface SandboxManager {
     opts?: { maxEntries?: number; signal?: AbortSignal },
   ): Promise<files.ListDirResult>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
-  destroy(runId: string): Promise<DestroyResult>;
+  destroy(runId: string, host?: string): Promise<DestroyResult>;
   /** Removes this host's labelled containers/networks whose run is not in `liveRunIds`. */
   removeOrphans(liveRunIds: ReadonlySet<string>): Promise<DestroyResult & { runs: string[] }>;
+  /**
+   * Every labelled sandbox on this engine, whichever host made it, so a live host can remove
+   * what a host that never came back left behind (see `removeFinished`).
+   */
+  listAll(): Promise<Array<{ host: string; run: string }>>;
+  /**
+   * Removes sandboxes of any host on this engine whose run `isFinished` confirms is over (the
+   * caller asks Postgres). Runs it cannot confirm — unknown ids, another deployment's — stay.
+   */
+  removeFinished(isFinished: (runIds: string[]) => Promise<ReadonlySet<string>>): Promise<{ runs: string[] }>;
   active(): Sandbox[];
   readonly profile: ResolvedProfile;
 }
@@ -127,8 +143,8 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
   const sandboxes = new Map<string, Sandbox>();
 
   const labelsFor = (runId: string) => ({ [LABEL_SANDBOX]: "1", [LABEL_HOST]: opts.hostId, [LABEL_RUN]: runId });
-  const runFilter = (runId: string) =>
-    JSON.stringify({ label: [`${LABEL_HOST}=${opts.hostId}`, `${LABEL_RUN}=${runId}`] });
+  const runFilter = (runId: string, host = opts.hostId) =>
+    JSON.stringify({ label: [`${LABEL_HOST}=${host}`, `${LABEL_RUN}=${runId}`] });
   // Docker names allow [a-zA-Z0-9_.-]; run ids may not, and may be long. Labels carry the real ids.
   const nameFor = (runId: string) =>
     `ear-sb-${createHash("sha256").update(`${opts.hostId}\0${runId}`).digest("hex").slice(0, 20)}`;
@@ -149,6 +165,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       await removeByLabel(runId).catch((cleanupErr) =>
         log.warn("sandbox create cleanup failed", { run_id: runId, error: errorText(cleanupErr) }),
       );
+      opts.observe?.created((performance.now() - started) / 1000, "error");
       const hint = isNotFound(err) ? ` (image ${opts.image} missing? build it with \`npm run sandbox:image\`)` : "";
       throw new SandboxError("create_failed", `creating sandbox for run ${runId} failed: ${errorText(err)}${hint}`, {
         cause: err,
@@ -156,6 +173,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       });
     }
     const createMs = Math.round(performance.now() - started);
+    opts.observe?.created(createMs / 1000, "ok");
     log.info("sandbox created", { run_id: runId, container: name, subnet: net.subnet, ms: createMs });
     return {
       runId,
@@ -194,8 +212,8 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     return null;
   }
 
-  async function removeByLabel(runId: string): Promise<DestroyResult> {
-    const containers = await docker.listContainers({ all: true, filters: runFilter(runId) });
+  async function removeByLabel(runId: string, host = opts.hostId): Promise<DestroyResult> {
+    const containers = await docker.listContainers({ all: true, filters: runFilter(runId, host) });
     await Promise.all(
       containers.map(async (info) => {
         const c = docker.getContainer(info.Id);
@@ -209,7 +227,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         });
       }),
     );
-    const networks = await docker.listNetworks({ filters: runFilter(runId) });
+    const networks = await docker.listNetworks({ filters: runFilter(runId, host) });
     await Promise.all(
       networks.map((n) =>
         docker
@@ -223,9 +241,11 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     return { containers: containers.length, networks: networks.length };
   }
 
-  function destroy(runId: string): Promise<DestroyResult> {
+  /** `host`: whose labels to remove (default this host; the janitor names a dead host's). */
+  function destroy(runId: string, host = opts.hostId): Promise<DestroyResult> {
     return lock.run(runId, () =>
       deletions.run(async () => {
+        const started = performance.now();
         let timer: NodeJS.Timeout | undefined;
         const timeout = new Promise<never>((_, reject) => {
           timer = setTimeout(
@@ -239,11 +259,19 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
           );
         });
         try {
-          const removed = await Promise.race([removeByLabel(runId), timeout]);
-          sandboxes.delete(runId);
-          if (removed.containers || removed.networks) log.info("sandbox deleted", { run_id: runId, ...removed });
+          const removed = await Promise.race([removeByLabel(runId, host), timeout]);
+          if (host === opts.hostId && sandboxes.delete(runId)) opts.observe?.active(sandboxes.size);
+          if (removed.containers || removed.networks) {
+            log.info("sandbox deleted", {
+              run_id: runId,
+              ...(host === opts.hostId ? {} : { of_host: host }),
+              ...removed,
+            });
+            opts.observe?.deleted((performance.now() - started) / 1000, "ok");
+          }
           return removed;
         } catch (err) {
+          opts.observe?.deleted((performance.now() - started) / 1000, "error");
           if (err instanceof SandboxError) throw err;
           throw new SandboxError("delete_failed", `deleting sandbox of run ${runId} failed: ${errorText(err)}`, {
             cause: err,
@@ -271,6 +299,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       }
       sb ??= await create(runId);
       sandboxes.set(runId, sb);
+      opts.observe?.active(sandboxes.size);
       return sb;
     });
   }
@@ -337,6 +366,31 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       );
       if (runs.size) log.info("sandbox orphans removed", { runs: runs.size, ...total });
       return { ...total, runs: [...runs] };
+    },
+
+    async listAll() {
+      const all = JSON.stringify({ label: [`${LABEL_SANDBOX}=1`] });
+      const [containers, networks] = await Promise.all([
+        docker.listContainers({ all: true, filters: all }),
+        docker.listNetworks({ filters: all }),
+      ]);
+      const seen = new Map<string, { host: string; run: string }>();
+      for (const x of [...containers.map((c) => c.Labels), ...networks.map((n) => n.Labels)]) {
+        const host = x?.[LABEL_HOST];
+        const run = x?.[LABEL_RUN];
+        if (host !== undefined && run !== undefined) seen.set(`${host}\0${run}`, { host, run });
+      }
+      return [...seen.values()];
+    },
+
+    async removeFinished(isFinished) {
+      const all = await this.listAll();
+      if (all.length === 0) return { runs: [] };
+      const finished = await isFinished([...new Set(all.map((x) => x.run))]);
+      const doomed = all.filter((x) => finished.has(x.run));
+      await Promise.all(doomed.map((x) => destroy(x.run, x.host)));
+      if (doomed.length) log.info("finished runs' sandboxes removed", { runs: doomed.length });
+      return { runs: [...new Set(doomed.map((x) => x.run))] };
     },
   };
 }

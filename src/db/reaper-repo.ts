@@ -73,3 +73,37 @@ export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: stri
   );
   return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Of these execution ids (sandbox labels found on a Docker engine), the ones this database knows
+ * and whose run is over: the job is no longer running under that execution. Ids it does not know
+ * (another deployment sharing the engine, garbage labels) are never returned, so nothing that
+ * might still be someone's is called finished.
+ */
+export async function finishedExecutions(db: Db, executionIds: string[]): Promise<Set<string>> {
+  const ids = executionIds.filter((id) => UUID.test(id));
+  if (ids.length === 0) return new Set();
+  const rows = resultRows<{ id: string }>(
+    await db.execute(sql`
+      SELECT e.id FROM executions e JOIN jobs j ON j.id = e.job_id
+      WHERE e.id = ANY(string_to_array(${ids.join(",")}, ',')::uuid[])
+        AND NOT (j.state = 'running' AND j.execution_id = e.id)`),
+  );
+  return new Set(rows.map((r) => r.id));
+}
+
+/** The sandboxes of these finished executions are gone: clear their jobs' cleanup fences. */
+export async function clearCleanupFences(db: Db, executionIds: string[]): Promise<number> {
+  const ids = executionIds.filter((id) => UUID.test(id));
+  if (ids.length === 0) return 0;
+  const rows = resultRows<{ id: string }>(
+    await db.execute(sql`
+      UPDATE jobs SET cleanup_pending = false
+      WHERE execution_id = ANY(string_to_array(${ids.join(",")}, ',')::uuid[])
+        AND state <> 'running' AND cleanup_pending
+      RETURNING id`),
+  );
+  return rows.length;
+}

@@ -167,4 +167,60 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     const row = await pool.query("select state from jobs where id = $1", [id]);
     expect(row.rows[0].state).toBe("lost");
   }, 60_000);
+
+  it("a run that fails after a tool call removes its sandbox and clears the cleanup fence", async () => {
+    const id = await submit({
+      input: {
+        messages: [
+          mock({
+            // The tool call streams as 3 pieces (under the cut); the answer after it is cut at 6.
+            tool_calls: [{ name: "shell", args: { command: "echo made-a-sandbox" } }],
+            reply: "one two three four five six seven eight nine ten eleven twelve",
+            drop_after_tokens: 6,
+          }),
+        ],
+      },
+      tools: ["shell"],
+    });
+    const evs = await events(id);
+    expect(evs.map((e) => e.event)).toContain("tool.result");
+    expect(evs.at(-1)?.event).toBe("run.failed");
+    expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+    const row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
+    expect(row.rows[0]).toEqual({ state: "failed", cleanup_pending: false });
+  });
+
+  it("a sandbox left by a host that never came back is removed by another host's janitor once its run is over", async () => {
+    const id = await submit({
+      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
+      tools: ["shell"],
+    });
+    const deadline = Date.now() + 20_000;
+    while ((await countHostObjects(d, hostId)).containers === 0) {
+      if (Date.now() > deadline) throw new Error("sandbox never appeared");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // The host holding the sandbox dies for good; a host with another id is (or comes) alive.
+    const victim = stack.hosts.at(-1);
+    process.kill(-(victim?.process.pid as number), "SIGKILL");
+    const otherId = `${hostId}-other`;
+    try {
+      await stack.addHost({ HOST_ID: otherId, SANDBOX_JANITOR_MS: "300" });
+      // Nothing of the dead host's is removed while its run is still `running` in Postgres…
+      expect((await countHostObjects(d, hostId)).containers).toBe(1);
+      // …and everything once the reaper has declared it lost; the janitor clears the job's
+      // cleanup fence right after the removal.
+      expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+      let row: { state: string; cleanup_pending: boolean } | undefined;
+      for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+        row = (await pool.query("select state, cleanup_pending from jobs where id = $1", [id])).rows[0];
+        if (!row?.cleanup_pending) break;
+      }
+      expect(row).toEqual({ state: "lost", cleanup_pending: false });
+      const metrics = await (await fetch((stack.hosts.at(-1) as { metricsUrl: string }).metricsUrl)).text();
+      expect(metrics).toMatch(/sandbox_delete_seconds_count\{[^}]*outcome="ok"[^}]*\} [1-9]/);
+    } finally {
+      await removeHostObjects(d, otherId);
+    }
+  }, 60_000);
 });

@@ -4,7 +4,7 @@
  * baseline. Figures and their reading live in docs/claims.md.
  *
  *  1. throughput: N jobs pre-inserted; K = 1, 4, 16 claimers (one connection each) loop
- *     claimFromPostgres with batch B = a host's free slots (1, 4, 16), then the started CAS:
+ *     claimFromPostgres with batch B = a host's free slots (1, 4, 8 = HOST_MAX_RUNS default, 16), then the started CAS:
  *     one markStarted per claim at B = 1, one markStartedMany for the pass at B > 1 (what the
  *     host's StartBatcher sends). graphile-worker: the same N jobs, concurrency K, a no-op task,
  *     without and with its batching localQueue (size 16); we count task starts/s.
@@ -260,19 +260,20 @@ try {
 
   console.log("claim+start per second (pre-inserted backlog)");
   console.log(
-    "  claimers | ours b1 | ours b4 | ours b16 | graphile | graphile localQueue | b1/graphile | b4/graphile | b16/graphile-lq",
+    "  claimers | ours b1 | ours b4 | ours b8 | ours b16 | graphile | graphile localQueue | b1/graphile | b8/graphile | b16/graphile-lq",
   );
   const rows: Array<{ k: number; dead: [TableStats, TableStats] }> = [];
   for (const k of [1, 4, 16]) {
     const b1 = await ours(k, 1);
     const b4 = await ours(k, 4);
+    const b8 = await ours(k, 8);
     const b16 = await ours(k, 16);
     const gw = await graphile(k);
     const gwq = await graphile(k, 16);
     rows.push({ k, dead: b1.stats });
     const c = (x: number, w: number) => x.toFixed(0).padStart(w);
     console.log(
-      `  ${String(k).padStart(8)} | ${c(b1.perS, 7)} | ${c(b4.perS, 7)} | ${c(b16.perS, 8)} | ${c(gw, 8)} | ${c(gwq, 19)} | ${(b1.perS / gw).toFixed(2).padStart(10)}× | ${(b4.perS / gw).toFixed(2).padStart(10)}× | ${(b16.perS / gwq).toFixed(2).padStart(14)}×`,
+      `  ${String(k).padStart(8)} | ${c(b1.perS, 7)} | ${c(b4.perS, 7)} | ${c(b8.perS, 7)} | ${c(b16.perS, 8)} | ${c(gw, 8)} | ${c(gwq, 19)} | ${(b1.perS / gw).toFixed(2).padStart(10)}× | ${(b8.perS / gw).toFixed(2).padStart(10)}× | ${(b16.perS / gwq).toFixed(2).padStart(14)}×`,
     );
   }
   const d = rows[rows.length - 1]?.dead;

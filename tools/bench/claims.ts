@@ -117,8 +117,12 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
   const secs = (performance.now() - t0) / 1000;
   await pool.end();
   if (started !== N) {
-    const left = await admin.query("SELECT state, owner IS NOT NULL AS claimed, count(*)::int AS n FROM jobs GROUP BY 1, 2");
-    throw new Error(`K=${k} batch ${batch}: claimed ${claimed}, started ${started} of ${N}; rows now ${JSON.stringify(left.rows)}`);
+    const left = await admin.query(
+      "SELECT state, owner IS NOT NULL AS claimed, count(*)::int AS n FROM jobs GROUP BY 1, 2",
+    );
+    throw new Error(
+      `K=${k} batch ${batch}: claimed ${claimed}, started ${started} of ${N}; rows now ${JSON.stringify(left.rows)}`,
+    );
   }
   return { perS: N / secs, stats: [before, await jobStats()] };
 }

@@ -14,7 +14,7 @@ import {
   cancelClaim,
   type ExecutionIdentity,
   type FinalOutcome,
-  finishJob,
+  finishJobReporting,
   markInputsApplied,
   markStarted,
   setCleanupPending,
@@ -48,7 +48,7 @@ export interface RunContext {
   /** Deltas arriving within this window become one `model.delta` event. */
   coalesceMs: number;
   /** Phase histograms, observed from the timing facts once the terminal write hit. */
-  metrics?: Pick<HostMetrics, "runPhase">;
+  metrics?: Pick<HostMetrics, "runPhase"> & Partial<Pick<HostMetrics, "cancelConvergence">>;
   /** Global model quota (ARCHITECTURE layer 3); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
@@ -168,7 +168,11 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });
     let finished: boolean;
     try {
-      finished = await finishJob(db, id, outcome);
+      const written = await finishJobReporting(db, id, outcome);
+      finished = written.written;
+      if (finished && written.cancelLagSeconds !== null) {
+        ctx.metrics?.cancelConvergence?.observe({ outcome: outcome.state }, written.cancelLagSeconds);
+      }
     } catch (err) {
       // The reaper will mark the run lost; the projector learns the terminal state from Postgres.
       log.error("terminal write failed", { ...fields, ...errorFields(err) });

@@ -174,18 +174,36 @@ export type FinalOutcome =
 
 /** The terminal write, checked by the execution identity. */
 export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOutcome): Promise<boolean> {
+  return (await finishJobReporting(db, id, outcome)).written;
+}
+
+/**
+ * The terminal write, also reporting how long after a durable cancel request it landed
+ * (`cancelLagSeconds`, null when no cancel was requested): the host's cancel-convergence metric.
+ */
+export async function finishJobReporting(
+  db: Db,
+  id: ExecutionIdentity,
+  outcome: FinalOutcome,
+): Promise<{ written: boolean; cancelLagSeconds: number | null }> {
   const output = "output" in outcome ? (outcome.output ?? null) : null;
   const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
-  const result = await db.execute(sql`
+  const rows = resultRows<{ id: string; cancel_lag: string | number | null }>(
+    await db.execute(sql`
     WITH done AS (
       UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb, finished_at = now()
       WHERE ${fence(id)}
-      RETURNING execution_id
+      RETURNING execution_id, extract(epoch FROM finished_at - cancel_requested_at) AS cancel_lag
     )
     UPDATE executions SET finished_at = now(), outcome = ${outcome.state}
     FROM done WHERE executions.id = done.execution_id
-    RETURNING executions.id`);
-  return resultCount(result) === 1;
+    RETURNING executions.id, done.cancel_lag`),
+  );
+  const lag = rows[0]?.cancel_lag;
+  return {
+    written: rows.length === 1,
+    cancelLagSeconds: lag === null || lag === undefined ? null : Math.max(0, Number(lag)),
+  };
 }
 
 /**

@@ -167,6 +167,15 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
     expect(job.output?.length ?? 0).toBeLessThan(200 * 3);
     console.log(`[cancel] API call → durable cancelled: ${convergence.toFixed(0)} ms (hint path)`);
     expect((await api.call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`)).body.status).toBe("already_finished");
+    // The host that converged it observed cancel_requested_at → terminal write.
+    const counts = await Promise.all(
+      stack.hosts.map(async (h) => {
+        const text = await (await fetch(h.metricsUrl)).text().catch(() => "");
+        const m = text.match(/^cancel_convergence_seconds_count\{[^}]*outcome="cancelled"[^}]*\} (\d+)/m);
+        return Number(m?.[1] ?? 0);
+      }),
+    );
+    expect(counts.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(1);
   });
 
   it("repeated and concurrent cancels of a running job are idempotent", async () => {

@@ -23,6 +23,7 @@ import {
 } from "../../src/db/ownership-repo";
 import { jobs } from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
+import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait } from "../../src/quota/wait";
 import { errorFields, type Logger } from "../log";
@@ -325,8 +326,8 @@ async function acquireQuota(
 ): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
   const q = ctx.quota;
   if (!q || q.modelLimit <= 0) return { lease: null };
-  const demands: QuotaDemand[] = [{ key: `model:${job.model ?? q.defaultModel}`, limit: q.modelLimit }];
-  if (q.tenantLimit > 0) demands.push({ key: `tenant:${job.tenantId}`, limit: q.tenantLimit });
+  const demands: QuotaDemand[] = [{ key: quotaKeys.model(job.model ?? q.defaultModel), limit: q.modelLimit }];
+  if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
   const outcome = await acquireWithWait(q.store, {
     holder: `${id.executionId}:${turn}`,
     demands,

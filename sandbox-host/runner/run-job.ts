@@ -239,13 +239,14 @@ async function streamTurn(
       let turnText = "";
       const calls: ModelToolCall[] = [];
       try {
-        for await (const chunk of ctx.model.streamTurn({
-          messages,
-          model: job.model ?? undefined,
-          tools,
-          signal: run.abort.signal,
-        })) {
-          if (run.abort.signal.aborted) break;
+        // Checked before the call and at every chunk: a holder paused past its lease (SIGSTOP, a
+        // stalled loop) wakes with its data and its timers due at once, and its renewal would
+        // learn of the loss only a round trip later, after the run had carried on (docs/quota.md).
+        const chunks = leaseRanOut(ctx, run, id, lease)
+          ? []
+          : ctx.model.streamTurn({ messages, model: job.model ?? undefined, tools, signal: run.abort.signal });
+        for await (const chunk of chunks) {
+          if (run.abort.signal.aborted || leaseRanOut(ctx, run, id, lease)) break;
           if (chunk.type === "text") {
             if (!chunk.text) continue;
             // Not awaited here so the stream keeps flowing; awaited before the terminal write,
@@ -349,6 +350,22 @@ async function acquireQuota(
   }
   q.track(outcome.lease, () => run.loseLease());
   return { lease: outcome.lease };
+}
+
+/**
+ * The holder-side rule of a lease (lease-store.ts): usable only while `isValid`. Past its local
+ * deadline the lease is lost whatever Redis would say: stop the run's model calls, as a renewal
+ * that found it gone would.
+ */
+function leaseRanOut(ctx: RunContext, run: ActiveRun, id: ExecutionIdentity, lease: QuotaLease | null): boolean {
+  if (!lease || !ctx.quota || ctx.quota.store.isValid(lease)) return false;
+  ctx.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
+    job_id: id.jobId,
+    execution_id: id.executionId,
+    holder: lease.holder,
+  });
+  run.loseLease();
+  return true;
 }
 
 /** One tool call in the run's sandbox (created lazily by the first call), with its events. */

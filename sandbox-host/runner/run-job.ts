@@ -25,7 +25,7 @@ import { jobs } from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
 import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
-import { acquireWithWait } from "../../src/quota/wait";
+import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
 import { errorFields, type Logger } from "../log";
 import { type HostMetrics, observeRunPhases } from "../metrics";
 import { type ModelClient, ModelError, type ModelMessage, type ModelToolCall } from "../model/types";
@@ -69,7 +69,8 @@ export interface QuotaGate {
   /** Register a lease with the host's batched renewal; the callback fires if a renewal finds it gone. */
   track(lease: QuotaLease, onLost: () => void): void;
   untrack(lease: QuotaLease): void;
-  onWait?(seconds: number): void;
+  /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
+  onWait?(outcome: WaitOutcome): void;
 }
 
 export type RunPhase = "claimed" | "running" | "finishing" | "done";
@@ -337,7 +338,7 @@ async function acquireQuota(
     onWaiting: (info) =>
       emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
   });
-  q.onWait?.(outcome.waitedMs / 1000);
+  q.onWait?.(outcome);
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
   if (outcome.kind === "timed_out") {
     return failed(

@@ -31,8 +31,10 @@ export interface ChaosQuotaOptions {
   hosts: number;
   kills: number;
   seed: number;
-  /** Quota slots for the model, and the mock model's concurrency cap (429 past it). */
+  /** Quota slots for the model. */
   limit: number;
+  /** The mock model's concurrency cap, 429 past it (default: the limit). Below it, the 429 check must fire. */
+  mockCap?: number;
   /** Run slots per host; hosts × this well above the limit, so every host has runs waiting. */
   maxRunsPerHost: number;
   /** Host heartbeat (leases are renewed on it); lease timeout = 3 × this. */
@@ -142,7 +144,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
     stack = await startStack({
       root,
       hosts: 0,
-      mockModel: { maxConcurrency: opts.limit },
+      mockModel: { maxConcurrency: opts.mockCap ?? opts.limit },
       log: (src, line) => {
         if (src !== "host") log(`[${src}] ${line}`);
       },
@@ -365,6 +367,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
         kills: opts.kills,
         seed: opts.seed,
         limit: opts.limit,
+        mockCap: opts.mockCap ?? opts.limit,
         maxRunsPerHost: opts.maxRunsPerHost,
         heartbeatMs: opts.heartbeatMs,
         streamMs: opts.streamMs,
@@ -409,6 +412,10 @@ export function quotaViolations(r: ChaosQuotaReport): string[] {
   const limit = r.options.limit;
   if (r.mock.max_concurrency_seen > limit)
     v.push(`mock saw ${r.mock.max_concurrency_seen} concurrent calls > limit ${limit}`);
+  const failedRuns = Object.entries(r.outcomes).filter(
+    ([k]) => k.startsWith("failed:") && k !== "failed:quota_lease_lost",
+  );
+  for (const [k, n] of failedRuns) v.push(`${n} runs ${k}`);
   if (r.mock.rejected_429 > 0) v.push(`mock answered ${r.mock.rejected_429} requests with 429`);
   if (r.mock.violations > 0) v.push(`mock counted ${r.mock.violations} over-cap admissions`);
   if (r.maxLeasesSeen > limit) v.push(`lease ZSET held ${r.maxLeasesSeen} members > limit ${limit}`);

@@ -81,8 +81,10 @@ async function until<T>(
 export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
   const marker = `stop-check-${randomUUID().slice(0, 8)}`;
   const jobId = randomUUID();
-  // The first answer is held back 1.5 s: time to see the request arrive and freeze its host.
-  const prompt = `!mock ${JSON.stringify({ reply: `${marker} first turn`, ttft_ms: 1500, tokens_per_s: 50 })}`;
+  // The first answer is held back 2.5 s: time to see the request arrive and freeze its host
+  // while the lease is held, even on a loaded machine (the freeze lasts until the lease expired,
+  // ~3 s, either way).
+  const prompt = `!mock ${JSON.stringify({ reply: `${marker} first turn`, ttft_ms: 2500, tokens_per_s: 50 })}`;
   await d.db.query("INSERT INTO jobs (id, tenant_id, input) VALUES ($1, $2, $3)", [
     jobId,
     d.stack.tenantId,
@@ -119,6 +121,9 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
   let leaseAgeAtContMs: number | null = null;
   let requestsBeforeCont = 0;
   try {
+    // Frozen with the lease still held (not released in the moment before the freeze)?
+    if ((await leaseScore()).score === null)
+      throw new Error("stop check: the run released its lease before the freeze");
     const input = await fetch(`${d.stack.gatewayUrl}/v1/jobs/${jobId}/input`, {
       method: "POST",
       headers: { authorization: `Bearer ${d.stack.apiKey}`, "content-type": "application/json" },

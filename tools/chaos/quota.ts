@@ -1,7 +1,8 @@
 /**
- * `npm run chaos:quota [-- --runs N --hosts N --kills N --seed S --limit N --max-runs N
+ * `npm run chaos:quota [-- --runs N --hosts N --kills N --seed S --limit N --cap N --max-runs N
  *  --heartbeat-ms N --no-stop-check --verbose]`: the global model quota under SIGKILL and SIGSTOP
  * (quota-harness.ts). Prints the seed, the counted invariants and every violation; exits 1 on any.
+ * `--cap` below `--limit` gives the mock a smaller cap than the quota: the run must then fail (429s).
  * Replay a schedule with the printed `--seed` (same kill times and run mix; OS interleavings vary).
  */
 import { loadavg } from "node:os";
@@ -16,6 +17,7 @@ const { values } = parseArgs({
     kills: { type: "string" },
     seed: { type: "string" },
     limit: { type: "string" },
+    cap: { type: "string" },
     "max-runs": { type: "string" },
     "heartbeat-ms": { type: "string" },
     "no-stop-check": { type: "boolean", default: false },
@@ -32,6 +34,7 @@ const opts = {
   kills: num(values.kills, 6),
   seed,
   limit: num(values.limit, 8),
+  mockCap: values.cap === undefined ? undefined : Number(values.cap),
   maxRunsPerHost: num(values["max-runs"], 8),
   heartbeatMs: num(values["heartbeat-ms"], 1000),
   streamMs: [300, 800] as [number, number],
@@ -44,7 +47,7 @@ const load = () =>
     .map((x) => x.toFixed(2))
     .join(" ");
 console.log(
-  `chaos:quota seed=${seed} runs=${opts.runs} hosts=${opts.hosts} kills=${opts.kills} limit=${opts.limit} (mock cap ${opts.limit}, reject) max-runs/host=${opts.maxRunsPerHost} heartbeat=${opts.heartbeatMs} ms; load average ${load()}`,
+  `chaos:quota seed=${seed} runs=${opts.runs} hosts=${opts.hosts} kills=${opts.kills} limit=${opts.limit} (mock cap ${opts.mockCap ?? opts.limit}, reject) max-runs/host=${opts.maxRunsPerHost} heartbeat=${opts.heartbeatMs} ms; load average ${load()}`,
 );
 
 const r = await runChaosQuota(opts);

@@ -98,9 +98,9 @@ export function quotaHostEnv(o: Pick<ChaosQuotaOptions, "limit" | "maxRunsPerHos
   return {
     HOST_MAX_RUNS: String(o.maxRunsPerHost),
     HOST_HEARTBEAT_MS: String(o.heartbeatMs),
-    // 9 heartbeats: well past the stop check's freeze (lease timeout + ~1 s), so the frozen run is
-    // judged by its lease, not reaped as lost; runs of killed hosts end lost after this.
-    HOST_RUN_LOST_AFTER_MS: String(9 * o.heartbeatMs),
+    // 6 heartbeats: past the stop check's freeze (lease timeout + ~0.3 s) plus a heartbeat, so the
+    // frozen run is judged by its lease, not reaped as lost; runs of killed hosts end lost after it.
+    HOST_RUN_LOST_AFTER_MS: String(6 * o.heartbeatMs),
     HOST_CLAIM_TIMEOUT_MS: "2000",
     HOST_REAP_MS: "300",
     HOST_SWEEP_MS: "500",
@@ -401,7 +401,20 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
   }
 }
 
-/** Bound on a SIGKILLed holder's slot coming back: lease timeout + one heartbeat. */
+/**
+ * How long after its expiry (last renewal + lease timeout) a lease left the ZSET: only an acquire
+ * purges, so this is how soon a waiter asked. Waiters poll every 5 ms near the head, up to
+ * 500 ms (±50 %) further back, e.g. behind a killed host's own waiters until those time out.
+ */
+export function purgeLagMs(s: SlotReturn, leaseTimeoutMs: number): number | null {
+  return s.goneByMs === null ? null : s.goneByMs - (leaseTimeoutMs - s.renewedBeforeFreezeMs);
+}
+
+/**
+ * Bound on a SIGKILLed holder's slot coming back, from the kill: lease timeout (the last renewal
+ * was at most that long before expiry) + one heartbeat, which covers the purge lag above (≤ 750 ms
+ * by the waiters' poll cap) and a renewal still in flight when the host died.
+ */
 export function slotReturnBoundMs(r: Pick<ChaosQuotaReport, "leaseTimeoutMs" | "heartbeatMs">): number {
   return r.leaseTimeoutMs + r.heartbeatMs;
 }

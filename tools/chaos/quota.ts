@@ -7,7 +7,13 @@
  */
 import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
-import { quotaViolations, runChaosQuota, SLOT_RETURN_TOLERANCE_MS, slotReturnBoundMs } from "./quota-harness";
+import {
+  purgeLagMs,
+  quotaViolations,
+  runChaosQuota,
+  SLOT_RETURN_TOLERANCE_MS,
+  slotReturnBoundMs,
+} from "./quota-harness";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -36,7 +42,7 @@ const opts = {
   limit: num(values.limit, 8),
   mockCap: values.cap === undefined ? undefined : Number(values.cap),
   maxRunsPerHost: num(values["max-runs"], 8),
-  heartbeatMs: num(values["heartbeat-ms"], 1000),
+  heartbeatMs: num(values["heartbeat-ms"], 1500),
   streamMs: [300, 800] as [number, number],
   stopCheck: !values["no-stop-check"],
   recoveryWindowMs: 30_000,
@@ -69,16 +75,20 @@ console.log(
 const bound = slotReturnBoundMs(r);
 const measured = r.slotReturns.filter((s) => s.goneByMs !== null);
 const gone = measured.map((s) => s.goneByMs as number).sort((a, b) => a - b);
+// A negative lag: gone before it expired, i.e. released by a request the host sent just before it
+// was frozen (the bridge runs in this process and may execute it a little later).
+const lags = measured.map((s) => purgeLagMs(s, r.leaseTimeoutMs) as number).sort((a, b) => a - b);
+const early = lags.filter((l) => l < 0).length;
 console.log(
   `slot return after SIGKILL (freeze → gone from the ZSET, Redis clock; bound lease ${r.leaseTimeoutMs} + heartbeat ${r.heartbeatMs} = ${bound} ms, +${SLOT_RETURN_TOLERANCE_MS} ms polling tolerance):`,
 );
 console.log(
-  `  ${measured.length} of ${r.slotReturns.length} leases measured; min ${gone[0] ?? "-"} ms, median ${gone[Math.floor(gone.length / 2)] ?? "-"} ms, max ${gone.at(-1) ?? "-"} ms`,
+  `  ${measured.length} of ${r.slotReturns.length} leases measured; min ${gone[0] ?? "-"} ms, median ${gone[Math.floor(gone.length / 2)] ?? "-"} ms, max ${gone.at(-1) ?? "-"} ms; purged after expiry: median ${lags[Math.floor(lags.length / 2)] ?? "-"} ms, max ${lags.at(-1) ?? "-"} ms; released before expiry ${early}`,
 );
 if (values.verbose) {
   for (const s of r.slotReturns) {
     console.log(
-      `  ${s.victim} ${s.holder}: renewed ${s.renewedBeforeFreezeMs} ms before the freeze, last seen +${s.lastSeenMs} ms, gone by +${s.goneByMs ?? "never"} ms${s.contended ? "" : " (no waiter after expiry)"}`,
+      `  ${s.victim} ${s.holder}: renewed ${s.renewedBeforeFreezeMs} ms before the freeze, last seen +${s.lastSeenMs} ms, gone by +${s.goneByMs ?? "never"} ms (${purgeLagMs(s, r.leaseTimeoutMs) ?? "-"} ms after expiry)${s.contended ? "" : " (no waiter after expiry)"}`,
     );
   }
 }

@@ -417,6 +417,10 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
           await stop(f.kind);
         } else if (f.kind === "redis_flushall") {
+          // Scheduled right after a restart, it would land while Redis is still down (the restart
+          // takes > 1 s, faults come every ~0.9 s) and miss: let Redis come back first.
+          const until = Date.now() + 10_000;
+          while (!redis && Date.now() < until) await sleep(50);
           if (redis) {
             await redisCommand(redisPort, "FLUSHALL").catch(() => {});
             faults.redis_flushall++;

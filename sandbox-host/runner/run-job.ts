@@ -66,7 +66,7 @@ export interface QuotaGate {
   maxWaitMs: number;
   /** The provider's default model, when a job names none. */
   defaultModel: string;
-  /** Register a lease with the host's batched renewal; the callback fires if a renewal finds it gone. */
+  /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
   track(lease: QuotaLease, onLost: () => void): void;
   untrack(lease: QuotaLease): void;
   /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
@@ -110,7 +110,7 @@ export class ActiveRun {
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
 
-  /** A quota renewal found our lease gone: no further model call under it. */
+  /** The lease is gone (a renewal found it purged, or it ran past its local deadline): no further model call. */
   loseLease(): void {
     this.abortReason ??= "quota_lease_lost";
     this.abort.abort(new Error("quota lease lost"));

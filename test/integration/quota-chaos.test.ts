@@ -31,7 +31,7 @@ function summary(r: ChaosQuotaReport): string {
     `seed=${seed} (replay with CHAOS_SEED=${seed})`,
     `runs ${RUNS}: ${JSON.stringify(r.outcomes)}; kills ${r.kills} (${r.killsWithoutLease} without a lease)`,
     `mock: requests ${r.mock.requests}, aborted by kills ${r.mock.aborted}, max concurrency ${r.mock.max_concurrency_seen} (cap ${r.mock.cap}), 429s ${r.mock.rejected_429}`,
-    `lease ZSET max ${r.maxLeasesSeen}; slot returns, ms after the freeze (after expiry): ${gone.join(" ")}; bound ${slotReturnBoundMs(r)} + ${SLOT_RETURN_TOLERANCE_MS}`,
+    `lease losses reported by hosts ${r.leaseLossesReported}; lease ZSET max ${r.maxLeasesSeen}; slot returns, ms after the freeze (after expiry): ${gone.join(" ")}; bound ${slotReturnBoundMs(r)} + ${SLOT_RETURN_TOLERANCE_MS}`,
     `stop check ${JSON.stringify(r.stopCheck)}`,
   ].join("\n");
 }

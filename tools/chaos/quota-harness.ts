@@ -390,11 +390,16 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
       durationMs: Date.now() - t0,
     };
   } finally {
-    for (const h of hosts) {
-      signalHost(h.handle, "SIGCONT");
-      signalHost(h.handle, "SIGKILL");
-    }
+    const killAll = () => {
+      for (const h of hosts) {
+        signalHost(h.handle, "SIGCONT");
+        signalHost(h.handle, "SIGKILL");
+      }
+    };
+    killAll();
+    // A replacement still starting when the run failed would outlive it otherwise.
     await Promise.allSettled([...background]);
+    killAll();
     redis?.disconnect();
     await pool?.end().catch(() => {});
     await stack?.stop().catch(() => {});

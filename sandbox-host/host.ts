@@ -13,7 +13,7 @@ import { Claimer } from "./claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import type { HostConfig } from "./config";
 import { createLogger, errorFields, type Logger } from "./log";
-import { createHostMetrics, type HostMetrics, startMetricsServer } from "./metrics";
+import { createHostMetrics, type HostMetrics, observeQuotaWait, type Readiness, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
 import { OffloadPool, type OffloadPoolOptions } from "./offload";
 import { Outbox } from "./outbox";
@@ -43,6 +43,8 @@ export interface RunningHost {
   id: string;
   metricsUrl: string;
   healthUrl: string;
+  /** 200 when the host can do its work, 503 with the reasons when not (metrics/server.ts). */
+  readyUrl: string;
   /** The host's one adapter for blocking or CPU-heavy work (worker threads). */
   offload: OffloadPool;
   /** Claimed-or-running jobs right now. */
@@ -78,7 +80,10 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   const metrics = createHostMetrics(config.hostId);
   const leaseStore =
     config.quotaModelLimit > 0
-      ? createLeaseStore(redis, await loadQuotaScripts(), { heartbeatIntervalMs: config.heartbeatMs })
+      ? createLeaseStore(redis, await loadQuotaScripts(), {
+          heartbeatIntervalMs: config.heartbeatMs,
+          breaker: { onChange: (b) => metrics.quotaBreakerOpen.set(b.state === "open" ? 1 : 0) },
+        })
       : null;
   const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
@@ -108,7 +113,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
           tenantLimit: config.quotaTenantLimit,
           maxWaitMs: config.quotaMaxWaitMs,
           defaultModel: deps.modelName ?? "default",
-          onWait: (seconds) => metrics.quotaWait.observe({ outcome: "admitted" }, seconds),
+          onWait: (outcome) => observeQuotaWait(metrics, outcome),
         }
       : undefined,
   });
@@ -141,6 +146,19 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     ? new ReadyListener({ databaseUrl: config.databaseUrl, log, onReady: (jobId) => claimer.hint(jobId) })
     : null;
 
+  let stopping = false;
+  const readiness = (): Readiness => {
+    const reasons: string[] = [];
+    if (stopping) reasons.push("shutting down: no new claims");
+    const quota = leaseStore?.breaker() ?? null;
+    // Open until a quota call succeeds again: the next acquire or renewal after the cooldown probes.
+    if (quota?.state === "open") {
+      reasons.push(
+        `quota circuit breaker open: Redis calls are failing (${quota.lastError}); no model call can be admitted`,
+      );
+    }
+    return { ready: reasons.length === 0, reasons, quota };
+  };
   let server: Awaited<ReturnType<typeof startMetricsServer>>;
   try {
     server = await startMetricsServer({
@@ -148,6 +166,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
       hostId: config.hostId,
       metrics,
       runsActive: () => runner.active,
+      readiness,
     });
   } catch (err) {
     metrics.stop();
@@ -167,6 +186,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
 
   let closing: Promise<void> | null = null;
   const close = async (graceMs: number) => {
+    stopping = true;
     await listener?.stop();
     await claimer.stop();
     await reaper.stop();
@@ -192,6 +212,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     offload,
     metricsUrl: server.url,
     healthUrl: server.url.replace(/\/metrics$/, "/healthz"),
+    readyUrl: server.url.replace(/\/metrics$/, "/readyz"),
     get runsActive() {
       return runner.active;
     },

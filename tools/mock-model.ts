@@ -13,6 +13,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { type MockModelOptions, startMockModel } from "./mock-model-server/server";
 
+export type { LoggedRequest } from "./mock-model-server/request-log";
 export type { AnswerPlan } from "./mock-model-server/script";
 export { splitTokens } from "./mock-model-server/script";
 export { MOCK_MODEL_NAME, type MockModel, type MockModelOptions, startMockModel } from "./mock-model-server/server";

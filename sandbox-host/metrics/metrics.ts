@@ -13,6 +13,8 @@ export type ClaimResult = "won" | "lost";
 
 export type RunLatencyPhase = "dispatch" | "preparation" | "model_first_output" | "total";
 export type QuotaWaitOutcome = "admitted" | "timed_out" | "aborted";
+/** What a timed-out wait was last waiting for; "none" for admitted and aborted waits. */
+export type QuotaWaitReason = "none" | "limit_reached" | "redis_unavailable";
 export type SandboxOpOutcome = "ok" | "error";
 
 export interface HostMetrics {
@@ -24,8 +26,10 @@ export interface HostMetrics {
   eventLoopLag: Histogram;
   /** Fed by `observeRunPhases` from a finished run's timing facts. */
   runPhase: Histogram<"phase">;
-  /** Fed by the quota integration: `quotaWait.observe({ outcome }, waitedMs / 1000)`. */
-  quotaWait: Histogram<"outcome">;
+  /** Fed by `observeQuotaWait` once per finished wait (admitted, timed out and why, aborted). */
+  quotaWait: Histogram<"outcome" | "reason">;
+  /** 1 while the quota's circuit breaker refuses Redis calls locally (set on its transitions). */
+  quotaBreakerOpen: Gauge;
   /** Leases this host holds right now (set, or inc on acquire / dec on release or loss). */
   quotaLeasesHeld: Gauge;
   /** A renewal found the lease purged: the holder lost its slot and must stop model calls. */
@@ -101,9 +105,16 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   });
   const quotaWait = new Histogram({
     name: "quota_wait_seconds",
-    help: "Time a run waited for a global model-quota lease, by how the wait ended",
-    labelNames: ["outcome"] as const,
+    help: "Time a run waited for a global model-quota lease, by how the wait ended (admitted, timed_out, aborted) and, for a timeout, what it was waiting for (limit_reached, redis_unavailable)",
+    labelNames: ["outcome", "reason"] as const,
     buckets: [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+    registers: [registry],
+  });
+  // Every way a wait can end is a series from the start: an alert on timeouts needs a zero to rise from.
+  for (const [outcome, reason] of QUOTA_WAIT_SERIES) quotaWait.zero({ outcome, reason });
+  const quotaBreakerOpen = new Gauge({
+    name: "quota_breaker_open",
+    help: "1 while the quota circuit breaker is open (Redis failing: no admission, runs wait with reason redis_unavailable)",
     registers: [registry],
   });
   const quotaLeasesHeld = new Gauge({
@@ -184,6 +195,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     eventLoopLag,
     runPhase,
     quotaWait,
+    quotaBreakerOpen,
     quotaLeasesHeld,
     quotaLeasesLost,
     sandboxesActive,
@@ -219,12 +231,20 @@ export function observeRunPhases(metrics: Pick<HostMetrics, "runPhase">, latency
   for (const [phase, ms] of phases) if (ms !== null) metrics.runPhase.observe({ phase }, ms / 1000);
 }
 
-/** The quota integration's one call per finished wait. */
+const QUOTA_WAIT_SERIES: Array<[QuotaWaitOutcome, QuotaWaitReason]> = [
+  ["admitted", "none"],
+  ["timed_out", "limit_reached"],
+  ["timed_out", "redis_unavailable"],
+  ["aborted", "none"],
+];
+
+/** The quota integration's one call per finished wait (src/quota/wait.ts's WaitOutcome fits). */
 export function observeQuotaWait(
   metrics: Pick<HostMetrics, "quotaWait">,
-  wait: { kind: QuotaWaitOutcome; waitedMs: number },
+  wait: { kind: QuotaWaitOutcome; waitedMs: number; reason?: Exclude<QuotaWaitReason, "none"> },
 ): void {
-  metrics.quotaWait.observe({ outcome: wait.kind }, Math.max(0, wait.waitedMs) / 1000);
+  const reason: QuotaWaitReason = wait.kind === "timed_out" ? (wait.reason ?? "none") : "none";
+  metrics.quotaWait.observe({ outcome: wait.kind, reason }, Math.max(0, wait.waitedMs) / 1000);
 }
 
 /** Time one sandbox create/delete into its histogram, by outcome; rethrows. */

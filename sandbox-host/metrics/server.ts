@@ -1,7 +1,20 @@
-/** The host's own HTTP port: `/metrics` (Prometheus text) and `/healthz`. Loopback only. */
+/**
+ * The host's own HTTP port, loopback only: `/metrics` (Prometheus text), `/healthz` (the process
+ * answers) and `/readyz` (it can do its work now: 503 with the reasons when not, e.g. the quota's
+ * circuit breaker is open, so no model call can be admitted, or the host is shutting down).
+ */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { BreakerSnapshot } from "../../src/quota/breaker";
 import type { HostMetrics } from "./metrics";
+
+export interface Readiness {
+  ready: boolean;
+  /** Why not, one sentence each; empty when ready. */
+  reasons: string[];
+  /** The quota circuit breaker; null when the host runs without a quota. */
+  quota: BreakerSnapshot | null;
+}
 
 export interface MetricsServer {
   url: string;
@@ -13,6 +26,8 @@ export async function startMetricsServer(opts: {
   hostId: string;
   metrics: HostMetrics;
   runsActive: () => number;
+  /** Default: always ready. */
+  readiness?: () => Readiness;
   host?: string;
 }): Promise<MetricsServer> {
   const { metrics } = opts;
@@ -32,6 +47,24 @@ export async function startMetricsServer(opts: {
     if (path === "/healthz") {
       const body = JSON.stringify({ ok: true, id: opts.hostId, runs_active: opts.runsActive() });
       res.writeHead(200, { "content-type": "application/json" }).end(body);
+      return;
+    }
+    if (path === "/readyz") {
+      const r = opts.readiness?.() ?? { ready: true, reasons: [], quota: null };
+      const q = r.quota;
+      const body = JSON.stringify({
+        ready: r.ready,
+        id: opts.hostId,
+        reasons: r.reasons,
+        quota: q && {
+          breaker: q.state,
+          consecutive_failures: q.consecutiveFailures,
+          retry_in_ms: q.retryInMs,
+          opened: q.opened,
+          last_error: q.lastError,
+        },
+      });
+      res.writeHead(r.ready ? 200 : 503, { "content-type": "application/json" }).end(body);
       return;
     }
     res

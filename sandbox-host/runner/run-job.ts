@@ -23,8 +23,9 @@ import {
 } from "../../src/db/ownership-repo";
 import { jobs } from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
+import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
-import { acquireWithWait } from "../../src/quota/wait";
+import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
 import { errorFields, type Logger } from "../log";
 import { type HostMetrics, observeRunPhases } from "../metrics";
 import { type ModelClient, ModelError, type ModelMessage, type ModelToolCall } from "../model/types";
@@ -65,10 +66,11 @@ export interface QuotaGate {
   maxWaitMs: number;
   /** The provider's default model, when a job names none. */
   defaultModel: string;
-  /** Register a lease with the host's batched renewal; the callback fires if a renewal finds it gone. */
+  /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
   track(lease: QuotaLease, onLost: () => void): void;
   untrack(lease: QuotaLease): void;
-  onWait?(seconds: number): void;
+  /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
+  onWait?(outcome: WaitOutcome): void;
 }
 
 export type RunPhase = "claimed" | "running" | "finishing" | "done";
@@ -108,7 +110,7 @@ export class ActiveRun {
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
 
-  /** A quota renewal found our lease gone: no further model call under it. */
+  /** The lease is gone (a renewal found it purged, or it ran past its local deadline): no further model call. */
   loseLease(): void {
     this.abortReason ??= "quota_lease_lost";
     this.abort.abort(new Error("quota lease lost"));
@@ -242,13 +244,14 @@ async function streamTurn(
       let turnText = "";
       const calls: ModelToolCall[] = [];
       try {
-        for await (const chunk of ctx.model.streamTurn({
-          messages,
-          model: job.model ?? undefined,
-          tools,
-          signal: run.abort.signal,
-        })) {
-          if (run.abort.signal.aborted) break;
+        // Checked before the call and at every chunk: a holder paused past its lease (SIGSTOP, a
+        // stalled loop) wakes with its data and its timers due at once, and its renewal would
+        // learn of the loss only a round trip later, after the run had carried on (docs/quota.md).
+        const chunks = leaseRanOut(ctx, run, id, lease)
+          ? []
+          : ctx.model.streamTurn({ messages, model: job.model ?? undefined, tools, signal: run.abort.signal });
+        for await (const chunk of chunks) {
+          if (run.abort.signal.aborted || leaseRanOut(ctx, run, id, lease)) break;
           if (chunk.type === "text") {
             if (!chunk.text) continue;
             // Not awaited here so the stream keeps flowing; awaited before the terminal write,
@@ -329,8 +332,8 @@ async function acquireQuota(
 ): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
   const q = ctx.quota;
   if (!q || q.modelLimit <= 0) return { lease: null };
-  const demands: QuotaDemand[] = [{ key: `model:${job.model ?? q.defaultModel}`, limit: q.modelLimit }];
-  if (q.tenantLimit > 0) demands.push({ key: `tenant:${job.tenantId}`, limit: q.tenantLimit });
+  const demands: QuotaDemand[] = [{ key: quotaKeys.model(job.model ?? q.defaultModel), limit: q.modelLimit }];
+  if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
   const outcome = await acquireWithWait(q.store, {
     holder: `${id.executionId}:${turn}`,
     demands,
@@ -339,7 +342,7 @@ async function acquireQuota(
     onWaiting: (info) =>
       emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
   });
-  q.onWait?.(outcome.waitedMs / 1000);
+  q.onWait?.(outcome);
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
   if (outcome.kind === "timed_out") {
     return failed(
@@ -352,6 +355,22 @@ async function acquireQuota(
   }
   q.track(outcome.lease, () => run.loseLease());
   return { lease: outcome.lease };
+}
+
+/**
+ * The holder-side rule of a lease (lease-store.ts): usable only while `isValid`. Past its local
+ * deadline the lease is lost whatever Redis would say: stop the run's model calls, as a renewal
+ * that found it gone would.
+ */
+function leaseRanOut(ctx: RunContext, run: ActiveRun, id: ExecutionIdentity, lease: QuotaLease | null): boolean {
+  if (!lease || !ctx.quota || ctx.quota.store.isValid(lease)) return false;
+  ctx.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
+    job_id: id.jobId,
+    execution_id: id.executionId,
+    holder: lease.holder,
+  });
+  run.loseLease();
+  return true;
 }
 
 /** One tool call in the run's sandbox (created lazily by the first call), with its events. */

@@ -150,20 +150,29 @@ export class Runner {
   }
 
   async renewOnce(store: LeaseStore): Promise<void> {
+    // Past its local deadline a lease is lost whatever Redis would say (lease-store.ts, isValid).
+    // This is what ends leases while Redis cannot be asked: fail closed.
+    for (const { lease } of [...this.leases.values()]) {
+      if (!store.isValid(lease)) this.loseLease(lease.holder, "quota lease ran out before it was renewed");
+    }
     if (this.leases.size === 0) return;
     try {
       const { lost } = await store.renew([...this.leases.values()].map((l) => l.lease));
-      for (const lease of lost) {
-        const entry = this.leases.get(lease.holder);
-        this.leases.delete(lease.holder);
-        this.opts.metrics.quotaLeasesLost?.inc();
-        this.opts.log.warn("quota lease lost on renewal; stopping that run's model calls", { holder: lease.holder });
-        entry?.onLost();
-      }
+      for (const lease of lost) this.loseLease(lease.holder, "quota lease lost on renewal");
     } catch (err) {
-      // Redis unreachable: the leases run out on their own deadline (isValid), fail closed.
+      // Redis unreachable: the leases run out on their own deadline (checked above on every tick).
       this.opts.log.warn("quota lease renewal failed", errorFields(err));
     }
+  }
+
+  private loseLease(holder: string, why: string): void {
+    const entry = this.leases.get(holder);
+    if (!entry) return;
+    this.leases.delete(holder);
+    this.opts.metrics.quotaLeasesHeld?.set(this.leases.size);
+    this.opts.metrics.quotaLeasesLost?.inc();
+    this.opts.log.warn(`${why}; stopping that run's model calls`, { holder });
+    entry.onLost();
   }
 
   /**

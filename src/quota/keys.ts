@@ -19,3 +19,13 @@ export function redisKeys(prefix = "ear") {
   };
 }
 export type RedisKeys = ReturnType<typeof redisKeys>;
+
+/**
+ * Quota keys (what `quotaLeases` and the waiter queues are keyed by): one per model, and one per
+ * tenant when tenant limits are on. Built here so a tool reading a lease ZSET names the same key
+ * the runner acquires on.
+ */
+export const quotaKeys = {
+  model: (model: string) => `model:${model}`,
+  tenant: (tenantId: string) => `tenant:${tenantId}`,
+};

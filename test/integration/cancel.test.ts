@@ -107,7 +107,11 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
     stack = await startStack({ hosts: 1, hostEnv: { HOST_MAX_RUNS: "4" } });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
   }, 180_000);
-  afterAll(async () => stack?.stop(), 60_000);
+  afterAll(async () => {
+    await stack?.stop();
+    // The stack stops the redis-server it started; the one restarted below is ours to stop.
+    await stack?.redis?.stop();
+  }, 60_000);
 
   async function getJob(id: string) {
     return (await api.call<{ job: { state: string; output: string | null } }>("GET", `/v1/jobs/${id}`)).body.job;

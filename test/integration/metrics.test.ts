@@ -25,6 +25,7 @@ import { waitFor } from "../../tools/services/ports";
 import type { UpstashBridge } from "../../tools/upstash-bridge";
 import type { startTestPostgres, TestDb } from "../helpers/db";
 import { type AckingIngest, type HostServices, startHostServices } from "../helpers/host-services";
+import { samples } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -76,15 +77,6 @@ async function runOneJob(t: TestDb, content: string, conversationId?: string) {
     },
     { timeoutMs: 15_000, intervalMs: 25 },
   );
-}
-
-/** Sample lines of one metric: labels → value. */
-async function samples(metricsUrl: string, name: string): Promise<Array<{ labels: string; value: number }>> {
-  const text = await (await fetch(metricsUrl)).text();
-  return text
-    .split("\n")
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-    .map((l) => ({ labels: l.slice(0, l.lastIndexOf(" ")), value: Number(l.slice(l.lastIndexOf(" ") + 1)) }));
 }
 
 const facts = (row: typeof schema.jobs.$inferSelect) =>
@@ -143,6 +135,7 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
         "outbox_backlog",
         "run_phase_seconds",
         "quota_wait_seconds",
+        "quota_breaker_open",
         "quota_leases_held",
         "quota_leases_lost_total",
         "sandboxes_active",
@@ -330,7 +323,7 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
     const m = createHostMetrics("hook-test", 60_000);
     try {
       observeQuotaWait(m, { kind: "admitted", waitedMs: 120 });
-      observeQuotaWait(m, { kind: "timed_out", waitedMs: 30_000 });
+      observeQuotaWait(m, { kind: "timed_out", reason: "limit_reached", waitedMs: 30_000 });
       m.quotaLeasesHeld.inc();
       m.quotaLeasesLost.inc();
       m.sandboxesActive.set(2);
@@ -343,8 +336,11 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
       m.cancelConvergence.observe({ outcome: "cancelled" }, 0.3);
       const text = await m.registry.metrics();
       for (const line of [
-        'quota_wait_seconds_count{host="hook-test",outcome="admitted"} 1',
-        'quota_wait_seconds_sum{host="hook-test",outcome="timed_out"} 30',
+        'quota_wait_seconds_count{host="hook-test",outcome="admitted",reason="none"} 1',
+        'quota_wait_seconds_sum{host="hook-test",outcome="timed_out",reason="limit_reached"} 30',
+        // Never observed, still a series (zeroed at start): an alert needs a zero to rise from.
+        'quota_wait_seconds_count{host="hook-test",outcome="timed_out",reason="redis_unavailable"} 0',
+        'quota_wait_seconds_count{host="hook-test",outcome="aborted",reason="none"} 0',
         'quota_leases_held{host="hook-test"} 1',
         'quota_leases_lost_total{host="hook-test"} 1',
         'sandboxes_active{host="hook-test"} 2',

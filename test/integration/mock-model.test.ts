@@ -219,6 +219,38 @@ describe("concurrency cap", () => {
   });
 });
 
+describe("request log", () => {
+  it("says which conversation made each request and how it ended, across turns", async () => {
+    mock.setMaxConcurrency(1);
+    const first = script({ reply: "run-a answer", ttft_ms: 300 });
+    const a = collect(model, [first]);
+    await waitFor("run a in flight", async () => mock.stats().in_flight === 1, { timeoutMs: 2_000 });
+    await expect(collect(model, [user("run-b hello")])).rejects.toMatchObject({ code: "rate_limited" });
+    await a;
+    // A second turn of run a: its first user message (the marker) is unchanged.
+    await collect(model, [first, { role: "assistant", content: "run-a answer" }, user("run-a more")]);
+
+    const all = (await (await fetch(`${rootUrl()}/requests`)).json()) as { requests: Array<Record<string, unknown>> };
+    expect(all.requests.map((r) => [r.seq, r.outcome])).toEqual([
+      [1, "completed"],
+      [2, "rejected_429"],
+      [3, "completed"],
+    ]);
+    const runA = (await (
+      await fetch(`${rootUrl()}/requests?contains=${encodeURIComponent("run-a answer")}`)
+    ).json()) as {
+      requests: Array<Record<string, unknown>>;
+    };
+    expect(runA.requests.map((r) => [r.seq, r.messages, r.last_user])).toEqual([
+      [1, 1, first.content],
+      [3, 3, "run-a more"],
+    ]);
+    expect(mock.requests("run-b")).toHaveLength(1);
+    mock.reset();
+    expect(mock.requests()).toEqual([]);
+  });
+});
+
 describe("failures", () => {
   it("maps scripted provider errors by status", async () => {
     const e503 = await modelErrorOf(collect(model, [script({ error: { status: 503, message: "overloaded" } })]));

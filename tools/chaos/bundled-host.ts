@@ -45,3 +45,13 @@ export function spawnBundledHost(
     stopGraceMs: 5000,
   });
 }
+
+/**
+ * Signal a host's whole process group (it was spawned detached, as its group's leader): SIGKILL
+ * and SIGSTOP reach every thread pool and child it has. A host already gone is not an error.
+ */
+export function signalHost(handle: HostHandle, sig: NodeJS.Signals): void {
+  try {
+    process.kill(-(handle.process.pid as number), sig);
+  } catch {}
+}

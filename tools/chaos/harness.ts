@@ -23,7 +23,7 @@ import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { type RedisService, startRedis } from "../services/redis";
 import { type HostHandle, type Stack, startStack } from "../stack";
-import { bundleHost, spawnBundledHost } from "./bundled-host";
+import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
 import { type CheckResult, checkHistory } from "./checker";
 import { installHistory, readHistory } from "./history";
 import { ChaosProxy } from "./pg-chaos-proxy";
@@ -117,9 +117,7 @@ interface LiveHost {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function signalGroup(h: LiveHost, sig: NodeJS.Signals): void {
-  try {
-    process.kill(-(h.handle.process.pid as number), sig);
-  } catch {}
+  signalHost(h.handle, sig);
 }
 
 /** One RESP command on a fresh connection (FLUSHALL), so the harness needs no Redis client for it. */
@@ -419,6 +417,10 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
           await stop(f.kind);
         } else if (f.kind === "redis_flushall") {
+          // Scheduled right after a restart, it would land while Redis is still down (the restart
+          // takes > 1 s, faults come every ~0.9 s) and miss: let Redis come back first.
+          const until = Date.now() + 10_000;
+          while (!redis && Date.now() < until) await sleep(50);
           if (redis) {
             await redisCommand(redisPort, "FLUSHALL").catch(() => {});
             faults.redis_flushall++;

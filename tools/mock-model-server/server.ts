@@ -1,14 +1,15 @@
 /**
  * An OpenAI-compatible model server for local dev, tests and load runs: scripted answers
  * (script.ts), a concurrency cap that answers 429 like a provider's, and counters that let a
- * test prove a global quota never over-admitted (slots.ts). Loopback, no dependencies beyond
- * node:http.
+ * test prove a global quota never over-admitted (slots.ts), plus a log of recent requests that
+ * says which run made each one (request-log.ts). Loopback, no dependencies beyond node:http.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
 import { type AnswerOutcome, respondAnswer, streamAnswer } from "./answer";
-import { CompletionRequestSchema, planAnswer, ScriptError } from "./script";
+import { type LoggedRequest, RequestLog, type RequestOutcome } from "./request-log";
+import { type CompletionRequest, CompletionRequestSchema, planAnswer, ScriptError, textOf } from "./script";
 import { type MockStats, type OverCapPolicy, SlotTable } from "./slots";
 
 export interface MockModelOptions {
@@ -31,6 +32,9 @@ export interface MockModel {
   url: string;
   port: number;
   stats(): MockStats;
+  /** The recent completion requests (request-log.ts), optionally only those mentioning `contains`. */
+  requests(contains?: string): LoggedRequest[];
+  /** Zeroes the counters and clears the request log. */
   reset(): void;
   setMaxConcurrency(n: number | null, overCap?: OverCapPolicy): void;
   close(): Promise<void>;
@@ -103,6 +107,7 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
     tokensPerS: opts.defaultTokensPerS ?? DEFAULT_TOKENS_PER_S,
   };
   const slots = new SlotTable(opts.maxConcurrency ?? null, opts.overCap ?? "reject");
+  const requestLog = new RequestLog();
   let seq = 0;
   const nextId = (prefix: string) => () => `${prefix}${(++seq).toString(36)}`;
 
@@ -120,6 +125,19 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
       throw new HttpError(400, `invalid chat completion request: ${issues}`);
     }
     const body = parsed.data;
+    const ended = requestLog.add(body.messages.filter((m) => m.role === "user").map(textOf), body.messages.length);
+    try {
+      await answer(body, res, ended);
+    } finally {
+      ended("error");
+    }
+  }
+
+  async function answer(
+    body: CompletionRequest,
+    res: ServerResponse,
+    ended: (outcome: Exclude<RequestOutcome, "in_flight">) => void,
+  ): Promise<void> {
     let plan: ReturnType<typeof planAnswer>;
     try {
       plan = planAnswer(body, defaults, nextId("call_mock_"));
@@ -132,6 +150,7 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
 
     const slot = slots.tryAdmit();
     if (!slot) {
+      ended("rejected_429");
       // Not counted in `errors`: rejected_429 is its own counter.
       sendJson(
         res,
@@ -170,6 +189,7 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
     } finally {
       res.off("close", onClose);
       slot.release(outcome);
+      ended(outcome);
     }
   }
 
@@ -190,8 +210,13 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
         return sendJson(res, 200, { ok: true });
       case "GET /stats":
         return sendJson(res, 200, slots.stats());
+      case "GET /requests":
+        return sendJson(res, 200, {
+          requests: requestLog.list(new URL(req.url ?? "/", "http://mock").searchParams.get("contains") ?? undefined),
+        });
       case "POST /stats/reset":
         slots.reset();
+        requestLog.reset();
         return sendJson(res, 200, slots.stats());
       case "POST /control": {
         const parsed = ControlSchema.safeParse(await readJson(req));
@@ -230,7 +255,11 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
     url: `http://${urlHost}:${port}/v1`,
     port,
     stats: () => slots.stats(),
-    reset: () => slots.reset(),
+    requests: (contains) => requestLog.list(contains),
+    reset: () => {
+      slots.reset();
+      requestLog.reset();
+    },
     setMaxConcurrency: (n, overCap) => slots.setCap(n, overCap),
     close: () =>
       new Promise<void>((resolve, reject) => {

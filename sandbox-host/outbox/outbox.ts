@@ -34,7 +34,11 @@ export interface OutboxOptions {
   maxBatch?: number;
   /** The most events one request carries across all its executions (default 2000). */
   maxRequestEvents?: number;
-  /** Requests in flight at once, each with different executions (default 4). */
+  /**
+   * Requests in flight at once, each with different executions (default 2). Few on purpose: while
+   * one is in flight new events gather and the next request carries them all, so under load the
+   * request rate stays ~2 per round trip however many runs the host holds.
+   */
   maxInFlight?: number;
   retry?: { baseMs: number; maxMs: number };
   requestTimeoutMs?: number;
@@ -132,7 +136,7 @@ export class Outbox {
 
   /** Start requests for every due stream, up to the in-flight bound. */
   private flush(): void {
-    const { maxInFlight = 4, maxRequestEvents = 2000, maxBatch = 256 } = this.opts;
+    const { maxInFlight = 2, maxRequestEvents = 2000, maxBatch = 256 } = this.opts;
     while (!this.closed && this.inFlight < maxInFlight) {
       const now = Date.now();
       const parts: Array<{ stream: ExecutionOutbox; events: EventEnvelope[] }> = [];

@@ -23,9 +23,15 @@ function subscribe(stub: Stub, jobId: string, after = 0): Promise<Response> {
 
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
-async function answerForPostgres(stub: Stub, facts: JobStateFacts | Error): Promise<string[]> {
+async function answerForPostgres(
+  stub: Stub,
+  facts: JobStateFacts | Error,
+  opts: { liveHostQuietMs?: number } = {},
+): Promise<string[]> {
   const asked: string[] = [];
   await runInDurableObject(stub, (instance: JobEventsObject) => {
+    // These tests are about what Postgres answers: ask on every alarm, however recent the events.
+    instance.liveHostQuietMs = opts.liveHostQuietMs ?? 0;
     instance.jobState = async (jobId: string) => {
       asked.push(jobId);
       if (facts instanceof Error) throw facts;
@@ -280,5 +286,20 @@ describe("projector terminal from Postgres", () => {
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(asked).toEqual([jobId, jobId]);
     expect(await offsets(stub)).toEqual([]);
+  });
+
+  it("skips the Postgres read while a host is delivering, and asks once the stream goes quiet", async () => {
+    const { jobId, stub } = newJob();
+    await subscribe(stub, jobId);
+    const asked = await answerForPostgres(stub, runningFacts, { liveHostQuietMs: 60_000 });
+    await ingest(stub, batch(jobId, "exec-a", 1, [1]));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(asked).toEqual([]); // the host is alive and will send the terminal event itself
+    await runInDurableObject(stub, (instance: JobEventsObject) => {
+      instance.liveHostQuietMs = 0; // …time passes without events
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(asked).toEqual([jobId]);
   });
 });

@@ -35,6 +35,13 @@ export const TERMINAL_CHECK = {
   /** Nobody watches: first check, then doubling up to the cap. */
   idleFirstMs: 10_000,
   idleMaxMs: 5 * 60_000,
+  /**
+   * A host delivered events this recently: it is alive and will send the terminal event itself,
+   * so the alarm skips its Postgres read. Only a stream that went quiet (host dead, job ended
+   * without events, a slow model turn) costs a read, so 100 watched running jobs do not mean
+   * 100 Postgres reads a second.
+   */
+  liveHostQuietMs: 3_000,
 } as const;
 
 /** A page of the log, as RPC hands it to consumers that poll (tests, the chat relay). */
@@ -50,6 +57,10 @@ export class JobEventsObject extends DurableObject<Env> {
   /** Injectable for tests; the default reads Postgres over neon-http. */
   jobState: JobStateLookup;
   private idleDelayMs: number = TERMINAL_CHECK.idleFirstMs;
+  /** When a host last delivered new events (memory only: after an eviction the alarm just reads). */
+  private lastHostEventAt = 0;
+  /** Injectable for tests: see TERMINAL_CHECK.liveHostQuietMs. */
+  liveHostQuietMs: number = TERMINAL_CHECK.liveHostQuietMs;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -66,6 +77,7 @@ export class JobEventsObject extends DurableObject<Env> {
     this.rememberJobId(batch.job_id);
     const outcome = this.log.ingest(batch.job_id, batch.events, nonce);
     if (!outcome.ok) return outcome;
+    if (outcome.appended.length > 0) this.lastHostEventAt = Date.now();
     this.publish(outcome.appended, outcome.finished);
     if (!outcome.finished) await this.scheduleTerminalCheck();
     return { ok: true, ack: outcome.ack };
@@ -112,6 +124,10 @@ export class JobEventsObject extends DurableObject<Env> {
     if (this.log.finished) return;
     const jobId = this.jobId();
     if (jobId === null) return; // never told which job this is: nothing to ask Postgres about
+    if (Date.now() - this.lastHostEventAt < this.liveHostQuietMs) {
+      await this.scheduleTerminalCheck(true);
+      return;
+    }
     try {
       const facts = await this.jobState(jobId);
       const terminal = facts ? projectedTerminal(jobId, facts) : null;

@@ -20,7 +20,7 @@ import {
   IngestMultiSchema,
 } from "../../src/contracts";
 import { verifyRequest } from "../../src/domain/signing";
-import { callDurableObject } from "../deps";
+import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
 import type { IngestResult } from "../durable-objects/job-events";
 import { parseJson, readBodyText, requireJsonContentType, validate } from "../request/body";
@@ -29,6 +29,12 @@ import type { GatewayEnv } from "../types";
 export const INGEST_PATH = "/internal/events";
 /** A batch holds up to 1000 events; model deltas are small, so 1 MiB is ample and still bounded. */
 export const INGEST_MAX_BODY_BYTES = 1024 * 1024;
+/**
+ * One job's object slower than this answers 503 for its batch, so a busy object cannot hold up
+ * the other jobs of a host's request; the host resends that batch (a late append is then a
+ * duplicate, dropped by (execution_id, seq)).
+ */
+export const INGEST_OBJECT_TIMEOUT_MS = 3000;
 
 export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, async (c) => {
   requireJsonContentType(c.req.raw);
@@ -67,7 +73,11 @@ async function ingestOne(env: GatewayEnv["Bindings"], batch: IngestBatch, nonce:
   let result: IngestResult;
   try {
     // The RPC stub's union type is unwieldy; the method's own return type is the contract.
-    result = await callDurableObject<IngestResult>(async () => (await stub.ingest(batch, nonce)) as IngestResult);
+    result = await withTimeout(
+      callDurableObject<IngestResult>(async () => (await stub.ingest(batch, nonce)) as IngestResult),
+      INGEST_OBJECT_TIMEOUT_MS,
+      "the job's event log",
+    );
   } catch (err) {
     // Busy or broken object: the host retries this job's batch later; the others are unaffected.
     if (!(err instanceof ApiError))

@@ -32,11 +32,35 @@ const ALL: Step[] = [
   vitest("integration", ["--project", "integration"]),
 ];
 
-function run(cmd: string[]): Promise<number> {
+/**
+ * Runs a step, passing its output through, and keeps the lines that name errors vitest reports
+ * outside any test (unhandled rejections and errors) so the summary can repeat them.
+ */
+function run(cmd: string[]): Promise<{ code: number; errors: string[] }> {
   return new Promise((resolve) => {
-    const child = spawn(cmd[0] as string, cmd.slice(1), { stdio: "inherit" });
-    child.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0)));
-    child.on("error", () => resolve(127));
+    const child = spawn(cmd[0] as string, cmd.slice(1), { stdio: ["inherit", "pipe", "pipe"] });
+    const errors: string[] = [];
+    let inUnhandled = false;
+    const watch = (stream: NodeJS.ReadableStream, sink: NodeJS.WriteStream) => {
+      let rest = "";
+      stream.on("data", (d: Buffer) => {
+        sink.write(d);
+        const lines = (rest + d.toString("utf8")).split("\n");
+        rest = lines.pop() ?? "";
+        for (const raw of lines) {
+          // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping ANSI colour codes
+          const line = raw.replace(/\u001b\[[0-9;]*m/g, "").trim();
+          if (/Unhandled (Errors|Rejection|Error)/.test(line)) inUnhandled = true;
+          if (inUnhandled && errors.length < 12 && /(Error|originated in|latest test)/.test(line)) {
+            errors.push(`      ${line.slice(0, 300)}`);
+          }
+        }
+      });
+    };
+    watch(child.stdout, process.stdout);
+    watch(child.stderr, process.stderr);
+    child.on("exit", (code, signal) => resolve({ code: code ?? (signal ? 1 : 0), errors }));
+    child.on("error", () => resolve({ code: 127, errors }));
   });
 }
 
@@ -78,7 +102,8 @@ const failedSteps: string[] = [];
 for (const step of steps) {
   const t0 = Date.now();
   console.log(`\n▶ ${step.name}: ${step.cmd.join(" ")}`);
-  const code = await run(step.cmd);
+  const { code, errors } = await run(step.cmd);
+  if (errors.length) failures.push(`  ${step.name}: errors outside any test\n${errors.join("\n")}`);
   if (step.vitestJson) {
     try {
       const r = JSON.parse(await readFile(step.vitestJson, "utf8")) as VitestJson;

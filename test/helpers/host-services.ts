@@ -31,7 +31,11 @@ export async function startAckingIngest(): Promise<AckingIngest> {
         if (e.seq === have + 1) acked.set(e.execution_id, e.seq);
         seq = acked.get(e.execution_id) ?? 0;
       }
-      return { job_id: batch.job_id, status: 200, ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 } };
+      return {
+        job_id: batch.job_id,
+        status: 200,
+        ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 },
+      };
     });
     res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
   });

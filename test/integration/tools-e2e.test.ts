@@ -45,6 +45,19 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     return r.body.job.id;
   }
   const events = (id: string) => api.events(id);
+  /** A job whose tool call sleeps in its sandbox; resolves once the sandbox's container exists. */
+  async function jobInASandboxedSleep(): Promise<string> {
+    const id = await submit({
+      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
+      tools: ["shell"],
+    });
+    const deadline = Date.now() + 20_000;
+    while ((await countHostObjects(d, hostId)).containers === 0) {
+      if (Date.now() > deadline) throw new Error("sandbox never appeared");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return id;
+  }
   const payload = (e: SseEvent) => (JSON.parse(e.data) as { payload: Record<string, unknown> }).payload;
   async function noSandboxLeft() {
     const deadline = Date.now() + 15_000;
@@ -146,15 +159,7 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
   });
 
   it("a host SIGKILLed mid tool call leaves a sandbox that the restarted host removes", async () => {
-    const id = await submit({
-      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
-      tools: ["shell"],
-    });
-    const deadline = Date.now() + 20_000;
-    while ((await countHostObjects(d, hostId)).containers === 0) {
-      if (Date.now() > deadline) throw new Error("sandbox never appeared");
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const id = await jobInASandboxedSleep();
     const victim = stack.hosts[0];
     process.kill(-(victim?.process.pid as number), "SIGKILL");
     await new Promise((r) => setTimeout(r, 300));
@@ -191,15 +196,7 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
   });
 
   it("a sandbox left by a host that never came back is removed by another host's janitor once its run is over", async () => {
-    const id = await submit({
-      input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
-      tools: ["shell"],
-    });
-    const deadline = Date.now() + 20_000;
-    while ((await countHostObjects(d, hostId)).containers === 0) {
-      if (Date.now() > deadline) throw new Error("sandbox never appeared");
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const id = await jobInASandboxedSleep();
     // The host holding the sandbox dies for good; a host with another id is (or comes) alive.
     const victim = stack.hosts.at(-1);
     process.kill(-(victim?.process.pid as number), "SIGKILL");

@@ -159,6 +159,27 @@ function pick<T>(xs: readonly T[], rand: () => number): T {
   return xs[Math.floor(rand() * xs.length)] as T;
 }
 
+/**
+ * Fire-and-forget work of a harness (replacement hosts, Redis restarts) that must still be
+ * awaited before the verdict: `track` logs a failure instead of throwing, `settle` waits for all.
+ */
+export function backgroundTasks(log: (line: string) => void) {
+  const pending = new Set<Promise<unknown>>();
+  return {
+    track(p: Promise<unknown>): void {
+      const q = p.catch((e) => log(`background task failed: ${e}`)).finally(() => pending.delete(q));
+      pending.add(q);
+    },
+    /** Until nothing is pending, including what finishing tasks started. */
+    async drain(): Promise<void> {
+      while (pending.size) await Promise.all([...pending]);
+    },
+    async settle(): Promise<void> {
+      await Promise.allSettled([...pending]);
+    },
+  };
+}
+
 export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
   const t0 = Date.now();
   const log = opts.log ?? (() => {});
@@ -170,11 +191,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
   const submitted = { direct: 0, api: 0, apiFailed: 0 };
   const ids: string[] = [];
   const hosts: LiveHost[] = [];
-  const background = new Set<Promise<unknown>>();
-  const track = (p: Promise<unknown>) => {
-    const q = p.catch((e) => log(`background task failed: ${e}`)).finally(() => background.delete(q));
-    background.add(q);
-  };
+  const background = backgroundTasks(log);
+  const track = background.track;
   let hostsSpawned = 0;
 
   let redis: RedisService | null = await startRedis();
@@ -433,7 +451,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
     })();
 
     await Promise.all([submitter, faulter]);
-    while (background.size) await Promise.all([...background]);
+    await background.drain();
     for (const h of hosts) if (h.stopped) signalGroup(h, "SIGCONT");
     log(`load done after ${Date.now() - loadStart} ms; recovery window`);
 
@@ -476,7 +494,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       signalGroup(h, "SIGKILL");
       await h.proxy.close().catch(() => {});
     }
-    await Promise.allSettled([...background]);
+    await background.settle();
     await pool?.end().catch(() => {});
     await stack?.stop().catch(() => {});
     await redis?.stop().catch(() => {});

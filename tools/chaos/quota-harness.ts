@@ -23,7 +23,7 @@ import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import type { MockModel, MockStats } from "../mock-model";
 import { type HostHandle, type Stack, startStack } from "../stack";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
-import { mulberry32 } from "./harness";
+import { backgroundTasks, mulberry32 } from "./harness";
 import { runStopCheck, type StopCheckReport, timeMs } from "./quota-stop-check";
 
 export interface ChaosQuotaOptions {
@@ -129,11 +129,8 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
   const rand = mulberry32(opts.seed);
   const leaseTimeoutMs = 3 * opts.heartbeatMs;
   const hosts: LiveHost[] = [];
-  const background = new Set<Promise<unknown>>();
-  const track = (p: Promise<unknown>) => {
-    const q = p.catch((e) => log(`background task failed: ${e}`)).finally(() => background.delete(q));
-    background.add(q);
-  };
+  const background = backgroundTasks(log);
+  const track = background.track;
   let hostsSpawned = 0;
   let leaseLossesReported = 0;
 
@@ -329,7 +326,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
     const loadMs = Date.now() - loadStart;
     loading = false;
     await sampler;
-    while (background.size) await Promise.all([...background]);
+    await background.drain();
     const mockStats = mock.stats();
     const rows = await db.query<{ state: string; code: string | null; n: string }>(
       "SELECT state, error->>'code' AS code, count(*) AS n FROM jobs WHERE id = ANY($1::uuid[]) GROUP BY 1, 2",
@@ -398,7 +395,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
     };
     killAll();
     // A replacement still starting when the run failed would outlive it otherwise.
-    await Promise.allSettled([...background]);
+    await background.settle();
     killAll();
     redis?.disconnect();
     await pool?.end().catch(() => {});

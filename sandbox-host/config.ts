@@ -74,6 +74,12 @@ export const HostConfigSchema = z.object({
    * is over, whichever host made them (a host that died and never came back leaves some).
    */
   sandboxJanitorMs: intFromEnv(200, 3_600_000).default(30_000),
+  /**
+   * Model deltas arriving within this window become one `model.delta` event. Every event costs a
+   * trip through ingest, the job's log and each watcher; a provider streaming 50 tokens/s sends
+   * one every ~20 ms, so a window below that coalesces nothing.
+   */
+  deltaCoalesceMs: intFromEnv(0, 1000).default(5),
   /** On shutdown: how long the outbox may take to deliver what is left. */
   outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
 });
@@ -109,6 +115,7 @@ const ENV_NAMES: Record<string, string> = {
   sandboxEnabled: "SANDBOX_ENABLED",
   sandboxImage: "SANDBOX_IMAGE",
   sandboxJanitorMs: "SANDBOX_JANITOR_MS",
+  deltaCoalesceMs: "HOST_DELTA_COALESCE_MS",
 };
 
 export class HostConfigError extends Error {
@@ -155,6 +162,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     sandboxEnabled: v("SANDBOX_ENABLED"),
     sandboxImage: v("SANDBOX_IMAGE"),
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
+    deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };
   const parsed = HostConfigSchema.safeParse(raw);
   if (parsed.success) return parsed.data;

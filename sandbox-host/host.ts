@@ -103,6 +103,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     log,
     metrics,
     heartbeatMs: config.heartbeatMs,
+    coalesceMs: config.deltaCoalesceMs,
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,

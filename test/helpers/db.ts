@@ -24,6 +24,8 @@ export async function startTestPostgres(): Promise<{
   const server = await startPostgres();
   const templateUrl = server.url.replace(/\/postgres$/, "/ear_template");
   const admin = new pg.Client({ connectionString: server.url });
+  // Stopping Postgres at teardown ends idle connections (57P01): not a test failure.
+  admin.on("error", () => {});
   await admin.connect();
   await admin.query("CREATE DATABASE ear_template");
   await applyMigrations(templateUrl);
@@ -36,6 +38,7 @@ export async function startTestPostgres(): Promise<{
       await admin.query(`CREATE DATABASE ${name} TEMPLATE ear_template`);
       const url = server.url.replace(/\/postgres$/, `/${name}`);
       const pool = new pg.Pool({ connectionString: url, max });
+      pool.on("error", () => {}); // an idle client whose server went away at teardown
       const t: TestDb = { url, pool, db: drizzle(pool, { schema }), close: () => pool.end() };
       opened.push(t);
       return t;

@@ -45,6 +45,15 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     return r.body.job.id;
   }
   const events = (id: string) => api.events(id);
+  /** The job row once its cleanup fence is clear (or as it is after 5 s). */
+  async function fenceCleared(id: string): Promise<{ state: string; cleanup_pending: boolean } | undefined> {
+    let row: { state: string; cleanup_pending: boolean } | undefined;
+    for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+      row = (await pool.query("select state, cleanup_pending from jobs where id = $1", [id])).rows[0];
+      if (row && !row.cleanup_pending) break;
+    }
+    return row;
+  }
   /** A job whose tool call sleeps in its sandbox; resolves once the sandbox's container exists. */
   async function jobInASandboxedSleep(): Promise<string> {
     const id = await submit({
@@ -191,8 +200,8 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     expect(evs.map((e) => e.event)).toContain("tool.result");
     expect(evs.at(-1)?.event).toBe("run.failed");
     expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
-    const row = await pool.query("select state, cleanup_pending from jobs where id = $1", [id]);
-    expect(row.rows[0]).toEqual({ state: "failed", cleanup_pending: false });
+    // The fence is cleared right after the removal, so poll for it like for the objects.
+    expect(await fenceCleared(id)).toEqual({ state: "failed", cleanup_pending: false });
   });
 
   it("a sandbox left by a host that never came back is removed by another host's janitor once its run is over", async () => {
@@ -208,12 +217,7 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
       // …and everything once the reaper has declared it lost; the janitor clears the job's
       // cleanup fence right after the removal.
       expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
-      let row: { state: string; cleanup_pending: boolean } | undefined;
-      for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
-        row = (await pool.query("select state, cleanup_pending from jobs where id = $1", [id])).rows[0];
-        if (!row?.cleanup_pending) break;
-      }
-      expect(row).toEqual({ state: "lost", cleanup_pending: false });
+      expect(await fenceCleared(id)).toEqual({ state: "lost", cleanup_pending: false });
       const metrics = await (await fetch((stack.hosts.at(-1) as { metricsUrl: string }).metricsUrl)).text();
       expect(metrics).toMatch(/sandbox_delete_seconds_count\{[^}]*outcome="ok"[^}]*\} [1-9]/);
     } finally {

@@ -16,6 +16,14 @@ import { type Stack, startStack } from "../stack";
 
 const N = Number(process.argv[2] ?? 100);
 const HOSTS = 2;
+/**
+ * CANCEL_OVER_S (default 2): the N cancels are spread over this many seconds. Above 2 s each
+ * cancelled job is replaced by a new running one as it is cancelled, so about N jobs keep running
+ * while cancels arrive at a steady N / CANCEL_OVER_S per second (the burst default measures how
+ * the stack queues 50 cancels a second; a steady rate measures one cancel among N running jobs).
+ */
+const SPREAD_MS = Number(process.env.CANCEL_OVER_S ?? 2) * 1000;
+const REPLACE = SPREAD_MS > 2000;
 
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -112,11 +120,19 @@ async function main() {
       // Once a cancel failed, the run is over and the pool goes away: that error is the news.
       if (!stop) throw err;
     });
-    // Cancel them spread over ~2 s so the numbers are not one synchronized burst.
+    // Cancel them spread over SPREAD_MS so the numbers are not one synchronized burst.
+    const replacements: Promise<unknown>[] = [];
     await Promise.all(
       ids.map(async (id, i) => {
-        await sleep((i * 2000) / ids.length);
+        await sleep((i * SPREAD_MS) / ids.length);
         calledAt.set(id, performance.now());
+        if (REPLACE) {
+          replacements.push(
+            fetch(`${stack.gatewayUrl}/v1/jobs`, { method: "POST", headers, body: JSON.stringify(long) }).then((r) =>
+              r.text(),
+            ),
+          );
+        }
         // A saturated gateway may answer 503 ("try again shortly"): retry like a client would;
         // the convergence clock keeps running from the first attempt.
         let r = await fetch(`${stack.gatewayUrl}/v1/jobs/${id}/cancel`, { method: "POST", headers });
@@ -134,10 +150,13 @@ async function main() {
     );
     await watcher;
     await Promise.all(streams);
+    await Promise.all(replacements);
 
     const durable = ids.map((id) => (cancelledAt.get(id) as number) - (calledAt.get(id) as number));
     const closed = ids.map((id) => (closedAt.get(id) ?? Number.NaN) - (calledAt.get(id) as number));
-    console.log(`\ncancel convergence over ${N} running jobs on ${HOSTS} hosts`);
+    console.log(
+      `\ncancel convergence over ${N} running jobs on ${HOSTS} hosts, cancels spread over ${SPREAD_MS / 1000} s${REPLACE ? " (each replaced by a new running job)" : ""}`,
+    );
     const answered = ids.map((id) => (answeredAt.get(id) as number) - (calledAt.get(id) as number));
     console.log(`  API call → API answered:        ${fmt(answered)}`);
     console.log(`  API call → durable cancelled:   ${fmt(durable)}`);

@@ -9,6 +9,7 @@
  *     with 0, 10 and N running jobs: batched hint checks make it constant in the number of runs,
  *     where a per-run poll would be ~5 per run per second.
  */
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import pg from "pg";
 import { readSse } from "../lib/sse";
 import { RespInfo } from "../load/resp";
@@ -120,6 +121,10 @@ async function main() {
       // Once a cancel failed, the run is over and the pool goes away: that error is the news.
       if (!stop) throw err;
     });
+    // This process also hosts the stack's Postgres and Upstash bridges and the mock model: its
+    // own loop delay during the cancels says whether the measuring side is part of the figure.
+    const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+    loopDelay.enable();
     // Cancel them spread over SPREAD_MS so the numbers are not one synchronized burst.
     const replacements: Promise<unknown>[] = [];
     await Promise.all(
@@ -149,6 +154,7 @@ async function main() {
       }),
     );
     await watcher;
+    loopDelay.disable();
     await Promise.all(streams);
     await Promise.all(replacements);
 
@@ -161,6 +167,10 @@ async function main() {
     console.log(`  API call → API answered:        ${fmt(answered)}`);
     console.log(`  API call → durable cancelled:   ${fmt(durable)}`);
     console.log(`  API call → stream ended:        ${fmt(closed.filter(Number.isFinite))}`);
+    const ms = (ns: number) => (ns / 1e6).toFixed(0);
+    console.log(
+      `  this process's event-loop delay during the cancels (bridges, mock model, SSE readers): p50 ${ms(loopDelay.percentile(50))} ms, p99 ${ms(loopDelay.percentile(99))} ms, max ${ms(loopDelay.max)} ms`,
+    );
     console.log(`\nRedis commands per second per host (whole Redis / ${HOSTS} hosts)`);
     console.log(`  0 running jobs:   ${(idle / HOSTS).toFixed(1)}`);
     console.log(`  10 running jobs:  ${(with10 / HOSTS).toFixed(1)}`);

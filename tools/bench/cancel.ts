@@ -13,6 +13,7 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import pg from "pg";
 import { readSse } from "../lib/sse";
 import { RespInfo } from "../load/resp";
+import { pct } from "../load/stats";
 import { type Stack, startStack } from "../stack";
 
 const N = Number(process.argv[2] ?? 100);
@@ -26,10 +27,6 @@ const HOSTS = 2;
 const SPREAD_MS = Number(process.env.CANCEL_OVER_S ?? 2) * 1000;
 const REPLACE = SPREAD_MS > 2000;
 
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
-};
 const fmt = (xs: number[]) =>
   `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -32,6 +32,7 @@ import {
   setTimingFact,
 } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { pct } from "../load/stats";
 import { applyMigrations } from "../migrate";
 import { startPostgres } from "../services/postgres";
 
@@ -46,11 +47,6 @@ const url = pgs.url;
 const admin = new pg.Pool({ connectionString: url, max: 2 });
 // Stopping Postgres at the end terminates idle connections; that is not a bench failure.
 admin.on("error", () => {});
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
-}
 
 async function resetJobs(fillfactor = 100): Promise<void> {
   await admin.query("TRUNCATE executions, jobs CASCADE");

@@ -17,6 +17,7 @@
 import type { EventEnvelope } from "../../src/contracts/events";
 import { signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../lib/sse";
+import { pct } from "../load/stats";
 import { type Stack, startStack } from "../stack";
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 256);
@@ -28,11 +29,6 @@ const EXEC = "00000000-0000-4000-8000-00000000be01";
 
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
-};
-
 async function newJob(stack: Stack): Promise<string> {
   const res = await fetch(`${stack.gatewayUrl}/v1/jobs`, {
     method: "POST",

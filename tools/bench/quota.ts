@@ -22,6 +22,7 @@ import { createLeaseStore, type LeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
 import type { LuaRunner } from "../../src/quota/scripts";
 import { acquireWithWait } from "../../src/quota/wait";
+import { pct } from "../load/stats";
 import { startRedis } from "../services/redis";
 import { startUpstashBridge } from "../upstash-bridge";
 
@@ -34,11 +35,6 @@ const HOSTS = 3;
 const HOLD_MS = 20;
 const SLACK = Number(process.argv.find((a) => a.startsWith("--slack="))?.slice(8) ?? "0.5");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
-};
-
 interface Pair {
   acquire(id: string): Promise<() => Promise<void>>;
 }

@@ -6,16 +6,13 @@
  */
 import { readdir, readFile } from "node:fs/promises";
 import { connectDocker, createSandboxManager, type Docker, LABEL_HOST } from "../../sandbox-host/sandbox";
+import { pct } from "../load/stats";
 import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
 
 const levels = (process.argv[2] ?? "1,10,50").split(",").map(Number);
 const image = process.argv[3] ?? LOCAL_SANDBOX_IMAGE;
 const hostId = `bench-${process.pid}`;
 
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]! : Number.NaN;
-};
 const mib = (b: number) => (b / 1024 / 1024).toFixed(0);
 
 async function rssOf(names: Set<string>): Promise<number> {

@@ -13,6 +13,16 @@ export function percentile(sorted: number[], q: number): number | null {
   return sorted[Math.min(sorted.length, rank) - 1] as number;
 }
 
+/** Nearest-rank percentile `p` (0–100) of unsorted samples; NaN when there are none. */
+export function pct(values: number[], p: number): number {
+  return (
+    percentile(
+      [...values].sort((a, b) => a - b),
+      p / 100,
+    ) ?? Number.NaN
+  );
+}
+
 export function dist(values: Array<number | null | undefined>): Dist {
   const v = values.filter((x): x is number => typeof x === "number" && Number.isFinite(x)).sort((a, b) => a - b);
   return {

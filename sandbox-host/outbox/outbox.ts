@@ -56,6 +56,13 @@ const PERMANENT_REJECTIONS = new Set([400, 409, 410, 413, 422]);
 /** Bytes a request may carry: the gateway takes 1 MiB; stay well under it. */
 const MAX_REQUEST_BYTES = 512 * 1024;
 
+/** One execution's batch in a request, with its JSON as it goes on the wire. */
+interface Part {
+  stream: ExecutionOutbox;
+  events: EventEnvelope[];
+  json: string;
+}
+
 export class Outbox {
   private readonly streams = new Map<string, ExecutionOutbox>();
   private backlog = 0;
@@ -139,7 +146,7 @@ export class Outbox {
     const { maxInFlight = 2, maxRequestEvents = 2000, maxBatch = 256 } = this.opts;
     while (!this.closed && this.inFlight < maxInFlight) {
       const now = Date.now();
-      const parts: Array<{ stream: ExecutionOutbox; events: EventEnvelope[] }> = [];
+      const parts: Part[] = [];
       const jobs = new Set<string>();
       let events = 0;
       let bytes = 0;
@@ -153,12 +160,15 @@ export class Outbox {
         // One batch per job in a request (a job's batch is one ordered unit at the gateway).
         if (jobs.has(stream.ref.jobId)) continue;
         const batch = stream.nextBatch(Math.min(maxBatch, maxRequestEvents - events));
-        const size = JSON.stringify(batch).length;
-        if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + size > MAX_REQUEST_BYTES)) break;
-        parts.push({ stream, events: batch });
+        // Serialized once: its length bounds the request and the same text goes into the body.
+        const json = JSON.stringify({ job_id: stream.ref.jobId, events: batch });
+        if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + json.length > MAX_REQUEST_BYTES)) {
+          break;
+        }
+        parts.push({ stream, events: batch, json });
         jobs.add(stream.ref.jobId);
         events += batch.length;
-        bytes += size;
+        bytes += json.length;
       }
       if (nextRetry < Number.POSITIVE_INFINITY) this.schedule(nextRetry - now);
       if (parts.length === 0) return;
@@ -181,8 +191,8 @@ export class Outbox {
     return false;
   }
 
-  private async send(parts: Array<{ stream: ExecutionOutbox; events: EventEnvelope[] }>): Promise<void> {
-    const body = JSON.stringify({ batches: parts.map((p) => ({ job_id: p.stream.ref.jobId, events: p.events })) });
+  private async send(parts: Part[]): Promise<void> {
+    const body = `{"batches":[${parts.map((p) => p.json).join(",")}]}`;
     let results: IngestMultiResult[];
     try {
       results = await this.post(body, parts.length);

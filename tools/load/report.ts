@@ -22,9 +22,9 @@ function niceMax(v: number): number {
   return 10 * p;
 }
 
-export function lineChart(title: string, xs: number[], series: Series[], unit: string): string {
+/** What both charts share: the plot area, the y scale from the data, the svg head, title and y grid. */
+function chartFrame(title: string, H: number, series: Series[]) {
   const W = 560;
-  const H = 300;
   const L = 64;
   const R = 150;
   const T = 34;
@@ -33,12 +33,11 @@ export function lineChart(title: string, xs: number[], series: Series[], unit: s
   const ph = H - T - B;
   const all = series.flatMap((s) => s.values).filter((v): v is number => v !== null);
   const ymax = niceMax(all.length ? Math.max(...all) : 1);
-  // Concurrency steps are spaced evenly (1, 10, 20, 50, 100 would crowd on a linear axis).
-  const x = (i: number) => L + (xs.length <= 1 ? pw / 2 : (i * pw) / (xs.length - 1));
   const y = (v: number) => T + ph - (v / ymax) * ph;
-  const parts: string[] = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img">`);
-  parts.push(`<title>${esc(title)}</title><text x="${L}" y="20" font-size="14" font-weight="600">${esc(title)}</text>`);
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img">`,
+    `<title>${esc(title)}</title><text x="${L}" y="20" font-size="14" font-weight="600">${esc(title)}</text>`,
+  ];
   for (let k = 0; k <= 4; k++) {
     const v = (ymax * k) / 4;
     parts.push(
@@ -46,6 +45,13 @@ export function lineChart(title: string, xs: number[], series: Series[], unit: s
         `<text x="${L - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${esc(fmtNum(v))}</text>`,
     );
   }
+  return { H, L, T, pw, ph, y, parts };
+}
+
+export function lineChart(title: string, xs: number[], series: Series[], unit: string): string {
+  const { H, L, T, pw, ph, y, parts } = chartFrame(title, 300, series);
+  // Concurrency steps are spaced evenly (1, 10, 20, 50, 100 would crowd on a linear axis).
+  const x = (i: number) => L + (xs.length <= 1 ? pw / 2 : (i * pw) / (xs.length - 1));
   xs.forEach((xv, i) => {
     parts.push(`<text x="${x(i)}" y="${T + ph + 16}" font-size="11" text-anchor="middle">${xv}</text>`);
   });
@@ -86,29 +92,9 @@ export function lineChart(title: string, xs: number[], series: Series[], unit: s
 }
 
 function barChart(title: string, groups: string[], series: Series[], unit: string): string {
-  const W = 560;
-  const H = 260;
-  const L = 64;
-  const R = 150;
-  const T = 34;
-  const B = 40;
-  const pw = W - L - R;
-  const ph = H - T - B;
-  const all = series.flatMap((s) => s.values).filter((v): v is number => v !== null);
-  const ymax = niceMax(all.length ? Math.max(...all) : 1);
+  const { L, T, pw, ph, y, parts } = chartFrame(title, 260, series);
   const gw = pw / Math.max(1, groups.length);
   const bw = (gw * 0.7) / Math.max(1, series.length);
-  const y = (v: number) => T + ph - (v / ymax) * ph;
-  const parts = [
-    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img">`,
-  ];
-  parts.push(`<title>${esc(title)}</title><text x="${L}" y="20" font-size="14" font-weight="600">${esc(title)}</text>`);
-  for (let k = 0; k <= 4; k++) {
-    const v = (ymax * k) / 4;
-    parts.push(
-      `<line x1="${L}" x2="${L + pw}" y1="${y(v)}" y2="${y(v)}" stroke="#e5e7eb"/><text x="${L - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${esc(fmtNum(v))}</text>`,
-    );
-  }
   groups.forEach((g, gi) => {
     parts.push(
       `<text x="${L + gi * gw + gw / 2}" y="${T + ph + 16}" font-size="11" text-anchor="middle">${esc(g)}</text>`,

@@ -284,6 +284,22 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     );
   }
 
+  /** Every labelled sandbox on this engine, as (host, run) pairs. */
+  async function listAll(): Promise<Array<{ host: string; run: string }>> {
+    const all = JSON.stringify({ label: [`${LABEL_SANDBOX}=1`] });
+    const [containers, networks] = await Promise.all([
+      docker.listContainers({ all: true, filters: all }),
+      docker.listNetworks({ filters: all }),
+    ]);
+    const seen = new Map<string, { host: string; run: string }>();
+    for (const x of [...containers.map((c) => c.Labels), ...networks.map((n) => n.Labels)]) {
+      const host = x?.[LABEL_HOST];
+      const run = x?.[LABEL_RUN];
+      if (host !== undefined && run !== undefined) seen.set(`${host}\0${run}`, { host, run });
+    }
+    return [...seen.values()];
+  }
+
   function ensure(runId: string): Promise<Sandbox> {
     return lock.run(runId, async () => {
       const known = sandboxes.get(runId);
@@ -346,16 +362,9 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     },
 
     async removeOrphans(liveRunIds) {
-      const hostFilter = JSON.stringify({ label: [`${LABEL_HOST}=${opts.hostId}`] });
-      const [containers, networks] = await Promise.all([
-        docker.listContainers({ all: true, filters: hostFilter }),
-        docker.listNetworks({ filters: hostFilter }),
-      ]);
-      const runs = new Set<string>();
-      for (const x of [...containers.map((c) => c.Labels), ...networks.map((n) => n.Labels)]) {
-        const run = x?.[LABEL_RUN];
-        if (run !== undefined && !liveRunIds.has(run)) runs.add(run);
-      }
+      const runs = new Set(
+        (await listAll()).filter((x) => x.host === opts.hostId && !liveRunIds.has(x.run)).map((x) => x.run),
+      );
       const results = await Promise.all([...runs].map((run) => destroy(run)));
       const total = results.reduce(
         (a, r) => ({ containers: a.containers + r.containers, networks: a.networks + r.networks }),
@@ -368,23 +377,10 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       return { ...total, runs: [...runs] };
     },
 
-    async listAll() {
-      const all = JSON.stringify({ label: [`${LABEL_SANDBOX}=1`] });
-      const [containers, networks] = await Promise.all([
-        docker.listContainers({ all: true, filters: all }),
-        docker.listNetworks({ filters: all }),
-      ]);
-      const seen = new Map<string, { host: string; run: string }>();
-      for (const x of [...containers.map((c) => c.Labels), ...networks.map((n) => n.Labels)]) {
-        const host = x?.[LABEL_HOST];
-        const run = x?.[LABEL_RUN];
-        if (host !== undefined && run !== undefined) seen.set(`${host}\0${run}`, { host, run });
-      }
-      return [...seen.values()];
-    },
+    listAll,
 
     async removeFinished(isFinished) {
-      const all = await this.listAll();
+      const all = await listAll();
       if (all.length === 0) return { runs: [] };
       const finished = await isFinished([...new Set(all.map((x) => x.run))]);
       const doomed = all.filter((x) => finished.has(x.run));

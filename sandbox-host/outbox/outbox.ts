@@ -224,7 +224,7 @@ export class Outbox {
       return Array.from({ length: count }, () => ({
         job_id: "",
         status: 400 as const,
-        error: { code: "rejected", message: text.slice(0, 200) },
+        error: { code: "invalid_request", message: text.slice(0, 200) },
       }));
     }
     if (!res.ok) throw new Error(`ingest answered ${res.status}: ${text.slice(0, 200)}`);

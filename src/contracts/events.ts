@@ -66,7 +66,11 @@ export type IngestMulti = z.infer<typeof IngestMultiSchema>;
 /** The answer to a multi-job request: one result per batch, in request order. */
 export type IngestMultiResult =
   | { job_id: string; status: 200; ack: IngestAck }
-  | { job_id: string; status: 400 | 409 | 503; error: { code: string; message: string } };
+  | {
+      job_id: string;
+      status: 400 | 409 | 503;
+      error: { code: "invalid_request" | "conflict" | "dependency_unavailable"; message: string };
+    };
 
 export interface IngestAck {
   /** Highest seq of this execution that the projector holds durably (contiguous from 1). */

@@ -58,10 +58,7 @@ export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, asyn
   }
   const result = await ingestOne(c.env, validate(IngestBatchSchema, body), nonce);
   if (result.status === 200) return c.json(result.ack);
-  throw new ApiError(
-    result.status === 400 ? "invalid_request" : result.status === 409 ? "conflict" : "dependency_unavailable",
-    result.error.message,
-  );
+  throw new ApiError(result.error.code, result.error.message);
 });
 
 /** One job's batch into its JobEvents object; failures become a per-batch status, never a throw. */

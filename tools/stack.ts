@@ -22,7 +22,7 @@ import { startPgProxy } from "./pg-proxy";
 import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "./sandbox-image/build";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
-import { stopProcessGroup } from "./services/process";
+import { killOnExit, stopProcessGroup } from "./services/process";
 import { type RedisService, startRedis } from "./services/redis";
 import { startUpstashBridge } from "./upstash-bridge";
 
@@ -259,6 +259,7 @@ export async function spawnHost(
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });
+  killOnExit(child, { group: true });
   const stderrTail: string[] = [];
   createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
     stderrTail.push(line);

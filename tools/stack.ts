@@ -40,6 +40,8 @@ export interface StackOptions {
   hosts?: number;
   hostEnv?: Record<string, string>;
   gatewayPort?: number;
+  /** Rebuild and reload the gateway when workers/ or src/ change (`npm run dev`). */
+  watchGateway?: boolean;
   /** Where Durable Object state lives; default a throwaway temp dir. */
   persistTo?: string;
   log?: (source: string, line: string) => void;
@@ -147,6 +149,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       root,
       port: opts.gatewayPort,
       persistTo,
+      watch: opts.watchGateway,
       vars: {
         DATABASE_URL: databaseUrl,
         NEON_FETCH_ENDPOINT: `${proxy.url}/sql`,
@@ -157,7 +160,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       log: (line) => log("gateway", line),
     });
     cleanups.push(() => gateway.stop());
-    log("gateway", `gateway on ${gateway.url}`);
+    log("gateway", `gateway on ${gateway.url} (workerd via ${gateway.runner})`);
 
     // A dev tenant and key
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });

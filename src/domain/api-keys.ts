@@ -3,16 +3,18 @@
  * stored in clear so an operator can tell keys apart. A fast hash is right here: keys are 32
  * random bytes, so there is nothing to brute-force that a slow hash would protect.
  */
+import { toHex } from "./hex";
+
 const encoder = new TextEncoder();
 
 export async function hashApiKey(key: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", encoder.encode(key));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return toHex(digest);
 }
 
 function randomToken(bytes: number): string {
   const buf = crypto.getRandomValues(new Uint8Array(bytes));
-  return [...buf].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return toHex(buf);
 }
 
 export function generateApiKey(): { key: string; prefix: string } {

@@ -4,20 +4,26 @@
  * body; the verifier also checks freshness, and the receiver remembers nonces to reject replays.
  */
 import { INTERNAL_HEADERS } from "../contracts/events";
+import { toHex } from "./hex";
 
 const encoder = new TextEncoder();
 
 export const SIGNATURE_MAX_SKEW_MS = 60_000;
 
+/**
+ * One deployment signs with one secret: its imported key is kept. The resolved CryptoKey is kept,
+ * not the promise, so no request ever waits on a promise another request created (workerd).
+ */
+let imported: { secret: string; key: CryptoKey } | null = null;
+
 async function hmacKey(secret: string): Promise<CryptoKey> {
-  return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+  if (imported?.secret === secret) return imported.key;
+  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
     "sign",
     "verify",
   ]);
-}
-
-function toHex(buf: ArrayBuffer): string {
-  return [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  imported = { secret, key };
+  return key;
 }
 
 function fromHex(hex: string): Uint8Array<ArrayBuffer> | null {

@@ -1,21 +1,34 @@
 /**
- * Runs the gateway under `wrangler dev` (workerd), offline. Per LOCAL-STACK.md: without these env
- * flags wrangler phones home; killing the npx parent leaves workerd running, so wrangler runs in
- * its own process group and we stop the whole group; a busy port is a hard error, so every port
- * (http and inspector) is chosen free.
+ * Runs the gateway Worker in workerd, offline. Two runners:
+ *
+ *   miniflare (default)  tools/services/gateway-runner.ts: the deploy bundle in workerd through
+ *                        Miniflare, one workerd process, no reload proxy in front.
+ *   wrangler             `wrangler dev`: the same Worker behind wrangler's ProxyWorker, a second
+ *                        workerd that re-proxies every request and stream (about 3× less
+ *                        database-touching throughput here, docs/capacity.md).
+ *
+ * Choose with GATEWAY_RUNNER=wrangler|miniflare; GATEWAY_INSPECTOR_PORT opens the Worker's
+ * DevTools inspector under miniflare (wrangler dev always opens one). Either way the child runs in its own process
+ * group and we stop the whole group (killing wrangler's parent alone leaves workerd running,
+ * LOCAL-STACK.md), and every port is chosen free: a busy port is a hard error in both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { freePort, waitFor } from "./ports";
 import { killOnExit, stopProcessGroup } from "./process";
+import { offlineWranglerEnv } from "./wrangler-env";
 
 const require = createRequire(import.meta.url);
+
+export type GatewayRunner = "miniflare" | "wrangler";
 
 export interface GatewayService {
   url: string;
   port: number;
+  runner: GatewayRunner;
   process: ChildProcess;
   stop(): Promise<void>;
 }
@@ -26,26 +39,21 @@ export interface GatewayOptions {
   /** Where workerd keeps Durable Object state (SQLite). */
   persistTo: string;
   root?: string;
+  /** Rebuild and reload the Worker when its source changes (`npm run dev`). */
+  watch?: boolean;
+  /** Default: GATEWAY_RUNNER, else miniflare. */
+  runner?: GatewayRunner;
   log?: (line: string) => void;
 }
 
-export function offlineWranglerEnv(root: string): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    WRANGLER_SEND_METRICS: "false",
-    CLOUDFLARE_CF_FETCH_ENABLED: "false",
-    WRANGLER_HIDE_BANNER: "true",
-    WRANGLER_SEND_ERROR_REPORTS: "false",
-    XDG_CONFIG_HOME: join(root, ".wrangler", "config"),
-    WRANGLER_LOG_PATH: join(root, ".wrangler", "logs"),
-  };
+export function gatewayRunnerFromEnv(value = process.env.GATEWAY_RUNNER): GatewayRunner {
+  if (value === undefined || value === "" || value === "miniflare") return "miniflare";
+  if (value === "wrangler") return "wrangler";
+  throw new Error(`GATEWAY_RUNNER must be "miniflare" or "wrangler" (got "${value}")`);
 }
 
-export async function startGateway(opts: GatewayOptions): Promise<GatewayService> {
-  const root = resolve(opts.root ?? process.cwd());
-  const port = opts.port ?? (await freePort());
+async function wranglerDev(root: string, port: number, opts: GatewayOptions): Promise<ChildProcess> {
   const inspectorPort = await freePort();
-  await mkdir(opts.persistTo, { recursive: true });
   const wrangler = require.resolve("wrangler/bin/wrangler.js", { paths: [root] });
   const args = [
     wrangler,
@@ -63,12 +71,40 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
     "--show-interactive-dev-session=false",
   ];
   for (const [k, v] of Object.entries(opts.vars)) args.push("--var", `${k}:${v}`);
-  const child = spawn(process.execPath, args, {
+  return spawn(process.execPath, args, {
     cwd: root,
     env: offlineWranglerEnv(root),
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });
+}
+
+function miniflareRunner(root: string, port: number, opts: GatewayOptions): ChildProcess {
+  const runner = fileURLToPath(new URL("./gateway-runner.ts", import.meta.url));
+  const inspector = process.env.GATEWAY_INSPECTOR_PORT;
+  const settings = {
+    port,
+    host: "127.0.0.1",
+    persistTo: opts.persistTo,
+    vars: opts.vars,
+    watch: opts.watch,
+    root,
+    inspectorPort: inspector ? Number(inspector) : undefined,
+  };
+  return spawn(process.execPath, ["--import", "tsx", runner], {
+    cwd: root,
+    env: { ...offlineWranglerEnv(root), EAR_GATEWAY_RUNNER: JSON.stringify(settings) },
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+}
+
+export async function startGateway(opts: GatewayOptions): Promise<GatewayService> {
+  const root = resolve(opts.root ?? process.cwd());
+  const port = opts.port ?? (await freePort());
+  const runner = opts.runner ?? gatewayRunnerFromEnv();
+  await mkdir(opts.persistTo, { recursive: true });
+  const child = runner === "wrangler" ? await wranglerDev(root, port, opts) : miniflareRunner(root, port, opts);
   killOnExit(child, { group: true });
   const tail: string[] = [];
   const onData = (buf: Buffer) => {
@@ -76,7 +112,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
       if (!line.trim()) continue;
       tail.push(line);
       if (tail.length > 40) tail.shift();
-      opts.log?.(line);
+      if (!line.startsWith("ready http")) opts.log?.(line);
     }
   };
   child.stdout?.on("data", onData);
@@ -84,9 +120,10 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   const url = `http://127.0.0.1:${port}`;
   try {
     await waitFor(
-      "the gateway (wrangler dev) to answer /healthz",
+      `the gateway (${runner}) to answer /healthz`,
       async () => {
-        if (child.exitCode !== null) throw new Error(`wrangler exited with ${child.exitCode}:\n${tail.join("\n")}`);
+        if (child.exitCode !== null)
+          throw new Error(`the ${runner} gateway exited with ${child.exitCode}:\n${tail.join("\n")}`);
         const res = await fetch(`${url}/healthz`);
         return res.ok;
       },
@@ -96,5 +133,5 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
     await stopProcessGroup(child);
     throw new Error(`${err instanceof Error ? err.message : String(err)}\n${tail.join("\n")}`);
   }
-  return { url, port, process: child, stop: () => stopProcessGroup(child) };
+  return { url, port, runner, process: child, stop: () => stopProcessGroup(child) };
 }

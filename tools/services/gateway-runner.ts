@@ -1,0 +1,135 @@
+/**
+ * Runs the gateway Worker in workerd through Miniflare, the engine `wrangler dev` drives, but
+ * without wrangler dev's reload proxy: `wrangler dev` answers every request in a second workerd
+ * process (its ProxyWorker) that re-proxies the request, and every SSE stream, to the Worker's
+ * own workerd. Measured on a 2-core machine (docs/capacity.md, "The gateway runner"): that hop
+ * halves plain-request throughput and cuts database-touching requests to about a third.
+ *
+ * The Worker is bundled by wrangler itself (`wrangler deploy --dry-run --outdir`, the same
+ * esbuild and nodejs_compat aliases a deploy uses) and its bindings and Durable Objects come from
+ * wrangler.toml (`unstable_getMiniflareWorkerOptions`), so nothing about the Worker is described
+ * twice. With `watch`, a change under workers/ or src/ (or to wrangler.toml) rebuilds and
+ * reloads it in place; Durable Object state survives the reload.
+ *
+ * Started by tools/services/gateway.ts as a child process; its settings come in one environment
+ * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort}), so secrets do not
+ * show up in `ps`. It prints `ready <url>` once the Worker answers.
+ */
+import { spawn } from "node:child_process";
+import { mkdtemp, rm, watch } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { offlineWranglerEnv } from "./wrangler-env";
+
+interface RunnerSettings {
+  port: number;
+  host?: string;
+  persistTo: string;
+  vars: Record<string, string>;
+  watch?: boolean;
+  root?: string;
+  /** Chrome DevTools inspector for the Worker (GATEWAY_INSPECTOR_PORT); none when unset. */
+  inspectorPort?: number;
+}
+
+const require = createRequire(import.meta.url);
+
+function readSettings(): RunnerSettings {
+  const raw = process.env.EAR_GATEWAY_RUNNER;
+  if (!raw) throw new Error("EAR_GATEWAY_RUNNER is not set (tools/services/gateway.ts starts this runner)");
+  const s = JSON.parse(raw) as RunnerSettings;
+  if (!Number.isInteger(s.port) || typeof s.persistTo !== "string" || typeof s.vars !== "object") {
+    throw new Error("EAR_GATEWAY_RUNNER must hold {port, persistTo, vars}");
+  }
+  return s;
+}
+
+/** `wrangler deploy --dry-run --outdir`: the deploy bundle, built offline. */
+async function bundle(root: string, outdir: string): Promise<string> {
+  const wrangler = require.resolve("wrangler/bin/wrangler.js", { paths: [root] });
+  const child = spawn(process.execPath, [wrangler, "deploy", "--dry-run", "--outdir", outdir], {
+    cwd: root,
+    env: offlineWranglerEnv(root),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const output: string[] = [];
+  child.stdout.on("data", (b: Buffer) => output.push(b.toString()));
+  child.stderr.on("data", (b: Buffer) => output.push(b.toString()));
+  const code = await new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
+  if (code !== 0) throw new Error(`bundling the gateway failed (wrangler exit ${code}):\n${output.join("")}`);
+  return join(outdir, "index.js");
+}
+
+function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, outdir: string): MiniflareOptions {
+  const { workerOptions } = unstable_getMiniflareWorkerOptions(join(root, "wrangler.toml"));
+  return {
+    ...workerOptions,
+    host: s.host ?? "127.0.0.1",
+    port: s.port,
+    modules: true,
+    scriptPath,
+    modulesRoot: outdir,
+    bindings: { ...workerOptions.bindings, ...s.vars },
+    durableObjectsPersist: s.persistTo,
+    ...(s.inspectorPort ? { inspectorPort: s.inspectorPort } : {}),
+    log: new Log(LogLevel.WARN),
+  } as MiniflareOptions;
+}
+
+async function main(): Promise<void> {
+  const s = readSettings();
+  const root = resolve(s.root ?? process.cwd());
+  const outdir = await mkdtemp(join(tmpdir(), "ear-gateway-bundle-"));
+  let mf: Miniflare | null = null;
+  const stop = async (code: number) => {
+    try {
+      await mf?.dispose();
+    } finally {
+      await rm(outdir, { recursive: true, force: true });
+      process.exit(code);
+    }
+  };
+  process.once("SIGTERM", () => void stop(0));
+  process.once("SIGINT", () => void stop(0));
+
+  const scriptPath = await bundle(root, outdir);
+  mf = new Miniflare(miniflareOptions(root, s, scriptPath, outdir));
+  const url = await mf.ready;
+  console.log(`ready ${url.origin}`);
+
+  if (s.watch)
+    void reloadOnChange(root, async () => {
+      const started = Date.now();
+      await bundle(root, outdir);
+      await mf?.setOptions(miniflareOptions(root, s, scriptPath, outdir));
+      console.log(`reloaded the gateway in ${Date.now() - started} ms`);
+    });
+}
+
+/** Rebuild after a quiet 150 ms following any change; one rebuild at a time. */
+async function reloadOnChange(root: string, reload: () => Promise<void>): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running: Promise<void> = Promise.resolve();
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      running = running.then(reload).catch((err) => console.error(`gateway not reloaded: ${(err as Error).message}`));
+    }, 150);
+  };
+  const watchOne = async (path: string, recursive: boolean) => {
+    for await (const _ of watch(path, { recursive })) schedule();
+  };
+  await Promise.all([
+    watchOne(join(root, "workers"), true),
+    watchOne(join(root, "src"), true),
+    watchOne(join(root, "wrangler.toml"), false),
+  ]);
+}
+
+main().catch((err) => {
+  console.error(`gateway runner failed: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});

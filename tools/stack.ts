@@ -7,7 +7,8 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
@@ -141,7 +142,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const signingSecret = randomBytes(32).toString("hex");
     let persistTo = opts.persistTo;
     if (!persistTo) {
-      const dir = await mkdtemp(join(tmpdir(), "ear-do-"));
+      const dir = await mkdtemp(join(await scratchDir(), "ear-do-"));
       cleanups.push(() => rm(dir, { recursive: true, force: true }));
       persistTo = dir;
     }
@@ -295,6 +296,22 @@ export async function spawnHost(
   });
   const grace = opts.stopGraceMs ?? 15_000;
   return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, grace) };
+}
+
+/**
+ * Where throwaway Durable Object state goes: a RAM-backed /dev/shm when the machine has one.
+ * workerd commits each object's SQLite transaction on its one thread; on a disk every event batch
+ * the gateway ingests waits for a sync there, and measured on this machine's virtual disk that
+ * alone took 100 simultaneous submits from p50 4.1 s to 7.0 s with 100 runs streaming. The state
+ * is deleted when the stack stops, so it never needed a disk.
+ */
+async function scratchDir(): Promise<string> {
+  try {
+    await access("/dev/shm", constants.W_OK);
+    return "/dev/shm";
+  } catch {
+    return tmpdir();
+  }
 }
 
 async function ensureSandboxImage(log: (source: string, line: string) => void): Promise<void> {

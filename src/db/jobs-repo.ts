@@ -73,6 +73,20 @@ export async function getJob(db: Db, tenantId: string, id: string): Promise<JobR
   return rows[0] ?? null;
 }
 
+/**
+ * The tenant check alone (the SSE route): one indexed row, no column but the key. Returns the id
+ * as Postgres spells it (an upper-case UUID in the URL names the same job, and the same object).
+ */
+export async function tenantJobId(db: Db, tenantId: string, id: string): Promise<string | null> {
+  if (!isJobId(id)) return null;
+  const rows = await db
+    .select({ id: jobs.id })
+    .from(jobs)
+    .where(and(eq(jobs.id, id), eq(jobs.tenantId, tenantId)))
+    .limit(1);
+  return rows[0]?.id ?? null;
+}
+
 export interface ListCursor {
   /** ISO 8601 with Postgres' microseconds (a JavaScript Date keeps only milliseconds). */
   createdAt: string;

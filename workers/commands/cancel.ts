@@ -13,21 +13,36 @@ export const CANCEL_HINT_TTL_S = 600;
 const HINT_TIMEOUT_MS = 500;
 const keys = redisKeys();
 
-export async function cancelJob(deps: Deps, tenantId: string, jobId: string): Promise<CancelStatus> {
+/**
+ * `defer`, when given, takes the hint's SET instead of it being awaited (the route passes
+ * `waitUntil`): the answer only has to wait for what makes the cancel true, the durable request.
+ */
+export async function cancelJob(
+  deps: Deps,
+  tenantId: string,
+  jobId: string,
+  defer?: (work: Promise<unknown>) => void,
+): Promise<CancelStatus> {
   const db = deps.db();
   const status = await callDependency("postgres", () => requestCancel(db, tenantId, jobId));
   if (status === "requested") {
-    try {
-      await withTimeout(
-        deps.redis().set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
-        HINT_TIMEOUT_MS,
-        "redis",
-      );
-    } catch (err) {
-      console.warn(
-        JSON.stringify({ msg: "cancel hint SET failed; the host will see Postgres", jobId, error: String(err) }),
-      );
-    }
+    const hint = setCancelHint(deps, jobId);
+    if (defer) defer(hint);
+    else await hint;
   }
   return status;
+}
+
+async function setCancelHint(deps: Deps, jobId: string): Promise<void> {
+  try {
+    await withTimeout(
+      deps.redis().set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
+      HINT_TIMEOUT_MS,
+      "redis",
+    );
+  } catch (err) {
+    console.warn(
+      JSON.stringify({ msg: "cancel hint SET failed; the host will see Postgres", jobId, error: String(err) }),
+    );
+  }
 }

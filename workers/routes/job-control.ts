@@ -16,7 +16,9 @@ import { notFoundJob } from "./jobs";
 
 export const jobControlRoutes = new Hono<GatewayEnv>()
   .post("/:id/cancel", async (c) => {
-    const status = await cancelJob(c.get("deps"), c.get("tenantId"), c.req.param("id"));
+    const status = await cancelJob(c.get("deps"), c.get("tenantId"), c.req.param("id"), (hint) =>
+      c.executionCtx.waitUntil(hint),
+    );
     if (status === "not_found") throw notFoundJob();
     return c.json({ status }, 202);
   })

@@ -6,7 +6,7 @@
  */
 import { Hono } from "hono";
 import { ApiError } from "../../src/contracts";
-import { getJob } from "../../src/db";
+import { tenantJobId } from "../../src/db";
 import { callDependency, callDurableObject } from "../deps";
 import type { GatewayEnv } from "../types";
 import { notFoundJob } from "./jobs";
@@ -24,10 +24,9 @@ export function parseEventCursor(lastEventId: string | undefined, after: string 
 
 export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c) => {
   const after = parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
-  const jobId = c.req.param("id");
   const db = c.get("deps").db();
-  const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), jobId));
-  if (!job) throw notFoundJob();
-  const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(job.id));
-  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${job.id}`));
+  const jobId = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
+  if (!jobId) throw notFoundJob();
+  const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(jobId));
+  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}`));
 });

@@ -181,13 +181,18 @@ export class Runner {
    * with Redis down). No subscription per run: cost is constant in the number of runs.
    */
   startCancelWatch(): void {
+    const every = this.opts.cancelHintMs ?? 200;
+    // Fixed rate, not fixed delay: a check that took 40 ms under load must not stretch the
+    // period to 240 ms, since how long a cancel waits to be seen is what this loop is for.
     const tick = () => {
+      const started = Date.now();
       this.cancelInFlight = this.checkCancels().finally(() => {
         this.cancelInFlight = null;
-        if (this.cancelTimer) this.cancelTimer = setTimeout(tick, jitter(this.opts.cancelHintMs ?? 200, 0.1));
+        const wait = Math.max(0, jitter(every, 0.1) - (Date.now() - started));
+        if (this.cancelTimer) this.cancelTimer = setTimeout(tick, wait);
       });
     };
-    this.cancelTimer = setTimeout(tick, jitter(this.opts.cancelHintMs ?? 200, 0.1));
+    this.cancelTimer = setTimeout(tick, jitter(every, 0.1));
   }
 
   async stopCancelWatch(): Promise<void> {

@@ -8,7 +8,7 @@
 import { once } from "node:events";
 import type { ServerResponse } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
-import { type AnswerPlan, argumentFragments } from "./script";
+import { type AnswerPlan, argumentFragments, joinTokens } from "./script";
 
 type Answer = Extract<AnswerPlan, { kind: "answer" }>;
 
@@ -72,14 +72,13 @@ export async function streamAnswer(res: ServerResponse, plan: Answer, ctx: Answe
   });
   res.flushHeaders();
 
-  const pieces: Record<string, unknown>[] = [];
-  plan.tokens.forEach((text, i) => {
-    pieces.push(i === 0 ? { role: "assistant", content: text } : { content: text });
-  });
+  // Text pieces are built as they go out; tool-call fragments are few and built up front.
+  const { tokens } = plan;
+  const toolPieces: Record<string, unknown>[] = [];
   plan.toolCalls.forEach((call, index) => {
     argumentFragments(call.argsJson).forEach((fragment, f) => {
-      const head = pieces.length === 0 ? { role: "assistant", content: null } : {};
-      pieces.push(
+      const head = tokens.length === 0 && toolPieces.length === 0 ? { role: "assistant", content: null } : {};
+      toolPieces.push(
         f === 0
           ? {
               ...head,
@@ -91,17 +90,21 @@ export async function streamAnswer(res: ServerResponse, plan: Answer, ctx: Answe
       );
     });
   });
-  if (pieces.length === 0) pieces.push({ role: "assistant", content: "" });
+  const count = Math.max(1, tokens.length + toolPieces.length);
+  const pieceAt = (k: number): Record<string, unknown> => {
+    if (k < tokens.length) return k === 0 ? { role: "assistant", content: tokens.at(0) } : { content: tokens.at(k) };
+    return toolPieces[k - tokens.length] ?? { role: "assistant", content: "" };
+  };
 
   const first = ctx.startedAt + plan.ttftMs;
   const step = intervalMs(plan);
-  for (let k = 0; k < pieces.length; k++) {
+  for (let k = 0; k < count; k++) {
     if (plan.dropAfterTokens !== null && k >= plan.dropAfterTokens) {
       cutConnection(res);
       return "dropped";
     }
     await until(first + k * step, ctx.signal);
-    await write(res, chunk(pieces[k]!), ctx.signal);
+    await write(res, chunk(pieceAt(k)), ctx.signal);
   }
 
   const finishReason = plan.toolCalls.length > 0 ? "tool_calls" : "stop";
@@ -113,7 +116,7 @@ export async function streamAnswer(res: ServerResponse, plan: Answer, ctx: Answe
       created,
       model: ctx.model,
       choices: [],
-      usage: usageOf(plan, pieces.length),
+      usage: usageOf(plan, count),
     })}\n\n`;
   }
   await write(res, `${tail}data: [DONE]\n\n`, ctx.signal);
@@ -143,7 +146,7 @@ export async function respondAnswer(res: ServerResponse, plan: Answer, ctx: Answ
         index: 0,
         message: {
           role: "assistant",
-          content: toolCalls.length > 0 ? null : plan.tokens.join(""),
+          content: toolCalls.length > 0 ? null : joinTokens(plan.tokens),
           refusal: null,
           ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
         },

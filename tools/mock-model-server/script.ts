@@ -28,7 +28,7 @@ export type AnswerPlan =
   | {
       kind: "answer";
       /** Text pieces; their concatenation is the reply, exactly. */
-      tokens: string[];
+      tokens: TokenSeq;
       toolCalls: PlannedToolCall[];
       ttftMs: number;
       tokensPerS: number;
@@ -90,8 +90,29 @@ export function splitTokens(text: string): string[] {
   return text.match(/\S+\s*|\s+/g) ?? [];
 }
 
-function generatedTokens(n: number): string[] {
-  return Array.from({ length: n }, (_, i) => (i === n - 1 ? `t${i + 1}` : `t${i + 1} `));
+/** The pieces of a reply, produced as they are streamed (a scripted reply may hold 100,000). */
+export interface TokenSeq {
+  readonly length: number;
+  at(i: number): string;
+}
+
+function listedTokens(list: string[]): TokenSeq {
+  return { length: list.length, at: (i) => list[i] as string };
+}
+
+/**
+ * `{"tokens": n}`: "t1 t2 … tn", computed per piece. Materialising the list cost 100,000 strings
+ * and as many chunk objects per request; 100 such streams at once kept the mock's process in GC
+ * for seconds, which every figure measured in that process (bench:cancel) then carried.
+ */
+function generatedTokens(n: number): TokenSeq {
+  return { length: n, at: (i) => (i === n - 1 ? `t${i + 1}` : `t${i + 1} `) };
+}
+
+export function joinTokens(tokens: TokenSeq): string {
+  let out = "";
+  for (let i = 0; i < tokens.length; i++) out += tokens.at(i);
+  return out;
 }
 
 export class ScriptError extends Error {
@@ -160,19 +181,19 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
     };
   }
 
-  let tokens: string[];
+  let tokens: TokenSeq;
   let toolCalls: PlannedToolCall[] = [];
   if (!afterTools && script?.tool_calls?.length) {
-    tokens = [];
+    tokens = listedTokens([]);
     toolCalls = script.tool_calls.map((c) => ({ id: nextId(), name: c.name, argsJson: JSON.stringify(c.args ?? {}) }));
   } else if (script?.reply !== undefined) {
-    tokens = splitTokens(script.reply);
+    tokens = listedTokens(splitTokens(script.reply));
   } else if (script?.tokens !== undefined) {
     tokens = generatedTokens(script.tokens);
   } else if (afterTools) {
-    tokens = splitTokens(`Echo: ${trailingToolResults(messages).join("\n")}`);
+    tokens = listedTokens(splitTokens(`Echo: ${trailingToolResults(messages).join("\n")}`));
   } else {
-    tokens = splitTokens(`Echo: ${userText ?? textOf(last)}`);
+    tokens = listedTokens(splitTokens(`Echo: ${userText ?? textOf(last)}`));
   }
 
   return {

@@ -1,6 +1,6 @@
 /**
  * One network per sandbox, carved from a dedicated pool. Docker's own network list is the
- * allocation fact: scan it, take the lowest /N that no network overlaps, create; if the engine
+ * allocation fact: scan it, take a random /N that no network overlaps, create; if the engine
  * says the subnet is taken (another process won the race) rescan and try again. `pending` only
  * keeps this process's concurrent creates from all picking the same subnet between scan and
  * create — it is forgotten as soon as the create returns, so it is not a second lease table.
@@ -8,7 +8,7 @@
 import type Docker from "dockerode";
 import { dockerStatus, errorText } from "./docker";
 import { SandboxError, SandboxPoolExhausted } from "./errors";
-import { type Cidr, carve, firstFree, formatCidr, formatIp, parseCidr } from "./subnet";
+import { type Cidr, carve, formatCidr, formatIp, parseCidr, randomFree } from "./subnet";
 
 export interface NetworkPool {
   create(args: { runId: string; name: string; labels: Record<string, string>; internal: boolean }): Promise<{
@@ -55,7 +55,7 @@ export function createNetworkPool(opts: {
             runId,
           });
         }
-        const subnet = firstFree(candidates, [...existing, ...pending]);
+        const subnet = randomFree(candidates, [...existing, ...pending]);
         if (!subnet) throw new SandboxPoolExhausted(opts.pool, opts.subnetPrefix, runId);
         pending.push(subnet);
         try {

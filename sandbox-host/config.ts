@@ -58,7 +58,11 @@ export const HostConfigSchema = z.object({
   runLostAfterMs: intFromEnv(100, 3_600_000).optional(),
   /** Periodic rebuild of the ready index from Postgres. */
   indexRebuildMs: intFromEnv(1000, 3_600_000).default(30_000),
-  /** LISTEN for jobs becoming claimable (instant wake-up); off only for tests of the other paths. */
+  /** Cancel watch: one batched Redis read of the runs' hint keys this often. */
+  cancelHintMs: intFromEnv(10, 600_000).default(200),
+  /** Cancel watch: one batched Postgres read of the runs' durable cancel flags this often. */
+  cancelDurableMs: intFromEnv(100, 600_000).default(1000),
+  /** LISTEN for jobs becoming claimable and for cancels (instant wake-ups); off only for tests of the other paths. */
   listen: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   /** Global model quota: slots per model across all hosts (0 = no quota). */
   quotaModelLimit: intFromEnv(0, 100_000).default(64),
@@ -108,6 +112,8 @@ const ENV_NAMES: Record<string, string> = {
   claimTimeoutMs: "HOST_CLAIM_TIMEOUT_MS",
   runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
   indexRebuildMs: "HOST_INDEX_REBUILD_MS",
+  cancelHintMs: "HOST_CANCEL_HINT_MS",
+  cancelDurableMs: "HOST_CANCEL_DURABLE_MS",
   listen: "HOST_LISTEN",
   quotaModelLimit: "QUOTA_MODEL_LIMIT",
   quotaTenantLimit: "QUOTA_TENANT_LIMIT",
@@ -155,6 +161,8 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     claimTimeoutMs: v("HOST_CLAIM_TIMEOUT_MS"),
     runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
     indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),
+    cancelHintMs: v("HOST_CANCEL_HINT_MS"),
+    cancelDurableMs: v("HOST_CANCEL_DURABLE_MS"),
     listen: v("HOST_LISTEN"),
     quotaModelLimit: v("QUOTA_MODEL_LIMIT"),
     quotaTenantLimit: v("QUOTA_TENANT_LIMIT"),

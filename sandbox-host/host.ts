@@ -103,6 +103,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     log,
     metrics,
     heartbeatMs: config.heartbeatMs,
+    cancelHintMs: config.cancelHintMs,
+    cancelDurableMs: config.cancelDurableMs,
     coalesceMs: config.deltaCoalesceMs,
     redis,
     keys: redisKeys(),
@@ -144,7 +146,14 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   });
   const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
   const listener = config.listen
-    ? new ReadyListener({ databaseUrl: config.databaseUrl, log, onReady: (jobId) => claimer.hint(jobId) })
+    ? new ReadyListener({
+        databaseUrl: config.databaseUrl,
+        log,
+        onReady: (jobId) => claimer.hint(jobId),
+        onCancel: (owner) => {
+          if (owner === config.hostId) runner.wakeCancelCheck();
+        },
+      })
     : null;
 
   let stopping = false;

@@ -1,14 +1,18 @@
 /**
  * LISTEN ear_ready on a dedicated Postgres connection (drizzle/0001_ready_notify.sql announces
  * every job that becomes claimable). Each notification names a job the claimer tries at once.
- * Only a wake-up: a lost notification costs latency, never a job (the index and the sweep still
- * find it). Reconnects with backoff when the connection drops.
+ * The same connection LISTENs ear_cancel (drizzle/0004_cancel_notify.sql: a cancel requested for
+ * a job with an owner, the owner's host id as payload), so the owner checks its runs' cancel flags
+ * at once. Only wake-ups: a lost notification costs latency, never a job or a cancel (the index,
+ * the sweep, the hint poll and the durable check still find them). Reconnects with backoff when
+ * the connection drops.
  */
 import pg from "pg";
 import { backoffDelay } from "../../src/domain/backoff";
 import { errorFields, type Logger } from "../log";
 
 export const READY_CHANNEL = "ear_ready";
+export const CANCEL_CHANNEL = "ear_cancel";
 
 export class ReadyListener {
   private client: pg.Client | null = null;
@@ -16,7 +20,15 @@ export class ReadyListener {
   private attempt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly opts: { databaseUrl: string; log: Logger; onReady: (jobId: string) => void }) {}
+  constructor(
+    private readonly opts: {
+      databaseUrl: string;
+      log: Logger;
+      onReady: (jobId: string) => void;
+      /** A cancel was requested for a job owned by the host named in the payload. */
+      onCancel?: (ownerHostId: string) => void;
+    },
+  ) {}
 
   get connected(): boolean {
     return this.client !== null;
@@ -31,6 +43,7 @@ export class ReadyListener {
     const client = new pg.Client({ connectionString: this.opts.databaseUrl, connectionTimeoutMillis: 5000 });
     client.on("notification", (msg) => {
       if (msg.channel === READY_CHANNEL && msg.payload) this.opts.onReady(msg.payload);
+      else if (msg.channel === CANCEL_CHANNEL && msg.payload) this.opts.onCancel?.(msg.payload);
     });
     client.on("error", (err) => {
       this.opts.log.warn("ready listener connection failed", errorFields(err));
@@ -40,6 +53,7 @@ export class ReadyListener {
     try {
       await client.connect();
       await client.query(`LISTEN ${READY_CHANNEL}`);
+      if (this.opts.onCancel) await client.query(`LISTEN ${CANCEL_CHANNEL}`);
       if (this.stopped) {
         await client.end().catch(() => {});
         return;

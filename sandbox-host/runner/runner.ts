@@ -195,9 +195,38 @@ export class Runner {
     this.cancelTimer = setTimeout(tick, jitter(every, 0.1));
   }
 
+  /**
+   * Postgres announced a cancel for one of our runs (LISTEN ear_cancel): run a check with the
+   * durable query now rather than at the next tick. Wake-ups that arrive while a check is in
+   * flight fold into one more check after it, so a burst of cancels costs a few batched queries,
+   * not one per cancel.
+   */
+  wakeCancelCheck(): void {
+    this.cancelWakePending = true;
+    if (this.cancelWakeInFlight || !this.cancelTimer) return;
+    this.cancelWakeInFlight = (async () => {
+      while (this.cancelWakePending && this.cancelTimer) {
+        this.cancelWakePending = false;
+        await this.cancelInFlight;
+        this.lastDurableCheck = 0;
+        const check = this.checkCancels();
+        this.cancelInFlight = check;
+        await check.finally(() => {
+          if (this.cancelInFlight === check) this.cancelInFlight = null;
+        });
+      }
+    })().finally(() => {
+      this.cancelWakeInFlight = null;
+    });
+  }
+
+  private cancelWakePending = false;
+  private cancelWakeInFlight: Promise<void> | null = null;
+
   async stopCancelWatch(): Promise<void> {
     clearTimeout(this.cancelTimer);
     this.cancelTimer = undefined;
+    await this.cancelWakeInFlight;
     await this.cancelInFlight;
   }
 

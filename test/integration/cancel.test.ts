@@ -104,7 +104,9 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
     userMessage(`!mock ${JSON.stringify({ tokens, tokens_per_s: tps, ttft_ms: 10 })}`);
 
   beforeAll(async () => {
-    stack = await startStack({ hosts: 1, hostEnv: { HOST_MAX_RUNS: "4" } });
+    // LISTEN off: this suite measures the hint poll and the durable poll; the wake-up through
+    // Postgres (LISTEN ear_cancel) has its own suite below, with both polls made too slow to help.
+    stack = await startStack({ hosts: 1, hostEnv: { HOST_MAX_RUNS: "4", HOST_LISTEN: "false" } });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
   }, 180_000);
   afterAll(async () => {
@@ -259,5 +261,52 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
     const late = await api.call<{ status: string }>("POST", `/v1/jobs/${id}/input`, { content: "after the end" });
     expect(late.body.status).toBe("already_finished");
     expect((await api.call("POST", `/v1/jobs/${id}/input`, { content: 5 })).status).toBe(400);
+  });
+});
+
+describe.skipIf(!canRun)("cancel wake-up through Postgres (LISTEN ear_cancel)", () => {
+  let stack: Stack;
+  let api: ReturnType<typeof apiClient>;
+
+  beforeAll(async () => {
+    // Both polls a minute apart: a cancel seen within seconds was seen through the notification.
+    stack = await startStack({
+      hosts: 1,
+      hostEnv: { HOST_MAX_RUNS: "4", HOST_CANCEL_HINT_MS: "60000", HOST_CANCEL_DURABLE_MS: "60000" },
+    });
+    api = apiClient(stack.gatewayUrl, stack.apiKey);
+  }, 180_000);
+  afterAll(async () => {
+    await stack?.stop();
+  }, 60_000);
+
+  it("the owner sees a cancel at once, through the trigger's notification, not a poll", async () => {
+    const body = userMessage(`!mock ${JSON.stringify({ tokens: 400, tokens_per_s: 20, ttft_ms: 10 })}`);
+    const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", body);
+    const id = submit.body.job.id;
+    const events: SseEvent[] = [];
+    let convergenceMs: number | null = null;
+    for await (const ev of readSse(`${stack.gatewayUrl}/v1/jobs/${id}/events`, {
+      headers: { authorization: `Bearer ${stack.apiKey}` },
+      signal: AbortSignal.timeout(30_000),
+    })) {
+      events.push(ev);
+      if (ev.event !== "model.delta" || convergenceMs !== null) continue;
+      // Mid model stream: cancel, then time it until Postgres says cancelled.
+      const t0 = performance.now();
+      const r = await api.call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
+      expect(r.body.status).toBe("requested");
+      while ((await api.call<{ job: { state: string } }>("GET", `/v1/jobs/${id}`)).body.job.state !== "cancelled") {
+        expect(performance.now() - t0).toBeLessThan(5000);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      convergenceMs = performance.now() - t0;
+      console.log(`[cancel] LISTEN ear_cancel: API call → durable cancelled in ${convergenceMs.toFixed(0)} ms`);
+    }
+    expect(convergenceMs).not.toBeNull();
+    const accepted = events.find((e) => e.event === "cancel.accepted");
+    expect(accepted).toBeDefined();
+    expect((JSON.parse(accepted!.data) as { payload: { via: string } }).payload.via).toBe("durable");
+    expect(events.at(-1)?.event).toBe("run.cancelled");
   });
 });

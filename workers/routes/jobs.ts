@@ -44,7 +44,9 @@ export const jobRoutes = new Hono<GatewayEnv>()
     const { job, created } = await callDependency("postgres", () =>
       createJob(db, c.get("tenantId"), crypto.randomUUID(), body),
     );
-    if (created) await indexReadyJob(deps, job.id);
+    // The index only wakes claimers (hosts also LISTEN and sweep Postgres): the answer waits
+    // for the row, which is the job, not for the wake-up.
+    if (created) c.executionCtx.waitUntil(indexReadyJob(deps, job.id));
     return c.json({ job: toJobView(job) }, created ? 202 : 200);
   })
   .get("/", async (c) => {

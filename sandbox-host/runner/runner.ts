@@ -208,8 +208,10 @@ export class Runner {
       while (this.cancelWakePending && this.cancelTimer) {
         this.cancelWakePending = false;
         await this.cancelInFlight;
+        // Postgres announced it, so the durable flag is there to read; the hint may not be set
+        // yet (the gateway sets it after the commit), so only the durable query runs.
         this.lastDurableCheck = 0;
-        const check = this.checkCancels();
+        const check = this.checkCancels({ durableOnly: true });
         this.cancelInFlight = check;
         await check.finally(() => {
           if (this.cancelInFlight === check) this.cancelInFlight = null;
@@ -230,8 +232,8 @@ export class Runner {
     await this.cancelInFlight;
   }
 
-  /** One cancel check: hints always, durable flags when due. */
-  async checkCancels(): Promise<void> {
+  /** One cancel check: hints (unless `durableOnly`), durable flags when due. */
+  async checkCancels(opts: { durableOnly?: boolean } = {}): Promise<void> {
     const live = [...this.runs.values()]
       .map((e) => e.run)
       .filter((r) => r.phase === "claimed" || r.phase === "running");
@@ -245,7 +247,7 @@ export class Runner {
       }
     };
     const { redis, keys } = this.opts;
-    if (redis && keys) {
+    if (redis && keys && !opts.durableOnly) {
       try {
         const hints = await redis.mget<(string | null)[]>(...ids.map((id) => keys.cancelHint(id)));
         cancel(new Set(ids.filter((_, i) => hints[i] !== null && hints[i] !== undefined)), "hint");

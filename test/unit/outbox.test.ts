@@ -6,10 +6,11 @@
  */
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
-import { Outbox } from "../../sandbox-host/outbox";
+import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox";
 import type { EventEnvelope } from "../../src/contracts/events";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
+type Answered = { status: number; body: { results: Array<Record<string, unknown>> } };
 type Answer = { status: number; body: unknown } | Error;
 
 /** A fetch that records each request's batches and answers with what the test decides. */
@@ -25,7 +26,7 @@ function scriptedGateway(answer: (batches: Batch[]) => Answer | Promise<Answer>)
   return { fetch, requests };
 }
 
-const ackAll = (batches: Batch[]): Answer => ({
+const ackAll = (batches: Batch[]): Answered => ({
   status: 200,
   body: {
     results: batches.map((b) => ({
@@ -36,16 +37,36 @@ const ackAll = (batches: Batch[]): Answer => ({
   },
 });
 
-function outbox(fetch: typeof globalThis.fetch, onBacklog?: (n: number) => void) {
+/** Every batch acknowledged except `jobId`'s, which gets `result` instead. */
+function ackAllBut(batches: Batch[], jobId: string, result: Record<string, unknown>): Answered {
+  const answer = ackAll(batches);
+  const i = batches.findIndex((b) => b.job_id === jobId);
+  if (i >= 0) answer.body.results[i] = { job_id: jobId, ...result };
+  return answer;
+}
+
+function outbox(fetch: typeof globalThis.fetch, opts: Partial<OutboxOptions> = {}) {
   return new Outbox({
     gatewayUrl: "http://gateway.test",
     signingSecret: "unit-test-secret-unit-test-secret",
     log: silentLogger,
     fetch,
-    onBacklog,
     flushDelayMs: 5,
     retry: { baseMs: 20, maxMs: 40 },
+    ...opts,
   });
+}
+
+/** Two executions: `run.started` on both, one delta more on the second, both ended. */
+function twoEndedStreams(box: Outbox, first: ExecutionRef, second: ExecutionRef) {
+  const a = box.open(first);
+  const b = box.open(second);
+  a.emit("run.started", {});
+  b.emit("run.started", {});
+  b.emit("model.delta", { text: "y" });
+  a.end();
+  b.end();
+  return [a, b] as const;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -102,26 +123,17 @@ describe("outbox: one request per flush for the whole host", () => {
   it("retries only the execution whose object was busy, from its acked seq", async () => {
     let busy = true;
     const gw = scriptedGateway((batches) => {
-      const base = ackAll(batches) as { status: number; body: { results: Array<Record<string, unknown>> } };
-      if (busy) {
-        busy = false;
-        base.body.results[1] = {
-          job_id: "j2",
-          status: 503,
-          error: { code: "dependency_unavailable", message: "busy" },
-        };
-      }
-      return base;
+      if (!busy) return ackAll(batches);
+      busy = false;
+      return ackAllBut(batches, "j2", { status: 503, error: { code: "dependency_unavailable", message: "busy" } });
     });
     const backlog: number[] = [];
-    const box = outbox(gw.fetch, (n) => backlog.push(n));
-    const s1 = box.open({ jobId: "j1", executionId: "e1", epoch: 1 });
-    const s2 = box.open({ jobId: "j2", executionId: "e2", epoch: 1 });
-    s1.emit("run.started", {});
-    s2.emit("run.started", {});
-    s2.emit("model.delta", { text: "y" });
-    s1.end();
-    s2.end();
+    const box = outbox(gw.fetch, { onBacklog: (n) => backlog.push(n) });
+    const [, s2] = twoEndedStreams(
+      box,
+      { jobId: "j1", executionId: "e1", epoch: 1 },
+      { jobId: "j2", executionId: "e2", epoch: 1 },
+    );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests.map((r) => r.map((b) => [b.job_id, seqs(b)]))).toEqual([
       [
@@ -139,20 +151,14 @@ describe("outbox: one request per flush for the whole host", () => {
     const gw = scriptedGateway((batches) => {
       calls++;
       if (calls === 1) return new Error("connection reset");
-      const base = ackAll(batches) as { status: number; body: { results: Array<Record<string, unknown>> } };
-      const i = batches.findIndex((b) => b.job_id === "jstale");
-      if (i >= 0)
-        base.body.results[i] = { job_id: "jstale", status: 409, error: { code: "conflict", message: "stale_epoch" } };
-      return base;
+      return ackAllBut(batches, "jstale", { status: 409, error: { code: "conflict", message: "stale_epoch" } });
     });
     const box = outbox(gw.fetch);
-    const ok = box.open({ jobId: "jok", executionId: "eok", epoch: 2 });
-    const stale = box.open({ jobId: "jstale", executionId: "est", epoch: 1 });
-    ok.emit("run.started", {});
-    stale.emit("run.started", {});
-    stale.emit("model.delta", { text: "late" });
-    ok.end();
-    stale.end();
+    const [ok, stale] = twoEndedStreams(
+      box,
+      { jobId: "jok", executionId: "eok", epoch: 2 },
+      { jobId: "jstale", executionId: "est", epoch: 1 },
+    );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests[0]?.map((b) => b.job_id)).toEqual(["jok", "jstale"]);
     // After the network error both were retried (each on its own backoff, maybe in one request).
@@ -165,15 +171,7 @@ describe("outbox: one request per flush for the whole host", () => {
 
   it("splits a flush that exceeds the per-request event bound, keeping each execution whole", async () => {
     const gw = scriptedGateway(ackAll);
-    const box = new Outbox({
-      gatewayUrl: "http://gateway.test",
-      signingSecret: "unit-test-secret-unit-test-secret",
-      log: silentLogger,
-      fetch: gw.fetch,
-      flushDelayMs: 5,
-      maxRequestEvents: 5,
-      maxInFlight: 1,
-    });
+    const box = outbox(gw.fetch, { maxRequestEvents: 5, maxInFlight: 1 });
     const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
     for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
     for (const s of streams) s.end();

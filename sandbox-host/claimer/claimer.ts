@@ -22,13 +22,12 @@ import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
 import { claimFromPostgres, claimJobs } from "../../src/db/ownership-repo";
 import { jitter } from "../../src/domain/backoff";
+import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
 import { errorFields, type Logger } from "../log";
 import type { ClaimSource, HostMetrics } from "../metrics";
 import type { Claim } from "../runner";
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface ClaimTarget {
   readonly free: number;
@@ -196,7 +195,7 @@ export class Claimer {
   private async claimCandidates(jobIds: string[], source: "index" | "notify"): Promise<void> {
     const candidates: Array<{ jobId: string; token: string }> = [];
     for (const jobId of jobIds) {
-      if (UUID.test(jobId)) candidates.push({ jobId, token: randomUUID() });
+      if (isUuid(jobId)) candidates.push({ jobId, token: randomUUID() });
       else {
         this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
         this.removeFromIndex([jobId]);

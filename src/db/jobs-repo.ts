@@ -4,14 +4,13 @@
  */
 import { and, desc, eq, sql } from "drizzle-orm";
 import type { CreateJobBody, JobState } from "../contracts/job";
+import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /** An id that is not a UUID cannot name a job; answering "not found" without a query avoids a cast error. */
 export function isJobId(id: string): boolean {
-  return UUID_RE.test(id);
+  return isUuid(id);
 }
 
 export async function findTenantIdByKeyHash(db: Db, keyHash: string): Promise<string | null> {

@@ -4,6 +4,7 @@
  * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
  */
 import { sql } from "drizzle-orm";
+import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows } from "./client";
 
@@ -74,8 +75,6 @@ export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: stri
   return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /**
  * Of these execution ids (sandbox labels found on a Docker engine), the ones this database knows
  * and whose run is over: the job is no longer running under that execution. Ids it does not know
@@ -83,7 +82,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * might still be someone's is called finished.
  */
 export async function finishedExecutions(db: Db, executionIds: string[]): Promise<Set<string>> {
-  const ids = executionIds.filter((id) => UUID.test(id));
+  const ids = executionIds.filter(isUuid);
   if (ids.length === 0) return new Set();
   const rows = resultRows<{ id: string }>(
     await db.execute(sql`
@@ -96,7 +95,7 @@ export async function finishedExecutions(db: Db, executionIds: string[]): Promis
 
 /** The sandboxes of these finished executions are gone: clear their jobs' cleanup fences. */
 export async function clearCleanupFences(db: Db, executionIds: string[]): Promise<number> {
-  const ids = executionIds.filter((id) => UUID.test(id));
+  const ids = executionIds.filter(isUuid);
   if (ids.length === 0) return 0;
   const rows = resultRows<{ id: string }>(
     await db.execute(sql`

@@ -3,3 +3,4 @@ export * from "./backoff";
 export * from "./job-state";
 export * from "./signing";
 export * from "./timing";
+export * from "./uuid";

@@ -80,6 +80,8 @@ export const jobs = pgTable(
     tools: jsonb("tools").$type<ToolName[]>().notNull().default([]),
     metadata: jsonb("metadata").$type<Record<string, unknown>>().notNull().default({}),
     idempotencyKey: text("idempotency_key"),
+    /** SHA-256 hex of the submitted body: a reused idempotency key with another body is a 409. */
+    requestHash: text("request_hash"),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ('queued','running','completed','failed','cancelled','lost','timed_out')`),
@@ -92,6 +94,8 @@ export const jobs = pgTable(
     index("jobs_ready_idx").on(t.createdAt).where(sql`${t.state} = 'queued' and ${t.owner} is null`),
     // Heartbeats and reaping of running jobs by owner.
     index("jobs_running_owner_idx").on(t.owner).where(sql`${t.state} = 'running'`),
+    // The per-tenant queued-jobs limit counts these at submit.
+    index("jobs_tenant_queued_idx").on(t.tenantId).where(sql`${t.state} = 'queued'`),
   ],
 );
 
@@ -104,6 +108,11 @@ export const executions = pgTable(
       .references(() => jobs.id),
     host: text("host").notNull(),
     epoch: integer("epoch").notNull(),
+    /**
+     * The claim token this execution started under. Only Postgres and the owning host know it:
+     * the gateway checks an execution's event batches against a key derived from it.
+     */
+    token: uuid("token"),
     startedAt: tstz("started_at").notNull().defaultNow(),
     finishedAt: tstz("finished_at"),
     outcome: text("outcome"),
@@ -129,6 +138,8 @@ export const jobInputs = pgTable(
     seq: bigint("seq", { mode: "number" }).generatedAlwaysAsIdentity(),
     content: text("content").notNull(),
     idempotencyKey: text("idempotency_key"),
+    /** SHA-256 hex of the input body: a reused idempotency key with another body is a 409. */
+    requestHash: text("request_hash"),
     status: text("status").notNull().default("requested"),
     createdAt: tstz("created_at").notNull().defaultNow(),
     acceptedAt: tstz("accepted_at"),

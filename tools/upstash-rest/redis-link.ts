@@ -40,6 +40,7 @@ export interface RedisLinkOptions {
 
 export class RedisLink {
   readonly #redis: Redis;
+  #closing = false;
 
   constructor(url: string, { connectTimeoutMs = 500, commandTimeoutMs = 10_000, onStatus }: RedisLinkOptions = {}) {
     this.#redis = new Redis(url, {
@@ -52,10 +53,14 @@ export class RedisLink {
       retryStrategy: (attempt) => Math.min(25 * attempt, 250),
     });
     let down = false;
-    this.#redis.on("error", (err: Error) => {
-      if (!down) onStatus?.(`redis unreachable (${err.message}); retrying every ≤250 ms`);
+    const wentDown = (why: string) => {
+      if (!down && !this.#closing) onStatus?.(`redis unreachable (${why}); retrying every ≤250 ms`);
       down = true;
-    });
+    };
+    this.#redis.on("error", (err: Error) => wentDown(err.message));
+    // A clean server shutdown closes the socket without an "error" event, and a reconnect that
+    // lands after the restart never sees one either (CI caught the missing log line that way).
+    this.#redis.on("close", () => wentDown("connection closed"));
     this.#redis.on("ready", () => {
       if (down) onStatus?.("redis reachable again");
       down = false;
@@ -119,6 +124,7 @@ export class RedisLink {
   }
 
   async close(): Promise<void> {
+    this.#closing = true;
     try {
       await this.#redis.quit();
     } catch {

@@ -3,6 +3,7 @@
  * Postgres via the Neon driver's local proxy, Redis via the Upstash REST bridge, the mock model
  * and a real sandbox-host process: submit → claim → stream → completed.
  */
+import { request as httpRequest } from "node:http";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -149,6 +150,59 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     }
     const after = await pool.query("select count(*)::int as n from jobs");
     expect(after.rows[0].n).toBe(before.rows[0].n);
+  });
+
+  it("answers oversized bodies with 413, not a connection reset, even many at once", async () => {
+    // The gateway refuses before the client finished sending; unless it reads the rest, the
+    // client sees ECONNRESET instead of the answer.
+    const sizes = [300 * 1024, 1024 * 1024, 3 * 1024 * 1024];
+    const results = await Promise.all(
+      Array.from({ length: Number(process.env.E2E_OVERSIZE_N ?? 24) }, (_, i) =>
+        fetch(`${stack.gatewayUrl}/v1/jobs`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+          body: JSON.stringify(userMessage("x".repeat(sizes[i % sizes.length] as number))),
+        }).then(
+          (r) => r.status,
+          (e: Error) => `${e.message}: ${String((e.cause as Error | undefined)?.message)}`,
+        ),
+      ),
+    );
+    expect(results).toEqual(results.map(() => 413));
+    // A slow sender: the answer is ready long before the last byte is written.
+    const slow = await new Promise<number | string>((resolve) => {
+      const url = new URL(`${stack.gatewayUrl}/v1/jobs`);
+      const size = 600 * 1024;
+      const req = httpRequest(
+        {
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${stack.apiKey}`,
+            "content-type": "application/json",
+            "content-length": size,
+          },
+        },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on("error", (e) => resolve(e.message));
+      let sent = 0;
+      const timer = setInterval(() => {
+        const n = Math.min(64 * 1024, size - sent);
+        req.write("x".repeat(n));
+        sent += n;
+        if (sent >= size) {
+          clearInterval(timer);
+          req.end();
+        }
+      }, 20);
+    });
+    expect(slow).toBe(413);
   });
 
   it("scopes by tenant: another tenant's job is 404 everywhere, unknown and malformed ids too", async () => {

@@ -1,7 +1,10 @@
 /**
  * A small Server-Sent Events reader over fetch, for the demo, the tests and the load tool. It
  * yields every event with its id and type and reports comment lines (heartbeats) separately.
+ * The parsing is eventsource-parser's (the WHATWG rules: CR/LF/CRLF, BOM, multi-line data).
  */
+import { createParser } from "eventsource-parser";
+
 export interface SseEvent {
   id: string | null;
   event: string;
@@ -20,34 +23,16 @@ export async function* readSse(url: string, opts: SseOptions = {}): AsyncGenerat
     const text = await res.text().catch(() => "");
     throw new SseHttpError(res.status, text);
   }
+  const parsed: SseEvent[] = [];
+  const parser = createParser({
+    onEvent: (e) => parsed.push({ id: e.id ?? null, event: e.event ?? "message", data: e.data }),
+    onComment: (text) => opts.onComment?.(text.trim()),
+  });
   const decoder = new TextDecoder();
-  let buffer = "";
-  let id: string | null = null;
-  let event = "message";
-  let data: string[] = [];
   for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let nl = buffer.indexOf("\n");
-    while (nl !== -1) {
-      const line = buffer.slice(0, nl).replace(/\r$/, "");
-      buffer = buffer.slice(nl + 1);
-      if (line === "") {
-        if (data.length > 0) yield { id, event, data: data.join("\n") };
-        id = null;
-        event = "message";
-        data = [];
-      } else if (line.startsWith(":")) {
-        opts.onComment?.(line.slice(1).trim());
-      } else {
-        const colon = line.indexOf(":");
-        const field = colon === -1 ? line : line.slice(0, colon);
-        const value = colon === -1 ? "" : line.slice(colon + 1).replace(/^ /, "");
-        if (field === "id") id = value;
-        else if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-      }
-      nl = buffer.indexOf("\n");
-    }
+    parser.feed(decoder.decode(chunk, { stream: true }));
+    // Events parsed from this chunk, in order; the parser is synchronous, so none is pending.
+    while (parsed.length > 0) yield parsed.shift() as SseEvent;
   }
 }
 

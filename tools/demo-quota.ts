@@ -1,5 +1,5 @@
 /**
- * `npm run demo:quota` — the seed's experiment (000, part three) on real Redis: an anonymous
+ * `npm run demo:quota` — why the quota uses named leases, on real Redis: an anonymous
  * counter (INCR/DECR) and named leases under the SAME random crash rate. A worker that "crashes"
  * skips its DECR / release (and its lease stops being renewed). Prints, over time and side by
  * side, the capacity still usable by live work (limit − slots held by crashed workers): the counter leaks slots it can never take back, the lease recovers each one
@@ -57,7 +57,7 @@ let stopping = false;
 /** Tasks really running right now, per side (what Redis should count, if nothing leaked). */
 const running = { counter: 0, lease: 0 };
 
-/** The seed's counter: INCR, over the limit → DECR and refuse; done → DECR (unless crashed). */
+/** The anonymous counter: INCR, over the limit → DECR and refuse; done → DECR (unless crashed). */
 async function counterWorker(): Promise<void> {
   while (!stopping) {
     if ((await client.incr(COUNTER)) > LIMIT) {

@@ -6,7 +6,7 @@
  * locally this bridge answers the same REST protocol (`POST /` command, `/pipeline`,
  * `/multi-exec`, the `/<cmd>/<arg>` path form, `Upstash-Encoding: base64`, bearer token) from a
  * redis-server on loopback. Measured: ~1.2–1.5 ms per command through the bridge vs ~0.2 ms
- * direct ioredis (LOCAL-STACK.md), so tests see realistic HTTP round trips.
+ * direct ioredis (measured on this machine), so tests see realistic HTTP round trips.
  *
  * Not provided: blocking, pub/sub, MONITOR and connection-state commands (refused with a clear
  * error, see upstash-rest/commands.ts), SSE endpoints, `Upstash-Response-Format: resp2`,

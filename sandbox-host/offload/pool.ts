@@ -1,6 +1,7 @@
 /**
- * The one bounded adapter for blocking or CPU-heavy work on a sandbox-host (ARCHITECTURE layer
- * 1): a small pool of worker threads, each running one named task from tasks.ts at a time, and
+ * The one bounded adapter for blocking or CPU-heavy work on a sandbox-host (a blocked event loop
+ * misses the heartbeats and lease renewals of every run on the host): a small pool of worker
+ * threads, each running one named task from tasks.ts at a time, and
  * a bounded queue in front of them (full → `OffloadQueueFullError`, never an unbounded backlog).
  *
  * The rule that makes the bound true: a slot is freed only when its worker reports the task

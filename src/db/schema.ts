@@ -53,7 +53,8 @@ export const jobs = pgTable(
       .references(() => tenants.id),
     conversationId: text("conversation_id"),
     state: text("state").notNull().default("queued"),
-    // Ownership and fencing (ARCHITECTURE layer 2).
+    // Ownership and fencing: every owner write checks owner, epoch, token and execution_id, so a
+    // stale owner's write hits zero rows (docs/architecture.md).
     owner: text("owner"),
     claimedAt: tstz("claimed_at"),
     epoch: integer("epoch").notNull().default(0),

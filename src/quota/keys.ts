@@ -8,9 +8,12 @@ export function redisKeys(prefix = "ear") {
     readyIndex: () => `${prefix}:ready`,
     /** Set by every index rebuild; its absence means Redis lost its data and the index needs one now. */
     indexMarker: () => `${prefix}:ready:built`,
-    /** Cancel hint for a running job (issue 6). */
+    /**
+     * Cancel hint for a running job: only an accelerator (the durable flag is in Postgres); the
+     * owner's batched MGET sees it within ~200 ms.
+     */
     cancelHint: (jobId: string) => `${prefix}:cancel:${jobId}`,
-    /** Quota lease ZSET for a quota key (issue 5). */
+    /** Quota lease ZSET for a quota key: member = holder, score = last renewal on the Redis server clock. */
     quotaLeases: (quotaKey: string) => `${prefix}:quota:${quotaKey}`,
     /** Waiter queue of a quota key: holder → arrival ticket (server ms), for fair admission. */
     quotaWaiters: (quotaKey: string) => `${prefix}:quota-waiters:${quotaKey}`,

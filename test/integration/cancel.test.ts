@@ -1,5 +1,5 @@
 /**
- * Cancellation and input (ARCHITECTURE "Cancellation and in-flight input"): durable first, hint
+ * Cancellation and input: durable first, hint
  * second, honest statuses. DB-level cases on a template-cloned database; the rest end to end
  * through the real gateway, Redis, Postgres, mock model and a host process.
  */

@@ -1,5 +1,5 @@
 /**
- * The seed's scenario (part two): the client's connection lands on one place, host A is busy
+ * Connection ≠ executor: the client's connection lands on one place, host A is busy
  * with a long job and has no free run slot (HOST_MAX_RUNS=1), hosts B and C are idle. A short
  * job submitted over the very same keep-alive connection must start on B or C at once — the
  * connection, the job and the executor are three separate identities, so where the request came

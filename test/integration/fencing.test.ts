@@ -1,5 +1,6 @@
 /**
- * Every fencing path of ARCHITECTURE layer 2, against real Postgres: a write by a stale owner
+ * Every fencing path of the job row (docs/architecture.md, the invariants), against real
+ * Postgres: a write by a stale owner
  * (old epoch, old token, old execution) hits zero rows, and reaping is idempotent. The claim race
  * runs real processes against one database, repeated until real interleavings occur.
  */

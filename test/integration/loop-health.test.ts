@@ -1,5 +1,5 @@
 /**
- * The seed's experiment (part one) as a test. One sandbox-host runs in this process with a job
+ * A blocked event loop made visible, as a test. One sandbox-host runs in this process with a job
  * in flight (the mock model holds it `running`), heartbeating every 200 ms. Then the same 1.5 s
  * of CPU work runs twice: inline on the host's event loop, and through the host's offload pool.
  * Inline, `event_loop_lag_seconds` gets a ≥1 s sample and the job's heartbeats (recorded by a
@@ -93,7 +93,7 @@ if (canRun) {
   afterAll(async () => services?.stop());
 }
 
-describe.skipIf(!canRun)("event-loop health (seed part one)", () => {
+describe.skipIf(!canRun)("event-loop health: inline vs offloaded CPU work", () => {
   it("blocking work on the loop raises event_loop_lag_seconds and delays heartbeats; offloaded, it does not", async () => {
     const t = await pgStack.freshDb(4);
     await t.pool.query(`

@@ -1,8 +1,9 @@
 /**
- * ARCHITECTURE's layering rule as a test: imports flow src/contracts ← src/domain ← src/{db,quota}
+ * The layering rule as a test (shared code stays runtime-neutral between workerd and Node):
+ * imports flow src/contracts ← src/domain ← src/{db,quota}
  * ← workers/ and sandbox-host/; workers/ and sandbox-host/ never import each other; src/ reads no
  * env; Node-only modules only in sandbox-host/ and tools/; no synchronous fs/child_process calls
- * in runtime code (ARCHITECTURE layer 1). KNOWN_EXCEPTIONS may only shrink.
+ * in runtime code (a blocked loop stalls every run's heartbeats and leases). KNOWN_EXCEPTIONS may only shrink.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative, resolve } from "node:path";

@@ -1,5 +1,5 @@
 /**
- * The global model quota under crashes (issue 5 item 5). Real sandbox-host processes share one
+ * The global model quota under crashes. Real sandbox-host processes share one
  * model quota (limit L) in one Redis; the mock model's concurrency cap is the same L and it
  * answers 429 past it, as a provider would. `runs` jobs are submitted at once, each streaming
  * for a few hundred ms, far more than L can serve together, so runs queue for quota on every
@@ -13,7 +13,7 @@
  *     then the harness polls the ZSET (keys from src/quota/keys.ts) in MULTI with TIME, so both
  *     ends are on the Redis server's clock: freeze → first poll that no longer finds the member;
  *  3. a holder SIGSTOPped past its lease makes no model call after SIGCONT (quota-stop-check.ts).
- * Runs on a killed host end `lost` (never re-run: ARCHITECTURE layer 2); the rest complete.
+ * Runs on a killed host end `lost` (never re-run: the agent may already have caused side effects); the rest complete.
  */
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";

@@ -1,6 +1,6 @@
 /**
- * A lease holder frozen past its lease must make no model call after it wakes (ARCHITECTURE
- * layer 3: "a lost lease stops the holder's model calls"). One run, on a quiet stack:
+ * A lease holder frozen past its lease must make no model call after it wakes (another holder
+ * may have its slot by then: a lost lease stops the holder's model calls). One run, on a quiet stack:
  *
  *  1. its first model turn is in flight (the mock holds the answer back `ttft_ms`), so its host
  *     holds a lease on the model key;

@@ -1,5 +1,5 @@
 /**
- * `--baseline pinned`: the seed's layer-2 problem (work pinned to the host that received the
+ * `--baseline pinned`: the problem the global claim solves (work pinned to the host that received the
  * connection) against this runtime's global claim, on the same stack and the same workload.
  *
  * The runtime has no pinning, so the pinned side is a client-side simulation, stated plainly:

@@ -1,4 +1,4 @@
-/** Percentiles over plain samples (nearest-rank, the convention the seed's figures use). */
+/** Percentiles over plain samples (nearest-rank, so a reported percentile is an observed sample). */
 
 export interface Dist {
   n: number;

@@ -9,8 +9,7 @@
  *
  * Choose with GATEWAY_RUNNER=wrangler|miniflare; GATEWAY_INSPECTOR_PORT opens the Worker's
  * DevTools inspector under miniflare (wrangler dev always opens one). Either way the child runs in its own process
- * group and we stop the whole group (killing wrangler's parent alone leaves workerd running,
- * LOCAL-STACK.md), and every port is chosen free: a busy port is a hard error in both.
+ * group and we stop the whole group (killing wrangler's parent alone leaves workerd running), and every port is chosen free: a busy port is a hard error in both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";

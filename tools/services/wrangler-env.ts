@@ -1,5 +1,5 @@
 /**
- * The environment every wrangler invocation of ours runs with. Per LOCAL-STACK.md, without these
+ * The environment every wrangler invocation of ours runs with. Offline, without these
  * flags wrangler phones home (metrics, error reports, the `cf` object fetch); its config and
  * logs stay inside the project.
  */

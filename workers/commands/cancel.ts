@@ -1,5 +1,5 @@
 /**
- * Cancel a job (ARCHITECTURE "Cancellation"): the durable request in Postgres first
+ * Cancel a job: the durable request in Postgres first
  * (`requestCancel`), then — only when an owner must stop a claimed or running job — the Redis
  * hint its host polls every ~200 ms. The hint is an accelerator: if Redis is down the host still
  * sees `cancel_requested_at` on its ~1 s Postgres check, so a failed SET is logged, not raised.

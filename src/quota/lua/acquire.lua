@@ -1,4 +1,5 @@
--- Atomic admission of one holder to every given quota key (ARCHITECTURE.md, Layer 3).
+-- Atomic admission of one holder to every given quota key: named leases, so a crashed holder's
+-- slot comes back by timeout instead of leaking like an INCR/DECR counter.
 --
 -- KEYS, three per quota key i (same order as the limits in ARGV):
 --   leases  ZSET member = holder, score = last heartbeat (server ms)

@@ -1,4 +1,5 @@
--- Release of one holder's leases (and its place in any waiter queue) (ARCHITECTURE.md, Layer 3).
+-- Release of one holder's leases (and its place in any waiter queue): members are named, so a
+-- late release cannot free another holder's slot.
 --
 -- KEYS, three per quota key: leases, waiters, seen (as in acquire.lua). ARGV[1] holder id.
 -- ZREM only: releasing a lease that is already gone (expired, purged, released twice) is a

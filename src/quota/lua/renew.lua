@@ -1,4 +1,5 @@
--- Batched lease renewal for many holders of one host (ARCHITECTURE.md, Layer 3).
+-- Batched lease renewal for many holders of one host: one call per host per heartbeat, and a
+-- lease already purged is never re-added.
 --
 -- KEYS: every lease ZSET any of the holders holds (deduplicated).
 -- ARGV[1] lease timeout ms, ARGV[2] number of holders h, then per holder:

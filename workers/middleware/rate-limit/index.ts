@@ -1,1 +1,0 @@
-export { CHECK_TIMEOUT_MS, rateLimit } from "./rate-limit";

@@ -102,8 +102,12 @@ export function decodeCursor(s: string): ListCursor | null {
   try {
     const [createdAt, id] = JSON.parse(atob(s)) as unknown[];
     if (typeof createdAt !== "string" || typeof id !== "string" || !isJobId(id)) return null;
-    // The timestamp goes to Postgres as text: accept only the UTC ISO form encodeCursor writes.
-    if (!CURSOR_TIME_RE.test(createdAt) || !Number.isFinite(Date.parse(createdAt))) return null;
+    // The timestamp goes to Postgres as text: accept only the UTC ISO form encodeCursor writes,
+    // naming a real instant. Date.parse rolls 2026-02-31 over to March 3 where Postgres refuses
+    // it, so the calendar fields must survive the round trip unchanged.
+    if (!CURSOR_TIME_RE.test(createdAt)) return null;
+    const parsed = new Date(createdAt);
+    if (!Number.isFinite(parsed.getTime()) || parsed.toISOString().slice(0, 19) !== createdAt.slice(0, 19)) return null;
     return { createdAt, id };
   } catch {
     return null;

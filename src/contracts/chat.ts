@@ -50,9 +50,15 @@ export const CHAT_ERROR_CODES = [
   "queue_full",
   "not_found",
   "dependency_unavailable",
+  "idempotency_mismatch",
   "internal",
 ] as const;
 export type ChatErrorCode = (typeof CHAT_ERROR_CODES)[number];
+
+/** An ApiError whose code a chat client is told as is (others become `internal`). */
+export function isChatErrorCode(code: string): code is ChatErrorCode {
+  return code !== "internal" && (CHAT_ERROR_CODES as readonly string[]).includes(code);
+}
 
 export type ServerFrame =
   | { type: "job"; job: JobView; client_message_id?: string }

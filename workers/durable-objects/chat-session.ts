@@ -19,12 +19,14 @@ import { ApiError, isTerminalEventType, type JobView } from "../../src/contracts
 import {
   ClientFrameSchema,
   type ClientMessageFrame,
+  isChatErrorCode,
   MAX_QUEUED_MESSAGES,
   MULTITASK_POLICIES,
   type MultitaskPolicy,
   type ServerFrame,
 } from "../../src/contracts/chat";
 import type { Env } from "../env";
+import { loggableError } from "../log";
 import { type ChatBackend, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
 
@@ -174,9 +176,8 @@ export class ChatSessionObject extends DurableObject<Env> {
       else if (frame.type === "cancel") await this.onCancel(ws, identity, frame.job_id);
       else await this.onResume(ws, identity, frame.job_id, frame.after);
     } catch (err) {
-      const code =
-        err instanceof ApiError && err.code === "dependency_unavailable" ? "dependency_unavailable" : "internal";
-      if (code === "internal") console.error(JSON.stringify({ msg: "chat frame failed", error: String(err) }));
+      const code = err instanceof ApiError && isChatErrorCode(err.code) ? err.code : "internal";
+      if (code === "internal") console.error(JSON.stringify({ msg: "chat frame failed", error: loggableError(err) }));
       const cmid = frame.type === "message" ? frame.client_message_id : undefined;
       send(ws, {
         ...errorFrame(code, code === "internal" ? "the frame could not be handled" : (err as Error).message),
@@ -365,7 +366,7 @@ export class ChatSessionObject extends DurableObject<Env> {
         await this.submit(identity, next);
         return;
       } catch (err) {
-        console.warn(JSON.stringify({ msg: "queued chat message could not be submitted", error: String(err) }));
+        console.warn(JSON.stringify({ msg: "queued chat message could not be submitted", error: loggableError(err) }));
         this.broadcast({
           ...errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again"),
           client_message_id: next.client_message_id,

@@ -124,7 +124,7 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     const db = drizzle(pool, { schema });
     const k = await createApiKey(db, "other", "to revoke");
     expect((await apiClient(stack.gatewayUrl, k.key).call("GET", "/v1/jobs")).status).toBe(200);
-    await revokeApiKey(db, k.prefix);
+    expect(await revokeApiKey(db, "other", k.id)).toBe(true);
     await new Promise((r) => setTimeout(r, 6_000)); // longer than any per-isolate key cache
     expect((await apiClient(stack.gatewayUrl, k.key).call("GET", "/v1/jobs")).status).toBe(401);
   });

@@ -86,6 +86,24 @@ export interface JobError {
   message: string;
 }
 
+/**
+ * Failure codes whose message is the system's own detail (an exception's text, the container
+ * engine's output, a socket error naming an internal address), with the message a tenant sees
+ * instead. The code stays, so a client can still tell the failures apart; the detail stays in
+ * the host's log next to the job id. Every other code's message is written for the tenant.
+ */
+export const INTERNAL_JOB_ERRORS: Readonly<Record<string, string>> = {
+  internal_error: "the job failed because of an internal error",
+  sandbox_error: "the sandbox the job's tools run in failed",
+  network_error: "the model provider could not be reached",
+};
+
+/** The error as a tenant may see it: internal detail replaced by the code's generic message. */
+export function tenantJobError(error: JobError): JobError {
+  const generic = Object.hasOwn(INTERNAL_JOB_ERRORS, error.code) ? INTERNAL_JOB_ERRORS[error.code] : undefined;
+  return generic === undefined ? error : { code: error.code, message: generic };
+}
+
 export interface LatencyView {
   dispatch_latency_ms: number | null;
   preparation_latency_ms: number | null;

@@ -72,6 +72,34 @@ describe("chat idempotency", () => {
     client.close();
   });
 
+  it("a repeated client_message_id with other content is refused, not answered with the first job", async () => {
+    const conversationId = `conv-${crypto.randomUUID()}`;
+    const stub = chatStub("acme", conversationId);
+    const backend = new FakeChatBackend();
+    await useBackend(stub, backend);
+    const client = await ChatClient.connect(stub, "acme", conversationId);
+    client.send({ type: "message", content: "first text", client_message_id: "m1" });
+    const job = await client.next();
+    expect(job).toMatchObject({ type: "job", client_message_id: "m1" });
+    // The same message again is the same job (a retry after a lost answer).
+    client.send({ type: "message", content: "first text", client_message_id: "m1" });
+    expect(await client.next()).toMatchObject({ type: "job", client_message_id: "m1" });
+    // Other content under the same id (while m1 runs, and so would otherwise queue) is a mismatch.
+    client.send({ type: "message", content: "second text", client_message_id: "m1" });
+    expect(await client.next()).toMatchObject({
+      type: "error",
+      error: { code: "idempotency_mismatch" },
+      client_message_id: "m1",
+    });
+    // A queued message repeated with other content is a mismatch too.
+    client.send({ type: "message", content: "queued text", client_message_id: "m2" });
+    expect(await client.next()).toMatchObject({ type: "queued", client_message_id: "m2" });
+    client.send({ type: "message", content: "changed text", client_message_id: "m2" });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "idempotency_mismatch" } });
+    expect(backend.list().map((j) => j.content)).toEqual(["first text"]);
+    client.close();
+  });
+
   it("chat keys are injective in (conversation, message) and no REST key can equal one", () => {
     // Both ids may contain ":", so plain joining made these two the same key.
     expect(chatIdempotencyKey("p", "q:r")).not.toBe(chatIdempotencyKey("p:q", "r"));

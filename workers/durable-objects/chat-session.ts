@@ -27,7 +27,7 @@ import {
 } from "../../src/contracts/chat";
 import type { Env } from "../env";
 import { loggableError } from "../log";
-import { type ChatBackend, postgresChatBackend } from "./chat-backend";
+import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
 
 export const CHAT_HEADERS = {
@@ -56,6 +56,11 @@ interface RelayedJob {
   /** Highest offset this session has seen from the job's log. */
   relayed: number;
   finished: boolean;
+}
+
+interface SentMessage {
+  job: string;
+  hash: string;
 }
 
 interface QueuedMessage {
@@ -189,15 +194,21 @@ export class ChatSessionObject extends DurableObject<Env> {
   private async onMessage(ws: WebSocket, identity: Identity, frame: ClientMessageFrame): Promise<void> {
     const policy = frame.multitask ?? socketState(ws).multitask;
     // A client_message_id that already became a job: the same job again, whatever is running.
-    const sent = (await this.ctx.storage.get<Record<string, string>>("messages")) ?? {};
+    // ...but only for the same content: another message under a used id is a client bug to report,
+    // not the old job to pretend was its answer.
+    const sent = await this.sentMessages();
     const sentJob = sent[frame.client_message_id];
     if (sentJob) {
-      const job = await this.backend.findJob(identity.tenantId, sentJob);
+      if (typeof sentJob !== "string" && sentJob.hash !== (await chatRequestHash(frame.content))) {
+        return send(ws, mismatchFrame(frame.client_message_id));
+      }
+      const job = await this.backend.findJob(identity.tenantId, typeof sentJob === "string" ? sentJob : sentJob.job);
       if (job) return send(ws, { type: "job", job, client_message_id: frame.client_message_id });
     }
     const queue = (await this.ctx.storage.get<QueuedMessage[]>("queue")) ?? [];
     const alreadyQueued = queue.findIndex((q) => q.client_message_id === frame.client_message_id);
     if (alreadyQueued >= 0) {
+      if (queue[alreadyQueued]?.content !== frame.content) return send(ws, mismatchFrame(frame.client_message_id));
       return send(ws, { type: "queued", client_message_id: frame.client_message_id, position: alreadyQueued + 1 });
     }
     const active = await this.activeJob();
@@ -254,9 +265,10 @@ export class ChatSessionObject extends DurableObject<Env> {
       content: frame.content,
       clientMessageId: frame.client_message_id,
     });
-    const sent = (await this.ctx.storage.get<Record<string, string>>("messages")) ?? {};
-    if (sent[frame.client_message_id] !== job.id) {
-      sent[frame.client_message_id] = job.id;
+    const sent = await this.sentMessages();
+    const recorded = sent[frame.client_message_id];
+    if (recorded === undefined || typeof recorded === "string" || recorded.job !== job.id) {
+      sent[frame.client_message_id] = { job: job.id, hash: await chatRequestHash(frame.content) };
       const ids = Object.keys(sent);
       for (const old of ids.slice(0, Math.max(0, ids.length - SENT_MESSAGES_KEPT))) delete sent[old];
       await this.ctx.storage.put("messages", sent);
@@ -387,6 +399,11 @@ export class ChatSessionObject extends DurableObject<Env> {
     return true;
   }
 
+  /** client_message_id → its job and the hash of its content (a bare job id: stored before hashes were kept). */
+  private async sentMessages(): Promise<Record<string, string | SentMessage>> {
+    return (await this.ctx.storage.get<Record<string, string | SentMessage>>("messages")) ?? {};
+  }
+
   private identity(): Promise<Identity | undefined> {
     return this.ctx.storage.get<Identity>("identity");
   }
@@ -436,6 +453,13 @@ function isFinalState(state: JobView["state"]): boolean {
 function socketState(ws: WebSocket): SocketState {
   const s = ws.deserializeAttachment() as SocketState | null;
   return s ?? { multitask: "queue", cursors: {} };
+}
+
+function mismatchFrame(clientMessageId: string) {
+  return {
+    ...errorFrame("idempotency_mismatch", "client_message_id was already used with different content"),
+    client_message_id: clientMessageId,
+  };
 }
 
 function errorFrame(code: Extract<ServerFrame, { type: "error" }>["error"]["code"], message: string) {

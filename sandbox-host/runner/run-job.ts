@@ -405,9 +405,13 @@ async function runTool(
   } catch (err) {
     // Creation or engine failure: an explicit run error, never a fallback to the host.
     const message = err instanceof Error ? err.message : String(err);
+    const fatal = isRunFatal(err);
     ctx.log.warn("sandbox tool call failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
-    emit("tool.result", { id: call.id, ok: false, output: tenantJobError({ code: "sandbox_error", message }) });
-    return failed(isRunFatal(err) ? "sandbox_error" : "tool_error", message, "");
+    // An infrastructure failure's text is the engine's (generic for the tenant); the model's own
+    // mistakes (a path outside the workspace, …) keep their explanation.
+    const output = { code: "sandbox_error", message };
+    emit("tool.result", { id: call.id, ok: false, output: fatal ? tenantJobError(output) : output });
+    return failed(fatal ? "sandbox_error" : "tool_error", message, "");
   }
 }
 

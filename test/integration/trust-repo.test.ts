@@ -5,7 +5,9 @@
  * never sees an internal error's detail, logs of a failed query carry no values, and the proxy
  * checks the password.
  */
+import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { promisify } from "node:util";
 import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
 import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
@@ -204,4 +206,30 @@ describe("pg-proxy credentials", () => {
       if (password) expect((err as Error).message).not.toContain(password);
     }
   });
+});
+
+describe("operator CLI keys", () => {
+  const run = (...args: string[]) =>
+    promisify(execFile)("npx", ["tsx", "tools/cli.ts", ...args], {
+      env: { ...process.env, DATABASE_URL: postgres.url },
+    }).then(
+      (r) => ({ code: 0, out: r.stdout, err: r.stderr }),
+      (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, out: e.stdout, err: e.stderr }),
+    );
+
+  it("lists keys with their ids and revokes one by tenant and id; a prefix is not an id", async () => {
+    await admin.query("truncate executions, jobs, api_keys, tenants cascade");
+    expect((await run("tenant", "create", "cli-a")).code).toBe(0);
+    const created = await run("key", "create", "cli-a");
+    expect(created.code).toBe(0);
+    const listed = (await run("key", "list", "cli-a")).out.trim().split("\t");
+    const [id, prefix] = listed;
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(created.out.trim().startsWith(`ear_${prefix}_`)).toBe(true);
+    expect((await run("key", "revoke", prefix as string)).code).toBe(2); // the old form is gone
+    expect((await run("key", "revoke", "cli-a", prefix as string)).code).toBe(1);
+    const revoked = await run("key", "revoke", "cli-a", id as string);
+    expect(revoked).toMatchObject({ code: 0 });
+    expect((await run("key", "list", "cli-a")).out).toMatch(/\trevoked\n?$/);
+  }, 60_000);
 });

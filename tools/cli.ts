@@ -5,8 +5,8 @@
  *   tenant create <id> [--name N]    create a tenant (idempotent)
  *   tenant list
  *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
- *   key list <tenant>
- *   key revoke <prefix>
+ *   key list <tenant>                list keys: id, prefix, name, created, live/revoked
+ *   key revoke <tenant> <key-id>     revoke one key by its id (from `key list`)
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
@@ -20,7 +20,7 @@ const USAGE = `usage: npm run cli -- <command>
   tenant list
   key create <tenant> [--name N]
   key list <tenant>
-  key revoke <prefix>
+  key revoke <tenant> <key-id>
 DATABASE_URL selects the database (default: the running dev stack's, from .dev/stack.json).`;
 
 async function databaseUrl(): Promise<string> {
@@ -37,7 +37,7 @@ async function main(): Promise<number> {
     allowPositionals: true,
     options: { name: { type: "string" }, help: { type: "boolean", short: "h" } },
   });
-  const [noun, verb, arg] = positionals;
+  const [noun, verb, arg, arg2] = positionals;
   if (values.help || !noun) {
     console.log(USAGE);
     return values.help ? 0 : 2;
@@ -53,15 +53,17 @@ async function main(): Promise<number> {
     } else if (noun === "key" && verb === "create" && arg) {
       const k = await createApiKey(db, arg, values.name ?? null);
       console.log(k.key);
-      console.error(`(key ${k.prefix} for tenant ${arg}; shown once, store it now)`);
+      console.error(`(key ${k.id}, prefix ${k.prefix}, for tenant ${arg}; shown once, store it now)`);
     } else if (noun === "key" && verb === "list" && arg) {
       for (const k of await listApiKeys(db, arg)) {
-        console.log(`${k.prefix}\t${k.name ?? ""}\t${k.createdAt.toISOString()}\t${k.revokedAt ? "revoked" : "live"}`);
+        console.log(
+          `${k.id}\t${k.prefix}\t${k.name ?? ""}\t${k.createdAt.toISOString()}\t${k.revokedAt ? "revoked" : "live"}`,
+        );
       }
-    } else if (noun === "key" && verb === "revoke" && arg) {
-      const n = await revokeApiKey(db, arg);
-      console.log(n > 0 ? `revoked ${n} key(s) with prefix ${arg}` : `no live key with prefix ${arg}`);
-      if (n === 0) return 1;
+    } else if (noun === "key" && verb === "revoke" && arg && arg2) {
+      const revoked = await revokeApiKey(db, arg, arg2);
+      console.log(revoked ? `revoked key ${arg2} of tenant ${arg}` : `tenant ${arg} has no live key with id ${arg2}`);
+      if (!revoked) return 1;
     } else {
       console.error(USAGE);
       return 2;

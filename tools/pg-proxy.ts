@@ -15,7 +15,9 @@
  * `coalesceWrites = false`), 0.3–0.5 ms from inside workerd, against 0.2–0.4 ms direct.
  *
  * It only ever reaches the one database in `databaseUrl` and listens on loopback: it is a dev
- * tool, not an open relay.
+ * tool, not an open relay. `/sql` runs queries on the proxy's own pool, so it checks that the
+ * request's connection string carries `databaseUrl`'s user and password (28P01 otherwise); the
+ * WebSocket tunnel carries the client's own login to Postgres, which checks it.
  *
  *   tsx tools/pg-proxy.ts --database-url postgres://... [--port N] [--host 127.0.0.1]
  *   (or DATABASE_URL, PG_PROXY_PORT)

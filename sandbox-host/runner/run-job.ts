@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { and, eq } from "drizzle-orm";
 import type { EventType } from "../../src/contracts/events";
-import type { ChatMessage, JobError, ToolName } from "../../src/contracts/job";
+import { type ChatMessage, type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import {
   acceptPendingInputs,
@@ -160,7 +160,8 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
   };
 
   try {
-    emit("run.started", { host: ctx.hostId });
+    // No host id: which machine ran a job is the operator's business (it is in the host's log).
+    emit("run.started", {});
     const outcome = await streamTurn(ctx, run, id, emit);
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", fields);
@@ -302,7 +303,11 @@ async function streamTurn(
   } catch (err) {
     flushDelta();
     if (run.abort.signal.aborted) return abortedOutcome(run, text);
-    if (err instanceof ModelError) return failed(err.code, err.message, text);
+    // The detail goes to this log only: failed() shows the tenant a generic message for internal codes.
+    if (err instanceof ModelError) {
+      ctx.log.warn("model call failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
+      return failed(err.code, err.message, text);
+    }
     ctx.log.error("run failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
     return failed("internal_error", err instanceof Error ? err.message : String(err), text);
   } finally {
@@ -400,8 +405,13 @@ async function runTool(
   } catch (err) {
     // Creation or engine failure: an explicit run error, never a fallback to the host.
     const message = err instanceof Error ? err.message : String(err);
-    emit("tool.result", { id: call.id, ok: false, output: { code: "sandbox_error", message } });
-    return failed(isRunFatal(err) ? "sandbox_error" : "tool_error", message, "");
+    const fatal = isRunFatal(err);
+    ctx.log.warn("sandbox tool call failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
+    // An infrastructure failure's text is the engine's (generic for the tenant); the model's own
+    // mistakes (a path outside the workspace, …) keep their explanation.
+    const output = { code: "sandbox_error", message };
+    emit("tool.result", { id: call.id, ok: false, output: fatal ? tenantJobError(output) : output });
+    return failed(fatal ? "sandbox_error" : "tool_error", message, "");
   }
 }
 
@@ -444,7 +454,8 @@ function abortedOutcome(run: ActiveRun, text: string): FinalOutcome {
 }
 
 function failed(code: string, message: string, partialOutput: string): FinalOutcome {
-  const error: JobError = { code, message };
+  // The one place a run's error is made: the row and the run.failed event both carry this.
+  const error: JobError = tenantJobError({ code, message });
   return { state: "failed", error, output: partialOutput || null };
 }
 

@@ -5,6 +5,7 @@
 import { z } from "zod";
 import type { EventEnvelope } from "./events";
 import { type JobView, LIMITS } from "./job";
+import { text } from "./text";
 
 export const MULTITASK_POLICIES = ["queue", "reject", "interrupt"] as const;
 export type MultitaskPolicy = (typeof MULTITASK_POLICIES)[number];
@@ -12,27 +13,26 @@ export type MultitaskPolicy = (typeof MULTITASK_POLICIES)[number];
 /** Messages waiting behind a running job, per conversation; more is a client bug, not a queue. */
 export const MAX_QUEUED_MESSAGES = 16;
 
-const clientMessageId = z
-  .string()
+const clientMessageId = text()
   .min(1)
   .max(100)
   .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -");
 
 export const ClientMessageFrameSchema = z.object({
   type: z.literal("message"),
-  content: z.string().min(1).max(LIMITS.maxMessageChars),
+  content: text().min(1).max(LIMITS.maxMessageChars),
   client_message_id: clientMessageId,
   multitask: z.enum(MULTITASK_POLICIES).optional(),
 });
 
 export const ClientCancelFrameSchema = z.object({
   type: z.literal("cancel"),
-  job_id: z.string().min(1).max(100),
+  job_id: text().min(1).max(100),
 });
 
 export const ClientResumeFrameSchema = z.object({
   type: z.literal("resume"),
-  job_id: z.string().min(1).max(100),
+  job_id: text().min(1).max(100),
   after: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
 });
 
@@ -50,9 +50,15 @@ export const CHAT_ERROR_CODES = [
   "queue_full",
   "not_found",
   "dependency_unavailable",
+  "idempotency_mismatch",
   "internal",
 ] as const;
 export type ChatErrorCode = (typeof CHAT_ERROR_CODES)[number];
+
+/** An ApiError whose code a chat client is told as is (others become `internal`). */
+export function isChatErrorCode(code: string): code is ChatErrorCode {
+  return code !== "internal" && (CHAT_ERROR_CODES as readonly string[]).includes(code);
+}
 
 export type ServerFrame =
   | { type: "job"; job: JobView; client_message_id?: string }

@@ -8,6 +8,8 @@ export const ERROR_STATUS = {
   unauthorized: 401,
   not_found: 404,
   conflict: 409,
+  idempotency_mismatch: 409,
+  input_limit_reached: 409,
   payload_too_large: 413,
   unsupported_media_type: 415,
   rate_limited: 429,

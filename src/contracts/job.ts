@@ -1,5 +1,6 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
+import { refineStorableJson, text } from "./text";
 
 export const JOB_STATES = ["queued", "running", "completed", "failed", "cancelled", "lost", "timed_out"] as const;
 export type JobState = (typeof JOB_STATES)[number];
@@ -17,11 +18,31 @@ export const LIMITS = {
   maxMetadataBytes: 16 * 1024,
   maxListLimit: 100,
   defaultListLimit: 20,
+  /**
+   * Inputs one job accepts over its life (POST /v1/jobs/:id/input), by count and by total UTF-8
+   * bytes of their content: each is stored and replayed into the model context, so without a
+   * cap one job could grow its rows and its prompt without bound.
+   */
+  maxInputsPerJob: 100,
+  maxInputBytesPerJob: 256 * 1024,
 } as const;
+
+/**
+ * Idempotency keys beginning with this are the gateway's own (a chat message's job, see
+ * chatIdempotencyKey); a client's key may not, so the two can never name the same job.
+ */
+export const RESERVED_IDEMPOTENCY_PREFIX = "chat:";
+
+const idempotencyKey = text()
+  .min(1)
+  .max(LIMITS.maxIdempotencyKey)
+  .refine((k) => !k.startsWith(RESERVED_IDEMPOTENCY_PREFIX), {
+    message: `must not start with "${RESERVED_IDEMPOTENCY_PREFIX}" (reserved for chat messages)`,
+  });
 
 export const ChatMessageSchema = z.object({
   role: z.enum(["system", "user", "assistant"]),
-  content: z.string().max(LIMITS.maxMessageChars),
+  content: text().max(LIMITS.maxMessageChars),
 });
 export type ChatMessage = z.infer<typeof ChatMessageSchema>;
 
@@ -31,8 +52,7 @@ export const JobInputSchema = z.object({
 export type JobInput = z.infer<typeof JobInputSchema>;
 
 const idLike = (max: number) =>
-  z
-    .string()
+  text()
     .min(1)
     .max(max)
     .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -");
@@ -41,11 +61,12 @@ export const CreateJobBodySchema = z
   .object({
     input: JobInputSchema,
     conversation_id: idLike(LIMITS.maxConversationId).optional(),
-    model: z.string().min(1).max(200).optional(),
+    model: text().min(1).max(200).optional(),
     tools: z.array(z.enum(TOOL_NAMES)).max(TOOL_NAMES.length).optional(),
-    idempotency_key: z.string().min(1).max(LIMITS.maxIdempotencyKey).optional(),
+    idempotency_key: idempotencyKey.optional(),
     metadata: z
-      .record(z.string(), z.unknown())
+      .record(text(), z.unknown())
+      .superRefine(refineStorableJson)
       .optional()
       .refine((m) => m === undefined || JSON.stringify(m).length <= LIMITS.maxMetadataBytes, {
         message: `metadata must serialize to at most ${LIMITS.maxMetadataBytes} bytes`,
@@ -57,12 +78,30 @@ export type CreateJobBody = z.infer<typeof CreateJobBodySchema>;
 export const ListJobsQuerySchema = z.object({
   state: z.enum(JOB_STATES).optional(),
   limit: z.coerce.number().int().min(1).max(LIMITS.maxListLimit).default(LIMITS.defaultListLimit),
-  cursor: z.string().max(200).optional(),
+  cursor: text().max(200).optional(),
 });
 
 export interface JobError {
   code: string;
   message: string;
+}
+
+/**
+ * Failure codes whose message is the system's own detail (an exception's text, the container
+ * engine's output, a socket error naming an internal address), with the message a tenant sees
+ * instead. The code stays, so a client can still tell the failures apart; the detail stays in
+ * the host's log next to the job id. Every other code's message is written for the tenant.
+ */
+export const INTERNAL_JOB_ERRORS: Readonly<Record<string, string>> = {
+  internal_error: "the job failed because of an internal error",
+  sandbox_error: "the sandbox the job's tools run in failed",
+  network_error: "the model provider could not be reached",
+};
+
+/** The error as a tenant may see it: internal detail replaced by the code's generic message. */
+export function tenantJobError(error: JobError): JobError {
+  const generic = Object.hasOwn(INTERNAL_JOB_ERRORS, error.code) ? INTERNAL_JOB_ERRORS[error.code] : undefined;
+  return generic === undefined ? error : { code: error.code, message: generic };
 }
 
 export interface LatencyView {
@@ -96,7 +135,8 @@ export interface JobView {
 
 export const JobInputBodySchema = z
   .object({
-    content: z.string().min(1).max(LIMITS.maxMessageChars),
-    idempotency_key: z.string().min(1).max(LIMITS.maxIdempotencyKey).optional(),
+    content: text().min(1).max(LIMITS.maxMessageChars),
+    // Scoped to one job: no chat keys live there, so the reserved prefix does not apply.
+    idempotency_key: text().min(1).max(LIMITS.maxIdempotencyKey).optional(),
   })
   .strict();

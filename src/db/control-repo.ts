@@ -7,9 +7,12 @@
  * second step.
  */
 import { sql } from "drizzle-orm";
+import { ApiError } from "../contracts/errors";
+import { LIMITS } from "../contracts/job";
+import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
 import { resultRows } from "./client";
-import { isJobId } from "./jobs-repo";
+import { idempotencyMismatch, isJobId } from "./jobs-repo";
 
 export type CancelStatus = "cancelled" | "requested" | "already_finished" | "not_found";
 
@@ -51,7 +54,13 @@ export interface InputRecord {
 }
 
 /**
- * Append input to a job, durably. Idempotent by key (the same key returns the first input).
+ * Append input to a job, durably. Idempotent by key: the same key with the same content returns
+ * the first input; with other content it is 409 `idempotency_mismatch` (the key is bound to
+ * inputRequestHash; an input stored before hashes were kept matches any content).
+ * A job takes at most LIMITS.maxInputsPerJob inputs of at most LIMITS.maxInputBytesPerJob UTF-8
+ * bytes in all (409 `input_limit_reached`); a retry of an input already stored is answered even
+ * at the cap. The check reads the statement's snapshot, so concurrent inputs to one job can
+ * overshoot by the number in flight; the per-key rate limit bounds that.
  * The job row is read FOR SHARE: a concurrent terminal write either commits first (the input is
  * stored as already_finished) or waits for this insert (then the settle trigger marks it).
  */
@@ -63,36 +72,61 @@ export async function submitInput(
   idempotencyKey: string | null,
 ): Promise<{ inputId: string; status: InputStatus; created: boolean } | null> {
   if (!isJobId(jobId)) return null;
-  const rows = resultRows<{ id: string; status: InputStatus; created: boolean }>(
+  const hash = idempotencyKey === null ? null : await inputRequestHash(content);
+  const bytes = new TextEncoder().encode(content).byteLength;
+  type Outcome = {
+    id: string | null;
+    status: InputStatus | null;
+    kind: "created" | "existing" | "limit";
+    request_hash: string | null;
+  };
+  const rows = resultRows<Outcome>(
     await db.execute(sql`
       WITH target AS (
         SELECT id, state FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR SHARE
+      ), twin AS (
+        SELECT i.id, i.status, i.request_hash FROM job_inputs i JOIN target ON i.job_id = target.id
+        WHERE ${idempotencyKey}::text IS NOT NULL AND i.idempotency_key = ${idempotencyKey}
+      ), used AS (
+        SELECT count(*) AS n, coalesce(sum(octet_length(i.content)), 0) AS bytes
+        FROM job_inputs i JOIN target ON i.job_id = target.id
+      ), room AS (
+        SELECT (n < ${LIMITS.maxInputsPerJob} AND bytes + ${bytes} <= ${LIMITS.maxInputBytesPerJob}) AS ok FROM used
       ), ins AS (
-        INSERT INTO job_inputs (job_id, tenant_id, content, idempotency_key, status)
-        SELECT id, ${tenantId}, ${content}, ${idempotencyKey},
+        INSERT INTO job_inputs (job_id, tenant_id, content, idempotency_key, request_hash, status)
+        SELECT id, ${tenantId}, ${content}, ${idempotencyKey}, ${hash},
           CASE WHEN state IN ('queued', 'running') THEN 'requested' ELSE 'already_finished' END
-        FROM target
+        FROM target, room
+        WHERE room.ok AND NOT EXISTS (SELECT 1 FROM twin)
         ON CONFLICT (job_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id, status
       )
-      SELECT id, status, true AS created FROM ins
+      SELECT id, status, 'created' AS kind, NULL AS request_hash FROM ins
       UNION ALL
-      SELECT i.id, i.status, false FROM job_inputs i JOIN target ON i.job_id = target.id
-        WHERE ${idempotencyKey}::text IS NOT NULL AND i.idempotency_key = ${idempotencyKey} AND NOT EXISTS (SELECT 1 FROM ins)`),
+      SELECT id, status, 'existing', request_hash FROM twin
+      UNION ALL
+      SELECT NULL, NULL, 'limit', NULL FROM target, room WHERE NOT room.ok AND NOT EXISTS (SELECT 1 FROM twin)`),
   );
-  const row = rows[0];
-  if (!row) {
+  let row = rows[0];
+  if (!row && idempotencyKey) {
     // Target missing (not found / another tenant's), or an idempotent twin committed after our
     // snapshot: read it now.
-    if (!idempotencyKey) return null;
-    const again = resultRows<{ id: string; status: InputStatus }>(
+    const again = resultRows<Outcome>(
       await db.execute(sql`
-        SELECT i.id, i.status FROM job_inputs i JOIN jobs j ON j.id = i.job_id
+        SELECT i.id, i.status, 'existing' AS kind, i.request_hash FROM job_inputs i JOIN jobs j ON j.id = i.job_id
         WHERE i.job_id = ${jobId} AND j.tenant_id = ${tenantId} AND i.idempotency_key = ${idempotencyKey}`),
     );
-    return again[0] ? { inputId: again[0].id, status: again[0].status, created: false } : null;
+    row = again[0];
   }
-  return { inputId: row.id, status: row.status, created: row.created };
+  if (!row) return null;
+  if (row.kind === "limit") {
+    throw new ApiError(
+      "input_limit_reached",
+      `a job takes at most ${LIMITS.maxInputsPerJob} inputs of ${LIMITS.maxInputBytesPerJob} bytes in all`,
+    );
+  }
+  if (row.kind === "existing" && row.request_hash !== null && row.request_hash !== hash) throw idempotencyMismatch();
+  return { inputId: row.id as string, status: row.status as InputStatus, created: row.kind === "created" };
 }
 
 export async function listInputs(db: Db, tenantId: string, jobId: string): Promise<InputRecord[] | null> {

@@ -1,5 +1,5 @@
 /** Row → public Job (API.md). Latencies come from the one timing serializer. */
-import type { JobState, JobView } from "../contracts/job";
+import { type JobState, type JobView, tenantJobError } from "../contracts/job";
 import { deriveLatency, isoOrNull } from "../domain/timing";
 import type { JobRow } from "./schema";
 
@@ -12,7 +12,8 @@ export function toJobView(row: JobRow): JobView {
     epoch: row.epoch,
     execution_id: row.executionId,
     output: row.output,
-    error: row.error ?? null,
+    // Hosts already store the generic message; rows written before they did keep their detail.
+    error: row.error ? tenantJobError(row.error) : null,
     created_at: isoOrNull(row.createdAt) as string,
     started_at: isoOrNull(row.startedAt),
     prepared_at: isoOrNull(row.preparedAt),

@@ -3,7 +3,9 @@
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
 import { and, desc, eq, sql } from "drizzle-orm";
+import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
+import { jobRequestHash } from "../domain/request-hash";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
@@ -29,7 +31,28 @@ export interface CreatedJob {
   created: boolean;
 }
 
-export async function createJob(db: Db, tenantId: string, id: string, body: CreateJobBody): Promise<CreatedJob> {
+export function idempotencyMismatch(): ApiError {
+  return new ApiError(
+    "idempotency_mismatch",
+    "idempotency_key was already used with a different request body; use a new key for a new request",
+  );
+}
+
+/**
+ * Insert a job, or with an idempotency key return the job that key already made. The key is
+ * bound to `requestHash` (default: jobRequestHash of the body; chat passes the hash of what its
+ * client sent, since the job input it builds includes history that changes between retries):
+ * the same key with a different request is 409 `idempotency_mismatch`, never the old job
+ * pretending to be the new one. A row from before hashes were stored (null) matches any body.
+ */
+export async function createJob(
+  db: Db,
+  tenantId: string,
+  id: string,
+  body: CreateJobBody,
+  requestHash?: string,
+): Promise<CreatedJob> {
+  const hash = body.idempotency_key ? (requestHash ?? (await jobRequestHash(body))) : null;
   const values = {
     id,
     tenantId,
@@ -39,6 +62,7 @@ export async function createJob(db: Db, tenantId: string, id: string, body: Crea
     tools: body.tools ?? [],
     metadata: body.metadata ?? {},
     idempotencyKey: body.idempotency_key ?? null,
+    requestHash: hash,
   };
   if (!body.idempotency_key) {
     const [job] = await db.insert(jobs).values(values).returning();
@@ -59,6 +83,7 @@ export async function createJob(db: Db, tenantId: string, id: string, body: Crea
     .where(and(eq(jobs.tenantId, tenantId), eq(jobs.idempotencyKey, body.idempotency_key)))
     .limit(1);
   if (!existing) throw new Error("idempotent insert conflicted but no row was found");
+  if (existing.requestHash !== null && existing.requestHash !== hash) throw idempotencyMismatch();
   return { job: existing, created: false };
 }
 
@@ -102,8 +127,12 @@ export function decodeCursor(s: string): ListCursor | null {
   try {
     const [createdAt, id] = JSON.parse(atob(s)) as unknown[];
     if (typeof createdAt !== "string" || typeof id !== "string" || !isJobId(id)) return null;
-    // The timestamp goes to Postgres as text: accept only the UTC ISO form encodeCursor writes.
-    if (!CURSOR_TIME_RE.test(createdAt) || !Number.isFinite(Date.parse(createdAt))) return null;
+    // The timestamp goes to Postgres as text: accept only the UTC ISO form encodeCursor writes,
+    // naming a real instant. Date.parse rolls 2026-02-31 over to March 3 where Postgres refuses
+    // it, so the calendar fields must survive the round trip unchanged.
+    if (!CURSOR_TIME_RE.test(createdAt)) return null;
+    const parsed = new Date(createdAt);
+    if (!Number.isFinite(parsed.getTime()) || parsed.toISOString().slice(0, 19) !== createdAt.slice(0, 19)) return null;
     return { createdAt, id };
   } catch {
     return null;

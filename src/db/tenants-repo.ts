@@ -1,6 +1,7 @@
 /** Tenants and their API keys. A key is returned once, at creation; only its hash is stored. */
 import { and, eq, isNull } from "drizzle-orm";
 import { generateApiKey, hashApiKey } from "../domain/api-keys";
+import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { apiKeys, tenants } from "./schema";
 
@@ -22,28 +23,42 @@ export async function createApiKey(
   db: Db,
   tenantId: string,
   name: string | null = null,
-): Promise<{ key: string; prefix: string }> {
+): Promise<{ key: string; prefix: string; id: string }> {
   const exists = await db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, tenantId)).limit(1);
   if (exists.length === 0) throw new Error(`no tenant "${tenantId}"; create it first`);
   const { key, prefix } = generateApiKey();
-  await db.insert(apiKeys).values({ tenantId, prefix, keyHash: await hashApiKey(key), name });
-  return { key, prefix };
+  const [row] = await db
+    .insert(apiKeys)
+    .values({ tenantId, prefix, keyHash: await hashApiKey(key), name })
+    .returning({ id: apiKeys.id });
+  return { key, prefix, id: (row as { id: string }).id };
 }
 
 export async function listApiKeys(db: Db, tenantId: string) {
   return db
-    .select({ prefix: apiKeys.prefix, name: apiKeys.name, createdAt: apiKeys.createdAt, revokedAt: apiKeys.revokedAt })
+    .select({
+      id: apiKeys.id,
+      prefix: apiKeys.prefix,
+      name: apiKeys.name,
+      createdAt: apiKeys.createdAt,
+      revokedAt: apiKeys.revokedAt,
+    })
     .from(apiKeys)
     .where(eq(apiKeys.tenantId, tenantId))
     .orderBy(apiKeys.createdAt);
 }
 
-/** Revokes every live key with this prefix; returns how many. */
-export async function revokeApiKey(db: Db, prefix: string): Promise<number> {
+/**
+ * Revokes one live key of `tenantId`, named by its unique id (`key list` shows it). Never by
+ * prefix: a prefix is a few random characters that another tenant's key may share. Returns
+ * whether a key was revoked.
+ */
+export async function revokeApiKey(db: Db, tenantId: string, keyId: string): Promise<boolean> {
+  if (!isUuid(keyId)) return false;
   const rows = await db
     .update(apiKeys)
     .set({ revokedAt: new Date() })
-    .where(and(eq(apiKeys.prefix, prefix), isNull(apiKeys.revokedAt)))
+    .where(and(eq(apiKeys.id, keyId), eq(apiKeys.tenantId, tenantId), isNull(apiKeys.revokedAt)))
     .returning({ id: apiKeys.id });
-  return rows.length;
+  return rows.length === 1;
 }

@@ -125,7 +125,7 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     const db = drizzle(pool, { schema });
     const k = await createApiKey(db, "other", "to revoke");
     expect((await apiClient(stack.gatewayUrl, k.key).call("GET", "/v1/jobs")).status).toBe(200);
-    await revokeApiKey(db, k.prefix);
+    expect(await revokeApiKey(db, "other", k.id)).toBe(true);
     await new Promise((r) => setTimeout(r, 6_000)); // longer than any per-isolate key cache
     expect((await apiClient(stack.gatewayUrl, k.key).call("GET", "/v1/jobs")).status).toBe(401);
   });
@@ -232,6 +232,54 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     const c = await apiClient(stack.gatewayUrl, otherKey).call<JobBody>("POST", "/v1/jobs", body);
     expect(c.status).toBe(202);
     expect(c.body.job.id).not.toBe(a.body.job.id);
+  });
+
+  it("unstorable text and impossible cursors are 400 through real Postgres; a reused key with another body is 409", async () => {
+    const before = await pool.query("select count(*)::int as n from jobs");
+    const bad = [
+      userMessage("nul \u0000 here"),
+      userMessage("lone \ud800 surrogate"),
+      { ...userMessage("x"), model: "m\u0000" },
+      { ...userMessage("x"), idempotency_key: "k\u0000" },
+      { ...userMessage("x"), metadata: { deep: [{ v: "\udc00" }] } },
+      { ...userMessage("x"), metadata: { "k\u0000": 1 } },
+    ];
+    for (const body of bad) {
+      const r = await api.call<{ error: { code: string } }>("POST", "/v1/jobs", body);
+      expect(r.status, JSON.stringify(r.body)).toBe(400);
+      expect(r.body.error.code).toBe("invalid_request");
+    }
+    expect((await pool.query("select count(*)::int as n from jobs")).rows[0].n).toBe(before.rows[0].n);
+
+    const cursor = btoa(JSON.stringify(["2026-02-31T00:00:00.000000Z", crypto.randomUUID()])).replace(/=+$/, "");
+    const list = await api.call<{ error: { code: string } }>("GET", `/v1/jobs?cursor=${cursor}`);
+    expect(list.status).toBe(400);
+
+    const first = await api.call<JobBody>("POST", "/v1/jobs", { ...userMessage("one"), idempotency_key: "idem-bind" });
+    expect(first.status).toBe(202);
+    const other = await api.call<{ error: { code: string } }>("POST", "/v1/jobs", {
+      ...userMessage("two"),
+      idempotency_key: "idem-bind",
+    });
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe("idempotency_mismatch");
+
+    const id = first.body.job.id;
+    const input = await api.call("POST", `/v1/jobs/${id}/input`, { content: "more", idempotency_key: "in-1" });
+    expect([200, 202]).toContain(input.status);
+    const nul = await api.call("POST", `/v1/jobs/${id}/input`, { content: "a\u0000b" });
+    expect(nul.status).toBe(400);
+    const mismatch = await api.call<{ error: { code: string } }>("POST", `/v1/jobs/${id}/input`, {
+      content: "different",
+      idempotency_key: "in-1",
+    });
+    expect(mismatch.status).toBe(409);
+    expect(mismatch.body.error.code).toBe("idempotency_mismatch");
+
+    // An API key in the URL is refused outside the WebSocket route (with an Upgrade header too:
+    // test/workers/trust-input.test.ts; Node's fetch will not send one).
+    const viaUrl = await apiClient(stack.gatewayUrl, null).call("GET", `/v1/jobs/${id}?token=${stack.apiKey}`);
+    expect(viaUrl.status).toBe(401);
   });
 
   it("lists jobs newest first with a cursor that never skips or repeats", async () => {

@@ -549,6 +549,36 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(logT!.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta", "run.failed"]);
   });
 
+  it("shows a tenant neither the host id nor an internal failure's detail; the code stays", async () => {
+    const t = await freshDb();
+    const detail = "connect ECONNREFUSED 10.9.8.7:5432 (/srv/secret-path)";
+    const config = hostConfig(t);
+    await launch(
+      config,
+      fakeModel(async function* (req) {
+        const content = req.messages[0]?.content;
+        if (content === "network") throw new ModelError("network_error", `cannot reach model provider: ${detail}`);
+        yield { type: "text", text: "x" };
+        throw new Error(detail);
+      }),
+    );
+    const [internal, network] = await insertJobs(t, ["internal", "network"]);
+    const rows = await waitJobs(t, [internal!, network!], ["failed"]);
+    const logs = await waitEvents([internal!, network!]);
+    for (const [i, code] of (["internal_error", "network_error"] as const).entries()) {
+      expect(rows[i]!.error).toMatchObject({ code });
+      const failed = logs[i]!.find((e) => e.type === "run.failed");
+      expect(failed?.payload).toMatchObject({ error: { code } });
+      for (const seen of [JSON.stringify(rows[i]!.error), JSON.stringify(logs[i])]) {
+        expect(seen).not.toContain("10.9.8.7");
+        expect(seen).not.toContain("secret-path");
+      }
+      const started = logs[i]!.find((e) => e.type === "run.started");
+      expect(started?.payload).toEqual({});
+      expect(JSON.stringify(logs[i])).not.toContain(config.hostId);
+    }
+  });
+
   it("aborts the model stream and emits nothing more once a heartbeat finds the run taken", async () => {
     const t = await freshDb();
     const model = fakeModel(async function* (req) {

@@ -55,6 +55,7 @@ class RequestError extends Error {
   constructor(
     readonly status: number,
     message: string,
+    readonly code?: string,
   ) {
     super(message);
   }
@@ -203,11 +204,13 @@ export function createSqlOverHttp(target: PgTarget, databaseUrl: string) {
       try {
         if (req.method !== "POST") throw new RequestError(405, "use POST /sql");
         const mismatch = connectionStringMismatch(header(req, "neon-connection-string"), target);
-        if (mismatch) throw new RequestError(400, mismatch);
+        if (mismatch) throw new RequestError(400, mismatch.message, mismatch.sqlstate);
         const body = parseBody(await readBody(req));
         send(res, 200, await execute(req, body));
       } catch (err) {
-        if (err instanceof RequestError) return send(res, err.status, { message: err.message });
+        if (err instanceof RequestError) {
+          return send(res, err.status, { message: err.message, ...(err.code ? { code: err.code } : {}) });
+        }
         if (err instanceof pg.DatabaseError) {
           const out: Record<string, unknown> = { message: err.message };
           for (const f of ERROR_FIELDS) if (err[f] !== undefined) out[f] = err[f];

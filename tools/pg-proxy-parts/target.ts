@@ -3,12 +3,14 @@
  * WebSocket's `?address=host:port`, the HTTP `Neon-Connection-String` header); neither may
  * reach anything else, or the proxy would be an open relay from loopback to any host:port.
  */
+import { createHash, timingSafeEqual } from "node:crypto";
 
 export interface PgTarget {
   host: string;
   port: number;
   database: string;
   user: string;
+  password: string;
 }
 
 const LOOPBACK = new Set(["localhost", "127.0.0.1", "::1"]);
@@ -38,6 +40,7 @@ export function parseTarget(databaseUrl: string): PgTarget {
     port: url.port ? Number(url.port) : 5432,
     database,
     user: decodeURIComponent(url.username),
+    password: decodeURIComponent(url.password),
   };
 }
 
@@ -55,20 +58,39 @@ export function addressAllowed(address: string | null, target: PgTarget): boolea
   return Number.isInteger(port) && port === target.port && sameHost(host, target.host);
 }
 
+/** Compared through fixed-length digests so the comparison's time says nothing about the secret. */
+function sameSecret(a: string, b: string): boolean {
+  const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
+  return timingSafeEqual(digest(a), digest(b));
+}
+
+export interface Refusal {
+  message: string;
+  /** Set when Postgres would have refused with a SQLSTATE of its own (28P01: bad password). */
+  sqlstate?: string;
+}
+
 /**
- * Why a `Neon-Connection-String` does not name the configured database, or null when it does.
- * Credentials are not checked: the proxy's own pool authenticates, and it serves loopback only.
+ * Why a `Neon-Connection-String` does not name the configured database with its credentials, or
+ * null when it does. The proxy's own pool logs in with the configured credentials, so without
+ * this check any local process could run SQL through it knowing only the port.
  */
-export function connectionStringMismatch(connectionString: string | undefined, target: PgTarget): string | null {
-  if (!connectionString) return "missing Neon-Connection-String header";
+export function connectionStringMismatch(connectionString: string | undefined, target: PgTarget): Refusal | null {
+  if (!connectionString) return { message: "missing Neon-Connection-String header" };
   let asked: PgTarget;
   try {
     asked = parseTarget(connectionString);
   } catch (err) {
-    return `Neon-Connection-String: ${(err as Error).message}`;
+    return { message: `Neon-Connection-String: ${(err as Error).message}` };
   }
   if (!sameHost(asked.host, target.host) || asked.port !== target.port || asked.database !== target.database) {
-    return `this pg-proxy serves only ${describeTarget(target)}; Neon-Connection-String names ${describeTarget(asked)}`;
+    return {
+      message: `this pg-proxy serves only ${describeTarget(target)}; Neon-Connection-String names ${describeTarget(asked)}`,
+    };
+  }
+  if (!sameSecret(asked.user, target.user) || !sameSecret(asked.password, target.password)) {
+    // Postgres' own wording and SQLSTATE for a refused login, so clients treat both alike.
+    return { message: `password authentication failed for user "${asked.user}"`, sqlstate: "28P01" };
   }
   return null;
 }

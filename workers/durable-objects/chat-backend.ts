@@ -3,11 +3,12 @@
  * in for Postgres and Redis: turning a chat message into a job (the same `createJob` + ready-index
  * ZADD as POST /v1/jobs), cancelling one, and looking one up for `resume`.
  */
-import { type JobView, LIMITS } from "../../src/contracts";
+import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts";
 import type { CancelStatus } from "../../src/db/control-repo";
 import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";
 import { createJob, getJob } from "../../src/db/jobs-repo";
+import { requestHash } from "../../src/domain/request-hash";
 import { cancelJob } from "../commands/cancel";
 import { loadConfig } from "../config";
 import { callDependency, createDeps } from "../deps";
@@ -32,8 +33,23 @@ export interface ChatBackend {
 const HISTORY_JOBS = 20;
 const HISTORY_MAX_CHARS = 128 * 1024;
 
+/**
+ * The job key of a chat message. Both ids may contain ":", so the conversation id is
+ * length-prefixed: `chat:<length>:<conversation id>:<client message id>` splits one way only
+ * ("p" + "q:r" and "p:q" + "r" become `chat:1:p:q:r` and `chat:3:p:q:r`). The `chat:` prefix
+ * is reserved (RESERVED_IDEMPOTENCY_PREFIX): a client's own key on POST /v1/jobs may not start
+ * with it, so no REST request can name a chat message's job or the other way round.
+ */
 export function chatIdempotencyKey(conversationId: string, clientMessageId: string): string {
-  return `chat:${conversationId}:${clientMessageId}`;
+  return `${RESERVED_IDEMPOTENCY_PREFIX}${conversationId.length}:${conversationId}:${clientMessageId}`;
+}
+
+/**
+ * What the chat key is bound to: the message as its client sent it. Not the job input, which
+ * carries the conversation's history and so differs on a retry after another turn finished.
+ */
+export function chatRequestHash(content: string): Promise<string> {
+  return requestHash({ kind: "chat_message", content });
 }
 
 export function postgresChatBackend(env: Env): ChatBackend {
@@ -43,18 +59,25 @@ export function postgresChatBackend(env: Env): ChatBackend {
     async submit({ tenantId, conversationId, content, clientMessageId }) {
       const d = deps();
       const db = d.db();
+      const hash = await chatRequestHash(content);
       const { job, created } = await callDependency("postgres", async () => {
         const rows = await listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS);
         const messages = nextJobMessages(conversationMessages(rows), content, {
           maxMessages: LIMITS.maxMessages,
           maxChars: HISTORY_MAX_CHARS,
         });
-        return createJob(db, tenantId, crypto.randomUUID(), {
-          input: { messages },
-          conversation_id: conversationId,
-          idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
-          metadata: { source: "chat", client_message_id: clientMessageId },
-        });
+        return createJob(
+          db,
+          tenantId,
+          crypto.randomUUID(),
+          {
+            input: { messages },
+            conversation_id: conversationId,
+            idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
+            metadata: { source: "chat", client_message_id: clientMessageId },
+          },
+          hash,
+        );
       });
       if (created) await indexReadyJob(d, job.id);
       return { job: toJobView(job), created };

@@ -19,13 +19,15 @@ import { ApiError, isTerminalEventType, type JobView } from "../../src/contracts
 import {
   ClientFrameSchema,
   type ClientMessageFrame,
+  isChatErrorCode,
   MAX_QUEUED_MESSAGES,
   MULTITASK_POLICIES,
   type MultitaskPolicy,
   type ServerFrame,
 } from "../../src/contracts/chat";
 import type { Env } from "../env";
-import { type ChatBackend, postgresChatBackend } from "./chat-backend";
+import { loggableError } from "../log";
+import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
 
 export const CHAT_HEADERS = {
@@ -54,6 +56,11 @@ interface RelayedJob {
   /** Highest offset this session has seen from the job's log. */
   relayed: number;
   finished: boolean;
+}
+
+interface SentMessage {
+  job: string;
+  hash: string;
 }
 
 interface QueuedMessage {
@@ -174,9 +181,8 @@ export class ChatSessionObject extends DurableObject<Env> {
       else if (frame.type === "cancel") await this.onCancel(ws, identity, frame.job_id);
       else await this.onResume(ws, identity, frame.job_id, frame.after);
     } catch (err) {
-      const code =
-        err instanceof ApiError && err.code === "dependency_unavailable" ? "dependency_unavailable" : "internal";
-      if (code === "internal") console.error(JSON.stringify({ msg: "chat frame failed", error: String(err) }));
+      const code = err instanceof ApiError && isChatErrorCode(err.code) ? err.code : "internal";
+      if (code === "internal") console.error(JSON.stringify({ msg: "chat frame failed", error: loggableError(err) }));
       const cmid = frame.type === "message" ? frame.client_message_id : undefined;
       send(ws, {
         ...errorFrame(code, code === "internal" ? "the frame could not be handled" : (err as Error).message),
@@ -188,15 +194,21 @@ export class ChatSessionObject extends DurableObject<Env> {
   private async onMessage(ws: WebSocket, identity: Identity, frame: ClientMessageFrame): Promise<void> {
     const policy = frame.multitask ?? socketState(ws).multitask;
     // A client_message_id that already became a job: the same job again, whatever is running.
-    const sent = (await this.ctx.storage.get<Record<string, string>>("messages")) ?? {};
+    // ...but only for the same content: another message under a used id is a client bug to report,
+    // not the old job to pretend was its answer.
+    const sent = await this.sentMessages();
     const sentJob = sent[frame.client_message_id];
     if (sentJob) {
-      const job = await this.backend.findJob(identity.tenantId, sentJob);
+      if (typeof sentJob !== "string" && sentJob.hash !== (await chatRequestHash(frame.content))) {
+        return send(ws, mismatchFrame(frame.client_message_id));
+      }
+      const job = await this.backend.findJob(identity.tenantId, typeof sentJob === "string" ? sentJob : sentJob.job);
       if (job) return send(ws, { type: "job", job, client_message_id: frame.client_message_id });
     }
     const queue = (await this.ctx.storage.get<QueuedMessage[]>("queue")) ?? [];
     const alreadyQueued = queue.findIndex((q) => q.client_message_id === frame.client_message_id);
     if (alreadyQueued >= 0) {
+      if (queue[alreadyQueued]?.content !== frame.content) return send(ws, mismatchFrame(frame.client_message_id));
       return send(ws, { type: "queued", client_message_id: frame.client_message_id, position: alreadyQueued + 1 });
     }
     const active = await this.activeJob();
@@ -253,9 +265,10 @@ export class ChatSessionObject extends DurableObject<Env> {
       content: frame.content,
       clientMessageId: frame.client_message_id,
     });
-    const sent = (await this.ctx.storage.get<Record<string, string>>("messages")) ?? {};
-    if (sent[frame.client_message_id] !== job.id) {
-      sent[frame.client_message_id] = job.id;
+    const sent = await this.sentMessages();
+    const recorded = sent[frame.client_message_id];
+    if (recorded === undefined || typeof recorded === "string" || recorded.job !== job.id) {
+      sent[frame.client_message_id] = { job: job.id, hash: await chatRequestHash(frame.content) };
       const ids = Object.keys(sent);
       for (const old of ids.slice(0, Math.max(0, ids.length - SENT_MESSAGES_KEPT))) delete sent[old];
       await this.ctx.storage.put("messages", sent);
@@ -365,7 +378,7 @@ export class ChatSessionObject extends DurableObject<Env> {
         await this.submit(identity, next);
         return;
       } catch (err) {
-        console.warn(JSON.stringify({ msg: "queued chat message could not be submitted", error: String(err) }));
+        console.warn(JSON.stringify({ msg: "queued chat message could not be submitted", error: loggableError(err) }));
         this.broadcast({
           ...errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again"),
           client_message_id: next.client_message_id,
@@ -384,6 +397,11 @@ export class ChatSessionObject extends DurableObject<Env> {
     jobs[jobId] = { relayed: 0, finished: false };
     await this.saveJobs(jobs);
     return true;
+  }
+
+  /** client_message_id → its job and the hash of its content (a bare job id: stored before hashes were kept). */
+  private async sentMessages(): Promise<Record<string, string | SentMessage>> {
+    return (await this.ctx.storage.get<Record<string, string | SentMessage>>("messages")) ?? {};
   }
 
   private identity(): Promise<Identity | undefined> {
@@ -435,6 +453,13 @@ function isFinalState(state: JobView["state"]): boolean {
 function socketState(ws: WebSocket): SocketState {
   const s = ws.deserializeAttachment() as SocketState | null;
   return s ?? { multitask: "queue", cursors: {} };
+}
+
+function mismatchFrame(clientMessageId: string) {
+  return {
+    ...errorFrame("idempotency_mismatch", "client_message_id was already used with different content"),
+    client_message_id: clientMessageId,
+  };
 }
 
 function errorFrame(code: Extract<ServerFrame, { type: "error" }>["error"]["code"], message: string) {

@@ -6,6 +6,7 @@ import { sql } from "drizzle-orm";
 import { Hono } from "hono";
 import { ConfigError, loadConfig } from "../config";
 import { createDeps, withTimeout } from "../deps";
+import { loggableError } from "../log";
 import type { GatewayEnv } from "../types";
 
 /** Long enough for a cold Neon HTTP round trip (~100s of ms), short enough for a load balancer probe. */
@@ -18,7 +19,7 @@ async function probe(work: () => Promise<unknown>, what: string): Promise<Check>
     await withTimeout(work(), READY_TIMEOUT_MS, what);
     return "ok";
   } catch (err) {
-    console.warn(JSON.stringify({ msg: "readiness check failed", dependency: what, error: String(err) }));
+    console.warn(JSON.stringify({ msg: "readiness check failed", dependency: what, error: loggableError(err) }));
     return "unavailable";
   }
 }

@@ -8,6 +8,7 @@ import { ApiError, CreateJobBodySchema, ListJobsQuerySchema } from "../../src/co
 import { createJob, decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps, withTimeout } from "../deps";
+import { loggableError } from "../log";
 import { readJsonBody, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
 
@@ -26,7 +27,7 @@ export async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
       JSON.stringify({
         msg: "ready index ZADD failed; hosts will find the job in Postgres",
         jobId,
-        error: String(err),
+        error: loggableError(err),
       }),
     );
   }

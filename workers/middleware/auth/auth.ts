@@ -1,7 +1,9 @@
 /**
- * API-key authentication for /v1: `Authorization: Bearer <key>`, or `?token=<key>` on a
- * WebSocket upgrade (browsers cannot set headers there). Malformed keys are refused without a
- * database query; unknown and revoked keys look the same to the caller (401).
+ * API-key authentication for /v1: `Authorization: Bearer <key>`, or `?token=<key>` on the chat
+ * WebSocket upgrade only (browsers cannot set headers there). A key anywhere else in a URL is
+ * refused, not ignored: URLs end up in proxy and access logs, so a client sending one should
+ * learn it at once. Malformed keys are refused without a database query; unknown and revoked
+ * keys look the same to the caller (401).
  */
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts";
@@ -11,14 +13,38 @@ import { callDependency } from "../../deps";
 import type { GatewayEnv } from "../../types";
 import { cachedTenant, rememberTenant } from "./tenant-cache";
 
-function presentedKey(req: Request): string | null {
+/** The one route that may carry a credential in its URL: GET /v1/conversations/:id/ws. */
+const URL_CREDENTIAL_ROUTE = /^\/v1\/conversations\/[^/]+\/ws$/;
+const URL_CREDENTIAL_PARAM = "token";
+
+/** Where a request's credential came from; each source is one small function, tried in order. */
+type CredentialSource = (req: Request, url: URL) => string | null;
+
+const bearerHeader: CredentialSource = (req) => {
   const header = req.headers.get("authorization");
-  if (header !== null) {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    return match?.[1] ?? null;
+  if (header === null) return null;
+  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? "";
+};
+
+const webSocketUrlToken: CredentialSource = (req, url) => {
+  if (!URL_CREDENTIAL_ROUTE.test(url.pathname)) return null;
+  if (req.headers.get("upgrade")?.toLowerCase() !== "websocket") return null;
+  return url.searchParams.get(URL_CREDENTIAL_PARAM);
+};
+
+const CREDENTIAL_SOURCES: readonly CredentialSource[] = [bearerHeader, webSocketUrlToken];
+
+function presentedKey(req: Request): string | null {
+  const url = new URL(req.url);
+  if (url.searchParams.has(URL_CREDENTIAL_PARAM) && !URL_CREDENTIAL_ROUTE.test(url.pathname)) {
+    throw new ApiError(
+      "unauthorized",
+      "an API key in the URL (?token=) is accepted only on the WebSocket route; send Authorization: Bearer <key>",
+    );
   }
-  if (req.headers.get("upgrade")?.toLowerCase() === "websocket") {
-    return new URL(req.url).searchParams.get("token");
+  for (const source of CREDENTIAL_SOURCES) {
+    const key = source(req, url);
+    if (key !== null) return key;
   }
   return null;
 }

@@ -6,6 +6,7 @@ import type { Context, ErrorHandler, NotFoundHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contracts";
+import { loggableError, loggableStack } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 export function errorResponse(c: Context, err: ApiError): Response {
@@ -29,21 +30,6 @@ function internalError(cause: unknown): ApiError {
   return new ApiError("internal", "internal error; the request was not completed", { cause });
 }
 
-/**
- * What the log keeps of a cause: each message down the `cause` chain, with drizzle's
- * "params: …" tail cut off (it would copy API-key hashes and job input into the logs).
- */
-function describeCause(err: unknown): { error: string; stack?: string } {
-  const messages: string[] = [];
-  let deepest: unknown = err;
-  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    messages.push(String(e instanceof Error ? `${e.name}: ${e.message}` : e).replace(/\nparams:[\s\S]*$/, ""));
-    deepest = e;
-  }
-  const stack = deepest instanceof Error ? deepest.stack?.split("\n").slice(1, 6).join("\n") : undefined;
-  return { error: messages.join(" <- "), stack };
-}
-
 export const handleError: ErrorHandler<GatewayEnv> = (err, c) => {
   const apiError =
     err instanceof ApiError ? err : err instanceof HTTPException ? fromHttpException(err) : internalError(err);
@@ -55,7 +41,8 @@ export const handleError: ErrorHandler<GatewayEnv> = (err, c) => {
         method: c.req.method,
         path: c.req.path,
         code: apiError.code,
-        ...describeCause(apiError.cause ?? err),
+        error: loggableError(apiError.cause ?? err),
+        stack: loggableStack(apiError.cause ?? err),
       }),
     );
   }

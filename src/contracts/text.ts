@@ -1,0 +1,56 @@
+/**
+ * The one rule for every string a client sends: Postgres `text` and `jsonb` cannot hold U+0000,
+ * and `jsonb` (and any UTF-8 encoder) refuses a lone UTF-16 surrogate, which JSON's `\ud800`
+ * escape lets a client smuggle past the gateway's UTF-8 check. Such a value would pass
+ * validation and then fail inside the INSERT as a 500; refused here it is a 400 that names the
+ * field. Every request schema's string fields use `text()`, and free-form JSON (metadata) is
+ * walked with `refineStorableJson`, keys included.
+ */
+import { z } from "zod";
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+export const UNSTORABLE_TEXT_MESSAGE = "must not contain a NUL character (\\u0000) or an unpaired UTF-16 surrogate";
+
+export function isStorableText(s: string): boolean {
+  return !s.includes("\u0000") && !LONE_SURROGATE.test(s);
+}
+
+/** A string schema that refuses what Postgres cannot store; chain `.min()`, `.max()`, `.regex()` as usual. */
+export function text() {
+  return z.string().refine(isStorableText, UNSTORABLE_TEXT_MESSAGE);
+}
+
+export interface UnstorableAt {
+  path: PropertyKey[];
+  /** A key is reported at its object's path: the key itself is not echoed back. */
+  isKey: boolean;
+}
+
+/** Where the first unstorable string (object keys included) inside a JSON value is, or null. */
+export function findUnstorable(value: unknown, path: PropertyKey[] = []): UnstorableAt | null {
+  if (typeof value === "string") return isStorableText(value) ? null : { path, isKey: false };
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = findUnstorable(value[i], [...path, i]);
+      if (found) return found;
+    }
+    return null;
+  }
+  if (value !== null && typeof value === "object") {
+    for (const [k, v] of Object.entries(value)) {
+      if (!isStorableText(k)) return { path, isKey: true };
+      const found = findUnstorable(v, [...path, k]);
+      if (found) return found;
+    }
+  }
+  return null;
+}
+
+/** For `.superRefine`: reports the first unstorable string of a free-form JSON value at its own path. */
+export function refineStorableJson(value: unknown, ctx: z.RefinementCtx): void {
+  const found = findUnstorable(value);
+  if (!found) return;
+  const message = found.isKey ? `a key ${UNSTORABLE_TEXT_MESSAGE}` : UNSTORABLE_TEXT_MESSAGE;
+  ctx.addIssue({ code: "custom", message, path: found.path });
+}

@@ -7,11 +7,12 @@
  * second step.
  */
 import { sql } from "drizzle-orm";
+import type { CancelOutcome, InputStatus } from "../contracts/job";
 import type { Db } from "./client";
 import { resultRows } from "./client";
 import { isJobId } from "./jobs-repo";
 
-export type CancelStatus = "cancelled" | "requested" | "already_finished" | "not_found";
+export type CancelStatus = CancelOutcome | "not_found";
 
 export async function requestCancel(db: Db, tenantId: string, jobId: string): Promise<CancelStatus> {
   if (!isJobId(jobId)) return "not_found";
@@ -39,7 +40,7 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
   return rows[0]?.outcome ?? "not_found";
 }
 
-export type InputStatus = "requested" | "accepted" | "applied" | "already_finished";
+export type { InputStatus };
 
 export interface InputRecord {
   id: string;

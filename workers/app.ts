@@ -1,6 +1,6 @@
 /**
  * The gateway's Hono app: auth, validation and routing only; it never executes agents.
- * /healthz and /readyz need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an API key.
+ * /healthz, /readyz and /openapi.json need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an API key.
  */
 import { Hono } from "hono";
 import { apiKeyAuth } from "./middleware/auth";
@@ -12,6 +12,7 @@ import { internalEventRoutes } from "./routes/internal-events";
 import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
+import { openApiRoutes } from "./routes/openapi";
 import type { GatewayEnv } from "./types";
 
 export function createApp() {
@@ -20,6 +21,7 @@ export function createApp() {
   app.notFound(handleNotFound);
 
   app.route("/", healthRoutes);
+  app.route("/", openApiRoutes);
 
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);

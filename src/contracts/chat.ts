@@ -3,8 +3,8 @@
  * these schemas; a frame that fails gets an `error` frame and the connection stays open.
  */
 import { z } from "zod";
-import type { EventEnvelope } from "./events";
-import { type JobView, LIMITS } from "./job";
+import { EventEnvelopeSchema } from "./events";
+import { CANCEL_OUTCOMES, JobViewSchema, LatencyViewSchema, LIMITS } from "./job";
 import { text } from "./text";
 
 export const MULTITASK_POLICIES = ["queue", "reject", "interrupt"] as const;
@@ -60,9 +60,47 @@ export function isChatErrorCode(code: string): code is ChatErrorCode {
   return code !== "internal" && (CHAT_ERROR_CODES as readonly string[]).includes(code);
 }
 
-export type ServerFrame =
-  | { type: "job"; job: JobView; client_message_id?: string }
-  | { type: "event"; offset: number; event: EventEnvelope }
-  | { type: "queued"; client_message_id: string; position: number }
-  | { type: "cancel"; job_id: string; status: "cancelled" | "requested" | "already_finished" | "not_found" }
-  | { type: "error"; error: { code: ChatErrorCode; message: string }; client_message_id?: string };
+export const ServerJobFrameSchema = z.object({
+  type: z.literal("job"),
+  job: JobViewSchema,
+  client_message_id: z.string().optional(),
+});
+export const ServerEventFrameSchema = z.object({
+  type: z.literal("event"),
+  offset: z.number().int().min(1),
+  event: EventEnvelopeSchema,
+});
+export const ServerQueuedFrameSchema = z.object({
+  type: z.literal("queued"),
+  client_message_id: z.string(),
+  position: z.number().int().min(1),
+});
+export const ServerCancelFrameSchema = z.object({
+  type: z.literal("cancel"),
+  job_id: z.string(),
+  status: z.enum([...CANCEL_OUTCOMES, "not_found"]),
+});
+export const ServerErrorFrameSchema = z.object({
+  type: z.literal("error"),
+  error: z.object({ code: z.enum(CHAT_ERROR_CODES), message: z.string() }),
+  client_message_id: z.string().optional(),
+});
+export const ServerFrameSchema = z.discriminatedUnion("type", [
+  ServerJobFrameSchema,
+  ServerEventFrameSchema,
+  ServerQueuedFrameSchema,
+  ServerCancelFrameSchema,
+  ServerErrorFrameSchema,
+]);
+export type ServerFrame = z.infer<typeof ServerFrameSchema>;
+
+/** One turn of GET /v1/conversations/:id/messages: a job's user input, then its answer. */
+export const ConversationMessageSchema = z.object({
+  role: z.enum(["user", "assistant"]),
+  content: z.string(),
+  job_id: z.uuid(),
+  /** The job's latency for an answer; null on the user's turn. */
+  latency: LatencyViewSchema.nullable(),
+});
+export type ConversationMessage = z.infer<typeof ConversationMessageSchema>;
+export const ConversationMessagesSchema = z.object({ messages: z.array(ConversationMessageSchema) });

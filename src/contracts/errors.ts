@@ -2,6 +2,8 @@
  * The closed set of error codes the public API returns, with the HTTP status each maps to.
  * One table, read by the gateway's single error handler, so a code can never drift from its status.
  */
+import { z } from "zod";
+
 export const ERROR_STATUS = {
   invalid_json: 400,
   invalid_request: 400,
@@ -19,9 +21,12 @@ export const ERROR_STATUS = {
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-export interface ApiErrorBody {
-  error: { code: ErrorCode | string; message: string };
-}
+/** The codes of ERROR_STATUS as a list (for schemas); the table stays the one home. */
+export const ERROR_CODES = Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]];
+
+/** Every error answer of the API: `{"error": {"code", "message"}}`, never a stack trace. */
+export const ErrorBodySchema = z.object({ error: z.object({ code: z.enum(ERROR_CODES), message: z.string() }) });
+export type ApiErrorBody = z.infer<typeof ErrorBodySchema>;
 
 /** A typed error that crosses a boundary: code + human message (+ cause for logs, never sent). */
 export class ApiError extends Error {

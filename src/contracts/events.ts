@@ -63,21 +63,31 @@ export const IngestMultiSchema = z.object({
 });
 export type IngestMulti = z.infer<typeof IngestMultiSchema>;
 
-/** The answer to a multi-job request: one result per batch, in request order. */
-export type IngestMultiResult =
-  | { job_id: string; status: 200; ack: IngestAck }
-  | {
-      job_id: string;
-      status: 400 | 409 | 503;
-      error: { code: "invalid_request" | "conflict" | "dependency_unavailable"; message: string };
-    };
-
-export interface IngestAck {
+export const IngestAckSchema = z.object({
   /** Highest seq of this execution that the projector holds durably (contiguous from 1). */
-  acked_seq: number;
-  accepted: number;
-  duplicates: number;
-}
+  acked_seq: z.number().int().min(0),
+  /** Events appended by this batch. */
+  accepted: z.number().int().min(0),
+  /** Events already held (dropped). */
+  duplicates: z.number().int().min(0),
+  /** Events of this execution held past a gap, not acknowledged yet. */
+  buffered: z.number().int().min(0),
+  /** Events refused because the gap buffer is full; the host resends them. */
+  deferred: z.number().int().min(0),
+});
+export type IngestAck = z.infer<typeof IngestAckSchema>;
+
+/** The answer to a multi-job request: one result per batch, in request order. */
+export const IngestMultiResultSchema = z.discriminatedUnion("status", [
+  z.object({ job_id: z.string(), status: z.literal(200), ack: IngestAckSchema }),
+  z.object({
+    job_id: z.string(),
+    status: z.literal([400, 409, 503]),
+    error: z.object({ code: z.enum(["invalid_request", "conflict", "dependency_unavailable"]), message: z.string() }),
+  }),
+]);
+export type IngestMultiResult = z.infer<typeof IngestMultiResultSchema>;
+export const IngestMultiAnswerSchema = z.object({ results: z.array(IngestMultiResultSchema) });
 
 /** An event as stored and served: the envelope plus the projector's per-job offset. */
 export interface StoredEvent {

@@ -81,10 +81,8 @@ export const ListJobsQuerySchema = z.object({
   cursor: text().max(200).optional(),
 });
 
-export interface JobError {
-  code: string;
-  message: string;
-}
+export const JobErrorSchema = z.object({ code: z.string(), message: z.string() });
+export type JobError = z.infer<typeof JobErrorSchema>;
 
 /**
  * Failure codes whose message is the system's own detail (an exception's text, the container
@@ -104,34 +102,66 @@ export function tenantJobError(error: JobError): JobError {
   return generic === undefined ? error : { code: error.code, message: generic };
 }
 
-export interface LatencyView {
-  dispatch_latency_ms: number | null;
-  preparation_latency_ms: number | null;
-  model_first_output_latency_ms: number | null;
-  first_output_latency_ms: number | null;
-  total_latency_ms: number | null;
-}
+const latencyMs = z.number().int().min(0).nullable();
+export const LatencyViewSchema = z.object({
+  dispatch_latency_ms: latencyMs,
+  preparation_latency_ms: latencyMs,
+  model_first_output_latency_ms: latencyMs,
+  first_output_latency_ms: latencyMs,
+  total_latency_ms: latencyMs,
+});
+export type LatencyView = z.infer<typeof LatencyViewSchema>;
 
-/** The public Job of API.md. */
-export interface JobView {
-  id: string;
-  conversation_id: string | null;
-  state: JobState;
-  claimed: boolean;
-  epoch: number;
-  execution_id: string | null;
-  output: string | null;
-  error: JobError | null;
-  created_at: string;
-  started_at: string | null;
-  prepared_at: string | null;
-  first_output_at: string | null;
-  finished_at: string | null;
-  latency: LatencyView;
-  model: string | null;
-  tools: ToolName[];
-  metadata: Record<string, unknown>;
-}
+const isoTime = z.iso.datetime();
+
+/** The public Job every job route and chat `job` frame returns (built by src/db/job-view.ts). */
+export const JobViewSchema = z.object({
+  id: z.uuid(),
+  conversation_id: z.string().nullable(),
+  state: z.enum(JOB_STATES),
+  claimed: z.boolean(),
+  epoch: z.number().int().min(0),
+  execution_id: z.uuid().nullable(),
+  output: z.string().nullable(),
+  error: JobErrorSchema.nullable(),
+  created_at: isoTime,
+  started_at: isoTime.nullable(),
+  prepared_at: isoTime.nullable(),
+  first_output_at: isoTime.nullable(),
+  finished_at: isoTime.nullable(),
+  latency: LatencyViewSchema,
+  model: z.string().nullable(),
+  tools: z.array(z.enum(TOOL_NAMES)),
+  metadata: z.record(z.string(), z.unknown()),
+});
+export type JobView = z.infer<typeof JobViewSchema>;
+
+/** The answer of POST /v1/jobs and GET /v1/jobs/:id. */
+export const JobAnswerSchema = z.object({ job: JobViewSchema });
+
+/** A page of GET /v1/jobs; `next_cursor` is null on the last page. */
+export const JobPageSchema = z.object({ jobs: z.array(JobViewSchema), next_cursor: z.string().nullable() });
+
+/** What a cancel did: the job was cancelled here, its owner was asked to stop, or it had already ended. */
+export const CANCEL_OUTCOMES = ["cancelled", "requested", "already_finished"] as const;
+export type CancelOutcome = (typeof CANCEL_OUTCOMES)[number];
+export const CancelAnswerSchema = z.object({ status: z.enum(CANCEL_OUTCOMES) });
+
+/** An input's life: requested → accepted (its owner took it) → applied; already_finished if the job ended first. */
+export const INPUT_STATUSES = ["requested", "accepted", "applied", "already_finished"] as const;
+export type InputStatus = (typeof INPUT_STATUSES)[number];
+export const InputAnswerSchema = z.object({ input_id: z.uuid(), status: z.enum(INPUT_STATUSES) });
+
+export const InputViewSchema = z.object({
+  input_id: z.uuid(),
+  status: z.enum(INPUT_STATUSES),
+  content: z.string(),
+  created_at: isoTime,
+  accepted_at: isoTime.nullable(),
+  applied_at: isoTime.nullable(),
+});
+export type InputView = z.infer<typeof InputViewSchema>;
+export const InputListSchema = z.object({ inputs: z.array(InputViewSchema) });
 
 export const JobInputBodySchema = z
   .object({

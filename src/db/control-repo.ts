@@ -8,13 +8,13 @@
  */
 import { sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
-import { LIMITS } from "../contracts/job";
+import { type CancelOutcome, type InputStatus, LIMITS } from "../contracts/job";
 import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
 import { resultRows } from "./client";
 import { idempotencyMismatch, isJobId } from "./jobs-repo";
 
-export type CancelStatus = "cancelled" | "requested" | "already_finished" | "not_found";
+export type CancelStatus = CancelOutcome | "not_found";
 
 export async function requestCancel(db: Db, tenantId: string, jobId: string): Promise<CancelStatus> {
   if (!isJobId(jobId)) return "not_found";
@@ -42,7 +42,7 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
   return rows[0]?.outcome ?? "not_found";
 }
 
-export type InputStatus = "requested" | "accepted" | "applied" | "already_finished";
+export type { InputStatus };
 
 export interface InputRecord {
   id: string;

@@ -5,18 +5,13 @@
  * the user's turn, its output the assistant's answer, with latency from the one serializer.
  */
 import { and, asc, desc, eq } from "drizzle-orm";
-import type { ChatMessage, LatencyView } from "../contracts/job";
+import type { ConversationMessage } from "../contracts/chat";
+import type { ChatMessage } from "../contracts/job";
 import type { Db } from "./client";
 import { toJobView } from "./job-view";
 import { type JobRow, jobs } from "./schema";
 
-export interface ConversationMessage {
-  role: "user" | "assistant";
-  content: string;
-  job_id: string;
-  /** The job's latency for an answer; null on the user's turn. */
-  latency: LatencyView | null;
-}
+export type { ConversationMessage };
 
 /** The most recent `limit` jobs of a conversation, oldest first. */
 export async function listConversationJobs(

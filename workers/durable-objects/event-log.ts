@@ -42,13 +42,8 @@ export interface LoggedEvent {
   body: string;
 }
 
-/** The ingest acknowledgement plus what the gap buffer did with the rest of the batch. */
-export interface ProjectorAck extends IngestAck {
-  /** Events of this execution held past a gap (not acknowledged until the gap is filled). */
-  buffered: number;
-  /** Events of this batch refused because the gap buffer was full; the host resends them. */
-  deferred: number;
-}
+/** The ingest acknowledgement, with what the gap buffer did with the rest of the batch. */
+export type ProjectorAck = IngestAck;
 
 export type IngestRejection = "replayed_nonce" | "stale_epoch" | "epoch_taken" | "job_finished" | "invalid_batch";
 

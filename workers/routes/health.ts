@@ -4,6 +4,7 @@
  */
 import { sql } from "drizzle-orm";
 import { Hono } from "hono";
+import type { Readiness } from "../../src/contracts/health";
 import { ConfigError, loadConfig } from "../config";
 import { createDeps, withTimeout } from "../deps";
 import { loggableError } from "../log";
@@ -34,7 +35,10 @@ export const healthRoutes = new Hono<GatewayEnv>()
       if (!(err instanceof ConfigError)) throw err;
       console.error(JSON.stringify({ msg: "readiness: invalid configuration", error: err.message }));
       return c.json(
-        { ok: false, error: { code: "dependency_unavailable", message: "the gateway is misconfigured" } },
+        {
+          ok: false,
+          error: { code: "dependency_unavailable", message: "the gateway is misconfigured" },
+        } satisfies Readiness,
         503,
       );
     }
@@ -42,7 +46,7 @@ export const healthRoutes = new Hono<GatewayEnv>()
       probe(() => deps.db().execute(sql`select 1`), "postgres"),
       probe(() => deps.redis().ping(), "redis"),
     ]);
-    if (postgres === "ok" && redis === "ok") return c.json({ ok: true, postgres, redis });
+    if (postgres === "ok" && redis === "ok") return c.json({ ok: true, postgres, redis } satisfies Readiness);
     const down = [postgres === "ok" ? null : "postgres", redis === "ok" ? null : "redis"].filter(Boolean);
     return c.json(
       {
@@ -50,7 +54,7 @@ export const healthRoutes = new Hono<GatewayEnv>()
         postgres,
         redis,
         error: { code: "dependency_unavailable", message: `${down.join(" and ")} did not answer` },
-      },
+      } satisfies Readiness,
       503,
     );
   });

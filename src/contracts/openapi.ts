@@ -1,0 +1,509 @@
+/**
+ * The OpenAPI 3.1 document of the gateway, assembled from the zod contracts of this folder: every
+ * request and response body is one of their schemas (z.toJSONSchema), every error code comes
+ * from ERROR_STATUS and every event type from EVENT_TYPES. What the schemas cannot say (which
+ * route answers which status, auth, the SSE and WebSocket protocols) is declared here once per
+ * operation. test/workers/openapi.test.ts fails when a route of the app has no operation here or
+ * an operation has no route; test/unit/openapi.test.ts validates the document.
+ *
+ * Runtime-neutral (no Node imports): the gateway builds it in workerd for GET /openapi.json.
+ */
+import { z } from "zod";
+import {
+  CHAT_ERROR_CODES,
+  ClientFrameSchema,
+  ConversationMessagesSchema,
+  MULTITASK_POLICIES,
+  ServerFrameSchema,
+} from "./chat";
+import { ERROR_CODES, ERROR_STATUS, ErrorBodySchema, type ErrorCode } from "./errors";
+import {
+  EVENT_TYPES,
+  EventEnvelopeSchema,
+  INTERNAL_HEADERS,
+  IngestAckSchema,
+  IngestBatchSchema,
+  IngestMultiAnswerSchema,
+  IngestMultiSchema,
+  TERMINAL_EVENT_TYPES,
+} from "./events";
+import { HealthSchema, ReadinessSchema } from "./health";
+import {
+  CancelAnswerSchema,
+  CreateJobBodySchema,
+  InputAnswerSchema,
+  InputListSchema,
+  JobAnswerSchema,
+  JobInputBodySchema,
+  JobPageSchema,
+  JobViewSchema,
+  ListJobsQuerySchema,
+} from "./job";
+
+type JsonSchema = Record<string, unknown>;
+type Status = number;
+
+/**
+ * Components, named. Request bodies are converted as zod *parses* them (io "input": a field with
+ * a default is optional, a non-strict object allows unknown keys, which are dropped); responses as
+ * the gateway *sends* them (io "output": every field present, nothing extra).
+ */
+const REQUEST_SCHEMAS = {
+  CreateJobBody: CreateJobBodySchema,
+  JobInputBody: JobInputBodySchema,
+  IngestBatch: IngestBatchSchema,
+  IngestMulti: IngestMultiSchema,
+  ClientFrame: ClientFrameSchema,
+} as const;
+
+const RESPONSE_SCHEMAS = {
+  ErrorBody: ErrorBodySchema,
+  Job: JobViewSchema,
+  JobAnswer: JobAnswerSchema,
+  JobPage: JobPageSchema,
+  CancelAnswer: CancelAnswerSchema,
+  InputAnswer: InputAnswerSchema,
+  InputList: InputListSchema,
+  EventEnvelope: EventEnvelopeSchema,
+  ConversationMessages: ConversationMessagesSchema,
+  ServerFrame: ServerFrameSchema,
+  Health: HealthSchema,
+  Readiness: ReadinessSchema,
+  IngestAck: IngestAckSchema,
+  IngestMultiAnswer: IngestMultiAnswerSchema,
+} as const;
+
+type SchemaName = keyof typeof REQUEST_SCHEMAS | keyof typeof RESPONSE_SCHEMAS;
+
+const ref = (name: SchemaName): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
+
+function components(schemas: Record<string, z.ZodType>, io: "input" | "output"): Record<string, JsonSchema> {
+  const registry = z.registry<{ id: string }>();
+  for (const [id, schema] of Object.entries(schemas)) registry.add(schema, { id });
+  const out = z.toJSONSchema(registry, { io, uri: (id) => `#/components/schemas/${id}` }).schemas;
+  // Each component comes out as a standalone document; inside OpenAPI the dialect is the
+  // document's (jsonSchemaDialect), and a fragment-only $id is not a valid 2020-12 $id.
+  for (const s of Object.values(out)) {
+    delete s.$schema;
+    delete s.$id;
+  }
+  return out as Record<string, JsonSchema>;
+}
+
+/** One schema, inline (no $schema: the document's dialect applies). */
+function inline(schema: z.ZodType): JsonSchema {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: "input" });
+  return rest;
+}
+
+/** Query parameters from a zod object, required exactly when zod requires them on input. */
+function queryParameters(schema: z.ZodObject): JsonSchema[] {
+  const json = z.toJSONSchema(schema, { io: "input" }) as {
+    properties: Record<string, JsonSchema>;
+    required?: string[];
+  };
+  return Object.entries(json.properties).map(([name, s]) => ({
+    name,
+    in: "query",
+    required: json.required?.includes(name) ?? false,
+    schema: s,
+  }));
+}
+
+interface Success {
+  status: Status;
+  description: string;
+  /** A JSON body; omitted for answers that are not JSON (SSE, the WebSocket upgrade). */
+  schema?: JsonSchema;
+  content?: Record<string, unknown>;
+  extensions?: Record<string, unknown>;
+}
+
+interface Operation {
+  method: "get" | "post";
+  /** OpenAPI template (`{id}`), matched against the app's `/:id` routes by the workers test. */
+  path: string;
+  operationId: string;
+  tag: "jobs" | "events" | "conversations" | "health" | "internal";
+  summary: string;
+  description?: string;
+  auth: "none" | "api_key" | "api_key_or_token" | "signature";
+  parameters?: JsonSchema[];
+  body?: JsonSchema;
+  responses: Success[];
+  /** Error codes this operation can answer; grouped by their ERROR_STATUS into responses. */
+  errors: ErrorCode[];
+  extensions?: Record<string, unknown>;
+}
+
+/** Every /v1 route: the key lookup (401, or 503 when Postgres is away) and the catch-all 500. */
+const V1_ERRORS: ErrorCode[] = ["unauthorized", "dependency_unavailable", "internal"];
+/** Every route that reads a JSON body (workers/request/body.ts). */
+const BODY_ERRORS: ErrorCode[] = ["invalid_json", "invalid_request", "payload_too_large", "unsupported_media_type"];
+
+const jobIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The job id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+const conversationIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The client's conversation id, scoped by tenant; a malformed id answers 404 not_found.",
+  schema: inline(CreateJobBodySchema.shape.conversation_id),
+};
+
+const json = (schema: JsonSchema) => ({ "application/json": { schema } });
+
+const OPERATIONS: Operation[] = [
+  {
+    method: "get",
+    path: "/healthz",
+    operationId: "health",
+    tag: "health",
+    summary: "Liveness: answers whenever the Worker runs",
+    auth: "none",
+    responses: [{ status: 200, description: "The Worker runs.", schema: ref("Health") }],
+    errors: [],
+  },
+  {
+    method: "get",
+    path: "/readyz",
+    operationId: "ready",
+    tag: "health",
+    summary: "Readiness: Postgres and Redis both answer",
+    auth: "none",
+    responses: [
+      { status: 200, description: "Both dependencies answered.", schema: ref("Readiness") },
+      {
+        status: 503,
+        description:
+          "A dependency did not answer (named, with `error.code` dependency_unavailable), or the gateway is misconfigured (only `ok` and `error`).",
+        schema: ref("Readiness"),
+      },
+    ],
+    errors: ["internal"],
+  },
+  {
+    method: "get",
+    path: "/openapi.json",
+    operationId: "openapi",
+    tag: "health",
+    summary: "This document (OpenAPI 3.1, generated from src/contracts)",
+    auth: "none",
+    responses: [{ status: 200, description: "The OpenAPI document.", schema: { type: "object" } }],
+    errors: ["internal"],
+  },
+  {
+    method: "post",
+    path: "/v1/jobs",
+    operationId: "createJob",
+    tag: "jobs",
+    summary: "Submit a job",
+    description:
+      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
+    auth: "api_key",
+    body: ref("CreateJobBody"),
+    responses: [
+      { status: 202, description: "A new job, state `queued`.", schema: ref("JobAnswer") },
+      {
+        status: 200,
+        description: "`idempotency_key` names a job this tenant already created: that job, as it is now.",
+        schema: ref("JobAnswer"),
+      },
+    ],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/jobs",
+    operationId: "listJobs",
+    tag: "jobs",
+    summary: "The tenant's jobs, newest first, keyset-paginated",
+    auth: "api_key",
+    parameters: queryParameters(ListJobsQuerySchema),
+    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("JobPage") }],
+    errors: ["invalid_request", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/jobs/{id}",
+    operationId: "getJob",
+    tag: "jobs",
+    summary: "One job",
+    auth: "api_key",
+    parameters: [jobIdParam],
+    responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/jobs/{id}/cancel",
+    operationId: "cancelJob",
+    tag: "jobs",
+    summary: "Cancel a job (no body)",
+    description: "Committed in Postgres first; a claimed or running job's owner then stops it. Repeating is harmless.",
+    auth: "api_key",
+    parameters: [jobIdParam],
+    responses: [{ status: 202, description: "What the cancel did.", schema: ref("CancelAnswer") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/jobs/{id}/input",
+    operationId: "sendJobInput",
+    tag: "jobs",
+    summary: "Send a user message to a queued or running job",
+    description: "Its owner applies it at the next model-turn boundary.",
+    auth: "api_key",
+    parameters: [jobIdParam],
+    body: ref("JobInputBody"),
+    responses: [
+      { status: 202, description: "Stored (`already_finished` if the job had ended).", schema: ref("InputAnswer") },
+      {
+        status: 200,
+        description: "The `idempotency_key` was used before on this job: that input, with its current status.",
+        schema: ref("InputAnswer"),
+      },
+    ],
+    errors: ["not_found", ...BODY_ERRORS, "idempotency_mismatch", "input_limit_reached", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/jobs/{id}/inputs",
+    operationId: "listJobInputs",
+    tag: "jobs",
+    summary: "A job's inputs in arrival order",
+    auth: "api_key",
+    parameters: [jobIdParam],
+    responses: [{ status: 200, description: "The inputs.", schema: ref("InputList") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/jobs/{id}/events",
+    operationId: "streamJobEvents",
+    tag: "events",
+    summary: "The job's events as Server-Sent Events, from its durable log, then live",
+    description:
+      "One SSE frame per event: `id` is the job's event offset (from 1, no gaps), `event` the event type, `data` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with `Last-Event-ID` (wins) or `after`: only events with a larger id follow.",
+    auth: "api_key",
+    parameters: [
+      jobIdParam,
+      {
+        name: "Last-Event-ID",
+        in: "header",
+        required: false,
+        description: "Resume after this event id (a non-negative integer).",
+        schema: { type: "string" },
+      },
+      {
+        name: "after",
+        in: "query",
+        required: false,
+        description: "Resume after this event id, when the client cannot set Last-Event-ID.",
+        schema: { type: "string" },
+      },
+    ],
+    responses: [
+      {
+        status: 200,
+        description: "The event stream.",
+        content: {
+          "text/event-stream": {
+            schema: { type: "string", description: "SSE frames; each `data` line is an EventEnvelope." },
+          },
+        },
+        extensions: {
+          "x-sse-data": ref("EventEnvelope"),
+          "x-sse-event-types": [...EVENT_TYPES],
+          "x-sse-terminal-event-types": [...TERMINAL_EVENT_TYPES],
+        },
+      },
+    ],
+    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/conversations/{id}/ws",
+    operationId: "chatSocket",
+    tag: "conversations",
+    summary: "The conversation's chat WebSocket",
+    description:
+      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad key is a JSON 401 before any upgrade.",
+    auth: "api_key_or_token",
+    parameters: [
+      conversationIdParam,
+      {
+        name: "multitask",
+        in: "query",
+        required: false,
+        description: "The connection's default policy while a job of the conversation runs.",
+        schema: { type: "string", enum: [...MULTITASK_POLICIES], default: "queue" },
+      },
+      {
+        name: "Upgrade",
+        in: "header",
+        required: true,
+        schema: { type: "string", const: "websocket" },
+      },
+    ],
+    responses: [{ status: 101, description: "Switched to the WebSocket protocol." }],
+    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+    extensions: {
+      "x-websocket": {
+        "client-frames": ref("ClientFrame"),
+        "server-frames": ref("ServerFrame"),
+        "error-frame-codes": [...CHAT_ERROR_CODES],
+      },
+    },
+  },
+  {
+    method: "get",
+    path: "/v1/conversations/{id}/messages",
+    operationId: "conversationMessages",
+    tag: "conversations",
+    summary: "The conversation's turns, oldest first, from its jobs",
+    auth: "api_key",
+    parameters: [conversationIdParam],
+    responses: [{ status: 200, description: "The turns.", schema: ref("ConversationMessages") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/internal/events",
+    operationId: "ingestEvents",
+    tag: "internal",
+    summary: "Hosts deliver outbox batches (signed; not for API clients)",
+    description:
+      "The signature is checked over the raw body before anything is parsed. One job's batch answers its ack (or the error with that status); a multi-job request answers 200 with one result per batch, in request order.",
+    auth: "signature",
+    parameters: [
+      {
+        name: INTERNAL_HEADERS.timestamp,
+        in: "header",
+        required: true,
+        description: "Milliseconds since the epoch; must be close to the gateway's clock.",
+        schema: { type: "string" },
+      },
+      {
+        name: INTERNAL_HEADERS.nonce,
+        in: "header",
+        required: true,
+        description: "A fresh UUID per request; a repeated one is refused.",
+        schema: { type: "string" },
+      },
+    ],
+    body: { oneOf: [ref("IngestBatch"), ref("IngestMulti")] },
+    responses: [
+      {
+        status: 200,
+        description: "The batch's ack (one job), or one result per batch (many jobs).",
+        schema: { oneOf: [ref("IngestAck"), ref("IngestMultiAnswer")] },
+      },
+    ],
+    errors: [...BODY_ERRORS, "unauthorized", "conflict", "dependency_unavailable", "internal"],
+  },
+];
+
+const SECURITY: Record<Operation["auth"], JsonSchema[] | undefined> = {
+  none: [],
+  api_key: [{ apiKey: [] }],
+  api_key_or_token: [{ apiKey: [] }, { apiKeyQuery: [] }],
+  signature: [{ signature: [] }],
+};
+
+function errorResponses(op: Operation, taken: Set<Status>): Record<string, JsonSchema> {
+  const byStatus = new Map<Status, ErrorCode[]>();
+  for (const code of new Set(op.errors)) {
+    const status = ERROR_STATUS[code];
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+  }
+  const out: Record<string, JsonSchema> = {};
+  for (const [status, codes] of [...byStatus].sort(([a], [b]) => a - b)) {
+    if (taken.has(status)) throw new Error(`${op.operationId}: status ${status} is both a success and an error`);
+    out[String(status)] = {
+      description: `Error: ${codes.join(", ")}.`,
+      // The shared shape, narrowed to the codes this operation answers with this status.
+      content: json({
+        allOf: [ref("ErrorBody"), { properties: { error: { properties: { code: { enum: codes } } } } }],
+      }),
+    };
+  }
+  return out;
+}
+
+function operationObject(op: Operation): JsonSchema {
+  const responses: Record<string, JsonSchema> = {};
+  for (const r of op.responses) {
+    responses[String(r.status)] = {
+      description: r.description,
+      ...(r.schema ? { content: json(r.schema) } : r.content ? { content: r.content } : {}),
+      ...r.extensions,
+    };
+  }
+  Object.assign(responses, errorResponses(op, new Set(op.responses.map((r) => r.status))));
+  return {
+    operationId: op.operationId,
+    tags: [op.tag],
+    summary: op.summary,
+    ...(op.description ? { description: op.description } : {}),
+    security: SECURITY[op.auth],
+    ...(op.parameters ? { parameters: op.parameters } : {}),
+    ...(op.body ? { requestBody: { required: true, content: json(op.body) } } : {}),
+    responses,
+    ...op.extensions,
+  };
+}
+
+export function buildOpenApiDocument(): JsonSchema {
+  const paths: Record<string, Record<string, JsonSchema>> = {};
+  for (const op of OPERATIONS) {
+    paths[op.path] ??= {};
+    const item = paths[op.path] as Record<string, JsonSchema>;
+    if (item[op.method]) throw new Error(`duplicate operation ${op.method.toUpperCase()} ${op.path}`);
+    item[op.method] = operationObject(op);
+  }
+  return {
+    openapi: "3.1.0",
+    jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
+    info: {
+      title: "Edge agent runtime gateway",
+      version: "v1",
+      description:
+        "Generated from the zod contracts in src/contracts (see docs/api.md for the prose). Every error answer is an ErrorBody; its code is one of ERROR_STATUS's.",
+    },
+    tags: [
+      { name: "jobs", description: "Submit, read, list, cancel and steer jobs." },
+      { name: "events", description: "A job's events (the EventEnvelope) as Server-Sent Events." },
+      { name: "conversations", description: "WebSocket chat and history." },
+      { name: "health", description: "Liveness, readiness and this document; no key." },
+      { name: "internal", description: "Signed by sandbox-hosts with INTERNAL_SIGNING_SECRET; not for API clients." },
+    ],
+    paths,
+    components: {
+      schemas: { ...components(REQUEST_SCHEMAS, "input"), ...components(RESPONSE_SCHEMAS, "output") },
+      securitySchemes: {
+        apiKey: { type: "http", scheme: "bearer", description: "An API key, `ear_<8 hex>_<64 hex>`." },
+        apiKeyQuery: {
+          type: "apiKey",
+          in: "query",
+          name: "token",
+          description: "The API key, on a WebSocket upgrade without an Authorization header.",
+        },
+        signature: {
+          type: "apiKey",
+          in: "header",
+          name: INTERNAL_HEADERS.signature,
+          description:
+            "Hex HMAC-SHA256 with INTERNAL_SIGNING_SECRET over the method, path, timestamp, nonce and raw body (src/domain/signing.ts).",
+        },
+      },
+    },
+    "x-error-codes": Object.fromEntries(ERROR_CODES.map((code) => [code, ERROR_STATUS[code]])),
+  };
+}

@@ -1,0 +1,143 @@
+/**
+ * The OpenAPI document (src/contracts/openapi.ts) is valid OpenAPI 3.1, its schema objects are
+ * valid JSON Schema 2020-12 that describe what the gateway really sends, and it names every
+ * error code and event type of the contracts. Runs in Node: the OpenAPI validator reads its
+ * meta-schemas from disk. That the document covers exactly the app's routes, and that the
+ * gateway serves it, is test/workers/openapi.test.ts (the app imports workerd-only modules).
+ */
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { describe, expect, it } from "vitest";
+import { ApiError, ERROR_STATUS, type ErrorCode, EVENT_TYPES } from "../../src/contracts";
+import { ServerFrameSchema } from "../../src/contracts/chat";
+import { buildOpenApiDocument } from "../../src/contracts/openapi";
+import { toJobView } from "../../src/db/job-view";
+import type { JobRow } from "../../src/db/schema";
+
+type Json = Record<string, unknown>;
+type Responses = Record<string, { content?: Record<string, { schema: Json }> } & Json>;
+type Operation = { operationId: string; responses: Responses; parameters?: { schema: Json }[] } & Json;
+type Doc = { paths: Record<string, Record<string, Operation>>; components: { schemas: Record<string, Json> } };
+
+/** Codes in ERROR_STATUS that no route returns yet. May only shrink: a code a route returns is declared on its operation. */
+const KNOWN_UNANSWERED: ErrorCode[] = ["rate_limited"];
+
+const doc = buildOpenApiDocument() as unknown as Doc;
+const operations = Object.values(doc.paths).flatMap((item) => Object.values(item));
+
+/** The error codes an operation declares, by status (from its narrowed ErrorBody responses). */
+function errorCodes(op: Operation): Map<number, string[]> {
+  const out = new Map<number, string[]>();
+  for (const [status, r] of Object.entries(op.responses)) {
+    const allOf = r.content?.["application/json"]?.schema.allOf as Json[] | undefined;
+    if (!allOf) continue;
+    const narrowed = allOf[1] as { properties: { error: { properties: { code: { enum: string[] } } } } };
+    out.set(Number(status), narrowed.properties.error.properties.code.enum);
+  }
+  return out;
+}
+
+/** Ajv over the document's components, so `#/components/schemas/X` refs resolve as in the document. */
+function componentValidator(name: string) {
+  const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
+  ajv.addSchema({ $id: "https://gateway.test/openapi.json", components: doc.components }, "doc");
+  const validate = ajv.compile({ $ref: `https://gateway.test/openapi.json#/components/schemas/${name}` });
+  return (value: unknown) => (validate(value) ? [] : validate.errors);
+}
+
+describe("OpenAPI document", () => {
+  it("is valid OpenAPI 3.1 (@seriousme/openapi-schema-validator)", async () => {
+    const result = await new Validator().validate(doc as unknown as Json);
+    expect(result).toEqual({ valid: true });
+  });
+
+  it("the validator refuses a broken document (the check can fail)", async () => {
+    const healthz = (d: Doc) => d.paths["/healthz"]?.get?.responses["200"] as Responses[string];
+    const broken = structuredClone(doc);
+    delete healthz(broken).description;
+    expect((await new Validator().validate(broken as unknown as Json)).valid).toBe(false);
+    const dangling = structuredClone(doc);
+    healthz(dangling).content = { "application/json": { schema: { $ref: "#/components/schemas/Nope" } } };
+    expect((await new Validator().validate(dangling as unknown as Json)).valid).toBe(false);
+  });
+
+  it("every schema object is valid JSON Schema 2020-12 (the OpenAPI validator does not look inside them)", () => {
+    const ajv = new Ajv2020({ strict: false });
+    const schemas: [string, Json][] = Object.entries(doc.components.schemas);
+    for (const op of operations) {
+      for (const p of op.parameters ?? []) schemas.push([`${op.operationId} parameter`, p.schema]);
+      for (const [status, r] of Object.entries(op.responses))
+        for (const [type, c] of Object.entries(r.content ?? {}))
+          schemas.push([`${op.operationId} ${status} ${type}`, c.schema]);
+    }
+    expect(schemas.length).toBeGreaterThan(40);
+    for (const [where, schema] of schemas)
+      expect(ajv.validateSchema(schema), `${where}: ${ajv.errorsText()}`).toBe(true);
+    expect(ajv.validateSchema({ type: "uuid" }), "the meta-schema check can fail").toBe(false);
+  });
+
+  it("its response schemas accept what the gateway sends", () => {
+    const t = new Date("2026-01-02T03:04:05.678Z");
+    const row = {
+      id: crypto.randomUUID(),
+      conversationId: "c1",
+      state: "completed",
+      owner: "host-1",
+      epoch: 1,
+      executionId: crypto.randomUUID(),
+      output: "hi",
+      error: null,
+      createdAt: t,
+      startedAt: t,
+      preparedAt: t,
+      firstOutputAt: null,
+      finishedAt: t,
+      model: "m",
+      tools: ["shell"],
+      metadata: { a: 1 },
+    } as unknown as JobRow;
+    const job = toJobView(row);
+    expect(componentValidator("Job")(job)).toEqual([]);
+    expect(componentValidator("JobAnswer")({ job })).toEqual([]);
+    expect(componentValidator("Job")({ ...job, state: "paused" })).not.toEqual([]);
+    expect(componentValidator("ErrorBody")(new ApiError("not_found", "job not found").toBody())).toEqual([]);
+    expect(componentValidator("ErrorBody")({ error: { code: "nope", message: "" } })).not.toEqual([]);
+    const frame = ServerFrameSchema.parse({ type: "job", job, client_message_id: "m1" });
+    expect(componentValidator("ServerFrame")(frame)).toEqual([]);
+  });
+
+  it("names every error code with its status, answered by at least one operation", () => {
+    const answered = new Set<string>();
+    for (const op of operations) {
+      for (const [status, codes] of errorCodes(op)) {
+        for (const code of codes) {
+          expect(ERROR_STATUS[code as ErrorCode], `${op.operationId}: ${code}`).toBe(status);
+          answered.add(code);
+        }
+      }
+    }
+    const codes = Object.keys(ERROR_STATUS) as ErrorCode[];
+    const errorBody = doc.components.schemas.ErrorBody as {
+      properties: { error: { properties: { code: { enum: string[] } } } };
+    };
+    expect(errorBody.properties.error.properties.code.enum).toEqual(codes);
+    expect(doc["x-error-codes" as keyof Doc]).toEqual(ERROR_STATUS);
+    expect(
+      codes.filter((c) => !answered.has(c) && !KNOWN_UNANSWERED.includes(c)),
+      "declare each code on the operations that return it (src/contracts/openapi.ts)",
+    ).toEqual([]);
+    expect(
+      KNOWN_UNANSWERED.filter((c) => answered.has(c)),
+      "answered codes must leave KNOWN_UNANSWERED",
+    ).toEqual([]);
+  });
+
+  it("names every event type, on the envelope and on the SSE operation", () => {
+    const envelope = doc.components.schemas.EventEnvelope as { properties: { type: { enum: string[] } } };
+    expect(envelope.properties.type.enum).toEqual([...EVENT_TYPES]);
+    const sse = doc.paths["/v1/jobs/{id}/events"]?.get?.responses["200"] as Json;
+    expect(Object.keys(sse.content as Json)).toEqual(["text/event-stream"]);
+    expect(sse["x-sse-event-types"]).toEqual([...EVENT_TYPES]);
+    expect(sse["x-sse-data"]).toEqual({ $ref: "#/components/schemas/EventEnvelope" });
+  });
+});

@@ -82,7 +82,7 @@ export async function hostProcesses(
   containerId: string,
 ): Promise<Array<{ pid: number; ppid: number; stat: string; args: string }>> {
   const top = await docker.getContainer(containerId).top({ ps_args: "-o pid,ppid,stat,args" });
-  return (top.Processes ?? []).map(([pid, ppid, stat, ...rest]) => ({
+  return ((top.Processes ?? []) as string[][]).map(([pid, ppid, stat, ...rest]) => ({
     pid: Number(pid),
     ppid: Number(ppid),
     stat: stat ?? "",

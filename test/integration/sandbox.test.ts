@@ -251,6 +251,13 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     expect(next).toMatchObject({ exitCode: 0, stdout: "forked\n" });
   });
 
+  it("a command that kills every process it can (kill -9 -1) does not leave the run without a sandbox", async () => {
+    await m.exec(run, { cmd: "kill -9 -1" });
+    const next = await m.exec(run, { cmd: "sleep 0 & wait; echo forked" });
+    // The keeper died with the rest, and tini with it: the container was started again.
+    expect(next).toMatchObject({ exitCode: 0, stdout: "forked\n", sandboxRestarted: true });
+  });
+
   it("files: binary-safe write/read round trip through the tools", async () => {
     const bytes = Buffer.alloc(300_000);
     for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 131 + (i >> 8)) & 255;

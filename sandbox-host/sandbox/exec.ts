@@ -77,12 +77,13 @@ export async function runExec(docker: Docker, containerId: string, req: RawExecR
     const r = await runOnce(docker, containerId, req);
     if (!refusedByRuntime(r) || !(await stopsSoon(container))) return r;
   } catch (err) {
-    if (!(err instanceof SandboxError && isNotRunning(err.cause))) throw err;
+    if (!(err instanceof SandboxError && err.code === "exec_failed" && (await stopsSoon(container)))) throw err;
   }
   // A command that killed every process it could (the keeper included) stopped the container:
-  // tini exits with its only child. The engine refuses the next exec (409), or, while it has not
-  // yet noticed, runc does (exit 126). Start the container again rather than failing the run;
-  // only this error path pays for it, and the command never ran, so it is safe to run it now.
+  // tini exits with its only child. Depending on where the engine is in noticing, the next exec
+  // is refused at create (409), at start (500) or by runc (exit 126); all three were seen here.
+  // Start the container again rather than failing the run: only this error path pays for it, and
+  // the command never ran, so it is safe to run it now.
   try {
     await container.start();
   } catch (err) {
@@ -105,12 +106,17 @@ function refusedByRuntime(r: RawExecResult): boolean {
   );
 }
 
-/** Whether the container is stopped, or stops within a second (its PID 1 already exited). */
+/**
+ * Whether the container is stopped, or stops within a second (its PID 1 already exited). An
+ * engine error (the container is gone) is a no: the caller reports its own error.
+ */
 async function stopsSoon(container: Docker.Container): Promise<boolean> {
-  for (let i = 0; i < 10; i++) {
-    if (!(await container.inspect()).State.Running) return true;
-    await delay(100);
-  }
+  try {
+    for (let i = 0; i < 10; i++) {
+      if (!(await container.inspect()).State.Running) return true;
+      await delay(100);
+    }
+  } catch {}
   return false;
 }
 
@@ -159,12 +165,23 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
     stream.on("close", resolve);
     stream.on("error", resolve);
   });
+  // An engine failure while killing is kept, not left unhandled, and reported once the stream is
+  // closed: the command may have survived, so the caller gets an error, never a normal result.
+  let killError: unknown = null;
   const kill = () => {
-    killing ??= killAll(docker, containerId).then(async (restarted) => {
-      if (restarted) sandboxRestarted = true;
-      const late = await Promise.race([ended.then(() => false), delay(AFTER_KILL_GRACE_MS).then(() => true)]);
-      if (late) (stream as unknown as { destroy(): void }).destroy();
-    });
+    killing ??= killAll(docker, containerId)
+      .then(
+        (restarted) => {
+          if (restarted) sandboxRestarted = true;
+        },
+        (err) => {
+          killError = err;
+        },
+      )
+      .then(async () => {
+        const late = await Promise.race([ended.then(() => false), delay(AFTER_KILL_GRACE_MS).then(() => true)]);
+        if (late) (stream as unknown as { destroy(): void }).destroy();
+      });
   };
   const timer = setTimeout(() => {
     timedOut = true;
@@ -185,6 +202,7 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
   clearTimeout(timer);
   req.signal?.removeEventListener("abort", onAbort);
   if (killing) await killing;
+  if (killError) throw execError(killError, containerId);
 
   let exitCode: number | null = null;
   try {
@@ -266,9 +284,9 @@ export function onlyKeeperLeft(rows: string[][], initPid: number): boolean {
   return rest.length <= 1 && rest.every((p) => p.ppid === keeper.pid);
 }
 
-/** 409 "container … is not running": the engine refuses execs and kills in a stopped container. */
+/** "Container … is not running": the engine refuses a kill in a stopped container (409). */
 function isNotRunning(err: unknown): boolean {
-  return dockerStatus(err) === 409 && /is not running/i.test(errorText(err));
+  return /is not running/i.test(errorText(err));
 }
 
 function execError(err: unknown, containerId: string): SandboxError {

@@ -252,10 +252,11 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
   });
 
   it("a command that kills every process it can (kill -9 -1) does not leave the run without a sandbox", async () => {
-    await m.exec(run, { cmd: "kill -9 -1" });
-    const next = await m.exec(run, { cmd: "sleep 0 & wait; echo forked" });
-    // The keeper died with the rest, and tini with it: the container was started again.
-    expect(next).toMatchObject({ exitCode: 0, stdout: "forked\n", sandboxRestarted: true });
+    await callSandboxTool(m, run, "shell", { command: "kill -9 -1" });
+    const next = await callSandboxTool(m, run, "shell", { command: "sleep 0 & wait; echo forked" });
+    // The keeper died with the rest, and tini with it: the container was started again, and the
+    // model is told its workspace is empty.
+    expect(next).toMatchObject({ ok: true, output: { exit_code: 0, stdout: "forked\n", sandbox_restarted: true } });
   });
 
   it("files: binary-safe write/read round trip through the tools", async () => {

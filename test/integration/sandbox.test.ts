@@ -197,12 +197,15 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     throw new Error(`the sandbox never held ${n} processes`);
   };
 
-  it("a timeout kills a process that escaped with env -i; the workspace stays and the next command runs", async () => {
+  it("a timeout kills processes that escaped with env -i and setsid; the workspace stays and the next command runs", async () => {
     await m.exec(run, { cmd: "echo kept > kept.txt" });
     const t0 = performance.now();
-    const r = await m.exec(run, { cmd: "env -i sh -c 'sleep 987 &'; sleep 986", timeoutMs: 1000 });
+    const r = await m.exec(run, {
+      cmd: "env -i sh -c 'sleep 987 &'; env -i setsid sleep 988 & sleep 986",
+      timeoutMs: 1000,
+    });
     expect(r.timedOut).toBe(true);
-    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 98[67]/));
+    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 98[678]/));
     expect(performance.now() - t0).toBeLessThan(4000);
     expect(r.sandboxRestarted).toBe(false);
     const next = await m.exec(run, { cmd: "cat kept.txt; sleep 0 & wait; echo forked" });

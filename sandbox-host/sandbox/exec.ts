@@ -15,9 +15,9 @@ import { KEEPER_SIGNAL, WORKSPACE } from "./profile";
 /** How long to wait for the stream to close after a kill before dropping it. */
 const AFTER_KILL_GRACE_MS = 5_000;
 /**
- * How long the keeper gets to leave only itself behind before the container is restarted. It
- * takes a few ms when it can run; 2 s covers a loaded engine (a `docker top` took up to ~300 ms
- * with 50 sandboxes starting) without making a sabotaged timeout much longer.
+ * How long the keeper gets to leave only itself behind before the container is restarted. The
+ * whole kill took p95 130 ms here with the machine's load average near 20 (docs/sandboxes.md);
+ * 2 s leaves room for a slower engine without making a sabotaged timeout much longer.
  */
 const KEEPER_DEADLINE_MS = 2_000;
 const KEEPER_POLL_MS = 50;
@@ -77,7 +77,7 @@ export async function runExec(docker: Docker, containerId: string, req: RawExecR
     const r = await runOnce(docker, containerId, req);
     if (!refusedByRuntime(r) || !(await stopsSoon(container))) return r;
   } catch (err) {
-    if (!(err instanceof SandboxError && err.code === "exec_failed" && (await stopsSoon(container)))) throw err;
+    if (!(NOT_STARTED.has(err as object) && (await stopsSoon(container)))) throw err;
   }
   // A command that killed every process it could (the keeper included) stopped the container:
   // tini exits with its only child. Depending on where the engine is in noticing, the next exec
@@ -92,14 +92,18 @@ export async function runExec(docker: Docker, containerId: string, req: RawExecR
   return { ...(await runOnce(docker, containerId, req)), sandboxRestarted: true };
 }
 
+/** Errors thrown before the command's process existed: only these may be retried. */
+const NOT_STARTED = new WeakSet<object>();
+
 /**
- * The runtime refused to start the exec's process: exit 126 with containerd's or runc's words
- * ("cannot exec in a stopped state", "… in a deleted state", "OCI runtime exec failed: … setns",
- * all three seen with Docker 20.10 while a container's PID 1 was exiting).
+ * The runtime refused to start the exec's process: exit 126 (or none, when the engine dropped the
+ * exec with the stopping container) with containerd's or runc's words ("cannot exec in a stopped
+ * state", "… in a deleted state", "OCI runtime exec failed: … setns", all three seen with Docker
+ * 20.10 while a container's PID 1 was exiting).
  */
 function refusedByRuntime(r: RawExecResult): boolean {
   return (
-    r.exitCode === 126 &&
+    (r.exitCode === 126 || r.exitCode === null) &&
     !r.timedOut &&
     !r.cancelled &&
     /^(OCI runtime exec failed|cannot exec in a \w+ state)/.test(r.stdout.toString())
@@ -151,7 +155,9 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
     });
     stream = (await exec.start({ hijack: true, stdin: req.stdin !== undefined })) as NodeJS.ReadWriteStream;
   } catch (err) {
-    throw execError(err, containerId);
+    const e = execError(err, containerId);
+    NOT_STARTED.add(e);
+    throw e;
   }
 
   const out = new CappedSink(req.capBytes);
@@ -215,8 +221,10 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
       await delay(25);
     }
   } catch (err) {
-    // A restart forgets the container's execs; the command is known to be dead.
-    if (!(sandboxRestarted && isNotFound(err))) throw execError(err, containerId);
+    // The engine forgets a container's execs when it stops or restarts (a command that killed
+    // the keeper, or our own restart): the command is dead, its exit code unknown (null). A
+    // removed container shows up as sandbox_gone on the next call.
+    if (!isNotFound(err)) throw execError(err, containerId);
   }
   return {
     exitCode,

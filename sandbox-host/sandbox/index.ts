@@ -1,6 +1,5 @@
 export { connectDocker, type Docker, type DockerConnectOptions } from "./docker";
 export { isRunFatal, SandboxError, type SandboxErrorCode, SandboxPoolExhausted } from "./errors";
-export { EXEC_MARKER_ENV } from "./exec";
 export type { DirEntry, ListDirResult, ReadFileResult, WriteFileResult } from "./files";
 export { workspacePath } from "./files";
 export { createKeyedLock, createSemaphore, type KeyedLock, noKeyedLock } from "./keyed-lock";

@@ -74,6 +74,8 @@ export interface ExecResult {
   truncated: boolean;
   timedOut: boolean;
   cancelled: boolean;
+  /** Ending the command took a container restart: every process and /workspace are gone. */
+  sandboxRestarted: boolean;
   durationMs: number;
 }
 
@@ -408,6 +410,7 @@ export function toExecResult(r: RawExecResult): ExecResult {
     truncated: cutOut > 0 || cutErr > 0,
     timedOut: r.timedOut,
     cancelled: r.cancelled,
+    sandboxRestarted: r.sandboxRestarted,
     durationMs: r.durationMs,
   };
 }

@@ -57,6 +57,23 @@ export function resolveProfile(overrides: Partial<SandboxProfile> = {}): Resolve
   return { ...p, uid: Number(m![1]), gid: Number(m![2]) };
 }
 
+/**
+ * The sandbox's main process, the only child of tini (PID 1). On `KEEPER_SIGNAL`, which the host
+ * sends through the engine (`POST /containers/{id}/kill?signal=…`; tini forwards it), it SIGKILLs
+ * every other process of the sandbox user with kill(-1). `kill` is a shell builtin, so this needs
+ * no fork and works when a command has filled the pids limit; kill(-1) reaches processes that
+ * dropped their environment, changed session or double-forked; the kernel spares only PID 1 and
+ * the caller. It idles in `wait` on a sleep child, which a trapped signal interrupts at once;
+ * the loop starts a new sleeper when that one is killed (by the keeper or by a command), so a
+ * command that kills every process it can no longer stops the container as killing the sleeper
+ * did. It can still be stopped or killed itself (same user): the host checks the result and
+ * restarts the container when the keeper did not do its job (exec.ts, `killAll`).
+ */
+export const KEEPER_SIGNAL = "SIGUSR1";
+export const KEEPER_NAME = "ear-keeper";
+const KEEPER_SCRIPT =
+  "trap 'kill -KILL -1 2>/dev/null; kill -KILL -1 2>/dev/null' USR1; while :; do sleep 2147483647 & wait; done";
+
 export function containerSpec(args: {
   profile: ResolvedProfile;
   image: string;
@@ -70,9 +87,10 @@ export function containerSpec(args: {
   return {
     name: args.name,
     Image: args.image,
-    // tini (Init) is PID 1 and forwards SIGTERM to sleep, which dies at once: the 2 s stop grace
-    // is not spent on every delete (LOCAL-STACK: ~2 s per delete when PID 1 ignores SIGTERM).
-    Cmd: ["sleep", "2147483647"],
+    // tini (Init) is PID 1 and forwards SIGTERM to the keeper, a shell without a TERM trap, which
+    // dies at once: the 2 s stop grace is not spent on every delete (LOCAL-STACK: ~2 s per delete
+    // when PID 1 ignores SIGTERM).
+    Cmd: ["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_NAME],
     Entrypoint: [],
     User: p.user,
     WorkingDir: WORKSPACE,

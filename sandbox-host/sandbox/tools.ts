@@ -41,6 +41,8 @@ export type ShellOutput = {
   truncated: boolean;
   timed_out: boolean;
   cancelled: boolean;
+  /** The sandbox had to be restarted to end the command: /workspace is empty again. */
+  sandbox_restarted: boolean;
 };
 export type ReadFileOutput = {
   path: string;
@@ -134,6 +136,7 @@ async function dispatch(
         truncated: r.truncated,
         timed_out: r.timedOut,
         cancelled: r.cancelled,
+        sandbox_restarted: r.sandboxRestarted,
       };
     }
     case "read_file": {

@@ -72,3 +72,20 @@ export async function countHostObjects(
   ]);
   return { containers: containers.length, networks: networks.length };
 }
+
+/**
+ * The processes of a container as the engine sees them (`docker top`, run by the engine on its
+ * own host), so a test need not trust anything inside the sandbox to find survivors.
+ */
+export async function hostProcesses(
+  docker: Docker,
+  containerId: string,
+): Promise<Array<{ pid: number; ppid: number; stat: string; args: string }>> {
+  const top = await docker.getContainer(containerId).top({ ps_args: "-o pid,ppid,stat,args" });
+  return ((top.Processes ?? []) as string[][]).map(([pid, ppid, stat, ...rest]) => ({
+    pid: Number(pid),
+    ppid: Number(ppid),
+    stat: stat ?? "",
+    args: rest.join(" "),
+  }));
+}

@@ -15,7 +15,14 @@ import {
   type SandboxManager,
 } from "../../sandbox-host/sandbox";
 import { parseCidr } from "../../sandbox-host/sandbox/subnet";
-import { countHostObjects, removeHostObjects, requireDocker, TEST_IMAGE, testHostId } from "../helpers/docker";
+import {
+  countHostObjects,
+  hostProcesses,
+  removeHostObjects,
+  requireDocker,
+  TEST_IMAGE,
+  testHostId,
+} from "../helpers/docker";
 
 const docker = await requireDocker();
 // Disjoint from the other sandbox suite's pools: vitest runs two files at once.
@@ -175,6 +182,84 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     expect(performance.now() - t0).toBeLessThan(4000);
     const ps = await m.exec(run, { cmd: "ps -o args" });
     expect(ps.stdout).not.toContain("sleep 120");
+  });
+
+  // Timeouts and cancellation must hold whatever the command does: a process that dropped its
+  // environment (env -i), one that filled the pids limit, one that stopped the sandbox's own
+  // processes. The survivors are looked for from the host, through the engine (docker top).
+  const hostArgs = async () => (await hostProcesses(docker!, sb.containerId)).map((p) => p.args);
+  /** Waits until the sandbox holds at least `n` processes (the command has filled the pids limit). */
+  const untilProcesses = async (n: number) => {
+    for (let i = 0; i < 200; i++) {
+      if ((await hostProcesses(docker!, sb.containerId)).length >= n) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`the sandbox never held ${n} processes`);
+  };
+
+  it("a timeout kills processes that escaped with env -i and setsid; the workspace stays and the next command runs", async () => {
+    await m.exec(run, { cmd: "echo kept > kept.txt" });
+    const t0 = performance.now();
+    const r = await m.exec(run, {
+      cmd: "env -i sh -c 'sleep 987 &'; env -i setsid sleep 988 & sleep 986",
+      timeoutMs: 1000,
+    });
+    expect(r.timedOut).toBe(true);
+    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 98[678]/));
+    expect(performance.now() - t0).toBeLessThan(4000);
+    expect(r.sandboxRestarted).toBe(false);
+    const next = await m.exec(run, { cmd: "cat kept.txt; sleep 0 & wait; echo forked" });
+    expect(next).toMatchObject({ exitCode: 0, stdout: "kept\nforked\n" });
+  });
+
+  it("a command that fills the pids limit and times out leaves a sandbox that can fork", async () => {
+    // A shell that cannot fork exits, so the loop runs in a subshell and the command waits on.
+    const pending = m.exec(run, {
+      cmd: "sleep 981 & (while :; do sleep 985 & done) 2>/dev/null; wait",
+      timeoutMs: 3000,
+    });
+    await untilProcesses(m.profile.pidsLimit - 4);
+    const r = await pending;
+    expect(r.timedOut).toBe(true);
+    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 98[15]/));
+    const next = await m.exec(run, { cmd: "cat kept.txt; sleep 0 & wait; echo forked" });
+    expect(next).toMatchObject({ exitCode: 0, stdout: "kept\nforked\n" });
+  });
+
+  it("cancellation mid-command: env -i escapes and a full pids limit are killed too", async () => {
+    const ac = new AbortController();
+    const pending = m.exec(run, {
+      cmd: "env -i sh -c 'sleep 984 &'; sleep 980 & (while :; do sleep 983 & done) 2>/dev/null; wait",
+      signal: ac.signal,
+      timeoutMs: 300_000,
+    });
+    await untilProcesses(m.profile.pidsLimit - 4);
+    const t0 = performance.now();
+    ac.abort();
+    const r = await pending;
+    expect(r.cancelled).toBe(true);
+    expect(performance.now() - t0).toBeLessThan(4000);
+    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 98[034]/));
+    const next = await m.exec(run, { cmd: "cat kept.txt; sleep 0 & wait; echo forked" });
+    expect(next).toMatchObject({ exitCode: 0, stdout: "kept\nforked\n" });
+  });
+
+  it("a command that stops every other process in the sandbox is still killed: the sandbox restarts", async () => {
+    const r = await m.exec(run, { cmd: "env -i sh -c 'kill -STOP -1; sleep 982'", timeoutMs: 1000 });
+    expect(r.timedOut).toBe(true);
+    expect(await hostArgs()).not.toContainEqual(expect.stringMatching(/sleep 982/));
+    expect(r.sandboxRestarted).toBe(true);
+    // The restart costs the workspace (a tmpfs): the result says so, and the next command runs.
+    const next = await m.exec(run, { cmd: "ls; sleep 0 & wait; echo forked" });
+    expect(next).toMatchObject({ exitCode: 0, stdout: "forked\n" });
+  });
+
+  it("a command that kills every process it can (kill -9 -1) does not leave the run without a sandbox", async () => {
+    await callSandboxTool(m, run, "shell", { command: "kill -9 -1" });
+    const next = await callSandboxTool(m, run, "shell", { command: "sleep 0 & wait; echo forked" });
+    // The keeper died with the rest, and tini with it: the container was started again, and the
+    // model is told its workspace is empty.
+    expect(next).toMatchObject({ ok: true, output: { exit_code: 0, stdout: "forked\n", sandbox_restarted: true } });
   });
 
   it("files: binary-safe write/read round trip through the tools", async () => {

@@ -88,7 +88,7 @@ export function containerSpec(args: {
     name: args.name,
     Image: args.image,
     // tini (Init) is PID 1 and forwards SIGTERM to the keeper, a shell without a TERM trap, which
-    // dies at once: the 2 s stop grace is not spent on every delete (LOCAL-STACK: ~2 s per delete
+    // dies at once: the 2 s stop grace is not spent on every delete (measured: ~2 s per delete
     // when PID 1 ignores SIGTERM).
     Cmd: ["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_NAME],
     Entrypoint: [],

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { LIMITS } from "../src/contracts";
+import { type ModelCatalog, parseModelList } from "../src/domain/models";
 import type { Env } from "./env";
 
 /** `--var NAME:` passes an empty string; treat it as unset. */
@@ -17,7 +18,36 @@ const ConfigSchema = z.object({
   UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
   INTERNAL_SIGNING_SECRET: z.string().min(16, "INTERNAL_SIGNING_SECRET must be at least 16 characters"),
   MAX_BODY_BYTES: optional(z.coerce.number().int().positive()),
+  RATE_LIMIT_REQUESTS: optional(z.coerce.number().int().min(0)),
+  RATE_LIMIT_WINDOW_S: optional(z.coerce.number().int().min(1).max(86_400)),
+  MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MODELS: optional(z.string()),
 });
+
+/**
+ * Abuse limits and their defaults (README "Environment", docs/limits.md has the measurements).
+ * 0 turns a limit off. The defaults sit above what this repository's own load and bench tools
+ * need against `npm run dev` (100 concurrent users on one key: a submit, a stream and a read
+ * each, under ~60 requests/s measured; bench:cancel holds 100 streams) and far below what one key
+ * could otherwise take from everyone else.
+ */
+export const LIMIT_DEFAULTS = {
+  /** Requests per API key per window (sliding window, every /v1 route). */
+  rateLimitRequests: 1200,
+  rateLimitWindowS: 10,
+  /** Open SSE streams plus chat WebSockets per tenant, counted across all jobs and conversations. */
+  maxStreamsPerTenant: 200,
+  /** Jobs of one tenant in `queued` at once; a submit past it is refused. */
+  maxQueuedJobsPerTenant: 1000,
+} as const;
+
+export interface GatewayLimits {
+  rateLimitRequests: number;
+  rateLimitWindowS: number;
+  maxStreamsPerTenant: number;
+  maxQueuedJobsPerTenant: number;
+}
 
 export interface GatewayConfig {
   databaseUrl: string;
@@ -25,6 +55,9 @@ export interface GatewayConfig {
   redis: { url: string; token: string };
   signingSecret: string;
   maxBodyBytes: number;
+  limits: GatewayLimits;
+  /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
+  models: ModelCatalog;
 }
 
 export class ConfigError extends Error {
@@ -51,17 +84,27 @@ export function loadConfig(env: Env): GatewayConfig {
   const key = settingsKey(env);
   if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
-    const value = parsed.success
-      ? {
-          databaseUrl: parsed.data.DATABASE_URL,
-          neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
-          redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
-          signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
-          maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
-        }
-      : new ConfigError(
+    const models = parseModelList(parsed.success ? parsed.data.MODELS : undefined);
+    const value = !parsed.success
+      ? new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
-        );
+        )
+      : typeof models === "string"
+        ? new ConfigError(`invalid worker configuration: MODELS: ${models}`)
+        : {
+            databaseUrl: parsed.data.DATABASE_URL,
+            neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
+            redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
+            signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+            maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
+            limits: {
+              rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
+              rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
+              maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
+              maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
+            },
+            models,
+          };
     cached = { key, value };
   }
   if (cached.value instanceof ConfigError) throw cached.value;

@@ -2,7 +2,8 @@
  * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
-import { and, desc, eq, sql } from "drizzle-orm";
+import { and, count, desc, eq, sql } from "drizzle-orm";
+import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
@@ -29,7 +30,51 @@ export interface CreatedJob {
   created: boolean;
 }
 
-export async function createJob(db: Db, tenantId: string, id: string, body: CreateJobBody): Promise<CreatedJob> {
+/** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
+export const QUEUE_FULL_RETRY_AFTER_S = 5;
+
+/**
+ * The tenant's queued jobs, by the partial index jobs_tenant_queued_idx. The count and the insert
+ * are two statements, so a burst of concurrent submits can each see room and together pass the
+ * limit by up to the number in flight at once (a single INSERT … SELECT would not close that
+ * either: under READ COMMITTED concurrent inserts do not see each other). It is a guard against
+ * one tenant filling the queue, not an exact quota.
+ */
+async function queueHasRoom(db: Db, tenantId: string, maxQueued: number): Promise<boolean> {
+  const [row] = await db
+    .select({ n: count() })
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.state, "queued")));
+  return (row?.n ?? 0) < maxQueued;
+}
+
+async function findByIdempotencyKey(db: Db, tenantId: string, key: string): Promise<JobRow | null> {
+  const [existing] = await db
+    .select()
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.idempotencyKey, key)))
+    .limit(1);
+  return existing ?? null;
+}
+
+/**
+ * `opts.maxQueued` (> 0): refuse with 429 `rate_limited` when the tenant already has that many
+ * queued jobs; an idempotent replay of a job that exists is answered, never refused.
+ */
+export async function createJob(
+  db: Db,
+  tenantId: string,
+  id: string,
+  body: CreateJobBody,
+  opts: { maxQueued?: number } = {},
+): Promise<CreatedJob> {
+  if (opts.maxQueued && opts.maxQueued > 0 && !(await queueHasRoom(db, tenantId, opts.maxQueued))) {
+    const replay = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
+    if (replay) return { job: replay, created: false };
+    throw new ApiError("rate_limited", `this tenant already has ${opts.maxQueued} queued jobs (the limit)`, {
+      retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
+    });
+  }
   const values = {
     id,
     tenantId,

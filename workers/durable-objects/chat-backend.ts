@@ -41,7 +41,8 @@ export function postgresChatBackend(env: Env): ChatBackend {
   const deps = () => createDeps(loadConfig(env));
   return {
     async submit({ tenantId, conversationId, content, clientMessageId }) {
-      const d = deps();
+      const config = loadConfig(env);
+      const d = createDeps(config);
       const db = d.db();
       const { job, created } = await callDependency("postgres", async () => {
         const rows = await listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS);
@@ -49,12 +50,18 @@ export function postgresChatBackend(env: Env): ChatBackend {
           maxMessages: LIMITS.maxMessages,
           maxChars: HISTORY_MAX_CHARS,
         });
-        return createJob(db, tenantId, crypto.randomUUID(), {
-          input: { messages },
-          conversation_id: conversationId,
-          idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
-          metadata: { source: "chat", client_message_id: clientMessageId },
-        });
+        return createJob(
+          db,
+          tenantId,
+          crypto.randomUUID(),
+          {
+            input: { messages },
+            conversation_id: conversationId,
+            idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
+            metadata: { source: "chat", client_message_id: clientMessageId },
+          },
+          { maxQueued: config.limits.maxQueuedJobsPerTenant },
+        );
       });
       if (created) await indexReadyJob(d, job.id);
       return { job: toJobView(job), created };

@@ -37,6 +37,7 @@ export function apiKeyAuth() {
       rememberTenant(keyHash, tenantId);
     }
     c.set("tenantId", tenantId);
+    c.set("apiKeyHash", keyHash);
     await next();
   });
 }

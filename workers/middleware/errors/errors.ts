@@ -9,6 +9,7 @@ import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contra
 import type { GatewayEnv } from "../../types";
 
 export function errorResponse(c: Context, err: ApiError): Response {
+  if (err.retryAfterS !== undefined) c.header("retry-after", String(err.retryAfterS));
   return c.json(err.toBody(), err.status as ContentfulStatusCode);
 }
 

@@ -1,0 +1,1 @@
+export { CHECK_TIMEOUT_MS, rateLimit } from "./rate-limit";

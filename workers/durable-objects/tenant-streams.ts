@@ -40,7 +40,7 @@ export class TenantStreamsObject extends DurableObject<Env> {
   }
 
   /** Take a slot for stream `id` unless `cap` unexpired leases are held already (cap 0 = no cap). */
-  async acquire(id: string, kind: StreamKind, cap: number): Promise<AcquireResult> {
+  async acquire(id: string, kind: StreamKind, cap: number, ttlMs: number = STREAM_LEASE.ttlMs): Promise<AcquireResult> {
     const now = Date.now();
     const sql = this.ctx.storage.sql;
     sql.exec("DELETE FROM leases WHERE expires_at <= ?", now);
@@ -52,7 +52,7 @@ export class TenantStreamsObject extends DurableObject<Env> {
       "INSERT INTO leases (id, kind, expires_at) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
       id,
       kind,
-      now + STREAM_LEASE.ttlMs,
+      now + ttlMs,
     );
     return { ok: true };
   }
@@ -63,12 +63,12 @@ export class TenantStreamsObject extends DurableObject<Env> {
    * that lease back would hold a slot for nothing. The price, if renewals fail for a whole TTL,
    * is an open stream that no longer counts (the cap is briefly lenient, never stuck).
    */
-  async renew(ids: string[]): Promise<void> {
+  async renew(ids: string[], ttlMs: number = STREAM_LEASE.ttlMs): Promise<void> {
     const now = Date.now();
     for (const id of ids) {
       this.ctx.storage.sql.exec(
         "UPDATE leases SET expires_at = ? WHERE id = ? AND expires_at > ?",
-        now + STREAM_LEASE.ttlMs,
+        now + ttlMs,
         id,
         now,
       );

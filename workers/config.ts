@@ -4,7 +4,7 @@
  * fails every route that needs it with a logged reason instead of a confusing driver error.
  */
 import { z } from "zod";
-import { LIMITS } from "../src/contracts";
+import { LIMIT_DEFAULTS, LIMITS } from "../src/contracts";
 import { type ModelCatalog, parseModelList } from "../src/domain/models";
 import type { Env } from "./env";
 
@@ -25,22 +25,7 @@ const ConfigSchema = z.object({
   MODELS: optional(z.string()),
 });
 
-/**
- * Abuse limits and their defaults (README "Environment", docs/limits.md has the measurements).
- * 0 turns a limit off. The defaults sit above what this repository's own load and bench tools
- * need against `npm run dev` (100 concurrent users on one key: a submit, a stream and a read
- * each, under ~60 requests/s measured; bench:cancel holds 100 streams) and far below what one key
- * could otherwise take from everyone else.
- */
-export const LIMIT_DEFAULTS = {
-  /** Requests per API key per window (sliding window, every /v1 route). */
-  rateLimitRequests: 1200,
-  rateLimitWindowS: 10,
-  /** Open SSE streams plus chat WebSockets per tenant, counted across all jobs and conversations. */
-  maxStreamsPerTenant: 200,
-  /** Jobs of one tenant in `queued` at once; a submit past it is refused. */
-  maxQueuedJobsPerTenant: 1000,
-} as const;
+export { LIMIT_DEFAULTS };
 
 export interface GatewayLimits {
   rateLimitRequests: number;

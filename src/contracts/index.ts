@@ -1,3 +1,4 @@
 export * from "./errors";
 export * from "./events";
 export * from "./job";
+export * from "./limits";

@@ -236,6 +236,31 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
   });
 });
 
+describe.skipIf(!canRun)("the request-rate check when Redis is down", () => {
+  let stack: Stack;
+
+  beforeAll(async () => {
+    stack = await startStack({ hosts: 0, gatewayVars: { RATE_LIMIT_REQUESTS: "5", RATE_LIMIT_WINDOW_S: "60" } });
+  }, 180_000);
+
+  afterAll(async () => {
+    await stack?.stop();
+  }, 60_000);
+
+  it("fails open: requests are answered without a check, promptly, while Redis is gone", async () => {
+    const api = apiClient(stack.gatewayUrl, stack.apiKey);
+    const job = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", userMessage("redis down"));
+    expect(job.status).toBe(202);
+    await stack.redis?.stop();
+    const t0 = performance.now();
+    const answers = await Promise.all(Array.from({ length: 10 }, () => api.call("GET", `/v1/jobs/${job.body.job.id}`)));
+    const ms = performance.now() - t0;
+    // 10 > the limit of 5, but with no Redis to count in, none is refused and none is an error.
+    expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+    expect(ms).toBeLessThan(2_000);
+  });
+});
+
 async function eventually<T>(probe: () => Promise<T | null>, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {

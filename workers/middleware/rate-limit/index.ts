@@ -1,1 +1,1 @@
-export { CHECK_TIMEOUT_MS, rateLimit } from "./rate-limit";
+export { BREAKER_OPEN_MS, CHECK_TIMEOUT_MS, rateLimit } from "./rate-limit";

@@ -240,24 +240,28 @@ describe.skipIf(!canRun)("the request-rate check when Redis is down", () => {
   let stack: Stack;
 
   beforeAll(async () => {
-    stack = await startStack({ hosts: 0, gatewayVars: { RATE_LIMIT_REQUESTS: "5", RATE_LIMIT_WINDOW_S: "60" } });
+    stack = await startStack({ hosts: 0, gatewayVars: { RATE_LIMIT_REQUESTS: "12", RATE_LIMIT_WINDOW_S: "60" } });
   }, 180_000);
 
   afterAll(async () => {
     await stack?.stop();
   }, 60_000);
 
-  it("fails open: requests are answered without a check, promptly, while Redis is gone", async () => {
+  it("fails open to the isolate's own count: answered promptly while Redis is gone, the excess still refused", async () => {
     const api = apiClient(stack.gatewayUrl, stack.apiKey);
     const job = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", userMessage("redis down"));
     expect(job.status).toBe(202);
     await stack.redis?.stop();
     const t0 = performance.now();
-    const answers = await Promise.all(Array.from({ length: 10 }, () => api.call("GET", `/v1/jobs/${job.body.job.id}`)));
+    const answers = await Promise.all(Array.from({ length: 11 }, () => api.call("GET", `/v1/jobs/${job.body.job.id}`)));
     const ms = performance.now() - t0;
-    // 10 > the limit of 5, but with no Redis to count in, none is refused and none is an error.
-    expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+    // No Redis to count in: none is an error, none waits for a timeout.
+    expect(answers.map((a) => a.status)).toEqual(Array(11).fill(200));
     expect(ms).toBeLessThan(2_000);
+    // The one gateway isolate still counts what it saw: the 13th request in the window is refused.
+    const over = await api.call("GET", `/v1/jobs/${job.body.job.id}`);
+    expect(over.status).toBe(429);
+    expect(Number(over.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
   });
 });
 

@@ -66,8 +66,12 @@ export const HostConfigSchema = z.object({
   listen: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   /** Global model quota: slots per model across all hosts (0 = no quota). */
   quotaModelLimit: intFromEnv(0, 100_000).default(64),
-  /** Global quota per tenant across all hosts (0 = none). */
-  quotaTenantLimit: intFromEnv(0, 100_000).default(0),
+  /**
+   * Global quota per tenant across all hosts (0 = none). Half the per-model default: one tenant
+   * can take at most half of a model's slots, so a second tenant always finds room, while a
+   * single tenant still gets 4 full hosts' worth of concurrent model calls (8 run slots each).
+   */
+  quotaTenantLimit: intFromEnv(0, 100_000).default(32),
   /** How long a run may wait for a quota slot before it fails with quota_unavailable. */
   quotaMaxWaitMs: intFromEnv(0, 3_600_000).default(60_000),
   /** Docker sandboxes for tool calls (needs a Docker engine). */

@@ -6,6 +6,7 @@
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../src/db/schema";
+import type { ModelCatalog } from "../src/domain/models";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore } from "../src/quota/lease-store";
 import { createRedisClient, type Redis } from "../src/quota/redis";
@@ -27,8 +28,10 @@ const OFFLOAD_DRAIN_MS = 5000;
 
 export interface HostDeps {
   model: ModelClient;
-  /** The provider's default model name (quota key when a job names no model). */
+  /** The provider's default model name, when `models` is not given (the catalog is just it). */
   modelName?: string;
+  /** The models jobs may run on, the default first (main.ts: MODEL_NAME + MODELS). */
+  models?: ModelCatalog;
   /** Sandboxes for tool calls; default: one built from config when Docker answers. */
   sandbox?: SandboxManager | null;
   log?: Logger;
@@ -109,13 +112,13 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    models: deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] },
     quota: leaseStore
       ? {
           store: leaseStore,
           modelLimit: config.quotaModelLimit,
           tenantLimit: config.quotaTenantLimit,
           maxWaitMs: config.quotaMaxWaitMs,
-          defaultModel: deps.modelName ?? "default",
           onWait: (outcome) => observeQuotaWait(metrics, outcome),
         }
       : undefined,

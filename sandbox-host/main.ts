@@ -7,15 +7,17 @@
 import { HostConfigError, hostConfigFromEnv } from "./config";
 import { startHost } from "./host";
 import { createLogger, errorFields } from "./log";
-import { createOpenAICompatibleClient, ModelConfigError, modelConfigFromEnv } from "./model";
+import { createOpenAICompatibleClient, ModelConfigError, modelCatalogFromEnv, modelConfigFromEnv } from "./model";
 
 async function main(): Promise<void> {
   const env = { ...process.env };
   let config: ReturnType<typeof hostConfigFromEnv>;
   let modelConfig: ReturnType<typeof modelConfigFromEnv>;
+  let models: ReturnType<typeof modelCatalogFromEnv>;
   try {
     config = hostConfigFromEnv(env);
     modelConfig = modelConfigFromEnv(env);
+    models = modelCatalogFromEnv(env);
   } catch (err) {
     if (err instanceof HostConfigError || err instanceof ModelConfigError) {
       process.stderr.write(`sandbox-host: ${err.message}\n`);
@@ -27,7 +29,7 @@ async function main(): Promise<void> {
   const log = createLogger({ host: config.hostId });
   const host = await startHost(config, {
     model: createOpenAICompatibleClient(modelConfig),
-    modelName: modelConfig.model,
+    models,
     log,
   });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);

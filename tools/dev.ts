@@ -6,6 +6,9 @@
  *   REDIS_URL                          use this Redis (behind the local Upstash bridge)
  *   UPSTASH_REDIS_REST_URL/_TOKEN      use a real Upstash endpoint directly
  *   MODEL_BASE_URL/MODEL_API_KEY/MODEL_NAME   a real OpenAI-compatible provider (else the mock model)
+ *   MODELS                             the models clients may name (default: just MODEL_NAME)
+ *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
+ *                                      the gateway's abuse limits (README; unset = their defaults)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
@@ -17,6 +20,13 @@ import { join, resolve } from "node:path";
 import { type Stack, startStack } from "./stack";
 
 const root = resolve(process.cwd());
+/** The gateway's limit variables a developer may set for `npm run dev` (workers/config.ts). */
+const GATEWAY_LIMIT_VARS = [
+  "RATE_LIMIT_REQUESTS",
+  "RATE_LIMIT_WINDOW_S",
+  "MAX_STREAMS_PER_TENANT",
+  "MAX_QUEUED_JOBS_PER_TENANT",
+] as const;
 const env = process.env;
 const started = Date.now();
 
@@ -103,6 +113,10 @@ try {
       tokensPerS: intEnv("MOCK_TOKENS_PER_S"),
       maxConcurrency: intEnv("MOCK_MAX_CONCURRENCY"),
     },
+    models: env.MODELS || undefined,
+    gatewayVars: Object.fromEntries(
+      GATEWAY_LIMIT_VARS.flatMap((name) => (env[name] ? [[name, env[name] as string]] : [])),
+    ),
     hosts: intEnv("DEV_HOSTS") ?? 1,
     gatewayPort: intEnv("GATEWAY_PORT") ?? 8787,
     watchGateway: true,

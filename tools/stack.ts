@@ -38,6 +38,10 @@ export interface StackOptions {
   /** Use this OpenAI-compatible provider instead of the mock model. */
   model?: { baseUrl: string; apiKey: string; name: string };
   mockModel?: { ttftMs?: number; tokensPerS?: number; maxConcurrency?: number };
+  /** MODELS for the gateway and the hosts (default: just the model's name). */
+  models?: string;
+  /** Extra gateway variables (the limits in workers/config.ts, SSE_HEARTBEAT_MS). */
+  gatewayVars?: Record<string, string>;
   hosts?: number;
   hostEnv?: Record<string, string>;
   gatewayPort?: number;
@@ -157,6 +161,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         UPSTASH_REDIS_REST_URL: upstash.url,
         UPSTASH_REDIS_REST_TOKEN: upstash.token,
         INTERNAL_SIGNING_SECRET: signingSecret,
+        MODELS: opts.models ?? model.name,
+        ...opts.gatewayVars,
       },
       log: (line) => log("gateway", line),
     });
@@ -186,6 +192,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       MODEL_BASE_URL: modelConf.baseUrl,
       MODEL_API_KEY: modelConf.apiKey,
       MODEL_NAME: modelConf.name,
+      MODELS: opts.models ?? modelConf.name,
       HOST_METRICS_PORT: "0",
       ...opts.hostEnv,
       ...extra,

@@ -8,6 +8,9 @@
  * redis-server on loopback. Measured: ~1.2–1.5 ms per command through the bridge vs ~0.2 ms
  * direct ioredis (measured on this machine), so tests see realistic HTTP round trips.
  *
+ * Upstash-only Lua shebang flags (`allow-key-locking`, used by @upstash/ratelimit) are dropped
+ * before Redis sees a script (upstash-rest/commands.ts, ScriptTranslator).
+ *
  * Not provided: blocking, pub/sub, MONITOR and connection-state commands (refused with a clear
  * error, see upstash-rest/commands.ts), SSE endpoints, `Upstash-Response-Format: resp2`,
  * read-only tokens, read-your-writes sync tokens (one Redis: every read sees every write).
@@ -27,6 +30,7 @@ import {
   commandFromPath,
   commandsFromJson,
   refusalReason,
+  ScriptTranslator,
 } from "./upstash-rest/commands";
 import { type Outcome, RedisLink, RedisUnavailableError } from "./upstash-rest/redis-link";
 import { type Encoding, encodeReply } from "./upstash-rest/reply";
@@ -66,6 +70,7 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
     onStatus: log,
   });
   const tokenDigest = digest(opts.token);
+  const scripts = new ScriptTranslator((text) => createHash("sha1").update(text, "utf8").digest("hex"));
   const stats = { command: 0, pipeline: 0, multiExec: 0 };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -82,7 +87,7 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
       req.headers["upstash-encoding"]?.toString().toLowerCase() === "base64" ? "base64" : "utf8";
 
     if (url.pathname === "/pipeline" || url.pathname === "/multi-exec") {
-      const cmds = commandsFromJson(parseJson(body));
+      const cmds = commandsFromJson(parseJson(body)).map((c) => scripts.translate(c));
       cmds.forEach(assertAllowed);
       let outcomes: Outcome[];
       if (url.pathname === "/pipeline") {
@@ -101,8 +106,9 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
       );
     }
 
-    const cmd =
-      url.pathname === "/" ? commandFromJson(parseJson(body)) : commandFromPath(url.pathname, url.searchParams, body);
+    const cmd = scripts.translate(
+      url.pathname === "/" ? commandFromJson(parseJson(body)) : commandFromPath(url.pathname, url.searchParams, body),
+    );
     assertAllowed(cmd);
     stats.command++;
     const outcome = await link.run(cmd);

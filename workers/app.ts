@@ -6,6 +6,7 @@ import { Hono } from "hono";
 import { apiKeyAuth } from "./middleware/auth";
 import { withConfig } from "./middleware/config";
 import { handleError, handleNotFound } from "./middleware/errors";
+import { rateLimit } from "./middleware/rate-limit";
 import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
@@ -26,7 +27,7 @@ export function createApp() {
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);
 
-  app.use("/v1/*", withConfig(), apiKeyAuth());
+  app.use("/v1/*", withConfig(), apiKeyAuth(), rateLimit());
   app.route("/v1/jobs", jobEventRoutes);
   app.route("/v1/jobs", jobRoutes);
   app.route("/v1/conversations", conversationRoutes);

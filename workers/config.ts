@@ -4,7 +4,8 @@
  * fails every route that needs it with a logged reason instead of a confusing driver error.
  */
 import { z } from "zod";
-import { LIMITS } from "../src/contracts";
+import { LIMIT_DEFAULTS, LIMITS } from "../src/contracts";
+import { type ModelCatalog, parseModelList } from "../src/domain/models";
 import type { Env } from "./env";
 
 /** `--var NAME:` passes an empty string; treat it as unset. */
@@ -17,7 +18,21 @@ const ConfigSchema = z.object({
   UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
   INTERNAL_SIGNING_SECRET: z.string().min(16, "INTERNAL_SIGNING_SECRET must be at least 16 characters"),
   MAX_BODY_BYTES: optional(z.coerce.number().int().positive()),
+  RATE_LIMIT_REQUESTS: optional(z.coerce.number().int().min(0)),
+  RATE_LIMIT_WINDOW_S: optional(z.coerce.number().int().min(1).max(86_400)),
+  MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MODELS: optional(z.string()),
 });
+
+export { LIMIT_DEFAULTS };
+
+export interface GatewayLimits {
+  rateLimitRequests: number;
+  rateLimitWindowS: number;
+  maxStreamsPerTenant: number;
+  maxQueuedJobsPerTenant: number;
+}
 
 export interface GatewayConfig {
   databaseUrl: string;
@@ -25,6 +40,9 @@ export interface GatewayConfig {
   redis: { url: string; token: string };
   signingSecret: string;
   maxBodyBytes: number;
+  limits: GatewayLimits;
+  /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
+  models: ModelCatalog;
 }
 
 export class ConfigError extends Error {
@@ -51,17 +69,27 @@ export function loadConfig(env: Env): GatewayConfig {
   const key = settingsKey(env);
   if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
-    const value = parsed.success
-      ? {
-          databaseUrl: parsed.data.DATABASE_URL,
-          neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
-          redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
-          signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
-          maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
-        }
-      : new ConfigError(
+    const models = parseModelList(parsed.success ? parsed.data.MODELS : undefined);
+    const value = !parsed.success
+      ? new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
-        );
+        )
+      : typeof models === "string"
+        ? new ConfigError(`invalid worker configuration: MODELS: ${models}`)
+        : {
+            databaseUrl: parsed.data.DATABASE_URL,
+            neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
+            redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
+            signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+            maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
+            limits: {
+              rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
+              rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
+              maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
+              maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
+            },
+            models,
+          };
     cached = { key, value };
   }
   if (cached.value instanceof ConfigError) throw cached.value;

@@ -1,16 +1,23 @@
 /** The Worker's raw bindings as workerd hands them over; read only by config.ts and the DOs. */
 import type { ChatSessionObject } from "./durable-objects/chat-session";
 import type { JobEventsObject } from "./durable-objects/job-events";
+import type { TenantStreamsObject } from "./durable-objects/tenant-streams";
 
 export interface Env {
   JOB_EVENTS: DurableObjectNamespace<JobEventsObject>;
   CHAT_SESSIONS: DurableObjectNamespace<ChatSessionObject>;
+  TENANT_STREAMS: DurableObjectNamespace<TenantStreamsObject>;
   DATABASE_URL?: string;
   NEON_FETCH_ENDPOINT?: string;
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
   INTERNAL_SIGNING_SECRET?: string;
   MAX_BODY_BYTES?: string;
+  RATE_LIMIT_REQUESTS?: string;
+  RATE_LIMIT_WINDOW_S?: string;
+  MAX_STREAMS_PER_TENANT?: string;
+  MAX_QUEUED_JOBS_PER_TENANT?: string;
+  MODELS?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;
 }

@@ -4,6 +4,7 @@ import type { Env } from "./env";
 
 export { ChatSessionObject } from "./durable-objects/chat-session";
 export { JobEventsObject } from "./durable-objects/job-events";
+export { TenantStreamsObject } from "./durable-objects/tenant-streams";
 
 const app = createApp();
 

@@ -8,6 +8,8 @@ export interface GatewayVariables {
   deps: Deps;
   /** Set by the API-key middleware on every /v1 route. */
   tenantId: string;
+  /** SHA-256 of the presented API key, set with tenantId: the request-rate identity. */
+  apiKeyHash: string;
 }
 
 export type GatewayEnv = { Bindings: Env; Variables: GatewayVariables };

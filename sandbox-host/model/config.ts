@@ -3,6 +3,7 @@
  * its env in; nothing here reads process.env).
  */
 import { z } from "zod";
+import { type ModelCatalog, parseModelList } from "../../src/domain/models";
 
 export interface ModelConfig {
   baseUrl: string;
@@ -56,4 +57,24 @@ export function modelConfigFromEnv(env: Record<string, string | undefined>): Mod
     model: e.MODEL_NAME,
     ...(e.MODEL_TIMEOUT_MS !== undefined ? { timeoutMs: e.MODEL_TIMEOUT_MS } : {}),
   };
+}
+
+/**
+ * The models jobs may run on: MODEL_NAME (the default, for jobs that name none) first, then the
+ * rest of MODELS. Without MODELS only MODEL_NAME is offered, so a host is closed to arbitrary
+ * model strings unless the operator opens it. MODELS must contain MODEL_NAME: a default the
+ * gateway would refuse to accept by name is a configuration mistake.
+ */
+export function modelCatalogFromEnv(env: Record<string, string | undefined>): ModelCatalog {
+  const defaultName = env.MODEL_NAME?.trim();
+  if (!defaultName) throw new ModelConfigError("invalid model configuration: MODEL_NAME must not be empty");
+  const listed = parseModelList(env.MODELS);
+  if (typeof listed === "string") throw new ModelConfigError(`invalid model configuration: MODELS: ${listed}`);
+  if (listed.entries.length === 0) return { entries: [{ name: defaultName }] };
+  if (!listed.entries.some((e) => e.name === defaultName)) {
+    throw new ModelConfigError(
+      `invalid model configuration: MODELS (${listed.entries.map((e) => e.name).join(", ")}) must include MODEL_NAME (${defaultName})`,
+    );
+  }
+  return { entries: [{ name: defaultName }, ...listed.entries.filter((e) => e.name !== defaultName)] };
 }

@@ -1,4 +1,4 @@
-export { type ModelConfig, ModelConfigError, modelConfigFromEnv } from "./config";
+export { type ModelConfig, ModelConfigError, modelCatalogFromEnv, modelConfigFromEnv } from "./config";
 export { createOpenAICompatibleClient } from "./openai-compatible";
 export type {
   ModelChunk,

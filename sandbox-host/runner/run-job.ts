@@ -22,6 +22,7 @@ import {
   type TimingPoint,
 } from "../../src/db/ownership-repo";
 import { jobs } from "../../src/db/schema";
+import { type ModelCatalog, type ModelEntry, resolveModel } from "../../src/domain/models";
 import { deriveLatency } from "../../src/domain/timing";
 import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
@@ -54,6 +55,8 @@ export interface RunContext {
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;
+  /** The models jobs may run on, the default first; a job naming another one fails unrun. */
+  models: ModelCatalog;
 }
 
 /** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
@@ -64,8 +67,6 @@ export interface QuotaGate {
   /** Slots per tenant across all hosts (0 = no tenant quota). */
   tenantLimit: number;
   maxWaitMs: number;
-  /** The provider's default model, when a job names none. */
-  defaultModel: string;
   /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
   track(lease: QuotaLease, onLost: () => void): void;
   untrack(lease: QuotaLease): void;
@@ -229,6 +230,16 @@ async function streamTurn(
 
   try {
     const job = await loadJob(ctx.db, id.jobId);
+    // The gateway accepts only offered models, but a row may predate the list or come from a
+    // gateway configured differently: never hand the provider (or the quota) a name not offered.
+    const model = resolveModel(ctx.models, job.model);
+    if (model === null) {
+      return failed(
+        "model_not_allowed",
+        `model "${job.model}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
+        "",
+      );
+    }
     const messages: ModelMessage[] = [...job.messages];
     const tools =
       job.tools.length > 0 && ctx.sandbox
@@ -239,7 +250,7 @@ async function streamTurn(
     emit("run.prepared", {});
 
     for (let turn = 1; ; turn++) {
-      const admitted = await acquireQuota(ctx, run, id, job, turn, emit);
+      const admitted = await acquireQuota(ctx, run, id, job, model, turn, emit);
       if ("state" in admitted) return admitted;
       const lease = admitted.lease;
       let turnText = "";
@@ -332,12 +343,14 @@ async function acquireQuota(
   run: ActiveRun,
   id: ExecutionIdentity,
   job: LoadedJob,
+  model: ModelEntry,
   turn: number,
   emit: (type: EventType, payload: Record<string, unknown>) => void,
 ): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
   const q = ctx.quota;
   if (!q || q.modelLimit <= 0) return { lease: null };
-  const demands: QuotaDemand[] = [{ key: quotaKeys.model(job.model ?? q.defaultModel), limit: q.modelLimit }];
+  // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
+  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: q.modelLimit }];
   if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
   const outcome = await acquireWithWait(q.store, {
     holder: `${id.executionId}:${turn}`,

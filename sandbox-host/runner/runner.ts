@@ -7,6 +7,7 @@
 import type { Db } from "../../src/db/client";
 import { cancelRequested, heartbeat } from "../../src/db/ownership-repo";
 import { jitter } from "../../src/domain/backoff";
+import type { ModelCatalog } from "../../src/domain/models";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { Redis } from "../../src/quota/redis";
@@ -37,6 +38,8 @@ export interface RunnerOptions {
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
+  /** The models jobs may run on, the default first. */
+  models: ModelCatalog;
 }
 
 export class Runner {
@@ -65,6 +68,7 @@ export class Runner {
       coalesceMs: opts.coalesceMs ?? 5,
       metrics: opts.metrics,
       sandbox: opts.sandbox,
+      models: opts.models,
       quota: opts.quota
         ? {
             ...opts.quota,

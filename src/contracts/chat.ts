@@ -49,6 +49,7 @@ export const CHAT_ERROR_CODES = [
   "conversation_busy",
   "queue_full",
   "not_found",
+  "rate_limited",
   "dependency_unavailable",
   "idempotency_mismatch",
   "internal",

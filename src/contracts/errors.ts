@@ -32,11 +32,14 @@ export type ApiErrorBody = z.infer<typeof ErrorBodySchema>;
 export class ApiError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /** Whole seconds (≥ 1) for a `Retry-After` header; set on `rate_limited`. */
+  readonly retryAfterS: number | undefined;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; retryAfterS?: number }) {
     super(message, options);
     this.name = "ApiError";
     this.code = code;
     this.status = ERROR_STATUS[code];
+    this.retryAfterS = options?.retryAfterS === undefined ? undefined : Math.max(1, Math.ceil(options.retryAfterS));
   }
   toBody(): ApiErrorBody {
     return { error: { code: this.code, message: this.message } };

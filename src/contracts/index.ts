@@ -1,4 +1,5 @@
 export * from "./errors";
 export * from "./events";
 export * from "./job";
+export * from "./limits";
 export * from "./text";

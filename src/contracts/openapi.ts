@@ -136,8 +136,8 @@ interface Operation {
   extensions?: Record<string, unknown>;
 }
 
-/** Every /v1 route: the key lookup (401, or 503 when Postgres is away) and the catch-all 500. */
-const V1_ERRORS: ErrorCode[] = ["unauthorized", "dependency_unavailable", "internal"];
+/** Every /v1 route: the key lookup (401, or 503 when Postgres is away), the per-key request rate (429) and the catch-all 500. */
+const V1_ERRORS: ErrorCode[] = ["unauthorized", "rate_limited", "dependency_unavailable", "internal"];
 /** Every route that reads a JSON body (workers/request/body.ts). */
 const BODY_ERRORS: ErrorCode[] = ["invalid_json", "invalid_request", "payload_too_large", "unsupported_media_type"];
 
@@ -428,6 +428,16 @@ function errorResponses(op: Operation, taken: Set<Status>): Record<string, JsonS
     if (taken.has(status)) throw new Error(`${op.operationId}: status ${status} is both a success and an error`);
     out[String(status)] = {
       description: `Error: ${codes.join(", ")}.`,
+      ...(status === 429
+        ? {
+            headers: {
+              "Retry-After": {
+                description: "Whole seconds to wait before retrying (at least 1).",
+                schema: { type: "integer", minimum: 1 },
+              },
+            },
+          }
+        : {}),
       // The shared shape, narrowed to the codes this operation answers with this status.
       content: json({
         allOf: [ref("ErrorBody"), { properties: { error: { properties: { code: { enum: codes } } } } }],

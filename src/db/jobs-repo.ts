@@ -2,7 +2,7 @@
  * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
-import { and, desc, eq, sql } from "drizzle-orm";
+import { and, count, desc, eq, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
@@ -38,21 +38,59 @@ export function idempotencyMismatch(): ApiError {
   );
 }
 
+/** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
+export const QUEUE_FULL_RETRY_AFTER_S = 5;
+
+/**
+ * The tenant's queued jobs, by the partial index jobs_tenant_queued_idx. The count and the insert
+ * are two statements, so a burst of concurrent submits can each see room and together pass the
+ * limit by up to the number in flight at once (a single INSERT … SELECT would not close that
+ * either: under READ COMMITTED concurrent inserts do not see each other). It is a guard against
+ * one tenant filling the queue, not an exact quota.
+ */
+async function queueHasRoom(db: Db, tenantId: string, maxQueued: number): Promise<boolean> {
+  const [row] = await db
+    .select({ n: count() })
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.state, "queued")));
+  return (row?.n ?? 0) < maxQueued;
+}
+
+async function findByIdempotencyKey(db: Db, tenantId: string, key: string): Promise<JobRow | null> {
+  const [existing] = await db
+    .select()
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.idempotencyKey, key)))
+    .limit(1);
+  return existing ?? null;
+}
+
 /**
  * Insert a job, or with an idempotency key return the job that key already made. The key is
  * bound to `requestHash` (default: jobRequestHash of the body; chat passes the hash of what its
  * client sent, since the job input it builds includes history that changes between retries):
  * the same key with a different request is 409 `idempotency_mismatch`, never the old job
  * pretending to be the new one. A row from before hashes were stored (null) matches any body.
+ *
+ * `opts.maxQueued` (> 0): refuse with 429 `rate_limited` when the tenant already has that many
+ * queued jobs; an idempotent replay of a job that exists is answered (or refused as a mismatch),
+ * never refused as over the limit.
  */
 export async function createJob(
   db: Db,
   tenantId: string,
   id: string,
   body: CreateJobBody,
-  requestHash?: string,
+  opts: { requestHash?: string; maxQueued?: number } = {},
 ): Promise<CreatedJob> {
-  const hash = body.idempotency_key ? (requestHash ?? (await jobRequestHash(body))) : null;
+  const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
+  if (opts.maxQueued && opts.maxQueued > 0 && !(await queueHasRoom(db, tenantId, opts.maxQueued))) {
+    const replay = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
+    if (replay) return idempotentReplay(replay, hash);
+    throw new ApiError("rate_limited", `this tenant already has ${opts.maxQueued} queued jobs (the limit)`, {
+      retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
+    });
+  }
   const values = {
     id,
     tenantId,
@@ -77,12 +115,13 @@ export async function createJob(
     })
     .returning();
   if (inserted[0]) return { job: inserted[0] as JobRow, created: true };
-  const [existing] = await db
-    .select()
-    .from(jobs)
-    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.idempotencyKey, body.idempotency_key)))
-    .limit(1);
+  const existing = await findByIdempotencyKey(db, tenantId, body.idempotency_key);
   if (!existing) throw new Error("idempotent insert conflicted but no row was found");
+  return idempotentReplay(existing, hash);
+}
+
+/** The job an idempotency key already made, if the request is the same one (null: a row from before hashes). */
+function idempotentReplay(existing: JobRow, hash: string | null): CreatedJob {
   if (existing.requestHash !== null && existing.requestHash !== hash) throw idempotencyMismatch();
   return { job: existing, created: false };
 }

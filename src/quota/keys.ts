@@ -19,6 +19,8 @@ export function redisKeys(prefix = "ear") {
     quotaWaiters: (quotaKey: string) => `${prefix}:quota-waiters:${quotaKey}`,
     /** Last poll (server ms) of each waiter of a quota key: waiters that stop polling are purged. */
     quotaWaitersSeen: (quotaKey: string) => `${prefix}:quota-seen:${quotaKey}`,
+    /** Prefix of @upstash/ratelimit's keys for the per-API-key request rate (it appends the rest). */
+    rateLimitPrefix: () => `${prefix}:rl`,
   };
 }
 export type RedisKeys = ReturnType<typeof redisKeys>;

@@ -4,6 +4,7 @@
  */
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { Ratelimit } from "@upstash/ratelimit";
 import { Redis as IORedis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisClient, type Redis } from "../../src/quota/redis";
@@ -44,6 +45,26 @@ describe.skipIf(!canRun)("upstash bridge", () => {
     direct?.disconnect();
     await bridge?.close();
     await redis?.stop();
+  });
+
+  it("runs @upstash/ratelimit's Upstash-flagged Lua scripts (EVALSHA after the first EVAL)", async () => {
+    const limiter = new Ratelimit({
+      redis: client,
+      limiter: Ratelimit.slidingWindow(3, "60 s"),
+      prefix: `rl-test-${randomBytes(4).toString("hex")}`,
+      analytics: false,
+      ephemeralCache: false,
+    });
+    const verdicts = [];
+    for (let i = 0; i < 5; i++) verdicts.push(await limiter.limit("key-a"));
+    expect(verdicts.map((v) => v.success)).toEqual([true, true, true, false, false]);
+    expect(verdicts.every((v) => v.reason === undefined)).toBe(true);
+    expect((await limiter.limit("key-b")).success).toBe(true);
+    // After the first call taught the bridge the script, calls are one EVALSHA each, not EVALSHA + EVAL.
+    const before = (await direct.info("commandstats")).match(/cmdstat_eval:calls=(\d+)/)?.[1] ?? "0";
+    await limiter.limit("key-c");
+    const after = (await direct.info("commandstats")).match(/cmdstat_eval:calls=(\d+)/)?.[1] ?? "0";
+    expect(after).toBe(before);
   });
 
   it("round-trips unicode and binary-ish strings byte for byte", async () => {

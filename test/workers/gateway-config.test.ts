@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../workers/config";
+import { ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/config";
 import type { Env } from "../../workers/env";
 
 const base = {
@@ -25,5 +25,25 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(broken)).toThrow(ConfigError);
     expect(() => loadConfig(broken)).toThrow(/UPSTASH_REDIS_REST_URL/);
     expect(loadConfig(asEnv({ ...base })).maxBodyBytes).not.toBe(1234);
+  });
+
+  it("has every abuse limit on by default, each overridable, 0 turning it off", () => {
+    const limits = loadConfig(asEnv({ ...base })).limits;
+    expect(limits).toEqual(LIMIT_DEFAULTS);
+    for (const v of Object.values(limits)) expect(v).toBeGreaterThan(0);
+    const set = loadConfig(
+      asEnv({ ...base, RATE_LIMIT_REQUESTS: "0", MAX_STREAMS_PER_TENANT: "7", MAX_QUEUED_JOBS_PER_TENANT: "9" }),
+    ).limits;
+    expect(set).toMatchObject({ rateLimitRequests: 0, maxStreamsPerTenant: 7, maxQueuedJobsPerTenant: 9 });
+    expect(() => loadConfig(asEnv({ ...base, MAX_STREAMS_PER_TENANT: "-1" }))).toThrow(/MAX_STREAMS_PER_TENANT/);
+  });
+
+  it("offers no model choice without MODELS, and exactly the listed ones with it", () => {
+    expect(loadConfig(asEnv({ ...base })).models.entries).toEqual([]);
+    expect(
+      loadConfig(asEnv({ ...base, MODELS: " gpt-4o-mini , claude-x " })).models.entries.map((e) => e.name),
+    ).toEqual(["gpt-4o-mini", "claude-x"]);
+    expect(() => loadConfig(asEnv({ ...base, MODELS: "a,,b" }))).toThrow(/MODELS: an empty name/);
+    expect(() => loadConfig(asEnv({ ...base, MODELS: "a,a" }))).toThrow(/listed twice/);
   });
 });

@@ -45,7 +45,9 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
     const stack = await startStack({
       root: o.root,
       hosts: o.selfStart.hosts,
-      hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns) },
+      // One tenant drives every run here: the per-tenant quota (a fairness rule between tenants,
+      // default 32) would cap the very concurrency this tool measures, so it is off on this stack.
+      hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns), QUOTA_TENANT_LIMIT: "0" },
       mockModel: {
         ttftMs: script.ttftMs,
         tokensPerS: script.tokensPerS,

@@ -115,3 +115,47 @@ export function commandFromPath(pathname: string, query: URLSearchParams, body: 
   }
   return { name: name.toLowerCase(), args };
 }
+
+/**
+ * Upstash's server accepts a Lua shebang flag Redis does not: `#!lua flags=allow-key-locking`
+ * (every script of @upstash/ratelimit starts with it; Redis 7 answers "ERR Unexpected flag in
+ * script shebang"). The bridge drops the flag before Redis sees the script. A client calls
+ * EVALSHA with the digest of the script it knows, the flagged text, which Redis has never seen
+ * under that digest: so the digest of each rewritten script is remembered and EVALSHA translated.
+ * A digest not seen yet goes through as is; Redis answers NOSCRIPT and the client falls back to
+ * EVAL, which teaches the bridge the pair.
+ */
+const UPSTASH_ONLY_FLAGS = new Set(["allow-key-locking"]);
+const SHEBANG_RE = /^#!lua([^\n]*)/;
+
+export class ScriptTranslator {
+  private readonly digests = new Map<string, string>();
+
+  constructor(private readonly sha1: (text: string) => string) {}
+
+  translate(cmd: CommandLine): CommandLine {
+    if (cmd.name === "eval" || cmd.name === "eval_ro") return this.withScript(cmd, 0);
+    if (cmd.name === "script" && argText(cmd.args[0])?.toLowerCase() === "load") return this.withScript(cmd, 1);
+    if (cmd.name === "evalsha" || cmd.name === "evalsha_ro") {
+      const known = this.digests.get(argText(cmd.args[0])?.toLowerCase() ?? "");
+      if (known) return { name: cmd.name, args: [known, ...cmd.args.slice(1)] };
+    }
+    return cmd;
+  }
+
+  private withScript(cmd: CommandLine, at: number): CommandLine {
+    const script = argText(cmd.args[at]);
+    const match = script === undefined ? null : SHEBANG_RE.exec(script);
+    if (script === undefined || !match) return cmd;
+    const kept = (match[1] ?? "").replace(/flags=([^\s]*)/, (_all, list: string) => {
+      const flags = list.split(",").filter((f) => f !== "" && !UPSTASH_ONLY_FLAGS.has(f));
+      return flags.length > 0 ? `flags=${flags.join(",")}` : "";
+    });
+    const rewritten = `#!lua${kept.trimEnd()}${script.slice(match[0].length)}`;
+    if (rewritten === script) return cmd;
+    this.digests.set(this.sha1(script), this.sha1(rewritten));
+    const args = [...cmd.args];
+    args[at] = rewritten;
+    return { name: cmd.name, args };
+  }
+}

@@ -1,5 +1,13 @@
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { BadCommandError, commandFromJson, commandFromPath, commandsFromJson, refusalReason } from "./commands";
+import {
+  BadCommandError,
+  commandFromJson,
+  commandFromPath,
+  commandsFromJson,
+  refusalReason,
+  ScriptTranslator,
+} from "./commands";
 import { encodeReply } from "./reply";
 
 describe("upstash REST request parsing", () => {
@@ -49,5 +57,29 @@ describe("upstash reply encoding", () => {
   });
   it("sends UTF-8 text without the header", () => {
     expect(encodeReply([b("✓"), new Error("ERR nested")], "utf8")).toEqual(["✓", "ERR nested"]);
+  });
+});
+
+describe("Upstash-only Lua flags", () => {
+  const sha1 = (t: string) => createHash("sha1").update(t, "utf8").digest("hex");
+  const flagged = "#!lua flags=allow-key-locking\nreturn 1";
+
+  it("drops allow-key-locking from EVAL and SCRIPT LOAD, keeps other flags, leaves plain scripts alone", () => {
+    const t = new ScriptTranslator(sha1);
+    expect(t.translate({ name: "eval", args: [flagged, "0"] }).args[0]).toBe("#!lua\nreturn 1");
+    expect(
+      t.translate({ name: "eval", args: ["#!lua flags=no-writes,allow-key-locking\nreturn 1", "0"] }).args[0],
+    ).toBe("#!lua flags=no-writes\nreturn 1");
+    expect(t.translate({ name: "script", args: ["LOAD", flagged] }).args[1]).toBe("#!lua\nreturn 1");
+    const plain = { name: "eval", args: ["return 1", "0"] };
+    expect(t.translate(plain)).toBe(plain);
+  });
+
+  it("translates EVALSHA of the flagged script to the digest Redis knows, once it has seen the script", () => {
+    const t = new ScriptTranslator(sha1);
+    const call = { name: "evalsha", args: [sha1(flagged), "1", "k"] };
+    expect(t.translate(call)).toBe(call); // unknown yet: Redis says NOSCRIPT, the client EVALs
+    t.translate({ name: "eval", args: [flagged, "1", "k"] });
+    expect(t.translate(call).args).toEqual([sha1("#!lua\nreturn 1"), "1", "k"]);
   });
 });

@@ -57,7 +57,8 @@ export function postgresChatBackend(env: Env): ChatBackend {
   const deps = () => createDeps(loadConfig(env));
   return {
     async submit({ tenantId, conversationId, content, clientMessageId }) {
-      const d = deps();
+      const config = loadConfig(env);
+      const d = createDeps(config);
       const db = d.db();
       const hash = await chatRequestHash(content);
       const { job, created } = await callDependency("postgres", async () => {
@@ -76,7 +77,7 @@ export function postgresChatBackend(env: Env): ChatBackend {
             idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
             metadata: { source: "chat", client_message_id: clientMessageId },
           },
-          hash,
+          { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant },
         );
       });
       if (created) await indexReadyJob(d, job.id);

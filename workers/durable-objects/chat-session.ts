@@ -29,11 +29,14 @@ import type { Env } from "../env";
 import { loggableError } from "../log";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
+import { acquireStreamSlot, STREAM_LEASE, settleLeases } from "./tenant-streams";
 
 export const CHAT_HEADERS = {
   tenant: "x-ear-tenant",
   conversation: "x-ear-conversation",
   multitask: "x-ear-multitask",
+  /** The tenant's open-stream cap (SSE + WebSockets), from the gateway's configuration. */
+  streamCap: "x-ear-stream-cap",
 } as const;
 
 /** While a relayed job is unfinished, pull from its log at least this often (lost pushes, eviction). */
@@ -72,6 +75,8 @@ interface QueuedMessage {
 interface SocketState {
   multitask: MultitaskPolicy;
   cursors: Record<string, number>;
+  /** The tenant stream lease this socket holds (tenant-streams.ts), if counted. */
+  lease?: string;
 }
 
 export function chatSessionName(tenantId: string, conversationId: string): string {
@@ -107,6 +112,15 @@ export class ChatSessionObject extends DurableObject<Env> {
       ? (policy as MultitaskPolicy)
       : "queue";
 
+    // The tenant's stream slot is taken before the upgrade: past the cap the client gets a 429.
+    const slot = await acquireStreamSlot(
+      this.env,
+      tenantId,
+      "ws",
+      Number(request.headers.get(CHAT_HEADERS.streamCap) ?? 0),
+    );
+    if (slot instanceof Response) return slot;
+
     const pair = new WebSocketPair();
     const [client, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
@@ -114,7 +128,8 @@ export class ChatSessionObject extends DurableObject<Env> {
     // It does not start following a job already running: events pushed before its `resume`
     // frame arrives would reach it ahead of the replay (out of order, then again). A client that
     // reconnects resumes with its cursor; one that knows nothing resumes with after=0.
-    server.serializeAttachment({ multitask, cursors: {} } satisfies SocketState);
+    server.serializeAttachment({ multitask, cursors: {}, ...(slot ? { lease: slot } : {}) } satisfies SocketState);
+    if (slot) await this.armLeaseRenewal();
     return new Response(null, { status: 101, webSocket: client });
   }
 
@@ -127,12 +142,14 @@ export class ChatSessionObject extends DurableObject<Env> {
     try {
       ws.close(code === 1005 || code === 1006 ? 1000 : code, reason);
     } catch {}
+    await this.releaseLease(ws);
   }
 
   override async webSocketError(ws: WebSocket): Promise<void> {
     try {
       ws.close(1011, "error");
     } catch {}
+    await this.releaseLease(ws);
   }
 
   /** Pushed by a JobEvents object after each append to a job this session watches. */
@@ -140,19 +157,28 @@ export class ChatSessionObject extends DurableObject<Env> {
     await this.serial(() => this.deliver(jobId, events));
   }
 
-  /** Watchdog: re-register and pull every unfinished job, in case a push was lost. */
+  /**
+   * Watchdog: re-register and pull every unfinished job, in case a push was lost. Also renews the
+   * open sockets' stream leases: a hibernated object has no timer, so the alarm is what wakes it
+   * (every STREAM_LEASE.socketRenewMs while a counted socket is open).
+   */
   override async alarm(): Promise<void> {
-    await this.serial(async () => {
-      const identity = await this.identity();
-      const jobs = await this.jobs();
-      for (const [jobId, j] of Object.entries(jobs)) {
-        if (j.finished) continue;
-        if (identity)
-          await this.jobEvents(jobId).watch(jobId, chatSessionName(identity.tenantId, identity.conversationId));
-        await this.deliver(jobId);
-      }
-      await this.armWatchdog();
-    });
+    try {
+      await this.serial(async () => {
+        const identity = await this.identity();
+        const jobs = await this.jobs();
+        for (const [jobId, j] of Object.entries(jobs)) {
+          if (j.finished) continue;
+          if (identity)
+            await this.jobEvents(jobId).watch(jobId, chatSessionName(identity.tenantId, identity.conversationId));
+          await this.deliver(jobId);
+        }
+        await this.armWatchdog();
+      });
+    } finally {
+      // After the watchdog re-armed (5 s): renewal keeps whichever alarm is sooner.
+      await this.renewLeases();
+    }
   }
 
   // ---- frames ------------------------------------------------------------------------------
@@ -420,6 +446,33 @@ export class ChatSessionObject extends DurableObject<Env> {
     const finished = Object.keys(jobs).filter((id) => jobs[id]?.finished);
     for (const id of finished.slice(0, Math.max(0, finished.length - FINISHED_JOBS_KEPT))) delete jobs[id];
     await this.ctx.storage.put("jobs", jobs);
+  }
+
+  private async renewLeases(): Promise<void> {
+    const leases = this.ctx.getWebSockets().flatMap((ws) => socketState(ws).lease ?? []);
+    const identity = await this.identity();
+    if (identity && leases.length > 0) await settleLeases(this.env, identity.tenantId, "renew", leases);
+    await this.armLeaseRenewal();
+  }
+
+  private async releaseLease(ws: WebSocket): Promise<void> {
+    const state = socketState(ws);
+    if (!state.lease) return;
+    const lease = state.lease;
+    delete state.lease;
+    try {
+      ws.serializeAttachment(state);
+    } catch {}
+    const identity = await this.identity();
+    if (identity) await settleLeases(this.env, identity.tenantId, "release", [lease]);
+  }
+
+  /** Keep an alarm due within the renewal period while any socket holds a lease. */
+  private async armLeaseRenewal(): Promise<void> {
+    if (!this.ctx.getWebSockets().some((ws) => socketState(ws).lease)) return;
+    const due = Date.now() + STREAM_LEASE.socketRenewMs;
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current < Date.now() || current > due) await this.ctx.storage.setAlarm(due);
   }
 
   private async armWatchdog(): Promise<void> {

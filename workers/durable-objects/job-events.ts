@@ -21,6 +21,7 @@ import { ChatRelay } from "./chat-relay";
 import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
 import { type JobStateLookup, postgresJobStateLookup, projectedTerminal } from "./job-state";
 import { SseFanout } from "./sse-fanout";
+import { acquireStreamSlot, settleLeases } from "./tenant-streams";
 
 export type IngestResult = { ok: true; ack: ProjectorAck } | { ok: false; reason: IngestRejection; message: string };
 
@@ -67,7 +68,11 @@ export class JobEventsObject extends DurableObject<Env> {
     this.log = new EventLog(ctx.storage);
     ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
     const heartbeatMs = Number(env.SSE_HEARTBEAT_MS);
-    this.fanout = new SseFanout(Number.isFinite(heartbeatMs) && heartbeatMs > 0 ? heartbeatMs : DEFAULT_HEARTBEAT_MS);
+    // A job belongs to one tenant, so every lease this object holds is that tenant's.
+    this.fanout = new SseFanout(Number.isFinite(heartbeatMs) && heartbeatMs > 0 ? heartbeatMs : DEFAULT_HEARTBEAT_MS, {
+      renew: (ids) => this.settle("renew", ids),
+      release: (ids) => this.settle("release", ids),
+    });
     this.relay = new ChatRelay(ctx.storage, env);
     this.jobState = postgresJobStateLookup(env);
   }
@@ -113,8 +118,18 @@ export class JobEventsObject extends DurableObject<Env> {
     if (!Number.isSafeInteger(after) || after < 0) return new Response("bad cursor", { status: 400 });
     const jobId = url.searchParams.get("job_id");
     if (jobId) this.rememberJobId(jobId);
+    // The gateway names the tenant and its stream cap; a finished log is a replay that closes at
+    // once, so it takes no slot.
+    const tenantId = url.searchParams.get("tenant_id");
+    let lease: string | null = null;
+    if (tenantId && !this.log.finished) {
+      this.leaseTenant = tenantId;
+      const slot = await acquireStreamSlot(this.env, tenantId, "sse", Number(url.searchParams.get("stream_cap") ?? 0));
+      if (slot instanceof Response) return slot;
+      lease = slot;
+    }
     // Replay read and subscription happen in this one synchronous turn: nothing can interleave.
-    const response = this.fanout.open(this.log.readAfter(after), this.log.finished);
+    const response = this.fanout.open(this.log.readAfter(after), this.log.finished, lease);
     if (!this.log.finished) await this.scheduleTerminalCheck();
     return response;
   }
@@ -172,6 +187,14 @@ export class JobEventsObject extends DurableObject<Env> {
   }
 
   private alarmDue: number | null | undefined;
+
+  /** The tenant whose stream leases this object holds (set by the first counted subscriber). */
+  private leaseTenant: string | null = null;
+
+  private settle(op: "renew" | "release", ids: string[]): void {
+    if (this.leaseTenant === null || ids.length === 0) return;
+    this.ctx.waitUntil(settleLeases(this.env, this.leaseTenant, op, ids));
+  }
 
   private cachedJobId: string | null | undefined;
 

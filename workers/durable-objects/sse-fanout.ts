@@ -7,6 +7,9 @@
  * Writes are never awaited, so one slow reader cannot hold up the others; a reader that lets
  * more than MAX_QUEUED_CHUNKS pile up, or whose write fails (disconnected), is dropped and can
  * resume with Last-Event-ID.
+ *
+ * A subscriber may hold a stream lease (tenant-streams.ts): renewed at every keepalive while it
+ * is subscribed, released when it is closed or dropped.
  */
 import type { LoggedEvent } from "./event-log";
 
@@ -26,27 +29,38 @@ export function sseFrame(e: LoggedEvent): string {
 
 type Writer = WritableStreamDefaultWriter<Uint8Array>;
 
+/** What the fanout does with its subscribers' stream leases (none: the leases are not counted). */
+export interface LeaseHooks {
+  renew(leases: string[]): void;
+  release(leases: string[]): void;
+}
+
 export class SseFanout {
-  private readonly subscribers = new Set<Writer>();
+  /** Each subscriber with its stream lease, if it holds one. */
+  private readonly subscribers = new Map<Writer, string | null>();
   private heartbeat: ReturnType<typeof setInterval> | undefined;
 
   /** @param heartbeatMs keepalive period; API.md promises a comment at least every 15 s. */
-  constructor(private readonly heartbeatMs: number) {}
+  constructor(
+    private readonly heartbeatMs: number,
+    private readonly leases?: LeaseHooks,
+  ) {}
 
   get size(): number {
     return this.subscribers.size;
   }
 
   /** A stream that starts with `replay` and, unless the job is `finished`, stays subscribed. */
-  open(replay: LoggedEvent[], finished: boolean): Response {
+  open(replay: LoggedEvent[], finished: boolean, lease: string | null = null): Response {
     const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
     const writer = writable.getWriter();
     // The whole replay as one chunk: a long log must not count against the slow-reader limit.
     if (replay.length > 0) this.send(writer, encoder.encode(replay.map(sseFrame).join("")));
     if (finished) {
       writer.close().catch(() => {});
+      if (lease !== null) this.leases?.release([lease]);
     } else {
-      this.subscribers.add(writer);
+      this.subscribers.set(writer, lease);
       this.startHeartbeat();
     }
     return new Response(readable, { headers: SSE_HEADERS });
@@ -56,10 +70,11 @@ export class SseFanout {
   publish(events: LoggedEvent[], finished: boolean): void {
     if (events.length > 0) {
       const chunk = encoder.encode(events.map(sseFrame).join(""));
-      for (const writer of this.subscribers) this.send(writer, chunk);
+      for (const writer of this.subscribers.keys()) this.send(writer, chunk);
     }
     if (finished) {
-      for (const writer of this.subscribers) writer.close().catch(() => {});
+      for (const writer of this.subscribers.keys()) writer.close().catch(() => {});
+      this.leases?.release(leasesOf(this.subscribers.values()));
       this.subscribers.clear();
       this.stopHeartbeat();
     }
@@ -75,14 +90,17 @@ export class SseFanout {
   }
 
   private drop(writer: Writer): void {
+    const lease = this.subscribers.get(writer);
     if (!this.subscribers.delete(writer)) return;
+    if (lease) this.leases?.release([lease]);
     writer.abort("subscriber dropped").catch(() => {});
     if (this.subscribers.size === 0) this.stopHeartbeat();
   }
 
   private startHeartbeat(): void {
     this.heartbeat ??= setInterval(() => {
-      for (const writer of this.subscribers) this.send(writer, KEEPALIVE);
+      for (const writer of this.subscribers.keys()) this.send(writer, KEEPALIVE);
+      this.leases?.renew(leasesOf(this.subscribers.values()));
     }, this.heartbeatMs);
   }
 
@@ -90,4 +108,10 @@ export class SseFanout {
     if (this.heartbeat !== undefined) clearInterval(this.heartbeat);
     this.heartbeat = undefined;
   }
+}
+
+function leasesOf(values: Iterable<string | null>): string[] {
+  const out: string[] = [];
+  for (const v of values) if (v !== null) out.push(v);
+  return out;
 }

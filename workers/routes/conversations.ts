@@ -46,6 +46,7 @@ export const conversationRoutes = new Hono<GatewayEnv>()
     headers.set(CHAT_HEADERS.tenant, tenantId);
     headers.set(CHAT_HEADERS.conversation, id);
     headers.set(CHAT_HEADERS.multitask, multitask);
+    headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
     return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
   })
   .get("/:id/messages", async (c) => {

@@ -28,5 +28,7 @@ export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c
   const jobId = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
   if (!jobId) throw notFoundJob();
   const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(jobId));
-  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}`));
+  // The object takes the tenant's stream slot before it subscribes (429 past the cap).
+  const counted = `tenant_id=${encodeURIComponent(c.get("tenantId"))}&stream_cap=${c.get("config").limits.maxStreamsPerTenant}`;
+  return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}&${counted}`));
 });

@@ -6,6 +6,7 @@
 import { Hono } from "hono";
 import { ApiError, CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts";
 import { createJob, decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
+import { type ModelCatalog, resolveModel } from "../../src/domain/models";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps, withTimeout } from "../deps";
 import { loggableError } from "../log";
@@ -33,17 +34,33 @@ export async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
   }
 }
 
+/** `model` must be one the operator offers (MODELS): it reaches the provider and names a quota key. */
+export function assertModelOffered(models: ModelCatalog, model: string): void {
+  if (resolveModel(models, model)) return;
+  const offered = models.entries.map((e) => e.name);
+  throw new ApiError(
+    "invalid_request",
+    offered.length === 0
+      ? "model: this deployment offers no choice of model; omit the field"
+      : `model: must be one of ${offered.join(", ")} (or omitted for ${offered[0]})`,
+  );
+}
+
 export function notFoundJob(): ApiError {
   return new ApiError("not_found", "job not found");
 }
 
 export const jobRoutes = new Hono<GatewayEnv>()
   .post("/", async (c) => {
-    const body = await readJsonBody(c.req.raw, CreateJobBodySchema, c.get("config").maxBodyBytes);
+    const config = c.get("config");
+    const body = await readJsonBody(c.req.raw, CreateJobBodySchema, config.maxBodyBytes);
+    if (body.model !== undefined) assertModelOffered(config.models, body.model);
     const deps = c.get("deps");
     const db = deps.db();
     const { job, created } = await callDependency("postgres", () =>
-      createJob(db, c.get("tenantId"), crypto.randomUUID(), body),
+      createJob(db, c.get("tenantId"), crypto.randomUUID(), body, {
+        maxQueued: config.limits.maxQueuedJobsPerTenant,
+      }),
     );
     // The index only wakes claimers (hosts also LISTEN and sweep Postgres): the answer waits
     // for the row, which is the job, not for the wake-up.

@@ -63,6 +63,7 @@ export function apiKeyAuth() {
       rememberTenant(keyHash, tenantId);
     }
     c.set("tenantId", tenantId);
+    c.set("apiKeyHash", keyHash);
     await next();
   });
 }

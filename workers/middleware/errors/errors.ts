@@ -10,6 +10,7 @@ import { loggableError, loggableStack } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 export function errorResponse(c: Context, err: ApiError): Response {
+  if (err.retryAfterS !== undefined) c.header("retry-after", String(err.retryAfterS));
   return c.json(err.toBody(), err.status as ContentfulStatusCode);
 }
 

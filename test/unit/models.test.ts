@@ -1,0 +1,53 @@
+/**
+ * The operator's model list (src/domain/models.ts) as the host reads it, and the host's
+ * per-tenant quota default: a host with no QUOTA_TENANT_LIMIT used to let one tenant take
+ * every model slot (default 0 = no tenant limit).
+ */
+import { describe, expect, it } from "vitest";
+import { hostConfigFromEnv } from "../../sandbox-host/config";
+import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model";
+import { parseModelList, resolveModel } from "../../src/domain/models";
+
+const hostEnv = {
+  DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
+  UPSTASH_REDIS_REST_URL: "http://127.0.0.1:8079",
+  UPSTASH_REDIS_REST_TOKEN: "t",
+  GATEWAY_URL: "http://127.0.0.1:8787",
+  INTERNAL_SIGNING_SECRET: "0123456789abcdef",
+};
+
+describe("the host's per-tenant quota default", () => {
+  it("is on: at most half of a model's slots per tenant unless the operator says otherwise", () => {
+    const config = hostConfigFromEnv(hostEnv);
+    expect(config.quotaTenantLimit).toBeGreaterThan(0);
+    expect(config.quotaTenantLimit).toBeLessThan(config.quotaModelLimit);
+    expect(hostConfigFromEnv({ ...hostEnv, QUOTA_TENANT_LIMIT: "0" }).quotaTenantLimit).toBe(0);
+  });
+});
+
+describe("the model list", () => {
+  it("is just MODEL_NAME without MODELS: closed to any other string", () => {
+    const catalog = modelCatalogFromEnv({ MODEL_NAME: "gpt-4o-mini" });
+    expect(catalog.entries.map((e) => e.name)).toEqual(["gpt-4o-mini"]);
+    expect(resolveModel(catalog, null)?.name).toBe("gpt-4o-mini");
+    expect(resolveModel(catalog, "gpt-4o-mini")?.name).toBe("gpt-4o-mini");
+    expect(resolveModel(catalog, "anything-else")).toBeNull();
+  });
+
+  it("puts MODEL_NAME first (the default) and refuses a MODELS that leaves it out", () => {
+    const catalog = modelCatalogFromEnv({ MODEL_NAME: "b", MODELS: "a,b,c" });
+    expect(catalog.entries.map((e) => e.name)).toEqual(["b", "a", "c"]);
+    expect(resolveModel(catalog, undefined)?.name).toBe("b");
+    expect(resolveModel(catalog, "c")?.name).toBe("c");
+    expect(() => modelCatalogFromEnv({ MODEL_NAME: "z", MODELS: "a,b" })).toThrow(ModelConfigError);
+    expect(() => modelCatalogFromEnv({ MODEL_NAME: "z", MODELS: "a,b" })).toThrow(/must include MODEL_NAME/);
+  });
+
+  it("names what is wrong with a list", () => {
+    expect(parseModelList("a, b")).toEqual({ entries: [{ name: "a" }, { name: "b" }] });
+    expect(parseModelList("")).toEqual({ entries: [] });
+    expect(parseModelList("a,")).toMatch(/empty name/);
+    expect(parseModelList("a b")).toMatch(/not a model name/);
+    expect(parseModelList("a,a")).toMatch(/listed twice/);
+  });
+});

@@ -85,8 +85,12 @@ describe("cancel in Postgres (durable half)", () => {
   it("input: idempotent by key, ordered, already_finished once the job ended", async () => {
     const id = await newJob();
     const a = await submitInput(t.db, "t1", id, "first", "k1");
-    const again = await submitInput(t.db, "t1", id, "first (retry)", "k1");
+    const again = await submitInput(t.db, "t1", id, "first", "k1");
     expect(again).toMatchObject({ inputId: a?.inputId, created: false });
+    // The key names that one input: other content under it is a mismatch, not the old input.
+    await expect(submitInput(t.db, "t1", id, "first (edited)", "k1")).rejects.toMatchObject({
+      code: "idempotency_mismatch",
+    });
     const concurrent = await Promise.all(["x", "y", "z"].map((c) => submitInput(t.db, "t1", id, c, null)));
     expect(new Set(concurrent.map((r) => r?.inputId)).size).toBe(3);
     expect(await submitInput(t.db, "t2", id, "not yours", null)).toBeNull();

@@ -10,6 +10,7 @@ export interface Env {
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
   INTERNAL_SIGNING_SECRET?: string;
+  INTERNAL_SIGNING_SECRET_PREVIOUS?: string;
   MAX_BODY_BYTES?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;

@@ -42,10 +42,15 @@ export const EventEnvelopeSchema = z.object({
 });
 export type EventEnvelope = z.infer<typeof EventEnvelopeSchema>;
 
-/** One batch from a host's outbox: events of one job, in seq order. */
+/**
+ * One batch from a host's outbox: events of one job, in seq order. `mac` is the batch's HMAC with
+ * its execution's ingest key (src/domain/signing.ts `batchMac`) over the request nonce, the job id
+ * and `JSON.stringify(events)` as it appears on the wire.
+ */
 export const IngestBatchSchema = z.object({
   job_id: z.string().min(1).max(100),
   events: z.array(EventEnvelopeSchema).min(1).max(1000),
+  mac: z.string().regex(/^[0-9a-f]{64}$/, "mac must be 64 lower-case hex characters"),
 });
 export type IngestBatch = z.infer<typeof IngestBatchSchema>;
 
@@ -68,8 +73,8 @@ export type IngestMultiResult =
   | { job_id: string; status: 200; ack: IngestAck }
   | {
       job_id: string;
-      status: 400 | 409 | 503;
-      error: { code: "invalid_request" | "conflict" | "dependency_unavailable"; message: string };
+      status: 400 | 403 | 409 | 503;
+      error: { code: "invalid_request" | "forbidden" | "conflict" | "dependency_unavailable"; message: string };
     };
 
 export interface IngestAck {

@@ -7,6 +7,9 @@
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
 import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox";
+
+/** The claim token the test executions started under (their batches' macs derive from it). */
+const TOKEN = "00000000-0000-4000-8000-000000000001";
 import type { EventEnvelope } from "../../src/contracts/events";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
@@ -76,7 +79,7 @@ describe("outbox: one request per flush for the whole host", () => {
   it("sends the due events of several executions in one request, each in seq order", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch);
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }));
     for (const s of streams) {
       s.emit("model.delta", { text: "a" });
       s.emit("model.delta", { text: "b" });
@@ -104,13 +107,13 @@ describe("outbox: one request per flush for the whole host", () => {
       return ackAll(batches);
     });
     const box = outbox(gw.fetch);
-    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1 });
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
     a.emit("model.delta", { text: "1" });
     await sleep(30);
     expect(gw.requests).toHaveLength(1);
     a.emit("model.delta", { text: "2" });
     a.emit("model.delta", { text: "3" });
-    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1 });
+    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1, token: TOKEN });
     b.emit("model.delta", { text: "x" });
     await sleep(30);
     // b is free to go while a's first batch is held; a's new events wait for a's answer.
@@ -131,8 +134,8 @@ describe("outbox: one request per flush for the whole host", () => {
     const box = outbox(gw.fetch, { onBacklog: (n) => backlog.push(n) });
     const [, s2] = twoEndedStreams(
       box,
-      { jobId: "j1", executionId: "e1", epoch: 1 },
-      { jobId: "j2", executionId: "e2", epoch: 1 },
+      { jobId: "j1", executionId: "e1", epoch: 1, token: TOKEN },
+      { jobId: "j2", executionId: "e2", epoch: 1, token: TOKEN },
     );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests.map((r) => r.map((b) => [b.job_id, seqs(b)]))).toEqual([
@@ -156,8 +159,8 @@ describe("outbox: one request per flush for the whole host", () => {
     const box = outbox(gw.fetch);
     const [ok, stale] = twoEndedStreams(
       box,
-      { jobId: "jok", executionId: "eok", epoch: 2 },
-      { jobId: "jstale", executionId: "est", epoch: 1 },
+      { jobId: "jok", executionId: "eok", epoch: 2, token: TOKEN },
+      { jobId: "jstale", executionId: "est", epoch: 1, token: TOKEN },
     );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests[0]?.map((b) => b.job_id)).toEqual(["jok", "jstale"]);
@@ -172,7 +175,7 @@ describe("outbox: one request per flush for the whole host", () => {
   it("splits a flush that exceeds the per-request event bound, keeping each execution whole", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch, { maxRequestEvents: 5, maxInFlight: 1 });
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }));
     for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
     for (const s of streams) s.end();
     expect(await box.drain(2000)).toBe(true);

@@ -25,7 +25,6 @@ export interface FakeJobRow {
 }
 
 const fakePostgres = new Map<string, FakeJobRow>();
-const installed = new Set<string>();
 
 export function fakeRow(jobId: string): FakeJobRow {
   let row = fakePostgres.get(jobId);
@@ -36,12 +35,13 @@ export function fakeRow(jobId: string): FakeJobRow {
   return row;
 }
 
-/** Point the job's object at the fake Postgres (once per job). */
+/** Point the job's object at the fake Postgres (again after an eviction: a new instance has the real lookups). */
 export async function useFakePostgres(stub: DurableObjectStub<JobEventsObject>, jobId: string): Promise<FakeJobRow> {
   const row = fakeRow(jobId);
-  if (installed.has(jobId)) return row;
-  installed.add(jobId);
   await runInDurableObject(stub, (instance: JobEventsObject) => {
+    const marked = instance as unknown as { usesFakePostgres?: boolean };
+    if (marked.usesFakePostgres) return;
+    marked.usesFakePostgres = true;
     instance.executionLookup = async (j, e) => {
       const x = fakePostgres.get(j)?.executions.get(e);
       return x ? { epoch: x.epoch, token: x.token } : null;

@@ -158,7 +158,7 @@ export function terminalDisagreement(event: EventEnvelope, facts: JobStateFacts 
   if (facts.executionId !== event.execution_id || facts.epoch !== event.epoch) {
     return `the job row ended under execution ${facts.executionId} epoch ${facts.epoch}`;
   }
-  if (event.type === "run.completed" && event.payload.output !== facts.output) {
+  if (event.type === "run.completed" && (event.payload.output ?? null) !== facts.output) {
     return "the output differs from the job row's";
   }
   return null;

@@ -10,6 +10,7 @@ import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-hos
 
 /** The claim token the test executions started under (their batches' macs derive from it). */
 const TOKEN = "00000000-0000-4000-8000-000000000001";
+
 import type { EventEnvelope } from "../../src/contracts/events";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
@@ -79,7 +80,9 @@ describe("outbox: one request per flush for the whole host", () => {
   it("sends the due events of several executions in one request, each in seq order", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch);
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }));
+    const streams = ["j1", "j2", "j3"].map((j) =>
+      box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
+    );
     for (const s of streams) {
       s.emit("model.delta", { text: "a" });
       s.emit("model.delta", { text: "b" });
@@ -175,7 +178,9 @@ describe("outbox: one request per flush for the whole host", () => {
   it("splits a flush that exceeds the per-request event bound, keeping each execution whole", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch, { maxRequestEvents: 5, maxInFlight: 1 });
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }));
+    const streams = ["j1", "j2", "j3"].map((j) =>
+      box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
+    );
     for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
     for (const s of streams) s.end();
     expect(await box.drain(2000)).toBe(true);

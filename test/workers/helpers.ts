@@ -114,7 +114,9 @@ export async function macOf(token: string, executionId: string, nonce: string, j
   const key = (raw: Uint8Array) =>
     crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const k = await crypto.subtle.sign("HMAC", await key(enc.encode(token)), enc.encode(`ear-ingest-v1:${executionId}`));
-  return hex(await crypto.subtle.sign("HMAC", await key(new Uint8Array(k)), enc.encode(`${nonce}\n${jobId}\n${eventsJson}`)));
+  return hex(
+    await crypto.subtle.sign("HMAC", await key(new Uint8Array(k)), enc.encode(`${nonce}\n${jobId}\n${eventsJson}`)),
+  );
 }
 
 /**

@@ -33,7 +33,12 @@ const PATH = "/internal/events";
 const PREVIOUS_SECRET = (testEnv as unknown as { INTERNAL_SIGNING_SECRET_PREVIOUS: string })
   .INTERNAL_SIGNING_SECRET_PREVIOUS;
 
-type Result = { job_id: string; status: number; ack?: { acked_seq: number }; error?: { code: string; message: string } };
+type Result = {
+  job_id: string;
+  status: number;
+  ack?: { acked_seq: number };
+  error?: { code: string; message: string };
+};
 
 /** POST one request of `batches` (already carrying their macs), signed with `secret` and `nonce`. */
 async function post(batches: IngestBatch[], nonce: string, secret = testEnv.INTERNAL_SIGNING_SECRET) {

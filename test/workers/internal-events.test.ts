@@ -2,7 +2,17 @@
 import { describe, expect, it } from "vitest";
 import { INTERNAL_HEADERS } from "../../src/contracts";
 import { type SignedHeaders, signRequest } from "../../src/domain";
-import { batch, gateway, type HostBatch, jobStub, newJob, offsets, signBatch, testEnv, useFakePostgres } from "./helpers";
+import {
+  batch,
+  gateway,
+  type HostBatch,
+  jobStub,
+  newJob,
+  offsets,
+  signBatch,
+  testEnv,
+  useFakePostgres,
+} from "./helpers";
 
 const URL_ = "http://gateway.test/internal/events";
 const PATH = "/internal/events";

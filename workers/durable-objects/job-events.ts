@@ -151,7 +151,11 @@ export class JobEventsObject extends DurableObject<Env> {
         try {
           facts = await this.executionLookup(batch.job_id, executionId);
         } catch (err) {
-          return { ok: false, reason: "unavailable", message: `cannot check the execution in Postgres: ${String(err)}` };
+          return {
+            ok: false,
+            reason: "unavailable",
+            message: `cannot check the execution in Postgres: ${String(err)}`,
+          };
         }
         if (!facts?.token) {
           return {

@@ -104,7 +104,8 @@ async function ingestOne(
   const job_id = batch.job_id;
   // Before any object is named: a job id that is not a UUID names no job, and naming an object
   // for it would create one.
-  if (!isUuid(job_id)) return { job_id, status: 400, error: { code: "invalid_request", message: "job_id must be a UUID" } };
+  if (!isUuid(job_id))
+    return { job_id, status: 400, error: { code: "invalid_request", message: "job_id must be a UUID" } };
   const shapeError = batchShapeError(batch.job_id, batch.events);
   if (shapeError) return { job_id, status: 400, error: { code: "invalid_request", message: shapeError } };
   const stub = env.JOB_EVENTS.get(env.JOB_EVENTS.idFromName(batch.job_id));
@@ -128,7 +129,8 @@ async function ingestOne(
   }
   if (!result.ok) {
     const message = `${result.reason}: ${result.message}`;
-    if (result.reason === "unavailable") return { job_id, status: 503, error: { code: "dependency_unavailable", message } };
+    if (result.reason === "unavailable")
+      return { job_id, status: 503, error: { code: "dependency_unavailable", message } };
     const status = REJECTION_STATUS[result.reason];
     return { job_id, status, error: { code: status === 403 ? "forbidden" : "conflict", message } };
   }

@@ -11,7 +11,8 @@ import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-hos
 /** The claim token the test executions started under (their batches' macs derive from it). */
 const TOKEN = "00000000-0000-4000-8000-000000000001";
 
-import type { EventEnvelope } from "../../src/contracts/events";
+import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
+import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
 type Answered = { status: number; body: { results: Array<Record<string, unknown>> } };
@@ -97,6 +98,34 @@ describe("outbox: one request per flush for the whole host", () => {
     expect(box.pendingEvents).toBe(0);
     for (const s of streams) s.end();
     expect(await box.drain(1000)).toBe(true);
+  });
+
+  it("macs each batch with its execution's ingest key over the request's nonce and the events' exact JSON", async () => {
+    let seen: { body: string; nonce: string } | undefined;
+    const fetch = (async (_url: unknown, init?: RequestInit) => {
+      const headers = init?.headers as Record<string, string>;
+      seen = { body: String(init?.body), nonce: headers[INTERNAL_HEADERS.nonce] as string };
+      const { batches } = JSON.parse(seen.body) as { batches: Batch[] };
+      return new Response(JSON.stringify(ackAll(batches).body), { status: 200 });
+    }) as typeof globalThis.fetch;
+    const box = outbox(fetch);
+    const other = "00000000-0000-4000-8000-000000000002";
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
+    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1, token: other });
+    a.emit("model.delta", { text: '\ud800 \u00e9 "quoted"', 10: "integer-like key", n: 0.1 + 0.2 });
+    b.emit("run.started", {});
+    a.end();
+    b.end();
+    expect(await box.drain(1000)).toBe(true);
+    const { body, nonce } = seen as { body: string; nonce: string };
+    const { batches } = JSON.parse(body) as { batches: Array<Batch & { mac: string }> };
+    const [ba, bb] = batches as [Batch & { mac: string }, Batch & { mac: string }];
+    // What the gateway does: stringify the parsed events, verify under the key from Postgres' token.
+    const verify = async (x: Batch & { mac: string }, token: string, exec: string) =>
+      verifyBatchMac(await deriveIngestKey(token, exec), nonce, x.job_id, JSON.stringify(x.events), x.mac);
+    expect(await verify(ba, TOKEN, "ea")).toBe(true);
+    expect(await verify(bb, other, "eb")).toBe(true);
+    expect(await verify(ba, other, "ea")).toBe(false);
   });
 
   it("never has two batches of one execution in flight; what arrived meanwhile goes next", async () => {

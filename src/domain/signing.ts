@@ -124,7 +124,7 @@ export async function ingestKeyHex(token: string, executionId: string): Promise<
 
 export function importIngestKey(hex: string): Promise<CryptoKey> {
   const bytes = fromHex(hex);
-  if (!bytes || bytes.length !== 32) throw new Error("an ingest key is 32 bytes of lower-case hex");
+  if (bytes?.length !== 32) throw new Error("an ingest key is 32 bytes of lower-case hex");
   return importHmacKey(bytes);
 }
 
@@ -148,6 +148,6 @@ export async function verifyBatchMac(
   mac: string,
 ): Promise<boolean> {
   const bytes = fromHex(mac);
-  if (!bytes || bytes.length !== 32) return false;
+  if (bytes?.length !== 32) return false;
   return crypto.subtle.verify("HMAC", key, bytes, batchMessage(nonce, jobId, eventsJson));
 }

@@ -1,8 +1,9 @@
 /**
  * `npm run chaos:claims [-- --jobs N --kills N --hosts N --seed S --short --verbose]`: the claims
  * invariant harness (harness.ts). Prints the seed, the faults that landed by kind, what the
- * hosts reported as fenced writes that missed, and the classification of every job; exits 1 on
- * any anomaly, or if the checker's self-check could not detect a planted anomaly.
+ * hosts reported as fenced writes that missed, the classification of every job, and how many
+ * jobs' event streams disagree with their rows; exits 1 on any anomaly or disagreement, or if the
+ * checker's self-check could not detect a planted anomaly.
  * Replay a failure with the printed `--seed` (same schedule; OS interleavings still vary).
  */
 import { parseArgs } from "node:util";
@@ -55,5 +56,8 @@ const selfOk = r.selfCheck.doubleStartDetected && r.selfCheck.staleWriteDetected
 console.log(
   `checker self-check on planted anomalies: double start ${r.selfCheck.doubleStartDetected ? "detected" : "MISSED"}, stale write ${r.selfCheck.staleWriteDetected ? "detected" : "MISSED"}`,
 );
+console.log(`streams compared with their rows: ${r.streams.checked}`);
+for (const line of r.streams.examples) console.log(`  ${line}`);
+console.log(`stream/row disagreements: ${r.streams.disagreements}`);
 console.log(`seed=${seed} duration ${(r.durationMs / 1000).toFixed(1)} s`);
-process.exit(r.check.anomalies === 0 && selfOk ? 0 : 1);
+process.exit(r.check.anomalies === 0 && r.streams.disagreements === 0 && selfOk ? 0 : 1);

@@ -21,10 +21,11 @@ import { resolve } from "node:path";
 import pg from "pg";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
+import { readSse } from "../lib/sse";
 import { type RedisService, startRedis } from "../services/redis";
 import { type HostHandle, type Stack, startStack } from "../stack";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
-import { type CheckResult, checkHistory } from "./checker";
+import { type CheckResult, checkHistory, type StreamEvent, type StreamRow, streamDisagreements } from "./checker";
 import { installHistory, readHistory } from "./history";
 import { ChaosProxy } from "./pg-chaos-proxy";
 
@@ -93,7 +94,17 @@ export interface ChaosReport {
   submitted: { direct: number; api: number; apiFailed: number };
   hostsSpawned: number;
   selfCheck: { doubleStartDetected: boolean; staleWriteDetected: boolean };
+  /** Every job's event stream (read through the gateway's SSE) compared with its row. */
+  streams: StreamCheck;
   durationMs: number;
+}
+
+export interface StreamCheck {
+  checked: number;
+  /** Jobs whose stream disagrees with their row (`streamDisagreements`). */
+  disagreements: number;
+  /** The first few, one line each. */
+  examples: string[];
 }
 
 export function mulberry32(seed: number): () => number {
@@ -466,6 +477,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       await sleep(250);
     }
     const check = checkHistory(ids, await readHistory(db));
+    // Before the self-check, which plants writes in the same database.
+    const streams = await checkStreams(st, db, ids, log);
     const selfCheck = await checkerSelfCheck(db, ids, check);
 
     return {
@@ -486,6 +499,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       submitted,
       hostsSpawned,
       selfCheck,
+      streams,
       durationMs: Date.now() - t0,
     };
   } finally {
@@ -499,6 +513,66 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
     await stack?.stop().catch(() => {});
     await redis?.stop().catch(() => {});
   }
+}
+
+/**
+ * Read every job's stream as a client would (SSE through the gateway, which ends at the terminal
+ * event) and compare it with the job's row. A stream still open after `STREAM_READ_MS` (longer
+ * than the projector's host grace plus its 1 s watched cadence) counts with what it had.
+ */
+const STREAM_READ_MS = 20_000;
+const STREAM_READERS = 8;
+
+async function checkStreams(st: Stack, db: pg.Pool, ids: string[], log: (l: string) => void): Promise<StreamCheck> {
+  const rows = await db.query<{
+    id: string;
+    state: string;
+    execution_id: string | null;
+    started: boolean;
+    output: string | null;
+  }>(
+    "SELECT id, state, execution_id, execution_started_at IS NOT NULL AS started, output FROM jobs WHERE id = ANY($1::uuid[])",
+    [ids],
+  );
+  const byId = new Map(rows.rows.map((r) => [r.id, r]));
+  const result: StreamCheck = { checked: 0, disagreements: 0, examples: [] };
+  const queue = [...ids];
+  const reader = async () => {
+    for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+      const r = byId.get(id);
+      if (!r) continue; // no row: the claims checker reports it as missing
+      const row: StreamRow = {
+        id,
+        state: r.state,
+        executionId: r.execution_id,
+        started: r.started,
+        output: r.output,
+      };
+      const events: StreamEvent[] = [];
+      let readError = "";
+      try {
+        for await (const ev of readSse(`${st.gatewayUrl}/v1/jobs/${id}/events`, {
+          headers: { authorization: `Bearer ${st.apiKey}` },
+          signal: AbortSignal.timeout(STREAM_READ_MS),
+        })) {
+          const data = JSON.parse(ev.data) as { execution_id: string; payload: Record<string, unknown> };
+          events.push({ offset: Number(ev.id), type: ev.event, executionId: data.execution_id, payload: data.payload });
+        }
+      } catch (err) {
+        readError = ` (stream read: ${err instanceof Error ? err.message : String(err)})`;
+      }
+      result.checked++;
+      const why = streamDisagreements(row, events);
+      if (why.length) {
+        result.disagreements++;
+        const line = `${id} row ${row.state}: ${why.join("; ")}${readError} [${events.map((e) => e.type).join(" ")}]`;
+        if (result.examples.length < 20) result.examples.push(line);
+        log(`stream/row disagreement: ${line}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: STREAM_READERS }, reader));
+  return result;
 }
 
 /**

@@ -151,11 +151,8 @@ export class JobEventsObject extends DurableObject<Env> {
         try {
           facts = await this.executionLookup(batch.job_id, executionId);
         } catch (err) {
-          return {
-            ok: false,
-            reason: "unavailable",
-            message: `cannot check the execution in Postgres: ${String(err)}`,
-          };
+          console.warn(JSON.stringify({ msg: "execution lookup failed", executionId, error: String(err) }));
+          return { ok: false, reason: "unavailable", message: "cannot check the execution in Postgres" };
         }
         if (!facts?.token) {
           return {
@@ -200,7 +197,8 @@ export class JobEventsObject extends DurableObject<Env> {
     try {
       reason = terminalDisagreement(event, await this.jobState(jobId));
     } catch (err) {
-      return { ok: false, reason: "unavailable", message: `cannot check the job row in Postgres: ${String(err)}` };
+      console.warn(JSON.stringify({ msg: "job row lookup for a terminal event failed", jobId, error: String(err) }));
+      return { ok: false, reason: "unavailable", message: "cannot check the job row in Postgres" };
     }
     if (reason === null) return null;
     this.rememberJobId(jobId);

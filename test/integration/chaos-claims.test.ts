@@ -35,8 +35,14 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
     // The faults really happened, each in the window it aims at.
     expect(r.faults.kill_before_claim, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.kill_after_claim, context).toBeGreaterThanOrEqual(1);
+    expect(r.faults.kill_after_start, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.kill_mid_run, context).toBeGreaterThanOrEqual(1);
-    const kills = r.faults.kill_before_claim + r.faults.kill_after_claim + r.faults.kill_mid_run + r.faults.kill_other;
+    const kills =
+      r.faults.kill_before_claim +
+      r.faults.kill_after_claim +
+      r.faults.kill_after_start +
+      r.faults.kill_mid_run +
+      r.faults.kill_other;
     expect(kills, context).toBe(10);
     expect(r.faults.stop_claimed + r.faults.stop_running, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.redis_flushall, context).toBe(1);

@@ -7,6 +7,8 @@
  * pg-chaos-proxy.ts, which holds claim statements ~claimDelayMs and started CASes ~startDelayMs):
  *  - kill_before_claim: SIGKILL a host whose claim statement the proxy still holds (never commits);
  *  - kill_after_claim:  SIGKILL a host whose started CAS is held (claim committed, no start);
+ *  - kill_after_start:  SIGKILL a host whose started CAS committed but whose answer the proxy
+ *    still holds (the host dies before it could emit `run.started`);
  *  - kill_mid_run:      SIGKILL a host that Postgres says owns a running job;
  *  - stop_claimed / stop_running: SIGSTOP (and hold its traffic) past the claim timeout and the
  *    lost-run timeout, then SIGCONT: its late started CAS / heartbeat / terminal write must miss;
@@ -47,6 +49,7 @@ export interface ChaosOptions {
 export const FAULT_KINDS = [
   "kill_before_claim",
   "kill_after_claim",
+  "kill_after_start",
   "kill_mid_run",
   "stop_claimed",
   "stop_running",
@@ -55,7 +58,8 @@ export const FAULT_KINDS = [
   "kill_other",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
-type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_mid_run";
+type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_after_start" | "kill_mid_run";
+const KILL_KINDS: readonly KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_after_start", "kill_mid_run"];
 
 /** The timeouts every chaos host runs with: short, so recovery happens inside the run. */
 export const CHAOS_HOST_ENV = {
@@ -72,6 +76,8 @@ export const CHAOS_HOST_ENV = {
 };
 const CLAIM_DELAY_MS = 40;
 const START_DELAY_MS = 300;
+/** Postgres' answer to a started CAS reaches the host this much later: the kill_after_start window. */
+const START_REPLY_DELAY_MS = 150;
 /** Frozen longer than claim timeout + lost-run timeout + a reaper pass or two. */
 const STOP_MS = 2200;
 
@@ -151,9 +157,10 @@ function redisCommand(port: number, ...args: string[]): Promise<string> {
 
 /** The fault schedule: every kind at least once (when there is room), the rest by weight. */
 export function scheduleFaults(kills: number, rand: () => number): FaultKind[] {
-  const killKinds: KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_mid_run"];
   const list: FaultKind[] = [];
-  for (let i = 0; i < kills; i++) list.push(i < 3 ? (killKinds[i] as KillKind) : pick(killKinds, rand));
+  for (let i = 0; i < kills; i++) {
+    list.push(i < KILL_KINDS.length ? (KILL_KINDS[i] as KillKind) : pick(KILL_KINDS, rand));
+  }
   // At least 3: a stop can miss its window (no host in the aimed state), and CI must see one land.
   const stops = Math.max(3, Math.ceil(kills / 5));
   for (let i = 0; i < stops; i++) list.push(i % 2 === 0 ? "stop_claimed" : "stop_running");
@@ -240,6 +247,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         target: { host: pgUrl.hostname, port: Number(pgUrl.port) },
         claimDelayMs: CLAIM_DELAY_MS,
         startDelayMs: START_DELAY_MS,
+        startReplyDelayMs: START_REPLY_DELAY_MS,
       });
       const port = await proxy.listen();
       const url = new URL(st.databaseUrl);
@@ -337,7 +345,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
 
     /** Wait (bounded) for a host in the state this fault aims at. */
     const findVictim = async (
-      aim: "claim_held" | "start_held" | "running",
+      aim: "claim_held" | "start_held" | "start_answer_held" | "running",
       withinMs = 2000,
     ): Promise<LiveHost | null> => {
       const deadline = Date.now() + withinMs;
@@ -346,6 +354,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         let found: LiveHost[] = [];
         if (aim === "claim_held") found = cands.filter((h) => h.proxy.held("claim") > 0);
         else if (aim === "start_held") found = cands.filter((h) => h.proxy.held("start") > 0);
+        else if (aim === "start_answer_held") found = cands.filter((h) => h.proxy.startsAnswerHeld() > 0);
         else {
           const owners = await runningOwners();
           found = alive().filter((h) => owners.has(h.handle.id));
@@ -372,7 +381,12 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       while (alive().length < Math.max(2, opts.hosts - 1) && Date.now() < until) await sleep(50);
     };
 
-    const AIM = { kill_before_claim: "claim_held", kill_after_claim: "start_held", kill_mid_run: "running" } as const;
+    const AIM = {
+      kill_before_claim: "claim_held",
+      kill_after_claim: "start_held",
+      kill_after_start: "start_answer_held",
+      kill_mid_run: "running",
+    } as const;
     /** The scheduled kind first; if no host is in that state, another kind, so the kill still happens. */
     const kill = async (scheduled: KillKind) => {
       await enoughHosts();
@@ -388,16 +402,23 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       freeze(victim);
       const heldClaim = victim.proxy.held("claim");
       const heldStart = victim.proxy.held("start");
+      const heldAnswer = victim.proxy.startsAnswerHeld();
       const owned = await ownedRows(victim.handle.id);
       const landed =
-        kind === "kill_before_claim" ? heldClaim > 0 : kind === "kill_after_claim" ? heldStart > 0 : owned.running > 0;
+        kind === "kill_before_claim"
+          ? heldClaim > 0
+          : kind === "kill_after_claim"
+            ? heldStart > 0
+            : kind === "kill_after_start"
+              ? heldAnswer > 0
+              : owned.running > 0;
       signalGroup(victim, "SIGKILL");
       victim.dead = true;
       await victim.proxy.close();
       if (landed) faults[kind]++;
       else faults.kill_other++;
       log(
-        `${kind}${landed ? "" : " (missed its window)"}: ${victim.handle.id} held claim=${heldClaim} start=${heldStart}, owned claimed=${owned.claimed} running=${owned.running}`,
+        `${kind}${landed ? "" : " (missed its window)"}: ${victim.handle.id} held claim=${heldClaim} start=${heldStart} start answer=${heldAnswer}, owned claimed=${owned.claimed} running=${owned.running}`,
       );
       track(spawnChaosHost());
     };
@@ -441,8 +462,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         faultsDone++;
         const wait = loadStart + f.at - Date.now();
         if (wait > 0) await sleep(wait);
-        if (f.kind === "kill_before_claim" || f.kind === "kill_after_claim" || f.kind === "kill_mid_run") {
-          await kill(f.kind);
+        if ((KILL_KINDS as readonly string[]).includes(f.kind)) {
+          await kill(f.kind as KillKind);
         } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
           await stop(f.kind);
         } else if (f.kind === "redis_flushall") {

@@ -14,6 +14,8 @@ export default defineConfig({
           UPSTASH_REDIS_REST_URL: "http://127.0.0.1:1",
           UPSTASH_REDIS_REST_TOKEN: "test-token",
           INTERNAL_SIGNING_SECRET: "test-signing-secret-0123456789",
+          // A rotation in progress: requests signed with the previous secret are still accepted.
+          INTERNAL_SIGNING_SECRET_PREVIOUS: "test-previous-secret-0123456789",
           // Short keepalive so the heartbeat is observable in a test.
           SSE_HEARTBEAT_MS: "200",
         },

@@ -17,6 +17,10 @@ const ConfigSchema = z.object({
   UPSTASH_REDIS_REST_URL: z.url(),
   UPSTASH_REDIS_REST_TOKEN: z.string().min(1),
   INTERNAL_SIGNING_SECRET: z.string().min(16, "INTERNAL_SIGNING_SECRET must be at least 16 characters"),
+  /** The secret being rotated out: still accepted on ingest until every host signs with the new one. */
+  INTERNAL_SIGNING_SECRET_PREVIOUS: optional(
+    z.string().min(16, "INTERNAL_SIGNING_SECRET_PREVIOUS must be at least 16 characters"),
+  ),
   MAX_BODY_BYTES: optional(z.coerce.number().int().positive()),
   RATE_LIMIT_REQUESTS: optional(z.coerce.number().int().min(0)),
   RATE_LIMIT_WINDOW_S: optional(z.coerce.number().int().min(1).max(86_400)),
@@ -39,6 +43,8 @@ export interface GatewayConfig {
   neonFetchEndpoint: string | undefined;
   redis: { url: string; token: string };
   signingSecret: string;
+  /** Every secret an internal request may be signed with: the current one first, then the previous. */
+  signingSecrets: readonly string[];
   maxBodyBytes: number;
   limits: GatewayLimits;
   /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
@@ -81,6 +87,9 @@ export function loadConfig(env: Env): GatewayConfig {
             neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
             redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
             signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+            signingSecrets: [parsed.data.INTERNAL_SIGNING_SECRET, parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS].filter(
+              (s): s is string => s !== undefined,
+            ),
             maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
             limits: {
               rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,

@@ -12,6 +12,7 @@ export interface Env {
   UPSTASH_REDIS_REST_URL?: string;
   UPSTASH_REDIS_REST_TOKEN?: string;
   INTERNAL_SIGNING_SECRET?: string;
+  INTERNAL_SIGNING_SECRET_PREVIOUS?: string;
   MAX_BODY_BYTES?: string;
   RATE_LIMIT_REQUESTS?: string;
   RATE_LIMIT_WINDOW_S?: string;

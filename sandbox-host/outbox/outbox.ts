@@ -18,7 +18,7 @@
 import type { EventEnvelope, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
 import { backoffDelay } from "../../src/domain/backoff";
-import { signedHeaders } from "../../src/domain/signing";
+import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
 
 export interface OutboxOptions {
@@ -48,19 +48,27 @@ export interface ExecutionRef {
   jobId: string;
   executionId: string;
   epoch: number;
+  /** The claim token the execution started under: its batches are signed with a key derived from it. */
+  token: string;
 }
 
-/** Statuses that say "this batch will never be accepted": retrying cannot help. */
-const PERMANENT_REJECTIONS = new Set([400, 409, 410, 413, 422]);
+/**
+ * Statuses that say "this batch will never be accepted": retrying cannot help. 403 is the gateway
+ * refusing the batch's ownership (unknown execution, wrong epoch, bad mac).
+ */
+const PERMANENT_REJECTIONS = new Set([400, 403, 409, 410, 413, 422]);
 
 /** Bytes a request may carry: the gateway takes 1 MiB; stay well under it. */
 const MAX_REQUEST_BYTES = 512 * 1024;
+/** A batch's JSON around its events: job id, mac and punctuation (well under this). */
+const BATCH_FRAME_BYTES = 200;
 
-/** One execution's batch in a request, with its JSON as it goes on the wire. */
+/** One execution's batch in a request, with its events' JSON as it goes on the wire. */
 interface Part {
   stream: ExecutionOutbox;
   events: EventEnvelope[];
-  json: string;
+  /** `JSON.stringify(events)`, serialized once: the mac covers exactly these bytes. */
+  eventsJson: string;
 }
 
 export class Outbox {
@@ -160,15 +168,17 @@ export class Outbox {
         // One batch per job in a request (a job's batch is one ordered unit at the gateway).
         if (jobs.has(stream.ref.jobId)) continue;
         const batch = stream.nextBatch(Math.min(maxBatch, maxRequestEvents - events));
-        // Serialized once: its length bounds the request and the same text goes into the body.
-        const json = JSON.stringify({ job_id: stream.ref.jobId, events: batch });
-        if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + json.length > MAX_REQUEST_BYTES)) {
+        // Serialized once: its length bounds the request, the mac covers it and the same text goes
+        // into the body (the gateway's parse → stringify of it gives back the same bytes).
+        const eventsJson = JSON.stringify(batch);
+        const size = eventsJson.length + BATCH_FRAME_BYTES;
+        if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + size > MAX_REQUEST_BYTES)) {
           break;
         }
-        parts.push({ stream, events: batch, json });
+        parts.push({ stream, events: batch, eventsJson });
         jobs.add(stream.ref.jobId);
         events += batch.length;
-        bytes += json.length;
+        bytes += size;
       }
       if (nextRetry < Number.POSITIVE_INFINITY) this.schedule(nextRetry - now);
       if (parts.length === 0) return;
@@ -192,10 +202,18 @@ export class Outbox {
   }
 
   private async send(parts: Part[]): Promise<void> {
-    const body = `{"batches":[${parts.map((p) => p.json).join(",")}]}`;
     let results: IngestMultiResult[];
     try {
-      results = await this.post(body, parts.length);
+      // The nonce is chosen first: every batch's mac covers it, and the request is signed with it.
+      const nonce = crypto.randomUUID();
+      const batches = await Promise.all(
+        parts.map(async (p) => {
+          const mac = await batchMac(await p.stream.ingestKey(), nonce, p.stream.ref.jobId, p.eventsJson);
+          return `{"job_id":${JSON.stringify(p.stream.ref.jobId)},"events":${p.eventsJson},"mac":"${mac}"}`;
+        }),
+      );
+      const body = `{"batches":[${batches.join(",")}]}`;
+      results = await this.post(body, nonce, parts.length);
     } catch (err) {
       for (const p of parts) p.stream.onFailure(err, p.events);
       return;
@@ -208,14 +226,14 @@ export class Outbox {
     });
   }
 
-  private async post(body: string, count: number): Promise<IngestMultiResult[]> {
+  private async post(body: string, nonce: string, count: number): Promise<IngestMultiResult[]> {
     const { opts, ingestUrl } = this;
     const res = await (opts.fetch ?? fetch)(ingestUrl, {
       method: "POST",
       // The answer is a few hundred bytes of JSON: compressing it (workerd and Cloudflare do for
       // clients that accept gzip) costs both ends CPU on every flush and saves nothing.
       headers: {
-        ...(await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body)),
+        ...(await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body, nonce)),
         "accept-encoding": "identity",
       },
       body,
@@ -260,11 +278,19 @@ export class ExecutionOutbox {
   private ended = false;
   private stopped = false;
   private attempt = 0;
+  /** Derived once per execution, on first use. */
+  private key: Promise<CryptoKey> | undefined;
 
   constructor(
     readonly ref: ExecutionRef,
     private readonly outbox: Outbox,
   ) {}
+
+  /** @internal The execution's ingest key (src/domain/signing.ts `deriveIngestKey`). */
+  ingestKey(): Promise<CryptoKey> {
+    this.key ??= deriveIngestKey(this.ref.token, this.ref.executionId);
+    return this.key;
+  }
 
   get lastSeq(): number {
     return this.nextSeq - 1;

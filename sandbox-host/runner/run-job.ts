@@ -155,7 +155,7 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
   }
   run.identity = id;
   run.phase = "running";
-  const out = ctx.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch });
+  const out = ctx.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
   const emit = (type: EventType, payload: Record<string, unknown>) => {
     if (run.owned) out.emit(type, payload);
   };

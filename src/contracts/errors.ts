@@ -8,6 +8,7 @@ export const ERROR_STATUS = {
   invalid_json: 400,
   invalid_request: 400,
   unauthorized: 401,
+  forbidden: 403,
   not_found: 404,
   conflict: 409,
   idempotency_mismatch: 409,

@@ -42,10 +42,15 @@ export const EventEnvelopeSchema = z.object({
 });
 export type EventEnvelope = z.infer<typeof EventEnvelopeSchema>;
 
-/** One batch from a host's outbox: events of one job, in seq order. */
+/**
+ * One batch from a host's outbox: events of one job, in seq order. `mac` is the batch's HMAC with
+ * its execution's ingest key (src/domain/signing.ts `batchMac`) over the request nonce, the job id
+ * and `JSON.stringify(events)` as it appears on the wire.
+ */
 export const IngestBatchSchema = z.object({
   job_id: z.string().min(1).max(100),
   events: z.array(EventEnvelopeSchema).min(1).max(1000),
+  mac: z.string().regex(/^[0-9a-f]{64}$/, "mac must be 64 lower-case hex characters"),
 });
 export type IngestBatch = z.infer<typeof IngestBatchSchema>;
 
@@ -82,8 +87,11 @@ export const IngestMultiResultSchema = z.discriminatedUnion("status", [
   z.object({ job_id: z.string(), status: z.literal(200), ack: IngestAckSchema }),
   z.object({
     job_id: z.string(),
-    status: z.literal([400, 409, 503]),
-    error: z.object({ code: z.enum(["invalid_request", "conflict", "dependency_unavailable"]), message: z.string() }),
+    status: z.literal([400, 403, 409, 503]),
+    error: z.object({
+      code: z.enum(["invalid_request", "forbidden", "conflict", "dependency_unavailable"]),
+      message: z.string(),
+    }),
   }),
 ]);
 export type IngestMultiResult = z.infer<typeof IngestMultiResultSchema>;

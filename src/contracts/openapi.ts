@@ -380,7 +380,7 @@ const OPERATIONS: Operation[] = [
     tag: "internal",
     summary: "Hosts deliver outbox batches (signed; not for API clients)",
     description:
-      "The signature is checked over the raw body before anything is parsed. One job's batch answers its ack (or the error with that status); a multi-job request answers 200 with one result per batch, in request order.",
+      "The signature (INTERNAL_SIGNING_SECRET or, during a rotation, INTERNAL_SIGNING_SECRET_PREVIOUS) is checked over the raw body before anything is parsed. Each batch also carries `mac`, keyed by its execution's claim token, which the job's object checks against Postgres the first time it sees that execution (403 `forbidden` when the execution does not own the job or the mac is wrong). One job's batch answers its ack (or the error with that status); a multi-job request answers 200 with one result per batch, in request order.",
     auth: "signature",
     parameters: [
       {
@@ -406,7 +406,7 @@ const OPERATIONS: Operation[] = [
         schema: { oneOf: [ref("IngestAck"), ref("IngestMultiAnswer")] },
       },
     ],
-    errors: [...BODY_ERRORS, "unauthorized", "conflict", "dependency_unavailable", "internal"],
+    errors: [...BODY_ERRORS, "unauthorized", "forbidden", "conflict", "dependency_unavailable", "internal"],
   },
 ];
 

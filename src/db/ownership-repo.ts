@@ -99,7 +99,8 @@ export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolea
  * The started CAS for several claims of one host in one statement (the host coalesces starts
  * that are ready at the same moment). Every row is checked against its own full claim identity,
  * exactly like the single CAS; each one that hits gets its `executions` row in the same
- * statement. Returns the execution ids that started.
+ * statement, carrying the claim token (the gateway derives the execution's ingest key from it).
+ * Returns the execution ids that started.
  */
 export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
@@ -122,10 +123,10 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
         WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = ${host}
           AND jobs.claimed_at IS NOT NULL AND jobs.epoch = mine.epoch AND jobs.token = mine.token
           AND jobs.execution_id IS NULL AND jobs.execution_started_at IS NULL AND jobs.cancel_requested_at IS NULL
-        RETURNING jobs.id, jobs.epoch, jobs.execution_id
+        RETURNING jobs.id, jobs.epoch, jobs.execution_id, jobs.token
       )
-      INSERT INTO executions (id, job_id, host, epoch)
-      SELECT started.execution_id, started.id, ${host}, started.epoch FROM started
+      INSERT INTO executions (id, job_id, host, epoch, token)
+      SELECT started.execution_id, started.id, ${host}, started.epoch, started.token FROM started
       RETURNING id`),
   );
   return new Set(rows.map((r) => r.id));

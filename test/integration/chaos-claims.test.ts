@@ -1,7 +1,8 @@
 /**
  * CI-sized run of the claims invariant harness (`npm run chaos:claims` is the full one): 4 real
  * host processes, 80 jobs, 10 SIGKILLs plus SIGSTOPs, a Redis FLUSHALL and a Redis restart.
- * Zero anomalies, every kill kind really landed, and the checker flagged the anomalies planted
+ * Zero anomalies, every job's event stream agrees with its row, every kill kind really landed, and
+ * the checker flagged the anomalies planted
  * after the verdict (so a green run is not a checker that cannot fail). Set CHAOS_SEED to replay.
  */
 import { describe, expect, it } from "vitest";
@@ -34,8 +35,14 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
     // The faults really happened, each in the window it aims at.
     expect(r.faults.kill_before_claim, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.kill_after_claim, context).toBeGreaterThanOrEqual(1);
+    expect(r.faults.kill_after_start, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.kill_mid_run, context).toBeGreaterThanOrEqual(1);
-    const kills = r.faults.kill_before_claim + r.faults.kill_after_claim + r.faults.kill_mid_run + r.faults.kill_other;
+    const kills =
+      r.faults.kill_before_claim +
+      r.faults.kill_after_claim +
+      r.faults.kill_after_start +
+      r.faults.kill_mid_run +
+      r.faults.kill_other;
     expect(kills, context).toBe(10);
     expect(r.faults.stop_claimed + r.faults.stop_running, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.redis_flushall, context).toBe(1);
@@ -44,5 +51,9 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
     expect(r.check.counts.lost + r.check.releases, context).toBeGreaterThan(0);
     // The checker is not blind: planted anomalies in the same database were detected.
     expect(r.selfCheck, context).toEqual({ doubleStartDetected: true, staleWriteDetected: true });
+    // Every job's event stream says what its row says (run.started iff started, one matching terminal).
+    expect(r.streams.checked, context).toBe(80);
+    expect(r.streams.examples, context).toEqual([]);
+    expect(r.streams.disagreements, context).toBe(0);
   }, 180_000);
 });

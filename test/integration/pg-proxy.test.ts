@@ -420,8 +420,9 @@ function repositoryConformance(driver: string, getDb: () => Db) {
       const row = await getJob(db, "t1", job.id);
       expect(row).toMatchObject({ state: "running", executionId: id.executionId, epoch });
       expect(row?.startedAt).toBeInstanceOf(Date);
-      const exec = await admin.query("select host, epoch from executions where id = $1", [id.executionId]);
-      expect(exec.rows).toEqual([{ host: "host-a", epoch }]);
+      // The execution keeps its claim token: the gateway derives the execution's ingest key from it.
+      const exec = await admin.query("select host, epoch, token from executions where id = $1", [id.executionId]);
+      expect(exec.rows).toEqual([{ host: "host-a", epoch, token }]);
     });
 
     it("setTimingFact writes once and only for the owner", async () => {

@@ -7,7 +7,12 @@
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
 import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox";
-import type { EventEnvelope } from "../../src/contracts/events";
+
+/** The claim token the test executions started under (their batches' macs derive from it). */
+const TOKEN = "00000000-0000-4000-8000-000000000001";
+
+import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
+import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
 type Answered = { status: number; body: { results: Array<Record<string, unknown>> } };
@@ -76,7 +81,9 @@ describe("outbox: one request per flush for the whole host", () => {
   it("sends the due events of several executions in one request, each in seq order", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch);
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    const streams = ["j1", "j2", "j3"].map((j) =>
+      box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
+    );
     for (const s of streams) {
       s.emit("model.delta", { text: "a" });
       s.emit("model.delta", { text: "b" });
@@ -93,6 +100,34 @@ describe("outbox: one request per flush for the whole host", () => {
     expect(await box.drain(1000)).toBe(true);
   });
 
+  it("macs each batch with its execution's ingest key over the request's nonce and the events' exact JSON", async () => {
+    let seen: { body: string; nonce: string } | undefined;
+    const fetch = (async (_url: unknown, init?: RequestInit) => {
+      const headers = init?.headers as Record<string, string>;
+      seen = { body: String(init?.body), nonce: headers[INTERNAL_HEADERS.nonce] as string };
+      const { batches } = JSON.parse(seen.body) as { batches: Batch[] };
+      return new Response(JSON.stringify(ackAll(batches).body), { status: 200 });
+    }) as typeof globalThis.fetch;
+    const box = outbox(fetch);
+    const other = "00000000-0000-4000-8000-000000000002";
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
+    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1, token: other });
+    a.emit("model.delta", { text: '\ud800 \u00e9 "quoted"', 10: "integer-like key", n: 0.1 + 0.2 });
+    b.emit("run.started", {});
+    a.end();
+    b.end();
+    expect(await box.drain(1000)).toBe(true);
+    const { body, nonce } = seen as { body: string; nonce: string };
+    const { batches } = JSON.parse(body) as { batches: Array<Batch & { mac: string }> };
+    const [ba, bb] = batches as [Batch & { mac: string }, Batch & { mac: string }];
+    // What the gateway does: stringify the parsed events, verify under the key from Postgres' token.
+    const verify = async (x: Batch & { mac: string }, token: string, exec: string) =>
+      verifyBatchMac(await deriveIngestKey(token, exec), nonce, x.job_id, JSON.stringify(x.events), x.mac);
+    expect(await verify(ba, TOKEN, "ea")).toBe(true);
+    expect(await verify(bb, other, "eb")).toBe(true);
+    expect(await verify(ba, other, "ea")).toBe(false);
+  });
+
   it("never has two batches of one execution in flight; what arrived meanwhile goes next", async () => {
     let release: () => void = () => {};
     let first = true;
@@ -104,13 +139,13 @@ describe("outbox: one request per flush for the whole host", () => {
       return ackAll(batches);
     });
     const box = outbox(gw.fetch);
-    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1 });
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
     a.emit("model.delta", { text: "1" });
     await sleep(30);
     expect(gw.requests).toHaveLength(1);
     a.emit("model.delta", { text: "2" });
     a.emit("model.delta", { text: "3" });
-    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1 });
+    const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1, token: TOKEN });
     b.emit("model.delta", { text: "x" });
     await sleep(30);
     // b is free to go while a's first batch is held; a's new events wait for a's answer.
@@ -131,8 +166,8 @@ describe("outbox: one request per flush for the whole host", () => {
     const box = outbox(gw.fetch, { onBacklog: (n) => backlog.push(n) });
     const [, s2] = twoEndedStreams(
       box,
-      { jobId: "j1", executionId: "e1", epoch: 1 },
-      { jobId: "j2", executionId: "e2", epoch: 1 },
+      { jobId: "j1", executionId: "e1", epoch: 1, token: TOKEN },
+      { jobId: "j2", executionId: "e2", epoch: 1, token: TOKEN },
     );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests.map((r) => r.map((b) => [b.job_id, seqs(b)]))).toEqual([
@@ -156,8 +191,8 @@ describe("outbox: one request per flush for the whole host", () => {
     const box = outbox(gw.fetch);
     const [ok, stale] = twoEndedStreams(
       box,
-      { jobId: "jok", executionId: "eok", epoch: 2 },
-      { jobId: "jstale", executionId: "est", epoch: 1 },
+      { jobId: "jok", executionId: "eok", epoch: 2, token: TOKEN },
+      { jobId: "jstale", executionId: "est", epoch: 1, token: TOKEN },
     );
     expect(await box.drain(2000)).toBe(true);
     expect(gw.requests[0]?.map((b) => b.job_id)).toEqual(["jok", "jstale"]);
@@ -172,7 +207,9 @@ describe("outbox: one request per flush for the whole host", () => {
   it("splits a flush that exceeds the per-request event bound, keeping each execution whole", async () => {
     const gw = scriptedGateway(ackAll);
     const box = outbox(gw.fetch, { maxRequestEvents: 5, maxInFlight: 1 });
-    const streams = ["j1", "j2", "j3"].map((j) => box.open({ jobId: j, executionId: `e-${j}`, epoch: 1 }));
+    const streams = ["j1", "j2", "j3"].map((j) =>
+      box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
+    );
     for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
     for (const s of streams) s.end();
     expect(await box.drain(2000)).toBe(true);

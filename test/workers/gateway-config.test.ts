@@ -46,4 +46,14 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, MODELS: "a,,b" }))).toThrow(/MODELS: an empty name/);
     expect(() => loadConfig(asEnv({ ...base, MODELS: "a,a" }))).toThrow(/listed twice/);
   });
+
+  it("takes the previous signing secret during a rotation, current first; empty means unset", () => {
+    expect(loadConfig(asEnv({ ...base })).signingSecrets).toEqual([base.INTERNAL_SIGNING_SECRET]);
+    const rotating = loadConfig(asEnv({ ...base, INTERNAL_SIGNING_SECRET_PREVIOUS: "fedcba9876543210" }));
+    expect(rotating.signingSecrets).toEqual([base.INTERNAL_SIGNING_SECRET, "fedcba9876543210"]);
+    expect(loadConfig(asEnv({ ...base, INTERNAL_SIGNING_SECRET_PREVIOUS: "" })).signingSecrets).toHaveLength(1);
+    expect(() => loadConfig(asEnv({ ...base, INTERNAL_SIGNING_SECRET_PREVIOUS: "short" }))).toThrow(
+      /INTERNAL_SIGNING_SECRET_PREVIOUS/,
+    );
+  });
 });

@@ -1,8 +1,140 @@
-/** Shared helpers for the workerd tests: typed env, envelope builders and an SSE reader. */
+/**
+ * Shared helpers for the workerd tests: typed env, envelope builders, an SSE reader, and a fake
+ * Postgres per job (its executions with their claim tokens, and its row) that stands in for the
+ * rows a real host would have written: these tests run without a database.
+ */
+import { runInDurableObject } from "cloudflare:test";
 import { env, exports as exportsOfMain } from "cloudflare:workers";
-import type { EventEnvelope, EventType, IngestBatch } from "../../src/contracts";
+import type { EventEnvelope, EventType, IngestBatch, JobState } from "../../src/contracts";
 import type { IngestResult, JobEventsObject } from "../../workers/durable-objects/job-events";
+import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-state";
 import type { Env } from "../../workers/env";
+
+/** A batch as a host builds it, before its mac. */
+export type HostBatch = Omit<IngestBatch, "mac">;
+
+/** What the fake Postgres holds for one job. */
+export interface FakeJobRow {
+  /** The job row the projector reads; an Error makes the read fail. */
+  facts: JobStateFacts | Error | null;
+  /** Set by a test that decides the row itself: host terminal events then no longer write it. */
+  explicit: boolean;
+  /** Job ids the projector asked about, one per read. */
+  asked: string[];
+  executions: Map<string, ExecutionFacts & { token: string }>;
+}
+
+const fakePostgres = new Map<string, FakeJobRow>();
+
+export function fakeRow(jobId: string): FakeJobRow {
+  let row = fakePostgres.get(jobId);
+  if (!row) {
+    row = { facts: null, explicit: false, asked: [], executions: new Map() };
+    fakePostgres.set(jobId, row);
+  }
+  return row;
+}
+
+/** Point the job's object at the fake Postgres (again after an eviction: a new instance has the real lookups). */
+export async function useFakePostgres(stub: DurableObjectStub<JobEventsObject>, jobId: string): Promise<FakeJobRow> {
+  const row = fakeRow(jobId);
+  await runInDurableObject(stub, (instance: JobEventsObject) => {
+    const marked = instance as unknown as { usesFakePostgres?: boolean };
+    if (marked.usesFakePostgres) return;
+    marked.usesFakePostgres = true;
+    instance.executionLookup = async (j, e) => {
+      const x = fakePostgres.get(j)?.executions.get(e);
+      return x ? { epoch: x.epoch, token: x.token } : null;
+    };
+    instance.jobState = async (j) => {
+      const r = fakePostgres.get(j);
+      r?.asked.push(j);
+      if (r?.facts instanceof Error) throw r.facts;
+      return r?.facts ?? null;
+    };
+  });
+  return row;
+}
+
+/** The test decides what Postgres says about the job's row from now on. */
+export async function setJobRow(
+  stub: DurableObjectStub<JobEventsObject>,
+  jobId: string,
+  facts: JobStateFacts | Error | null,
+): Promise<FakeJobRow> {
+  const row = await useFakePostgres(stub, jobId);
+  row.facts = facts;
+  row.explicit = true;
+  row.asked = [];
+  return row;
+}
+
+/** The execution a host started (its executions row), with a fresh claim token. */
+export function startExecution(jobId: string, executionId: string, epoch: number): string {
+  const row = fakeRow(jobId);
+  const known = row.executions.get(executionId);
+  if (known) return known.token;
+  const token = crypto.randomUUID();
+  row.executions.set(executionId, { epoch, token });
+  if (!row.explicit && row.facts === null) row.facts = facts(executionId, epoch, "running");
+  return token;
+}
+
+const STATE_OF: Record<string, JobState> = {
+  "run.completed": "completed",
+  "run.failed": "failed",
+  "run.cancelled": "cancelled",
+  "run.lost": "lost",
+  "run.timed_out": "timed_out",
+};
+
+function facts(executionId: string, epoch: number, state: JobState, last?: EventEnvelope): JobStateFacts {
+  const now = new Date();
+  const error = last?.payload.error as JobStateFacts["error"] | undefined;
+  return {
+    state,
+    executionId,
+    epoch,
+    output: typeof last?.payload.output === "string" ? last.payload.output : null,
+    error: error ?? null,
+    finishedAt: last ? now : null,
+    startedAt: now,
+  };
+}
+
+const hex = (buf: ArrayBuffer) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, "0")).join("");
+
+/**
+ * A batch's mac, computed here independently of src/domain/signing.ts so the tests pin the
+ * derivation: K = HMAC-SHA256(token, "ear-ingest-v1:" + execution_id), mac = HMAC-SHA256(K,
+ * nonce + "\n" + job_id + "\n" + JSON.stringify(events)).
+ */
+export async function macOf(token: string, executionId: string, nonce: string, jobId: string, eventsJson: string) {
+  const enc = new TextEncoder();
+  const key = (raw: Uint8Array) =>
+    crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const k = await crypto.subtle.sign("HMAC", await key(enc.encode(token)), enc.encode(`ear-ingest-v1:${executionId}`));
+  return hex(
+    await crypto.subtle.sign("HMAC", await key(new Uint8Array(k)), enc.encode(`${nonce}\n${jobId}\n${eventsJson}`)),
+  );
+}
+
+/**
+ * Sign a batch as its host would: the execution is registered as started (fake executions row)
+ * and, when the batch carries a terminal event, the row is made terminal first — a real host
+ * writes Postgres before it emits its terminal event — unless the test set the row itself.
+ */
+export async function signBatch(b: HostBatch, nonce: string, token?: string): Promise<IngestBatch> {
+  const first = b.events[0] as EventEnvelope;
+  const own = startExecution(b.job_id, first.execution_id, first.epoch);
+  const row = fakeRow(b.job_id);
+  const terminal = b.events.find((e) => STATE_OF[e.type] !== undefined);
+  if (terminal && !row.explicit && !(row.facts && !(row.facts instanceof Error) && row.facts.finishedAt)) {
+    row.facts = facts(terminal.execution_id, terminal.epoch, STATE_OF[terminal.type] as JobState, terminal);
+  }
+  const mac = await macOf(token ?? own, first.execution_id, nonce, b.job_id, JSON.stringify(b.events));
+  return { ...b, mac };
+}
 
 export const testEnv = env as unknown as Env & { INTERNAL_SIGNING_SECRET: string };
 
@@ -27,16 +159,19 @@ export function envelope(
 }
 
 /** `seqs` of one execution, all model deltas. */
-export function batch(jobId: string, executionId: string, epoch: number, seqs: number[]): IngestBatch {
+export function batch(jobId: string, executionId: string, epoch: number, seqs: number[]): HostBatch {
   return { job_id: jobId, events: seqs.map((s) => envelope(jobId, executionId, epoch, s)) };
 }
 
+/** Ingest `b` as its host would (signed with its execution's token) over RPC. */
 export async function ingest(
   stub: DurableObjectStub<JobEventsObject>,
-  b: IngestBatch,
+  b: HostBatch,
   nonce: string = crypto.randomUUID(),
 ): Promise<IngestResult> {
-  return (await stub.ingest(b, nonce)) as IngestResult;
+  await useFakePostgres(stub, b.job_id);
+  const signed = await signBatch(b, nonce);
+  return (await stub.ingest(signed, nonce, JSON.stringify(signed.events))) as IngestResult;
 }
 
 export async function offsets(stub: DurableObjectStub<JobEventsObject>, after = 0) {

@@ -1,8 +1,18 @@
 /** POST /internal/events: HMAC-signed host ingest — forged, tampered, stale and replayed requests write nothing. */
 import { describe, expect, it } from "vitest";
-import { INTERNAL_HEADERS, type IngestBatch } from "../../src/contracts";
+import { INTERNAL_HEADERS } from "../../src/contracts";
 import { type SignedHeaders, signRequest } from "../../src/domain";
-import { batch, gateway, newJob, offsets, testEnv } from "./helpers";
+import {
+  batch,
+  gateway,
+  type HostBatch,
+  jobStub,
+  newJob,
+  offsets,
+  signBatch,
+  testEnv,
+  useFakePostgres,
+} from "./helpers";
 
 const URL_ = "http://gateway.test/internal/events";
 const PATH = "/internal/events";
@@ -20,9 +30,27 @@ async function send(body: string, headers: Record<string, string>): Promise<Resp
   return gateway.fetch(URL_, { method: "POST", body, headers });
 }
 
-async function signedSend(b: IngestBatch, opts: { secret?: string; now?: number } = {}) {
-  const body = JSON.stringify(b);
-  const signed = await signRequest(opts.secret ?? testEnv.INTERNAL_SIGNING_SECRET, "POST", PATH, body, opts.now);
+/** A host's request: each batch signed with its execution's key, the whole with the shared secret. */
+async function hostBody(batches: HostBatch[], nonce: string, multi: boolean): Promise<string> {
+  const signed = [];
+  for (const b of batches) {
+    await useFakePostgres(jobStub(b.job_id), b.job_id);
+    signed.push(await signBatch(b, nonce));
+  }
+  return JSON.stringify(multi ? { batches: signed } : signed[0]);
+}
+
+async function signedSend(b: HostBatch, opts: { secret?: string; now?: number } = {}) {
+  const nonce = crypto.randomUUID();
+  const body = await hostBody([b], nonce, false);
+  const signed = await signRequest(
+    opts.secret ?? testEnv.INTERNAL_SIGNING_SECRET,
+    "POST",
+    PATH,
+    body,
+    opts.now ?? Date.now(),
+    nonce,
+  );
   return { body, headers: headersOf(signed), res: await send(body, headersOf(signed)) };
 }
 
@@ -110,9 +138,10 @@ describe("POST /internal/events", () => {
   });
 
   describe("a host's whole flush in one request ({batches})", () => {
-    async function signedMulti(batches: IngestBatch[]) {
-      const body = JSON.stringify({ batches });
-      const signed = await signRequest(testEnv.INTERNAL_SIGNING_SECRET, "POST", PATH, body);
+    async function signedMulti(batches: HostBatch[]) {
+      const nonce = crypto.randomUUID();
+      const body = await hostBody(batches, nonce, true);
+      const signed = await signRequest(testEnv.INTERNAL_SIGNING_SECRET, "POST", PATH, body, Date.now(), nonce);
       return { body, headers: headersOf(signed), res: await send(body, headersOf(signed)) };
     }
 

@@ -13,7 +13,7 @@ import {
   type JobStateFacts,
   PROJECTED_TERMINAL_SEQ,
 } from "../../workers/durable-objects/job-state";
-import { batch, envelope, ingest, newJob, offsets, SseReader } from "./helpers";
+import { batch, envelope, ingest, newJob, offsets, SseReader, setJobRow } from "./helpers";
 
 type Stub = DurableObjectStub<JobEventsObject>;
 
@@ -28,17 +28,21 @@ async function answerForPostgres(
   facts: JobStateFacts | Error,
   opts: { liveHostQuietMs?: number } = {},
 ): Promise<string[]> {
-  const asked: string[] = [];
-  await runInDurableObject(stub, (instance: JobEventsObject) => {
+  const jobId = (await runInDurableObject(stub, (instance: JobEventsObject) => {
     // These tests are about what Postgres answers: ask on every alarm, however recent the events.
     instance.liveHostQuietMs = opts.liveHostQuietMs ?? 0;
-    instance.jobState = async (jobId: string) => {
-      asked.push(jobId);
-      if (facts instanceof Error) throw facts;
-      return facts;
-    };
-  });
-  return asked;
+    return jobIdOf.get(stub) ?? "";
+  })) as string;
+  const row = await setJobRow(stub, jobId, facts);
+  return row.asked;
+}
+
+/** Which job a stub belongs to, for answerForPostgres. */
+const jobIdOf = new Map<Stub, string>();
+function job(): { jobId: string; stub: Stub } {
+  const j = newJob();
+  jobIdOf.set(j.stub, j.jobId);
+  return j;
 }
 
 const runningFacts: JobStateFacts = {
@@ -48,11 +52,12 @@ const runningFacts: JobStateFacts = {
   output: null,
   error: null,
   finishedAt: null,
+  startedAt: null,
 };
 
 describe("projector ordering", () => {
   it("appends out-of-order batches in seq order with contiguous offsets", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     for (const seqs of [[4, 5], [2], [7], [1], [6], [3]]) await ingest(stub, batch(jobId, "exec-a", 1, seqs));
     const log = await offsets(stub);
     expect(log.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7]);
@@ -60,7 +65,7 @@ describe("projector ordering", () => {
   });
 
   it("a live subscriber sees out-of-order arrivals only once they are contiguous", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const sse = new SseReader(await subscribe(stub, jobId));
     await ingest(stub, batch(jobId, "exec-a", 1, [2, 3]));
     await expect(sse.next(300)).rejects.toThrow(/timed out/); // nothing before seq 1
@@ -74,7 +79,7 @@ describe("projector ordering", () => {
   });
 
   it("refuses events beyond the gap buffer's event bound without storing them; the resend lands", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const far = GAP_BUFFER_MAX_EVENTS + 11;
     const first = await ingest(stub, batch(jobId, "exec-a", 1, range(2, 1001)));
     expect(first).toMatchObject({ ok: true, ack: { acked_seq: 0, buffered: 1000, deferred: 0 } });
@@ -96,7 +101,7 @@ describe("projector ordering", () => {
   });
 
   it("bounds the gap buffer by bytes too", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const big = "x".repeat(200 * 1024);
     const events = range(2, 9).map((s) => envelope(jobId, "exec-a", 1, s, "model.delta", { text: big }));
     const out = await ingest(stub, { job_id: jobId, events });
@@ -105,7 +110,7 @@ describe("projector ordering", () => {
   });
 
   it("a newer epoch mid-stream retires the old generation and its gap buffer; subscribers see one ordered stream", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const sse = new SseReader(await subscribe(stub, jobId));
     await ingest(stub, batch(jobId, "exec-a", 1, [1, 2]));
     await ingest(stub, batch(jobId, "exec-a", 1, [4])); // held behind a gap
@@ -127,7 +132,7 @@ describe("projector ordering", () => {
   });
 
   it("a buffered terminal event ends the job once the gap before it is filled; later seqs are dropped", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, {
       job_id: jobId,
       events: [
@@ -147,7 +152,7 @@ describe("projector ordering", () => {
 
 describe("projector streams", () => {
   it("a reconnect mid-stream with the last id seen gets the rest: no duplicate, no gap", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, batch(jobId, "exec-a", 1, range(1, 5)));
     const first = new SseReader(await subscribe(stub, jobId));
     const before = await first.take(3);
@@ -161,7 +166,7 @@ describe("projector streams", () => {
   });
 
   it("100 concurrent subscribers on one job all receive the identical sequence", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, batch(jobId, "exec-a", 1, range(1, 10)));
     const readers = await Promise.all(range(1, 100).map(async () => new SseReader(await subscribe(stub, jobId))));
     const collected = readers.map((r) => r.rest());
@@ -175,7 +180,7 @@ describe("projector streams", () => {
   });
 
   it("cuts off a subscriber that stops reading instead of buffering without bound; it resumes by cursor", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const slow = new SseReader(await subscribe(stub, jobId));
     const fast = new SseReader(await subscribe(stub, jobId));
     const fastEvents = fast.take(400);
@@ -203,7 +208,7 @@ describe("projector streams", () => {
 
 describe("projector terminal from Postgres", () => {
   it("writes run.lost from Postgres for a watched job whose host died, closes the stream, and refuses the host after", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, batch(jobId, "exec-a", 1, [1, 2]));
     const sse = new SseReader(await subscribe(stub, jobId));
     const asked = await answerForPostgres(stub, runningFacts);
@@ -235,7 +240,7 @@ describe("projector terminal from Postgres", () => {
   });
 
   it("a job cancelled while queued (no events at all) gets run.cancelled", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     const sse = new SseReader(await subscribe(stub, jobId));
     await answerForPostgres(stub, {
       state: "cancelled",
@@ -244,6 +249,7 @@ describe("projector terminal from Postgres", () => {
       output: null,
       error: { code: "cancelled", message: "cancelled before it started" },
       finishedAt: new Date(),
+      startedAt: null,
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     const events = await sse.rest();
@@ -251,7 +257,7 @@ describe("projector terminal from Postgres", () => {
   });
 
   it("waits out the grace period for a host-written completion, then writes run.completed with the output", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, batch(jobId, "exec-a", 1, [1]));
     const sse = new SseReader(await subscribe(stub, jobId));
     const done = { ...runningFacts, state: "completed" as const, output: "the answer" };
@@ -269,7 +275,7 @@ describe("projector terminal from Postgres", () => {
   });
 
   it("a host terminal event that arrives first wins; the alarm then writes nothing", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await ingest(stub, batch(jobId, "exec-a", 1, [1]));
     await subscribe(stub, jobId);
     await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 2, "run.completed", { output: "x" })] });
@@ -279,7 +285,7 @@ describe("projector terminal from Postgres", () => {
   });
 
   it("keeps checking when Postgres does not answer", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await subscribe(stub, jobId);
     const asked = await answerForPostgres(stub, new Error("connection refused"));
     expect(await runDurableObjectAlarm(stub)).toBe(true);
@@ -289,7 +295,7 @@ describe("projector terminal from Postgres", () => {
   });
 
   it("skips the Postgres read while a host is delivering, and asks once the stream goes quiet", async () => {
-    const { jobId, stub } = newJob();
+    const { jobId, stub } = job();
     await subscribe(stub, jobId);
     const asked = await answerForPostgres(stub, runningFacts, { liveHostQuietMs: 60_000 });
     await ingest(stub, batch(jobId, "exec-a", 1, [1]));

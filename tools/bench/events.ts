@@ -10,12 +10,21 @@
  *    stream after the outbox's 10 ms batching), each event stamped at send and measured at SSE
  *    receive (same process, same clock): p50/p95/p99 over every (event, subscriber) pair.
  *
- * Self-contained: starts its own stack with no sandbox-hosts (the job stays queued in Postgres,
- * so nothing else writes to its stream) and stops it at the end. `--json` prints JSON too.
+ * Self-contained: starts its own stack with no sandbox-hosts and stops it at the end. The bench
+ * plays the host: it claims and starts each job with the real ownership statements (so the
+ * execution row holds the claim token the gateway derives the ingest key from), macs every batch
+ * like the outbox, and writes the terminal state to Postgres before sending the terminal event.
+ * Nothing else writes to the job's stream. `--json` prints JSON too.
  */
 
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
 import type { EventEnvelope } from "../../src/contracts/events";
-import { signedHeaders } from "../../src/domain/signing";
+import type { Db } from "../../src/db/client";
+import { claimJob, type ExecutionIdentity, finishJob, markStarted } from "../../src/db/ownership-repo";
+import * as schema from "../../src/db/schema";
+import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../lib/sse";
 import { pct } from "../load/stats";
 import { type Stack, startStack } from "../stack";
@@ -25,7 +34,7 @@ const THROUGHPUT_EVENTS: Record<number, number> = { 1: 20_000, 100: 5_000 };
 const PACED_MS = 3_000;
 const PACED_BATCH = 10;
 const PACED_EVERY_MS = 10;
-const EXEC = "00000000-0000-4000-8000-00000000be01";
+const HOST = "bench-events";
 
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -41,29 +50,49 @@ async function newJob(stack: Stack): Promise<string> {
 
 class Sender {
   private seq = 1;
-  constructor(
+  private constructor(
     private readonly stack: Stack,
-    private readonly jobId: string,
+    private readonly db: Db,
+    private readonly id: ExecutionIdentity,
+    private readonly key: CryptoKey,
   ) {}
 
+  /** Claim and start `jobId` as a host would; its batches are then signed with the execution's key. */
+  static async start(stack: Stack, db: Db, jobId: string): Promise<Sender> {
+    const token = randomUUID();
+    const epoch = await claimJob(db, jobId, HOST, token);
+    if (epoch === null) throw new Error(`could not claim ${jobId}`);
+    const id: ExecutionIdentity = { jobId, host: HOST, epoch, token, executionId: randomUUID() };
+    if (!(await markStarted(db, id))) throw new Error(`could not start ${jobId}`);
+    return new Sender(stack, db, id, await deriveIngestKey(token, id.executionId));
+  }
+
   async send(n: number, terminal = false): Promise<void> {
+    const { jobId, executionId, epoch } = this.id;
     const events: EventEnvelope[] = [];
     for (let i = 0; i < n; i++) {
       const last = terminal && i === n - 1;
       events.push({
-        job_id: this.jobId,
-        execution_id: EXEC,
-        epoch: 1,
+        job_id: jobId,
+        execution_id: executionId,
+        epoch,
         seq: this.seq++,
         type: last ? "run.completed" : "model.delta",
         payload: last ? { output: "done", sent_at: now() } : { text: "token ", sent_at: now() },
         ts: new Date().toISOString(),
       });
     }
-    const body = JSON.stringify({ job_id: this.jobId, events });
+    // Like the host: the terminal state is in Postgres before the terminal event is sent.
+    if (terminal && !(await finishJob(this.db, this.id, { state: "completed", output: "done" }))) {
+      throw new Error(`terminal write missed for ${jobId}`);
+    }
+    const nonce = randomUUID();
+    const eventsJson = JSON.stringify(events);
+    const mac = await batchMac(this.key, nonce, jobId, eventsJson);
+    const body = `{"job_id":${JSON.stringify(jobId)},"events":${eventsJson},"mac":"${mac}"}`;
     const res = await fetch(`${this.stack.gatewayUrl}/internal/events`, {
       method: "POST",
-      headers: await signedHeaders(this.stack.signingSecret, "POST", "/internal/events", body),
+      headers: await signedHeaders(this.stack.signingSecret, "POST", "/internal/events", body, nonce),
       body,
     });
     const text = await res.text();
@@ -116,11 +145,11 @@ async function subscribe(stack: Stack, jobId: string, n: number, parse: boolean)
   return { done: Promise.all(done), latencies, received: () => received, reconnects: () => reconnects };
 }
 
-async function throughput(stack: Stack, subscribers: number) {
+async function throughput(stack: Stack, db: Db, subscribers: number) {
   const jobId = await newJob(stack);
   const total = THROUGHPUT_EVENTS[subscribers] ?? 5_000;
   const subs = await subscribe(stack, jobId, subscribers, false);
-  const sender = new Sender(stack, jobId);
+  const sender = await Sender.start(stack, db, jobId);
   const t0 = now();
   for (let sent = 0; sent < total; sent += BATCH) {
     const n = Math.min(BATCH, total - sent);
@@ -141,10 +170,10 @@ async function throughput(stack: Stack, subscribers: number) {
   };
 }
 
-async function latency(stack: Stack, subscribers: number) {
+async function latency(stack: Stack, db: Db, subscribers: number) {
   const jobId = await newJob(stack);
   const subs = await subscribe(stack, jobId, subscribers, true);
-  const sender = new Sender(stack, jobId);
+  const sender = await Sender.start(stack, db, jobId);
   const tEnd = now() + PACED_MS;
   let next = now();
   let events = 0;
@@ -165,7 +194,7 @@ async function latency(stack: Stack, subscribers: number) {
     p50_ms: +pct(l, 50).toFixed(2),
     p95_ms: +pct(l, 95).toFixed(2),
     p99_ms: +pct(l, 99).toFixed(2),
-    max_ms: +Math.max(...l).toFixed(2),
+    max_ms: +l.reduce((m, x) => Math.max(m, x), 0).toFixed(2),
     send_rate_events_per_s: Math.round((events + 1) / (PACED_MS / 1000)),
     slow_reader_reconnects: subs.reconnects(),
   };
@@ -173,14 +202,16 @@ async function latency(stack: Stack, subscribers: number) {
 
 async function main() {
   const stack = await startStack({ hosts: 0 });
+  const pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+  const db = drizzle(pool, { schema });
   try {
     // Warm the isolate, the DO namespace and the key cache so the first measurement is not a cold start.
     const warm = await newJob(stack);
-    await new Sender(stack, warm).send(10, true);
+    await (await Sender.start(stack, db, warm)).send(10, true);
     const results = [];
     for (const subscribers of [1, 100]) {
-      const t = await throughput(stack, subscribers);
-      const l = await latency(stack, subscribers);
+      const t = await throughput(stack, db, subscribers);
+      const l = await latency(stack, db, subscribers);
       results.push({ ...t, latency: l });
       console.log(
         `${subscribers} subscriber(s): ${t.end_to_end_events_per_s} events/s end to end (ingest ${t.ingest_events_per_s}/s, ` +
@@ -190,6 +221,7 @@ async function main() {
     }
     if (process.argv.includes("--json")) console.log(JSON.stringify(results, null, 2));
   } finally {
+    await pool.end();
     await stack.stop();
   }
 }

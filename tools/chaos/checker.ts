@@ -186,6 +186,76 @@ function groupBy<T>(items: T[], key: (t: T) => string): Map<string, T[]> {
   return m;
 }
 
+/** A job's row, as its event stream must reflect it. */
+export interface StreamRow {
+  id: string;
+  state: string;
+  executionId: string | null;
+  /** `execution_started_at` is set: the started CAS hit. */
+  started: boolean;
+  output: string | null;
+}
+
+/** One event of a job's stream as a client received it. */
+export interface StreamEvent {
+  offset: number;
+  type: string;
+  executionId: string;
+  payload: Record<string, unknown>;
+}
+
+const TERMINAL_EVENT_OF: Record<string, string> = {
+  completed: "run.completed",
+  failed: "run.failed",
+  cancelled: "run.cancelled",
+  lost: "run.lost",
+  timed_out: "run.timed_out",
+};
+
+/**
+ * Where a job's stream disagrees with its row (one line each; empty when they agree): offsets
+ * contiguous from 1; exactly one terminal event, last, matching the row's state and execution;
+ * `run.started` of the row's execution exactly once, before the terminal event, iff the row
+ * started; a completion's output equal to the row's. A job still running has no terminal event.
+ */
+export function streamDisagreements(row: StreamRow, events: StreamEvent[]): string[] {
+  const out: string[] = [];
+  events.forEach((e, i) => {
+    if (e.offset !== i + 1 && out.length === 0) out.push(`offset ${e.offset} at position ${i + 1}`);
+  });
+  const terminals = events.filter((e) => e.type in REVERSE_TERMINAL);
+  const expected = TERMINAL_EVENT_OF[row.state];
+  if (!expected) {
+    if (terminals.length) out.push(`row is ${row.state} but the stream has ${terminals.map((t) => t.type).join(", ")}`);
+    return out;
+  }
+  if (terminals.length !== 1) {
+    out.push(`${terminals.length} terminal events (${terminals.map((t) => t.type).join(", ") || "none"})`);
+  }
+  const terminal = terminals[0];
+  if (terminal) {
+    if (terminal !== events[events.length - 1]) out.push(`${terminal.type} is not the last event`);
+    if (terminal.type !== expected) out.push(`stream ends ${terminal.type}, row is ${row.state}`);
+    const exec = row.executionId ?? "projector";
+    if (terminal.executionId !== exec) out.push(`terminal event of execution ${terminal.executionId}, row's ${exec}`);
+    if (row.state === "completed" && terminal.payload.output !== row.output) {
+      out.push("completed output differs from the row's");
+    }
+  }
+  const starts = events.filter((e) => e.type === "run.started");
+  if (row.started) {
+    const mine = starts.filter((e) => e.executionId === row.executionId);
+    if (mine.length !== 1 || starts.length !== 1) {
+      out.push(`row started, stream has ${starts.length} run.started (${mine.length} of its execution)`);
+    } else if (terminal && (mine[0] as StreamEvent).offset > terminal.offset) {
+      out.push("run.started after the terminal event");
+    }
+  } else if (starts.length) out.push(`row never started, stream has ${starts.length} run.started`);
+  return out;
+}
+
+const REVERSE_TERMINAL = Object.fromEntries(Object.entries(TERMINAL_EVENT_OF).map(([k, v]) => [v, k]));
+
 /** The counts table as printed by the harness. */
 export function formatCounts(r: CheckResult): string {
   const rows = [

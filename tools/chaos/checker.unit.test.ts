@@ -3,7 +3,7 @@
  * reported, and the valid histories (including a released-then-reclaimed job) must not be.
  */
 import { describe, expect, it } from "vitest";
-import { checkHistory } from "./checker";
+import { checkHistory, type StreamEvent, type StreamRow, streamDisagreements } from "./checker";
 import type { ExecutionRow, History, JobChange, JobFinal } from "./history";
 
 let seq = 0;
@@ -176,5 +176,69 @@ describe("claims checker", () => {
     expect(r.leakedClaims).toBe(1);
     expect(checkHistory([J], history({})).counts.missing).toBe(1);
     expect(checkHistory([], happy()).counts.unexpected).toBe(1);
+  });
+});
+
+describe("stream vs row", () => {
+  const E = "20000000-0000-0000-0000-000000000009";
+  const row = (over: Partial<StreamRow> = {}): StreamRow => ({
+    id: J,
+    state: "completed",
+    executionId: E,
+    started: true,
+    output: "hello",
+    ...over,
+  });
+  const ev = (offset: number, type: string, payload: Record<string, unknown> = {}, executionId = E): StreamEvent => ({
+    offset,
+    type,
+    executionId,
+    payload,
+  });
+  const good = [
+    ev(1, "run.started"),
+    ev(2, "model.delta", { text: "hello" }),
+    ev(3, "run.completed", { output: "hello" }),
+  ];
+
+  it("accepts a stream that says what the row says", () => {
+    expect(streamDisagreements(row(), good)).toEqual([]);
+    expect(
+      streamDisagreements(row({ state: "cancelled", executionId: null, started: false, output: null }), [
+        ev(1, "run.cancelled", {}, "projector"),
+      ]),
+    ).toEqual([]);
+    expect(
+      streamDisagreements(row({ state: "lost", output: null }), [
+        ev(1, "run.started", { source: "projector" }),
+        ev(2, "run.lost", { source: "projector" }),
+      ]),
+    ).toEqual([]);
+  });
+
+  it("reports run.lost with no run.started for a row that started (the host died with it in memory)", () => {
+    expect(streamDisagreements(row({ state: "lost", output: null }), [ev(1, "run.lost")])).toEqual([
+      "row started, stream has 0 run.started (0 of its execution)",
+    ]);
+  });
+
+  it("reports a forged output, a wrong terminal, two terminals, no terminal, a gap and a late start", () => {
+    expect(
+      streamDisagreements(row(), [
+        good[0],
+        good[1],
+        ev(3, "run.completed", { output: "FORGED OUTPUT" }),
+      ] as StreamEvent[]),
+    ).toEqual(["completed output differs from the row's"]);
+    expect(streamDisagreements(row({ state: "failed" }), good)).toEqual(["stream ends run.completed, row is failed"]);
+    expect(streamDisagreements(row(), [...good, ev(4, "run.lost")])).toHaveLength(2);
+    expect(streamDisagreements(row(), good.slice(0, 2))).toEqual(["0 terminal events (none)"]);
+    expect(streamDisagreements(row(), [good[0], ev(3, "run.completed", { output: "hello" })] as StreamEvent[])).toEqual(
+      ["offset 3 at position 2"],
+    );
+    expect(streamDisagreements(row({ state: "lost" }), [ev(1, "run.lost"), ev(2, "run.started")]).join()).toMatch(
+      /not the last event|after the terminal/,
+    );
+    expect(streamDisagreements(row({ started: false, executionId: null }), good).length).toBeGreaterThan(0);
   });
 });

@@ -1,8 +1,9 @@
 /**
  * `npm run chaos:claims [-- --jobs N --kills N --hosts N --seed S --short --verbose]`: the claims
  * invariant harness (harness.ts). Prints the seed, the faults that landed by kind, what the
- * hosts reported as fenced writes that missed, and the classification of every job; exits 1 on
- * any anomaly, or if the checker's self-check could not detect a planted anomaly.
+ * hosts reported as fenced writes that missed, the classification of every job, and how many
+ * jobs' event streams disagree with their rows; exits 1 on any anomaly or disagreement, or if the
+ * checker's self-check could not detect a planted anomaly.
  * Replay a failure with the printed `--seed` (same schedule; OS interleavings still vary).
  */
 import { parseArgs } from "node:util";
@@ -40,7 +41,12 @@ console.log(`chaos:claims seed=${seed} jobs=${opts.jobs} kills=${opts.kills} hos
 const r = await runChaosClaims(opts);
 console.log(`\nfaults landed (missed their window):`);
 for (const k of FAULT_KINDS) console.log(`  ${k.padEnd(20)}${String(r.faults[k]).padStart(5)}  (${r.faultsMissed[k]})`);
-const kills = r.faults.kill_before_claim + r.faults.kill_after_claim + r.faults.kill_mid_run + r.faults.kill_other;
+const kills =
+  r.faults.kill_before_claim +
+  r.faults.kill_after_claim +
+  r.faults.kill_after_start +
+  r.faults.kill_mid_run +
+  r.faults.kill_other;
 console.log(`  ${"SIGKILLs".padEnd(20)}${String(kills).padStart(5)}; hosts spawned ${r.hostsSpawned}`);
 console.log(`host-reported fenced writes that missed (stale owners stopped):`);
 for (const [k, v] of Object.entries(r.hostReports)) console.log(`  ${k.padEnd(24)}${String(v).padStart(5)}`);
@@ -55,5 +61,8 @@ const selfOk = r.selfCheck.doubleStartDetected && r.selfCheck.staleWriteDetected
 console.log(
   `checker self-check on planted anomalies: double start ${r.selfCheck.doubleStartDetected ? "detected" : "MISSED"}, stale write ${r.selfCheck.staleWriteDetected ? "detected" : "MISSED"}`,
 );
+console.log(`streams compared with their rows: ${r.streams.checked}`);
+for (const line of r.streams.examples) console.log(`  ${line}`);
+console.log(`stream/row disagreements: ${r.streams.disagreements}`);
 console.log(`seed=${seed} duration ${(r.durationMs / 1000).toFixed(1)} s`);
-process.exit(r.check.anomalies === 0 && selfOk ? 0 : 1);
+process.exit(r.check.anomalies === 0 && r.streams.disagreements === 0 && selfOk ? 0 : 1);

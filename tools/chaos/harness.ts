@@ -7,6 +7,8 @@
  * pg-chaos-proxy.ts, which holds claim statements ~claimDelayMs and started CASes ~startDelayMs):
  *  - kill_before_claim: SIGKILL a host whose claim statement the proxy still holds (never commits);
  *  - kill_after_claim:  SIGKILL a host whose started CAS is held (claim committed, no start);
+ *  - kill_after_start:  SIGKILL a host whose started CAS committed but whose answer the proxy
+ *    still holds (the host dies before it could emit `run.started`);
  *  - kill_mid_run:      SIGKILL a host that Postgres says owns a running job;
  *  - stop_claimed / stop_running: SIGSTOP (and hold its traffic) past the claim timeout and the
  *    lost-run timeout, then SIGCONT: its late started CAS / heartbeat / terminal write must miss;
@@ -21,10 +23,11 @@ import { resolve } from "node:path";
 import pg from "pg";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
+import { readSse } from "../lib/sse";
 import { type RedisService, startRedis } from "../services/redis";
 import { type HostHandle, type Stack, startStack } from "../stack";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
-import { type CheckResult, checkHistory } from "./checker";
+import { type CheckResult, checkHistory, type StreamEvent, type StreamRow, streamDisagreements } from "./checker";
 import { installHistory, readHistory } from "./history";
 import { ChaosProxy } from "./pg-chaos-proxy";
 
@@ -46,6 +49,7 @@ export interface ChaosOptions {
 export const FAULT_KINDS = [
   "kill_before_claim",
   "kill_after_claim",
+  "kill_after_start",
   "kill_mid_run",
   "stop_claimed",
   "stop_running",
@@ -54,7 +58,8 @@ export const FAULT_KINDS = [
   "kill_other",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
-type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_mid_run";
+type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_after_start" | "kill_mid_run";
+const KILL_KINDS: readonly KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_after_start", "kill_mid_run"];
 
 /** The timeouts every chaos host runs with: short, so recovery happens inside the run. */
 export const CHAOS_HOST_ENV = {
@@ -71,6 +76,8 @@ export const CHAOS_HOST_ENV = {
 };
 const CLAIM_DELAY_MS = 40;
 const START_DELAY_MS = 300;
+/** Postgres' answer to a started CAS reaches the host this much later: the kill_after_start window. */
+const START_REPLY_DELAY_MS = 150;
 /** Frozen longer than claim timeout + lost-run timeout + a reaper pass or two. */
 const STOP_MS = 2200;
 
@@ -93,7 +100,17 @@ export interface ChaosReport {
   submitted: { direct: number; api: number; apiFailed: number };
   hostsSpawned: number;
   selfCheck: { doubleStartDetected: boolean; staleWriteDetected: boolean };
+  /** Every job's event stream (read through the gateway's SSE) compared with its row. */
+  streams: StreamCheck;
   durationMs: number;
+}
+
+export interface StreamCheck {
+  checked: number;
+  /** Jobs whose stream disagrees with their row (`streamDisagreements`). */
+  disagreements: number;
+  /** The first few, one line each. */
+  examples: string[];
 }
 
 export function mulberry32(seed: number): () => number {
@@ -140,9 +157,10 @@ function redisCommand(port: number, ...args: string[]): Promise<string> {
 
 /** The fault schedule: every kind at least once (when there is room), the rest by weight. */
 export function scheduleFaults(kills: number, rand: () => number): FaultKind[] {
-  const killKinds: KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_mid_run"];
   const list: FaultKind[] = [];
-  for (let i = 0; i < kills; i++) list.push(i < 3 ? (killKinds[i] as KillKind) : pick(killKinds, rand));
+  for (let i = 0; i < kills; i++) {
+    list.push(i < KILL_KINDS.length ? (KILL_KINDS[i] as KillKind) : pick(KILL_KINDS, rand));
+  }
   // At least 3: a stop can miss its window (no host in the aimed state), and CI must see one land.
   const stops = Math.max(3, Math.ceil(kills / 5));
   for (let i = 0; i < stops; i++) list.push(i % 2 === 0 ? "stop_claimed" : "stop_running");
@@ -229,6 +247,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         target: { host: pgUrl.hostname, port: Number(pgUrl.port) },
         claimDelayMs: CLAIM_DELAY_MS,
         startDelayMs: START_DELAY_MS,
+        startReplyDelayMs: START_REPLY_DELAY_MS,
       });
       const port = await proxy.listen();
       const url = new URL(st.databaseUrl);
@@ -326,7 +345,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
 
     /** Wait (bounded) for a host in the state this fault aims at. */
     const findVictim = async (
-      aim: "claim_held" | "start_held" | "running",
+      aim: "claim_held" | "start_held" | "start_answer_held" | "running",
       withinMs = 2000,
     ): Promise<LiveHost | null> => {
       const deadline = Date.now() + withinMs;
@@ -335,6 +354,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         let found: LiveHost[] = [];
         if (aim === "claim_held") found = cands.filter((h) => h.proxy.held("claim") > 0);
         else if (aim === "start_held") found = cands.filter((h) => h.proxy.held("start") > 0);
+        else if (aim === "start_answer_held") found = cands.filter((h) => h.proxy.startsAnswerHeld() > 0);
         else {
           const owners = await runningOwners();
           found = alive().filter((h) => owners.has(h.handle.id));
@@ -361,7 +381,12 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       while (alive().length < Math.max(2, opts.hosts - 1) && Date.now() < until) await sleep(50);
     };
 
-    const AIM = { kill_before_claim: "claim_held", kill_after_claim: "start_held", kill_mid_run: "running" } as const;
+    const AIM = {
+      kill_before_claim: "claim_held",
+      kill_after_claim: "start_held",
+      kill_after_start: "start_answer_held",
+      kill_mid_run: "running",
+    } as const;
     /** The scheduled kind first; if no host is in that state, another kind, so the kill still happens. */
     const kill = async (scheduled: KillKind) => {
       await enoughHosts();
@@ -377,16 +402,23 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       freeze(victim);
       const heldClaim = victim.proxy.held("claim");
       const heldStart = victim.proxy.held("start");
+      const heldAnswer = victim.proxy.startsAnswerHeld();
       const owned = await ownedRows(victim.handle.id);
       const landed =
-        kind === "kill_before_claim" ? heldClaim > 0 : kind === "kill_after_claim" ? heldStart > 0 : owned.running > 0;
+        kind === "kill_before_claim"
+          ? heldClaim > 0
+          : kind === "kill_after_claim"
+            ? heldStart > 0
+            : kind === "kill_after_start"
+              ? heldAnswer > 0
+              : owned.running > 0;
       signalGroup(victim, "SIGKILL");
       victim.dead = true;
       await victim.proxy.close();
       if (landed) faults[kind]++;
       else faults.kill_other++;
       log(
-        `${kind}${landed ? "" : " (missed its window)"}: ${victim.handle.id} held claim=${heldClaim} start=${heldStart}, owned claimed=${owned.claimed} running=${owned.running}`,
+        `${kind}${landed ? "" : " (missed its window)"}: ${victim.handle.id} held claim=${heldClaim} start=${heldStart} start answer=${heldAnswer}, owned claimed=${owned.claimed} running=${owned.running}`,
       );
       track(spawnChaosHost());
     };
@@ -430,8 +462,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         faultsDone++;
         const wait = loadStart + f.at - Date.now();
         if (wait > 0) await sleep(wait);
-        if (f.kind === "kill_before_claim" || f.kind === "kill_after_claim" || f.kind === "kill_mid_run") {
-          await kill(f.kind);
+        if ((KILL_KINDS as readonly string[]).includes(f.kind)) {
+          await kill(f.kind as KillKind);
         } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
           await stop(f.kind);
         } else if (f.kind === "redis_flushall") {
@@ -466,6 +498,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       await sleep(250);
     }
     const check = checkHistory(ids, await readHistory(db));
+    // Before the self-check, which plants writes in the same database.
+    const streams = await checkStreams(st, db, ids, log);
     const selfCheck = await checkerSelfCheck(db, ids, check);
 
     return {
@@ -486,6 +520,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       submitted,
       hostsSpawned,
       selfCheck,
+      streams,
       durationMs: Date.now() - t0,
     };
   } finally {
@@ -499,6 +534,66 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
     await stack?.stop().catch(() => {});
     await redis?.stop().catch(() => {});
   }
+}
+
+/**
+ * Read every job's stream as a client would (SSE through the gateway, which ends at the terminal
+ * event) and compare it with the job's row. A stream still open after `STREAM_READ_MS` (longer
+ * than the projector's host grace plus its 1 s watched cadence) counts with what it had.
+ */
+const STREAM_READ_MS = 20_000;
+const STREAM_READERS = 8;
+
+async function checkStreams(st: Stack, db: pg.Pool, ids: string[], log: (l: string) => void): Promise<StreamCheck> {
+  const rows = await db.query<{
+    id: string;
+    state: string;
+    execution_id: string | null;
+    started: boolean;
+    output: string | null;
+  }>(
+    "SELECT id, state, execution_id, execution_started_at IS NOT NULL AS started, output FROM jobs WHERE id = ANY($1::uuid[])",
+    [ids],
+  );
+  const byId = new Map(rows.rows.map((r) => [r.id, r]));
+  const result: StreamCheck = { checked: 0, disagreements: 0, examples: [] };
+  const queue = [...ids];
+  const reader = async () => {
+    for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+      const r = byId.get(id);
+      if (!r) continue; // no row: the claims checker reports it as missing
+      const row: StreamRow = {
+        id,
+        state: r.state,
+        executionId: r.execution_id,
+        started: r.started,
+        output: r.output,
+      };
+      const events: StreamEvent[] = [];
+      let readError = "";
+      try {
+        for await (const ev of readSse(`${st.gatewayUrl}/v1/jobs/${id}/events`, {
+          headers: { authorization: `Bearer ${st.apiKey}` },
+          signal: AbortSignal.timeout(STREAM_READ_MS),
+        })) {
+          const data = JSON.parse(ev.data) as { execution_id: string; payload: Record<string, unknown> };
+          events.push({ offset: Number(ev.id), type: ev.event, executionId: data.execution_id, payload: data.payload });
+        }
+      } catch (err) {
+        readError = ` (stream read: ${err instanceof Error ? err.message : String(err)})`;
+      }
+      result.checked++;
+      const why = streamDisagreements(row, events);
+      if (why.length) {
+        result.disagreements++;
+        const line = `${id} row ${row.state}: ${why.join("; ")}${readError} [${events.map((e) => e.type).join(" ")}]`;
+        if (result.examples.length < 20) result.examples.push(line);
+        log(`stream/row disagreement: ${line}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: STREAM_READERS }, reader));
+  return result;
 }
 
 /**

@@ -10,6 +10,11 @@
  * text with every parameterised query). Each connection is a FIFO, so a held chunk also holds
  * everything the host sends after it on that connection, like a slow network would. When the
  * host's side closes (SIGKILL), whatever is still held is dropped: it never reaches Postgres.
+ *
+ * Once a started CAS has been forwarded, Postgres' answer to it is held for `startReplyDelayMs`:
+ * the start is committed but the host does not know yet, so a SIGKILL then lands after the
+ * start and before the host could emit (let alone deliver) `run.started` — the crash whose
+ * stream must still show the start, from Postgres.
  */
 import { connect, createServer, type Server, type Socket } from "node:net";
 
@@ -33,6 +38,8 @@ export interface ChaosProxyOptions {
   claimDelayMs: number;
   /** Extra delay before a started CAS is forwarded. */
   startDelayMs: number;
+  /** How long Postgres' answer to a forwarded started CAS is held back from the host (default 0). */
+  startReplyDelayMs?: number;
 }
 
 interface Pending {
@@ -46,6 +53,12 @@ class Link {
   private connected = false;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
+  /** Answers from Postgres held back from the host, and until when. */
+  private readonly replies: Buffer[] = [];
+  private holdRepliesUntil = 0;
+  private replyTimer: NodeJS.Timeout | null = null;
+  /** A forwarded started CAS whose answer the host has not received yet. */
+  startAnswerHeld = false;
 
   constructor(
     readonly client: Socket,
@@ -62,7 +75,13 @@ class Link {
       this.pump();
     });
     server.on("data", (buf: Buffer) => {
-      if (!client.destroyed) client.write(buf);
+      if (Date.now() < this.holdRepliesUntil || this.replies.length > 0) {
+        this.replies.push(buf);
+        this.scheduleReplies();
+      } else {
+        if (!client.destroyed) client.write(buf);
+        this.startAnswerHeld = false;
+      }
     });
     const close = () => this.close();
     client.on("close", close);
@@ -77,10 +96,30 @@ class Link {
     if (this.closed || !this.connected || this.proxy.paused) return;
     const now = Date.now();
     while (this.queue.length > 0 && (this.queue[0] as Pending).due <= now) {
-      this.server.write((this.queue.shift() as Pending).buf);
+      const p = this.queue.shift() as Pending;
+      this.server.write(p.buf);
+      const hold = this.proxy.startReplyDelayMs;
+      if (p.kind === "start" && hold > 0) {
+        this.holdRepliesUntil = now + hold;
+        this.startAnswerHeld = true;
+      }
     }
     const next = this.queue[0];
     if (next) this.timer = setTimeout(() => this.pump(), next.due - now);
+  }
+
+  private scheduleReplies(): void {
+    if (this.replyTimer || this.closed) return;
+    this.replyTimer = setTimeout(
+      () => {
+        this.replyTimer = null;
+        if (this.closed) return;
+        if (this.proxy.paused || Date.now() < this.holdRepliesUntil) return this.scheduleReplies();
+        for (const b of this.replies.splice(0)) if (!this.client.destroyed) this.client.write(b);
+        this.startAnswerHeld = false;
+      },
+      Math.max(1, this.holdRepliesUntil - Date.now()),
+    );
   }
 
   /** The host side is gone: drop what it had not delivered yet. */
@@ -88,6 +127,7 @@ class Link {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.replyTimer) clearTimeout(this.replyTimer);
     this.queue.length = 0;
     this.client.destroy();
     this.server.destroy();
@@ -114,6 +154,17 @@ export class ChaosProxy {
     this.server = server;
     this.port = (server.address() as { port: number }).port;
     return this.port;
+  }
+
+  get startReplyDelayMs(): number {
+    return this.opts.startReplyDelayMs ?? 0;
+  }
+
+  /** Started CASes Postgres has committed whose answer the host has not received yet. */
+  startsAnswerHeld(): number {
+    let n = 0;
+    for (const l of this.links) if (l.startAnswerHeld) n++;
+    return n;
   }
 
   delayFor(kind: HeldKind): number {

@@ -153,30 +153,44 @@ export class EventLog {
     return outcome;
   }
 
+  /** Whether the log holds a `run.started` of `executionId` (from its host or projected). */
+  hasStarted(executionId: string): boolean {
+    return (
+      this.storage.sql
+        .exec("SELECT 1 FROM events WHERE execution_id = ? AND type = 'run.started' LIMIT 1", executionId)
+        .toArray().length > 0
+    );
+  }
+
   /**
-   * Append a terminal event the projector derived from Postgres (see job-events.ts). Returns
-   * null when the log already has its terminal event: there is exactly one per job.
+   * Append a terminal event the projector derived from Postgres (see job-events.ts), preceded by
+   * `started` when given, in one transaction. Returns what was appended, or null when the log
+   * already has its terminal event: there is exactly one per job.
    */
-  appendProjectedTerminal(event: EventEnvelope): LoggedEvent | null {
+  appendProjectedTerminal(event: EventEnvelope, started: EventEnvelope | null = null): LoggedEvent[] | null {
     if (!isTerminalEventType(event.type)) throw new Error(`${event.type} is not a terminal event type`);
     if (this.terminalOffset !== null) return null;
     const logged = this.storage.transactionSync(() => {
       const sql = this.storage.sql;
-      const offset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
-      const row: LoggedEvent = { offset, type: event.type, body: JSON.stringify(event) };
-      sql.exec(
-        `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
-        offset,
-        event.execution_id,
-        event.epoch,
-        event.seq,
-        event.type,
-        row.body,
-      );
+      let offset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
+      const rows: LoggedEvent[] = [];
+      for (const e of started ? [started, event] : [event]) {
+        const row: LoggedEvent = { offset: offset++, type: e.type, body: JSON.stringify(e) };
+        sql.exec(
+          `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
+          row.offset,
+          e.execution_id,
+          e.epoch,
+          e.seq,
+          e.type,
+          row.body,
+        );
+        rows.push(row);
+      }
       sql.exec("DELETE FROM gap_buffer");
-      return row;
+      return rows;
     });
-    this.terminalOffset = logged.offset;
+    this.terminalOffset = (logged[logged.length - 1] as LoggedEvent).offset;
     return logged;
   }
 

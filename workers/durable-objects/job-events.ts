@@ -13,17 +13,41 @@
  * before it started, or a host that died after writing its terminal state), appends the matching
  * terminal event itself. Cadence: every second while an SSE client watches, every 5 s while only
  * chat sessions do, otherwise backing off from 10 s to 5 min; one indexed row read per alarm.
+ *
+ * Trust: the shared signing secret says only that a host sent the request. A batch is written
+ * only if its execution is one Postgres says ran this job (executions row: epoch, claim token)
+ * and its `mac` verifies under the key derived from that token. The first batch of a generation
+ * costs one Postgres read; the verified generation and its key are then kept in SQLite, so later
+ * batches cost none. A host's terminal event costs one more read: it is appended only if the
+ * job row agrees with it. A refused batch writes nothing at all (no job id, no alarm), so a
+ * request naming a job that does not exist leaves no state behind.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { IngestBatch } from "../../src/contracts";
+import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts";
+import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import type { Env } from "../env";
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
-import { type JobStateLookup, postgresJobStateLookup, projectedTerminal } from "./job-state";
+import {
+  type ExecutionLookup,
+  type JobStateLookup,
+  postgresExecutionLookup,
+  postgresJobStateLookup,
+  projectedStarted,
+  projectedTerminal,
+  terminalDisagreement,
+} from "./job-state";
 import { SseFanout } from "./sse-fanout";
 import { acquireStreamSlot, settleLeases } from "./tenant-streams";
 
-export type IngestResult = { ok: true; ack: ProjectorAck } | { ok: false; reason: IngestRejection; message: string };
+/** Why a batch was refused before the log saw it: its ownership, or Postgres could not be asked. */
+export type TrustRejection = "unknown_execution" | "wrong_epoch" | "bad_mac" | "terminal_disagrees" | "unavailable";
+
+export type IngestResult =
+  | { ok: true; ack: ProjectorAck }
+  | { ok: false; reason: IngestRejection | TrustRejection; message: string };
+
+type Refusal = Extract<IngestResult, { ok: false }>;
 
 /** 10 s keeps well inside API.md's "a comment at least every 15 s" even with a busy isolate. */
 const DEFAULT_HEARTBEAT_MS = 10_000;
@@ -57,6 +81,10 @@ export class JobEventsObject extends DurableObject<Env> {
   private readonly relay: ChatRelay;
   /** Injectable for tests; the default reads Postgres over neon-http. */
   jobState: JobStateLookup;
+  /** Injectable for tests; the default reads the executions row over neon-http. */
+  executionLookup: ExecutionLookup;
+  /** Verified generations' ingest keys, imported (SQLite `trusted_generations` holds the bytes). */
+  private readonly trustedKeys = new Map<string, { epoch: number; key: CryptoKey }>();
   private idleDelayMs: number = TERMINAL_CHECK.idleFirstMs;
   /** When a host last delivered new events (memory only: after an eviction the alarm just reads). */
   private lastHostEventAt = 0;
@@ -67,6 +95,9 @@ export class JobEventsObject extends DurableObject<Env> {
     super(ctx, env);
     this.log = new EventLog(ctx.storage);
     ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+    ctx.storage.sql.exec(
+      "CREATE TABLE IF NOT EXISTS trusted_generations (execution_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL, ingest_key TEXT NOT NULL)",
+    );
     const heartbeatMs = Number(env.SSE_HEARTBEAT_MS);
     // A job belongs to one tenant, so every lease this object holds is that tenant's.
     this.fanout = new SseFanout(Number.isFinite(heartbeatMs) && heartbeatMs > 0 ? heartbeatMs : DEFAULT_HEARTBEAT_MS, {
@@ -75,10 +106,21 @@ export class JobEventsObject extends DurableObject<Env> {
     });
     this.relay = new ChatRelay(ctx.storage, env);
     this.jobState = postgresJobStateLookup(env);
+    this.executionLookup = postgresExecutionLookup(env);
   }
 
-  /** Append a host's batch (see event-log.ts for the acceptance rules), then fan out what was new. */
-  async ingest(batch: IngestBatch, nonce: string): Promise<IngestResult> {
+  /**
+   * Append a host's batch (see event-log.ts for the acceptance rules), then fan out what was new.
+   * `eventsJson` is the batch's events exactly as the host serialized them: its `mac` covers them.
+   */
+  async ingest(batch: IngestBatch, nonce: string, eventsJson: string): Promise<IngestResult> {
+    const refused = await this.verifyOwnership(batch, nonce, eventsJson);
+    if (refused) return refused;
+    const terminal = this.log.finished ? undefined : batch.events.find((e) => isTerminalEventType(e.type));
+    if (terminal) {
+      const disagreement = await this.checkTerminal(batch.job_id, terminal);
+      if (disagreement) return disagreement;
+    }
     this.rememberJobId(batch.job_id);
     const outcome = this.log.ingest(batch.job_id, batch.events, nonce);
     if (!outcome.ok) return outcome;
@@ -86,6 +128,87 @@ export class JobEventsObject extends DurableObject<Env> {
     this.publish(outcome.appended, outcome.finished);
     if (!outcome.finished) await this.scheduleTerminalCheck();
     return { ok: true, ack: outcome.ack };
+  }
+
+  /**
+   * The batch's execution must be one Postgres says ran this job, at this epoch, and its mac must
+   * verify under that execution's ingest key. Returns the refusal, or null when trusted. Writes
+   * nothing unless the batch is trusted (then the generation and its key, once).
+   */
+  private async verifyOwnership(batch: IngestBatch, nonce: string, eventsJson: string): Promise<Refusal | null> {
+    const first = batch.events[0];
+    if (!first) return { ok: false, reason: "invalid_batch", message: "events must not be empty" };
+    const executionId = first.execution_id;
+    let trusted = this.trustedKeys.get(executionId);
+    let fresh: string | null = null;
+    if (!trusted) {
+      const row = this.ctx.storage.sql
+        .exec<{ epoch: number; ingest_key: string }>(
+          "SELECT epoch, ingest_key FROM trusted_generations WHERE execution_id = ?",
+          executionId,
+        )
+        .toArray()[0];
+      if (row) {
+        trusted = { epoch: row.epoch, key: await importIngestKey(row.ingest_key) };
+        this.trustedKeys.set(executionId, trusted);
+      } else {
+        let facts: Awaited<ReturnType<ExecutionLookup>>;
+        try {
+          facts = await this.executionLookup(batch.job_id, executionId);
+        } catch (err) {
+          console.warn(JSON.stringify({ msg: "execution lookup failed", executionId, error: String(err) }));
+          return { ok: false, reason: "unavailable", message: "cannot check the execution in Postgres" };
+        }
+        if (!facts?.token) {
+          return {
+            ok: false,
+            reason: "unknown_execution",
+            message: `job ${batch.job_id} has no execution ${executionId} that can sign events`,
+          };
+        }
+        fresh = await ingestKeyHex(facts.token, executionId);
+        trusted = { epoch: facts.epoch, key: await importIngestKey(fresh) };
+      }
+    }
+    if (first.epoch !== trusted.epoch) {
+      return {
+        ok: false,
+        reason: "wrong_epoch",
+        message: `execution ${executionId} started at epoch ${trusted.epoch}, not ${first.epoch}`,
+      };
+    }
+    if (!(await verifyBatchMac(trusted.key, nonce, batch.job_id, eventsJson, batch.mac))) {
+      return { ok: false, reason: "bad_mac", message: `the batch's mac does not verify for execution ${executionId}` };
+    }
+    if (fresh !== null) {
+      this.ctx.storage.sql.exec(
+        "INSERT OR IGNORE INTO trusted_generations (execution_id, epoch, ingest_key) VALUES (?, ?, ?)",
+        executionId,
+        trusted.epoch,
+        fresh,
+      );
+      this.trustedKeys.set(executionId, trusted);
+    }
+    return null;
+  }
+
+  /**
+   * A host's terminal event is appended only if the job row agrees (one Postgres read per job
+   * end). One that disagrees is refused; the job id is remembered and the alarm projects the
+   * row's own terminal event once the row is terminal.
+   */
+  private async checkTerminal(jobId: string, event: EventEnvelope): Promise<Refusal | null> {
+    let reason: string | null;
+    try {
+      reason = terminalDisagreement(event, await this.jobState(jobId));
+    } catch (err) {
+      console.warn(JSON.stringify({ msg: "job row lookup for a terminal event failed", jobId, error: String(err) }));
+      return { ok: false, reason: "unavailable", message: "cannot check the job row in Postgres" };
+    }
+    if (reason === null) return null;
+    this.rememberJobId(jobId);
+    await this.scheduleTerminalCheck();
+    return { ok: false, reason: "terminal_disagrees", message: `${event.type} refused: ${reason}` };
   }
 
   /** Everything after `offset` (at most `limit`), for tests and for consumers that poll. */
@@ -145,12 +268,22 @@ export class JobEventsObject extends DurableObject<Env> {
     }
     try {
       const facts = await this.jobState(jobId);
-      const terminal = facts ? projectedTerminal(jobId, facts) : null;
+      // No such job: nothing will ever arrive for it, so nothing is scheduled again.
+      if (facts === null) return;
+      const terminal = projectedTerminal(jobId, facts);
       if (terminal && !this.log.finished) {
-        const logged = this.log.appendProjectedTerminal(terminal);
+        // A host that died right after its started CAS took its run.started with it: the row
+        // still says the run started, so the stream says so too, before the terminal event.
+        const started = projectedStarted(jobId, facts);
+        const logged = this.log.appendProjectedTerminal(
+          terminal,
+          started && !this.log.hasStarted(started.execution_id) ? started : null,
+        );
         if (logged) {
-          console.log(JSON.stringify({ msg: "projected terminal event from Postgres", jobId, type: logged.type }));
-          this.publish([logged], true);
+          console.log(
+            JSON.stringify({ msg: "projected events from Postgres", jobId, types: logged.map((e) => e.type) }),
+          );
+          this.publish(logged, true);
           return;
         }
       }

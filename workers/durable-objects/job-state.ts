@@ -3,10 +3,11 @@
  * and the facts a terminal event carries. Injectable (JobEventsObject.jobState) so workerd tests
  * can answer for Postgres; the default reads the row over neon-http like the gateway does.
  */
-import { eq } from "drizzle-orm";
+import { and, eq } from "drizzle-orm";
 import type { EventEnvelope, JobError, JobState, TerminalEventType } from "../../src/contracts";
 import { createNeonHttpDb } from "../../src/db/neon-http";
-import { jobs } from "../../src/db/schema";
+import { executions, jobs } from "../../src/db/schema";
+import { isUuid } from "../../src/domain/uuid";
 import { loadConfig } from "../config";
 import type { Env } from "../env";
 
@@ -17,14 +18,45 @@ export interface JobStateFacts {
   output: string | null;
   error: JobError | null;
   finishedAt: Date | null;
+  /** When the current execution's started CAS hit (`execution_started_at`); null if it never started. */
+  startedAt: Date | null;
 }
 
 export type JobStateLookup = (jobId: string) => Promise<JobStateFacts | null>;
 
+/** What Postgres says about one execution of a job: the epoch it started at and its claim token. */
+export interface ExecutionFacts {
+  epoch: number;
+  /** Null for an execution started before executions kept their token: nothing can verify it. */
+  token: string | null;
+}
+
+/** The execution row `executionId` of job `jobId`, or null when that job has no such execution. */
+export type ExecutionLookup = (jobId: string, executionId: string) => Promise<ExecutionFacts | null>;
+
+function gatewayDb(env: Env) {
+  const config = loadConfig(env);
+  return createNeonHttpDb({ connectionString: config.databaseUrl, fetchEndpoint: config.neonFetchEndpoint });
+}
+
+export function postgresExecutionLookup(env: Env): ExecutionLookup {
+  return async (jobId, executionId) => {
+    // A non-UUID names nothing (and would fail Postgres' cast): no query.
+    if (!isUuid(jobId) || !isUuid(executionId)) return null;
+    // executions.job_id references jobs, so a hit also says the job exists.
+    const rows = await gatewayDb(env)
+      .select({ epoch: executions.epoch, token: executions.token })
+      .from(executions)
+      .where(and(eq(executions.id, executionId), eq(executions.jobId, jobId)))
+      .limit(1);
+    return rows[0] ?? null;
+  };
+}
+
 export function postgresJobStateLookup(env: Env): JobStateLookup {
   return async (jobId) => {
-    const config = loadConfig(env);
-    const db = createNeonHttpDb({ connectionString: config.databaseUrl, fetchEndpoint: config.neonFetchEndpoint });
+    if (!isUuid(jobId)) return null;
+    const db = gatewayDb(env);
     // Not tenant-scoped on purpose: the object is named by the job id, which the gateway only
     // hands out after its own tenant check.
     const rows = await db
@@ -35,6 +67,7 @@ export function postgresJobStateLookup(env: Env): JobStateLookup {
         output: jobs.output,
         error: jobs.error,
         finishedAt: jobs.finishedAt,
+        startedAt: jobs.executionStartedAt,
       })
       .from(jobs)
       .where(eq(jobs.id, jobId))
@@ -57,6 +90,8 @@ const TERMINAL_BY_STATE: Partial<Record<JobState, TerminalEventType>> = {
  * 2^53 - 1, so (execution_id, seq) cannot collide with a host event of the same execution.
  */
 export const PROJECTED_TERMINAL_SEQ = Number.MAX_SAFE_INTEGER;
+/** The seq of a projected `run.started`: next to the terminal's, equally out of any host's reach. */
+export const PROJECTED_STARTED_SEQ = Number.MAX_SAFE_INTEGER - 1;
 /** execution_id of a projected terminal event for a job that never started. */
 export const PROJECTOR_EXECUTION_ID = "projector";
 
@@ -89,4 +124,42 @@ export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Dat
     payload,
     ts: new Date(now).toISOString(),
   };
+}
+
+/**
+ * The `run.started` the projector writes ahead of a projected terminal when Postgres says the
+ * execution started but its host never delivered its own (it died with the event in memory), so
+ * the stream shows every lifecycle fact Postgres holds, in order. Null when the row never started.
+ */
+export function projectedStarted(jobId: string, facts: JobStateFacts): EventEnvelope | null {
+  if (facts.executionId === null || facts.startedAt === null) return null;
+  return {
+    job_id: jobId,
+    execution_id: facts.executionId,
+    epoch: facts.epoch,
+    seq: PROJECTED_STARTED_SEQ,
+    type: "run.started",
+    payload: { source: "projector" },
+    ts: facts.startedAt.toISOString(),
+  };
+}
+
+/**
+ * Why a host's terminal event disagrees with the job row, or null when it agrees: the row must be
+ * terminal in the matching state, under the same execution and epoch, and a completion must
+ * carry the row's output. A host writes the row before it emits the event (run-job.ts), so an
+ * honest terminal event always finds its row already terminal.
+ */
+export function terminalDisagreement(event: EventEnvelope, facts: JobStateFacts | null): string | null {
+  if (!facts) return "the job has no row";
+  const expected = TERMINAL_BY_STATE[facts.state];
+  if (!expected) return `the job row is ${facts.state}, not terminal`;
+  if (expected !== event.type) return `the job row is ${facts.state}, not ${event.type}`;
+  if (facts.executionId !== event.execution_id || facts.epoch !== event.epoch) {
+    return `the job row ended under execution ${facts.executionId} epoch ${facts.epoch}`;
+  }
+  if (event.type === "run.completed" && (event.payload.output ?? null) !== facts.output) {
+    return "the output differs from the job row's";
+  }
+  return null;
 }

@@ -9,6 +9,11 @@
  * object in parallel and the answer is 200 with one result per batch, so one job's rejection or
  * busy object never fails the others). Each object checks the request's nonce in its own log,
  * so replaying a multi-job request is refused by every job it names.
+ *
+ * The shared secret only proves "one of our hosts sent this request". Which jobs it may write is
+ * each batch's `mac`, made with a key derived from its execution's claim token; the job's object
+ * checks it (job-events.ts). The route only makes sure a batch names a job by UUID before any
+ * object is named, and hands the object the events' exact JSON the mac covers.
  */
 import { Hono } from "hono";
 import {
@@ -20,6 +25,7 @@ import {
   IngestMultiSchema,
 } from "../../src/contracts";
 import { verifyRequest } from "../../src/domain/signing";
+import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
 import type { IngestResult } from "../durable-objects/job-events";
@@ -44,7 +50,7 @@ export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, asyn
     nonce: c.req.header(INTERNAL_HEADERS.nonce),
     signature: c.req.header(INTERNAL_HEADERS.signature),
   };
-  const verdict = await verifyRequest(c.get("config").signingSecret, "POST", INGEST_PATH, raw, signed);
+  const verdict = await verifyRequest(c.get("config").signingSecrets, "POST", INGEST_PATH, raw, signed);
   if (!verdict.ok) {
     console.warn(JSON.stringify({ msg: "rejected internal request", reason: verdict.reason }));
     throw new ApiError("unauthorized", `request signature rejected (${verdict.reason})`);
@@ -52,18 +58,54 @@ export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, asyn
   const body = parseJson(raw);
   const nonce = signed.nonce as string;
   if (typeof body === "object" && body !== null && "batches" in body) {
+    // Taken before zod (which may strip or reorder keys): these are the bytes the macs cover.
+    const rawBatches = (body as { batches: unknown }).batches;
+    const eventsJson = Array.isArray(rawBatches) ? rawBatches.map(eventsJsonOf) : [];
     const multi = validate(IngestMultiSchema, body);
-    const results = await Promise.all(multi.batches.map((b) => ingestOne(c.env, b, nonce)));
+    const results = await Promise.all(multi.batches.map((b, i) => ingestOne(c.env, b, eventsJson[i] ?? "", nonce)));
     return c.json({ results });
   }
-  const result = await ingestOne(c.env, validate(IngestBatchSchema, body), nonce);
+  const eventsJson = eventsJsonOf(body);
+  const result = await ingestOne(c.env, validate(IngestBatchSchema, body), eventsJson, nonce);
   if (result.status === 200) return c.json(result.ack);
   throw new ApiError(result.error.code, result.error.message);
 });
 
+/**
+ * `JSON.stringify(batch.events)` as JSON.parse returned them. A host serializes its events once
+ * and builds the body around that text; V8's parse → stringify of JSON.stringify output gives
+ * back the same bytes (property-tested in test/unit/signing.test.ts), so this is what it signed.
+ */
+function eventsJsonOf(batch: unknown): string {
+  const events = typeof batch === "object" && batch !== null ? (batch as { events?: unknown }).events : undefined;
+  return JSON.stringify(events) ?? "";
+}
+
+/** Why a batch is refused, by the status the host sees: 403 is "not yours to write", never retried. */
+const REJECTION_STATUS = {
+  unknown_execution: 403,
+  wrong_epoch: 403,
+  bad_mac: 403,
+  terminal_disagrees: 409,
+  replayed_nonce: 409,
+  stale_epoch: 409,
+  epoch_taken: 409,
+  job_finished: 409,
+  invalid_batch: 409,
+} as const;
+
 /** One job's batch into its JobEvents object; failures become a per-batch status, never a throw. */
-async function ingestOne(env: GatewayEnv["Bindings"], batch: IngestBatch, nonce: string): Promise<IngestMultiResult> {
+async function ingestOne(
+  env: GatewayEnv["Bindings"],
+  batch: IngestBatch,
+  eventsJson: string,
+  nonce: string,
+): Promise<IngestMultiResult> {
   const job_id = batch.job_id;
+  // Before any object is named: a job id that is not a UUID names no job, and naming an object
+  // for it would create one.
+  if (!isUuid(job_id))
+    return { job_id, status: 400, error: { code: "invalid_request", message: "job_id must be a UUID" } };
   const shapeError = batchShapeError(batch.job_id, batch.events);
   if (shapeError) return { job_id, status: 400, error: { code: "invalid_request", message: shapeError } };
   const stub = env.JOB_EVENTS.get(env.JOB_EVENTS.idFromName(batch.job_id));
@@ -71,7 +113,7 @@ async function ingestOne(env: GatewayEnv["Bindings"], batch: IngestBatch, nonce:
   try {
     // The RPC stub's union type is unwieldy; the method's own return type is the contract.
     result = await withTimeout(
-      callDurableObject<IngestResult>(async () => (await stub.ingest(batch, nonce)) as IngestResult),
+      callDurableObject<IngestResult>(async () => (await stub.ingest(batch, nonce, eventsJson)) as IngestResult),
       INGEST_OBJECT_TIMEOUT_MS,
       "the job's event log",
     );
@@ -85,7 +127,12 @@ async function ingestOne(env: GatewayEnv["Bindings"], batch: IngestBatch, nonce:
       error: { code: "dependency_unavailable", message: err instanceof Error ? err.message : String(err) },
     };
   }
-  if (!result.ok)
-    return { job_id, status: 409, error: { code: "conflict", message: `${result.reason}: ${result.message}` } };
+  if (!result.ok) {
+    const message = `${result.reason}: ${result.message}`;
+    if (result.reason === "unavailable")
+      return { job_id, status: 503, error: { code: "dependency_unavailable", message } };
+    const status = REJECTION_STATUS[result.reason];
+    return { job_id, status, error: { code: status === 403 ? "forbidden" : "conflict", message } };
+  }
   return { job_id, status: 200, ack: result.ack };
 }

@@ -8,7 +8,7 @@
  *   POST /sql                    Neon's SQL-over-HTTP on a pg.Pool (sql-over-http.ts)
  *   GET  /healthz                200
  *
- * Client side (LOCAL-STACK.md): `neonConfig.wsProxy = (h, p) => "<proxy>/v2?address=" + h + ":" + p`,
+ * Client side (the settings the drivers need): `neonConfig.wsProxy = (h, p) => "<proxy>/v2?address=" + h + ":" + p`,
  * `useSecureWebSocket = false`, `pipelineTLS = false`, `pipelineConnect = false`, in Node also
  * `webSocketConstructor = ws`; for `neon()`, `neonConfig.fetchEndpoint = "<proxy>/sql"`.
  * Measured there: 1.4–2.2 ms per round trip through the proxy from Node (0.14–0.9 ms with

@@ -51,7 +51,7 @@ export interface RunContext {
   coalesceMs: number;
   /** Phase histograms, observed from the timing facts once the terminal write hit. */
   metrics?: Pick<HostMetrics, "runPhase"> & Partial<Pick<HostMetrics, "cancelConvergence">>;
-  /** Global model quota (ARCHITECTURE layer 3); absent = no quota. */
+  /** Global model quota (named leases shared by every host); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;

@@ -29,7 +29,7 @@ export interface RunnerOptions {
   metrics: HostMetrics;
   heartbeatMs: number;
   coalesceMs?: number;
-  /** Cancel hints (Redis): one MGET for all running jobs this often (ARCHITECTURE: ≈200 ms). */
+  /** Cancel hints (Redis): one MGET for all running jobs this often (~100 ms to notice on average). */
   redis?: Redis;
   keys?: RedisKeys;
   cancelHintMs?: number;

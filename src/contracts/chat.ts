@@ -1,5 +1,5 @@
 /**
- * WebSocket chat frames (API.md "Conversations"). Client → server frames are validated with
+ * WebSocket chat frames (docs/api.md, Conversations). Client → server frames are validated with
  * these schemas; a frame that fails gets an `error` frame and the connection stays open.
  */
 import { z } from "zod";

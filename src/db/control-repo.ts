@@ -1,5 +1,5 @@
 /**
- * The durable half of cancellation (ARCHITECTURE "Cancellation"): commit the request in Postgres
+ * The durable half of cancellation: commit the request in Postgres
  * first. A queued job nobody has claimed is cancelled right here (terminal, never starts); a
  * claimed or running job gets `cancel_requested_at` and its owner stops it (a claimed job whose
  * cancel is requested never starts: the host checks before its started CAS, and the reaper's

@@ -1,4 +1,4 @@
-/** Row → public Job (API.md). Latencies come from the one timing serializer. */
+/** Row → the public Job every job route and chat `job` frame returns (docs/api.md). Latencies come from the one timing serializer. */
 import { type JobState, type JobView, tenantJobError } from "../contracts/job";
 import { deriveLatency, isoOrNull } from "../domain/timing";
 import type { JobRow } from "./schema";

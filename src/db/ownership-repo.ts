@@ -1,8 +1,9 @@
 /**
- * Owner writes on a job, each fenced by the owner's identity (ARCHITECTURE layer 2). Every
- * function returns whether its conditional UPDATE hit the row: `false` means "you are no longer
- * the owner" and the caller must stop acting under that identity. The claim and start
- * statements are the ones in ARCHITECTURE.md, verbatim in shape.
+ * Owner writes on a job, each fenced by the owner's identity. Every function returns whether its
+ * conditional UPDATE hit the row: `false` means "you are no longer the owner" and the caller must
+ * stop acting under that identity. The claim leaves the job `queued` with an owner; only the
+ * started CAS makes it `running`. That CAS is the recovery boundary: before it a claim may be
+ * released and claimed again, after it the job is never run again (docs/architecture.md).
  */
 import { sql } from "drizzle-orm";
 import type { JobError } from "../contracts/job";

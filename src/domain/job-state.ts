@@ -1,4 +1,4 @@
-/** The job state machine as small predicates (see docs/state-machine in README). */
+/** The job state machine as small predicates (drawn, with who makes each transition, in docs/architecture.md). */
 import type { JobState } from "../contracts/job";
 
 export const FINAL_STATES: readonly JobState[] = ["completed", "failed", "cancelled", "lost", "timed_out"];

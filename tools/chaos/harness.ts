@@ -1,5 +1,5 @@
 /**
- * The claims invariant harness (issue 3 item 6): real sandbox-host processes over one Postgres
+ * The claims invariant harness: real sandbox-host processes over one Postgres
  * and one Redis, jobs submitted while a seeded schedule of faults lands on them, then a recovery
  * window and a Jepsen-style classification of every job from what Postgres accepted.
  *

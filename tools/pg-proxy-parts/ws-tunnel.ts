@@ -2,7 +2,7 @@
  * WebSocket → TCP for the Neon driver's Pool/Client: each WebSocket at `/v2?address=host:port`
  * carries the raw Postgres protocol in binary frames, both ways, to the one configured Postgres.
  * `perMessageDeflate: false` and `setNoDelay(true)`: the messages are small and latency-bound
- * (LOCAL-STACK.md: 0.14–0.9 ms per round trip through the proxy with the client's
+ * (measured: 0.14–0.9 ms per round trip through the proxy with the client's
  * `coalesceWrites = false`, against 0.2–0.4 ms direct).
  */
 import type { IncomingMessage } from "node:http";

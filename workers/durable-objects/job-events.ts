@@ -22,10 +22,12 @@
  * job row agrees with it. A refused batch writes nothing at all (no job id, no alarm), so a
  * request naming a job that does not exist leaves no state behind.
  */
+
 import { DurableObject } from "cloudflare:workers";
 import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import type { Env } from "../env";
+import { loggableError } from "../log";
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
 import {
@@ -49,7 +51,7 @@ export type IngestResult =
 
 type Refusal = Extract<IngestResult, { ok: false }>;
 
-/** 10 s keeps well inside API.md's "a comment at least every 15 s" even with a busy isolate. */
+/** 10 s keeps well inside the promised "a comment at least every 15 s" even with a busy isolate. */
 const DEFAULT_HEARTBEAT_MS = 10_000;
 
 export const TERMINAL_CHECK = {
@@ -156,7 +158,7 @@ export class JobEventsObject extends DurableObject<Env> {
         try {
           facts = await this.executionLookup(batch.job_id, executionId);
         } catch (err) {
-          console.warn(JSON.stringify({ msg: "execution lookup failed", executionId, error: String(err) }));
+          console.warn(JSON.stringify({ msg: "execution lookup failed", executionId, error: loggableError(err) }));
           return { ok: false, reason: "unavailable", message: "cannot check the execution in Postgres" };
         }
         if (!facts?.token) {
@@ -202,7 +204,9 @@ export class JobEventsObject extends DurableObject<Env> {
     try {
       reason = terminalDisagreement(event, await this.jobState(jobId));
     } catch (err) {
-      console.warn(JSON.stringify({ msg: "job row lookup for a terminal event failed", jobId, error: String(err) }));
+      console.warn(
+        JSON.stringify({ msg: "job row lookup for a terminal event failed", jobId, error: loggableError(err) }),
+      );
       return { ok: false, reason: "unavailable", message: "cannot check the job row in Postgres" };
     }
     if (reason === null) return null;
@@ -288,7 +292,7 @@ export class JobEventsObject extends DurableObject<Env> {
         }
       }
     } catch (err) {
-      console.warn(JSON.stringify({ msg: "terminal check failed; will retry", jobId, error: String(err) }));
+      console.warn(JSON.stringify({ msg: "terminal check failed; will retry", jobId, error: loggableError(err) }));
     }
     if (!this.log.finished) await this.scheduleTerminalCheck(true);
   }

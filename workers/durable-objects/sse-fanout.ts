@@ -40,7 +40,7 @@ export class SseFanout {
   private readonly subscribers = new Map<Writer, string | null>();
   private heartbeat: ReturnType<typeof setInterval> | undefined;
 
-  /** @param heartbeatMs keepalive period; API.md promises a comment at least every 15 s. */
+  /** @param heartbeatMs keepalive period; clients are promised a comment at least every 15 s (docs/api.md). */
   constructor(
     private readonly heartbeatMs: number,
     private readonly leases?: LeaseHooks,

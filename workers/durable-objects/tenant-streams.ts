@@ -10,9 +10,11 @@
  * slot is never lost for longer than STREAM_LEASE.ttlMs. The count is exact otherwise: every
  * acquire runs in this single-threaded object, the cap checked and the lease written in one turn.
  */
+
 import { DurableObject } from "cloudflare:workers";
 import { ApiError } from "../../src/contracts";
 import type { Env } from "../env";
+import { loggableError } from "../log";
 
 export const STREAM_LEASE = {
   /** A lease not renewed for this long stops counting. */
@@ -108,7 +110,11 @@ export function settleLeases(env: Env, tenantId: string, op: "renew" | "release"
   const call = op === "renew" ? stub.renew(ids) : stub.release(ids);
   return call.catch((err: unknown) => {
     console.warn(
-      JSON.stringify({ msg: `stream lease ${op} failed; leases expire on their own`, tenantId, error: String(err) }),
+      JSON.stringify({
+        msg: `stream lease ${op} failed; leases expire on their own`,
+        tenantId,
+        error: loggableError(err),
+      }),
     );
   });
 }
@@ -132,7 +138,11 @@ export async function acquireStreamSlot(
     result = await tenantStreams(env, tenantId).acquire(id, kind, cap);
   } catch (err) {
     console.warn(
-      JSON.stringify({ msg: "stream counter unavailable; stream opened uncounted", tenantId, error: String(err) }),
+      JSON.stringify({
+        msg: "stream counter unavailable; stream opened uncounted",
+        tenantId,
+        error: loggableError(err),
+      }),
     );
     return null;
   }

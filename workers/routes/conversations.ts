@@ -1,5 +1,5 @@
 /**
- * Conversations (API.md "Conversations"): the chat WebSocket and the history.
+ * Conversations (docs/api.md): the chat WebSocket and the history.
  *
  * GET /v1/conversations/:id/ws — the API key (header or `?token=`) was checked by the /v1
  * middleware before anything is upgraded, so a bad key is a JSON 401 and never a socket. The

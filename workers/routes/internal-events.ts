@@ -15,6 +15,7 @@
  * checks it (job-events.ts). The route only makes sure a batch names a job by UUID before any
  * object is named, and hands the object the events' exact JSON the mac covers.
  */
+
 import { Hono } from "hono";
 import {
   ApiError,
@@ -29,6 +30,7 @@ import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
 import type { IngestResult } from "../durable-objects/job-events";
+import { loggableError } from "../log";
 import { parseJson, readBodyText, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
 
@@ -120,11 +122,11 @@ async function ingestOne(
   } catch (err) {
     // Busy or broken object: the host retries this job's batch later; the others are unaffected.
     if (!(err instanceof ApiError))
-      console.error(JSON.stringify({ msg: "ingest into JobEvents failed", job_id, error: String(err) }));
+      console.error(JSON.stringify({ msg: "ingest into JobEvents failed", job_id, error: loggableError(err) }));
     return {
       job_id,
       status: 503,
-      error: { code: "dependency_unavailable", message: err instanceof Error ? err.message : String(err) },
+      error: { code: "dependency_unavailable", message: loggableError(err) },
     };
   }
   if (!result.ok) {

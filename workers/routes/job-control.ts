@@ -1,5 +1,5 @@
 /**
- * The control path of a job (ARCHITECTURE "Cancellation and in-flight input"): durable first,
+ * The control path of a job: durable first,
  * fast hint second. Cancel commits in Postgres (a queued, unclaimed job is cancelled right there),
  * then sets a Redis hint key with a TTL that the owning host reads in its ~200 ms batched check;
  * without Redis the host's ~1 s durable check still converges. Input is stored in Postgres and

@@ -1,5 +1,5 @@
 /**
- * Job REST routes (API.md "Jobs"). The job row in Postgres is the truth; the Redis ready index
+ * Job REST routes (docs/api.md). The job row in Postgres is the truth; the Redis ready index
  * only wakes claimers, so a failed ZADD is logged and the job is still accepted (hosts also
  * sweep Postgres for queued jobs).
  */

@@ -23,10 +23,12 @@
  * Blocked keys are remembered per isolate until their window resets (the library's ephemeral
  * cache), so a client hammering past its limit costs no Redis round trip per refused request.
  */
+
 import { Ratelimit } from "@upstash/ratelimit";
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts";
 import { redisKeys } from "../../../src/quota/keys";
+import { loggableError } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 /** Longest wait for the check; a healthy Upstash answers in a few ms from a nearby region. */
@@ -42,7 +44,7 @@ function openBreaker(why: string, error?: unknown): void {
   console.warn(
     JSON.stringify({
       msg: `rate limit check ${why}; only this isolate's own count applies for ${BREAKER_OPEN_MS} ms`,
-      ...(error === undefined ? {} : { error: String(error) }),
+      ...(error === undefined ? {} : { error: loggableError(error) }),
     }),
   );
 }

@@ -9,7 +9,6 @@ import type { LatencyView } from "../../src/contracts/job";
 import type { OffloadObserver } from "../offload";
 
 export type ClaimSource = "index" | "notify" | "sweep" | "poll";
-export type ClaimResult = "won" | "lost";
 
 export type RunLatencyPhase = "dispatch" | "preparation" | "model_first_output" | "total";
 export type QuotaWaitOutcome = "admitted" | "timed_out" | "aborted";

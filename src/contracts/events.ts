@@ -97,12 +97,6 @@ export const IngestMultiResultSchema = z.discriminatedUnion("status", [
 export type IngestMultiResult = z.infer<typeof IngestMultiResultSchema>;
 export const IngestMultiAnswerSchema = z.object({ results: z.array(IngestMultiResultSchema) });
 
-/** An event as stored and served: the envelope plus the projector's per-job offset. */
-export interface StoredEvent {
-  offset: number;
-  event: EventEnvelope;
-}
-
 /** Headers of a signed internal request (see src/domain/signing.ts). */
 export const INTERNAL_HEADERS = {
   timestamp: "x-ear-timestamp",

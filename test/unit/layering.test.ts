@@ -200,3 +200,163 @@ describe("layering", () => {
     expect(stripComments('const u = "http://x"; process.env.X')).toContain("process.env");
   });
 });
+
+/**
+ * Import style: deep. A module imports the file that defines a name, never a re-export-only
+ * `index.ts` (a "barrel"), in every folder (src/, workers/, sandbox-host/, tools/, test/). Why:
+ * a barrel makes its importer load every sibling (`isFinalState` through `src/domain` bundles
+ * 455 KB of zod for the Worker, through `src/domain/job-state` 111 bytes; measured with esbuild,
+ * minified), hides which file a dependency really is from this test and from a reachability
+ * pass, and two styles for one import is one too many. Deep was already 703 of 773 imports.
+ * KNOWN_BARRELS lists today's barrel files and the imports through them: it may only shrink.
+ */
+const KNOWN_BARRELS: string[] = [
+  "sandbox-host/claimer/claimer.ts: imports through the barrel sandbox-host/metrics/index.ts",
+  "sandbox-host/claimer/claimer.ts: imports through the barrel sandbox-host/runner/index.ts",
+  "sandbox-host/claimer/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/claimer/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/metrics/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/offload/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/outbox/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/reaper/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/runner/index.ts",
+  "sandbox-host/host.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "sandbox-host/main.ts: imports through the barrel sandbox-host/model/index.ts",
+  "sandbox-host/metrics/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/metrics/metrics.ts: imports through the barrel sandbox-host/offload/index.ts",
+  "sandbox-host/model/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/offload/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/outbox/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/reaper/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/reaper/sandbox-janitor.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "sandbox-host/runner/index.ts: is a barrel (re-exports only)",
+  "sandbox-host/runner/run-job.ts: imports through the barrel sandbox-host/metrics/index.ts",
+  "sandbox-host/runner/run-job.ts: imports through the barrel sandbox-host/outbox/index.ts",
+  "sandbox-host/runner/run-job.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "sandbox-host/runner/runner.ts: imports through the barrel sandbox-host/metrics/index.ts",
+  "sandbox-host/runner/runner.ts: imports through the barrel sandbox-host/outbox/index.ts",
+  "sandbox-host/runner/runner.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "sandbox-host/sandbox/index.ts: is a barrel (re-exports only)",
+  "src/contracts/index.ts: is a barrel (re-exports only)",
+  "src/db/index.ts: is a barrel (re-exports only)",
+  "src/domain/index.ts: is a barrel (re-exports only)",
+  "test/helpers/docker.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "test/integration/metrics.test.ts: imports through the barrel sandbox-host/metrics/index.ts",
+  "test/integration/sandbox-pool.test.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "test/integration/sandbox.test.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "test/integration/tools-e2e.test.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "test/integration/trust-repo.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/unit/models.test.ts: imports through the barrel sandbox-host/model/index.ts",
+  "test/unit/offload.test.ts: imports through the barrel sandbox-host/offload/index.ts",
+  "test/unit/openapi.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/unit/outbox.test.ts: imports through the barrel sandbox-host/outbox/index.ts",
+  "test/workers/chat-helpers.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/chat-trust.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/conversations-route.test.ts: imports through the barrel src/domain/index.ts",
+  "test/workers/gateway.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/gateway.test.ts: imports through the barrel src/domain/index.ts",
+  "test/workers/helpers.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/ingest-trust.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/ingest-trust.test.ts: imports through the barrel src/domain/index.ts",
+  "test/workers/internal-events.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/internal-events.test.ts: imports through the barrel src/domain/index.ts",
+  "test/workers/openapi.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/projector.test.ts: imports through the barrel src/contracts/index.ts",
+  "test/workers/trust-input.test.ts: imports through the barrel src/domain/index.ts",
+  "tools/bench/sandbox.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "tools/sandbox-image/build.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "tools/stack.ts: imports through the barrel sandbox-host/sandbox/index.ts",
+  "workers/app.ts: imports through the barrel workers/middleware/auth/index.ts",
+  "workers/app.ts: imports through the barrel workers/middleware/config/index.ts",
+  "workers/app.ts: imports through the barrel workers/middleware/errors/index.ts",
+  "workers/app.ts: imports through the barrel workers/middleware/rate-limit/index.ts",
+  "workers/config.ts: imports through the barrel src/contracts/index.ts",
+  "workers/deps.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/chat-backend.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/chat-session.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/event-log.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/job-events.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/job-state.ts: imports through the barrel src/contracts/index.ts",
+  "workers/durable-objects/tenant-streams.ts: imports through the barrel src/contracts/index.ts",
+  "workers/middleware/auth/auth.ts: imports through the barrel src/contracts/index.ts",
+  "workers/middleware/auth/auth.ts: imports through the barrel src/db/index.ts",
+  "workers/middleware/auth/auth.ts: imports through the barrel src/domain/index.ts",
+  "workers/middleware/auth/index.ts: is a barrel (re-exports only)",
+  "workers/middleware/config/config.ts: imports through the barrel src/contracts/index.ts",
+  "workers/middleware/config/index.ts: is a barrel (re-exports only)",
+  "workers/middleware/errors/errors.ts: imports through the barrel src/contracts/index.ts",
+  "workers/middleware/errors/index.ts: is a barrel (re-exports only)",
+  "workers/middleware/rate-limit/index.ts: is a barrel (re-exports only)",
+  "workers/middleware/rate-limit/rate-limit.ts: imports through the barrel src/contracts/index.ts",
+  "workers/request/body.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/conversations.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/internal-events.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/job-control.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/job-events.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/job-events.ts: imports through the barrel src/db/index.ts",
+  "workers/routes/jobs.ts: imports through the barrel src/contracts/index.ts",
+  "workers/routes/jobs.ts: imports through the barrel src/db/index.ts",
+];
+
+/** True when a module's code is nothing but `export … from "…"` statements. */
+function isBarrelSource(src: string): boolean {
+  const rest = stripComments(src).replace(
+    /export\s+(?:type\s+)?(?:\*|\*\s+as\s+\w+|\{[^}]*\})\s+from\s+["'][^"']+["'];?/g,
+    "",
+  );
+  return rest.trim() === "";
+}
+
+/** The barrel file a relative import goes through, or null when it names a module file. */
+function barrelOf(file: string, spec: string): string | null {
+  const t = target(file, spec);
+  if (!t) return null;
+  const index = t.endsWith("/index") || t.endsWith("/index.ts") ? t.replace(/(\.ts)?$/, ".ts") : `${t}/index.ts`;
+  try {
+    if (statSync(join(ROOT, t.replace(/\.ts$/, ""))).isFile()) return null;
+  } catch {
+    // not a file without extension: fall through
+  }
+  try {
+    return isBarrelSource(readFileSync(join(ROOT, index), "utf8")) ? index : null;
+  } catch {
+    return null;
+  }
+}
+
+function importStyleViolations(): string[] {
+  const found = new Set<string>();
+  for (const dir of ["src", "workers", "sandbox-host", "tools", "test"]) {
+    for (const file of walk(dir)) {
+      if (file.endsWith("/index.ts") && isBarrelSource(readFileSync(join(ROOT, file), "utf8")))
+        found.add(`${file}: is a barrel (re-exports only)`);
+      for (const spec of importsOf(file)) {
+        const barrel = barrelOf(file, spec);
+        if (barrel) found.add(`${file}: imports through the barrel ${barrel}`);
+      }
+    }
+  }
+  return [...found].sort();
+}
+
+describe("import style", () => {
+  it("imports module files, not barrels (known barrels may only shrink)", () => {
+    const found = importStyleViolations();
+    const unexpected = found.filter((v) => !KNOWN_BARRELS.includes(v));
+    expect(unexpected, "import the defining file instead (see the comment on KNOWN_BARRELS)").toEqual([]);
+    const stale = KNOWN_BARRELS.filter((v) => !found.includes(v));
+    expect(stale, "fixed entries must be removed from KNOWN_BARRELS").toEqual([]);
+  });
+
+  it("tells a barrel from a module (the checker itself works)", () => {
+    expect(isBarrelSource('export * from "./a";\nexport { b, type C } from "./b";\nexport * as s from "./s";')).toBe(
+      true,
+    );
+    expect(isBarrelSource('/** doc */\nexport { apiKeyAuth } from "./auth";\n')).toBe(true);
+    expect(isBarrelSource('import { a } from "./a";\nexport const x = a;')).toBe(false);
+    // The Worker entry is an index.ts with code of its own: a module, not a barrel.
+    expect(barrelOf("test/x.ts", "../workers/index")).toBeNull();
+    expect(barrelOf("test/x.ts", "../workers")).toBeNull();
+    expect(barrelOf("test/x.ts", "../src/contracts/errors")).toBeNull();
+  });
+});

@@ -1,6 +1,8 @@
 /**
- * One Redis connection for `INFO clients` (ioredis, no pool, no offline queue): the load tool's
- * own footprint on Redis is exactly this one connection, which it subtracts.
+ * One Redis connection for `INFO clients` (ioredis, one named connection): the load tool's own
+ * footprint on Redis is exactly this connection, which it subtracts. A command gets one retry and
+ * the connection three reconnects, so a sample against a stopped Redis fails (measured: ~0.1 s)
+ * instead of waiting in the offline queue.
  */
 import { Redis } from "ioredis";
 

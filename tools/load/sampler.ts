@@ -1,6 +1,6 @@
 /**
- * Resource probes, sampled about every 250 ms during a step: Redis connected clients (INFO over a
- * raw RESP connection), Postgres sessions (pg_stat_activity), sandbox containers and networks
+ * Resource probes, sampled about every 250 ms during a step: Redis connected clients (INFO over one
+ * ioredis connection, resp.ts), Postgres sessions (pg_stat_activity), sandbox containers and networks
  * (Docker, label `ear.sandbox`; tolerated when Docker is absent), and each host's /metrics
  * (RSS, runs_active, sandboxes_active, event-loop lag histogram). Every probe is optional: a
  * missing one is reported as null, never as zero.

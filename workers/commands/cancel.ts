@@ -7,7 +7,7 @@
 import { type CancelStatus, requestCancel } from "../../src/db/control-repo";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps, withTimeout } from "../deps";
-import { loggableError } from "../log";
+import { log } from "../log";
 
 /** Outlives any host's check interval by far; the key only has to be seen once. */
 export const CANCEL_HINT_TTL_S = 600;
@@ -42,8 +42,6 @@ async function setCancelHint(deps: Deps, jobId: string): Promise<void> {
       "redis",
     );
   } catch (err) {
-    console.warn(
-      JSON.stringify({ msg: "cancel hint SET failed; the host will see Postgres", jobId, error: loggableError(err) }),
-    );
+    log.warn("cancel hint SET failed; the host will see Postgres", { jobId, error: err });
   }
 }

@@ -11,20 +11,12 @@ export const JOB_STATES = ["queued", "running", "completed", "failed", "cancelle
 export type JobState = (typeof JOB_STATES)[number];
 
 /** No statement moves a job out of these. */
-export const FINAL_STATES = [
-  "completed",
-  "failed",
-  "cancelled",
-  "lost",
-  "timed_out",
-] as const satisfies readonly JobState[];
-export type FinalState = (typeof FINAL_STATES)[number];
+export type FinalState = Exclude<JobState, "queued" | "running">;
 
-export function isFinalState(state: string): state is FinalState {
-  return (FINAL_STATES as readonly string[]).includes(state);
-}
-
-/** Which terminal event announces each final state (complete by type: a new final state must name one). */
+/**
+ * Which terminal event announces each final state: the one table of final states (the Record
+ * type makes it name every one, and FINAL_STATES is read from its keys).
+ */
 export const TERMINAL_EVENT_OF: Readonly<Record<FinalState, TerminalEventType>> = {
   completed: "run.completed",
   failed: "run.failed",
@@ -32,6 +24,12 @@ export const TERMINAL_EVENT_OF: Readonly<Record<FinalState, TerminalEventType>> 
   lost: "run.lost",
   timed_out: "run.timed_out",
 };
+
+export const FINAL_STATES = Object.keys(TERMINAL_EVENT_OF) as readonly FinalState[];
+
+export function isFinalState(state: string): state is FinalState {
+  return Object.hasOwn(TERMINAL_EVENT_OF, state);
+}
 
 /** The terminal event type announcing `state`, or null for a state that is not final. */
 export function terminalEventFor(state: string): TerminalEventType | null {

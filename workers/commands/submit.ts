@@ -1,16 +1,15 @@
 /**
  * Submit a job: the row in Postgres is the job, so the caller answers once `createJob` commits.
- * Then, for a new job, the Redis ready-index ZADD that wakes a claimer. The index is an
- * accelerator (hosts also LISTEN for `ear_ready` and sweep Postgres for queued jobs), so a failed
- * ZADD is logged, not raised. Used by POST /v1/jobs and by a chat message (ChatSession).
+ * Then, for a new job, the Redis ready-index ZADD that wakes a claimer: an accelerator (hosts
+ * also LISTEN for `ear_ready` and sweep Postgres for queued jobs). Used by POST /v1/jobs and by a
+ * chat message (ChatSession).
  */
 import type { CreateJobBody } from "../../src/contracts";
 import { type CreatedJob, createJob } from "../../src/db/jobs-repo";
 import { redisKeys } from "../../src/quota/keys";
-import { callDependency, type Deps, withTimeout } from "../deps";
-import { log } from "../log";
+import { callDependency, type Deps } from "../deps";
+import { accelerate } from "./redis-accelerator";
 
-const READY_INDEX_TIMEOUT_MS = 500;
 const keys = redisKeys();
 
 export interface SubmitOptions {
@@ -20,10 +19,7 @@ export interface SubmitOptions {
   requestHash?: string;
 }
 
-/**
- * `defer`, when given, takes the ZADD instead of it being awaited (the route passes `waitUntil`):
- * the answer only has to wait for what makes the job exist, the row.
- */
+/** `defer`, when given, takes the ZADD instead of it being awaited (see accelerate). */
 export async function submitJob(
   deps: Deps,
   tenantId: string,
@@ -36,21 +32,13 @@ export async function submitJob(
     createJob(db, tenantId, crypto.randomUUID(), body, { maxQueued: opts.maxQueued, requestHash: opts.requestHash }),
   );
   if (created.created) {
-    const wake = indexReadyJob(deps, created.job.id);
-    if (defer) defer(wake);
-    else await wake;
+    const jobId = created.job.id;
+    await accelerate(
+      deps,
+      (redis) => redis.zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),
+      { msg: "ready index ZADD failed; hosts will find the job in Postgres", fields: { jobId } },
+      defer,
+    );
   }
   return created;
-}
-
-async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
-  try {
-    await withTimeout(
-      deps.redis().zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),
-      READY_INDEX_TIMEOUT_MS,
-      "redis",
-    );
-  } catch (err) {
-    log.warn("ready index ZADD failed; hosts will find the job in Postgres", { jobId, error: err });
-  }
 }

@@ -1,6 +1,7 @@
 /**
- * The closed set of error codes the public API returns, with the HTTP status each maps to.
- * One table, read by the gateway's single error handler, so a code can never drift from its status.
+ * The closed sets of error codes: the codes the public API answers with, each with its HTTP
+ * status (one table, read by the gateway's single error handler, so a code can never drift from
+ * its status), and the codes a job can end with (`JOB_ERROR_CODES`, below).
  */
 import { z } from "zod";
 

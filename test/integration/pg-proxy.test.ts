@@ -443,7 +443,11 @@ function repositoryConformance(driver: string, getDb: () => Db) {
 
     it("finishJob is fenced and writes the terminal state once", async () => {
       const id = await started();
-      const failed = { state: "failed" as const, error: { code: "model_error", message: "boom" }, output: "partial" };
+      const failed = {
+        state: "failed" as const,
+        error: { code: "provider_error" as const, message: "boom" },
+        output: "partial",
+      };
       expect(await finishJob(db, { ...id, executionId: randomUUID() }, failed)).toBe(false);
       expect(await finishJob(db, { ...id, epoch: id.epoch + 1 }, failed)).toBe(false);
       expect(await finishJob(db, id, failed)).toBe(true);

@@ -164,7 +164,7 @@ function suite(driver: string, getDb: () => Db) {
       expect(view.error?.message).not.toContain("10.1.2.3");
       expect(view.error?.message).not.toContain("host-7");
       // A tenant-caused failure keeps its explanation.
-      const tenantCaused = { code: "too_many_turns", message: "the agent used 8 model turns" };
+      const tenantCaused = { code: "too_many_turns" as const, message: "the agent used 8 model turns" };
       expect(toJobView({ ...(row as schema.JobRow), error: tenantCaused }).error).toEqual(tenantCaused);
     });
 

@@ -30,7 +30,7 @@ import { Ratelimit } from "@upstash/ratelimit";
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts";
 import { redisKeys } from "../../../src/quota/keys";
-import { loggableError } from "../../log";
+import { log } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 /** Longest wait for the check; a healthy Upstash answers in a few ms from a nearby region. */
@@ -43,11 +43,9 @@ let breakerOpenUntil = 0;
 
 function openBreaker(why: string, error?: unknown): void {
   breakerOpenUntil = Date.now() + BREAKER_OPEN_MS;
-  console.warn(
-    JSON.stringify({
-      msg: `rate limit check ${why}; only this isolate's own count applies for ${BREAKER_OPEN_MS} ms`,
-      ...(error === undefined ? {} : { error: loggableError(error) }),
-    }),
+  log.warn(
+    `rate limit check ${why}; only this isolate's own count applies for ${BREAKER_OPEN_MS} ms`,
+    error === undefined ? undefined : { error },
   );
 }
 

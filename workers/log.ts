@@ -44,3 +44,28 @@ export function loggableStack(err: unknown): string | undefined {
   }
   return deepest instanceof Error ? deepest.stack?.split("\n").slice(1, 6).join("\n") : undefined;
 }
+
+/** Fields of one log line. An `error` field is always written through loggableError. */
+export type LogFields = Record<string, unknown>;
+
+export interface Logger {
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+}
+
+function line(msg: string, fields: LogFields | undefined): string {
+  if (fields?.error === undefined) return JSON.stringify({ msg, ...fields });
+  return JSON.stringify({ msg, ...fields, error: loggableError(fields.error) });
+}
+
+/**
+ * The gateway's logger: one JSON object a line, `{msg, …fields}`, on the console the Workers
+ * runtime collects (Workers Logs / `wrangler tail`). `console` is looked up at each call, so a
+ * test that spies on it sees every line.
+ */
+export const log: Logger = {
+  info: (msg, fields) => console.log(line(msg, fields)),
+  warn: (msg, fields) => console.warn(line(msg, fields)),
+  error: (msg, fields) => console.error(line(msg, fields)),
+};

@@ -3,7 +3,10 @@
  * share this interface: the production OpenAI-compatible adapter (configured by env) and, in
  * local dev and tests, the same adapter pointed at tools/mock-model.ts.
  */
+import type { ModelErrorCode } from "../../src/contracts/errors";
 import type { ChatMessage } from "../../src/contracts/job";
+
+export type { ModelErrorCode };
 
 export interface ModelToolSpec {
   name: string;
@@ -47,8 +50,6 @@ export interface ModelClient {
   /** Streams one turn. Throws ModelError for provider failures (rate limit, bad status, network). */
   streamTurn(req: ModelTurnRequest): AsyncIterable<ModelChunk>;
 }
-
-export type ModelErrorCode = "rate_limited" | "provider_error" | "network_error" | "aborted" | "bad_response";
 
 export class ModelError extends Error {
   readonly code: ModelErrorCode;

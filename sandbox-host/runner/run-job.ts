@@ -6,6 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { and, eq } from "drizzle-orm";
+import type { JobErrorCode } from "../../src/contracts/errors";
 import type { EventType } from "../../src/contracts/events";
 import { type ChatMessage, type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
@@ -422,7 +423,7 @@ async function runTool(
     ctx.log.warn("sandbox tool call failed", { job_id: id.jobId, execution_id: id.executionId, ...errorFields(err) });
     // An infrastructure failure's text is the engine's (generic for the tenant); the model's own
     // mistakes (a path outside the workspace, …) keep their explanation.
-    const output = { code: "sandbox_error", message };
+    const output: JobError = { code: "sandbox_error", message };
     emit("tool.result", { id: call.id, ok: false, output: fatal ? tenantJobError(output) : output });
     return failed(fatal ? "sandbox_error" : "tool_error", message, "");
   }
@@ -466,7 +467,7 @@ function abortedOutcome(run: ActiveRun, text: string): FinalOutcome {
     : failed("aborted", "the run was aborted", text);
 }
 
-function failed(code: string, message: string, partialOutput: string): FinalOutcome {
+function failed(code: JobErrorCode, message: string, partialOutput: string): FinalOutcome {
   // The one place a run's error is made: the row and the run.failed event both carry this.
   const error: JobError = tenantJobError({ code, message });
   return { state: "failed", error, output: partialOutput || null };

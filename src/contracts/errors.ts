@@ -1,6 +1,7 @@
 /**
- * The closed set of error codes the public API returns, with the HTTP status each maps to.
- * One table, read by the gateway's single error handler, so a code can never drift from its status.
+ * The closed sets of error codes: the codes the public API answers with, each with its HTTP
+ * status (one table, read by the gateway's single error handler, so a code can never drift from
+ * its status), and the codes a job can end with (`JOB_ERROR_CODES`, below).
  */
 import { z } from "zod";
 
@@ -24,6 +25,45 @@ export type ErrorCode = keyof typeof ERROR_STATUS;
 
 /** The codes of ERROR_STATUS as a list (for schemas); the table stays the one home. */
 export const ERROR_CODES = Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]];
+
+/**
+ * The model provider's failures as a run reports them (sandbox-host/model: `ModelError.code`);
+ * `aborted` is also the run's own code for an abort with no more specific reason.
+ */
+export const MODEL_ERROR_CODES = [
+  "rate_limited",
+  "provider_error",
+  "network_error",
+  "aborted",
+  "bad_response",
+] as const;
+export type ModelErrorCode = (typeof MODEL_ERROR_CODES)[number];
+
+/**
+ * The closed set of `job.error.code` values (also the `error` of `run.failed`, `run.lost`,
+ * `run.timed_out` and of a failing `tool.result`): why a job ended without an answer. Not HTTP
+ * answers: a job's failure is a fact of the job, read with a 200. Who writes each code and when
+ * is tabled in docs/api.md ("Job error codes").
+ */
+export const JOB_ERROR_CODES = [
+  // Postgres writes these (src/db: the cancel, claim-release and reaper statements).
+  "cancelled",
+  "lost",
+  "timed_out",
+  // The host's run (sandbox-host/runner/run-job.ts).
+  ...MODEL_ERROR_CODES,
+  "model_not_allowed",
+  "quota_unavailable",
+  "quota_lease_lost",
+  "tools_unavailable",
+  "too_many_turns",
+  "sandbox_error",
+  "tool_error",
+  "host_shutdown",
+  "ownership_lost",
+  "internal_error",
+] as const;
+export type JobErrorCode = (typeof JOB_ERROR_CODES)[number];
 
 /** Every error answer of the API: `{"error": {"code", "message"}}`, never a stack trace. */
 export const ErrorBodySchema = z.object({ error: z.object({ code: z.enum(ERROR_CODES), message: z.string() }) });

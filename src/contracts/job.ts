@@ -1,9 +1,10 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
+import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
+import { JOB_STATES } from "./job-state";
 import { refineStorableJson, text } from "./text";
 
-export const JOB_STATES = ["queued", "running", "completed", "failed", "cancelled", "lost", "timed_out"] as const;
-export type JobState = (typeof JOB_STATES)[number];
+export { JOB_STATES, type JobState } from "./job-state";
 
 export const TOOL_NAMES = ["shell", "read_file", "write_file", "list_dir"] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
@@ -81,7 +82,7 @@ export const ListJobsQuerySchema = z.object({
   cursor: text().max(200).optional(),
 });
 
-export const JobErrorSchema = z.object({ code: z.string(), message: z.string() });
+export const JobErrorSchema = z.object({ code: z.enum(JOB_ERROR_CODES), message: z.string() });
 export type JobError = z.infer<typeof JobErrorSchema>;
 
 /**
@@ -90,7 +91,7 @@ export type JobError = z.infer<typeof JobErrorSchema>;
  * instead. The code stays, so a client can still tell the failures apart; the detail stays in
  * the host's log next to the job id. Every other code's message is written for the tenant.
  */
-export const INTERNAL_JOB_ERRORS: Readonly<Record<string, string>> = {
+export const INTERNAL_JOB_ERRORS: Readonly<Partial<Record<JobErrorCode, string>>> = {
   internal_error: "the job failed because of an internal error",
   sandbox_error: "the sandbox the job's tools run in failed",
   network_error: "the model provider could not be reached",

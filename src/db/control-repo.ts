@@ -13,6 +13,7 @@ import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
 import { resultRows } from "./client";
 import { idempotencyMismatch, isJobId } from "./jobs-repo";
+import { CANCELLED_BEFORE_START } from "./ownership-repo";
 
 export type CancelStatus = CancelOutcome | "not_found";
 
@@ -24,7 +25,7 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
         SELECT id, state, owner FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
       ), cancelled AS (
         UPDATE jobs SET state = 'cancelled', cancel_requested_at = coalesce(jobs.cancel_requested_at, now()),
-          finished_at = now(), error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled before it started')
+          finished_at = now(), error = ${CANCELLED_BEFORE_START}
         FROM target WHERE jobs.id = target.id AND target.state = 'queued' AND target.owner IS NULL
         RETURNING jobs.id
       ), requested AS (

@@ -6,9 +6,34 @@
  * released and claimed again, after it the job is never run again (docs/architecture.md).
  */
 import { sql } from "drizzle-orm";
+import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
 import type { Db } from "./client";
 import { resultCount, resultRows } from "./client";
+
+/**
+ * The claimable condition: queued, no owner, never claimed into an execution. Every claim
+ * repeats it in its UPDATE's WHERE (so the claim stays a CAS) and the ready-index rebuild selects
+ * by it. `table` qualifies the columns when the statement joins (`jobs`, an alias); it is always
+ * a name written in this package, never input. The `jobs_ready_idx` predicate (schema.ts) and
+ * the `ear_notify_ready` trigger (drizzle/0001) state the shorter "queued with no owner" in SQL.
+ */
+export function claimable(table?: string) {
+  const c = table ? `${table}.` : "";
+  return sql.raw(
+    `${c}state = 'queued' AND ${c}owner IS NULL AND ${c}claimed_at IS NULL AND ${c}execution_id IS NULL AND ${c}execution_started_at IS NULL`,
+  );
+}
+
+const sqlLiteral = (s: string) => `'${s.replaceAll("'", "''")}'`;
+
+/** A job error as a jsonb value, for the statements that end a job in SQL; the code is from the closed set. */
+export function jobErrorSql(code: JobErrorCode, message: string) {
+  return sql.raw(`jsonb_build_object('code', ${sqlLiteral(code)}, 'message', ${sqlLiteral(message)})`);
+}
+
+/** The error of a job cancelled before it started (by the gateway, its claimant or the reaper). */
+export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before it started");
 
 /** Who owns a claim (before start). */
 export interface ClaimIdentity {
@@ -48,8 +73,7 @@ export async function claimJobs(
         string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
         string_to_array(${candidates.map((c) => c.token).join(",")}, ',')::uuid[]
       ) AS mine(job_id, token)
-      WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner IS NULL AND jobs.claimed_at IS NULL
-        AND jobs.execution_id IS NULL AND jobs.execution_started_at IS NULL
+      WHERE jobs.id = mine.job_id AND ${claimable("jobs")}
       RETURNING jobs.id, jobs.epoch`),
   );
   return new Map(rows.map((r) => [r.id, Number(r.epoch)]));
@@ -73,8 +97,7 @@ export async function claimFromPostgres(
       WITH candidates AS (
         SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
           SELECT id, created_at FROM jobs
-          WHERE state = 'queued' AND owner IS NULL AND claimed_at IS NULL
-            AND execution_id IS NULL AND execution_started_at IS NULL
+          WHERE ${claimable()}
             AND created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
           ORDER BY created_at LIMIT ${tokens.length}
           FOR UPDATE SKIP LOCKED
@@ -84,8 +107,7 @@ export async function claimFromPostgres(
       )
       UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t
       FROM candidates JOIN toks USING (n)
-      WHERE j.id = candidates.id AND j.state = 'queued' AND j.owner IS NULL AND j.claimed_at IS NULL
-        AND j.execution_id IS NULL AND j.execution_started_at IS NULL
+      WHERE j.id = candidates.id AND ${claimable("j")}
       RETURNING j.id, j.epoch, j.token`),
   );
   return rows.map((r) => ({ jobId: r.id, epoch: Number(r.epoch), token: r.token }));
@@ -242,8 +264,7 @@ export async function markInputsApplied(db: Db, id: ExecutionIdentity, inputIds:
  */
 export async function cancelClaim(db: Db, c: ClaimIdentity): Promise<boolean> {
   const result = await db.execute(sql`
-    UPDATE jobs SET state = 'cancelled', finished_at = now(),
-      error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled before it started')
+    UPDATE jobs SET state = 'cancelled', finished_at = now(), error = ${CANCELLED_BEFORE_START}
     WHERE id = ${c.jobId} AND state = 'queued' AND owner = ${c.host} AND epoch = ${c.epoch} AND token = ${c.token}
       AND execution_id IS NULL AND cancel_requested_at IS NOT NULL`);
   return resultCount(result) === 1;

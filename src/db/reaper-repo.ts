@@ -7,6 +7,10 @@ import { sql } from "drizzle-orm";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows } from "./client";
+import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
+
+const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
+const LOST = jobErrorSql("lost", "the run's host stopped heartbeating; it is not re-run automatically");
 
 /**
  * A claim that never reached `started` within the claim timeout is released: owner, claimed_at
@@ -24,7 +28,7 @@ export async function releaseStaleClaims(
         state = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
         finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
         error = CASE WHEN cancel_requested_at IS NULL THEN NULL
-          ELSE jsonb_build_object('code', 'cancelled', 'message', 'cancelled before it started') END
+          ELSE ${CANCELLED_BEFORE_START} END
       WHERE state = 'queued' AND owner IS NOT NULL AND claimed_at IS NOT NULL
         AND claimed_at < now() - make_interval(secs => ${claimTimeoutMs / 1000})
         AND execution_id IS NULL AND execution_started_at IS NULL
@@ -49,8 +53,7 @@ export async function reapRuns(
           state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
           finished_at = now(),
           error = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now()
-            THEN jsonb_build_object('code', 'timed_out', 'message', 'the run passed its deadline')
-            ELSE jsonb_build_object('code', 'lost', 'message', 'the run''s host stopped heartbeating; it is not re-run automatically') END
+            THEN ${TIMED_OUT} ELSE ${LOST} END
         WHERE state = 'running'
           AND ((deadline_at IS NOT NULL AND deadline_at < now())
             OR heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
@@ -69,7 +72,7 @@ export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: stri
   const rows = resultRows<{ id: string; created_at: Date | string }>(
     await db.execute(sql`
       SELECT id, created_at FROM jobs
-      WHERE state = 'queued' AND owner IS NULL AND claimed_at IS NULL
+      WHERE ${claimable()}
       ORDER BY created_at LIMIT ${limit}`),
   );
   return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));

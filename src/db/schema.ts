@@ -17,9 +17,12 @@ import {
   uniqueIndex,
   uuid,
 } from "drizzle-orm/pg-core";
-import type { ChatMessage, JobError, ToolName } from "../contracts/job";
+import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolName } from "../contracts/job";
 
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
+
+/** `('a','b',…)` from a contract's list of values (constants of this repo, never input). */
+const sqlList = (values: readonly string[]) => sql.raw(`(${values.map((v) => `'${v}'`).join(",")})`);
 
 export const tenants = pgTable("tenants", {
   id: text("id").primaryKey(),
@@ -85,7 +88,7 @@ export const jobs = pgTable(
     requestHash: text("request_hash"),
   },
   (t) => [
-    check("jobs_state_ck", sql`${t.state} in ('queued','running','completed','failed','cancelled','lost','timed_out')`),
+    check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
     uniqueIndex("jobs_tenant_idempotency_uq")
       .on(t.tenantId, t.idempotencyKey)
       .where(sql`${t.idempotencyKey} is not null`),
@@ -149,7 +152,7 @@ export const jobInputs = pgTable(
     executionId: uuid("execution_id"),
   },
   (t) => [
-    check("job_inputs_status_ck", sql`${t.status} in ('requested','accepted','applied','already_finished')`),
+    check("job_inputs_status_ck", sql`${t.status} in ${sqlList(INPUT_STATUSES)}`),
     index("job_inputs_job_seq_idx").on(t.jobId, t.seq),
     uniqueIndex("job_inputs_idempotency_uq").on(t.jobId, t.idempotencyKey).where(sql`${t.idempotencyKey} is not null`),
   ],

@@ -1,6 +1,5 @@
 export * from "./api-keys";
 export * from "./backoff";
-export * from "./job-state";
 export * from "./models";
 export * from "./request-hash";
 export * from "./signing";

@@ -5,6 +5,7 @@
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
+import type { Db } from "../../src/db/client";
 import * as schema from "../../src/db/schema";
 import { applyMigrations } from "../../tools/migrate";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
@@ -49,4 +50,16 @@ export async function startTestPostgres(): Promise<{
       await server.stop();
     },
   };
+}
+
+/**
+ * Empty the job tables and leave exactly tenants t1 and t2: the starting point of the suites that
+ * run the same repository checks on every driver (`admin` is a plain pg pool on the database).
+ */
+export async function resetToTwoTenants(admin: pg.Pool, db: Db): Promise<void> {
+  await admin.query("truncate executions, jobs, api_keys, tenants cascade");
+  await db.insert(schema.tenants).values([
+    { id: "t1", name: "Tenant One" },
+    { id: "t2", name: "Tenant Two" },
+  ]);
 }

@@ -125,7 +125,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     ];
     for (const f of forgeries) {
       expect(await setTimingFact(t.db, f, "prepared_at")).toBe(false);
-      expect(await finishJob(t.db, f, { state: "failed", error: { code: "x", message: "forged" } })).toBe(false);
+      expect(await finishJob(t.db, f, { state: "failed", error: { code: "aborted", message: "forged" } })).toBe(false);
       expect((await heartbeat(t.db, f.host, [f])).size).toBe(0);
     }
     expect(await setTimingFact(t.db, id, "prepared_at")).toBe(true);

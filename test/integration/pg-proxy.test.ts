@@ -30,6 +30,7 @@ import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { freePort, waitFor } from "../../tools/services/ports";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { resetToTwoTenants } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -323,11 +324,7 @@ function repositoryConformance(driver: string, getDb: () => Db) {
     let db: Db;
     beforeEach(async () => {
       db = getDb();
-      await admin.query("truncate executions, jobs, api_keys, tenants cascade");
-      await db.insert(schema.tenants).values([
-        { id: "t1", name: "Tenant One" },
-        { id: "t2", name: "Tenant Two" },
-      ]);
+      await resetToTwoTenants(admin, db);
     });
 
     /** A claimed and started job owned by `host`. */
@@ -446,7 +443,11 @@ function repositoryConformance(driver: string, getDb: () => Db) {
 
     it("finishJob is fenced and writes the terminal state once", async () => {
       const id = await started();
-      const failed = { state: "failed" as const, error: { code: "model_error", message: "boom" }, output: "partial" };
+      const failed = {
+        state: "failed" as const,
+        error: { code: "provider_error" as const, message: "boom" },
+        output: "partial",
+      };
       expect(await finishJob(db, { ...id, executionId: randomUUID() }, failed)).toBe(false);
       expect(await finishJob(db, { ...id, epoch: id.epoch + 1 }, failed)).toBe(false);
       expect(await finishJob(db, id, failed)).toBe(true);

@@ -25,6 +25,7 @@ import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
 import { loggableError } from "../../workers/log";
+import { resetToTwoTenants } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -64,11 +65,7 @@ function suite(driver: string, getDb: () => Db) {
     let db: Db;
     beforeEach(async () => {
       db = getDb();
-      await admin.query("truncate executions, jobs, api_keys, tenants cascade");
-      await db.insert(schema.tenants).values([
-        { id: "t1", name: "Tenant One" },
-        { id: "t2", name: "Tenant Two" },
-      ]);
+      await resetToTwoTenants(admin, db);
     });
 
     it("the same idempotency key with the same request is the same job; with another request it is 409", async () => {
@@ -167,7 +164,7 @@ function suite(driver: string, getDb: () => Db) {
       expect(view.error?.message).not.toContain("10.1.2.3");
       expect(view.error?.message).not.toContain("host-7");
       // A tenant-caused failure keeps its explanation.
-      const tenantCaused = { code: "too_many_turns", message: "the agent used 8 model turns" };
+      const tenantCaused = { code: "too_many_turns" as const, message: "the agent used 8 model turns" };
       expect(toJobView({ ...(row as schema.JobRow), error: tenantCaused }).error).toEqual(tenantCaused);
     });
 

@@ -9,6 +9,7 @@
  * start, stuck (not terminal after the recovery window), missing (submitted, no row), unexpected
  * (a row nobody submitted).
  */
+import { isFinalState, stateOfTerminalEvent, terminalEventFor } from "../../src/contracts/job-state";
 import type { ExecutionRow, History, JobChange } from "./history";
 
 export const OK_CLASSES = ["completed_once", "requeued_then_completed", "lost", "timed_out", "failed"] as const;
@@ -21,8 +22,6 @@ export const ANOMALY_CLASSES = [
   "unexpected",
 ] as const;
 export type JobClass = (typeof OK_CLASSES)[number] | (typeof ANOMALY_CLASSES)[number];
-
-const TERMINAL = new Set(["completed", "failed", "cancelled", "lost", "timed_out"]);
 
 export interface JobVerdict {
   id: string;
@@ -76,7 +75,7 @@ export function checkHistory(submitted: Iterable<string>, h: History): CheckResu
     for (const e of execs) {
       stale.push(...judgeExecution(e, job, execChangesOf.get(e.id) ?? []));
     }
-    if (TERMINAL.has(job.state) && job.state !== "cancelled" && starts === 0 && execs.length > 0) {
+    if (isFinalState(job.state) && job.state !== "cancelled" && starts === 0 && execs.length > 0) {
       stale.push("terminal with an execution but no recorded start");
     }
 
@@ -125,7 +124,7 @@ export function judgeChange(c: JobChange): ChangeJudgement {
   const sameIdentity =
     c.oldOwner === c.newOwner && c.oldEpoch === c.newEpoch && c.oldToken === c.newToken && c.oldExec === c.newExec;
   if (c.newEpoch < c.oldEpoch) return { stale: `epoch went back ${c.oldEpoch}→${c.newEpoch}` };
-  if (TERMINAL.has(c.oldState)) return { stale: "a write after the terminal state was accepted" };
+  if (isFinalState(c.oldState)) return { stale: "a write after the terminal state was accepted" };
 
   if (c.oldState === "queued" && c.newState === "queued") {
     if (c.oldOwner === null && c.newOwner !== null) {
@@ -162,10 +161,10 @@ function judgeExecution(e: ExecutionRow, job: History["jobs"][number], changes: 
   else if (e.epoch !== job.epoch || e.host !== job.owner) {
     out.push(`execution (host ${e.host}, epoch ${e.epoch}) ≠ job (owner ${job.owner}, epoch ${job.epoch})`);
   }
-  if (TERMINAL.has(job.state) && e.id === job.executionId && e.outcome !== job.state) {
+  if (isFinalState(job.state) && e.id === job.executionId && e.outcome !== job.state) {
     out.push(`execution outcome ${e.outcome} ≠ job state ${job.state}`);
   }
-  if (!TERMINAL.has(job.state) && e.outcome !== null)
+  if (!isFinalState(job.state) && e.outcome !== null)
     out.push(`execution has outcome ${e.outcome} but job is ${job.state}`);
   for (const c of changes) {
     if (c.oldOutcome !== null && c.oldOutcome !== c.newOutcome) {
@@ -204,14 +203,6 @@ export interface StreamEvent {
   payload: Record<string, unknown>;
 }
 
-const TERMINAL_EVENT_OF: Record<string, string> = {
-  completed: "run.completed",
-  failed: "run.failed",
-  cancelled: "run.cancelled",
-  lost: "run.lost",
-  timed_out: "run.timed_out",
-};
-
 /**
  * Where a job's stream disagrees with its row (one line each; empty when they agree): offsets
  * contiguous from 1; exactly one terminal event, last, matching the row's state and execution;
@@ -223,8 +214,8 @@ export function streamDisagreements(row: StreamRow, events: StreamEvent[]): stri
   events.forEach((e, i) => {
     if (e.offset !== i + 1 && out.length === 0) out.push(`offset ${e.offset} at position ${i + 1}`);
   });
-  const terminals = events.filter((e) => e.type in REVERSE_TERMINAL);
-  const expected = TERMINAL_EVENT_OF[row.state];
+  const terminals = events.filter((e) => stateOfTerminalEvent(e.type) !== null);
+  const expected = terminalEventFor(row.state);
   if (!expected) {
     if (terminals.length) out.push(`row is ${row.state} but the stream has ${terminals.map((t) => t.type).join(", ")}`);
     return out;
@@ -253,8 +244,6 @@ export function streamDisagreements(row: StreamRow, events: StreamEvent[]): stri
   } else if (starts.length) out.push(`row never started, stream has ${starts.length} run.started`);
   return out;
 }
-
-const REVERSE_TERMINAL = Object.fromEntries(Object.entries(TERMINAL_EVENT_OF).map(([k, v]) => [v, k]));
 
 /** The counts table as printed by the harness. */
 export function formatCounts(r: CheckResult): string {

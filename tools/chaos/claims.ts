@@ -8,7 +8,7 @@
  */
 import { parseArgs } from "node:util";
 import { formatCounts } from "./checker";
-import { FAULT_KINDS, runChaosClaims } from "./harness";
+import { FAULT_KINDS, runChaosClaims, totalKills } from "./harness";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -41,13 +41,7 @@ console.log(`chaos:claims seed=${seed} jobs=${opts.jobs} kills=${opts.kills} hos
 const r = await runChaosClaims(opts);
 console.log(`\nfaults landed (missed their window):`);
 for (const k of FAULT_KINDS) console.log(`  ${k.padEnd(20)}${String(r.faults[k]).padStart(5)}  (${r.faultsMissed[k]})`);
-const kills =
-  r.faults.kill_before_claim +
-  r.faults.kill_after_claim +
-  r.faults.kill_after_start +
-  r.faults.kill_mid_run +
-  r.faults.kill_other;
-console.log(`  ${"SIGKILLs".padEnd(20)}${String(kills).padStart(5)}; hosts spawned ${r.hostsSpawned}`);
+console.log(`  ${"SIGKILLs".padEnd(20)}${String(totalKills(r.faults)).padStart(5)}; hosts spawned ${r.hostsSpawned}`);
 console.log(`host-reported fenced writes that missed (stale owners stopped):`);
 for (const [k, v] of Object.entries(r.hostReports)) console.log(`  ${k.padEnd(24)}${String(v).padStart(5)}`);
 console.log(

@@ -58,6 +58,17 @@ export const FAULT_KINDS = [
   "kill_other",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
+
+/** Every SIGKILL the schedule landed, whatever its window. */
+export function totalKills(faults: Record<FaultKind, number>): number {
+  return (
+    faults.kill_before_claim +
+    faults.kill_after_claim +
+    faults.kill_after_start +
+    faults.kill_mid_run +
+    faults.kill_other
+  );
+}
 type KillKind = "kill_before_claim" | "kill_after_claim" | "kill_after_start" | "kill_mid_run";
 const KILL_KINDS: readonly KillKind[] = ["kill_before_claim", "kill_after_claim", "kill_after_start", "kill_mid_run"];
 

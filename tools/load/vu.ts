@@ -9,6 +9,8 @@
  */
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
+import { isTerminalEventType } from "../../src/contracts/events";
+import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 import { readSse, type SseEvent } from "../lib/sse";
 import type { ModelScript, RunRecord, Scenario, Target } from "./types";
 
@@ -23,15 +25,6 @@ export interface VuContext {
   /** Extra metadata on the job (baseline mode records the simulated receiving host). */
   metadata?: Record<string, unknown>;
 }
-
-const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled", "run.lost", "run.timed_out"]);
-const STATE_OF_TERMINAL: Record<string, string> = {
-  "run.completed": "completed",
-  "run.failed": "failed",
-  "run.cancelled": "cancelled",
-  "run.lost": "lost",
-  "run.timed_out": "timed_out",
-};
 
 interface JobView {
   id: string;
@@ -138,7 +131,7 @@ class StreamState {
         this.cancelAccepted = true;
         break;
     }
-    if (TERMINAL.has(ev.event)) {
+    if (isTerminalEventType(ev.event)) {
       if (!this.terminal) {
         this.terminal = ev.event;
         this.terminalAt = now;
@@ -318,7 +311,7 @@ export async function runVu(
     rec.finalState = job.state;
     rec.errorCode = job.error?.code ?? null;
     rec.server = job.latency ?? null;
-    if (st.terminal && STATE_OF_TERMINAL[st.terminal] !== job.state) {
+    if (st.terminal && stateOfTerminalEvent(st.terminal) !== job.state) {
       stateProblems.push(`stream ended ${st.terminal} but the job is ${job.state}`);
     }
     checkMeaning(scenario, plan, token, job, st, streamProblems, stateProblems);

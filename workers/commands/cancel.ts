@@ -6,12 +6,11 @@
  */
 import { type CancelStatus, requestCancel } from "../../src/db/control-repo";
 import { redisKeys } from "../../src/quota/keys";
-import { callDependency, type Deps, withTimeout } from "../deps";
-import { loggableError } from "../log";
+import { callDependency, type Deps } from "../deps";
+import { accelerate } from "./redis-accelerator";
 
 /** Outlives any host's check interval by far; the key only has to be seen once. */
 export const CANCEL_HINT_TTL_S = 600;
-const HINT_TIMEOUT_MS = 500;
 const keys = redisKeys();
 
 /**
@@ -27,23 +26,12 @@ export async function cancelJob(
   const db = deps.db();
   const status = await callDependency("postgres", () => requestCancel(db, tenantId, jobId));
   if (status === "requested") {
-    const hint = setCancelHint(deps, jobId);
-    if (defer) defer(hint);
-    else await hint;
+    await accelerate(
+      deps,
+      (redis) => redis.set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
+      { msg: "cancel hint SET failed; the host will see Postgres", fields: { jobId } },
+      defer,
+    );
   }
   return status;
-}
-
-async function setCancelHint(deps: Deps, jobId: string): Promise<void> {
-  try {
-    await withTimeout(
-      deps.redis().set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
-      HINT_TIMEOUT_MS,
-      "redis",
-    );
-  } catch (err) {
-    console.warn(
-      JSON.stringify({ msg: "cancel hint SET failed; the host will see Postgres", jobId, error: loggableError(err) }),
-    );
-  }
 }

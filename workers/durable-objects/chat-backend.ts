@@ -7,13 +7,13 @@ import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/con
 import type { CancelStatus } from "../../src/db/control-repo";
 import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";
-import { createJob, getJob } from "../../src/db/jobs-repo";
+import { getJob } from "../../src/db/jobs-repo";
 import { requestHash } from "../../src/domain/request-hash";
 import { cancelJob } from "../commands/cancel";
+import { submitJob } from "../commands/submit";
 import { loadConfig } from "../config";
 import { callDependency, createDeps } from "../deps";
 import type { Env } from "../env";
-import { indexReadyJob } from "../routes/jobs";
 
 export interface ChatSubmission {
   tenantId: string;
@@ -61,26 +61,24 @@ export function postgresChatBackend(env: Env): ChatBackend {
       const d = createDeps(config);
       const db = d.db();
       const hash = await chatRequestHash(content);
-      const { job, created } = await callDependency("postgres", async () => {
-        const rows = await listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS);
-        const messages = nextJobMessages(conversationMessages(rows), content, {
-          maxMessages: LIMITS.maxMessages,
-          maxChars: HISTORY_MAX_CHARS,
-        });
-        return createJob(
-          db,
-          tenantId,
-          crypto.randomUUID(),
-          {
-            input: { messages },
-            conversation_id: conversationId,
-            idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
-            metadata: { source: "chat", client_message_id: clientMessageId },
-          },
-          { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant },
-        );
+      const rows = await callDependency("postgres", () =>
+        listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS),
+      );
+      const messages = nextJobMessages(conversationMessages(rows), content, {
+        maxMessages: LIMITS.maxMessages,
+        maxChars: HISTORY_MAX_CHARS,
       });
-      if (created) await indexReadyJob(d, job.id);
+      const { job, created } = await submitJob(
+        d,
+        tenantId,
+        {
+          input: { messages },
+          conversation_id: conversationId,
+          idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
+          metadata: { source: "chat", client_message_id: clientMessageId },
+        },
+        { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant },
+      );
       return { job: toJobView(job), created };
     },
     cancel: (tenantId, jobId) => cancelJob(deps(), tenantId, jobId),

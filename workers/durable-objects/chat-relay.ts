@@ -6,7 +6,7 @@
  * and pulls whatever it missed (`JobEventsObject.page`) on the next push or its watchdog alarm.
  */
 import type { Env } from "../env";
-import { loggableError } from "../log";
+import { log } from "../log";
 import type { LoggedEvent } from "./event-log";
 
 /** More watchers than this on one job is a bug upstream (one conversation owns a job). */
@@ -49,9 +49,7 @@ export class ChatRelay {
           await stub.relay(jobId, events);
         })
         .catch((err: unknown) => {
-          console.warn(
-            JSON.stringify({ msg: "chat relay push failed; the session will pull", jobId, error: loggableError(err) }),
-          );
+          log.warn("chat relay push failed; the session will pull", { jobId, error: err });
         });
       this.chains.set(name, next);
       void next.finally(() => {

@@ -15,7 +15,7 @@
  * the next input in.
  */
 import { DurableObject } from "cloudflare:workers";
-import { ApiError, isTerminalEventType, type JobView } from "../../src/contracts";
+import { ApiError, isFinalState, isTerminalEventType, type JobView } from "../../src/contracts";
 import {
   ClientFrameSchema,
   type ClientMessageFrame,
@@ -26,7 +26,7 @@ import {
   type ServerFrame,
 } from "../../src/contracts/chat";
 import type { Env } from "../env";
-import { loggableError } from "../log";
+import { log } from "../log";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
 import { acquireStreamSlot, STREAM_LEASE, settleLeases } from "./tenant-streams";
@@ -208,7 +208,7 @@ export class ChatSessionObject extends DurableObject<Env> {
       else await this.onResume(ws, identity, frame.job_id, frame.after);
     } catch (err) {
       const code = err instanceof ApiError && isChatErrorCode(err.code) ? err.code : "internal";
-      if (code === "internal") console.error(JSON.stringify({ msg: "chat frame failed", error: loggableError(err) }));
+      if (code === "internal") log.error("chat frame failed", { error: err });
       const cmid = frame.type === "message" ? frame.client_message_id : undefined;
       send(ws, {
         ...errorFrame(code, code === "internal" ? "the frame could not be handled" : (err as Error).message),
@@ -404,7 +404,7 @@ export class ChatSessionObject extends DurableObject<Env> {
         await this.submit(identity, next);
         return;
       } catch (err) {
-        console.warn(JSON.stringify({ msg: "queued chat message could not be submitted", error: loggableError(err) }));
+        log.warn("queued chat message could not be submitted", { error: err });
         this.broadcast({
           ...errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again"),
           client_message_id: next.client_message_id,
@@ -497,10 +497,6 @@ export class ChatSessionObject extends DurableObject<Env> {
     this.chain = run.catch(() => {});
     return run;
   }
-}
-
-function isFinalState(state: JobView["state"]): boolean {
-  return state !== "queued" && state !== "running";
 }
 
 function socketState(ws: WebSocket): SocketState {

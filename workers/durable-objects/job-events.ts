@@ -27,7 +27,7 @@ import { DurableObject } from "cloudflare:workers";
 import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import type { Env } from "../env";
-import { loggableError } from "../log";
+import { log } from "../log";
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
 import {
@@ -158,7 +158,7 @@ export class JobEventsObject extends DurableObject<Env> {
         try {
           facts = await this.executionLookup(batch.job_id, executionId);
         } catch (err) {
-          console.warn(JSON.stringify({ msg: "execution lookup failed", executionId, error: loggableError(err) }));
+          log.warn("execution lookup failed", { executionId, error: err });
           return { ok: false, reason: "unavailable", message: "cannot check the execution in Postgres" };
         }
         if (!facts?.token) {
@@ -204,9 +204,7 @@ export class JobEventsObject extends DurableObject<Env> {
     try {
       reason = terminalDisagreement(event, await this.jobState(jobId));
     } catch (err) {
-      console.warn(
-        JSON.stringify({ msg: "job row lookup for a terminal event failed", jobId, error: loggableError(err) }),
-      );
+      log.warn("job row lookup for a terminal event failed", { jobId, error: err });
       return { ok: false, reason: "unavailable", message: "cannot check the job row in Postgres" };
     }
     if (reason === null) return null;
@@ -284,15 +282,13 @@ export class JobEventsObject extends DurableObject<Env> {
           started && !this.log.hasStarted(started.execution_id) ? started : null,
         );
         if (logged) {
-          console.log(
-            JSON.stringify({ msg: "projected events from Postgres", jobId, types: logged.map((e) => e.type) }),
-          );
+          log.info("projected events from Postgres", { jobId, types: logged.map((e) => e.type) });
           this.publish(logged, true);
           return;
         }
       }
     } catch (err) {
-      console.warn(JSON.stringify({ msg: "terminal check failed; will retry", jobId, error: loggableError(err) }));
+      log.warn("terminal check failed; will retry", { jobId, error: err });
     }
     if (!this.log.finished) await this.scheduleTerminalCheck(true);
   }

@@ -1,14 +1,15 @@
 /**
  * What the projector asks Postgres when a job's stream has no terminal event yet: the job's state
  * and the facts a terminal event carries. Injectable (JobEventsObject.jobState) so workerd tests
- * can answer for Postgres; the default reads the row over neon-http like the gateway does.
+ * can answer for Postgres; the default reads the row through the gateway's deps (deps.ts), so the
+ * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import type { EventEnvelope, JobError, JobState, TerminalEventType } from "../../src/contracts";
-import { createNeonHttpDb } from "../../src/db/neon-http";
+import { type EventEnvelope, type JobError, type JobState, terminalEventFor } from "../../src/contracts";
 import { executions, jobs } from "../../src/db/schema";
 import { isUuid } from "../../src/domain/uuid";
 import { loadConfig } from "../config";
+import { createDeps } from "../deps";
 import type { Env } from "../env";
 
 export interface JobStateFacts {
@@ -34,10 +35,8 @@ export interface ExecutionFacts {
 /** The execution row `executionId` of job `jobId`, or null when that job has no such execution. */
 export type ExecutionLookup = (jobId: string, executionId: string) => Promise<ExecutionFacts | null>;
 
-function gatewayDb(env: Env) {
-  const config = loadConfig(env);
-  return createNeonHttpDb({ connectionString: config.databaseUrl, fetchEndpoint: config.neonFetchEndpoint });
-}
+/** Looked up per call, not kept: the settings (and so the handle) can change under a live object. */
+const gatewayDb = (env: Env) => createDeps(loadConfig(env)).db();
 
 export function postgresExecutionLookup(env: Env): ExecutionLookup {
   return async (jobId, executionId) => {
@@ -77,14 +76,6 @@ export function postgresJobStateLookup(env: Env): JobStateLookup {
   };
 }
 
-const TERMINAL_BY_STATE: Partial<Record<JobState, TerminalEventType>> = {
-  completed: "run.completed",
-  failed: "run.failed",
-  cancelled: "run.cancelled",
-  lost: "run.lost",
-  timed_out: "run.timed_out",
-};
-
 /**
  * The seq of a projected terminal event. Host seqs count from 1 per execution and never come near
  * 2^53 - 1, so (execution_id, seq) cannot collide with a host event of the same execution.
@@ -105,7 +96,7 @@ export const HOST_TERMINAL_GRACE_MS = 5_000;
 
 /** The terminal event the projector writes for `facts`, or null if it should not (yet). */
 export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Date.now()): EventEnvelope | null {
-  const type = TERMINAL_BY_STATE[facts.state];
+  const type = terminalEventFor(facts.state);
   if (!type) return null;
   const hostOwnsTerminal = facts.executionId !== null && type !== "run.lost" && type !== "run.timed_out";
   if (hostOwnsTerminal) {
@@ -152,7 +143,7 @@ export function projectedStarted(jobId: string, facts: JobStateFacts): EventEnve
  */
 export function terminalDisagreement(event: EventEnvelope, facts: JobStateFacts | null): string | null {
   if (!facts) return "the job has no row";
-  const expected = TERMINAL_BY_STATE[facts.state];
+  const expected = terminalEventFor(facts.state);
   if (!expected) return `the job row is ${facts.state}, not terminal`;
   if (expected !== event.type) return `the job row is ${facts.state}, not ${event.type}`;
   if (facts.executionId !== event.execution_id || facts.epoch !== event.epoch) {

@@ -14,7 +14,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { ApiError } from "../../src/contracts";
 import type { Env } from "../env";
-import { loggableError } from "../log";
+import { log } from "../log";
 
 export const STREAM_LEASE = {
   /** A lease not renewed for this long stops counting. */
@@ -109,13 +109,7 @@ export function settleLeases(env: Env, tenantId: string, op: "renew" | "release"
   const stub = tenantStreams(env, tenantId);
   const call = op === "renew" ? stub.renew(ids) : stub.release(ids);
   return call.catch((err: unknown) => {
-    console.warn(
-      JSON.stringify({
-        msg: `stream lease ${op} failed; leases expire on their own`,
-        tenantId,
-        error: loggableError(err),
-      }),
-    );
+    log.warn(`stream lease ${op} failed; leases expire on their own`, { tenantId, error: err });
   });
 }
 
@@ -137,13 +131,7 @@ export async function acquireStreamSlot(
   try {
     result = await tenantStreams(env, tenantId).acquire(id, kind, cap);
   } catch (err) {
-    console.warn(
-      JSON.stringify({
-        msg: "stream counter unavailable; stream opened uncounted",
-        tenantId,
-        error: loggableError(err),
-      }),
-    );
+    log.warn("stream counter unavailable; stream opened uncounted", { tenantId, error: err });
     return null;
   }
   if (result.ok) return id;

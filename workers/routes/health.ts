@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import type { Readiness } from "../../src/contracts/health";
 import { ConfigError, loadConfig } from "../config";
 import { createDeps, withTimeout } from "../deps";
-import { loggableError } from "../log";
+import { log } from "../log";
 import type { GatewayEnv } from "../types";
 
 /** Long enough for a cold Neon HTTP round trip (~100s of ms), short enough for a load balancer probe. */
@@ -20,7 +20,7 @@ async function probe(work: () => Promise<unknown>, what: string): Promise<Check>
     await withTimeout(work(), READY_TIMEOUT_MS, what);
     return "ok";
   } catch (err) {
-    console.warn(JSON.stringify({ msg: "readiness check failed", dependency: what, error: loggableError(err) }));
+    log.warn("readiness check failed", { dependency: what, error: err });
     return "unavailable";
   }
 }
@@ -33,7 +33,7 @@ export const healthRoutes = new Hono<GatewayEnv>()
       deps = createDeps(loadConfig(c.env));
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
-      console.error(JSON.stringify({ msg: "readiness: invalid configuration", error: err.message }));
+      log.error("readiness: invalid configuration", { error: err });
       return c.json(
         {
           ok: false,

@@ -30,7 +30,7 @@ import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
 import type { IngestResult } from "../durable-objects/job-events";
-import { loggableError } from "../log";
+import { log, loggableError } from "../log";
 import { parseJson, readBodyText, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
 
@@ -54,7 +54,7 @@ export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, asyn
   };
   const verdict = await verifyRequest(c.get("config").signingSecrets, "POST", INGEST_PATH, raw, signed);
   if (!verdict.ok) {
-    console.warn(JSON.stringify({ msg: "rejected internal request", reason: verdict.reason }));
+    log.warn("rejected internal request", { reason: verdict.reason });
     throw new ApiError("unauthorized", `request signature rejected (${verdict.reason})`);
   }
   const body = parseJson(raw);
@@ -121,8 +121,7 @@ async function ingestOne(
     );
   } catch (err) {
     // Busy or broken object: the host retries this job's batch later; the others are unaffected.
-    if (!(err instanceof ApiError))
-      console.error(JSON.stringify({ msg: "ingest into JobEvents failed", job_id, error: loggableError(err) }));
+    if (!(err instanceof ApiError)) log.error("ingest into JobEvents failed", { job_id, error: err });
     return {
       job_id,
       status: 503,

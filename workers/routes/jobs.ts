@@ -1,38 +1,12 @@
-/**
- * Job REST routes (docs/api.md). The job row in Postgres is the truth; the Redis ready index
- * only wakes claimers, so a failed ZADD is logged and the job is still accepted (hosts also
- * sweep Postgres for queued jobs).
- */
+/** Job REST routes (docs/api.md). Submitting is the `submitJob` command (commands/submit.ts). */
 import { Hono } from "hono";
 import { ApiError, CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts";
-import { createJob, decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
+import { decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
 import { type ModelCatalog, resolveModel } from "../../src/domain/models";
-import { redisKeys } from "../../src/quota/keys";
-import { callDependency, type Deps, withTimeout } from "../deps";
-import { loggableError } from "../log";
+import { submitJob } from "../commands/submit";
+import { callDependency } from "../deps";
 import { readJsonBody, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
-
-const READY_INDEX_TIMEOUT_MS = 500;
-const keys = redisKeys();
-
-export async function indexReadyJob(deps: Deps, jobId: string): Promise<void> {
-  try {
-    await withTimeout(
-      deps.redis().zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),
-      READY_INDEX_TIMEOUT_MS,
-      "redis",
-    );
-  } catch (err) {
-    console.warn(
-      JSON.stringify({
-        msg: "ready index ZADD failed; hosts will find the job in Postgres",
-        jobId,
-        error: loggableError(err),
-      }),
-    );
-  }
-}
 
 /** `model` must be one the operator offers (MODELS): it reaches the provider and names a quota key. */
 export function assertModelOffered(models: ModelCatalog, model: string): void {
@@ -55,16 +29,14 @@ export const jobRoutes = new Hono<GatewayEnv>()
     const config = c.get("config");
     const body = await readJsonBody(c.req.raw, CreateJobBodySchema, config.maxBodyBytes);
     if (body.model !== undefined) assertModelOffered(config.models, body.model);
-    const deps = c.get("deps");
-    const db = deps.db();
-    const { job, created } = await callDependency("postgres", () =>
-      createJob(db, c.get("tenantId"), crypto.randomUUID(), body, {
-        maxQueued: config.limits.maxQueuedJobsPerTenant,
-      }),
+    // The answer waits for the row, which is the job, not for the ready-index wake-up.
+    const { job, created } = await submitJob(
+      c.get("deps"),
+      c.get("tenantId"),
+      body,
+      { maxQueued: config.limits.maxQueuedJobsPerTenant },
+      (work) => c.executionCtx.waitUntil(work),
     );
-    // The index only wakes claimers (hosts also LISTEN and sweep Postgres): the answer waits
-    // for the row, which is the job, not for the wake-up.
-    if (created) c.executionCtx.waitUntil(indexReadyJob(deps, job.id));
     return c.json({ job: toJobView(job) }, created ? 202 : 200);
   })
   .get("/", async (c) => {

@@ -6,7 +6,7 @@ import type { Context, ErrorHandler, NotFoundHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contracts";
-import { loggableError, loggableStack } from "../../log";
+import { log, loggableStack } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 export function errorResponse(c: Context, err: ApiError): Response {
@@ -35,17 +35,13 @@ export const handleError: ErrorHandler<GatewayEnv> = (err, c) => {
   const apiError =
     err instanceof ApiError ? err : err instanceof HTTPException ? fromHttpException(err) : internalError(err);
   if (apiError.status >= 500) {
-    const log = apiError.status === 500 ? console.error : console.warn;
-    log(
-      JSON.stringify({
-        msg: "request failed",
-        method: c.req.method,
-        path: c.req.path,
-        code: apiError.code,
-        error: loggableError(apiError.cause ?? err),
-        stack: loggableStack(apiError.cause ?? err),
-      }),
-    );
+    (apiError.status === 500 ? log.error : log.warn)("request failed", {
+      method: c.req.method,
+      path: c.req.path,
+      code: apiError.code,
+      error: apiError.cause ?? err,
+      stack: loggableStack(apiError.cause ?? err),
+    });
   }
   return errorResponse(c, apiError);
 };

@@ -8,10 +8,12 @@
  * truth, Redis only wakes claimers), so Redis being down must not turn every request into an
  * error. A check that fails, or takes longer than CHECK_TIMEOUT_MS, lets the request through
  * and opens a per-isolate breaker: for BREAKER_OPEN_MS no Redis check is made, only the isolate's
- * own count below applies (one log line per opening). A refused connection fails in milliseconds; a hung Redis delays the requests already
- * waiting on it by up to the timeout, and then none until the breaker closes. The timeout is generous on purpose: measured on this 2-core machine under a
- * 300-request burst, checks took ~2 s of queueing in a saturated gateway, and a short timeout
- * made the limiter let everything through exactly when it was needed (docs/limits.md).
+ * own count below applies (one log line per opening). A refused connection fails in
+ * milliseconds; a hung Redis delays the requests already waiting on it by up to the timeout, and
+ * then none until the breaker closes. The timeout is generous on purpose: measured on this 2-core
+ * machine under a 300-request burst, checks took ~2 s of queueing in a saturated gateway, and a
+ * short timeout made the limiter let everything through exactly when it was needed
+ * (docs/limits.md).
  *
  * Before Redis, each isolate counts the key's requests in the current fixed window itself. That
  * count is a lower bound of the global one, so a key past the limit in this isolate alone is
@@ -28,7 +30,7 @@ import { Ratelimit } from "@upstash/ratelimit";
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts";
 import { redisKeys } from "../../../src/quota/keys";
-import { loggableError } from "../../log";
+import { log } from "../../log";
 import type { GatewayEnv } from "../../types";
 
 /** Longest wait for the check; a healthy Upstash answers in a few ms from a nearby region. */
@@ -41,11 +43,9 @@ let breakerOpenUntil = 0;
 
 function openBreaker(why: string, error?: unknown): void {
   breakerOpenUntil = Date.now() + BREAKER_OPEN_MS;
-  console.warn(
-    JSON.stringify({
-      msg: `rate limit check ${why}; only this isolate's own count applies for ${BREAKER_OPEN_MS} ms`,
-      ...(error === undefined ? {} : { error: loggableError(error) }),
-    }),
+  log.warn(
+    `rate limit check ${why}; only this isolate's own count applies for ${BREAKER_OPEN_MS} ms`,
+    error === undefined ? undefined : { error },
   );
 }
 

@@ -50,7 +50,6 @@ export type ChatMessage = z.infer<typeof ChatMessageSchema>;
 export const JobInputSchema = z.object({
   messages: z.array(ChatMessageSchema).min(1).max(LIMITS.maxMessages),
 });
-export type JobInput = z.infer<typeof JobInputSchema>;
 
 const idLike = (max: number) =>
   text()
@@ -161,7 +160,6 @@ export const InputViewSchema = z.object({
   accepted_at: isoTime.nullable(),
   applied_at: isoTime.nullable(),
 });
-export type InputView = z.infer<typeof InputViewSchema>;
 export const InputListSchema = z.object({ inputs: z.array(InputViewSchema) });
 
 export const JobInputBodySchema = z

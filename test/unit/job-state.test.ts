@@ -6,17 +6,16 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { JOB_ERROR_CODES } from "../../src/contracts/errors";
+import { TERMINAL_EVENT_TYPES } from "../../src/contracts/events";
+import { INPUT_STATUSES, JobErrorSchema } from "../../src/contracts/job";
 import {
   FINAL_STATES,
-  INPUT_STATUSES,
   isFinalState,
-  JOB_ERROR_CODES,
   JOB_STATES,
-  JobErrorSchema,
   stateOfTerminalEvent,
-  TERMINAL_EVENT_TYPES,
   terminalEventFor,
-} from "../../src/contracts";
+} from "../../src/contracts/job-state";
 
 const ROOT = join(__dirname, "../..");
 const read = (file: string) => readFileSync(join(ROOT, file), "utf8");

@@ -1,5 +1,5 @@
 /**
- * `node --import tsx tools/bench/run-path-data.ts`: how long the host's event loop is held by the
+ * `npm run bench:run-path`: how long the host's event loop is held by the
  * data handling a run does itself, at the largest sizes the tool limits allow. It decides whether
  * a step belongs in the offload pool (docs/architecture.md, "The offload pool and the run path"):
  * a step is worth a thread hop only when it takes well over what posting its input to a thread

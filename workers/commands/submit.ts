@@ -4,7 +4,7 @@
  * also LISTEN for `ear_ready` and sweep Postgres for queued jobs). Used by POST /v1/jobs and by a
  * chat message (ChatSession).
  */
-import type { CreateJobBody } from "../../src/contracts";
+import type { CreateJobBody } from "../../src/contracts/job";
 import { type CreatedJob, createJob } from "../../src/db/jobs-repo";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";

@@ -3,10 +3,10 @@
  * /healthz, /readyz and /openapi.json need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an API key.
  */
 import { Hono } from "hono";
-import { apiKeyAuth } from "./middleware/auth";
-import { withConfig } from "./middleware/config";
-import { handleError, handleNotFound } from "./middleware/errors";
-import { rateLimit } from "./middleware/rate-limit";
+import { apiKeyAuth } from "./middleware/auth/auth";
+import { withConfig } from "./middleware/config/config";
+import { handleError, handleNotFound } from "./middleware/errors/errors";
+import { rateLimit } from "./middleware/rate-limit/rate-limit";
 import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";

@@ -4,7 +4,8 @@
  * fails every route that needs it with a logged reason instead of a confusing driver error.
  */
 import { z } from "zod";
-import { LIMIT_DEFAULTS, LIMITS } from "../src/contracts";
+import { LIMITS } from "../src/contracts/job";
+import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { type ModelCatalog, parseModelList } from "../src/domain/models";
 import type { Env } from "./env";
 

@@ -9,7 +9,7 @@
  * `callDependency` turns "the dependency did not answer" into 503 `dependency_unavailable`,
  * while a real query error (a Postgres SQLSTATE outside the connection classes) stays a 500.
  */
-import { ApiError } from "../src/contracts";
+import { ApiError } from "../src/contracts/errors";
 import { createNeonHttpDb, type NeonHttpDb } from "../src/db/neon-http";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import type { GatewayConfig } from "./config";

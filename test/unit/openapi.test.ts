@@ -8,8 +8,9 @@
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { describe, expect, it } from "vitest";
-import { ApiError, ERROR_STATUS, type ErrorCode, EVENT_TYPES } from "../../src/contracts";
 import { ServerFrameSchema } from "../../src/contracts/chat";
+import { ApiError, ERROR_STATUS, type ErrorCode } from "../../src/contracts/errors";
+import { EVENT_TYPES } from "../../src/contracts/events";
 import { buildOpenApiDocument } from "../../src/contracts/openapi";
 import { toJobView } from "../../src/db/job-view";
 import type { JobRow } from "../../src/db/schema";

@@ -1,7 +1,7 @@
 /** Chat test doubles: an in-memory job backend standing in for Postgres/Redis, and a frame reader. */
 import { runInDurableObject } from "cloudflare:test";
-import type { JobView } from "../../src/contracts";
 import type { ServerFrame } from "../../src/contracts/chat";
+import type { JobView } from "../../src/contracts/job";
 import type { CancelStatus } from "../../src/db/control-repo";
 import type { ChatBackend, ChatSubmission } from "../../workers/durable-objects/chat-backend";
 import { CHAT_HEADERS, type ChatSessionObject, chatSessionName } from "../../workers/durable-objects/chat-session";

@@ -1,6 +1,6 @@
 /** The chat WebSocket route through the whole gateway: auth before upgrade, routing to the tenant's session. */
 import { describe, expect, it } from "vitest";
-import { generateApiKey, hashApiKey } from "../../src/domain";
+import { generateApiKey, hashApiKey } from "../../src/domain/api-keys";
 import { rememberTenant } from "../../workers/middleware/auth/tenant-cache";
 import { ChatClient } from "./chat-helpers";
 import { gateway } from "./helpers";

@@ -1,7 +1,7 @@
 /** Gateway routes that need no Postgres: health, errors, auth refusals, validation, dependency-down. */
 import { describe, expect, it } from "vitest";
-import { LIMITS } from "../../src/contracts";
-import { generateApiKey, hashApiKey } from "../../src/domain";
+import { LIMITS } from "../../src/contracts/job";
+import { generateApiKey, hashApiKey } from "../../src/domain/api-keys";
 import { rememberTenant } from "../../workers/middleware/auth/tenant-cache";
 import { parseEventCursor } from "../../workers/routes/job-events";
 import { gateway } from "./helpers";

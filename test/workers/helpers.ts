@@ -5,7 +5,8 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env, exports as exportsOfMain } from "cloudflare:workers";
-import type { EventEnvelope, EventType, IngestBatch, JobState } from "../../src/contracts";
+import type { EventEnvelope, EventType, IngestBatch } from "../../src/contracts/events";
+import type { JobState } from "../../src/contracts/job-state";
 import type { IngestResult, JobEventsObject } from "../../workers/durable-objects/job-events";
 import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-state";
 import type { Env } from "../../workers/env";

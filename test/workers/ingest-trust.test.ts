@@ -8,8 +8,8 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { INTERNAL_HEADERS, type IngestBatch } from "../../src/contracts";
-import { signRequest } from "../../src/domain";
+import { INTERNAL_HEADERS, type IngestBatch } from "../../src/contracts/events";
+import { signRequest } from "../../src/domain/signing";
 import type { JobEventsObject } from "../../workers/durable-objects/job-events";
 import {
   batch,

@@ -1,7 +1,7 @@
 /** POST /internal/events: HMAC-signed host ingest — forged, tampered, stale and replayed requests write nothing. */
 import { describe, expect, it } from "vitest";
-import { INTERNAL_HEADERS } from "../../src/contracts";
-import { type SignedHeaders, signRequest } from "../../src/domain";
+import { INTERNAL_HEADERS } from "../../src/contracts/events";
+import { type SignedHeaders, signRequest } from "../../src/domain/signing";
 import {
   batch,
   gateway,

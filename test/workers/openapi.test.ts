@@ -5,8 +5,9 @@
  * that reads its meta-schemas from disk, which it cannot do inside workerd.)
  */
 import { describe, expect, it } from "vitest";
-import { ERROR_STATUS, EVENT_TYPES } from "../../src/contracts";
 import { CHAT_ERROR_CODES } from "../../src/contracts/chat";
+import { ERROR_STATUS } from "../../src/contracts/errors";
+import { EVENT_TYPES } from "../../src/contracts/events";
 import { buildOpenApiDocument } from "../../src/contracts/openapi";
 import { createApp } from "../../workers/app";
 import { gateway } from "./helpers";

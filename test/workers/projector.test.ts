@@ -5,7 +5,7 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { EventEnvelope } from "../../src/contracts";
+import type { EventEnvelope } from "../../src/contracts/events";
 import { GAP_BUFFER_MAX_BYTES, GAP_BUFFER_MAX_EVENTS } from "../../workers/durable-objects/event-log";
 import type { JobEventsObject } from "../../workers/durable-objects/job-events";
 import {

@@ -5,7 +5,7 @@
  * this suite, so a request that slipped past validation shows up as 503, not as the 400 expected.
  */
 import { describe, expect, it } from "vitest";
-import { generateApiKey, hashApiKey } from "../../src/domain";
+import { generateApiKey, hashApiKey } from "../../src/domain/api-keys";
 import { rememberTenant } from "../../workers/middleware/auth/tenant-cache";
 import { ChatClient } from "./chat-helpers";
 import { gateway } from "./helpers";

@@ -3,7 +3,7 @@
  * in for Postgres and Redis: turning a chat message into a job (the same `createJob` + ready-index
  * ZADD as POST /v1/jobs), cancelling one, and looking one up for `resume`.
  */
-import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts";
+import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts/job";
 import type { CancelStatus } from "../../src/db/control-repo";
 import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";

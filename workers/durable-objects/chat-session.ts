@@ -15,7 +15,6 @@
  * the next input in.
  */
 import { DurableObject } from "cloudflare:workers";
-import { ApiError, isFinalState, isTerminalEventType, type JobView } from "../../src/contracts";
 import {
   ClientFrameSchema,
   type ClientMessageFrame,
@@ -25,6 +24,10 @@ import {
   type MultitaskPolicy,
   type ServerFrame,
 } from "../../src/contracts/chat";
+import { ApiError } from "../../src/contracts/errors";
+import { isTerminalEventType } from "../../src/contracts/events";
+import type { JobView } from "../../src/contracts/job";
+import { isFinalState } from "../../src/contracts/job-state";
 import type { Env } from "../env";
 import { log } from "../log";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";

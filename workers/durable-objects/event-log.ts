@@ -19,7 +19,12 @@
  * signed request a no-op, so a request is either wholly applied or not at all.
  */
 
-import { type EventEnvelope, type IngestAck, isTerminalEventType, TERMINAL_EVENT_TYPES } from "../../src/contracts";
+import {
+  type EventEnvelope,
+  type IngestAck,
+  isTerminalEventType,
+  TERMINAL_EVENT_TYPES,
+} from "../../src/contracts/events";
 import { SIGNATURE_MAX_SKEW_MS } from "../../src/domain/signing";
 
 /** A nonce is accepted while its timestamp is within ±60 s of now, i.e. up to ~120 s after it

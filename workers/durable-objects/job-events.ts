@@ -24,7 +24,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts";
+import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import type { Env } from "../env";
 import { log } from "../log";

@@ -5,7 +5,9 @@
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import { type EventEnvelope, type JobError, type JobState, terminalEventFor } from "../../src/contracts";
+import type { EventEnvelope } from "../../src/contracts/events";
+import type { JobError } from "../../src/contracts/job";
+import { type JobState, terminalEventFor } from "../../src/contracts/job-state";
 import { executions, jobs } from "../../src/db/schema";
 import { isUuid } from "../../src/domain/uuid";
 import { loadConfig } from "../config";

@@ -12,7 +12,7 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { ApiError } from "../../src/contracts";
+import { ApiError } from "../../src/contracts/errors";
 import type { Env } from "../env";
 import { log } from "../log";
 

@@ -4,7 +4,7 @@
  * reported with the field they are about.
  */
 import type { z } from "zod";
-import { ApiError } from "../../src/contracts";
+import { ApiError } from "../../src/contracts/errors";
 
 /**
  * A refused body up to this size is read and discarded before the 413 goes out. Answering while

@@ -11,8 +11,9 @@
  * oldest first; a conversation the tenant has no job in (including another tenant's) is 404.
  */
 import { Hono } from "hono";
-import { ApiError, LIMITS } from "../../src/contracts";
 import { MULTITASK_POLICIES } from "../../src/contracts/chat";
+import { ApiError } from "../../src/contracts/errors";
+import { LIMITS } from "../../src/contracts/job";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { callDependency, callDurableObject } from "../deps";
 import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session";

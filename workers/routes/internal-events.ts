@@ -17,14 +17,14 @@
  */
 
 import { Hono } from "hono";
+import { ApiError } from "../../src/contracts/errors";
 import {
-  ApiError,
   INTERNAL_HEADERS,
   type IngestBatch,
   IngestBatchSchema,
   type IngestMultiResult,
   IngestMultiSchema,
-} from "../../src/contracts";
+} from "../../src/contracts/events";
 import { verifyRequest } from "../../src/domain/signing";
 import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";

@@ -6,7 +6,7 @@
  * applied by the owner at its next model turn; its status is readable.
  */
 import { Hono } from "hono";
-import { JobInputBodySchema } from "../../src/contracts";
+import { JobInputBodySchema } from "../../src/contracts/job";
 import { listInputs, submitInput } from "../../src/db/control-repo";
 import { cancelJob } from "../commands/cancel";
 import { callDependency } from "../deps";

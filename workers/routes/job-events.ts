@@ -5,8 +5,8 @@
  * used, so the header wins over `?after=`.
  */
 import { Hono } from "hono";
-import { ApiError } from "../../src/contracts";
-import { tenantJobId } from "../../src/db";
+import { ApiError } from "../../src/contracts/errors";
+import { tenantJobId } from "../../src/db/jobs-repo";
 import { callDependency, callDurableObject } from "../deps";
 import type { GatewayEnv } from "../types";
 import { notFoundJob } from "./jobs";

@@ -1,7 +1,9 @@
 /** Job REST routes (docs/api.md). Submitting is the `submitJob` command (commands/submit.ts). */
 import { Hono } from "hono";
-import { ApiError, CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts";
-import { decodeCursor, getJob, listJobs, toJobView } from "../../src/db";
+import { ApiError } from "../../src/contracts/errors";
+import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { toJobView } from "../../src/db/job-view";
+import { decodeCursor, getJob, listJobs } from "../../src/db/jobs-repo";
 import { type ModelCatalog, resolveModel } from "../../src/domain/models";
 import { submitJob } from "../commands/submit";
 import { callDependency } from "../deps";

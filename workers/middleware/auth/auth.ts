@@ -6,9 +6,9 @@
  * keys look the same to the caller (401).
  */
 import { createMiddleware } from "hono/factory";
-import { ApiError } from "../../../src/contracts";
-import { findTenantIdByKeyHash } from "../../../src/db";
-import { hashApiKey, looksLikeApiKey } from "../../../src/domain";
+import { ApiError } from "../../../src/contracts/errors";
+import { findTenantIdByKeyHash } from "../../../src/db/jobs-repo";
+import { hashApiKey, looksLikeApiKey } from "../../../src/domain/api-keys";
 import { callDependency } from "../../deps";
 import type { GatewayEnv } from "../../types";
 import { cachedTenant, rememberTenant } from "./tenant-cache";

@@ -3,7 +3,7 @@
  * configuration is the operator's bug, so it is a logged 500, not a 4xx for the client.
  */
 import { createMiddleware } from "hono/factory";
-import { ApiError } from "../../../src/contracts";
+import { ApiError } from "../../../src/contracts/errors";
 import { ConfigError, loadConfig } from "../../config";
 import { createDeps } from "../../deps";
 import type { GatewayEnv } from "../../types";

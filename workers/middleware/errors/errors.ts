@@ -5,7 +5,7 @@
 import type { Context, ErrorHandler, NotFoundHandler } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contracts";
+import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contracts/errors";
 import { log, loggableStack } from "../../log";
 import type { GatewayEnv } from "../../types";
 

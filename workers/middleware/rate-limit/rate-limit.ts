@@ -28,7 +28,7 @@
 
 import { Ratelimit } from "@upstash/ratelimit";
 import { createMiddleware } from "hono/factory";
-import { ApiError } from "../../../src/contracts";
+import { ApiError } from "../../../src/contracts/errors";
 import { redisKeys } from "../../../src/quota/keys";
 import { log } from "../../log";
 import type { GatewayEnv } from "../../types";

@@ -1,7 +1,0 @@
-export * from "./client";
-export * from "./control-repo";
-export * from "./job-view";
-export * from "./jobs-repo";
-export * from "./ownership-repo";
-export * as schema from "./schema";
-export * from "./tenants-repo";

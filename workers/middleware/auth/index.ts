@@ -1,1 +1,0 @@
-export { apiKeyAuth } from "./auth";

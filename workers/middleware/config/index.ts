@@ -1,1 +1,0 @@
-export { withConfig } from "./config";

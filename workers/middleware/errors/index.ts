@@ -1,1 +1,0 @@
-export { errorResponse, handleError, handleNotFound } from "./errors";

@@ -8,11 +8,12 @@ import pg from "pg";
 import * as schema from "../src/db/schema";
 import type { ModelCatalog } from "../src/domain/models";
 import { redisKeys } from "../src/quota/keys";
-import { createLeaseStore } from "../src/quota/lease-store";
+import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import type { HostConfig } from "./config";
+import { type Service, type StartedServices, startInOrder } from "./lifecycle";
 import { createLogger, errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait, type Readiness, startMetricsServer } from "./metrics";
 import type { ModelClient } from "./model/types";
@@ -61,6 +62,132 @@ export interface RunningHost {
 
 export async function startHost(config: HostConfig, deps: HostDeps): Promise<RunningHost> {
   const log = deps.log ?? createLogger({ host: config.hostId });
+  const pool = await connectPostgres(config, log);
+  let parts: HostParts;
+  try {
+    parts = await buildParts(config, deps, log, pool);
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw err;
+  }
+  const { runner, outbox, offload, metrics } = parts;
+
+  let stopping = false;
+  let server: MetricsServer | undefined;
+  let graceMs = config.shutdownGraceMs;
+  const services: Service[] = [
+    // Stopped last: every other part writes through the pool until it has stopped.
+    { name: "postgres pool", stop: () => pool.end() },
+    // Up before any work starts (the dev orchestrator and the probes wait on it); closed after
+    // the outbox so /metrics shows the final backlog and runs while the shutdown drains.
+    {
+      name: "metrics server",
+      start: async () => {
+        server = await startMetricsServer({
+          port: config.metricsPort,
+          hostId: config.hostId,
+          metrics,
+          runsActive: () => runner.active,
+          readiness: () => readiness(stopping, parts.leaseStore),
+        });
+      },
+      stop: () => server?.close(),
+    },
+    // The event-loop lag probe; nothing more is measured once the outbox is done.
+    { name: "metrics probe", stop: () => metrics.stop() },
+    // After the loops below: the runs' last events (their terminals included) are queued by
+    // then, so this drain is the final one. Bounded by HOST_OUTBOX_FLUSH_TIMEOUT_MS.
+    {
+      name: "outbox",
+      stop: async () => {
+        const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
+        if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
+        outbox.close();
+      },
+    },
+    // The per-run loops outlive the runs: a run still finishing keeps its heartbeat (or the
+    // reaper would call it lost), its cancel watch and its quota lease until it has ended.
+    ...(parts.leaseStore ? [runner.leaseRenewal(parts.leaseStore)] : []),
+    runner.cancelWatch,
+    runner.heartbeats,
+    // Stopped once the runs are over: admitted offload work finishes (bounded), then the threads end.
+    { name: "offload pool", stop: () => offload.close({ timeoutMs: OFFLOAD_DRAIN_MS }) },
+    // Stopped after admission: running jobs get the grace period (HOST_SHUTDOWN_GRACE_MS), then
+    // are aborted and end failed with host_shutdown.
+    {
+      name: "runs",
+      stop: async () => {
+        log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
+        await runner.shutdown(graceMs);
+      },
+    },
+    // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
+    ...(parts.janitor ? [parts.janitor] : []),
+    parts.reaper,
+    // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
+    { name: "claimer", start: () => parts.claimer.start(), stop: () => parts.claimer.stop() },
+    ...(parts.listener
+      ? [{ name: "ready listener", start: () => parts.listener?.start(), stop: () => parts.listener?.stop() }]
+      : []),
+    // The first step of a shutdown: /readyz says "shutting down" from here on.
+    {
+      name: "readiness",
+      stop: () => {
+        stopping = true;
+      },
+    },
+  ];
+  let started: StartedServices;
+  try {
+    started = await startInOrder(services, log);
+  } catch (err) {
+    // startInOrder stopped what it had started (the pool among them); the parts registered
+    // after the failed step exist from construction and end here, without waiting.
+    metrics.stop();
+    outbox.close();
+    await offload.close({ timeoutMs: 0 }).catch(() => {});
+    throw err;
+  }
+  const url = (server as MetricsServer).url;
+  log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: url });
+
+  let closing: Promise<void> | null = null;
+  return {
+    id: config.hostId,
+    offload,
+    metricsUrl: url,
+    healthUrl: url.replace(/\/metrics$/, "/healthz"),
+    readyUrl: url.replace(/\/metrics$/, "/readyz"),
+    get runsActive() {
+      return runner.active;
+    },
+    close(opts) {
+      closing ??= (async () => {
+        graceMs = opts?.graceMs ?? config.shutdownGraceMs;
+        await started.stop();
+        log.info("sandbox-host stopped");
+      })();
+      return closing;
+    },
+  };
+}
+
+type MetricsServer = Awaited<ReturnType<typeof startMetricsServer>>;
+
+/** Everything a host is made of, built before any of it starts. */
+interface HostParts {
+  metrics: HostMetrics;
+  leaseStore: LeaseStore | null;
+  offload: OffloadPool;
+  outbox: Outbox;
+  runner: Runner;
+  claimer: Claimer;
+  reaper: Reaper;
+  janitor: SandboxJanitor | null;
+  listener: ReadyListener | null;
+}
+
+async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
   // One connection per run slot (each run issues one statement at a time) plus the claimer,
   // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
   const pool = new pg.Pool({
@@ -77,9 +204,12 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     await pool.end().catch(() => {});
     throw new Error(`cannot reach Postgres at DATABASE_URL: ${err instanceof Error ? err.message : String(err)}`);
   }
+  return pool;
+}
+
+async function buildParts(config: HostConfig, deps: HostDeps, log: Logger, pool: pg.Pool): Promise<HostParts> {
   const db = drizzle(pool, { schema });
   const redis = deps.redis ?? createRedisClient(config.redis);
-
   const metrics = createHostMetrics(config.hostId);
   const leaseStore =
     config.quotaModelLimit > 0
@@ -136,7 +266,6 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     sweepMs: config.sweepMs,
     sweepOlderThanMs: config.sweepOlderThanMs,
   });
-
   const reaper = new Reaper({
     db,
     redis,
@@ -158,82 +287,20 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
         },
       })
     : null;
+  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener };
+}
 
-  let stopping = false;
-  const readiness = (): Readiness => {
-    const reasons: string[] = [];
-    if (stopping) reasons.push("shutting down: no new claims");
-    const quota = leaseStore?.breaker() ?? null;
-    // Open until a quota call succeeds again: the next acquire or renewal after the cooldown probes.
-    if (quota?.state === "open") {
-      reasons.push(
-        `quota circuit breaker open: Redis calls are failing (${quota.lastError}); no model call can be admitted`,
-      );
-    }
-    return { ready: reasons.length === 0, reasons, quota };
-  };
-  let server: Awaited<ReturnType<typeof startMetricsServer>>;
-  try {
-    server = await startMetricsServer({
-      port: config.metricsPort,
-      hostId: config.hostId,
-      metrics,
-      runsActive: () => runner.active,
-      readiness,
-    });
-  } catch (err) {
-    metrics.stop();
-    await offload.close({ timeoutMs: 0 }).catch(() => {});
-    await pool.end().catch(() => {});
-    throw err;
+function readiness(stopping: boolean, leaseStore: LeaseStore | null): Readiness {
+  const reasons: string[] = [];
+  if (stopping) reasons.push("shutting down: no new claims");
+  const quota = leaseStore?.breaker() ?? null;
+  // Open until a quota call succeeds again: the next acquire or renewal after the cooldown probes.
+  if (quota?.state === "open") {
+    reasons.push(
+      `quota circuit breaker open: Redis calls are failing (${quota.lastError}); no model call can be admitted`,
+    );
   }
-
-  runner.startHeartbeats();
-  runner.startCancelWatch();
-  if (leaseStore) runner.startLeaseRenewal(leaseStore);
-  await listener?.start();
-  claimer.start();
-  reaper.start();
-  janitor?.start();
-  log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
-
-  let closing: Promise<void> | null = null;
-  const close = async (graceMs: number) => {
-    stopping = true;
-    await listener?.stop();
-    await claimer.stop();
-    await reaper.stop();
-    await janitor?.stop();
-    log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
-    await runner.shutdown(graceMs);
-    // Runs are over: stop admitting offload work, let what was admitted finish, end the threads.
-    await offload.close({ timeoutMs: OFFLOAD_DRAIN_MS });
-    await runner.stopHeartbeats();
-    await runner.stopCancelWatch();
-    await runner.stopLeaseRenewal();
-    const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
-    if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
-    outbox.close();
-    metrics.stop();
-    await server.close();
-    await pool.end();
-    log.info("sandbox-host stopped");
-  };
-
-  return {
-    id: config.hostId,
-    offload,
-    metricsUrl: server.url,
-    healthUrl: server.url.replace(/\/metrics$/, "/healthz"),
-    readyUrl: server.url.replace(/\/metrics$/, "/readyz"),
-    get runsActive() {
-      return runner.active;
-    },
-    close(opts) {
-      closing ??= close(opts?.graceMs ?? config.shutdownGraceMs);
-      return closing;
-    },
-  };
+  return { ready: reasons.length === 0, reasons, quota };
 }
 
 /**

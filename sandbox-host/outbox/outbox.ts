@@ -17,7 +17,9 @@
  */
 import type { EventEnvelope, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
+import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
+import type { ExecutionRef } from "../../src/domain/identity";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
 
@@ -44,13 +46,8 @@ export interface OutboxOptions {
   requestTimeoutMs?: number;
 }
 
-export interface ExecutionRef {
-  jobId: string;
-  executionId: string;
-  epoch: number;
-  /** The claim token the execution started under: its batches are signed with a key derived from it. */
-  token: string;
-}
+// One identity type for claims and executions: src/domain/identity.ts.
+export type { ExecutionRef };
 
 /**
  * Statuses that say "this batch will never be accepted": retrying cannot help. 403 is the gateway
@@ -101,14 +98,8 @@ export class Outbox {
   async drain(timeoutMs: number): Promise<boolean> {
     this.schedule(0);
     if (this.streams.size === 0) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const drained = new Promise<boolean>((resolve) => this.drainWaiters.push(() => resolve(true)));
-    const timedOut = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), timeoutMs);
-    });
-    const result = await Promise.race([drained, timedOut]);
-    clearTimeout(timer);
-    return result;
+    const drained = new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+    return settlesWithin(drained, timeoutMs);
   }
 
   /** Stop all timers; undelivered events are abandoned (call drain first). */

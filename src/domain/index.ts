@@ -1,5 +1,7 @@
 export * from "./api-keys";
+export * from "./async";
 export * from "./backoff";
+export * from "./identity";
 export * from "./job-state";
 export * from "./models";
 export * from "./request-hash";

@@ -17,6 +17,7 @@ import {
   OffloadQueueFullError,
   OffloadTaskError,
 } from "../../sandbox-host/offload";
+import { sleep } from "../../src/domain/async";
 
 const pools: OffloadPool[] = [];
 afterEach(async () => {
@@ -44,8 +45,6 @@ async function pool(opts: OffloadPoolOptions = {}): Promise<OffloadPool> {
   await p.warm();
   return p;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("offload pool", () => {
   it("runs named tasks on worker threads and returns their results", async () => {

@@ -12,6 +12,7 @@ import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-hos
 const TOKEN = "00000000-0000-4000-8000-000000000001";
 
 import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
+import { sleep } from "../../src/domain/async";
 import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
@@ -74,7 +75,6 @@ function twoEndedStreams(box: Outbox, first: ExecutionRef, second: ExecutionRef)
   return [a, b] as const;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const seqs = (b: Batch | undefined) => b?.events.map((e) => e.seq);
 
 describe("outbox: one request per flush for the whole host", () => {

@@ -24,6 +24,7 @@ import type { EventEnvelope } from "../../src/contracts/events";
 import type { Db } from "../../src/db/client";
 import { claimJob, type ExecutionIdentity, finishJob, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { sleep } from "../../src/domain/async";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../lib/sse";
 import { pct } from "../load/stats";
@@ -37,7 +38,6 @@ const PACED_EVERY_MS = 10;
 const HOST = "bench-events";
 
 const now = () => performance.timeOrigin + performance.now();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function newJob(stack: Stack): Promise<string> {
   const res = await fetch(`${stack.gatewayUrl}/v1/jobs`, {
     method: "POST",

@@ -18,6 +18,7 @@
 import { randomUUID } from "node:crypto";
 import type { Redis as IORedis } from "ioredis";
 import type pg from "pg";
+import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
 import type { MockModel } from "../mock-model";
 import type { HostHandle, Stack } from "../stack";
@@ -61,8 +62,6 @@ export function timeMs(reply: unknown): number {
   const [s, us] = reply as [string | number, string | number];
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function until<T>(
   what: string,

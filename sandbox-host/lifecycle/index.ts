@@ -1,0 +1,2 @@
+export { type PeriodicOptions, PeriodicTask } from "./periodic";
+export { type Service, type StartedServices, startInOrder } from "./service";

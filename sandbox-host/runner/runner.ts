@@ -18,7 +18,9 @@ import type { HostMetrics } from "../metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox";
 import type { SandboxManager } from "../sandbox";
-import { ActiveRun, type QuotaGate, type RunContext, runJob } from "./run-job";
+import type { QuotaGate } from "./quota-gate";
+import { ActiveRun, type RunContext } from "./run-context";
+import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {

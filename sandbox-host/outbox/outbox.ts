@@ -15,7 +15,7 @@
  * Events produced while we owned the execution stay valid after we lose it, so they keep being
  * delivered; the runner is what stops producing new ones.
  */
-import type { EventEnvelope, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
+import type { EventEnvelope, EventPayload, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
 import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
@@ -296,9 +296,10 @@ export class ExecutionOutbox {
     return !this.stopped && this.pending.length > 0;
   }
 
-  emit(type: EventType, payload: Record<string, unknown>): EventEnvelope {
+  emit<T extends EventType>(type: T, payload: EventPayload<T>): EventEnvelope {
     if (this.ended) throw new Error(`outbox of execution ${this.ref.executionId} is closed`);
-    const event: EventEnvelope = {
+    // TypeScript cannot tie a generic `type` to its member of the union; EventPayload<T> does.
+    const event = {
       job_id: this.ref.jobId,
       execution_id: this.ref.executionId,
       epoch: this.ref.epoch,
@@ -306,7 +307,7 @@ export class ExecutionOutbox {
       type,
       payload,
       ts: new Date().toISOString(),
-    };
+    } as EventEnvelope;
     this.pending.push(event);
     this.outbox.adjustBacklog(1);
     const { flushDelayMs = 10, maxBatch = 256 } = this.outbox.opts;

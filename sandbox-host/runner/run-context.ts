@@ -3,7 +3,7 @@
  * (`ActiveRun`, also read by the heartbeat loop, the cancel watch and shutdown), how a step emits
  * an event, and how a run's failure is made.
  */
-import type { EventType } from "../../src/contracts/events";
+import type { EventPayload, EventType } from "../../src/contracts/events";
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
@@ -37,7 +37,7 @@ export interface RunContext {
 }
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */
-export type Emit = (type: EventType, payload: Record<string, unknown>) => void;
+export type Emit = <T extends EventType>(type: T, payload: EventPayload<T>) => void;
 
 export type RunPhase = "claimed" | "running" | "finishing" | "done";
 

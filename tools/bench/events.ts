@@ -72,15 +72,12 @@ class Sender {
     const events: EventEnvelope[] = [];
     for (let i = 0; i < n; i++) {
       const last = terminal && i === n - 1;
-      events.push({
-        job_id: jobId,
-        execution_id: executionId,
-        epoch,
-        seq: this.seq++,
-        type: last ? "run.completed" : "model.delta",
-        payload: last ? { output: "done", sent_at: now() } : { text: "token ", sent_at: now() },
-        ts: new Date().toISOString(),
-      });
+      const head = { job_id: jobId, execution_id: executionId, epoch, seq: this.seq++, ts: new Date().toISOString() };
+      events.push(
+        last
+          ? { ...head, type: "run.completed", payload: { output: "done", sent_at: now() } }
+          : { ...head, type: "model.delta", payload: { text: "token ", sent_at: now() } },
+      );
     }
     // Like the host: the terminal state is in Postgres before the terminal event is sent.
     if (terminal && !(await finishJob(this.db, this.id, { state: "completed", output: "done" }))) {

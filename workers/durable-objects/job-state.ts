@@ -4,7 +4,7 @@
  * can answer for Postgres; the default reads the row over neon-http like the gateway does.
  */
 import { and, eq } from "drizzle-orm";
-import type { EventEnvelope, JobError, JobState, TerminalEventType } from "../../src/contracts";
+import type { EventEnvelope, JobError, JobState, ProjectedPayload, TerminalEventType } from "../../src/contracts";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import { executions, jobs } from "../../src/db/schema";
 import { isUuid } from "../../src/domain/uuid";
@@ -112,7 +112,7 @@ export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Dat
     const finishedAt = facts.finishedAt?.getTime() ?? now;
     if (now - finishedAt < HOST_TERMINAL_GRACE_MS) return null;
   }
-  const payload: Record<string, unknown> = { source: "projector" };
+  const payload: ProjectedPayload = { source: "projector" };
   if (type === "run.completed") payload.output = facts.output ?? "";
   else if (facts.error) payload.error = facts.error;
   return {

@@ -117,10 +117,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,
     // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
-    { name: "claimer", start: () => parts.claimer.start(), stop: () => parts.claimer.stop() },
-    ...(parts.listener
-      ? [{ name: "ready listener", start: () => parts.listener?.start(), stop: () => parts.listener?.stop() }]
-      : []),
+    parts.claimer,
+    ...(parts.listener ? [parts.listener] : []),
     // The first step of a shutdown: /readyz says "shutting down" from here on.
     {
       name: "readiness",

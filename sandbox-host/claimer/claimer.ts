@@ -27,6 +27,7 @@ import type { Claim } from "../../src/domain/identity";
 import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import type { Service } from "../lifecycle";
 import { errorFields, type Logger } from "../log";
 import type { ClaimSource, HostMetrics } from "../metrics";
 
@@ -58,7 +59,8 @@ export interface ClaimerOptions {
 
 type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
 
-export class Claimer {
+export class Claimer implements Service {
+  readonly name = "claimer";
   private stopped = true;
   private loop: Promise<void> | null = null;
   private wakeSleep: (() => void) | null = null;

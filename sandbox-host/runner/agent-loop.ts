@@ -12,11 +12,11 @@ import {
   setTimingFact,
   type TimingPoint,
 } from "../../src/db/ownership-repo";
-import { loadRunnableJob } from "../../src/db/run-repo";
+import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
-import { resolveModel } from "../../src/domain/models";
+import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
-import { ModelError, type ModelMessage } from "../model/types";
+import { ModelError, type ModelMessage, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox";
 import { streamModelTurn } from "./model-turn";
 import { acquireQuota } from "./quota-gate";
@@ -42,25 +42,9 @@ export async function runAgent(
   };
 
   try {
-    const job = await loadRunnableJob(ctx.db, id.jobId);
-    // The gateway accepts only offered models, but a row may predate the list or come from a
-    // gateway configured differently: never hand the provider (or the quota) a name not offered.
-    const model = resolveModel(ctx.models, job.model);
-    if (model === null) {
-      return failed(
-        "model_not_allowed",
-        `model "${job.model}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
-        "",
-      );
-    }
-    const messages: ModelMessage[] = [...job.messages];
-    const tools =
-      job.tools.length > 0 && ctx.sandbox
-        ? SANDBOX_TOOL_SPECS.filter((t) => job.tools.includes(t.name as ToolName))
-        : undefined;
-    await applyInputs(ctx, id, messages, emit);
-    await writeTimingFact(ctx, id, "prepared_at");
-    emit("run.prepared", {});
+    const prepared = await prepare(ctx, id, emit);
+    if ("state" in prepared) return prepared;
+    const { job, model, messages, tools } = prepared;
 
     for (let turn = 1; ; turn++) {
       const admitted = await acquireQuota(ctx, run, id, job, model, turn, emit);
@@ -111,6 +95,39 @@ export async function runAgent(
   } finally {
     await firstOutput;
   }
+}
+
+/**
+ * The run's context: its job row, the model it may use, the tools it allows (none without a
+ * sandbox), and input sent so far; then the `prepared_at` fact and `run.prepared`.
+ */
+async function prepare(
+  ctx: RunContext,
+  id: ExecutionIdentity,
+  emit: Emit,
+): Promise<
+  { job: RunnableJob; model: ModelEntry; messages: ModelMessage[]; tools: ModelToolSpec[] | undefined } | FinalOutcome
+> {
+  const job = await loadRunnableJob(ctx.db, id.jobId);
+  // The gateway accepts only offered models, but a row may predate the list or come from a
+  // gateway configured differently: never hand the provider (or the quota) a name not offered.
+  const model = resolveModel(ctx.models, job.model);
+  if (model === null) {
+    return failed(
+      "model_not_allowed",
+      `model "${job.model}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
+      "",
+    );
+  }
+  const messages: ModelMessage[] = [...job.messages];
+  const tools =
+    job.tools.length > 0 && ctx.sandbox
+      ? SANDBOX_TOOL_SPECS.filter((t) => job.tools.includes(t.name as ToolName))
+      : undefined;
+  await applyInputs(ctx, id, messages, emit);
+  await writeTimingFact(ctx, id, "prepared_at");
+  emit("run.prepared", {});
+  return { job, model, messages, tools };
 }
 
 /**

@@ -1,27 +1,20 @@
 /**
- * Wires one sandbox-host: Postgres pool, Redis client, metrics, outbox, runner, claimer. Takes a
+ * One sandbox-host as a list of services: its parts (built by host-parts.ts) started in the
+ * order below and stopped in the reverse order, each stop's reason written next to it. Takes a
  * parsed config and its collaborators (model client, logger) so tests can start several hosts in
  * one process; main.ts is the production entry that builds them from the environment.
  */
-import { drizzle } from "drizzle-orm/node-postgres";
-import pg from "pg";
-import * as schema from "../src/db/schema";
 import type { ModelCatalog } from "../src/domain/models";
-import { redisKeys } from "../src/quota/keys";
-import { createLeaseStore } from "../src/quota/lease-store";
-import { createRedisClient, type Redis } from "../src/quota/redis";
-import { Claimer } from "./claimer";
-import { ReadyListener } from "./claimer/ready-listener";
+import type { LeaseStore } from "../src/quota/lease-store";
+import type { Redis } from "../src/quota/redis";
 import type { HostConfig } from "./config";
-import { createLogger, errorFields, type Logger } from "./log";
-import { createHostMetrics, type HostMetrics, observeQuotaWait, type Readiness, startMetricsServer } from "./metrics";
+import { buildParts, connectPostgres, type HostParts } from "./host-parts";
+import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
+import { createLogger, type Logger } from "./log";
+import { type Readiness, startMetricsServer } from "./metrics/server";
 import type { ModelClient } from "./model/types";
-import { OffloadPool, type OffloadPoolOptions } from "./offload";
-import { Outbox } from "./outbox";
-import { loadQuotaScripts } from "./quota/load-scripts";
-import { Reaper, SandboxJanitor } from "./reaper";
-import { Runner } from "./runner";
-import { connectDocker, createSandboxManager, type SandboxManager } from "./sandbox";
+import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
+import type { SandboxManager } from "./sandbox/manager";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
 const OFFLOAD_DRAIN_MS = 5000;
@@ -61,210 +54,125 @@ export interface RunningHost {
 
 export async function startHost(config: HostConfig, deps: HostDeps): Promise<RunningHost> {
   const log = deps.log ?? createLogger({ host: config.hostId });
-  // One connection per run slot (each run issues one statement at a time) plus the claimer,
-  // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
-  const pool = new pg.Pool({
-    connectionString: config.databaseUrl,
-    max: config.maxRuns + 4,
-    idleTimeoutMillis: 30_000,
-    connectionTimeoutMillis: 5_000,
-  });
-  // An idle client losing its connection emits here; unhandled it would kill the process.
-  pool.on("error", (err) => log.warn("idle Postgres connection failed", errorFields(err)));
+  const pool = await connectPostgres(config, log);
+  let parts: HostParts;
   try {
-    await pool.query("SELECT 1");
+    parts = await buildParts(config, deps, log, pool);
   } catch (err) {
-    await pool.end().catch(() => {});
-    throw new Error(`cannot reach Postgres at DATABASE_URL: ${err instanceof Error ? err.message : String(err)}`);
-  }
-  const db = drizzle(pool, { schema });
-  const redis = deps.redis ?? createRedisClient(config.redis);
-
-  const metrics = createHostMetrics(config.hostId);
-  const leaseStore =
-    config.quotaModelLimit > 0
-      ? createLeaseStore(redis, await loadQuotaScripts(), {
-          heartbeatIntervalMs: config.heartbeatMs,
-          breaker: { onChange: (b) => metrics.quotaBreakerOpen.set(b.state === "open" ? 1 : 0) },
-        })
-      : null;
-  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
-  const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
-  const outbox = new Outbox({
-    gatewayUrl: config.gatewayUrl,
-    signingSecret: config.signingSecret,
-    log,
-    fetch: deps.fetch,
-    onBacklog: (n) => metrics.outboxBacklog.set(n),
-  });
-  const runner = new Runner({
-    db,
-    hostId: config.hostId,
-    maxRuns: config.maxRuns,
-    model: deps.model,
-    outbox,
-    log,
-    metrics,
-    heartbeatMs: config.heartbeatMs,
-    cancelHintMs: config.cancelHintMs,
-    cancelDurableMs: config.cancelDurableMs,
-    coalesceMs: config.deltaCoalesceMs,
-    redis,
-    keys: redisKeys(),
-    sandbox: sandbox ?? undefined,
-    models: deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] },
-    quota: leaseStore
-      ? {
-          store: leaseStore,
-          modelLimit: config.quotaModelLimit,
-          tenantLimit: config.quotaTenantLimit,
-          maxWaitMs: config.quotaMaxWaitMs,
-          onWait: (outcome) => observeQuotaWait(metrics, outcome),
-        }
-      : undefined,
-  });
-  const claimer = new Claimer({
-    db,
-    redis,
-    keys: redisKeys(),
-    hostId: config.hostId,
-    runner,
-    log,
-    metrics,
-    pollMs: config.pollMs,
-    idlePollMs: config.idlePollMs,
-    sweepMs: config.sweepMs,
-    sweepOlderThanMs: config.sweepOlderThanMs,
-  });
-
-  const reaper = new Reaper({
-    db,
-    redis,
-    keys: redisKeys(),
-    log,
-    intervalMs: config.reapMs,
-    claimTimeoutMs: config.claimTimeoutMs,
-    runLostAfterMs: config.runLostAfterMs ?? 3 * config.heartbeatMs + 2000,
-    indexRebuildMs: config.indexRebuildMs,
-  });
-  const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
-  const listener = config.listen
-    ? new ReadyListener({
-        databaseUrl: config.databaseUrl,
-        log,
-        onReady: (jobId) => claimer.hint(jobId),
-        onCancel: (owner) => {
-          if (owner === config.hostId) runner.wakeCancelCheck();
-        },
-      })
-    : null;
-
-  let stopping = false;
-  const readiness = (): Readiness => {
-    const reasons: string[] = [];
-    if (stopping) reasons.push("shutting down: no new claims");
-    const quota = leaseStore?.breaker() ?? null;
-    // Open until a quota call succeeds again: the next acquire or renewal after the cooldown probes.
-    if (quota?.state === "open") {
-      reasons.push(
-        `quota circuit breaker open: Redis calls are failing (${quota.lastError}); no model call can be admitted`,
-      );
-    }
-    return { ready: reasons.length === 0, reasons, quota };
-  };
-  let server: Awaited<ReturnType<typeof startMetricsServer>>;
-  try {
-    server = await startMetricsServer({
-      port: config.metricsPort,
-      hostId: config.hostId,
-      metrics,
-      runsActive: () => runner.active,
-      readiness,
-    });
-  } catch (err) {
-    metrics.stop();
-    await offload.close({ timeoutMs: 0 }).catch(() => {});
     await pool.end().catch(() => {});
     throw err;
   }
+  const { runner, outbox, offload, metrics } = parts;
 
-  runner.startHeartbeats();
-  runner.startCancelWatch();
-  if (leaseStore) runner.startLeaseRenewal(leaseStore);
-  await listener?.start();
-  claimer.start();
-  reaper.start();
-  janitor?.start();
-  log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
+  let stopping = false;
+  let server: MetricsServer | undefined;
+  let graceMs = config.shutdownGraceMs;
+  const services: Service[] = [
+    // Stopped last: every other part writes through the pool until it has stopped.
+    { name: "postgres pool", stop: () => pool.end() },
+    // Up before any work starts (the dev orchestrator and the probes wait on it); closed after
+    // the outbox so /metrics shows the final backlog and runs while the shutdown drains.
+    {
+      name: "metrics server",
+      start: async () => {
+        server = await startMetricsServer({
+          port: config.metricsPort,
+          hostId: config.hostId,
+          metrics,
+          runsActive: () => runner.active,
+          readiness: () => readiness(stopping, parts.leaseStore),
+        });
+      },
+      stop: () => server?.close(),
+    },
+    // The event-loop lag probe; nothing more is measured once the outbox is done.
+    { name: "metrics probe", stop: () => metrics.stop() },
+    // After the loops below: the runs' last events (their terminals included) are queued by
+    // then, so this drain is the final one. Bounded by HOST_OUTBOX_FLUSH_TIMEOUT_MS.
+    {
+      name: "outbox",
+      stop: async () => {
+        const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
+        if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
+        outbox.close();
+      },
+    },
+    // The per-run loops outlive the runs: a run still finishing keeps its heartbeat (or the
+    // reaper would call it lost), its cancel watch and its quota lease until it has ended.
+    ...(parts.leaseStore ? [runner.leaseRenewal(parts.leaseStore)] : []),
+    runner.cancelWatch,
+    runner.heartbeats,
+    // Stopped once the runs are over: admitted offload work finishes (bounded), then the threads end.
+    { name: "offload pool", stop: () => offload.close({ timeoutMs: OFFLOAD_DRAIN_MS }) },
+    // Stopped after admission: running jobs get the grace period (HOST_SHUTDOWN_GRACE_MS), then
+    // are aborted and end failed with host_shutdown.
+    {
+      name: "runs",
+      stop: async () => {
+        log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
+        await runner.shutdown(graceMs);
+      },
+    },
+    // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
+    ...(parts.janitor ? [parts.janitor] : []),
+    parts.reaper,
+    // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
+    parts.claimer,
+    ...(parts.listener ? [parts.listener] : []),
+    // The first step of a shutdown: /readyz says "shutting down" from here on.
+    {
+      name: "readiness",
+      stop: () => {
+        stopping = true;
+      },
+    },
+  ];
+  let started: StartedServices;
+  try {
+    started = await startInOrder(services, log);
+  } catch (err) {
+    // startInOrder stopped what it had started (the pool among them); the parts registered
+    // after the failed step exist from construction and end here, without waiting.
+    metrics.stop();
+    outbox.close();
+    await offload.close({ timeoutMs: 0 }).catch(() => {});
+    throw err;
+  }
+  const url = (server as MetricsServer).url;
+  log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: url });
 
   let closing: Promise<void> | null = null;
-  const close = async (graceMs: number) => {
-    stopping = true;
-    await listener?.stop();
-    await claimer.stop();
-    await reaper.stop();
-    await janitor?.stop();
-    log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
-    await runner.shutdown(graceMs);
-    // Runs are over: stop admitting offload work, let what was admitted finish, end the threads.
-    await offload.close({ timeoutMs: OFFLOAD_DRAIN_MS });
-    await runner.stopHeartbeats();
-    await runner.stopCancelWatch();
-    await runner.stopLeaseRenewal();
-    const delivered = await outbox.drain(config.outboxFlushTimeoutMs);
-    if (!delivered) log.warn("outbox not fully delivered at shutdown", { undelivered: outbox.pendingEvents });
-    outbox.close();
-    metrics.stop();
-    await server.close();
-    await pool.end();
-    log.info("sandbox-host stopped");
-  };
-
   return {
     id: config.hostId,
     offload,
-    metricsUrl: server.url,
-    healthUrl: server.url.replace(/\/metrics$/, "/healthz"),
-    readyUrl: server.url.replace(/\/metrics$/, "/readyz"),
+    metricsUrl: url,
+    healthUrl: url.replace(/\/metrics$/, "/healthz"),
+    readyUrl: url.replace(/\/metrics$/, "/readyz"),
     get runsActive() {
       return runner.active;
     },
     close(opts) {
-      closing ??= close(opts?.graceMs ?? config.shutdownGraceMs);
+      closing ??= (async () => {
+        graceMs = opts?.graceMs ?? config.shutdownGraceMs;
+        await started.stop();
+        log.info("sandbox-host stopped");
+      })();
       return closing;
     },
   };
 }
 
-/**
- * Sandboxes need a Docker engine. Without one the host still runs text-only jobs; a job whose
- * model calls a tool then fails with tools_unavailable (never a fallback to the host). Orphans of
- * this host id (a previous process that died) are removed before any run starts here.
- */
-async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetrics): Promise<SandboxManager | null> {
-  if (!config.sandboxEnabled) return null;
-  const docker = connectDocker();
-  try {
-    await docker.ping();
-  } catch (err) {
-    log.warn("no Docker engine: tool calls will fail with tools_unavailable", errorFields(err));
-    return null;
+type MetricsServer = Awaited<ReturnType<typeof startMetricsServer>>;
+
+function readiness(stopping: boolean, leaseStore: LeaseStore | null): Readiness {
+  const reasons: string[] = [];
+  if (stopping) reasons.push("shutting down: no new claims");
+  const quota = leaseStore?.breaker() ?? null;
+  // Open until a quota call succeeds again: the next acquire or renewal after the cooldown probes.
+  if (quota?.state === "open") {
+    reasons.push(
+      `quota circuit breaker open: Redis calls are failing (${quota.lastError}); no model call can be admitted`,
+    );
   }
-  const manager = createSandboxManager({
-    docker,
-    hostId: config.hostId,
-    image: config.sandboxImage,
-    logger: log,
-    observe: {
-      active: (n) => metrics.sandboxesActive.set(n),
-      created: (seconds, outcome) => metrics.sandboxCreate.observe({ outcome }, seconds),
-      deleted: (seconds, outcome) => metrics.sandboxDelete.observe({ outcome }, seconds),
-    },
-  });
-  try {
-    await manager.removeOrphans(new Set());
-  } catch (err) {
-    log.warn("orphan sandbox removal failed", errorFields(err));
-  }
-  return manager;
+  return { ready: reasons.length === 0, reasons, quota };
 }

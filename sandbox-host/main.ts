@@ -7,7 +7,8 @@
 import { HostConfigError, hostConfigFromEnv } from "./config";
 import { startHost } from "./host";
 import { createLogger, errorFields } from "./log";
-import { createOpenAICompatibleClient, ModelConfigError, modelCatalogFromEnv, modelConfigFromEnv } from "./model";
+import { ModelConfigError, modelCatalogFromEnv, modelConfigFromEnv } from "./model/config";
+import { createOpenAICompatibleClient } from "./model/openai-compatible";
 
 async function main(): Promise<void> {
   const env = { ...process.env };

@@ -13,6 +13,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { Redis as IORedis } from "ioredis";
 import { loadQuotaScripts } from "../sandbox-host/quota/load-scripts";
+import { sleep } from "../src/domain/async";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore, type QuotaLease } from "../src/quota/lease-store";
 import { createRedisClient } from "../src/quota/redis";
@@ -33,7 +34,6 @@ const LIMIT = Number(values.limit);
 const WORKERS = Number(values.workers);
 const HEARTBEAT_MS = 400;
 const LEASE_MS = 3 * HEARTBEAT_MS;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const holdMs = () => 150 + Math.random() * 350;
 
 const redis = await startRedis();

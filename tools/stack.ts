@@ -14,7 +14,7 @@ import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { connectDocker } from "../sandbox-host/sandbox";
+import { connectDocker } from "../sandbox-host/sandbox/docker";
 import * as schema from "../src/db/schema";
 import { createApiKey, createTenant } from "../src/db/tenants-repo";
 import { applyMigrations } from "./migrate";

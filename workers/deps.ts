@@ -41,21 +41,8 @@ export function createDeps(config: GatewayConfig): Deps {
 
 export type DependencyName = "postgres" | "redis";
 
-export class DependencyTimeout extends Error {
-  override readonly name = "DependencyTimeout";
-}
-
-export async function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DependencyTimeout(`${what} did not answer within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    if (timer !== undefined) clearTimeout(timer);
-  }
-}
+// One timeout helper for the gateway and the host: src/domain/async.ts.
+export { withTimeout } from "../src/domain/async";
 
 /** SQLSTATE classes that mean "could not talk to the database", not "the query is wrong". */
 const CONNECTION_SQLSTATE = /^(08|53|57|58)/;

@@ -21,13 +21,15 @@
 import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
 import { claimFromPostgres, claimJobs } from "../../src/db/ownership-repo";
+import { TimeoutError, withTimeout } from "../../src/domain/async";
 import { jitter } from "../../src/domain/backoff";
+import type { Claim } from "../../src/domain/identity";
 import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
-import type { ClaimSource, HostMetrics } from "../metrics";
-import type { Claim } from "../runner";
+import type { ClaimSource, HostMetrics } from "../metrics/metrics";
 
 export interface ClaimTarget {
   readonly free: number;
@@ -57,7 +59,8 @@ export interface ClaimerOptions {
 
 type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
 
-export class Claimer {
+export class Claimer implements Service {
+  readonly name = "claimer";
   private stopped = true;
   private loop: Promise<void> | null = null;
   private wakeSleep: (() => void) | null = null;
@@ -254,19 +257,4 @@ export class Claimer {
       };
     });
   }
-}
-
-class TimeoutError extends Error {
-  constructor(ms: number) {
-    super(`no answer within ${ms} ms`);
-    this.name = "TimeoutError";
-  }
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(ms)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }

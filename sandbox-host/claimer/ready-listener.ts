@@ -9,12 +9,14 @@
  */
 import pg from "pg";
 import { backoffDelay } from "../../src/domain/backoff";
+import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
 
 export const READY_CHANNEL = "ear_ready";
 export const CANCEL_CHANNEL = "ear_cancel";
 
-export class ReadyListener {
+export class ReadyListener implements Service {
+  readonly name = "ready listener";
   private client: pg.Client | null = null;
   private stopped = false;
   private attempt = 0;

@@ -6,7 +6,7 @@
 import { performance } from "node:perf_hooks";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { LatencyView } from "../../src/contracts/job";
-import type { OffloadObserver } from "../offload";
+import type { OffloadObserver } from "../offload/pool";
 
 export type ClaimSource = "index" | "notify" | "sweep" | "poll";
 

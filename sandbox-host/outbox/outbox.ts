@@ -15,9 +15,11 @@
  * Events produced while we owned the execution stay valid after we lose it, so they keep being
  * delivered; the runner is what stops producing new ones.
  */
-import type { EventEnvelope, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
+import type { EventEnvelope, EventPayload, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
+import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
+import type { ExecutionRef } from "../../src/domain/identity";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
 
@@ -44,13 +46,8 @@ export interface OutboxOptions {
   requestTimeoutMs?: number;
 }
 
-export interface ExecutionRef {
-  jobId: string;
-  executionId: string;
-  epoch: number;
-  /** The claim token the execution started under: its batches are signed with a key derived from it. */
-  token: string;
-}
+// One identity type for claims and executions: src/domain/identity.ts.
+export type { ExecutionRef };
 
 /**
  * Statuses that say "this batch will never be accepted": retrying cannot help. 403 is the gateway
@@ -101,14 +98,8 @@ export class Outbox {
   async drain(timeoutMs: number): Promise<boolean> {
     this.schedule(0);
     if (this.streams.size === 0) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const drained = new Promise<boolean>((resolve) => this.drainWaiters.push(() => resolve(true)));
-    const timedOut = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), timeoutMs);
-    });
-    const result = await Promise.race([drained, timedOut]);
-    clearTimeout(timer);
-    return result;
+    const drained = new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+    return settlesWithin(drained, timeoutMs);
   }
 
   /** Stop all timers; undelivered events are abandoned (call drain first). */
@@ -305,9 +296,10 @@ export class ExecutionOutbox {
     return !this.stopped && this.pending.length > 0;
   }
 
-  emit(type: EventType, payload: Record<string, unknown>): EventEnvelope {
+  emit<T extends EventType>(type: T, payload: EventPayload<T>): EventEnvelope {
     if (this.ended) throw new Error(`outbox of execution ${this.ref.executionId} is closed`);
-    const event: EventEnvelope = {
+    // TypeScript cannot tie a generic `type` to its member of the union; EventPayload<T> does.
+    const event = {
       job_id: this.ref.jobId,
       execution_id: this.ref.executionId,
       epoch: this.ref.epoch,
@@ -315,7 +307,7 @@ export class ExecutionOutbox {
       type,
       payload,
       ts: new Date().toISOString(),
-    };
+    } as EventEnvelope;
     this.pending.push(event);
     this.outbox.adjustBacklog(1);
     const { flushDelayMs = 10, maxBatch = 256 } = this.outbox.opts;

@@ -13,6 +13,8 @@ import { readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-rep
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import { PeriodicTask } from "../lifecycle/periodic";
+import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
 
 export interface ReaperOptions {
@@ -30,34 +32,31 @@ export interface ReaperOptions {
 
 const REBUILD_BATCH = 1000;
 
-export class Reaper {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+export class Reaper implements Service {
+  readonly name = "reaper";
   private nextRebuildAt = 0;
-  private stopped = true;
+  /** The first pass runs at once (a host starting after a crash recovers its jobs first), then ~every intervalMs ±30%. */
+  private readonly loop: PeriodicTask;
 
-  constructor(private readonly opts: ReaperOptions) {}
+  constructor(private readonly opts: ReaperOptions) {
+    this.loop = new PeriodicTask(
+      {
+        name: this.name,
+        everyMs: opts.intervalMs,
+        spread: 0.3,
+        firstDelayMs: 0,
+        onError: (err) => opts.log.warn("reaper pass failed", errorFields(err)),
+      },
+      () => this.pass(),
+    );
+  }
 
   start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    this.schedule(0);
+    this.loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.running;
-  }
-
-  private schedule(ms: number): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.running = this.pass().finally(() => {
-        this.running = null;
-        this.schedule(jitter(this.opts.intervalMs, 0.3));
-      });
-    }, ms);
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** One reaping pass; safe to run concurrently with other hosts' passes. */

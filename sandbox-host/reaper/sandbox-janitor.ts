@@ -9,9 +9,10 @@
  */
 import type { Db } from "../../src/db/client";
 import { clearCleanupFences, finishedExecutions } from "../../src/db/reaper-repo";
-import { jitter } from "../../src/domain/backoff";
+import { PeriodicTask } from "../lifecycle/periodic";
+import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
-import type { SandboxManager } from "../sandbox";
+import type { SandboxManager } from "../sandbox/manager";
 
 export interface SandboxJanitorOptions {
   db: Db;
@@ -20,29 +21,21 @@ export interface SandboxJanitorOptions {
   intervalMs: number;
 }
 
-export class SandboxJanitor {
-  private timer: NodeJS.Timeout | null = null;
-  private pass: Promise<void> | null = null;
+export class SandboxJanitor implements Service {
+  readonly name = "sandbox janitor";
+  /** ~every intervalMs ±20%, fixed delay. */
+  private readonly loop: PeriodicTask;
 
-  constructor(private readonly opts: SandboxJanitorOptions) {}
-
-  start(): void {
-    if (this.timer) return;
-    const tick = () => {
-      this.pass = this.once()
-        .then(() => undefined)
-        .finally(() => {
-          this.pass = null;
-          if (this.timer) this.timer = setTimeout(tick, jitter(this.opts.intervalMs, 0.2));
-        });
-    };
-    this.timer = setTimeout(tick, jitter(this.opts.intervalMs, 0.2));
+  constructor(private readonly opts: SandboxJanitorOptions) {
+    this.loop = new PeriodicTask({ name: this.name, everyMs: opts.intervalMs, spread: 0.2 }, () => this.once());
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.pass;
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** One pass; returns the runs whose sandboxes were removed. Never throws. */

@@ -6,17 +6,22 @@
  */
 import type { Db } from "../../src/db/client";
 import { cancelRequested, heartbeat } from "../../src/db/ownership-repo";
-import { jitter } from "../../src/domain/backoff";
+import { settlesWithin } from "../../src/domain/async";
+import type { Claim } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { Redis } from "../../src/quota/redis";
+import { PeriodicTask } from "../lifecycle/periodic";
+import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
-import type { HostMetrics } from "../metrics";
+import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
-import type { Outbox } from "../outbox";
-import type { SandboxManager } from "../sandbox";
-import { ActiveRun, type Claim, type QuotaGate, type RunContext, runJob } from "./run-job";
+import type { Outbox } from "../outbox/outbox";
+import type { SandboxManager } from "../sandbox/manager";
+import type { QuotaGate } from "./quota-gate";
+import { ActiveRun, type RunContext } from "./run-context";
+import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
@@ -45,16 +50,22 @@ export interface RunnerOptions {
 export class Runner {
   private readonly runs = new Map<string, { run: ActiveRun; done: Promise<void> }>();
   private readonly slotListeners = new Set<() => void>();
-  private heartbeatTimer: NodeJS.Timeout | undefined;
-  private heartbeatInFlight: Promise<void> | null = null;
-  private cancelTimer: NodeJS.Timeout | undefined;
-  private cancelInFlight: Promise<void> | null = null;
   private lastDurableCheck = 0;
   /** Quota leases held by runs here, renewed together (one Redis call per heartbeat). */
   private readonly leases = new Map<string, { lease: QuotaLease; onLost: () => void }>();
-  private renewTimer: NodeJS.Timeout | undefined;
-  private renewInFlight: Promise<void> | null = null;
   private readonly ctx: RunContext;
+  /** One heartbeat statement for every started run, every ~heartbeatMs (fixed delay, ±10%). */
+  readonly heartbeats: PeriodicTask;
+  /**
+   * Cancel watch: every ~200 ms one batched Redis read of the hint keys of all runs here, and
+   * every ~1 s one batched Postgres query of their durable cancel flags (which converges even
+   * with Redis down). No subscription per run: cost is constant in the number of runs. Fixed
+   * rate, not fixed delay: a check that took 40 ms under load must not stretch the period to
+   * 240 ms, since how long a cancel waits to be seen is what this loop is for. Its stop also
+   * waits for a wake-up check (wakeCancelCheck) still running.
+   */
+  readonly cancelWatch: Service;
+  private readonly cancelChecks: PeriodicTask;
 
   constructor(private readonly opts: RunnerOptions) {
     const starts = new StartBatcher(opts.db, opts.hostId);
@@ -82,6 +93,30 @@ export class Runner {
             },
           }
         : undefined,
+    };
+    const onError = (what: string) => (err: unknown) => opts.log.warn(`${what} failed`, errorFields(err));
+    this.heartbeats = new PeriodicTask(
+      { name: "heartbeats", everyMs: opts.heartbeatMs, spread: 0.1, onError: onError("heartbeat") },
+      () => this.heartbeatOnce(),
+    );
+    this.cancelChecks = new PeriodicTask(
+      {
+        name: "cancel watch",
+        everyMs: opts.cancelHintMs ?? 200,
+        spread: 0.1,
+        fixedRate: true,
+        onError: onError("cancel check"),
+      },
+      () => this.checkCancels(),
+    );
+    this.cancelWatch = {
+      name: "cancel watch",
+      start: () => this.cancelChecks.start(),
+      stop: async () => {
+        const stopped = this.cancelChecks.stop();
+        await this.cancelWakeInFlight;
+        await stopped;
+      },
     };
   }
 
@@ -126,31 +161,17 @@ export class Runner {
     this.opts.metrics.runsActive.set(this.runs.size);
   }
 
-  startHeartbeats(): void {
-    const tick = () => {
-      this.heartbeatInFlight = this.heartbeatOnce().finally(() => {
-        this.heartbeatInFlight = null;
-        if (this.heartbeatTimer) this.heartbeatTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
-      });
-    };
-    this.heartbeatTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
-  }
-
   /** Renew every lease held here in one call per heartbeat interval; a lost lease stops its run. */
-  startLeaseRenewal(store: LeaseStore): void {
-    const tick = () => {
-      this.renewInFlight = this.renewOnce(store).finally(() => {
-        this.renewInFlight = null;
-        if (this.renewTimer) this.renewTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
-      });
-    };
-    this.renewTimer = setTimeout(tick, jitter(this.opts.heartbeatMs, 0.1));
-  }
-
-  async stopLeaseRenewal(): Promise<void> {
-    clearTimeout(this.renewTimer);
-    this.renewTimer = undefined;
-    await this.renewInFlight;
+  leaseRenewal(store: LeaseStore): PeriodicTask {
+    return new PeriodicTask(
+      {
+        name: "quota lease renewal",
+        everyMs: this.opts.heartbeatMs,
+        spread: 0.1,
+        onError: (err) => this.opts.log.warn("quota lease renewal failed", errorFields(err)),
+      },
+      () => this.renewOnce(store),
+    );
   }
 
   async renewOnce(store: LeaseStore): Promise<void> {
@@ -180,26 +201,6 @@ export class Runner {
   }
 
   /**
-   * Cancel watch: every ~200 ms one batched Redis read of the hint keys of all runs here, and
-   * every ~1 s one batched Postgres query of their durable cancel flags (which converges even
-   * with Redis down). No subscription per run: cost is constant in the number of runs.
-   */
-  startCancelWatch(): void {
-    const every = this.opts.cancelHintMs ?? 200;
-    // Fixed rate, not fixed delay: a check that took 40 ms under load must not stretch the
-    // period to 240 ms, since how long a cancel waits to be seen is what this loop is for.
-    const tick = () => {
-      const started = Date.now();
-      this.cancelInFlight = this.checkCancels().finally(() => {
-        this.cancelInFlight = null;
-        const wait = Math.max(0, jitter(every, 0.1) - (Date.now() - started));
-        if (this.cancelTimer) this.cancelTimer = setTimeout(tick, wait);
-      });
-    };
-    this.cancelTimer = setTimeout(tick, jitter(every, 0.1));
-  }
-
-  /**
    * Postgres announced a cancel for one of our runs (LISTEN ear_cancel): run a check with the
    * durable query now rather than at the next tick. Wake-ups that arrive while a check is in
    * flight fold into one more check after it, so a burst of cancels costs a few batched queries,
@@ -207,18 +208,16 @@ export class Runner {
    */
   wakeCancelCheck(): void {
     this.cancelWakePending = true;
-    if (this.cancelWakeInFlight || !this.cancelTimer) return;
+    if (this.cancelWakeInFlight || !this.cancelChecks.running) return;
     this.cancelWakeInFlight = (async () => {
-      while (this.cancelWakePending && this.cancelTimer) {
+      while (this.cancelWakePending && this.cancelChecks.running) {
         this.cancelWakePending = false;
-        await this.cancelInFlight;
-        // Postgres announced it, so the durable flag is there to read; the hint may not be set
-        // yet (the gateway sets it after the commit), so only the durable query runs.
-        this.lastDurableCheck = 0;
-        const check = this.checkCancels({ durableOnly: true });
-        this.cancelInFlight = check;
-        await check.finally(() => {
-          if (this.cancelInFlight === check) this.cancelInFlight = null;
+        // After the check in flight, never alongside it (runNow waits for it).
+        await this.cancelChecks.runNow(() => {
+          // Postgres announced it, so the durable flag is there to read; the hint may not be set
+          // yet (the gateway sets it after the commit), so only the durable query runs.
+          this.lastDurableCheck = 0;
+          return this.checkCancels({ durableOnly: true });
         });
       }
     })().finally(() => {
@@ -228,13 +227,6 @@ export class Runner {
 
   private cancelWakePending = false;
   private cancelWakeInFlight: Promise<void> | null = null;
-
-  async stopCancelWatch(): Promise<void> {
-    clearTimeout(this.cancelTimer);
-    this.cancelTimer = undefined;
-    await this.cancelWakeInFlight;
-    await this.cancelInFlight;
-  }
 
   /** One cancel check: hints (unless `durableOnly`), durable flags when due. */
   async checkCancels(opts: { durableOnly?: boolean } = {}): Promise<void> {
@@ -268,12 +260,6 @@ export class Runner {
         this.opts.log.warn("durable cancel check failed", errorFields(err));
       }
     }
-  }
-
-  async stopHeartbeats(): Promise<void> {
-    clearTimeout(this.heartbeatTimer);
-    this.heartbeatTimer = undefined;
-    await this.heartbeatInFlight;
   }
 
   /** One heartbeat statement for every started run. */
@@ -315,14 +301,4 @@ export class Runner {
     for (const { run } of this.runs.values()) run.stopForShutdown();
     await settlesWithin(all(), abortWaitMs);
   }
-}
-
-async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  const result = await Promise.race([p.then(() => true), timeout]);
-  clearTimeout(timer);
-  return result;
 }

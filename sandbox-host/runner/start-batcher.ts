@@ -6,7 +6,8 @@
  * Each start still gets its own answer: whether its own full claim identity hit.
  */
 import type { Db } from "../../src/db/client";
-import { type ExecutionIdentity, markStartedMany } from "../../src/db/ownership-repo";
+import { markStartedMany } from "../../src/db/ownership-repo";
+import type { ExecutionIdentity } from "../../src/domain/identity";
 
 interface Waiting {
   id: ExecutionIdentity;

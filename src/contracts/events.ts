@@ -31,16 +31,95 @@ export function isTerminalEventType(type: string): type is TerminalEventType {
   return (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
 }
 
-export const EventEnvelopeSchema = z.object({
+/**
+ * One payload schema per event type: what a host emits (sandbox-host/runner/) and, for the
+ * lifecycle types, what the projector writes from Postgres (workers/durable-objects/job-state.ts:
+ * `source: "projector"` and the row's output or error). The host's `emit` and every reader take
+ * their types from here.
+ *
+ * Fields beyond the ones named are kept as sent, neither stripped nor refused. The batch mac
+ * covers the raw JSON a host sent (routes/internal-events.ts), so stripping would store something
+ * other than what was signed; refusing would turn a host one release ahead of its gateway into a
+ * permanent 400 (the outbox drops permanently refused batches), losing events during a rolling
+ * deploy. What is named is checked: a known field of the wrong type is a 400.
+ */
+const fromProjector = z.literal("projector");
+/**
+ * A job error inside an event: the code is a string here, not the closed JOB_ERROR_CODES set the
+ * Job view uses. A host one release ahead may write a code this gateway does not know yet, and a
+ * refused batch is dropped by the outbox (see above); the job row's code is what the Job shows.
+ */
+const eventJobError = z.object({ code: z.string().min(1), message: z.string() });
+/** A terminal event the projector wrote from the job row (no host delivered one). */
+const projected = z.looseObject({
+  source: fromProjector,
+  output: z.string().optional(),
+  error: eventJobError.optional(),
+});
+
+export type ProjectedPayload = z.infer<typeof projected>;
+
+export const EVENT_PAYLOAD_SCHEMAS = {
+  /** No host id: which machine ran a job is the operator's business (it is in the host's log). */
+  "run.started": z.looseObject({ source: fromProjector.optional() }),
+  "run.prepared": z.looseObject({}),
+  "quota.waiting": z.looseObject({
+    reason: z.enum(["limit_reached", "redis_unavailable"]),
+    /** The quota key refusing (`model:<name>`, `tenant:<id>`), or null. */
+    key: z.string().nullable(),
+    /** Waiters ahead, or null. */
+    ahead: z.number().int().min(0).nullable(),
+  }),
+  "model.delta": z.looseObject({ text: z.string() }),
+  "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown() }),
+  /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
+  "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown() }),
+  "sandbox.created": z.looseObject({}),
+  "input.accepted": z.looseObject({ input_id: z.string(), content: z.string() }),
+  /** How the host learned of the cancel (null: it was not told which way). */
+  "cancel.accepted": z.looseObject({ via: z.enum(["hint", "durable"]).nullable() }),
+  "run.completed": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
+  "run.failed": z.union([z.looseObject({ error: eventJobError }), projected]),
+  /** The partial text, or null. */
+  "run.cancelled": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
+  "run.lost": projected,
+  "run.timed_out": projected,
+} as const satisfies Record<EventType, z.ZodType<Record<string, unknown>>>;
+
+export type EventPayload<T extends EventType> = z.infer<(typeof EVENT_PAYLOAD_SCHEMAS)[T]>;
+
+const envelopeFields = {
   job_id: z.string().min(1).max(100),
   execution_id: z.string().min(1).max(100),
   epoch: z.number().int().min(0),
   seq: z.number().int().min(1),
-  type: z.enum(EVENT_TYPES),
-  payload: z.record(z.string(), z.unknown()),
   ts: z.string(),
-});
+};
+
+function envelopeOf<T extends EventType>(type: T) {
+  return z.object({ ...envelopeFields, type: z.literal(type), payload: EVENT_PAYLOAD_SCHEMAS[type] });
+}
+
+/** The envelope, discriminated by `type`: each type carries its own payload. */
+export const EventEnvelopeSchema = z.discriminatedUnion("type", [
+  envelopeOf("run.started"),
+  envelopeOf("run.prepared"),
+  envelopeOf("quota.waiting"),
+  envelopeOf("model.delta"),
+  envelopeOf("tool.call"),
+  envelopeOf("tool.result"),
+  envelopeOf("sandbox.created"),
+  envelopeOf("input.accepted"),
+  envelopeOf("cancel.accepted"),
+  envelopeOf("run.completed"),
+  envelopeOf("run.failed"),
+  envelopeOf("run.cancelled"),
+  envelopeOf("run.lost"),
+  envelopeOf("run.timed_out"),
+]);
 export type EventEnvelope = z.infer<typeof EventEnvelopeSchema>;
+/** The envelope of one event type. */
+export type EventOf<T extends EventType> = Extract<EventEnvelope, { type: T }>;
 
 /**
  * One batch from a host's outbox: events of one job, in seq order. `mac` is the batch's HMAC with

@@ -87,6 +87,16 @@ function components(schemas: Record<string, z.ZodType>, io: "input" | "output"):
     delete s.$schema;
     delete s.$id;
   }
+  // The envelope is a union on `type` (oneOf: one variant per type, with its payload). The list of
+  // types is stated on top as well, where a reader or a client generator looks first.
+  const envelope = out.EventEnvelope;
+  if (envelope) {
+    Object.assign(envelope, {
+      type: "object",
+      properties: { type: { type: "string", enum: [...EVENT_TYPES] } },
+      required: ["type"],
+    });
+  }
   return out as Record<string, JsonSchema>;
 }
 

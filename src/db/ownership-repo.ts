@@ -8,6 +8,7 @@
 import { sql } from "drizzle-orm";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
+import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
 import type { Db } from "./client";
 import { resultCount, resultRows } from "./client";
 
@@ -35,18 +36,8 @@ export function jobErrorSql(code: JobErrorCode, message: string) {
 /** The error of a job cancelled before it started (by the gateway, its claimant or the reaper). */
 export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before it started");
 
-/** Who owns a claim (before start). */
-export interface ClaimIdentity {
-  jobId: string;
-  host: string;
-  epoch: number;
-  token: string;
-}
-
-/** Who owns a started execution. */
-export interface ExecutionIdentity extends ClaimIdentity {
-  executionId: string;
-}
+// The identity types live in src/domain/identity.ts; re-exported for this module's callers.
+export type { ClaimIdentity, ExecutionIdentity };
 
 /** Claim one job named by the ready index. Only a one-row hit counts; returns the new epoch. */
 export async function claimJob(db: Db, jobId: string, host: string, token: string): Promise<number | null> {
@@ -84,12 +75,7 @@ export async function claimJobs(
  * index is unavailable or has lost entries. SKIP LOCKED keeps concurrent pollers off each
  * other's rows; the outer WHERE repeats the claim conditions so the claim stays a CAS.
  */
-export async function claimFromPostgres(
-  db: Db,
-  host: string,
-  tokens: string[],
-  olderThanMs = 0,
-): Promise<Array<{ jobId: string; epoch: number; token: string }>> {
+export async function claimFromPostgres(db: Db, host: string, tokens: string[], olderThanMs = 0): Promise<Claim[]> {
   if (tokens.length === 0) return [];
   // One token per claimed row: number the candidates and pair each with tokens[n].
   const rows = resultRows<{ id: string; epoch: number; token: string }>(

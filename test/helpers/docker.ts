@@ -5,7 +5,8 @@
  * with its own host id and removes everything carrying that label afterwards.
  */
 import { randomUUID } from "node:crypto";
-import { connectDocker, type Docker, LABEL_HOST } from "../../sandbox-host/sandbox";
+import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
+import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../../tools/sandbox-image/build";
 
 export const TEST_IMAGE = LOCAL_SANDBOX_IMAGE;

@@ -6,6 +6,7 @@
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { EventOf } from "../../src/contracts/events";
 import { requestCancel, submitInput } from "../../src/db/control-repo";
 import { cancelClaim, claimJob, markStarted } from "../../src/db/ownership-repo";
 import { releaseStaleClaims } from "../../src/db/reaper-repo";
@@ -250,7 +251,7 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
     const events = await rest;
     const accepted = events
       .filter((e) => e.event === "input.accepted")
-      .map((e) => (JSON.parse(e.data) as { payload: { input_id: string } }).payload.input_id);
+      .map((e) => (JSON.parse(e.data) as EventOf<"input.accepted">).payload.input_id);
     expect(accepted).toEqual([first.body.input_id, second.body.input_id]);
     const inputs = await api.call<{ inputs: Array<{ input_id: string; status: string }> }>(
       "GET",
@@ -310,7 +311,7 @@ describe.skipIf(!canRun)("cancel wake-up through Postgres (LISTEN ear_cancel)", 
     expect(convergenceMs).not.toBeNull();
     const accepted = events.find((e) => e.event === "cancel.accepted");
     expect(accepted).toBeDefined();
-    expect((JSON.parse(accepted!.data) as { payload: { via: string } }).payload.via).toBe("durable");
+    expect((JSON.parse(accepted!.data) as EventOf<"cancel.accepted">).payload.via).toBe("durable");
     expect(events.at(-1)?.event).toBe("run.cancelled");
   });
 });

@@ -7,6 +7,7 @@ import { request as httpRequest } from "node:http";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { EventOf } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant, revokeApiKey } from "../../src/db/tenants-repo";
 import { signedHeaders } from "../../src/domain/signing";
@@ -77,7 +78,7 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     expect(types.filter((t) => t.startsWith("run.") && ["run.completed", "run.failed"].includes(t))).toHaveLength(1);
     const text = events
       .filter((e) => e.event === "model.delta")
-      .map((e) => (JSON.parse(e.data) as { payload: { text: string } }).payload.text)
+      .map((e) => (JSON.parse(e.data) as EventOf<"model.delta">).payload.text)
       .join("");
     expect(text).toBe("Echo: hello there world");
     const envelope = JSON.parse(events[0]?.data ?? "{}") as Record<string, unknown>;

@@ -21,6 +21,7 @@ import {
 } from "../../src/db/ownership-repo";
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
 import { executions, jobs, tenants } from "../../src/db/schema";
+import { sleep } from "../../src/domain/async";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -55,8 +56,6 @@ async function claimAndStart(jobId: string, host: string): Promise<ExecutionIden
   expect(await markStarted(t.db, id)).toBe(true);
   return id;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("fencing: a stale owner's writes hit zero rows", () => {
   it("a late started CAS after the claim was released and re-claimed loses; the new epoch wins", async () => {

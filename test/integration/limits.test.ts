@@ -13,6 +13,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import type { EventOf } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { type Stack, startStack } from "../../tools/stack";
@@ -217,8 +218,8 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
 
     const events = await api.events(jobId);
     expect(events.at(-1)?.event).toBe("run.failed");
-    const terminal = JSON.parse(events.at(-1)?.data ?? "{}") as { payload: { error: { code: string } } };
-    expect(terminal.payload.error.code).toBe("model_not_allowed");
+    const terminal = JSON.parse(events.at(-1)?.data ?? "{}") as EventOf<"run.failed">;
+    expect(terminal.payload.error?.code).toBe("model_not_allowed");
     const job = await api.call<{ job: { state: string; error: { code: string; message: string } } }>(
       "GET",
       `/v1/jobs/${jobId}`,

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { createLogger, type Logger, silentLogger } from "../../sandbox-host/log";
-import { createHostMetrics, observeQuotaWait, timeSandboxOp } from "../../sandbox-host/metrics";
+import { createHostMetrics, observeQuotaWait, timeSandboxOp } from "../../sandbox-host/metrics/metrics";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";

@@ -10,6 +10,7 @@ import { Redis as IORedis } from "ioredis";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ioredisLuaRunner } from "../../sandbox-host/quota/ioredis-runner";
 import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
+import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
 import { createLeaseStore, type LeaseStoreOptions } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
@@ -19,7 +20,6 @@ import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-brid
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe.skipIf(!canRun)("quota lease store", () => {
   let redis: RedisService;

@@ -7,6 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
+import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
 import { createLeaseStore, type LeaseStore, type LeaseStoreOptions } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
@@ -17,7 +18,6 @@ import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-brid
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Kendall's tau between arrival order and admission order (1 = perfectly FIFO). */
 function kendallTau(admissionOrder: number[]): number {

@@ -5,14 +5,10 @@
  * ... 10.253.251.0/24 (the other sandbox suite uses 10.253.240.0/22 and runs at the same time).
  */
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  createSandboxManager,
-  type Docker,
-  LABEL_HOST,
-  noKeyedLock,
-  type SandboxManagerOptions,
-  SandboxPoolExhausted,
-} from "../../sandbox-host/sandbox";
+import type { Docker } from "../../sandbox-host/sandbox/docker";
+import { SandboxPoolExhausted } from "../../sandbox-host/sandbox/errors";
+import { noKeyedLock } from "../../sandbox-host/sandbox/keyed-lock";
+import { createSandboxManager, LABEL_HOST, type SandboxManagerOptions } from "../../sandbox-host/sandbox/manager";
 import { overlaps, parseCidr } from "../../sandbox-host/sandbox/subnet";
 import { countHostObjects, removeHostObjects, requireDocker, TEST_IMAGE, testHostId } from "../helpers/docker";
 

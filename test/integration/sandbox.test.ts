@@ -6,15 +6,10 @@
  */
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  callSandboxTool,
-  createSandboxManager,
-  SANDBOX_TOOL_SPECS,
-  type Sandbox,
-  SandboxError,
-  type SandboxManager,
-} from "../../sandbox-host/sandbox";
+import { SandboxError } from "../../sandbox-host/sandbox/errors";
+import { createSandboxManager, type Sandbox, type SandboxManager } from "../../sandbox-host/sandbox/manager";
 import { parseCidr } from "../../sandbox-host/sandbox/subnet";
+import { callSandboxTool, SANDBOX_TOOL_SPECS } from "../../sandbox-host/sandbox/tools";
 import {
   countHostObjects,
   hostProcesses,

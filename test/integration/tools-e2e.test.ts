@@ -6,7 +6,7 @@
 import { randomUUID } from "node:crypto";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Docker } from "../../sandbox-host/sandbox";
+import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { hostConfigFromEnv } from "../../sandbox-host/config";
-import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model";
+import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model/config";
 import { parseModelList, resolveModel } from "../../src/domain/models";
 
 const hostEnv = {

@@ -10,13 +10,16 @@ import { afterEach, describe, expect, it } from "vitest";
 import {
   OffloadAbortedError,
   OffloadClosedError,
+  OffloadQueueFullError,
+  OffloadTaskError,
+} from "../../sandbox-host/offload/errors";
+import {
   type OffloadObserver,
   type OffloadOutcome,
   OffloadPool,
   type OffloadPoolOptions,
-  OffloadQueueFullError,
-  OffloadTaskError,
-} from "../../sandbox-host/offload";
+} from "../../sandbox-host/offload/pool";
+import { sleep } from "../../src/domain/async";
 
 const pools: OffloadPool[] = [];
 afterEach(async () => {
@@ -44,8 +47,6 @@ async function pool(opts: OffloadPoolOptions = {}): Promise<OffloadPool> {
   await p.warm();
   return p;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("offload pool", () => {
   it("runs named tasks on worker threads and returns their results", async () => {

@@ -6,12 +6,13 @@
  */
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
-import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox";
+import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox/outbox";
 
 /** The claim token the test executions started under (their batches' macs derive from it). */
 const TOKEN = "00000000-0000-4000-8000-000000000001";
 
 import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
+import { sleep } from "../../src/domain/async";
 import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
@@ -74,7 +75,6 @@ function twoEndedStreams(box: Outbox, first: ExecutionRef, second: ExecutionRef)
   return [a, b] as const;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const seqs = (b: Batch | undefined) => b?.events.map((e) => e.seq);
 
 describe("outbox: one request per flush for the whole host", () => {

@@ -156,7 +156,17 @@ export function envelope(
   type: EventType = "model.delta",
   payload: Record<string, unknown> = { text: `t${seq}` },
 ): EventEnvelope {
-  return { job_id: jobId, execution_id: executionId, epoch, seq, type, payload, ts: new Date().toISOString() };
+  // Deliberately any payload: these tests hand the object malformed and forged events over RPC,
+  // which (unlike the gateway's ingest route) does not validate them.
+  return {
+    job_id: jobId,
+    execution_id: executionId,
+    epoch,
+    seq,
+    type,
+    payload,
+    ts: new Date().toISOString(),
+  } as EventEnvelope;
 }
 
 /** `seqs` of one execution, all model deltas. */

@@ -11,6 +11,7 @@
  */
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import pg from "pg";
+import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
 import { RespInfo } from "../load/resp";
 import { pct } from "../load/stats";
@@ -29,7 +30,6 @@ const REPLACE = SPREAD_MS > 2000;
 
 const fmt = (xs: number[]) =>
   `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function commandsPerSecond(stack: Stack, seconds = 3): Promise<number> {
   const redis = new RespInfo(stack.redisUrl as string);

@@ -32,6 +32,7 @@ import {
   setTimingFact,
 } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { sleep } from "../../src/domain/async";
 import { pct } from "../load/stats";
 import { applyMigrations } from "../migrate";
 import { startPostgres } from "../services/postgres";
@@ -39,7 +40,6 @@ import { startPostgres } from "../services/postgres";
 const { values } = parseArgs({ args: process.argv.slice(2), options: { jobs: { type: "string" } } });
 const N = Number(values.jobs ?? 4000);
 const TENANT = "bench";
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const silent = new Logger(() => () => {});
 
 const pgs = await startPostgres();

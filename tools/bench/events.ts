@@ -24,6 +24,7 @@ import type { EventEnvelope } from "../../src/contracts/events";
 import type { Db } from "../../src/db/client";
 import { claimJob, type ExecutionIdentity, finishJob, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { sleep } from "../../src/domain/async";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../lib/sse";
 import { pct } from "../load/stats";
@@ -37,7 +38,6 @@ const PACED_EVERY_MS = 10;
 const HOST = "bench-events";
 
 const now = () => performance.timeOrigin + performance.now();
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function newJob(stack: Stack): Promise<string> {
   const res = await fetch(`${stack.gatewayUrl}/v1/jobs`, {
     method: "POST",
@@ -72,15 +72,12 @@ class Sender {
     const events: EventEnvelope[] = [];
     for (let i = 0; i < n; i++) {
       const last = terminal && i === n - 1;
-      events.push({
-        job_id: jobId,
-        execution_id: executionId,
-        epoch,
-        seq: this.seq++,
-        type: last ? "run.completed" : "model.delta",
-        payload: last ? { output: "done", sent_at: now() } : { text: "token ", sent_at: now() },
-        ts: new Date().toISOString(),
-      });
+      const head = { job_id: jobId, execution_id: executionId, epoch, seq: this.seq++, ts: new Date().toISOString() };
+      events.push(
+        last
+          ? { ...head, type: "run.completed", payload: { output: "done", sent_at: now() } }
+          : { ...head, type: "model.delta", payload: { text: "token ", sent_at: now() } },
+      );
     }
     // Like the host: the terminal state is in Postgres before the terminal event is sent.
     if (terminal && !(await finishJob(this.db, this.id, { state: "completed", output: "done" }))) {

@@ -17,6 +17,7 @@ import { Redis as IORedis } from "ioredis";
 import { Semaphore } from "redis-semaphore";
 import { ioredisLuaRunner } from "../../sandbox-host/quota/ioredis-runner";
 import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
+import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
 import { createLeaseStore, type LeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
@@ -34,7 +35,6 @@ const WORKERS = 30;
 const HOSTS = 3;
 const HOLD_MS = 20;
 const SLACK = Number(process.argv.find((a) => a.startsWith("--slack="))?.slice(8) ?? "0.5");
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 interface Pair {
   acquire(id: string): Promise<() => Promise<void>>;
 }

@@ -5,7 +5,8 @@
  * its Engine API calls, to show where the time goes. Usage: bench/sandbox.ts [levels] [image]
  */
 import { readdir, readFile } from "node:fs/promises";
-import { connectDocker, createSandboxManager, type Docker, LABEL_HOST } from "../../sandbox-host/sandbox";
+import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
+import { createSandboxManager, LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import { pct } from "../load/stats";
 import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
 

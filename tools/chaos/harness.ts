@@ -21,6 +21,7 @@ import { randomUUID } from "node:crypto";
 import { createConnection } from "node:net";
 import { resolve } from "node:path";
 import pg from "pg";
+import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { readSse } from "../lib/sse";
@@ -141,8 +142,6 @@ interface LiveHost {
   stopped: boolean;
   dead: boolean;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function signalGroup(h: LiveHost, sig: NodeJS.Signals): void {
   signalHost(h.handle, sig);

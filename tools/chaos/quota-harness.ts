@@ -19,6 +19,7 @@ import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { Redis as IORedis } from "ioredis";
 import pg from "pg";
+import { sleep } from "../../src/domain/async";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import type { MockModel, MockStats } from "../mock-model";
 import { type HostHandle, type Stack, startStack } from "../stack";
@@ -91,7 +92,6 @@ export interface ChaosQuotaReport {
 export const SLOT_POLL_MS = 20;
 export const SLOT_RETURN_TOLERANCE_MS = 250;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export function quotaHostEnv(o: Pick<ChaosQuotaOptions, "limit" | "maxRunsPerHost" | "heartbeatMs">) {

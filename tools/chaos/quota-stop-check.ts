@@ -5,8 +5,8 @@
  *  1. its first model turn is in flight (the mock holds the answer back `ttft_ms`), so its host
  *     holds a lease on the model key;
  *  2. the harness SIGSTOPs that host, then appends an input to the run through the API: a run
- *     that carried on would take one more model turn for it (run-job.ts applies input at turn
- *     boundaries);
+ *     that carried on would take one more model turn for it (runner/agent-loop.ts applies input
+ *     at turn boundaries);
  *  3. it waits until the mock has written the whole first answer into the frozen host's socket
  *     and, on the Redis server's clock, the lease is older than the lease timeout;
  *  4. SIGCONT. The host finds the buffered answer and its due timers at once.
@@ -18,6 +18,7 @@
 import { randomUUID } from "node:crypto";
 import type { Redis as IORedis } from "ioredis";
 import type pg from "pg";
+import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
 import type { MockModel } from "../mock-model";
 import type { HostHandle, Stack } from "../stack";
@@ -61,8 +62,6 @@ export function timeMs(reply: unknown): number {
   const [s, us] = reply as [string | number, string | number];
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function until<T>(
   what: string,

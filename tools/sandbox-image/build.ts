@@ -9,7 +9,7 @@ import { readFile } from "node:fs/promises";
 import { Readable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
-import { connectDocker, type Docker } from "../../sandbox-host/sandbox";
+import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { type TarEntry, tarball } from "./rootfs-tar";
 
 export const LOCAL_SANDBOX_IMAGE = "ear-sandbox:local";

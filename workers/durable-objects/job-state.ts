@@ -5,7 +5,7 @@
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import type { EventEnvelope } from "../../src/contracts/events";
+import type { EventEnvelope, ProjectedPayload } from "../../src/contracts/events";
 import type { JobError } from "../../src/contracts/job";
 import { type JobState, terminalEventFor } from "../../src/contracts/job-state";
 import { executions, jobs } from "../../src/db/schema";
@@ -105,7 +105,7 @@ export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Dat
     const finishedAt = facts.finishedAt?.getTime() ?? now;
     if (now - finishedAt < HOST_TERMINAL_GRACE_MS) return null;
   }
-  const payload: Record<string, unknown> = { source: "projector" };
+  const payload: ProjectedPayload = { source: "projector" };
   if (type === "run.completed") payload.output = facts.output ?? "";
   else if (facts.error) payload.error = facts.error;
   return {

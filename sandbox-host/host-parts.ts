@@ -1,0 +1,174 @@
+/**
+ * What a host is made of, built before any of it starts (host.ts decides the start and stop
+ * order): the Postgres pool, the Redis client, metrics, the quota lease store, sandboxes, the
+ * offload pool, the outbox, the runner, the claimer, the reaper, the janitor, the listener.
+ */
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import * as schema from "../src/db/schema";
+import { redisKeys } from "../src/quota/keys";
+import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
+import { createRedisClient } from "../src/quota/redis";
+import { Claimer } from "./claimer/claimer";
+import { ReadyListener } from "./claimer/ready-listener";
+import type { HostConfig } from "./config";
+import type { HostDeps } from "./host";
+import { errorFields, type Logger } from "./log";
+import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
+import { OffloadPool } from "./offload/pool";
+import { Outbox } from "./outbox/outbox";
+import { loadQuotaScripts } from "./quota/load-scripts";
+import { Reaper } from "./reaper/reaper";
+import { SandboxJanitor } from "./reaper/sandbox-janitor";
+import { Runner } from "./runner/runner";
+import { connectDocker } from "./sandbox/docker";
+import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
+
+/** Everything a host is made of, built before any of it starts. */
+export interface HostParts {
+  metrics: HostMetrics;
+  leaseStore: LeaseStore | null;
+  offload: OffloadPool;
+  outbox: Outbox;
+  runner: Runner;
+  claimer: Claimer;
+  reaper: Reaper;
+  janitor: SandboxJanitor | null;
+  listener: ReadyListener | null;
+}
+
+export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
+  // One connection per run slot (each run issues one statement at a time) plus the claimer,
+  // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
+  const pool = new pg.Pool({
+    connectionString: config.databaseUrl,
+    max: config.maxRuns + 4,
+    idleTimeoutMillis: 30_000,
+    connectionTimeoutMillis: 5_000,
+  });
+  // An idle client losing its connection emits here; unhandled it would kill the process.
+  pool.on("error", (err) => log.warn("idle Postgres connection failed", errorFields(err)));
+  try {
+    await pool.query("SELECT 1");
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw new Error(`cannot reach Postgres at DATABASE_URL: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  return pool;
+}
+
+export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger, pool: pg.Pool): Promise<HostParts> {
+  const db = drizzle(pool, { schema });
+  const redis = deps.redis ?? createRedisClient(config.redis);
+  const metrics = createHostMetrics(config.hostId);
+  const leaseStore =
+    config.quotaModelLimit > 0
+      ? createLeaseStore(redis, await loadQuotaScripts(), {
+          heartbeatIntervalMs: config.heartbeatMs,
+          breaker: { onChange: (b) => metrics.quotaBreakerOpen.set(b.state === "open" ? 1 : 0) },
+        })
+      : null;
+  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
+  const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
+  const outbox = new Outbox({
+    gatewayUrl: config.gatewayUrl,
+    signingSecret: config.signingSecret,
+    log,
+    fetch: deps.fetch,
+    onBacklog: (n) => metrics.outboxBacklog.set(n),
+  });
+  const runner = new Runner({
+    db,
+    hostId: config.hostId,
+    maxRuns: config.maxRuns,
+    model: deps.model,
+    outbox,
+    log,
+    metrics,
+    heartbeatMs: config.heartbeatMs,
+    cancelHintMs: config.cancelHintMs,
+    cancelDurableMs: config.cancelDurableMs,
+    coalesceMs: config.deltaCoalesceMs,
+    redis,
+    keys: redisKeys(),
+    sandbox: sandbox ?? undefined,
+    models: deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] },
+    quota: leaseStore
+      ? {
+          store: leaseStore,
+          modelLimit: config.quotaModelLimit,
+          tenantLimit: config.quotaTenantLimit,
+          maxWaitMs: config.quotaMaxWaitMs,
+          onWait: (outcome) => observeQuotaWait(metrics, outcome),
+        }
+      : undefined,
+  });
+  const claimer = new Claimer({
+    db,
+    redis,
+    keys: redisKeys(),
+    hostId: config.hostId,
+    runner,
+    log,
+    metrics,
+    pollMs: config.pollMs,
+    idlePollMs: config.idlePollMs,
+    sweepMs: config.sweepMs,
+    sweepOlderThanMs: config.sweepOlderThanMs,
+  });
+  const reaper = new Reaper({
+    db,
+    redis,
+    keys: redisKeys(),
+    log,
+    intervalMs: config.reapMs,
+    claimTimeoutMs: config.claimTimeoutMs,
+    runLostAfterMs: config.runLostAfterMs ?? 3 * config.heartbeatMs + 2000,
+    indexRebuildMs: config.indexRebuildMs,
+  });
+  const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
+  const listener = config.listen
+    ? new ReadyListener({
+        databaseUrl: config.databaseUrl,
+        log,
+        onReady: (jobId) => claimer.hint(jobId),
+        onCancel: (owner) => {
+          if (owner === config.hostId) runner.wakeCancelCheck();
+        },
+      })
+    : null;
+  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener };
+}
+
+/**
+ * Sandboxes need a Docker engine. Without one the host still runs text-only jobs; a job whose
+ * model calls a tool then fails with tools_unavailable (never a fallback to the host). Orphans of
+ * this host id (a previous process that died) are removed before any run starts here.
+ */
+async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetrics): Promise<SandboxManager | null> {
+  if (!config.sandboxEnabled) return null;
+  const docker = connectDocker();
+  try {
+    await docker.ping();
+  } catch (err) {
+    log.warn("no Docker engine: tool calls will fail with tools_unavailable", errorFields(err));
+    return null;
+  }
+  const manager = createSandboxManager({
+    docker,
+    hostId: config.hostId,
+    image: config.sandboxImage,
+    logger: log,
+    observe: {
+      active: (n) => metrics.sandboxesActive.set(n),
+      created: (seconds, outcome) => metrics.sandboxCreate.observe({ outcome }, seconds),
+      deleted: (seconds, outcome) => metrics.sandboxDelete.observe({ outcome }, seconds),
+    },
+  });
+  try {
+    await manager.removeOrphans(new Set());
+  } catch (err) {
+    log.warn("orphan sandbox removal failed", errorFields(err));
+  }
+  return manager;
+}

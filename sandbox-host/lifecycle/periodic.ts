@@ -1,0 +1,102 @@
+/**
+ * The one shape of every periodic host loop (heartbeats, lease renewal, the cancel watch, the
+ * reaper, the sandbox janitor): run `fn` every `everyMs`, jittered so many hosts do not align,
+ * never two runs at once, and `stop()` resolves only once the run in flight has ended, so the
+ * host can close the Postgres pool right after without a loop still writing through it.
+ *
+ * Fixed delay (the default) waits the full period after a run ends. Fixed rate subtracts the
+ * run's own duration from the wait: for a loop whose period is a latency bound (how long a
+ * cancel waits to be seen), a 40 ms check under load must not stretch 200 ms to 240 ms.
+ */
+import { jitter } from "../../src/domain/backoff";
+import type { Service } from "./service";
+
+export interface PeriodicOptions {
+  /** For the host's start/stop log and the error log line. */
+  name: string;
+  everyMs: number;
+  /** Spread of the jitter around `everyMs` (0.1 = ±10%). */
+  spread: number;
+  /** Subtract the run's duration from the next wait (see above). Default false: fixed delay. */
+  fixedRate?: boolean;
+  /** Delay of the first run; default one jittered period. */
+  firstDelayMs?: number;
+  /** A run that threw (the loops catch their own errors; this is the backstop). */
+  onError?: (err: unknown) => void;
+}
+
+export class PeriodicTask implements Service {
+  readonly name: string;
+  private timer: NodeJS.Timeout | undefined;
+  private inFlight: Promise<void> | null = null;
+  private active = false;
+
+  constructor(
+    private readonly opts: PeriodicOptions,
+    private readonly fn: () => Promise<unknown>,
+  ) {
+    this.name = opts.name;
+  }
+
+  /** True between start() and stop(). */
+  get running(): boolean {
+    return this.active;
+  }
+
+  start(): void {
+    if (this.active) return;
+    this.active = true;
+    this.schedule(this.opts.firstDelayMs ?? jitter(this.opts.everyMs, this.opts.spread));
+  }
+
+  /** No new run starts after this is called; resolves once the one in flight (if any) ended. */
+  async stop(): Promise<void> {
+    this.active = false;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.inFlight) await this.inFlight;
+  }
+
+  /**
+   * One extra run outside the schedule (an event said "check now"), after the run in flight and
+   * never alongside it; skipped once stopped. stop() awaits it like a scheduled run.
+   */
+  async runNow(fn: () => Promise<unknown> = this.fn): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+    if (!this.active) return;
+    await this.track(fn);
+  }
+
+  private schedule(ms: number): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.tick();
+    }, ms);
+  }
+
+  private async tick(): Promise<void> {
+    // An extra run (runNow) may be in flight when the timer fires: wait for it, never overlap.
+    while (this.inFlight) await this.inFlight;
+    if (!this.active) return;
+    const started = Date.now();
+    await this.track(this.fn);
+    if (!this.active) return;
+    const period = jitter(this.opts.everyMs, this.opts.spread);
+    this.schedule(this.opts.fixedRate ? Math.max(0, period - (Date.now() - started)) : period);
+  }
+
+  private track(fn: () => Promise<unknown>): Promise<void> {
+    const run = (async () => {
+      try {
+        await fn();
+      } catch (err) {
+        this.opts.onError?.(err);
+      }
+    })();
+    const tracked = run.finally(() => {
+      if (this.inFlight === tracked) this.inFlight = null;
+    });
+    this.inFlight = tracked;
+    return tracked;
+  }
+}

@@ -1,2 +1,0 @@
-export * from "./metrics";
-export * from "./server";

@@ -1,2 +1,0 @@
-export * from "./errors";
-export * from "./pool";

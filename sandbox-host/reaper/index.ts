@@ -1,2 +1,0 @@
-export { Reaper, type ReaperOptions } from "./reaper";
-export { SandboxJanitor, type SandboxJanitorOptions } from "./sandbox-janitor";

@@ -1,2 +1,0 @@
-export * from "./run-job";
-export * from "./runner";

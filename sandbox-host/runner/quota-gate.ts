@@ -1,0 +1,88 @@
+/**
+ * The quota gate in front of every model turn: a named lease per turn (holder = execution id +
+ * turn, so a late release of an earlier turn can never free this one), a bounded wait visible as
+ * `quota.waiting`, and the holder-side rule that an expired lease is lost (docs/quota.md).
+ */
+import type { FinalOutcome } from "../../src/db/ownership-repo";
+import type { RunnableJob } from "../../src/db/run-repo";
+import type { ExecutionIdentity } from "../../src/domain/identity";
+import type { ModelEntry } from "../../src/domain/models";
+import { quotaKeys } from "../../src/quota/keys";
+import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
+import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
+import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
+
+/** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
+export interface QuotaGate {
+  store: LeaseStore;
+  /** Slots per model across all hosts. */
+  modelLimit: number;
+  /** Slots per tenant across all hosts (0 = no tenant quota). */
+  tenantLimit: number;
+  maxWaitMs: number;
+  /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
+  track(lease: QuotaLease, onLost: () => void): void;
+  untrack(lease: QuotaLease): void;
+  /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
+  onWait?(outcome: WaitOutcome): void;
+}
+
+/** A lease for one model turn (null = no quota configured), or the outcome that ends the run. */
+export async function acquireQuota(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  job: RunnableJob,
+  model: ModelEntry,
+  turn: number,
+  emit: Emit,
+): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
+  const q = ctx.quota;
+  if (!q || q.modelLimit <= 0) return { lease: null };
+  // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
+  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: q.modelLimit }];
+  if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
+  const outcome = await acquireWithWait(q.store, {
+    holder: `${id.executionId}:${turn}`,
+    demands,
+    maxWaitMs: q.maxWaitMs,
+    signal: run.abort.signal,
+    onWaiting: (info) =>
+      emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
+  });
+  q.onWait?.(outcome);
+  if (outcome.kind === "aborted") return abortedOutcome(run, "");
+  if (outcome.kind === "timed_out") {
+    return failed(
+      "quota_unavailable",
+      outcome.reason === "redis_unavailable"
+        ? "the model quota could not be checked (Redis unavailable) within the wait limit"
+        : `no model quota slot became free within ${Math.round(outcome.waitedMs)} ms`,
+      "",
+    );
+  }
+  q.track(outcome.lease, () => run.loseLease());
+  return { lease: outcome.lease };
+}
+
+/** The turn is over: stop renewing its lease and free the slot. */
+export async function releaseQuota(ctx: RunContext, lease: QuotaLease | null): Promise<void> {
+  if (!lease) return;
+  ctx.quota?.untrack(lease);
+  await ctx.quota?.store.release(lease);
+}
+
+/**
+ * The holder-side rule of a lease (lease-store.ts): usable only while `isValid`. Past its local
+ * deadline the lease is lost whatever Redis would say: stop the run's model calls, as a renewal
+ * that found it gone would.
+ */
+export function leaseRanOut(ctx: RunContext, run: ActiveRun, id: ExecutionIdentity, lease: QuotaLease | null): boolean {
+  if (!lease || !ctx.quota || ctx.quota.store.isValid(lease)) return false;
+  ctx.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
+    ...runFields(id),
+    holder: lease.holder,
+  });
+  run.loseLease();
+  return true;
+}

@@ -1,0 +1,118 @@
+/**
+ * What every step of a run shares: the host's collaborators (`RunContext`), the run's own state
+ * (`ActiveRun`, also read by the heartbeat loop, the cancel watch and shutdown), how a step emits
+ * an event, and how a run's failure is made.
+ */
+
+import type { JobErrorCode } from "../../src/contracts/errors";
+import type { EventPayload, EventType } from "../../src/contracts/events";
+import { type JobError, tenantJobError } from "../../src/contracts/job";
+import type { Db } from "../../src/db/client";
+import type { FinalOutcome } from "../../src/db/ownership-repo";
+import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
+import type { ModelCatalog } from "../../src/domain/models";
+import type { Logger } from "../log";
+import type { HostMetrics } from "../metrics/metrics";
+import type { ModelClient } from "../model/types";
+import type { Outbox } from "../outbox/outbox";
+import type { SandboxManager } from "../sandbox/manager";
+import type { QuotaGate } from "./quota-gate";
+
+export interface RunContext {
+  db: Db;
+  hostId: string;
+  /** The started CAS; the runner passes its group-committing batcher (default: one statement). */
+  markStarted?: (id: ExecutionIdentity) => Promise<boolean>;
+  model: ModelClient;
+  outbox: Outbox;
+  log: Logger;
+  /** Deltas arriving within this window become one `model.delta` event. */
+  coalesceMs: number;
+  /** Phase histograms, observed from the timing facts once the terminal write hit. */
+  metrics?: Pick<HostMetrics, "runPhase"> & Partial<Pick<HostMetrics, "cancelConvergence">>;
+  /** Global model quota (named leases shared by every host); absent = no quota. */
+  quota?: QuotaGate;
+  /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
+  sandbox?: SandboxManager;
+  /** The models jobs may run on, the default first; a job naming another one fails unrun. */
+  models: ModelCatalog;
+}
+
+/** Emit one event of the run (dropped once the run is no longer the owner). */
+export type Emit = <T extends EventType>(type: T, payload: EventPayload<T>) => void;
+
+export type RunPhase = "claimed" | "running" | "finishing" | "done";
+
+/** Why a run stopped early, set by whoever aborts it. */
+export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled" | "quota_lease_lost";
+
+/** The state a run shares with the heartbeat loop and shutdown. */
+export class ActiveRun {
+  phase: RunPhase = "claimed";
+  identity: ExecutionIdentity | null = null;
+  /** False once we know we are not the owner: nothing more is emitted under this identity. */
+  owned = true;
+  abortReason: AbortReason | null = null;
+  readonly abort = new AbortController();
+
+  constructor(readonly claim: Claim) {}
+
+  /** A heartbeat found the row no longer ours: stop the model stream, emit nothing more. */
+  loseOwnership(): void {
+    if (!this.owned) return;
+    this.owned = false;
+    this.abortReason ??= "ownership_lost";
+    this.abort.abort(new Error("ownership lost"));
+  }
+
+  /** A cancel was requested (hint or durable flag): stop the model stream; the run ends `cancelled`. */
+  cancel(via: "hint" | "durable"): boolean {
+    if (this.abortReason) return false;
+    this.abortReason = "cancelled";
+    this.cancelledVia = via;
+    this.abort.abort(new Error("cancelled"));
+    return true;
+  }
+
+  cancelledVia: "hint" | "durable" | null = null;
+  /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
+  sandboxUsed = false;
+
+  /** The lease is gone (a renewal found it purged, or it ran past its local deadline): no further model call. */
+  loseLease(): void {
+    this.abortReason ??= "quota_lease_lost";
+    this.abort.abort(new Error("quota lease lost"));
+  }
+
+  /** Shutdown grace ran out: stop the model stream and fail the run honestly. */
+  stopForShutdown(): void {
+    this.abortReason ??= "host_shutdown";
+    this.abort.abort(new Error("host shutting down"));
+  }
+}
+
+/** The outcome of a run stopped by `run.abortReason`, with the text it had produced so far. */
+export function abortedOutcome(run: ActiveRun, text: string): FinalOutcome {
+  if (run.abortReason === "cancelled") return { state: "cancelled", output: text || null };
+  if (run.abortReason === "quota_lease_lost") {
+    return failed(
+      "quota_lease_lost",
+      "the model quota lease was lost (renewal found it gone); no further model calls",
+      text,
+    );
+  }
+  return run.abortReason === "host_shutdown"
+    ? failed("host_shutdown", "the sandbox-host shut down before the run finished", text)
+    : failed("aborted", "the run was aborted", text);
+}
+
+export function failed(code: JobErrorCode, message: string, partialOutput: string): FinalOutcome {
+  // The one place a run's error is made: the row and the run.failed event both carry this.
+  const error: JobError = tenantJobError({ code, message });
+  return { state: "failed", error, output: partialOutput || null };
+}
+
+/** Log fields naming the execution. */
+export function runFields(id: ExecutionIdentity): { job_id: string; execution_id: string } {
+  return { job_id: id.jobId, execution_id: id.executionId };
+}

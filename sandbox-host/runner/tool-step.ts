@@ -1,0 +1,57 @@
+/** One tool call in the run's sandbox (created lazily by the first call), with its events. */
+import { type JobError, tenantJobError } from "../../src/contracts/job";
+import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
+import type { ExecutionIdentity } from "../../src/domain/identity";
+import { errorFields } from "../log";
+import type { ModelToolCall } from "../model/types";
+import { isRunFatal } from "../sandbox/errors";
+import type { SandboxManager } from "../sandbox/manager";
+import { callSandboxTool, toolResultContent } from "../sandbox/tools";
+import { type ActiveRun, type Emit, failed, type RunContext, runFields } from "./run-context";
+
+export async function runTool(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  call: ModelToolCall,
+  emit: Emit,
+): Promise<{ content: string } | FinalOutcome> {
+  const sandbox = ctx.sandbox as SandboxManager;
+  emit("tool.call", { id: call.id, name: call.name, args: call.args });
+  if (!run.sandboxUsed) {
+    // The fence goes on the row before anything exists to clean up.
+    if (!(await setCleanupPending(ctx.db, id, true))) {
+      run.owned = false;
+      return failed("ownership_lost", "the run is no longer the owner", "");
+    }
+    run.sandboxUsed = true;
+  }
+  const hadSandbox = sandbox.active().some((s) => s.runId === id.executionId);
+  try {
+    const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, run.abort.signal);
+    if (!hadSandbox) emit("sandbox.created", {});
+    emit("tool.result", { id: call.id, ok: result.ok, output: result.ok ? result.output : result.error });
+    return { content: toolResultContent(result) };
+  } catch (err) {
+    // Creation or engine failure: an explicit run error, never a fallback to the host.
+    const message = err instanceof Error ? err.message : String(err);
+    const fatal = isRunFatal(err);
+    ctx.log.warn("sandbox tool call failed", { ...runFields(id), ...errorFields(err) });
+    // An infrastructure failure's text is the engine's (generic for the tenant); the model's own
+    // mistakes (a path outside the workspace, …) keep their explanation.
+    const output: JobError = { code: "sandbox_error", message };
+    emit("tool.result", { id: call.id, ok: false, output: fatal ? tenantJobError(output) : output });
+    return failed(fatal ? "sandbox_error" : "tool_error", message, "");
+  }
+}
+
+/** The run's terminal state is written: remove its sandbox, then clear the fence on the row. */
+export async function destroySandbox(ctx: RunContext, id: ExecutionIdentity): Promise<void> {
+  try {
+    await ctx.sandbox?.destroy(id.executionId);
+    await setCleanupPending(ctx.db, id, false);
+  } catch (err) {
+    // The fence stays set; orphan removal at the next host start finishes the job.
+    ctx.log.error("sandbox cleanup failed", { ...runFields(id), ...errorFields(err) });
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * The envelope is a union on `type`, each type with its payload schema. What a host emits and
+ * what the projector writes from Postgres (test/workers/event-payloads.test.ts) must both validate (the gateway's ingest parses host
+ * batches with it; chat frames carry projector events); a named field of the wrong type is
+ * refused; fields beyond the named ones are kept as sent (the batch mac covers the raw bytes).
+ */
+import { describe, expect, it } from "vitest";
+import { EVENT_TYPES, EventEnvelopeSchema, IngestBatchSchema } from "../../src/contracts/events";
+
+const JOB = "7d9f2c1e-0000-4000-8000-000000000001";
+const EXEC = "7d9f2c1e-0000-4000-8000-000000000002";
+const at = (seq: number, type: string, payload: unknown) => ({
+  job_id: JOB,
+  execution_id: EXEC,
+  epoch: 1,
+  seq,
+  type,
+  payload,
+  ts: new Date().toISOString(),
+});
+
+/** One payload per type, as sandbox-host/runner/ emits them (the terminal ones: every outcome). */
+const HOST_PAYLOADS: Array<[string, unknown]> = [
+  ["run.started", {}],
+  ["input.accepted", { input_id: "i-1", content: "and also this" }],
+  ["run.prepared", {}],
+  ["quota.waiting", { reason: "limit_reached", key: "model:m", ahead: 2 }],
+  ["quota.waiting", { reason: "redis_unavailable", key: null, ahead: null }],
+  ["model.delta", { text: "hello" }],
+  ["tool.call", { id: "c1", name: "shell", args: { command: "ls" } }],
+  ["sandbox.created", {}],
+  ["tool.result", { id: "c1", ok: true, output: { exit_code: 0, stdout: "", stderr: "" } }],
+  ["tool.result", { id: "c1", ok: false, output: { code: "sandbox_error", message: "boom" } }],
+  ["cancel.accepted", { via: "hint" }],
+  ["cancel.accepted", { via: null }],
+  ["run.completed", { output: "done" }],
+  ["run.failed", { error: { code: "rate_limited", message: "slow down" } }],
+  ["run.cancelled", { output: null }],
+  ["run.cancelled", { output: "partial" }],
+];
+
+describe("event payloads", () => {
+  it("every host payload validates, and a batch of them passes the ingest schema unchanged", () => {
+    const events = HOST_PAYLOADS.map(([type, payload], i) => at(i + 1, type, payload));
+    for (const e of events) expect(EventEnvelopeSchema.safeParse(e).error?.issues ?? []).toEqual([]);
+    const batch = { job_id: JOB, events, mac: "0".repeat(64) };
+    expect(IngestBatchSchema.parse(batch)).toEqual(batch);
+    // Every type a host emits is covered above.
+    const hostTypes = new Set(HOST_PAYLOADS.map(([t]) => t));
+    expect(EVENT_TYPES.filter((t) => !hostTypes.has(t))).toEqual(["run.lost", "run.timed_out"]);
+  });
+
+  it("refuses a named field of the wrong type, and a payload missing for its type", () => {
+    expect(EventEnvelopeSchema.safeParse(at(1, "model.delta", { text: 5 })).success).toBe(false);
+    expect(EventEnvelopeSchema.safeParse(at(1, "model.delta", {})).success).toBe(false);
+    expect(EventEnvelopeSchema.safeParse(at(1, "run.failed", { error: "boom" })).success).toBe(false);
+    expect(EventEnvelopeSchema.safeParse(at(1, "cancel.accepted", { via: "telepathy" })).success).toBe(false);
+    expect(EventEnvelopeSchema.safeParse(at(1, "run.lost", {})).success).toBe(false);
+    expect(EventEnvelopeSchema.safeParse(at(1, "no.such.type", {})).success).toBe(false);
+  });
+
+  it("keeps fields beyond the named ones, as sent", () => {
+    const e = at(1, "model.delta", { text: "t", sent_at: 12.5 });
+    expect(EventEnvelopeSchema.parse(e).payload).toEqual({ text: "t", sent_at: 12.5 });
+  });
+});

@@ -1,0 +1,72 @@
+/**
+ * The one periodic-loop shape of the host (sandbox-host/lifecycle/periodic.ts): never two runs at
+ * once, stop() resolves only after the run in flight, fixed rate keeps the period when a run is
+ * slow, fixed delay adds the run's duration, and an extra run (runNow) waits for the scheduled one.
+ */
+import { describe, expect, it } from "vitest";
+import { PeriodicTask } from "../../sandbox-host/lifecycle/periodic";
+import { sleep } from "../../src/domain/async";
+
+describe("PeriodicTask", () => {
+  it("never overlaps runs, and stop() waits for the one in flight", async () => {
+    let running = 0;
+    let maxRunning = 0;
+    let finished = 0;
+    const task = new PeriodicTask({ name: "t", everyMs: 1, spread: 0, firstDelayMs: 0 }, async () => {
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      await sleep(20);
+      running--;
+      finished++;
+    });
+    task.start();
+    await sleep(70);
+    const stopping = task.stop();
+    expect(running).toBe(1);
+    await stopping;
+    expect(running).toBe(0);
+    const after = finished;
+    await sleep(40);
+    expect(finished).toBe(after);
+    expect(maxRunning).toBe(1);
+    expect(finished).toBeGreaterThanOrEqual(2);
+  });
+
+  it("fixed rate keeps the period when a run is slow; fixed delay adds the run's duration", async () => {
+    const gaps = async (fixedRate: boolean) => {
+      const starts: number[] = [];
+      const task = new PeriodicTask({ name: "t", everyMs: 100, spread: 0, firstDelayMs: 0, fixedRate }, async () => {
+        starts.push(performance.now());
+        await sleep(60);
+      });
+      task.start();
+      while (starts.length < 3) await sleep(10);
+      await task.stop();
+      return [starts[1]! - starts[0]!, starts[2]! - starts[1]!];
+    };
+    // A timer never fires early, so a fixed-delay gap is at least run (60) + period (100).
+    for (const gap of await gaps(false)) expect(gap).toBeGreaterThanOrEqual(159);
+    // Fixed rate: the period, plus only the timer's own lateness (generous bound for a loaded box).
+    for (const gap of await gaps(true)) expect(gap).toBeLessThan(150);
+  });
+
+  it("runNow runs after the run in flight, never alongside it, and not at all once stopped", async () => {
+    const log: string[] = [];
+    const task = new PeriodicTask({ name: "t", everyMs: 10_000, spread: 0, firstDelayMs: 0 }, async () => {
+      log.push("scheduled:start");
+      await sleep(30);
+      log.push("scheduled:end");
+    });
+    task.start();
+    await sleep(5);
+    await task.runNow(async () => {
+      log.push("extra");
+    });
+    expect(log).toEqual(["scheduled:start", "scheduled:end", "extra"]);
+    await task.stop();
+    await task.runNow(async () => {
+      log.push("after stop");
+    });
+    expect(log).not.toContain("after stop");
+  });
+});

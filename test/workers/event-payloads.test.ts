@@ -1,0 +1,43 @@
+/**
+ * The projector's own events (terminal and started events written from the job row) validate
+ * against the envelope union, as every host batch must (test/unit/event-payloads.test.ts): chat
+ * frames and the OpenAPI document describe both with the one schema.
+ */
+import { describe, expect, it } from "vitest";
+import { type EventEnvelope, EventEnvelopeSchema } from "../../src/contracts/events";
+import { projectedStarted, projectedTerminal } from "../../workers/durable-objects/job-state";
+
+const JOB = "7d9f2c1e-0000-4000-8000-000000000001";
+const EXEC = "7d9f2c1e-0000-4000-8000-000000000002";
+
+describe("projected event payloads", () => {
+  it("the projector's own events validate", () => {
+    const base = { executionId: EXEC, epoch: 3, finishedAt: new Date(0), startedAt: new Date(0) };
+    const projected: Array<EventEnvelope | null> = [
+      projectedStarted(JOB, { ...base, state: "lost", output: null, error: null }),
+      projectedTerminal(JOB, { ...base, state: "lost", output: null, error: { code: "lost", message: "silent" } }),
+      projectedTerminal(JOB, {
+        ...base,
+        state: "timed_out",
+        output: null,
+        error: { code: "timed_out", message: "late" },
+      }),
+      projectedTerminal(JOB, { ...base, state: "completed", output: "out", error: null }),
+      projectedTerminal(JOB, {
+        ...base,
+        state: "failed",
+        output: null,
+        error: { code: "internal_error", message: "y" },
+      }),
+      projectedTerminal(JOB, {
+        ...base,
+        executionId: null,
+        state: "cancelled",
+        output: null,
+        error: { code: "cancelled", message: "before start" },
+      }),
+    ];
+    expect(projected.every((e) => e !== null)).toBe(true);
+    for (const e of projected) expect(EventEnvelopeSchema.safeParse(e).error?.issues ?? []).toEqual([]);
+  });
+});

@@ -3,32 +3,30 @@
  * event, the surviving host's reaper declares the run lost in Postgres, and the job's projector
  * learns it from Postgres (alarm) and ends every open SSE stream with `run.lost`.
  */
-import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type pg from "pg";
+import { describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { type Stack, startStack } from "../../tools/stack";
+import type { Stack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
+import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
 describe.skipIf(!canRun)("event stream when a host dies", () => {
   let stack: Stack;
   let pool: pg.Pool;
-
-  beforeAll(async () => {
-    stack = await startStack({
+  useStack(
+    {
       hosts: 2,
       mockModel: { ttftMs: 5, tokensPerS: 2000 },
       hostEnv: { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
-    });
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
-  }, 180_000);
-
-  afterAll(async () => {
-    await pool?.end();
-    await stack?.stop();
-  }, 60_000);
+    },
+    (s, p) => {
+      stack = s;
+      pool = p;
+    },
+  );
 
   it("a host SIGKILLed mid-stream: the SSE stream ends with run.lost once the reaper declares it lost", async () => {
     const api = apiClient(stack.gatewayUrl, stack.apiKey);

@@ -6,12 +6,13 @@
  * then `run.lost`, both projected from Postgres.
  */
 import { createServer, type Server, type Socket } from "node:net";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { type HostHandle, type Stack, startStack } from "../../tools/stack";
+import type { HostHandle, Stack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
+import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
@@ -41,19 +42,21 @@ describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () =
 
   beforeAll(async () => {
     hole = await blackHole();
-    stack = await startStack({
+  });
+  afterAll(async () => {
+    await hole?.close();
+  });
+  useStack(
+    {
       hosts: 0,
       mockModel: { ttftMs: 5, tokensPerS: 2000 },
       hostEnv: { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
-    });
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
-  }, 180_000);
-
-  afterAll(async () => {
-    await pool?.end();
-    await stack?.stop();
-    await hole?.close();
-  }, 60_000);
+    },
+    (s, p) => {
+      stack = s;
+      pool = p;
+    },
+  );
 
   it("a host killed right after its started CAS, events undelivered: the stream shows run.started, then run.lost", async () => {
     const doomed: HostHandle = await stack.addHost({ GATEWAY_URL: hole.url });

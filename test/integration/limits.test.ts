@@ -10,7 +10,7 @@
  * The stack has no host until the last test: submitted jobs stay queued and their streams open.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { EventOf } from "../../src/contracts/events";
@@ -19,6 +19,7 @@ import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
+import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
@@ -39,8 +40,8 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
     return { tenantId, key: (await createApiKey(db, tenantId, "limits test")).key };
   }
 
-  beforeAll(async () => {
-    stack = await startStack({
+  useStack(
+    {
       hosts: 0,
       mockModel: { ttftMs: 5, tokensPerS: 2000 },
       models: "mock-model,mock-large",
@@ -52,14 +53,12 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
         // A closed SSE client is noticed at the next keepalive write.
         SSE_HEARTBEAT_MS: "200",
       },
-    });
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
-  }, 180_000);
-
-  afterAll(async () => {
-    await pool?.end();
-    await stack?.stop();
-  }, 60_000);
+    },
+    (s, p) => {
+      stack = s;
+      pool = p;
+    },
+  );
 
   it("a burst past the request rate of one API key: exactly the excess is 429 rate_limited with Retry-After", async () => {
     const { key } = await newTenant();

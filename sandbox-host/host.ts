@@ -12,9 +12,10 @@ import { createLeaseStore } from "../src/quota/lease-store";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer";
 import { ReadyListener } from "./claimer/ready-listener";
-import type { HostConfig } from "./config";
+import { type HostConfig, listenDatabaseUrl } from "./config";
 import { createLogger, errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait, type Readiness, startMetricsServer } from "./metrics";
+import { QueueDepthSampler } from "./metrics/queue-depth";
 import type { ModelClient } from "./model/types";
 import { OffloadPool, type OffloadPoolOptions } from "./offload";
 import { Outbox } from "./outbox";
@@ -148,9 +149,11 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     indexRebuildMs: config.indexRebuildMs,
   });
   const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
-  const listener = config.listen
+  const listenTarget = listenDatabaseUrl(config);
+  if (listenTarget.warning) log.warn(listenTarget.warning);
+  const listener = listenTarget.url
     ? new ReadyListener({
-        databaseUrl: config.databaseUrl,
+        databaseUrl: listenTarget.url,
         log,
         onReady: (jobId) => claimer.hint(jobId),
         onCancel: (owner) => {
@@ -176,6 +179,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   try {
     server = await startMetricsServer({
       port: config.metricsPort,
+      host: config.metricsHost,
       hostId: config.hostId,
       metrics,
       runsActive: () => runner.active,
@@ -195,6 +199,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   claimer.start();
   reaper.start();
   janitor?.start();
+  const queueDepth = new QueueDepthSampler({ db, registry: metrics.registry, intervalMs: config.queueDepthMs, log });
+  queueDepth.start();
   log.info("sandbox-host started", { max_runs: config.maxRuns, metrics_url: server.url });
 
   let closing: Promise<void> | null = null;
@@ -204,6 +210,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     await claimer.stop();
     await reaper.stop();
     await janitor?.stop();
+    await queueDepth.stop();
     log.info("admission stopped; waiting for running jobs", { runs: runner.active, grace_ms: graceMs });
     await runner.shutdown(graceMs);
     // Runs are over: stop admitting offload work, let what was admitted finish, end the threads.

@@ -1,5 +1,5 @@
 /**
- * The host's own HTTP port, loopback only: `/metrics` (Prometheus text), `/healthz` (the process
+ * The host's own HTTP port (loopback unless HOST_METRICS_HOST says otherwise): `/metrics` (Prometheus text), `/healthz` (the process
  * answers) and `/readyz` (it can do its work now: 503 with the reasons when not, e.g. the quota's
  * circuit breaker is open, so no model call can be admitted, or the host is shutting down).
  */

@@ -131,7 +131,7 @@ describe("migration order", () => {
     tmpDirs.push(dir);
     await cp(MIGRATIONS_DIR, dir, { recursive: true });
     const entries = await journalEntries(dir);
-    const last = entries[entries.length - 1];
+    const last = entries[entries.length - 1]!;
     const late = { idx: entries.length, version: "7", when: last.when - 1, tag: "0099_late_branch", breakpoints: true };
     await writeFile(join(dir, `${late.tag}.sql`), "CREATE TABLE late_branch_probe (id integer);");
     await writeFile(

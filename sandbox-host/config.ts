@@ -152,6 +152,9 @@ const ENV_NAMES: Record<string, string> = {
   deltaCoalesceMs: "HOST_DELTA_COALESCE_MS",
 };
 
+/** Every variable the host configuration reads (the deploy manifests' test checks against it). */
+export const HOST_ENV_NAMES: readonly string[] = Object.values(ENV_NAMES);
+
 export class HostConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(`invalid sandbox-host configuration:\n  ${problems.join("\n  ")}`);

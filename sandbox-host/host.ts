@@ -25,7 +25,7 @@ import { Runner } from "./runner";
 import { connectDocker, createSandboxManager, type SandboxManager } from "./sandbox";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
-const OFFLOAD_DRAIN_MS = 5000;
+export const OFFLOAD_DRAIN_MS = 5000;
 
 export interface HostDeps {
   model: ModelClient;

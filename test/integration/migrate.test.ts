@@ -152,4 +152,18 @@ describe("migration order", () => {
       tableCreated: false,
     });
   });
+
+  it("an applied migration edited afterwards fails loudly too, naming the file", async () => {
+    const url = await emptyDb();
+    await applyMigrations(url);
+    const dir = await mkdtemp(join(tmpdir(), "ear-migrations-"));
+    tmpDirs.push(dir);
+    await cp(MIGRATIONS_DIR, dir, { recursive: true });
+    const [first] = await journalEntries(dir);
+    const file = join(dir, `${first!.tag}.sql`);
+    await writeFile(file, `${await readFile(file, "utf8")}\n-- edited after it was applied\n`);
+    await expect(applyMigrations(url, { migrationsFolder: dir })).rejects.toThrow(
+      new RegExp(`${first!.tag}\\.sql was applied here but its content has changed`),
+    );
+  });
 });

@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
+import { applyMigrations } from "../../tools/migrate";
 
 const hostEnv = {
   DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
@@ -75,5 +76,11 @@ describe("the LISTEN connection", () => {
 
   it("refuses a DATABASE_DIRECT_URL that is not a postgres URL, by name", () => {
     expect(problems({ DATABASE_DIRECT_URL: "http://x" })).toEqual([expect.stringMatching(/^DATABASE_DIRECT_URL: /)]);
+  });
+});
+
+describe("migrations through a pooler", () => {
+  it("are refused before connecting: the migration lock is session state a transaction pooler drops", async () => {
+    await expect(applyMigrations(POOLED)).rejects.toThrow(/pooler URL.*DATABASE_DIRECT_URL/);
   });
 });

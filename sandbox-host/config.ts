@@ -45,7 +45,7 @@ export const HostConfigSchema = z.object({
   signingSecret: z.string().min(16, "must be at least 16 characters"),
   /** Run slots: the claimer never holds more claimed-or-running jobs than this. */
   maxRuns: intFromEnv(1, 256).default(8),
-  /** 0 = any free loopback port. */
+  /** 0 = any free port. */
   metricsPort: intFromEnv(0, 65535).default(0),
   /**
    * The metrics listener's address. Loopback by default: /metrics, /healthz and /readyz carry no

@@ -5,6 +5,7 @@
  */
 import { hostname } from "node:os";
 import { z } from "zod";
+import { isPoolerUrl } from "../src/db/pooler-url";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -30,6 +31,12 @@ export const HostConfigSchema = z.object({
     .max(200)
     .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -"),
   databaseUrl: url(["postgres:", "postgresql:"], "postgres://user:pass@127.0.0.1:5432/db"),
+  /**
+   * A direct (unpooled) URL for the LISTEN connection. A transaction-mode pooler (Neon's
+   * `-pooler.` endpoints, PgBouncer) hands each transaction to any server connection, so a
+   * LISTEN there is never delivered; the pool's statements are fine through it.
+   */
+  databaseDirectUrl: url(["postgres:", "postgresql:"], "postgres://user:pass@127.0.0.1:5432/db").optional(),
   redis: z.object({
     url: url(["http:", "https:"], "http://127.0.0.1:8079"),
     token: z.string().min(1),
@@ -38,8 +45,22 @@ export const HostConfigSchema = z.object({
   signingSecret: z.string().min(16, "must be at least 16 characters"),
   /** Run slots: the claimer never holds more claimed-or-running jobs than this. */
   maxRuns: intFromEnv(1, 256).default(8),
-  /** 0 = any free loopback port. */
+  /** 0 = any free port. */
   metricsPort: intFromEnv(0, 65535).default(0),
+  /**
+   * The metrics listener's address. Loopback by default: /metrics, /healthz and /readyz carry no
+   * secrets but need no audience beyond the machine. A pod sets 0.0.0.0 so the kubelet's probes
+   * and Prometheus reach it on the pod IP.
+   */
+  metricsHost: z.string().min(1).default("127.0.0.1"),
+  /**
+   * How often the host samples the queue depth for the autoscaling gauges (0 = never). Every
+   * host samples the same global numbers; the statement's cost and why 15 s are in
+   * sandbox-host/metrics/queue-depth.ts.
+   */
+  queueDepthMs: intFromEnv(0, 3_600_000)
+    .refine((v) => v === 0 || v >= 1000, "must be 0 (off) or at least 1000 ms")
+    .default(15_000),
   /** Ready-index poll interval while there is work around (see claimer/claimer.ts for the numbers). */
   pollMs: intFromEnv(1, 60_000).default(25),
   /** Poll interval once the index has been empty for a while. */
@@ -99,12 +120,15 @@ export type Env = Record<string, string | undefined>;
 const ENV_NAMES: Record<string, string> = {
   hostId: "HOST_ID",
   databaseUrl: "DATABASE_URL",
+  databaseDirectUrl: "DATABASE_DIRECT_URL",
   "redis.url": "UPSTASH_REDIS_REST_URL",
   "redis.token": "UPSTASH_REDIS_REST_TOKEN",
   gatewayUrl: "GATEWAY_URL",
   signingSecret: "INTERNAL_SIGNING_SECRET",
   maxRuns: "HOST_MAX_RUNS",
   metricsPort: "HOST_METRICS_PORT",
+  metricsHost: "HOST_METRICS_HOST",
+  queueDepthMs: "HOST_QUEUE_DEPTH_MS",
   pollMs: "HOST_POLL_MS",
   idlePollMs: "HOST_IDLE_POLL_MS",
   sweepMs: "HOST_SWEEP_MS",
@@ -128,6 +152,9 @@ const ENV_NAMES: Record<string, string> = {
   deltaCoalesceMs: "HOST_DELTA_COALESCE_MS",
 };
 
+/** Every variable the host configuration reads (the deploy manifests' test checks against it). */
+export const HOST_ENV_NAMES: readonly string[] = Object.values(ENV_NAMES);
+
 export class HostConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(`invalid sandbox-host configuration:\n  ${problems.join("\n  ")}`);
@@ -149,11 +176,14 @@ export function hostConfigFromEnv(env: Env): HostConfig {
   const raw = {
     hostId: v("HOST_ID") ?? defaultHostId(),
     databaseUrl: v("DATABASE_URL"),
+    databaseDirectUrl: v("DATABASE_DIRECT_URL"),
     redis: { url: v("UPSTASH_REDIS_REST_URL"), token: v("UPSTASH_REDIS_REST_TOKEN") },
     gatewayUrl: v("GATEWAY_URL"),
     signingSecret: v("INTERNAL_SIGNING_SECRET"),
     maxRuns: v("HOST_MAX_RUNS"),
     metricsPort: v("HOST_METRICS_PORT"),
+    metricsHost: v("HOST_METRICS_HOST"),
+    queueDepthMs: v("HOST_QUEUE_DEPTH_MS"),
     pollMs: v("HOST_POLL_MS"),
     idlePollMs: v("HOST_IDLE_POLL_MS"),
     sweepMs: v("HOST_SWEEP_MS"),
@@ -185,4 +215,23 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     return missing ? `${name} is required` : `${name}: ${issue.message}`;
   });
   throw new HostConfigError(problems);
+}
+
+/**
+ * Where the LISTEN connection goes. DATABASE_DIRECT_URL when given; DATABASE_URL when it is not a
+ * pooler URL; otherwise none, with the reason: the host then runs on its polling paths (the same
+ * as HOST_LISTEN=false: wake-ups come from the index and the sweep, a few hundred ms later).
+ * Not a refusal to start: polling is a correct mode, only slower to wake.
+ */
+export function listenDatabaseUrl(
+  config: Pick<HostConfig, "listen" | "databaseUrl" | "databaseDirectUrl">,
+): { url: string; warning?: undefined } | { url: null; warning: string | null } {
+  if (!config.listen) return { url: null, warning: null };
+  if (config.databaseDirectUrl) return { url: config.databaseDirectUrl };
+  if (!isPoolerUrl(config.databaseUrl)) return { url: config.databaseUrl };
+  return {
+    url: null,
+    warning:
+      "DATABASE_URL is a pooler URL and DATABASE_DIRECT_URL is not set: LISTEN cannot work through a transaction pooler, so it is off and the host polls (set DATABASE_DIRECT_URL to the unpooled endpoint for instant wake-ups)",
+  };
 }

@@ -11,10 +11,11 @@ import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient } from "../src/quota/redis";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
-import type { HostConfig } from "./config";
+import { type HostConfig, listenDatabaseUrl } from "./config";
 import type { HostDeps } from "./host";
 import { errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
+import { QueueDepthSampler } from "./metrics/queue-depth";
 import { OffloadPool } from "./offload/pool";
 import { Outbox } from "./outbox/outbox";
 import { loadQuotaScripts } from "./quota/load-scripts";
@@ -35,6 +36,8 @@ export interface HostParts {
   reaper: Reaper;
   janitor: SandboxJanitor | null;
   listener: ReadyListener | null;
+  /** The autoscaling signal: queued jobs and the oldest one's age, per tenant (HOST_QUEUE_DEPTH_MS). */
+  queueDepth: QueueDepthSampler;
 }
 
 export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
@@ -127,9 +130,12 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     indexRebuildMs: config.indexRebuildMs,
   });
   const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
-  const listener = config.listen
+  // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (config.ts decides).
+  const listenTarget = listenDatabaseUrl(config);
+  if (listenTarget.warning) log.warn(listenTarget.warning);
+  const listener = listenTarget.url
     ? new ReadyListener({
-        databaseUrl: config.databaseUrl,
+        databaseUrl: listenTarget.url,
         log,
         onReady: (jobId) => claimer.hint(jobId),
         onCancel: (owner) => {
@@ -137,7 +143,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         },
       })
     : null;
-  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener };
+  const queueDepth = new QueueDepthSampler({ db, registry: metrics.registry, intervalMs: config.queueDepthMs, log });
+  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener, queueDepth };
 }
 
 /**

@@ -17,7 +17,7 @@ import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
 import type { SandboxManager } from "./sandbox/manager";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
-const OFFLOAD_DRAIN_MS = 5000;
+export const OFFLOAD_DRAIN_MS = 5000;
 
 export interface HostDeps {
   model: ModelClient;
@@ -77,6 +77,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
       start: async () => {
         server = await startMetricsServer({
           port: config.metricsPort,
+          host: config.metricsHost,
           hostId: config.hostId,
           metrics,
           runsActive: () => runner.active,
@@ -113,6 +114,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
         await runner.shutdown(graceMs);
       },
     },
+    // The queue-depth sampler reads Postgres only; stopped with the recovery loops.
+    parts.queueDepth,
     // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,

@@ -1,7 +1,8 @@
 /**
- * The host's own HTTP port, loopback only: `/metrics` (Prometheus text), `/healthz` (the process
- * answers) and `/readyz` (it can do its work now: 503 with the reasons when not, e.g. the quota's
- * circuit breaker is open, so no model call can be admitted, or the host is shutting down).
+ * The host's own HTTP port, on loopback unless HOST_METRICS_HOST says otherwise (a pod sets
+ * 0.0.0.0): `/metrics` (Prometheus text), `/healthz` (the process answers) and `/readyz` (it can
+ * do its work now: 503 with the reasons when not, e.g. the quota's circuit breaker is open, so no
+ * model call can be admitted, or the host is shutting down).
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";

@@ -34,6 +34,9 @@ const EnvSchema = z.object({
     .optional(),
 });
 
+/** Every variable the model configuration reads (the deploy manifests' test checks against it). */
+export const MODEL_ENV_NAMES: readonly string[] = [...Object.keys(EnvSchema.shape), "MODELS"];
+
 export class ModelConfigError extends Error {
   override name = "ModelConfigError";
 }

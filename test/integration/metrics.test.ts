@@ -146,6 +146,11 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
         "offload_tasks_queued",
         "offload_tasks_rejected_total",
         "offload_task_duration_seconds",
+        "queue_jobs_waiting",
+        "queue_oldest_waiting_age_seconds",
+        "queue_jobs_waiting_by_tenant",
+        "queue_oldest_waiting_age_seconds_by_tenant",
+        "queue_depth_sample_errors_total",
         "process_cpu_seconds_total",
         "nodejs_eventloop_lag_seconds",
       ];

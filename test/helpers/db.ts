@@ -38,8 +38,7 @@ export async function startTestPostgres(): Promise<{
       const name = `ear_test_${process.pid}_${++n}`;
       await admin.query(`CREATE DATABASE ${name} TEMPLATE ear_template`);
       const url = server.url.replace(/\/postgres$/, `/${name}`);
-      const pool = new pg.Pool({ connectionString: url, max });
-      pool.on("error", () => {}); // an idle client whose server went away at teardown
+      const pool = testPool(url, max);
       const t: TestDb = { url, pool, db: drizzle(pool, { schema }), close: () => pool.end() };
       opened.push(t);
       return t;
@@ -62,4 +61,15 @@ export async function resetToTwoTenants(admin: pg.Pool, db: Db): Promise<void> {
     { id: "t1", name: "Tenant One" },
     { id: "t2", name: "Tenant Two" },
   ]);
+}
+
+/**
+ * A pg pool for a test: its idle clients may see the server stop at teardown (57P01, "terminating
+ * connection due to administrator command"), which is not a test failure, so the pool's error
+ * event is handled (unhandled, it fails the whole run as an error outside any test).
+ */
+export function testPool(connectionString: string, max: number): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max });
+  pool.on("error", () => {});
+  return pool;
 }

@@ -3,16 +3,17 @@
  * database: started before the block's tests, stopped after them. `ready` hands both to the
  * block's own variables, so tests keep writing `stack.gatewayUrl` and `pool.query(…)`.
  */
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll } from "vitest";
 import { type Stack, type StackOptions, startStack } from "../../tools/stack";
+import { testPool } from "./db";
 
 export function useStack(opts: StackOptions, ready: (stack: Stack, pool: pg.Pool) => void): void {
   let stack: Stack | undefined;
   let pool: pg.Pool | undefined;
   beforeAll(async () => {
     stack = await startStack(opts);
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+    pool = testPool(stack.databaseUrl, 2);
     ready(stack, pool);
   }, 180_000);
   afterAll(async () => {

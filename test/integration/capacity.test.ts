@@ -6,9 +6,10 @@
  * in decides nothing about who runs it.
  */
 import http from "node:http";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HostHandle, type Stack, startStack } from "../../tools/stack";
+import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -74,7 +75,7 @@ describe.skipIf(!canRun)("capacity: a busy host does not hold work that idle hos
 
   beforeAll(async () => {
     stack = await startStack({ hosts: 0, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+    pool = testPool(stack.databaseUrl, 2);
     client = oneConnectionClient(stack.gatewayUrl, stack.apiKey);
     a = await stack.addHost({ HOST_MAX_RUNS: "1" });
   }, 180_000);

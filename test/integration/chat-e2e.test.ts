@@ -5,13 +5,14 @@
  * exactly what was missed; the conversation's history comes back with each answer's latency.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";
+import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -104,7 +105,7 @@ describe.skipIf(!canRun)("WebSocket chat end to end", () => {
 
   beforeAll(async () => {
     stack = await startStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+    pool = testPool(stack.databaseUrl, 2);
     const db = drizzle(pool, { schema });
     await createTenant(db, "chat-other");
     otherKey = (await createApiKey(db, "chat-other")).key;

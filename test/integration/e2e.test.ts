@@ -5,7 +5,7 @@
  */
 import { request as httpRequest } from "node:http";
 import { drizzle } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { EventOf } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
@@ -14,6 +14,7 @@ import { signedHeaders } from "../../src/domain/signing";
 import { readSse } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
+import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -43,7 +44,7 @@ describe.skipIf(!canRun)("job spine end to end", () => {
   beforeAll(async () => {
     stack = await startStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+    pool = testPool(stack.databaseUrl, 2);
     const db = drizzle(pool, { schema });
     await createTenant(db, "other");
     otherKey = (await createApiKey(db, "other")).key;

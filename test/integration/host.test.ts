@@ -10,7 +10,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type HostConfig, HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
@@ -29,6 +29,7 @@ import { freePort, waitFor } from "../../tools/services/ports";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
 import { type RedisService, startRedis } from "../../tools/services/redis";
 import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -170,7 +171,7 @@ async function freshDb(): Promise<TestDb> {
   const name = `host_t${++dbCounter}_${process.pid}`;
   await adminPool.query(`CREATE DATABASE ${name} TEMPLATE host_template`);
   const url = dbUrl(name);
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  const pool = testPool(url, 4);
   cleanups.push(() => pool.end());
   const db = drizzle(pool, { schema });
   await db.insert(schema.tenants).values({ id: TENANT, name: "host tests" });
@@ -293,7 +294,7 @@ if (canRun) {
     ]);
     bridge = await startUpstashBridge({ redisUrl: redisService.url, token: BRIDGE_TOKEN, log: () => {} });
     redis = createRedisClient({ url: bridge.url, token: BRIDGE_TOKEN });
-    adminPool = new pg.Pool({ connectionString: pgService.url, max: 2 });
+    adminPool = testPool(pgService.url, 2);
     await adminPool.query("CREATE DATABASE host_template");
     await applyMigrations(dbUrl("host_template"));
   });

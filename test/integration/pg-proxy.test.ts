@@ -9,7 +9,7 @@ import { Client as NeonClient, NeonDbError, Pool as NeonPool, neon, neonConfig }
 import { sql } from "drizzle-orm";
 import { drizzle as drizzleNeonWs } from "drizzle-orm/neon-serverless";
 import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CreateJobBody } from "../../src/contracts/job";
@@ -30,7 +30,7 @@ import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { freePort, waitFor } from "../../tools/services/ports";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
-import { resetToTwoTenants } from "../helpers/db";
+import { resetToTwoTenants, testPool } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -71,10 +71,9 @@ function median(xs: number[]): number {
 beforeAll(async () => {
   postgres = await startPostgres();
   await applyMigrations(postgres.url);
-  admin = new pg.Pool({ connectionString: postgres.url, max: 2 });
   // pool.end() resolves before its clients' Terminate reaches Postgres; if the shutdown in
-  // afterAll wins that race, the idle client reports 57P01 through the pool.
-  admin.on("error", () => {});
+  // afterAll wins that race, the idle client reports 57P01 through the pool (testPool ignores it).
+  admin = testPool(postgres.url, 2);
   proxy = await startPgProxy({ databaseUrl: postgres.url });
   const hostPort = new URL(proxy.url).host;
   neonConfig.wsProxy = (host, port) => `${hostPort}/v2?address=${host}:${port}`;

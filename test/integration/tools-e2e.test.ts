@@ -4,12 +4,13 @@
  * cancelled, host SIGKILLed then restarted), never a fallback to the host.
  */
 import { randomUUID } from "node:crypto";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";
+import { testPool } from "../helpers/db";
 import { countHostObjects, removeHostObjects, requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
 
@@ -31,7 +32,7 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
       hostEnv: { HOST_ID: hostId, HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
     });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
-    pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 2 });
+    pool = testPool(stack.databaseUrl, 2);
   }, 180_000);
   afterAll(async () => {
     await pool?.end();

@@ -11,7 +11,7 @@ import { promisify } from "node:util";
 import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
 import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, LIMITS } from "../../src/contracts/job";
@@ -26,7 +26,7 @@ import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
 import { loggableError } from "../../workers/log";
-import { resetToTwoTenants } from "../helpers/db";
+import { resetToTwoTenants, testPool } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -35,8 +35,7 @@ let admin: pg.Pool;
 beforeAll(async () => {
   postgres = await startPostgres();
   await applyMigrations(postgres.url);
-  admin = new pg.Pool({ connectionString: postgres.url, max: 2 });
-  admin.on("error", () => {});
+  admin = testPool(postgres.url, 2);
   proxy = await startPgProxy({ databaseUrl: postgres.url });
   neonConfig.fetchEndpoint = `${proxy.url}/sql`;
 });

@@ -1,0 +1,72 @@
+/**
+ * A dev or test stack leaves nothing in the system temp folder once stopped (each start used to
+ * leave a 4.4 MB gateway bundle directory behind), and a start sweeps what an earlier, crashed
+ * run of ours left: a directory with our prefix whose owner process is gone. A directory whose
+ * owner still runs (another stack on this machine) is never touched.
+ * TMPDIR points at a private folder so other stacks running on the machine do not count.
+ */
+import { spawn } from "node:child_process";
+import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { OWNER_FILE } from "../../tools/services/temp-dirs";
+import { startStack } from "../../tools/stack";
+import { requireBinary } from "../helpers/require";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+describe.skipIf(!canRun)("temp directories of dev and test stacks", () => {
+  const savedTmp = process.env.TMPDIR;
+  let scratch: string;
+  // tsx keeps its own cache (tsx-<uid>) in the temp folder, shared and reused: not ours.
+  const ours = async () => (await readdir(scratch)).filter((d) => d.startsWith("ear-"));
+
+  beforeAll(async () => {
+    scratch = await mkdtemp(join(tmpdir(), "temp-dirs-test-"));
+    // Embedded Postgres runs as the `postgres` user when we are root: it must traverse this.
+    await chmod(scratch, 0o755);
+    process.env.TMPDIR = scratch;
+  });
+  afterAll(async () => {
+    if (savedTmp === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = savedTmp;
+    await rm(scratch, { recursive: true, force: true });
+  });
+
+  it("a stack stopped cleanly leaves no directory behind", async () => {
+    const stack = await startStack({ hosts: 0 });
+    expect((await readdir(scratch)).filter((d) => d.startsWith("ear-")).length).toBeGreaterThan(0);
+    await stack.stop();
+    expect(await ours()).toEqual([]);
+  }, 180_000);
+
+  it("a start sweeps directories whose owner process is gone, and keeps a live owner's", async () => {
+    // A dead pid: a process that has exited (its pid is not reused within the test).
+    const dead = spawn(process.execPath, ["-e", ""]);
+    await new Promise((r) => dead.once("exit", r));
+    const stale = join(scratch, "ear-gateway-bundle-stale1");
+    const stalePg = join(scratch, "ear-pg-stale2");
+    const live = join(scratch, "ear-gateway-bundle-live3");
+    for (const [dir, pid] of [
+      [stale, dead.pid],
+      [stalePg, dead.pid],
+      [live, process.pid],
+    ] as const) {
+      await mkdir(join(dir, "data"), { recursive: true });
+      await writeFile(join(dir, "data", "x"), "left behind");
+      await writeFile(join(dir, OWNER_FILE), `${pid}\n`);
+    }
+    const stack = await startStack({ hosts: 0 });
+    try {
+      const left = await readdir(scratch);
+      expect(left).not.toContain("ear-gateway-bundle-stale1");
+      expect(left).not.toContain("ear-pg-stale2");
+      expect(left).toContain("ear-gateway-bundle-live3");
+    } finally {
+      await stack.stop();
+    }
+    expect(await ours()).toEqual(["ear-gateway-bundle-live3"]);
+    await rm(live, { recursive: true });
+  }, 180_000);
+});

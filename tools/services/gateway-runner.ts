@@ -53,10 +53,14 @@ function readSettings(): RunnerSettings {
   return s;
 }
 
-/** `wrangler deploy --dry-run --outdir`: the deploy bundle, built offline. */
+/**
+ * `wrangler deploy --dry-run --outdir`: the deploy bundle, built offline, of wrangler.toml's
+ * top-level (local) environment; `--env=` says so, where wrangler would otherwise warn that
+ * named environments exist and none was chosen.
+ */
 async function bundle(root: string, outdir: string): Promise<string> {
   const wrangler = require.resolve("wrangler/bin/wrangler.js", { paths: [root] });
-  const child = spawn(process.execPath, [wrangler, "deploy", "--dry-run", "--outdir", outdir], {
+  const child = spawn(process.execPath, [wrangler, "deploy", "--dry-run", "--env=", "--outdir", outdir], {
     cwd: root,
     env: offlineWranglerEnv(root),
     stdio: ["ignore", "pipe", "pipe"],

@@ -7,7 +7,7 @@
  * entry the build did not emit all fail here.
  */
 import { execFile } from "node:child_process";
-import { copyFile, cp, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -31,19 +31,14 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
   const lines: string[] = [];
 
   beforeAll(async () => {
+    // The layout of deploy/host/Dockerfile and ear-host.service: the app's manifest, lockfile
+    // and production node_modules at the top, the bundle (with its own "type": "module") in host/.
     dir = await mkdtemp(join(tmpdir(), "ear-host-bundle-test-"));
-    const out = await buildHost(join(dir, "build"));
-    for (const f of await readdir(join(dir, "build"))) await copyFile(join(dir, "build", f), join(dir, f));
-    await rm(join(dir, "build"), { recursive: true });
-    // The app's manifest and lockfile decide what a production install holds; the bundle's own
-    // package.json (type: module) would hide them, so it is replaced by the app's here.
+    const out = await buildHost(join(dir, "host"));
+    expect(out.main).toBe(join(dir, "host", "main.mjs"));
     await cp(join(ROOT, "package.json"), join(dir, "package.json"));
     await cp(join(ROOT, "package-lock.json"), join(dir, "package-lock.json"));
-    expect(out.main.endsWith("main.mjs")).toBe(true);
-    await run("npm", ["ci", "--omit=dev", "--no-audit", "--no-fund"], {
-      cwd: dir,
-      maxBuffer: 16 * 1024 * 1024,
-    });
+    await run("npm", ["ci", "--omit=dev", "--no-audit", "--no-fund"], { cwd: dir, maxBuffer: 16 * 1024 * 1024 });
     stack = await startStack({ hosts: 0, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
   }, 600_000);
 
@@ -71,8 +66,11 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
         w.terminate();
       });
       w.on("error", (e) => { console.error(e); process.exit(3); });`;
-    await writeFile(join(dir, "probe.mjs"), script);
-    const { stdout } = await run(process.execPath, ["probe.mjs"], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+    await writeFile(join(dir, "host", "probe.mjs"), script);
+    const { stdout } = await run(process.execPath, ["host/probe.mjs"], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? "" },
+    });
     const reply = JSON.parse(stdout.trim()) as { id: number; ok: boolean; value: string };
     expect(reply).toMatchObject({ id: 1, ok: true });
     expect(reply.value).toMatch(/^[0-9a-f]{64}$/);
@@ -81,7 +79,7 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
   it("joins the stack with plain node, runs a job (and a tool job with Docker), exits 0 on SIGTERM", async () => {
     // Only what a host needs: no NODE_OPTIONS (no tsx), no inherited loader.
     const env = { ...stack.hostEnv(), NODE_OPTIONS: "" };
-    host = await spawnHost(dir, env, (_s, line) => lines.push(line), { argv: [join(dir, "main.mjs")] });
+    host = await spawnHost(dir, env, (_s, line) => lines.push(line), { argv: [join(dir, "host", "main.mjs")] });
     const api = apiClient(stack.gatewayUrl, stack.apiKey);
 
     const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", userMessage("hello bundle"));
@@ -108,6 +106,7 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
     );
     child.kill("SIGTERM");
     expect(await exited).toEqual({ code: 0, signal: null });
+    expect(lines.some((l) => l.includes("shutting down") && l.includes("SIGTERM"))).toBe(true);
     host = null;
   }, 120_000);
 });

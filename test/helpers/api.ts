@@ -45,3 +45,9 @@ export function apiClient(baseUrl: string, apiKey: string | null) {
 }
 
 export const userMessage = (content: string) => ({ input: { messages: [{ role: "user", content }] } });
+
+/** A job whose scripted answer streams 200 words at 10 tokens/s (~20 s): long enough to kill its host mid-run. */
+export const longRunMessage = () =>
+  userMessage(
+    `!mock ${JSON.stringify({ reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(" "), tokens_per_s: 10 })}`,
+  );

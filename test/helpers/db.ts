@@ -5,7 +5,9 @@
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
+import { beforeEach, describe } from "vitest";
 import type { Db } from "../../src/db/client";
+import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
 import { applyMigrations } from "../../tools/migrate";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
@@ -72,4 +74,37 @@ export function testPool(connectionString: string, max: number): pg.Pool {
   const pool = new pg.Pool({ connectionString, max });
   pool.on("error", () => {});
   return pool;
+}
+
+export interface DriverTarget {
+  /** A pool on the test database (node-postgres runs its queries through it). */
+  admin: pg.Pool;
+  postgresUrl: string;
+  /** The local Postgres proxy (tools/pg-proxy.ts) whose /sql the Neon HTTP driver talks to. */
+  proxyUrl: string;
+}
+
+/**
+ * `tests` once per driver the runtime uses: node-postgres (hosts) and Neon's SQL-over-HTTP through
+ * the local proxy (gateway), each test starting from resetToTwoTenants. `db()` is the handle of
+ * the driver running. `target` is read when the tests run (the servers start in beforeAll).
+ */
+export function onEveryDriver(title: string, target: () => DriverTarget, tests: (db: () => Db) => void): void {
+  const drivers: Array<[string, () => Db]> = [
+    ["node-postgres (pg)", () => drizzle({ client: target().admin, schema }) as unknown as Db],
+    [
+      "neon-http (through pg-proxy /sql)",
+      () => createNeonHttpDb({ connectionString: target().postgresUrl, fetchEndpoint: `${target().proxyUrl}/sql` }),
+    ],
+  ];
+  for (const [driver, getDb] of drivers) {
+    describe(`${title}: ${driver}`, () => {
+      let db: Db;
+      beforeEach(async () => {
+        db = getDb();
+        await resetToTwoTenants(target().admin, db);
+      });
+      tests(() => db);
+    });
+  }
 }

@@ -1,23 +1,43 @@
 /**
  * A whole local stack (tools/stack.ts) for one describe block, plus a small admin pool on its
- * database: started before the block's tests, stopped after them. `ready` hands both to the
- * block's own variables, so tests keep writing `stack.gatewayUrl` and `pool.query(…)`.
+ * database: started before the block's tests, stopped after them. Read them through the returned
+ * handle (`t.stack`, `t.pool`) or have `ready` hand them to the block's own variables.
  */
 import type pg from "pg";
 import { afterAll, beforeAll } from "vitest";
 import { type Stack, type StackOptions, startStack } from "../../tools/stack";
 import { testPool } from "./db";
 
-export function useStack(opts: StackOptions, ready: (stack: Stack, pool: pg.Pool) => void): void {
+/** Hosts that declare a silent run lost within ~1.5 s (heartbeats every 300 ms, reaper every 200 ms). */
+export const FAST_LOSS_HOST_ENV = { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" };
+
+export interface StackHandle {
+  readonly stack: Stack;
+  readonly pool: pg.Pool;
+}
+
+export function useStack(opts: StackOptions, ready?: (stack: Stack, pool: pg.Pool) => void): StackHandle {
   let stack: Stack | undefined;
   let pool: pg.Pool | undefined;
   beforeAll(async () => {
     stack = await startStack(opts);
     pool = testPool(stack.databaseUrl, 2);
-    ready(stack, pool);
+    ready?.(stack, pool);
   }, 180_000);
   afterAll(async () => {
     await pool?.end();
     await stack?.stop();
   }, 60_000);
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error("the stack is not started yet (read it inside a test or hook)");
+    return value;
+  };
+  return {
+    get stack() {
+      return started(stack);
+    },
+    get pool() {
+      return started(pool);
+    },
+  };
 }

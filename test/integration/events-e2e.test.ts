@@ -1,54 +1,30 @@
-/**
- * The event stream when the host dies: a sandbox-host SIGKILLed mid-stream writes no terminal
- * event, the surviving host's reaper declares the run lost in Postgres, and the job's projector
- * learns it from Postgres (alarm) and ends every open SSE stream with `run.lost`.
- */
-import type pg from "pg";
 import { describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import type { Stack } from "../../tools/stack";
-import { apiClient, userMessage } from "../helpers/api";
+import { apiClient, longRunMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
-import { useStack } from "../helpers/stack";
+import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
 describe.skipIf(!canRun)("event stream when a host dies", () => {
-  let stack: Stack;
-  let pool: pg.Pool;
-  useStack(
-    {
-      hosts: 2,
-      mockModel: { ttftMs: 5, tokensPerS: 2000 },
-      hostEnv: { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
-    },
-    (s, p) => {
-      stack = s;
-      pool = p;
-    },
-  );
+  const t = useStack({ hosts: 2, mockModel: { ttftMs: 5, tokensPerS: 2000 }, hostEnv: FAST_LOSS_HOST_ENV });
 
   it("a host SIGKILLed mid-stream: the SSE stream ends with run.lost once the reaper declares it lost", async () => {
-    const api = apiClient(stack.gatewayUrl, stack.apiKey);
-    const script = { reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(" "), tokens_per_s: 10 };
-    const submit = await api.call<{ job: { id: string } }>(
-      "POST",
-      "/v1/jobs",
-      userMessage(`!mock ${JSON.stringify(script)}`),
-    );
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage());
     const jobId = submit.body.job.id;
     const events: SseEvent[] = [];
     let killedAt = 0;
     let killed: string | null = null;
-    const headers = { authorization: `Bearer ${stack.apiKey}` };
-    for await (const ev of readSse(`${stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
       headers,
       signal: AbortSignal.timeout(30_000),
     })) {
       events.push(ev);
       if (!killed && ev.event === "model.delta") {
-        const owner = (await pool.query("select owner from jobs where id = $1", [jobId])).rows[0]?.owner as string;
-        const host = stack.hosts.find((h) => h.id === owner);
+        const owner = (await t.pool.query("select owner from jobs where id = $1", [jobId])).rows[0]?.owner as string;
+        const host = t.stack.hosts.find((h) => h.id === owner);
         expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
         host?.process.kill("SIGKILL");
         killed = owner;
@@ -64,7 +40,7 @@ describe.skipIf(!canRun)("event stream when a host dies", () => {
     expect(events.map((e) => Number(e.id))).toEqual(events.map((_, i) => i + 1));
     const lost = JSON.parse(events.at(-1)?.data ?? "{}") as { job_id: string; payload: Record<string, unknown> };
     expect(lost).toMatchObject({ job_id: jobId, payload: { source: "projector" } });
-    const row = (await pool.query("select state from jobs where id = $1", [jobId])).rows[0];
+    const row = (await t.pool.query("select state from jobs where id = $1", [jobId])).rows[0];
     expect(row.state).toBe("lost");
     console.log(`[events e2e] SIGKILL → run.lost on the stream after ${Date.now() - killedAt} ms`);
 

@@ -6,13 +6,12 @@
  * then `run.lost`, both projected from Postgres.
  */
 import { createServer, type Server, type Socket } from "node:net";
-import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import type { HostHandle, Stack } from "../../tools/stack";
-import { apiClient, userMessage } from "../helpers/api";
+import type { HostHandle } from "../../tools/stack";
+import { apiClient, longRunMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
-import { useStack } from "../helpers/stack";
+import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
@@ -36,8 +35,6 @@ async function blackHole(): Promise<{ url: string; close(): Promise<void> }> {
 }
 
 describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () => {
-  let stack: Stack;
-  let pool: pg.Pool;
   let hole: Awaited<ReturnType<typeof blackHole>>;
 
   beforeAll(async () => {
@@ -46,27 +43,12 @@ describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () =
   afterAll(async () => {
     await hole?.close();
   });
-  useStack(
-    {
-      hosts: 0,
-      mockModel: { ttftMs: 5, tokensPerS: 2000 },
-      hostEnv: { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" },
-    },
-    (s, p) => {
-      stack = s;
-      pool = p;
-    },
-  );
+  const t = useStack({ hosts: 0, mockModel: { ttftMs: 5, tokensPerS: 2000 }, hostEnv: FAST_LOSS_HOST_ENV });
 
   it("a host killed right after its started CAS, events undelivered: the stream shows run.started, then run.lost", async () => {
-    const doomed: HostHandle = await stack.addHost({ GATEWAY_URL: hole.url });
-    const api = apiClient(stack.gatewayUrl, stack.apiKey);
-    const script = { reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(" "), tokens_per_s: 10 };
-    const submit = await api.call<{ job: { id: string } }>(
-      "POST",
-      "/v1/jobs",
-      userMessage(`!mock ${JSON.stringify(script)}`),
-    );
+    const doomed: HostHandle = await t.stack.addHost({ GATEWAY_URL: hole.url });
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage());
     expect(submit.status).toBe(202);
     const jobId = submit.body.job.id;
 
@@ -74,7 +56,7 @@ describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () =
     const until = Date.now() + 30_000;
     let row: { state: string; owner: string; execution_id: string | null } | undefined;
     while (Date.now() < until) {
-      row = (await pool.query("select state, owner, execution_id from jobs where id = $1", [jobId])).rows[0];
+      row = (await t.pool.query("select state, owner, execution_id from jobs where id = $1", [jobId])).rows[0];
       if (row?.state === "running") break;
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -84,15 +66,15 @@ describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () =
     doomed.process.kill("SIGKILL");
 
     // A surviving host's reaper declares the run lost in Postgres.
-    await stack.addHost();
+    await t.stack.addHost();
     const events: SseEvent[] = [];
-    for await (const ev of readSse(`${stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
-      headers: { authorization: `Bearer ${stack.apiKey}` },
+    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
+      headers: { authorization: `Bearer ${t.stack.apiKey}` },
       signal: AbortSignal.timeout(60_000),
     })) {
       events.push(ev);
     }
-    const final = (await pool.query("select state, execution_id from jobs where id = $1", [jobId])).rows[0];
+    const final = (await t.pool.query("select state, execution_id from jobs where id = $1", [jobId])).rows[0];
     expect(final.state).toBe("lost");
     const seen = events.map((e) => {
       const data = JSON.parse(e.data) as { execution_id: string; payload: { source?: string } };

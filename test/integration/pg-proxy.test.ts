@@ -8,12 +8,10 @@ import { randomUUID } from "node:crypto";
 import { Client as NeonClient, NeonDbError, Pool as NeonPool, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
 import { drizzle as drizzleNeonWs } from "drizzle-orm/neon-serverless";
-import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
 import type pg from "pg";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CreateJobBody } from "../../src/contracts/job";
-import type { Db } from "../../src/db/client";
 import { createJob, decodeCursor, getJob, listJobs } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import {
@@ -30,7 +28,8 @@ import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { freePort, waitFor } from "../../tools/services/ports";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
-import { resetToTwoTenants, testPool } from "../helpers/db";
+import { caught } from "../helpers/caught";
+import { onEveryDriver, testPool } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -52,15 +51,6 @@ function pgCode(err: unknown): string | undefined {
     if (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
   }
   return undefined;
-}
-
-async function caught(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (err) {
-    return err;
-  }
-  throw new Error("expected a rejection");
 }
 
 function median(xs: number[]): number {
@@ -318,54 +308,50 @@ const body = (extra: Partial<CreateJobBody> = {}): CreateJobBody => ({
   ...extra,
 });
 
-function repositoryConformance(driver: string, getDb: () => Db) {
-  describe(`repository conformance: ${driver}`, () => {
-    let db: Db;
-    beforeEach(async () => {
-      db = getDb();
-      await resetToTwoTenants(admin, db);
-    });
-
+onEveryDriver(
+  "repository conformance",
+  () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
+  (db) => {
     /** A claimed and started job owned by `host`. */
     async function started(host = "host-a"): Promise<ExecutionIdentity> {
-      const { job } = await createJob(db, "t1", randomUUID(), body());
+      const { job } = await createJob(db(), "t1", randomUUID(), body());
       const token = randomUUID();
-      const epoch = await claimJob(db, job.id, host, token);
+      const epoch = await claimJob(db(), job.id, host, token);
       const id = { jobId: job.id, host, epoch: epoch as number, token, executionId: randomUUID() };
-      expect(await markStarted(db, id)).toBe(true);
+      expect(await markStarted(db(), id)).toBe(true);
       return id;
     }
 
     it("createJob stores the job and an idempotent retry returns the same job", async () => {
-      const plain = await createJob(db, "t1", randomUUID(), body({ tools: ["shell"], metadata: { k: "v" } }));
+      const plain = await createJob(db(), "t1", randomUUID(), body({ tools: ["shell"], metadata: { k: "v" } }));
       expect(plain.created).toBe(true);
       expect(plain.job).toMatchObject({ tenantId: "t1", state: "queued", epoch: 0, owner: null, tools: ["shell"] });
       expect(plain.job.input).toEqual(body().input);
       expect(plain.job.metadata).toEqual({ k: "v" });
       expect(plain.job.createdAt).toBeInstanceOf(Date);
 
-      const first = await createJob(db, "t1", randomUUID(), body({ idempotency_key: "k-1" }));
-      const retry = await createJob(db, "t1", randomUUID(), body({ idempotency_key: "k-1" }));
+      const first = await createJob(db(), "t1", randomUUID(), body({ idempotency_key: "k-1" }));
+      const retry = await createJob(db(), "t1", randomUUID(), body({ idempotency_key: "k-1" }));
       expect(first.created).toBe(true);
       expect(retry.created).toBe(false);
       expect(retry.job.id).toBe(first.job.id);
-      const otherTenant = await createJob(db, "t2", randomUUID(), body({ idempotency_key: "k-1" }));
+      const otherTenant = await createJob(db(), "t2", randomUUID(), body({ idempotency_key: "k-1" }));
       expect(otherTenant.created).toBe(true);
       expect(otherTenant.job.id).not.toBe(first.job.id);
     });
 
     it("getJob answers only the owning tenant", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body());
-      expect((await getJob(db, "t1", job.id))?.id).toBe(job.id);
-      expect(await getJob(db, "t2", job.id)).toBeNull();
-      expect(await getJob(db, "t1", randomUUID())).toBeNull();
-      expect(await getJob(db, "t1", "not-a-uuid")).toBeNull();
+      const { job } = await createJob(db(), "t1", randomUUID(), body());
+      expect((await getJob(db(), "t1", job.id))?.id).toBe(job.id);
+      expect(await getJob(db(), "t2", job.id)).toBeNull();
+      expect(await getJob(db(), "t1", randomUUID())).toBeNull();
+      expect(await getJob(db(), "t1", "not-a-uuid")).toBeNull();
     });
 
     it("listJobs pages newest first without skipping or repeating, ties and sub-millisecond times included", async () => {
       const ids: string[] = [];
-      for (let i = 0; i < 9; i++) ids.push((await createJob(db, "t1", randomUUID(), body())).job.id);
-      await createJob(db, "t2", randomUUID(), body());
+      for (let i = 0; i < 9; i++) ids.push((await createJob(db(), "t1", randomUUID(), body())).job.id);
+      await createJob(db(), "t2", randomUUID(), body());
       // Three share one timestamp (ties broken by id); two differ only below the millisecond,
       // which a JavaScript Date cannot hold.
       await admin.query("update jobs set created_at = '2024-01-01T00:00:00.500Z' where id = any($1::uuid[])", [
@@ -383,7 +369,7 @@ function repositoryConformance(driver: string, getDb: () => Db) {
         for (let pages = 0; pages < 20; pages++) {
           const decoded = cursor ? decodeCursor(cursor) : undefined;
           if (cursor) expect(decoded).not.toBeNull();
-          const page = await listJobs(db, "t1", { limit, cursor: decoded ?? undefined });
+          const page = await listJobs(db(), "t1", { limit, cursor: decoded ?? undefined });
           expect(page.jobs.length).toBeLessThanOrEqual(limit);
           seen.push(...page.jobs.map((j) => j.id));
           cursor = page.nextCursor;
@@ -391,29 +377,29 @@ function repositoryConformance(driver: string, getDb: () => Db) {
         }
         expect(seen).toEqual(expected);
       }
-      expect((await listJobs(db, "t1", { limit: 100, state: "running" })).jobs).toEqual([]);
+      expect((await listJobs(db(), "t1", { limit: 100, state: "running" })).jobs).toEqual([]);
     });
 
     it("claimJob has exactly one winner and bumps the epoch", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body());
+      const { job } = await createJob(db(), "t1", randomUUID(), body());
       const outcomes = await Promise.all(
-        ["h1", "h2", "h3", "h4"].map((host) => claimJob(db, job.id, host, randomUUID())),
+        ["h1", "h2", "h3", "h4"].map((host) => claimJob(db(), job.id, host, randomUUID())),
       );
       expect(outcomes.filter((e) => e !== null)).toEqual([1]);
-      expect(await claimJob(db, job.id, "late", randomUUID())).toBeNull();
+      expect(await claimJob(db(), job.id, "late", randomUUID())).toBeNull();
     });
 
     it("markStarted is fenced by host, epoch and token", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body());
+      const { job } = await createJob(db(), "t1", randomUUID(), body());
       const token = randomUUID();
-      const epoch = (await claimJob(db, job.id, "host-a", token)) as number;
+      const epoch = (await claimJob(db(), job.id, "host-a", token)) as number;
       const id = { jobId: job.id, host: "host-a", epoch, token, executionId: randomUUID() };
-      expect(await markStarted(db, { ...id, token: randomUUID() })).toBe(false);
-      expect(await markStarted(db, { ...id, epoch: epoch + 1 })).toBe(false);
-      expect(await markStarted(db, { ...id, host: "host-b" })).toBe(false);
-      expect(await markStarted(db, id)).toBe(true);
-      expect(await markStarted(db, { ...id, executionId: randomUUID() })).toBe(false);
-      const row = await getJob(db, "t1", job.id);
+      expect(await markStarted(db(), { ...id, token: randomUUID() })).toBe(false);
+      expect(await markStarted(db(), { ...id, epoch: epoch + 1 })).toBe(false);
+      expect(await markStarted(db(), { ...id, host: "host-b" })).toBe(false);
+      expect(await markStarted(db(), id)).toBe(true);
+      expect(await markStarted(db(), { ...id, executionId: randomUUID() })).toBe(false);
+      const row = await getJob(db(), "t1", job.id);
       expect(row).toMatchObject({ state: "running", executionId: id.executionId, epoch });
       expect(row?.startedAt).toBeInstanceOf(Date);
       // The execution keeps its claim token: the gateway derives the execution's ingest key from it.
@@ -423,21 +409,21 @@ function repositoryConformance(driver: string, getDb: () => Db) {
 
     it("setTimingFact writes once and only for the owner", async () => {
       const id = await started();
-      expect(await setTimingFact(db, { ...id, token: randomUUID() }, "prepared_at")).toBe(false);
-      expect(await setTimingFact(db, id, "prepared_at")).toBe(true);
-      const first = (await getJob(db, "t1", id.jobId))?.preparedAt;
+      expect(await setTimingFact(db(), { ...id, token: randomUUID() }, "prepared_at")).toBe(false);
+      expect(await setTimingFact(db(), id, "prepared_at")).toBe(true);
+      const first = (await getJob(db(), "t1", id.jobId))?.preparedAt;
       expect(first).toBeInstanceOf(Date);
-      expect(await setTimingFact(db, id, "prepared_at")).toBe(false);
-      expect((await getJob(db, "t1", id.jobId))?.preparedAt).toEqual(first);
-      expect(await setTimingFact(db, id, "first_output_at")).toBe(true);
+      expect(await setTimingFact(db(), id, "prepared_at")).toBe(false);
+      expect((await getJob(db(), "t1", id.jobId))?.preparedAt).toEqual(first);
+      expect(await setTimingFact(db(), id, "first_output_at")).toBe(true);
     });
 
     it("heartbeat returns only the caller's own running executions", async () => {
       const mine = await started("host-a");
       const theirs = await started("host-b");
-      const live = await heartbeat(db, "host-a", [mine, theirs]);
+      const live = await heartbeat(db(), "host-a", [mine, theirs]);
       expect([...live]).toEqual([mine.executionId]);
-      expect(await heartbeat(db, "host-a", [])).toEqual(new Set());
+      expect(await heartbeat(db(), "host-a", [])).toEqual(new Set());
     });
 
     it("finishJob is fenced and writes the terminal state once", async () => {
@@ -447,11 +433,11 @@ function repositoryConformance(driver: string, getDb: () => Db) {
         error: { code: "provider_error" as const, message: "boom" },
         output: "partial",
       };
-      expect(await finishJob(db, { ...id, executionId: randomUUID() }, failed)).toBe(false);
-      expect(await finishJob(db, { ...id, epoch: id.epoch + 1 }, failed)).toBe(false);
-      expect(await finishJob(db, id, failed)).toBe(true);
-      expect(await finishJob(db, id, { state: "completed", output: "again" })).toBe(false);
-      const row = await getJob(db, "t1", id.jobId);
+      expect(await finishJob(db(), { ...id, executionId: randomUUID() }, failed)).toBe(false);
+      expect(await finishJob(db(), { ...id, epoch: id.epoch + 1 }, failed)).toBe(false);
+      expect(await finishJob(db(), id, failed)).toBe(true);
+      expect(await finishJob(db(), id, { state: "completed", output: "again" })).toBe(false);
+      const row = await getJob(db(), "t1", id.jobId);
       expect(row).toMatchObject({ state: "failed", output: "partial", error: failed.error });
       expect(row?.finishedAt).toBeInstanceOf(Date);
       const exec = await admin.query("select outcome, finished_at is not null as done from executions where id = $1", [
@@ -462,7 +448,7 @@ function repositoryConformance(driver: string, getDb: () => Db) {
 
     it("claimFromPostgres claims the oldest first, one distinct token each", async () => {
       const ids: string[] = [];
-      for (let i = 0; i < 4; i++) ids.push((await createJob(db, i % 2 ? "t1" : "t2", randomUUID(), body())).job.id);
+      for (let i = 0; i < 4; i++) ids.push((await createJob(db(), i % 2 ? "t1" : "t2", randomUUID(), body())).job.id);
       for (const [i, id] of ids.entries()) {
         await admin.query("update jobs set created_at = $2 where id = $1", [
           id,
@@ -470,22 +456,17 @@ function repositoryConformance(driver: string, getDb: () => Db) {
         ]);
       }
       // ids[3] is now the oldest, then ids[2], ...; claim the oldest one first by hand.
-      expect(await claimJob(db, ids[3] as string, "other", randomUUID())).toBe(1);
+      expect(await claimJob(db(), ids[3] as string, "other", randomUUID())).toBe(1);
       const tokens = [randomUUID(), randomUUID()];
-      const claimed = await claimFromPostgres(db, "host-p", tokens);
+      const claimed = await claimFromPostgres(db(), "host-p", tokens);
       expect(claimed.map((c) => c.jobId).sort()).toEqual([ids[2], ids[1]].sort());
       expect(claimed.find((c) => c.jobId === ids[2])).toEqual({ jobId: ids[2], epoch: 1, token: tokens[0] });
       expect(claimed.find((c) => c.jobId === ids[1])).toEqual({ jobId: ids[1], epoch: 1, token: tokens[1] });
-      const rest = await claimFromPostgres(db, "host-q", [randomUUID(), randomUUID()]);
+      const rest = await claimFromPostgres(db(), "host-q", [randomUUID(), randomUUID()]);
       expect(rest.map((c) => c.jobId)).toEqual([ids[0]]);
-      expect(await claimFromPostgres(db, "host-q", [randomUUID()])).toEqual([]);
+      expect(await claimFromPostgres(db(), "host-q", [randomUUID()])).toEqual([]);
     });
-  });
-}
-
-repositoryConformance("node-postgres (pg)", () => drizzlePg({ client: admin, schema }) as unknown as Db);
-repositoryConformance("neon-http (through pg-proxy /sql)", () =>
-  createNeonHttpDb({ connectionString: postgres.url, fetchEndpoint: `${proxy.url}/sql` }),
+  },
 );
 
 describe("round trips", () => {

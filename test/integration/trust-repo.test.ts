@@ -10,23 +10,21 @@ import { randomUUID } from "node:crypto";
 import { promisify } from "node:util";
 import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
-import { drizzle as drizzlePg } from "drizzle-orm/node-postgres";
 import type pg from "pg";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, LIMITS } from "../../src/contracts/job";
-import type { Db } from "../../src/db/client";
 import { submitInput } from "../../src/db/control-repo";
 import { toJobView } from "../../src/db/job-view";
 import { createJob, findTenantIdByKeyHash } from "../../src/db/jobs-repo";
-import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
 import { listApiKeys, revokeApiKey } from "../../src/db/tenants-repo";
 import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
 import { type PostgresService, startPostgres } from "../../tools/services/postgres";
 import { loggableError } from "../../workers/log";
-import { resetToTwoTenants, testPool } from "../helpers/db";
+import { caught } from "../helpers/caught";
+import { onEveryDriver, testPool } from "../helpers/db";
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -46,31 +44,18 @@ afterAll(async () => {
   await postgres?.stop();
 });
 
-async function caught(p: Promise<unknown>): Promise<unknown> {
-  try {
-    await p;
-  } catch (err) {
-    return err;
-  }
-  throw new Error("expected a rejection");
-}
-
 const body = (content: string, extra: Partial<CreateJobBody> = {}): CreateJobBody => ({
   input: { messages: [{ role: "user", content }] },
   ...extra,
 });
 
-function suite(driver: string, getDb: () => Db) {
-  describe(`trust boundaries: ${driver}`, () => {
-    let db: Db;
-    beforeEach(async () => {
-      db = getDb();
-      await resetToTwoTenants(admin, db);
-    });
-
+onEveryDriver(
+  "trust boundaries",
+  () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
+  (db) => {
     it("the same idempotency key with the same request is the same job; with another request it is 409", async () => {
       const first = await createJob(
-        db,
+        db(),
         "t1",
         randomUUID(),
         body("hello", { idempotency_key: "k", metadata: { a: 1, b: { c: 2, d: 3 } } }),
@@ -78,7 +63,7 @@ function suite(driver: string, getDb: () => Db) {
       expect(first.created).toBe(true);
       // Key order in metadata and spelled-out defaults do not make a different request.
       const same = await createJob(
-        db,
+        db(),
         "t1",
         randomUUID(),
         body("hello", { idempotency_key: "k", tools: [], metadata: { b: { d: 3, c: 2 }, a: 1 } }),
@@ -90,47 +75,47 @@ function suite(driver: string, getDb: () => Db) {
         body("hello", { idempotency_key: "k", model: "m2", metadata: { a: 1, b: { c: 2, d: 3 } } }),
         body("hello", { idempotency_key: "k", tools: ["shell"], metadata: { a: 1, b: { c: 2, d: 3 } } }),
       ]) {
-        const err = await caught(createJob(db, "t1", randomUUID(), other));
+        const err = await caught(createJob(db(), "t1", randomUUID(), other));
         expect(err).toBeInstanceOf(ApiError);
         expect(err).toMatchObject({ code: "idempotency_mismatch", status: 409 });
       }
       // Another tenant's same key is its own.
-      expect((await createJob(db, "t2", randomUUID(), body("other", { idempotency_key: "k" }))).created).toBe(true);
+      expect((await createJob(db(), "t2", randomUUID(), body("other", { idempotency_key: "k" }))).created).toBe(true);
       // A job stored before request hashes existed matches any body (its request is unknown).
       await admin.query("update jobs set request_hash = null where id = $1", [first.job.id]);
-      const legacy = await createJob(db, "t1", randomUUID(), body("anything", { idempotency_key: "k" }));
+      const legacy = await createJob(db(), "t1", randomUUID(), body("anything", { idempotency_key: "k" }));
       expect(legacy).toMatchObject({ created: false, job: { id: first.job.id } });
     });
 
     it("an input's idempotency key is bound to its content", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body("hi"));
-      const first = await submitInput(db, "t1", job.id, "more", "in-1");
+      const { job } = await createJob(db(), "t1", randomUUID(), body("hi"));
+      const first = await submitInput(db(), "t1", job.id, "more", "in-1");
       expect(first?.created).toBe(true);
-      const again = await submitInput(db, "t1", job.id, "more", "in-1");
+      const again = await submitInput(db(), "t1", job.id, "more", "in-1");
       expect(again).toMatchObject({ created: false, inputId: first?.inputId });
-      const err = await caught(submitInput(db, "t1", job.id, "different", "in-1"));
+      const err = await caught(submitInput(db(), "t1", job.id, "different", "in-1"));
       expect(err).toMatchObject({ code: "idempotency_mismatch", status: 409 });
-      expect(await submitInput(db, "t2", job.id, "more", "in-1")).toBeNull();
+      expect(await submitInput(db(), "t2", job.id, "more", "in-1")).toBeNull();
     });
 
     it("a job takes at most maxInputsPerJob inputs; a retry of a stored one is still answered", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body("hi"));
+      const { job } = await createJob(db(), "t1", randomUUID(), body("hi"));
       for (let i = 0; i < LIMITS.maxInputsPerJob; i++) {
-        expect((await submitInput(db, "t1", job.id, `n${i}`, `k${i}`))?.created).toBe(true);
+        expect((await submitInput(db(), "t1", job.id, `n${i}`, `k${i}`))?.created).toBe(true);
       }
-      const over = await caught(submitInput(db, "t1", job.id, "one more", null));
+      const over = await caught(submitInput(db(), "t1", job.id, "one more", null));
       expect(over).toMatchObject({ code: "input_limit_reached", status: 409 });
-      expect(await submitInput(db, "t1", job.id, "n0", "k0")).toMatchObject({ created: false });
+      expect(await submitInput(db(), "t1", job.id, "n0", "k0")).toMatchObject({ created: false });
       const { rows } = await admin.query("select count(*)::int as n from job_inputs where job_id = $1", [job.id]);
       expect(rows[0].n).toBe(LIMITS.maxInputsPerJob);
     });
 
     it("a job takes at most maxInputBytesPerJob bytes of input in all", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body("hi"));
+      const { job } = await createJob(db(), "t1", randomUUID(), body("hi"));
       const chunk = "é".repeat(LIMITS.maxMessageChars / 2); // 2 UTF-8 bytes each: maxMessageChars bytes
       const fits = Math.floor(LIMITS.maxInputBytesPerJob / new TextEncoder().encode(chunk).byteLength);
-      for (let i = 0; i < fits; i++) expect((await submitInput(db, "t1", job.id, chunk, null))?.created).toBe(true);
-      const over = await caught(submitInput(db, "t1", job.id, "x".repeat(LIMITS.maxInputBytesPerJob), null));
+      for (let i = 0; i < fits; i++) expect((await submitInput(db(), "t1", job.id, chunk, null))?.created).toBe(true);
+      const over = await caught(submitInput(db(), "t1", job.id, "x".repeat(LIMITS.maxInputBytesPerJob), null));
       expect(over).toMatchObject({ code: "input_limit_reached" });
     });
 
@@ -139,26 +124,26 @@ function suite(driver: string, getDb: () => Db) {
       await admin.query(
         `insert into api_keys (tenant_id, prefix, key_hash) values ('t1', 'ear_same', 'hash-1'), ('t2', 'ear_same', 'hash-2')`,
       );
-      const [mine] = await listApiKeys(db, "t1");
+      const [mine] = await listApiKeys(db(), "t1");
       expect(mine).toMatchObject({ prefix: "ear_same" });
-      expect(await revokeApiKey(db, "t1", mine?.id as string)).toBe(true);
-      expect(await findTenantIdByKeyHash(db, "hash-1")).toBeNull();
-      expect(await findTenantIdByKeyHash(db, "hash-2")).toBe("t2");
+      expect(await revokeApiKey(db(), "t1", mine?.id as string)).toBe(true);
+      expect(await findTenantIdByKeyHash(db(), "hash-1")).toBeNull();
+      expect(await findTenantIdByKeyHash(db(), "hash-2")).toBe("t2");
       // Another tenant cannot revoke t2's key by naming its id under t1, and ids are not prefixes.
-      const [theirs] = await listApiKeys(db, "t2");
-      expect(await revokeApiKey(db, "t1", theirs?.id as string)).toBe(false);
-      expect(await revokeApiKey(db, "t2", "ear_same")).toBe(false);
-      expect(await findTenantIdByKeyHash(db, "hash-2")).toBe("t2");
+      const [theirs] = await listApiKeys(db(), "t2");
+      expect(await revokeApiKey(db(), "t1", theirs?.id as string)).toBe(false);
+      expect(await revokeApiKey(db(), "t2", "ear_same")).toBe(false);
+      expect(await findTenantIdByKeyHash(db(), "hash-2")).toBe("t2");
     });
 
     it("a tenant sees a generic message for an internal error; the code stays", async () => {
-      const { job } = await createJob(db, "t1", randomUUID(), body("hi"));
+      const { job } = await createJob(db(), "t1", randomUUID(), body("hi"));
       const detail = "connect ECONNREFUSED 10.1.2.3:5432 at /srv/host-7/runner.js";
       await admin.query(`update jobs set state = 'failed', finished_at = now(), error = $2::jsonb where id = $1`, [
         job.id,
         JSON.stringify({ code: "internal_error", message: detail }),
       ]);
-      const [row] = await db.select().from(schema.jobs).where(sql`${schema.jobs.id} = ${job.id}`);
+      const [row] = await db().select().from(schema.jobs).where(sql`${schema.jobs.id} = ${job.id}`);
       const view = toJobView(row as schema.JobRow);
       expect(view.error?.code).toBe("internal_error");
       expect(view.error?.message).not.toContain("10.1.2.3");
@@ -170,18 +155,14 @@ function suite(driver: string, getDb: () => Db) {
 
     it("a failed query's log text names the error and SQLSTATE but no value", async () => {
       const secret = `secret-${randomUUID()}`;
-      const err = await caught(db.execute(sql`select ${secret}::uuid as u`));
+      const err = await caught(db().execute(sql`select ${secret}::uuid as u`));
       const text = loggableError(err);
       expect(text).toContain("22P02");
       expect(text).toContain("Failed query: select $1::uuid");
       expect(text).not.toContain(secret);
     });
-  });
-}
-
-suite("node-postgres (pg)", () => drizzlePg({ client: admin, schema }) as unknown as Db);
-suite("neon-http (through pg-proxy /sql)", () =>
-  createNeonHttpDb({ connectionString: postgres.url, fetchEndpoint: `${proxy.url}/sql` }));
+  },
+);
 
 describe("pg-proxy credentials", () => {
   it("refuses a connection string with the wrong password or user over /sql", async () => {

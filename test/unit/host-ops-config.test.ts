@@ -7,20 +7,14 @@ import { describe, expect, it } from "vitest";
 import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
 import { applyMigrations } from "../../tools/migrate";
+import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 
-const hostEnv = {
-  DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
-  UPSTASH_REDIS_REST_URL: "http://127.0.0.1:8079",
-  UPSTASH_REDIS_REST_TOKEN: "t",
-  GATEWAY_URL: "http://127.0.0.1:8787",
-  INTERNAL_SIGNING_SECRET: "0123456789abcdef",
-};
 const POOLED = "postgres://u:p@ep-cool-bird-123456-pooler.eu-central-1.aws.neon.tech/db?sslmode=require";
 const DIRECT = "postgres://u:p@ep-cool-bird-123456.eu-central-1.aws.neon.tech/db?sslmode=require";
 
 function problems(env: Record<string, string>): string[] {
   try {
-    hostConfigFromEnv({ ...hostEnv, ...env });
+    hostConfigFromEnv({ ...MINIMAL_HOST_ENV, ...env });
   } catch (err) {
     if (err instanceof HostConfigError) return err.problems;
     throw err;
@@ -30,15 +24,15 @@ function problems(env: Record<string, string>): string[] {
 
 describe("metrics listener address", () => {
   it("is loopback unless HOST_METRICS_HOST says otherwise", () => {
-    expect(hostConfigFromEnv(hostEnv).metricsHost).toBe("127.0.0.1");
-    expect(hostConfigFromEnv({ ...hostEnv, HOST_METRICS_HOST: "0.0.0.0" }).metricsHost).toBe("0.0.0.0");
+    expect(hostConfigFromEnv(MINIMAL_HOST_ENV).metricsHost).toBe("127.0.0.1");
+    expect(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, HOST_METRICS_HOST: "0.0.0.0" }).metricsHost).toBe("0.0.0.0");
   });
 });
 
 describe("queue depth interval", () => {
   it("defaults to 15 s, 0 turns it off, and a sub-second interval is refused by name", () => {
-    expect(hostConfigFromEnv(hostEnv).queueDepthMs).toBe(15_000);
-    expect(hostConfigFromEnv({ ...hostEnv, HOST_QUEUE_DEPTH_MS: "0" }).queueDepthMs).toBe(0);
+    expect(hostConfigFromEnv(MINIMAL_HOST_ENV).queueDepthMs).toBe(15_000);
+    expect(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, HOST_QUEUE_DEPTH_MS: "0" }).queueDepthMs).toBe(0);
     expect(problems({ HOST_QUEUE_DEPTH_MS: "200" })).toEqual([expect.stringMatching(/^HOST_QUEUE_DEPTH_MS: /)]);
   });
 });
@@ -47,28 +41,30 @@ describe("the LISTEN connection", () => {
   it("recognises Neon pooler host names and nothing else", () => {
     expect(isPoolerUrl(POOLED)).toBe(true);
     expect(isPoolerUrl(DIRECT)).toBe(false);
-    expect(isPoolerUrl(hostEnv.DATABASE_URL)).toBe(false);
+    expect(isPoolerUrl(MINIMAL_HOST_ENV.DATABASE_URL)).toBe(false);
     expect(isPoolerUrl("not a url")).toBe(false);
   });
 
   it("uses DATABASE_URL when it is direct", () => {
-    expect(listenDatabaseUrl(hostConfigFromEnv(hostEnv))).toEqual({ url: hostEnv.DATABASE_URL });
+    expect(listenDatabaseUrl(hostConfigFromEnv(MINIMAL_HOST_ENV))).toEqual({ url: MINIMAL_HOST_ENV.DATABASE_URL });
   });
 
   it("uses DATABASE_DIRECT_URL when given, pooled DATABASE_URL or not", () => {
-    const config = hostConfigFromEnv({ ...hostEnv, DATABASE_URL: POOLED, DATABASE_DIRECT_URL: DIRECT });
+    const config = hostConfigFromEnv({ ...MINIMAL_HOST_ENV, DATABASE_URL: POOLED, DATABASE_DIRECT_URL: DIRECT });
     expect(config.databaseUrl).toBe(POOLED);
     expect(listenDatabaseUrl(config)).toEqual({ url: DIRECT });
   });
 
   it("is off, with a warning naming DATABASE_DIRECT_URL, for a pooler URL without a direct one", () => {
-    const target = listenDatabaseUrl(hostConfigFromEnv({ ...hostEnv, DATABASE_URL: POOLED }));
+    const target = listenDatabaseUrl(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, DATABASE_URL: POOLED }));
     expect(target.url).toBeNull();
     expect(target.warning).toMatch(/pooler.*DATABASE_DIRECT_URL/);
   });
 
   it("is off without a warning when HOST_LISTEN=false", () => {
-    expect(listenDatabaseUrl(hostConfigFromEnv({ ...hostEnv, HOST_LISTEN: "false", DATABASE_URL: POOLED }))).toEqual({
+    expect(
+      listenDatabaseUrl(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, HOST_LISTEN: "false", DATABASE_URL: POOLED })),
+    ).toEqual({
       url: null,
       warning: null,
     });

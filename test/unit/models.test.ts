@@ -7,21 +7,14 @@ import { describe, expect, it } from "vitest";
 import { hostConfigFromEnv } from "../../sandbox-host/config";
 import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model/config";
 import { parseModelList, resolveModel } from "../../src/domain/models";
-
-const hostEnv = {
-  DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
-  UPSTASH_REDIS_REST_URL: "http://127.0.0.1:8079",
-  UPSTASH_REDIS_REST_TOKEN: "t",
-  GATEWAY_URL: "http://127.0.0.1:8787",
-  INTERNAL_SIGNING_SECRET: "0123456789abcdef",
-};
+import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 
 describe("the host's per-tenant quota default", () => {
   it("is on: at most half of a model's slots per tenant unless the operator says otherwise", () => {
-    const config = hostConfigFromEnv(hostEnv);
+    const config = hostConfigFromEnv(MINIMAL_HOST_ENV);
     expect(config.quotaTenantLimit).toBeGreaterThan(0);
     expect(config.quotaTenantLimit).toBeLessThan(config.quotaModelLimit);
-    expect(hostConfigFromEnv({ ...hostEnv, QUOTA_TENANT_LIMIT: "0" }).quotaTenantLimit).toBe(0);
+    expect(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, QUOTA_TENANT_LIMIT: "0" }).quotaTenantLimit).toBe(0);
   });
 });
 

@@ -12,15 +12,22 @@ describe("PeriodicTask", () => {
     let running = 0;
     let maxRunning = 0;
     let finished = 0;
+    // Stop while the third run is known to be in flight (a wall-clock wait could land between
+    // two runs on a loaded machine: CI saw exactly that).
+    let thirdStarted = () => {};
+    const inThird = new Promise<void>((resolve) => {
+      thirdStarted = resolve;
+    });
     const task = new PeriodicTask({ name: "t", everyMs: 1, spread: 0, firstDelayMs: 0 }, async () => {
       running++;
       maxRunning = Math.max(maxRunning, running);
+      if (finished === 2) thirdStarted();
       await sleep(20);
       running--;
       finished++;
     });
     task.start();
-    await sleep(70);
+    await inThird;
     const stopping = task.stop();
     expect(running).toBe(1);
     await stopping;
@@ -35,19 +42,20 @@ describe("PeriodicTask", () => {
   it("fixed rate keeps the period when a run is slow; fixed delay adds the run's duration", async () => {
     const gaps = async (fixedRate: boolean) => {
       const starts: number[] = [];
-      const task = new PeriodicTask({ name: "t", everyMs: 100, spread: 0, firstDelayMs: 0, fixedRate }, async () => {
+      const task = new PeriodicTask({ name: "t", everyMs: 200, spread: 0, firstDelayMs: 0, fixedRate }, async () => {
         starts.push(performance.now());
-        await sleep(60);
+        await sleep(150);
       });
       task.start();
       while (starts.length < 3) await sleep(10);
       await task.stop();
       return [starts[1]! - starts[0]!, starts[2]! - starts[1]!];
     };
-    // A timer never fires early, so a fixed-delay gap is at least run (60) + period (100).
-    for (const gap of await gaps(false)) expect(gap).toBeGreaterThanOrEqual(159);
-    // Fixed rate: the period, plus only the timer's own lateness (generous bound for a loaded box).
-    for (const gap of await gaps(true)) expect(gap).toBeLessThan(150);
+    // A timer never fires early, so a fixed-delay gap is at least run (150) + period (200).
+    for (const gap of await gaps(false)) expect(gap).toBeGreaterThanOrEqual(349);
+    // Fixed rate: the period plus only the timer's own lateness, which may be large on a loaded
+    // box; anything short of what a fixed delay must take tells the two apart.
+    for (const gap of await gaps(true)) expect(gap).toBeLessThan(340);
   });
 
   it("runNow runs after the run in flight, never alongside it, and not at all once stopped", async () => {

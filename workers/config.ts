@@ -28,7 +28,18 @@ const ConfigSchema = z.object({
   MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MODELS: optional(z.string()),
+  REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
+  REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
 });
+
+/**
+ * The cron backstop's thresholds (workers/scheduled.ts). They mean what the hosts' HOST_RUN_LOST_AFTER_MS
+ * and HOST_CLAIM_TIMEOUT_MS mean, and default to the hosts' defaults (3 × the 2 s heartbeat + 2 s,
+ * computed in sandbox-host/host-parts.ts; 10 s in sandbox-host/config.ts). A deployment that raises
+ * the hosts' values must raise these to at least the same: the backstop would otherwise call a
+ * run lost that its host still considers alive.
+ */
+export const BACKSTOP_DEFAULTS = { runLostAfterMs: 8_000, claimTimeoutMs: 10_000 } as const;
 
 export { LIMIT_DEFAULTS };
 
@@ -50,6 +61,8 @@ export interface GatewayConfig {
   limits: GatewayLimits;
   /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
   models: ModelCatalog;
+  /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
+  backstop: { runLostAfterMs: number; claimTimeoutMs: number };
 }
 
 export class ConfigError extends Error {
@@ -99,6 +112,10 @@ export function loadConfig(env: Env): GatewayConfig {
               maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
             },
             models,
+            backstop: {
+              runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
+              claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
+            },
           };
     cached = { key, value };
   }

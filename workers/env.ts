@@ -19,6 +19,8 @@ export interface Env {
   MAX_STREAMS_PER_TENANT?: string;
   MAX_QUEUED_JOBS_PER_TENANT?: string;
   MODELS?: string;
+  REAPER_RUN_LOST_AFTER_MS?: string;
+  REAPER_CLAIM_TIMEOUT_MS?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;
 }

@@ -1,6 +1,10 @@
-/** Worker entry: the gateway app as the default fetch handler, plus the Durable Object classes. */
+/**
+ * Worker entry: the gateway app as the default fetch handler, the cron backstops as its scheduled
+ * handler (workers/scheduled.ts), plus the Durable Object classes.
+ */
 import { createApp } from "./app";
 import type { Env } from "./env";
+import { runBackstops } from "./scheduled";
 
 export { ChatSessionObject } from "./durable-objects/chat-session";
 export { JobEventsObject } from "./durable-objects/job-events";
@@ -10,4 +14,5 @@ const app = createApp();
 
 export default {
   fetch: (request, env, ctx) => app.fetch(request, env, ctx),
+  scheduled: (controller, env) => runBackstops(env, controller.cron),
 } satisfies ExportedHandler<Env>;

@@ -85,6 +85,10 @@ function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, o
     bindings: { ...workerOptions.bindings, ...s.vars },
     durableObjectsPersist: s.persistTo,
     ...(s.inspectorPort ? { inspectorPort: s.inspectorPort } : {}),
+    // `GET /cdn-cgi/handler/scheduled?cron=…` runs the Worker's scheduled handler and answers 200
+    // or 500 once it has finished; `wrangler dev` always exposes it. Miniflare 4 has no cron timer
+    // of its own, so nothing fires wrangler.toml's triggers here unless asked (docs/deploy.md).
+    unsafeTriggerHandlers: true,
     log: new Log(LogLevel.WARN),
   } as MiniflareOptions;
 }

@@ -1,0 +1,101 @@
+/**
+ * The Worker's cron backstop (workers/scheduled.ts) ends jobs with no sandbox-host alive: a stack
+ * with zero hosts, jobs left behind by a host that died (a silent run, an overdue run, a claim
+ * that never started), and the gateway's scheduled handler fired in workerd through Miniflare's
+ * trigger route, the way Cloudflare's cron trigger would call it.
+ */
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import { describe, expect, it } from "vitest";
+import type { Db } from "../../src/db/client";
+import { claimJob, markStarted } from "../../src/db/ownership-repo";
+import * as schema from "../../src/db/schema";
+import { apiClient, userMessage } from "../helpers/api";
+import { useStack } from "../helpers/stack";
+
+describe("the cron backstop with zero hosts", () => {
+  const t = useStack({ hosts: 0 });
+
+  async function submit(): Promise<string> {
+    const r = await apiClient(t.stack.gatewayUrl, t.stack.apiKey).call<{ job: { id: string } }>(
+      "POST",
+      "/v1/jobs",
+      userMessage("left behind"),
+    );
+    expect(r.status).toBe(202);
+    return r.body.job.id;
+  }
+
+  /** What a host that has since died did: claim (and maybe start) the job. */
+  async function claimAs(db: Db, jobId: string, start: boolean): Promise<void> {
+    const token = randomUUID();
+    const epoch = await claimJob(db, jobId, "dead-host", token);
+    expect(epoch).not.toBeNull();
+    if (start)
+      expect(
+        await markStarted(db, { jobId, host: "dead-host", epoch: epoch as number, token, executionId: randomUUID() }),
+      ).toBe(true);
+  }
+
+  async function states(
+    ids: string[],
+  ): Promise<Record<string, { state: string; owner: string | null; error: unknown }>> {
+    const r = await t.pool.query<{ id: string; state: string; owner: string | null; error: unknown }>(
+      "SELECT id, state, owner, error FROM jobs WHERE id = ANY($1::uuid[])",
+      [ids],
+    );
+    return Object.fromEntries(r.rows.map((row) => [row.id, { state: row.state, owner: row.owner, error: row.error }]));
+  }
+
+  const fire = () => fetch(`${t.stack.gatewayUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent("* * * * *")}`);
+
+  it("marks the silent run lost, the overdue run timed_out, releases the stale claim, leaves a live run alone, and a watcher sees run.lost", async () => {
+    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
+    const [silent, overdue, staleClaim, live] = [await submit(), await submit(), await submit(), await submit()];
+    await claimAs(db, silent, true);
+    await claimAs(db, overdue, true);
+    await claimAs(db, staleClaim, false);
+    await claimAs(db, live, true);
+    // The dead host's last heartbeat was an hour ago; the overdue run is still heartbeating (its
+    // host is a zombie that stopped enforcing the deadline) but is past its deadline; the claim
+    // never reached `started`; the live run heartbeats now and has no deadline.
+    await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [silent]);
+    await t.pool.query("UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = $1", [overdue]);
+    await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [staleClaim]);
+
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    const watched = api.events(silent);
+    // Observed below; if an assertion fails first, the stream is cut when the stack stops.
+    watched.catch(() => {});
+    // No host is alive, so nothing else will ever reap: the rows stay as the dead host left them.
+    await new Promise((r) => setTimeout(r, 1500));
+    const before = await states([silent, overdue, staleClaim, live]);
+    expect([silent, overdue, staleClaim, live].map((id) => before[id]?.state)).toEqual([
+      "running",
+      "running",
+      "queued",
+      "running",
+    ]);
+    expect(before[staleClaim]?.owner).toBe("dead-host");
+
+    // The trigger route answers once the handler has finished: "ok", or "exception" when it threw
+    // (or when the Worker has no scheduled handler at all).
+    const res = await fire();
+    const outcome = { status: res.status, body: await res.text() };
+
+    const after = await states([silent, overdue, staleClaim, live]);
+    expect(after[silent]).toMatchObject({ state: "lost", error: { code: "lost" } });
+    expect(after[overdue]).toMatchObject({ state: "timed_out", error: { code: "timed_out" } });
+    expect(after[staleClaim]).toMatchObject({ state: "queued", owner: null });
+    expect(after[live]).toMatchObject({ state: "running", owner: "dead-host" });
+    expect(outcome).toEqual({ status: 200, body: "ok" });
+
+    // The watcher's stream ends with the terminal event the JobEvents object projects from the row.
+    const events = await watched;
+    expect(events.at(-1)?.event).toBe("run.lost");
+
+    // Idempotent: a second firing (or a host's reaper racing it) changes nothing more.
+    expect((await fire()).status).toBe(200);
+    expect(await states([silent, overdue, staleClaim, live])).toEqual(after);
+  }, 60_000);
+});

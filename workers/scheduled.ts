@@ -1,0 +1,50 @@
+/**
+ * The Worker's `scheduled` handler: backstop tasks run on the cron trigger in wrangler.toml (every
+ * minute). They do what hosts normally do, so that nothing waits for a live host; each is
+ * idempotent and safe alongside the hosts doing the same. One more backstop is one more entry in
+ * BACKSTOP_TASKS.
+ */
+import { type GatewayConfig, loadConfig } from "./config";
+import { reaperBackstop } from "./cron/reaper-backstop";
+import { createDeps, type Deps } from "./deps";
+import type { Env } from "./env";
+import { log } from "./log";
+
+export interface BackstopTask {
+  name: string;
+  /** Returns counts for the log line; throws when it could not do its work. */
+  run(ctx: { config: GatewayConfig; deps: Deps; env: Env }): Promise<Record<string, number>>;
+}
+
+export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop];
+
+/**
+ * Runs every task, each to the end whatever the others do, then fails the invocation if any
+ * failed, so the Cron Events view and `wrangler tail` show it as an error.
+ */
+export async function runBackstops(
+  env: Env,
+  cron: string,
+  tasks: readonly BackstopTask[] = BACKSTOP_TASKS,
+): Promise<void> {
+  let config: GatewayConfig;
+  try {
+    config = loadConfig(env);
+  } catch (err) {
+    log.error("cron backstop not run: invalid configuration", { cron, error: err });
+    throw err;
+  }
+  const deps = createDeps(config);
+  const results = await Promise.allSettled(tasks.map((t) => t.run({ config, deps, env })));
+  const failed: string[] = [];
+  results.forEach((r, i) => {
+    const task = (tasks[i] as BackstopTask).name;
+    if (r.status === "rejected") {
+      failed.push(task);
+      log.error("cron backstop task failed", { cron, task, error: r.reason });
+    } else if (Object.values(r.value).some((n) => n > 0)) {
+      log.info("cron backstop task acted", { cron, task, ...r.value });
+    }
+  });
+  if (failed.length > 0) throw new Error(`cron backstop tasks failed: ${failed.join(", ")}`);
+}

@@ -1,7 +1,8 @@
 /**
  * The host's reaper: idempotent CAS SQL (src/db/reaper-repo.ts) run on a jittered interval by
- * every host, so recovery never depends on one particular host being alive (with no host alive
- * at all nothing reaps yet: there is no Worker cron backstop). Each pass:
+ * every host, so recovery never depends on one particular host being alive (with no host alive at
+ * all, the Worker's cron backstop, workers/cron/reaper-backstop.ts, runs the same statements every
+ * minute). Each pass:
  *  - releases claims that never reached `started` within the claim timeout, and re-indexes them;
  *  - marks silent runs `lost` and overdue runs `timed_out` (never re-run);
  *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data

@@ -1,5 +1,5 @@
 /**
- * Reaping: idempotent CAS SQL that any host may run at any time,
+ * Reaping: idempotent CAS SQL that any host, and the Worker's cron backstop, may run at any time,
  * any number of times, concurrently. Each statement re-checks the condition it acts on inside the
  * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
  */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/config";
+import { BACKSTOP_DEFAULTS, ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/config";
 import type { Env } from "../../workers/env";
 
 const base = {
@@ -55,5 +55,14 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, INTERNAL_SIGNING_SECRET_PREVIOUS: "short" }))).toThrow(
       /INTERNAL_SIGNING_SECRET_PREVIOUS/,
     );
+  });
+
+  it("gives the cron backstop the hosts' default thresholds, each overridable, nonsense refused", () => {
+    expect(loadConfig(asEnv({ ...base })).backstop).toEqual(BACKSTOP_DEFAULTS);
+    expect(
+      loadConfig(asEnv({ ...base, REAPER_RUN_LOST_AFTER_MS: "30000", REAPER_CLAIM_TIMEOUT_MS: "20000" })).backstop,
+    ).toEqual({ runLostAfterMs: 30_000, claimTimeoutMs: 20_000 });
+    expect(() => loadConfig(asEnv({ ...base, REAPER_RUN_LOST_AFTER_MS: "5" }))).toThrow(/REAPER_RUN_LOST_AFTER_MS/);
+    expect(() => loadConfig(asEnv({ ...base, REAPER_CLAIM_TIMEOUT_MS: "soon" }))).toThrow(/REAPER_CLAIM_TIMEOUT_MS/);
   });
 });

@@ -6,6 +6,7 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import { isPoolerUrl } from "../src/db/pooler-url";
+import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -68,13 +69,13 @@ export const HostConfigSchema = z.object({
   /** Postgres sweep for jobs whose index entry was lost. */
   sweepMs: intFromEnv(50, 600_000).default(1500),
   sweepOlderThanMs: intFromEnv(0, 600_000).default(2000),
-  heartbeatMs: intFromEnv(100, 600_000).default(2000),
+  heartbeatMs: intFromEnv(100, 600_000).default(DEFAULT_HEARTBEAT_MS),
   /** On SIGTERM: how long running jobs may take to finish before they are failed. */
   shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
   /** Reaper pass interval (jittered ±30 %). */
   reapMs: intFromEnv(100, 600_000).default(2000),
   /** A claim not started within this is released and re-indexed. A host starts within ms of claiming. */
-  claimTimeoutMs: intFromEnv(100, 3_600_000).default(10_000),
+  claimTimeoutMs: intFromEnv(100, 3_600_000).default(DEFAULT_CLAIM_TIMEOUT_MS),
   /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
   runLostAfterMs: intFromEnv(100, 3_600_000).optional(),
   /** Periodic rebuild of the ready index from Postgres. */

@@ -6,6 +6,7 @@
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../src/db/schema";
+import { defaultRunLostAfterMs } from "../src/domain/recovery";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient } from "../src/quota/redis";
@@ -126,7 +127,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     log,
     intervalMs: config.reapMs,
     claimTimeoutMs: config.claimTimeoutMs,
-    runLostAfterMs: config.runLostAfterMs ?? 3 * config.heartbeatMs + 2000,
+    runLostAfterMs: config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs),
     indexRebuildMs: config.indexRebuildMs,
   });
   const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { type ModelCatalog, parseModelList } from "../src/domain/models";
+import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
 
 /** `--var NAME:` passes an empty string; treat it as unset. */
@@ -39,7 +40,10 @@ const ConfigSchema = z.object({
  * the hosts' values must raise these to at least the same: the backstop would otherwise call a
  * run lost that its host still considers alive.
  */
-export const BACKSTOP_DEFAULTS = { runLostAfterMs: 8_000, claimTimeoutMs: 10_000 } as const;
+export const BACKSTOP_DEFAULTS = {
+  runLostAfterMs: defaultRunLostAfterMs(),
+  claimTimeoutMs: DEFAULT_CLAIM_TIMEOUT_MS,
+} as const;
 
 export { LIMIT_DEFAULTS };
 

@@ -28,7 +28,21 @@ const ConfigSchema = z.object({
   MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MODELS: optional(z.string()),
+  JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
 });
+
+/** A finished job's event log is kept this long after its terminal event (JOB_EVENTS_RETENTION_S). */
+export const EVENT_RETENTION_DEFAULT_S = 7 * 24 * 3600;
+
+/**
+ * The event log's retention in ms, for the JobEvents object, which must not depend on the rest
+ * of the configuration parsing (an object that cannot read DATABASE_URL still has to expire).
+ * A malformed value falls back to the default; loadConfig reports it to the gateway's routes.
+ */
+export function eventRetentionMs(env: Env): number {
+  const parsed = ConfigSchema.shape.JOB_EVENTS_RETENTION_S.safeParse(env.JOB_EVENTS_RETENTION_S);
+  return ((parsed.success ? parsed.data : undefined) ?? EVENT_RETENTION_DEFAULT_S) * 1000;
+}
 
 export { LIMIT_DEFAULTS };
 
@@ -50,6 +64,8 @@ export interface GatewayConfig {
   limits: GatewayLimits;
   /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
   models: ModelCatalog;
+  /** How long a finished job's event log is kept (JOB_EVENTS_RETENTION_S). */
+  eventRetentionMs: number;
 }
 
 export class ConfigError extends Error {
@@ -99,6 +115,7 @@ export function loadConfig(env: Env): GatewayConfig {
               maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
             },
             models,
+            eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
           };
     cached = { key, value };
   }

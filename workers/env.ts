@@ -19,6 +19,7 @@ export interface Env {
   MAX_STREAMS_PER_TENANT?: string;
   MAX_QUEUED_JOBS_PER_TENANT?: string;
   MODELS?: string;
+  JOB_EVENTS_RETENTION_S?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;
 }

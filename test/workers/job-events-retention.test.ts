@@ -16,7 +16,9 @@ function storageOf(stub: DurableObjectStub<JobEventsObject>) {
     bytes: state.storage.sql.databaseSize,
     alarm: await state.storage.getAlarm(),
     tables: state.storage.sql
-      .exec<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'")
+      .exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
+      )
       .toArray()
       .map((r) => r.name),
   }));

@@ -14,7 +14,7 @@ export const ERROR_STATUS = {
   conflict: 409,
   idempotency_mismatch: 409,
   input_limit_reached: 409,
-  /** The retention purge deleted the job (docs/api.md "Retention"). */
+  /** The retention purge deleted the job (docs/architecture.md "Retention"). */
   gone: 410,
   /** The job is kept but its event log passed its retention and was deleted. */
   events_expired: 410,

@@ -248,7 +248,7 @@ const OPERATIONS: Operation[] = [
     auth: "api_key",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
-    errors: ["not_found", ...V1_ERRORS],
+    errors: ["not_found", "gone", ...V1_ERRORS],
   },
   {
     method: "post",
@@ -335,7 +335,7 @@ const OPERATIONS: Operation[] = [
         },
       },
     ],
-    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+    errors: ["invalid_request", "not_found", "gone", "events_expired", ...V1_ERRORS],
   },
   {
     method: "get",

@@ -25,6 +25,28 @@ async function seedJobs(
   opts: { state: string; finishedAgoMs: number | null; cleanupPending?: boolean },
 ): Promise<string[]> {
   const ids = Array.from({ length: n }, () => randomUUID());
+  // One transaction: a host's purge running between the statements would delete the job before
+  // its execution row is inserted (a foreign-key error, seen once under load).
+  const client = await pool.connect();
+  try {
+    await client.query("BEGIN");
+    await insertRows(client, ids, tenantId, opts);
+    await client.query("COMMIT");
+  } catch (err) {
+    await client.query("ROLLBACK");
+    throw err;
+  } finally {
+    client.release();
+  }
+  return ids;
+}
+
+async function insertRows(
+  pool: pg.PoolClient,
+  ids: string[],
+  tenantId: string,
+  opts: { state: string; finishedAgoMs: number | null; cleanupPending?: boolean },
+): Promise<void> {
   await pool.query(
     `INSERT INTO jobs (id, tenant_id, state, input, output, created_at, finished_at, cleanup_pending, epoch, execution_id)
      SELECT id, $2, $3, $4::jsonb, $5, now() - interval '40 days',
@@ -52,7 +74,6 @@ async function seedJobs(
      SELECT id, $2, 'also mention the risks', 'applied' FROM unnest($1::uuid[]) AS id`,
     [ids, tenantId],
   );
-  return ids;
 }
 
 async function count(pool: pg.Pool, table: string, ids: string[]): Promise<number> {
@@ -157,6 +178,13 @@ describe.skipIf(!canRun)("retention end to end", () => {
     const goneEvents = await api.call<{ error: { code: string } }>("GET", `/v1/jobs/${purged}/events`);
     expect(goneEvents.status).toBe(410);
     expect(goneEvents.body.error.code).toBe("gone");
+    for (const [method, path] of [
+      ["POST", `/v1/jobs/${purged}/cancel`],
+      ["GET", `/v1/jobs/${purged}/inputs`],
+    ] as const) {
+      const res = await api.call<{ error: { code: string } }>(method, path);
+      expect([path, res.status, res.body.error.code]).toEqual([path, 410, "gone"]);
+    }
 
     // The row is kept (cleanup pending), its event log is past JOB_EVENTS_RETENTION_S (7 days).
     expect((await api.call("GET", `/v1/jobs/${kept}`)).status).toBe(200);

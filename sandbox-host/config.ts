@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import { z } from "zod";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
+import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -78,6 +79,15 @@ export const HostConfigSchema = z.object({
   claimTimeoutMs: intFromEnv(100, 3_600_000).default(DEFAULT_CLAIM_TIMEOUT_MS),
   /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
   runLostAfterMs: intFromEnv(100, 3_600_000).optional(),
+  /**
+   * How often (jittered) the reaper also purges finished jobs older than JOB_RETENTION_S, one
+   * bounded set of 500-job batches per pass (0 = off: another host or the Worker cron does it).
+   */
+  purgeMs: intFromEnv(0, 86_400_000)
+    .refine((v) => v === 0 || v >= 1000, "must be 0 (off) or at least 1000 ms")
+    .default(60_000),
+  /** Finished jobs (with their executions and inputs) are deleted this long after finishing. */
+  jobRetentionS: intFromEnv(60, 10 * 365 * 86_400).default(JOB_RETENTION_DEFAULT_S),
   /** Periodic rebuild of the ready index from Postgres. */
   indexRebuildMs: intFromEnv(1000, 3_600_000).default(30_000),
   /** Cancel watch: one batched Redis read of the runs' hint keys this often. */
@@ -141,6 +151,8 @@ const ENV_NAMES: Record<string, string> = {
   claimTimeoutMs: "HOST_CLAIM_TIMEOUT_MS",
   runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
   indexRebuildMs: "HOST_INDEX_REBUILD_MS",
+  purgeMs: "HOST_PURGE_MS",
+  jobRetentionS: "JOB_RETENTION_S",
   cancelHintMs: "HOST_CANCEL_HINT_MS",
   cancelDurableMs: "HOST_CANCEL_DURABLE_MS",
   listen: "HOST_LISTEN",
@@ -196,6 +208,8 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     claimTimeoutMs: v("HOST_CLAIM_TIMEOUT_MS"),
     runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
     indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),
+    purgeMs: v("HOST_PURGE_MS"),
+    jobRetentionS: v("JOB_RETENTION_S"),
     cancelHintMs: v("HOST_CANCEL_HINT_MS"),
     cancelDurableMs: v("HOST_CANCEL_DURABLE_MS"),
     listen: v("HOST_LISTEN"),

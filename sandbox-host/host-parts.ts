@@ -129,6 +129,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     claimTimeoutMs: config.claimTimeoutMs,
     runLostAfterMs: config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs),
     indexRebuildMs: config.indexRebuildMs,
+    purgeMs: config.purgeMs,
+    jobRetentionMs: config.jobRetentionS * 1000,
   });
   const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
   // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (config.ts decides).

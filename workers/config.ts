@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
+import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 import { type ModelCatalog, parseModelList } from "../src/domain/models";
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
@@ -31,19 +32,39 @@ const ConfigSchema = z.object({
   MODELS: optional(z.string()),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
+  JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
+  JOB_RETENTION_S: optional(
+    z.coerce
+      .number()
+      .int()
+      .min(60)
+      .max(10 * 365 * 86_400),
+  ),
 });
 
 /**
  * The cron backstop's thresholds (workers/scheduled.ts). They mean what the hosts' HOST_RUN_LOST_AFTER_MS
- * and HOST_CLAIM_TIMEOUT_MS mean, and default to the hosts' defaults (3 × the 2 s heartbeat + 2 s,
- * computed in sandbox-host/host-parts.ts; 10 s in sandbox-host/config.ts). A deployment that raises
- * the hosts' values must raise these to at least the same: the backstop would otherwise call a
- * run lost that its host still considers alive.
+ * and HOST_CLAIM_TIMEOUT_MS mean, and default to the hosts' defaults (src/domain/recovery.ts). A
+ * deployment that raises the hosts' values must raise these to at least the same: the backstop
+ * would otherwise call a run lost that its host still considers alive.
  */
 export const BACKSTOP_DEFAULTS = {
   runLostAfterMs: defaultRunLostAfterMs(),
   claimTimeoutMs: DEFAULT_CLAIM_TIMEOUT_MS,
 } as const;
+
+/** A finished job's event log is kept this long after its terminal event (JOB_EVENTS_RETENTION_S). */
+export const EVENT_RETENTION_DEFAULT_S = 7 * 24 * 3600;
+
+/**
+ * The event log's retention in ms, for the JobEvents object, which must not depend on the rest
+ * of the configuration parsing (an object that cannot read DATABASE_URL still has to expire).
+ * A malformed value falls back to the default; loadConfig reports it to the gateway's routes.
+ */
+export function eventRetentionMs(env: Env): number {
+  const parsed = ConfigSchema.shape.JOB_EVENTS_RETENTION_S.safeParse(env.JOB_EVENTS_RETENTION_S);
+  return ((parsed.success ? parsed.data : undefined) ?? EVENT_RETENTION_DEFAULT_S) * 1000;
+}
 
 export { LIMIT_DEFAULTS };
 
@@ -67,6 +88,10 @@ export interface GatewayConfig {
   models: ModelCatalog;
   /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
   backstop: { runLostAfterMs: number; claimTimeoutMs: number };
+  /** How long a finished job's event log is kept (JOB_EVENTS_RETENTION_S). */
+  eventRetentionMs: number;
+  /** Finished jobs are purged from Postgres this long after finishing (JOB_RETENTION_S; the cron's purge). */
+  jobRetentionS: number;
 }
 
 export class ConfigError extends Error {
@@ -120,6 +145,8 @@ export function loadConfig(env: Env): GatewayConfig {
               runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
               claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
             },
+            eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
+            jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
           };
     cached = { key, value };
   }

@@ -21,6 +21,8 @@ export interface Env {
   MODELS?: string;
   REAPER_RUN_LOST_AFTER_MS?: string;
   REAPER_CLAIM_TIMEOUT_MS?: string;
+  JOB_EVENTS_RETENTION_S?: string;
+  JOB_RETENTION_S?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;
 }

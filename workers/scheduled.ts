@@ -6,6 +6,7 @@
  */
 import { type GatewayConfig, loadConfig } from "./config";
 import { reaperBackstop } from "./cron/reaper-backstop";
+import { retentionBackstop } from "./cron/retention-backstop";
 import { createDeps, type Deps } from "./deps";
 import type { Env } from "./env";
 import { log } from "./log";
@@ -16,7 +17,7 @@ export interface BackstopTask {
   run(ctx: { config: GatewayConfig; deps: Deps; env: Env }): Promise<Record<string, number>>;
 }
 
-export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop];
+export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop];
 
 /**
  * Runs every task, each to the end whatever the others do, then fails the invocation if any

@@ -7,10 +7,13 @@
  *  - marks silent runs `lost` and overdue runs `timed_out` (never re-run);
  *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data
  *    (detected by a marker key the rebuild sets: FLUSHALL or a restart without persistence
- *    removes it).
+ *    removes it);
+ *  - every `purgeMs` (slower: retention is days, not seconds), deletes finished jobs older than
+ *    the retention with their executions and inputs, leaving tombstones (src/db/retention-repo.ts).
  */
 import type { Db } from "../../src/db/client";
 import { readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
+import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
@@ -27,6 +30,10 @@ export interface ReaperOptions {
   claimTimeoutMs: number;
   runLostAfterMs: number;
   indexRebuildMs: number;
+  /** Retention purge interval (0 = this host never purges). */
+  purgeMs?: number;
+  /** Finished jobs older than this are purged. */
+  jobRetentionMs?: number;
   /** Called for each run this pass declared lost or timed out. */
   onReaped?: (r: { id: string; state: "lost" | "timed_out"; executionId: string }) => void;
 }
@@ -36,6 +43,7 @@ const REBUILD_BATCH = 1000;
 export class Reaper implements Service {
   readonly name = "reaper";
   private nextRebuildAt = 0;
+  private nextPurgeAt = 0;
   /** The first pass runs at once (a host starting after a crash recovers its jobs first), then ~every intervalMs ±30%. */
   private readonly loop: PeriodicTask;
 
@@ -81,6 +89,19 @@ export class Reaper implements Service {
       log.warn("reaper pass failed", errorFields(err));
     }
     await this.maybeRebuildIndex();
+    await this.maybePurge();
+  }
+
+  private async maybePurge(): Promise<void> {
+    const { purgeMs = 0, jobRetentionMs, log } = this.opts;
+    if (purgeMs === 0 || jobRetentionMs === undefined || Date.now() < this.nextPurgeAt) return;
+    this.nextPurgeAt = Date.now() + jitter(purgeMs);
+    try {
+      const { purged, batches } = await purgeFinishedJobs(this.opts.db, { olderThanMs: jobRetentionMs });
+      if (purged > 0) log.info("purged finished jobs past their retention", { purged, batches });
+    } catch (err) {
+      log.warn("retention purge failed", errorFields(err));
+    }
   }
 
   private async maybeRebuildIndex(): Promise<void> {

@@ -14,6 +14,10 @@ export const ERROR_STATUS = {
   conflict: 409,
   idempotency_mismatch: 409,
   input_limit_reached: 409,
+  /** The retention purge deleted the job (docs/architecture.md "Retention"). */
+  gone: 410,
+  /** The job is kept but its event log passed its retention and was deleted. */
+  events_expired: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
   rate_limited: 429,

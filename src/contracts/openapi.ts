@@ -248,7 +248,7 @@ const OPERATIONS: Operation[] = [
     auth: "api_key",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
-    errors: ["not_found", ...V1_ERRORS],
+    errors: ["not_found", "gone", ...V1_ERRORS],
   },
   {
     method: "post",
@@ -260,7 +260,7 @@ const OPERATIONS: Operation[] = [
     auth: "api_key",
     parameters: [jobIdParam],
     responses: [{ status: 202, description: "What the cancel did.", schema: ref("CancelAnswer") }],
-    errors: ["not_found", ...V1_ERRORS],
+    errors: ["not_found", "gone", ...V1_ERRORS],
   },
   {
     method: "post",
@@ -280,7 +280,7 @@ const OPERATIONS: Operation[] = [
         schema: ref("InputAnswer"),
       },
     ],
-    errors: ["not_found", ...BODY_ERRORS, "idempotency_mismatch", "input_limit_reached", ...V1_ERRORS],
+    errors: ["not_found", "gone", ...BODY_ERRORS, "idempotency_mismatch", "input_limit_reached", ...V1_ERRORS],
   },
   {
     method: "get",
@@ -291,7 +291,7 @@ const OPERATIONS: Operation[] = [
     auth: "api_key",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The inputs.", schema: ref("InputList") }],
-    errors: ["not_found", ...V1_ERRORS],
+    errors: ["not_found", "gone", ...V1_ERRORS],
   },
   {
     method: "get",
@@ -335,7 +335,7 @@ const OPERATIONS: Operation[] = [
         },
       },
     ],
-    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+    errors: ["invalid_request", "not_found", "gone", "events_expired", ...V1_ERRORS],
   },
   {
     method: "get",

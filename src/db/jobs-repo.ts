@@ -137,17 +137,22 @@ export async function getJob(db: Db, tenantId: string, id: string): Promise<JobR
 }
 
 /**
- * The tenant check alone (the SSE route): one indexed row, no column but the key. Returns the id
- * as Postgres spells it (an upper-case UUID in the URL names the same job, and the same object).
+ * The tenant check alone (the SSE route): one indexed row, the key and finished_at (the event
+ * log's retention counts from it). Returns the id as Postgres spells it (an upper-case UUID in
+ * the URL names the same job, and the same object).
  */
-export async function tenantJobId(db: Db, tenantId: string, id: string): Promise<string | null> {
+export async function tenantJobId(
+  db: Db,
+  tenantId: string,
+  id: string,
+): Promise<{ id: string; finishedAt: Date | null } | null> {
   if (!isJobId(id)) return null;
   const rows = await db
-    .select({ id: jobs.id })
+    .select({ id: jobs.id, finishedAt: jobs.finishedAt })
     .from(jobs)
     .where(and(eq(jobs.id, id), eq(jobs.tenantId, tenantId)))
     .limit(1);
-  return rows[0]?.id ?? null;
+  return rows[0] ?? null;
 }
 
 export interface ListCursor {

@@ -18,6 +18,7 @@ import {
   uuid,
 } from "drizzle-orm/pg-core";
 import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolName } from "../contracts/job";
+import { FINAL_STATES } from "../contracts/job-state";
 
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -100,6 +101,11 @@ export const jobs = pgTable(
     index("jobs_running_owner_idx").on(t.owner).where(sql`${t.state} = 'running'`),
     // The per-tenant queued-jobs limit counts these at submit.
     index("jobs_tenant_queued_idx").on(t.tenantId).where(sql`${t.state} = 'queued'`),
+    // The retention purge (retention-repo.ts) takes the oldest finished jobs first; without it
+    // each batch would scan every job.
+    index("jobs_finished_idx")
+      .on(t.finishedAt)
+      .where(sql`${t.state} in ${sqlList(FINAL_STATES)}`),
   ],
 );
 
@@ -157,5 +163,15 @@ export const jobInputs = pgTable(
     uniqueIndex("job_inputs_idempotency_uq").on(t.jobId, t.idempotencyKey).where(sql`${t.idempotencyKey} is not null`),
   ],
 );
+
+/**
+ * A job the retention purge deleted: its id and tenant, so a later request for it is 410 Gone
+ * (the job existed and was deleted on purpose) rather than 404 (it never existed for this tenant).
+ */
+export const purgedJobs = pgTable("purged_jobs", {
+  id: uuid("id").primaryKey(),
+  tenantId: text("tenant_id").notNull(),
+  purgedAt: tstz("purged_at").notNull().defaultNow(),
+});
 
 export type JobRow = typeof jobs.$inferSelect;

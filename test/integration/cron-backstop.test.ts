@@ -98,4 +98,22 @@ describe("the cron backstop with zero hosts", () => {
     expect((await fire()).status).toBe(200);
     expect(await states([silent, overdue, staleClaim, live])).toEqual(after);
   }, 60_000);
+
+  it("purges a finished job past JOB_RETENTION_S with no host alive: afterwards it is 410 gone", async () => {
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    const [old, recent] = [await submit(), await submit()];
+    await t.pool.query("UPDATE jobs SET state = 'cancelled', finished_at = now() - interval '31 days' WHERE id = $1", [
+      old,
+    ]);
+    await t.pool.query("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1", [recent]);
+    expect((await api.call("GET", `/v1/jobs/${old}`)).status).toBe(200);
+
+    const res = await fire();
+    expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: "ok" });
+
+    const gone = await api.call<{ error: { code: string } }>("GET", `/v1/jobs/${old}`);
+    expect(gone.status).toBe(410);
+    expect(gone.body.error.code).toBe("gone");
+    expect((await api.call("GET", `/v1/jobs/${recent}`)).status).toBe(200);
+  }, 60_000);
 });

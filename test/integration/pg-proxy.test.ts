@@ -12,7 +12,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { CreateJobBody } from "../../src/contracts/job";
-import { createJob, decodeCursor, getJob, listJobs } from "../../src/db/jobs-repo";
+import { createJob, decodeCursor, getJob, listJobs, tenantJobId } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import {
   claimFromPostgres,
@@ -23,6 +23,7 @@ import {
   markStarted,
   setTimingFact,
 } from "../../src/db/ownership-repo";
+import { purgeFinishedJobs, wasPurged } from "../../src/db/retention-repo";
 import * as schema from "../../src/db/schema";
 import { applyMigrations } from "../../tools/migrate";
 import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
@@ -338,6 +339,24 @@ onEveryDriver(
       const otherTenant = await createJob(db(), "t2", randomUUID(), body({ idempotency_key: "k-1" }));
       expect(otherTenant.created).toBe(true);
       expect(otherTenant.job.id).not.toBe(first.job.id);
+    });
+
+    it("purgeFinishedJobs (the Worker cron's driver too) purges only old finished jobs, batch by batch, and wasPurged answers for the tenant", async () => {
+      const old = (await createJob(db(), "t1", randomUUID(), body())).job.id;
+      const queued = (await createJob(db(), "t1", randomUUID(), body())).job.id;
+      await admin.query("update jobs set state = 'completed', finished_at = now() - interval '2 hours' where id = $1", [
+        old,
+      ]);
+      expect((await tenantJobId(db(), "t1", old))?.finishedAt).toBeInstanceOf(Date);
+      expect(await purgeFinishedJobs(db(), { olderThanMs: 3_600_000, batchSize: 1 })).toEqual({
+        purged: 1,
+        batches: 2,
+      });
+      expect(await getJob(db(), "t1", old)).toBeNull();
+      expect((await getJob(db(), "t1", queued))?.state).toBe("queued");
+      expect(await wasPurged(db(), "t1", old)).toBe(true);
+      expect(await wasPurged(db(), "t2", old)).toBe(false);
+      expect(await wasPurged(db(), "t1", queued)).toBe(false);
     });
 
     it("getJob answers only the owning tenant", async () => {

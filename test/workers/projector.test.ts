@@ -216,7 +216,7 @@ describe("projector terminal from Postgres", () => {
     expect(asked).toEqual([jobId]);
     expect((await sse.take(2)).map((e) => e.id)).toEqual([1, 2]); // still running: nothing projected
 
-    await answerForPostgres(stub, {
+    const askedLost = await answerForPostgres(stub, {
       ...runningFacts,
       state: "lost",
       error: { code: "lost", message: "host stopped heartbeating" },
@@ -236,7 +236,14 @@ describe("projector terminal from Postgres", () => {
     });
     expect(await ingest(stub, batch(jobId, "exec-a", 1, [3]))).toMatchObject({ ok: false, reason: "job_finished" });
     expect(await ingest(stub, batch(jobId, "exec-b", 2, [1]))).toMatchObject({ ok: false, reason: "job_finished" });
-    expect(await runDurableObjectAlarm(stub)).toBe(false); // finished: no more checks
+    // Finished: no more terminal checks (Postgres is not asked again); the one alarm now counts
+    // down the event log's retention (7 days by default).
+    const before = askedLost.length;
+    const due = await runInDurableObject(stub, (_i, state) => state.storage.getAlarm());
+    expect(due).toBeGreaterThan(Date.now() + 6 * 86_400_000);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(askedLost.length).toBe(before);
+    expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).toBe(due);
   });
 
   it("a job cancelled while queued (no events at all) gets run.cancelled", async () => {

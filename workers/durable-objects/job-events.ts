@@ -8,6 +8,12 @@
  * clients through GET /v1/jobs/:id/events, which the gateway authorizes and then forwards here as
  * `GET /events?after=<offset>&job_id=<id>`.
  *
+ * Retention: once the log has its terminal event the terminal check is over, so the same single
+ * alarm is re-armed for terminal time + JOB_EVENTS_RETENTION_S, and then deletes all of the
+ * object's storage (deleteAll). The gateway answers 410 `events_expired` for such a job from the
+ * row's finished_at without asking the object, since an emptied object cannot tell "expired"
+ * from "no events yet".
+ *
  * No stream waits forever: while the log has no terminal event, an alarm asks Postgres for the
  * job's state (job-state.ts) and, when the job is terminal there (lost, timed out, cancelled
  * before it started, or a host that died after writing its terminal state), appends the matching
@@ -26,6 +32,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
+import { eventRetentionMs } from "../config";
 import type { Env } from "../env";
 import { log } from "../log";
 import { ChatRelay } from "./chat-relay";
@@ -92,6 +99,13 @@ export class JobEventsObject extends DurableObject<Env> {
   private lastHostEventAt = 0;
   /** Injectable for tests: see TERMINAL_CHECK.liveHostQuietMs. */
   liveHostQuietMs: number = TERMINAL_CHECK.liveHostQuietMs;
+  /** How long the log outlives its terminal event (injectable for tests). */
+  retentionMs: number;
+  /**
+   * Set once this instance deleted its storage: from then on nothing may touch SQLite (its tables
+   * are gone, and any write would recreate the storage the retention just freed).
+   */
+  private expired = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -109,6 +123,7 @@ export class JobEventsObject extends DurableObject<Env> {
     this.relay = new ChatRelay(ctx.storage, env);
     this.jobState = postgresJobStateLookup(env);
     this.executionLookup = postgresExecutionLookup(env);
+    this.retentionMs = eventRetentionMs(env);
   }
 
   /**
@@ -116,6 +131,7 @@ export class JobEventsObject extends DurableObject<Env> {
    * `eventsJson` is the batch's events exactly as the host serialized them: its `mac` covers them.
    */
   async ingest(batch: IngestBatch, nonce: string, eventsJson: string): Promise<IngestResult> {
+    if (this.expired) return { ok: false, reason: "job_finished", message: "the job's event log has expired" };
     const refused = await this.verifyOwnership(batch, nonce, eventsJson);
     if (refused) return refused;
     const terminal = this.log.finished ? undefined : batch.events.find((e) => isTerminalEventType(e.type));
@@ -128,7 +144,8 @@ export class JobEventsObject extends DurableObject<Env> {
     if (!outcome.ok) return outcome;
     if (outcome.appended.length > 0) this.lastHostEventAt = Date.now();
     this.publish(outcome.appended, outcome.finished);
-    if (!outcome.finished) await this.scheduleTerminalCheck();
+    if (outcome.finished) await this.armRetention();
+    else await this.scheduleTerminalCheck();
     return { ok: true, ack: outcome.ack };
   }
 
@@ -215,6 +232,7 @@ export class JobEventsObject extends DurableObject<Env> {
 
   /** Everything after `offset` (at most `limit`), for tests and for consumers that poll. */
   async readAfter(offset: number, limit = -1): Promise<Array<{ offset: number; type: string; event: unknown }>> {
+    if (this.expired) return [];
     return this.log
       .readAfter(offset, limit)
       .map((e) => ({ offset: e.offset, type: e.type, event: JSON.parse(e.body) }));
@@ -222,6 +240,7 @@ export class JobEventsObject extends DurableObject<Env> {
 
   /** A page of raw log rows after `offset`, and whether the log is complete. */
   async page(offset: number, limit: number): Promise<LogPage> {
+    if (this.expired) return { events: [], finished: true };
     return { events: this.log.readAfter(offset, limit), finished: this.log.finished };
   }
 
@@ -230,6 +249,7 @@ export class JobEventsObject extends DurableObject<Env> {
    * session pulls what it missed with `page`, so registration racing an append loses nothing.
    */
   async watch(jobId: string, chatName: string): Promise<{ finished: boolean; lastOffset: number }> {
+    if (this.expired) return { finished: true, lastOffset: 0 };
     this.rememberJobId(jobId);
     this.relay.add(chatName);
     if (!this.log.finished) await this.scheduleTerminalCheck();
@@ -239,6 +259,12 @@ export class JobEventsObject extends DurableObject<Env> {
   override async fetch(request: Request): Promise<Response> {
     const url = new URL(request.url);
     if (request.method !== "GET" || url.pathname !== "/events") return new Response("not found", { status: 404 });
+    if (this.expired) {
+      return Response.json(
+        { error: { code: "events_expired", message: "this job's events were deleted after the event retention" } },
+        { status: 410 },
+      );
+    }
     const after = Number(url.searchParams.get("after") ?? "0");
     if (!Number.isSafeInteger(after) || after < 0) return new Response("bad cursor", { status: 400 });
     const jobId = url.searchParams.get("job_id");
@@ -261,7 +287,11 @@ export class JobEventsObject extends DurableObject<Env> {
 
   /** The terminal check: Postgres says terminal and the log does not → append it ourselves. */
   override async alarm(): Promise<void> {
-    if (this.log.finished) return;
+    if (this.expired) return;
+    if (this.log.finished) {
+      await this.expireIfDue();
+      return;
+    }
     const jobId = this.jobId();
     if (jobId === null) return; // never told which job this is: nothing to ask Postgres about
     if (Date.now() - this.lastHostEventAt < this.liveHostQuietMs) {
@@ -284,6 +314,7 @@ export class JobEventsObject extends DurableObject<Env> {
         if (logged) {
           log.info("projected events from Postgres", { jobId, types: logged.map((e) => e.type) });
           this.publish(logged, true);
+          await this.armRetention();
           return;
         }
       }
@@ -321,6 +352,41 @@ export class JobEventsObject extends DurableObject<Env> {
 
   private alarmDue: number | null | undefined;
 
+  /**
+   * The log just got its terminal event: the one alarm now counts down the retention (replacing
+   * a pending terminal check, which has nothing left to do). The due time is kept in `meta` so
+   * a terminal-check alarm already in flight, or an object finished before retention existed,
+   * cannot delete early: expireIfDue reads it.
+   */
+  private async armRetention(): Promise<void> {
+    const due = Date.now() + this.retentionMs;
+    this.ctx.storage.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('expires_at', ?)", String(due));
+    await this.ctx.storage.setAlarm(due);
+    this.alarmDue = due;
+  }
+
+  /** On the alarm of a finished log: delete everything once the retention has passed, else re-arm. */
+  private async expireIfDue(): Promise<void> {
+    const stored = this.ctx.storage.sql
+      .exec<{ value: string }>("SELECT value FROM meta WHERE key = 'expires_at'")
+      .toArray()[0]?.value;
+    if (stored === undefined) {
+      await this.armRetention();
+      return;
+    }
+    const due = Number(stored);
+    if (Date.now() < due) {
+      await this.ctx.storage.setAlarm(due);
+      this.alarmDue = due;
+      return;
+    }
+    this.expired = true;
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    this.alarmDue = null;
+    log.info("event log deleted after its retention", { jobId: this.cachedJobId ?? null });
+  }
+
   /** The tenant whose stream leases this object holds (set by the first counted subscriber). */
   private leaseTenant: string | null = null;
 
@@ -341,7 +407,7 @@ export class JobEventsObject extends DurableObject<Env> {
   }
 
   private rememberJobId(jobId: string): void {
-    if (this.jobId() !== null) return;
+    if (this.expired || this.jobId() !== null) return;
     this.ctx.storage.sql.exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('job_id', ?)", jobId);
     this.cachedJobId = jobId;
   }

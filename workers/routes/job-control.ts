@@ -12,14 +12,14 @@ import { cancelJob } from "../commands/cancel";
 import { callDependency } from "../deps";
 import { readJsonBody } from "../request/body";
 import type { GatewayEnv } from "../types";
-import { notFoundJob } from "./jobs";
+import { missingJob } from "./jobs";
 
 export const jobControlRoutes = new Hono<GatewayEnv>()
   .post("/:id/cancel", async (c) => {
     const status = await cancelJob(c.get("deps"), c.get("tenantId"), c.req.param("id"), (hint) =>
       c.executionCtx.waitUntil(hint),
     );
-    if (status === "not_found") throw notFoundJob();
+    if (status === "not_found") throw await missingJob(c.get("deps").db(), c.get("tenantId"), c.req.param("id"));
     return c.json({ status }, 202);
   })
   .post("/:id/input", async (c) => {
@@ -28,13 +28,13 @@ export const jobControlRoutes = new Hono<GatewayEnv>()
     const result = await callDependency("postgres", () =>
       submitInput(db, c.get("tenantId"), c.req.param("id"), body.content, body.idempotency_key ?? null),
     );
-    if (!result) throw notFoundJob();
+    if (!result) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
     return c.json({ input_id: result.inputId, status: result.status }, result.created ? 202 : 200);
   })
   .get("/:id/inputs", async (c) => {
     const db = c.get("deps").db();
     const inputs = await callDependency("postgres", () => listInputs(db, c.get("tenantId"), c.req.param("id")));
-    if (!inputs) throw notFoundJob();
+    if (!inputs) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
     return c.json({
       inputs: inputs.map((i) => ({
         input_id: i.id,

@@ -9,7 +9,7 @@ import { ApiError } from "../../src/contracts/errors";
 import { tenantJobId } from "../../src/db/jobs-repo";
 import { callDependency, callDurableObject } from "../deps";
 import type { GatewayEnv } from "../types";
-import { notFoundJob } from "./jobs";
+import { missingJob } from "./jobs";
 
 export function parseEventCursor(lastEventId: string | undefined, after: string | undefined): number {
   const raw = lastEventId ?? after;
@@ -25,8 +25,19 @@ export function parseEventCursor(lastEventId: string | undefined, after: string 
 export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c) => {
   const after = parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
   const db = c.get("deps").db();
-  const jobId = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
-  if (!jobId) throw notFoundJob();
+  const job = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
+  if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+  // The object deletes its log at its terminal event + the retention, and its terminal event is
+  // never earlier than the row's finished_at (the row is written first), so this answers 410
+  // whenever the log may be gone: an emptied object is never asked, so it never replays nothing
+  // as if the job had no events.
+  if (job.finishedAt && Date.now() - job.finishedAt.getTime() >= c.get("config").eventRetentionMs) {
+    throw new ApiError(
+      "events_expired",
+      "this job's events were deleted: it finished longer ago than the event retention (JOB_EVENTS_RETENTION_S); GET /v1/jobs/{id} still has its result",
+    );
+  }
+  const jobId = job.id;
   const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(jobId));
   // The object takes the tenant's stream slot before it subscribes (429 past the cap).
   const counted = `tenant_id=${encodeURIComponent(c.get("tenantId"))}&stream_cap=${c.get("config").limits.maxStreamsPerTenant}`;

@@ -2,8 +2,10 @@
 import { Hono } from "hono";
 import { ApiError } from "../../src/contracts/errors";
 import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
-import { decodeCursor, getJob, listJobs } from "../../src/db/jobs-repo";
+import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo";
+import { wasPurged } from "../../src/db/retention-repo";
 import { type ModelCatalog, resolveModel } from "../../src/domain/models";
 import { submitJob } from "../commands/submit";
 import { callDependency } from "../deps";
@@ -24,6 +26,17 @@ export function assertModelOffered(models: ModelCatalog, model: string): void {
 
 export function notFoundJob(): ApiError {
   return new ApiError("not_found", "job not found");
+}
+
+/**
+ * The answer for a job id the tenant has no row for: 410 `gone` when the retention purge deleted
+ * it (its tombstone says so), else 404. Costs one indexed read, only on the miss path.
+ */
+export async function missingJob(db: Db, tenantId: string, id: string): Promise<ApiError> {
+  if (isJobId(id) && (await callDependency("postgres", () => wasPurged(db, tenantId, id)))) {
+    return new ApiError("gone", "job deleted: it finished longer ago than the retention (JOB_RETENTION_S)");
+  }
+  return notFoundJob();
 }
 
 export const jobRoutes = new Hono<GatewayEnv>()
@@ -54,6 +67,6 @@ export const jobRoutes = new Hono<GatewayEnv>()
   .get("/:id", async (c) => {
     const db = c.get("deps").db();
     const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
-    if (!job) throw notFoundJob();
+    if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
     return c.json({ job: toJobView(job) });
   });

@@ -6,8 +6,8 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import { isPoolerUrl } from "../src/db/pooler-url";
-import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
+import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 

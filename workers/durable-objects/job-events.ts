@@ -30,11 +30,13 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
+import { ApiError } from "../../src/contracts/errors";
 import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import { eventRetentionMs } from "../config";
 import type { Env } from "../env";
 import { log } from "../log";
+import { apiErrorResponse } from "../middleware/errors/errors";
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
 import {
@@ -260,9 +262,8 @@ export class JobEventsObject extends DurableObject<Env> {
     const url = new URL(request.url);
     if (request.method !== "GET" || url.pathname !== "/events") return new Response("not found", { status: 404 });
     if (this.expired) {
-      return Response.json(
-        { error: { code: "events_expired", message: "this job's events were deleted after the event retention" } },
-        { status: 410 },
+      return apiErrorResponse(
+        new ApiError("events_expired", "this job's events were deleted after the event retention"),
       );
     }
     const after = Number(url.searchParams.get("after") ?? "0");

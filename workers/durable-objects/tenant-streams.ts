@@ -15,6 +15,7 @@ import { DurableObject } from "cloudflare:workers";
 import { ApiError } from "../../src/contracts/errors";
 import type { Env } from "../env";
 import { log } from "../log";
+import { apiErrorResponse } from "../middleware/errors/errors";
 
 export const STREAM_LEASE = {
   /** A lease not renewed for this long stops counting. */
@@ -135,15 +136,11 @@ export async function acquireStreamSlot(
     return null;
   }
   if (result.ok) return id;
-  const refused = new ApiError(
-    "rate_limited",
-    `this tenant already has ${result.open} open streams (limit ${cap}); close one or retry later`,
-    {
-      retryAfterS: STREAM_LEASE.retryAfterS,
-    },
+  return apiErrorResponse(
+    new ApiError(
+      "rate_limited",
+      `this tenant already has ${result.open} open streams (limit ${cap}); close one or retry later`,
+      { retryAfterS: STREAM_LEASE.retryAfterS },
+    ),
   );
-  return Response.json(refused.toBody(), {
-    status: refused.status,
-    headers: { "retry-after": String(refused.retryAfterS) },
-  });
 }

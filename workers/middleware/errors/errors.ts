@@ -9,9 +9,22 @@ import { ApiError, type ApiErrorBody, type ErrorCode } from "../../../src/contra
 import { log, loggableStack } from "../../log";
 import type { GatewayEnv } from "../../types";
 
+/** Headers an error answer carries besides its body (a 429's Retry-After). */
+function errorHeaders(err: ApiError): Record<string, string> {
+  return err.retryAfterS === undefined ? {} : { "retry-after": String(err.retryAfterS) };
+}
+
 export function errorResponse(c: Context, err: ApiError): Response {
-  if (err.retryAfterS !== undefined) c.header("retry-after", String(err.retryAfterS));
+  for (const [name, value] of Object.entries(errorHeaders(err))) c.header(name, value);
   return c.json(err.toBody(), err.status as ContentfulStatusCode);
+}
+
+/**
+ * The same answer where there is no hono context: a Durable Object that answers a forwarded
+ * request itself (a stream refused past the tenant's cap, an expired event log).
+ */
+export function apiErrorResponse(err: ApiError): Response {
+  return Response.json(err.toBody(), { status: err.status, headers: errorHeaders(err) });
 }
 
 /** hono throws HTTPException for its own failures (e.g. a malformed URL); keep their status. */

@@ -8,6 +8,7 @@
  */
 import { Writable } from "node:stream";
 import type Docker from "dockerode";
+import { settlesWithin, sleep } from "../../src/domain/async";
 import { dockerStatus, errorText, isNotFound } from "./docker";
 import { SandboxError } from "./errors";
 import { KEEPER_SIGNAL, WORKSPACE } from "./profile";
@@ -118,7 +119,7 @@ async function stopsSoon(container: Docker.Container): Promise<boolean> {
   try {
     for (let i = 0; i < 10; i++) {
       if (!(await container.inspect()).State.Running) return true;
-      await delay(100);
+      await sleep(100);
     }
   } catch {}
   return false;
@@ -185,8 +186,7 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
         },
       )
       .then(async () => {
-        const late = await Promise.race([ended.then(() => false), delay(AFTER_KILL_GRACE_MS).then(() => true)]);
-        if (late) (stream as unknown as { destroy(): void }).destroy();
+        if (!(await settlesWithin(ended, AFTER_KILL_GRACE_MS))) (stream as unknown as { destroy(): void }).destroy();
       });
   };
   const timer = setTimeout(() => {
@@ -218,7 +218,7 @@ async function runOnce(docker: Docker, containerId: string, req: RawExecRequest)
         exitCode = info.ExitCode ?? null;
         break;
       }
-      await delay(25);
+      await sleep(25);
     }
   } catch (err) {
     // The engine forgets a container's execs when it stops or restarts (a command that killed
@@ -256,7 +256,7 @@ export async function killAll(docker: Docker, containerId: string): Promise<bool
       if (!info.State.Running || info.State.Paused) break;
       // Sent on every pass: a fork racing the first kill(-1) is caught by the next.
       await c.kill({ signal: KEEPER_SIGNAL });
-      await delay(KEEPER_POLL_MS);
+      await sleep(KEEPER_POLL_MS);
       const top = await c.top({ ps_args: "-o pid,ppid,stat" });
       if (onlyKeeperLeft(top.Processes ?? [], info.State.Pid)) return false;
       if (performance.now() >= deadline) break;
@@ -304,8 +304,4 @@ function execError(err: unknown, containerId: string): SandboxError {
     });
   }
   return new SandboxError("exec_failed", `exec in sandbox failed: ${errorText(err)}`, { cause: err });
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

@@ -7,6 +7,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, LABEL_HOST } from "../../sandbox-host/sandbox/manager";
+import { sleep } from "../../src/domain/async";
 import { pct } from "../load/stats";
 import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
 
@@ -97,7 +98,7 @@ for (const n of levels) {
         await rssOf(new Set(["dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2"])),
       );
       peakSandboxes = Math.max(peakSandboxes, await cgroupMemory(ids));
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
     }
   })();
   const create: number[] = [];
@@ -124,7 +125,7 @@ for (const n of levels) {
       }
     }),
   );
-  await new Promise((r) => setTimeout(r, 400));
+  await sleep(400);
   const t1 = performance.now();
   await Promise.all(
     runs.map(async (r) => {

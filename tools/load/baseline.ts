@@ -14,6 +14,7 @@
  * Both sides measure from the users' common arrival time.
  */
 import { performance } from "node:perf_hooks";
+import { sleep } from "../../src/domain/async";
 import type { Progress } from "./progress";
 import type { Peaks, Sampler } from "./sampler";
 import { type Dist, dist, round } from "./stats";
@@ -153,7 +154,7 @@ export async function runBaseline(
     for (let i = 0; i < 120; i++) {
       const s = await sampler.snapshot();
       if (s.hosts.every((h) => !h.runsActive)) break;
-      await new Promise((r) => setTimeout(r, 250));
+      await sleep(250);
     }
   }
   return {

@@ -1,5 +1,6 @@
 /** Free loopback ports: ask the kernel for one, then release it for the service to bind. */
 import { createServer } from "node:net";
+import { sleep } from "../../src/domain/async";
 
 export async function freePort(host = "127.0.0.1"): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -28,7 +29,7 @@ export async function waitFor<T>(
     } catch (err) {
       lastError = err;
     }
-    await new Promise((r) => setTimeout(r, intervalMs));
+    await sleep(intervalMs);
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ""}`);
 }

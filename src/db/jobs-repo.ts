@@ -2,12 +2,12 @@
  * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
-import { and, count, desc, eq, sql } from "drizzle-orm";
+import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
 import { isUuid } from "../domain/uuid";
-import type { Db } from "./client";
+import { type Db, resultRows } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
 
 /** An id that is not a UUID cannot name a job; answering "not found" without a query avoids a cast error. */
@@ -41,19 +41,14 @@ export function idempotencyMismatch(): ApiError {
 /** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
 export const QUEUE_FULL_RETRY_AFTER_S = 5;
 
-/**
- * The tenant's queued jobs, by the partial index jobs_tenant_queued_idx. The count and the insert
- * are two statements, so a burst of concurrent submits can each see room and together pass the
- * limit by up to the number in flight at once (a single INSERT … SELECT would not close that
- * either: under READ COMMITTED concurrent inserts do not see each other). It is a guard against
- * one tenant filling the queue, not an exact quota.
- */
-async function queueHasRoom(db: Db, tenantId: string, maxQueued: number): Promise<boolean> {
-  const [row] = await db
-    .select({ n: count() })
-    .from(jobs)
-    .where(and(eq(jobs.tenantId, tenantId), eq(jobs.state, "queued")));
-  return (row?.n ?? 0) < maxQueued;
+/** A raw `RETURNING *` row of jobs as drizzle maps it (column names → fields, driver values → JS). */
+function jobFromRow(raw: Record<string, unknown>): JobRow {
+  const row: Record<string, unknown> = {};
+  for (const [field, column] of Object.entries(getTableColumns(jobs))) {
+    const value = raw[column.name];
+    row[field] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+  }
+  return row as JobRow;
 }
 
 async function findByIdempotencyKey(db: Db, tenantId: string, key: string): Promise<JobRow | null> {
@@ -84,40 +79,31 @@ export async function createJob(
   opts: { requestHash?: string; maxQueued?: number } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
-  if (opts.maxQueued && opts.maxQueued > 0 && !(await queueHasRoom(db, tenantId, opts.maxQueued))) {
-    const replay = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
-    if (replay) return idempotentReplay(replay, hash);
-    throw new ApiError("rate_limited", `this tenant already has ${opts.maxQueued} queued jobs (the limit)`, {
-      retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
-    });
-  }
-  const values = {
-    id,
-    tenantId,
-    conversationId: body.conversation_id ?? null,
-    input: body.input,
-    model: body.model ?? null,
-    tools: body.tools ?? [],
-    metadata: body.metadata ?? {},
-    idempotencyKey: body.idempotency_key ?? null,
-    requestHash: hash,
-  };
-  if (!body.idempotency_key) {
-    const [job] = await db.insert(jobs).values(values).returning();
-    return { job: job as JobRow, created: true };
-  }
-  const inserted = await db
-    .insert(jobs)
-    .values(values)
-    .onConflictDoNothing({
-      target: [jobs.tenantId, jobs.idempotencyKey],
-      where: sql`${jobs.idempotencyKey} is not null`,
-    })
-    .returning();
-  if (inserted[0]) return { job: inserted[0] as JobRow, created: true };
-  const existing = await findByIdempotencyKey(db, tenantId, body.idempotency_key);
-  if (!existing) throw new Error("idempotent insert conflicted but no row was found");
-  return idempotentReplay(existing, hash);
+  const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
+  // One statement, one round trip (each is an HTTP request on the gateway's driver): the queue
+  // check by the partial index jobs_tenant_queued_idx gates the insert. Under READ COMMITTED
+  // concurrent submits do not see each other's rows, so a burst can pass the limit by up to the
+  // number in flight at once: it guards against one tenant filling the queue, not an exact quota.
+  // An idempotency key already used makes the insert a no-op, like a full queue; the lookup
+  // below tells the two apart (a replay is answered, never refused as over the limit).
+  const inserted = resultRows<Record<string, unknown>>(
+    await db.execute(sql`
+      INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash)
+      SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
+        ${body.model ?? null}, ${JSON.stringify(body.tools ?? [])}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
+        ${body.idempotency_key ?? null}, ${hash}
+      WHERE ${maxQueued}::int = 0
+        OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int
+      ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+      RETURNING *`),
+  );
+  if (inserted[0]) return { job: jobFromRow(inserted[0]), created: true };
+  const existing = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
+  if (existing) return idempotentReplay(existing, hash);
+  if (maxQueued === 0) throw new Error("idempotent insert conflicted but no row was found");
+  throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
+    retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
+  });
 }
 
 /** The job an idempotency key already made, if the request is the same one (null: a row from before hashes). */

@@ -61,6 +61,8 @@ export const JOB_ERROR_CODES = [
   "quota_lease_lost",
   "tools_unavailable",
   "too_many_turns",
+  // The answer did not satisfy the agent's response_format, even after one repair turn.
+  "output_invalid",
   "sandbox_error",
   "tool_error",
   "host_shutdown",

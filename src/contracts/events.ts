@@ -18,6 +18,7 @@ export const EVENT_TYPES = [
   "run.prepared",
   "quota.waiting",
   "model.delta",
+  "model.retry",
   "tool.call",
   "tool.result",
   "sandbox.created",
@@ -71,6 +72,18 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     ahead: z.number().int().min(0).nullable(),
   }),
   "model.delta": z.looseObject({ text: z.string() }),
+  /**
+   * A model call failed before it produced output and will be tried again after `delay_ms`
+   * (the turn's quota slot is released meanwhile). `attempt` is the attempt that failed (1 = the
+   * first); `reason` the failure's code (rate_limited, provider_error, network_error); `status`
+   * the provider's HTTP status, or null.
+   */
+  "model.retry": z.looseObject({
+    attempt: z.number().int().min(1),
+    delay_ms: z.number().int().min(0),
+    reason: z.string(),
+    status: z.number().int().nullable(),
+  }),
   "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown() }),
   /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
   "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown() }),
@@ -106,6 +119,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("run.prepared"),
   envelopeOf("quota.waiting"),
   envelopeOf("model.delta"),
+  envelopeOf("model.retry"),
   envelopeOf("tool.call"),
   envelopeOf("tool.result"),
   envelopeOf("sandbox.created"),

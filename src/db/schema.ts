@@ -8,15 +8,18 @@ import {
   bigint,
   boolean,
   check,
+  foreignKey,
   index,
   integer,
   jsonb,
   pgTable,
+  primaryKey,
   text,
   timestamp,
   uniqueIndex,
   uuid,
 } from "drizzle-orm/pg-core";
+import type { AgentDefinition } from "../contracts/agent";
 import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolName } from "../contracts/job";
 import { FINAL_STATES } from "../contracts/job-state";
 
@@ -87,6 +90,18 @@ export const jobs = pgTable(
     idempotencyKey: text("idempotency_key"),
     /** SHA-256 hex of the submitted body: a reused idempotency key with another body is a 409. */
     requestHash: text("request_hash"),
+    // The agent version the job runs (resolved at submit; null: the built-in default agent).
+    agentName: text("agent_name"),
+    agentVersion: integer("agent_version"),
+    /** The final answer parsed as JSON, when the agent has a response_format it satisfied. */
+    outputJson: jsonb("output_json"),
+    // Usage summed over the job's model calls (each call is also a model_usage row). Not
+    // indexed, so the per-turn increment stays a HOT update.
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
+    modelCalls: integer("model_calls").notNull().default(0),
+    /** True once any call's tokens were estimated because the provider reported none. */
+    usageEstimated: boolean("usage_estimated").notNull().default(false),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -173,5 +188,64 @@ export const purgedJobs = pgTable("purged_jobs", {
   tenantId: text("tenant_id").notNull(),
   purgedAt: tstz("purged_at").notNull().defaultNow(),
 });
+
+/**
+ * A tenant's agent: its name and newest version number. Versions are immutable rows of
+ * agent_versions; archiving stops new jobs from naming the agent, and leaves its versions.
+ */
+export const agents = pgTable(
+  "agents",
+  {
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    name: text("name").notNull(),
+    latestVersion: integer("latest_version").notNull().default(1),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    archivedAt: tstz("archived_at"),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.name] })],
+);
+
+export const agentVersions = pgTable(
+  "agent_versions",
+  {
+    tenantId: text("tenant_id").notNull(),
+    name: text("name").notNull(),
+    version: integer("version").notNull(),
+    /** The AgentDefinition (src/contracts/agent.ts) with its defaults applied. */
+    definition: jsonb("definition").$type<AgentDefinition>().notNull(),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenantId, t.name, t.version] }),
+    foreignKey({ columns: [t.tenantId, t.name], foreignColumns: [agents.tenantId, agents.name] }),
+  ],
+);
+
+/**
+ * One model call's tokens, written when the provider's usage arrives (or estimated at the end of
+ * the call when it sends none), so a host dying mid-run loses none of what was reported. No
+ * foreign key to jobs: usage outlives the retention purge of the job it was spent on.
+ */
+export const modelUsage = pgTable(
+  "model_usage",
+  {
+    id: bigint("id", { mode: "number" }).primaryKey().generatedAlwaysAsIdentity(),
+    tenantId: text("tenant_id").notNull(),
+    jobId: uuid("job_id").notNull(),
+    executionId: uuid("execution_id").notNull(),
+    /** The registry's public model name (what quota and GET /v1/usage group by). */
+    model: text("model").notNull(),
+    promptTokens: integer("prompt_tokens").notNull(),
+    completionTokens: integer("completion_tokens").notNull(),
+    estimated: boolean("estimated").notNull().default(false),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [
+    // GET /v1/usage sums a tenant's calls by day and model over a date range.
+    index("model_usage_tenant_created_idx").on(t.tenantId, t.createdAt),
+  ],
+);
 
 export type JobRow = typeof jobs.$inferSelect;

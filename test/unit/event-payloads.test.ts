@@ -27,6 +27,7 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["quota.waiting", { reason: "limit_reached", key: "model:m", ahead: 2 }],
   ["quota.waiting", { reason: "redis_unavailable", key: null, ahead: null }],
   ["model.delta", { text: "hello" }],
+  ["model.retry", { attempt: 1, delay_ms: 500, reason: "rate_limited", status: 429 }],
   ["tool.call", { id: "c1", name: "shell", args: { command: "ls" } }],
   ["sandbox.created", {}],
   ["tool.result", { id: "c1", ok: true, output: { exit_code: 0, stdout: "", stderr: "" } }],

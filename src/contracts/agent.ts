@@ -1,0 +1,120 @@
+/**
+ * Agent definitions: a tenant's own agent as data (model, instructions, tools, limits, sampling,
+ * sandbox profile, answer format), stored as immutable numbered versions. A job or conversation
+ * names an agent as `name` (the latest version at submit) or `name@3` (that version); the job
+ * row records the version it resolved to, so a running job never sees a later edit.
+ */
+import { z } from "zod";
+import { TOOL_NAMES } from "./job";
+import { refineStorableJson, text } from "./text";
+
+export const AGENT_LIMITS = {
+  maxInstructionsChars: 64 * 1024,
+  maxDescriptionChars: 1024,
+  /** A definition's serialized size (the response_format schema is the part that can grow). */
+  maxDefinitionBytes: 64 * 1024,
+  maxTurns: 50,
+  defaultMaxTurns: 8,
+  maxOutputTokens: 128_000,
+  /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
+  maxTimeoutS: 86_400,
+  maxListLimit: 100,
+} as const;
+
+/** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
+export const AGENT_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+const agentName = text().regex(AGENT_NAME_RE, "must be 1-63 of a-z 0-9 _ - and start with a letter or digit");
+
+/** Sandbox profile names a host may offer; only `default` exists today. */
+export const SANDBOX_PROFILES = ["default"] as const;
+
+export const AgentLimitsSchema = z
+  .object({
+    max_turns: z.number().int().min(1).max(AGENT_LIMITS.maxTurns).default(AGENT_LIMITS.defaultMaxTurns),
+    max_output_tokens: z.number().int().min(1).max(AGENT_LIMITS.maxOutputTokens).nullable().default(null),
+    timeout_s: z.number().int().min(1).max(AGENT_LIMITS.maxTimeoutS).nullable().default(null),
+  })
+  .strict();
+
+export const AgentSamplingSchema = z
+  .object({
+    temperature: z.number().min(0).max(2).nullable().default(null),
+    top_p: z.number().gt(0).max(1).nullable().default(null),
+  })
+  .strict();
+
+/** What a version holds; everything but `model` has a default. */
+const agentDefinitionFields = {
+  description: text().max(AGENT_LIMITS.maxDescriptionChars).default(""),
+  /** A model name from the operator's registry (GET /v1/models). */
+  model: text().min(1).max(200),
+  /** The system prompt, sent first in every model turn. */
+  instructions: text().max(AGENT_LIMITS.maxInstructionsChars).default(""),
+  tools: z
+    .array(z.enum(TOOL_NAMES))
+    .max(TOOL_NAMES.length)
+    .refine((t) => new Set(t).size === t.length, { message: "lists a tool twice" })
+    .default([]),
+  limits: AgentLimitsSchema.default(AgentLimitsSchema.parse({})),
+  sampling: AgentSamplingSchema.default(AgentSamplingSchema.parse({})),
+  sandbox_profile: z.enum(SANDBOX_PROFILES).default("default"),
+  /**
+   * A JSON Schema the final answer must satisfy: the answer is parsed as JSON and validated; a
+   * reply that does not validate gets one repair turn, then the job fails `output_invalid`.
+   */
+  response_format: z.record(text(), z.unknown()).superRefine(refineStorableJson).nullable().default(null),
+};
+
+const fitsDefinitionBytes = [
+  (d: unknown) => JSON.stringify(d).length <= AGENT_LIMITS.maxDefinitionBytes,
+  { message: `the definition must serialize to at most ${AGENT_LIMITS.maxDefinitionBytes} bytes` },
+] as const;
+
+/** One version's definition; POST /v1/agents/{name}/versions takes it whole (a version is never patched). */
+export const AgentDefinitionSchema = z
+  .object(agentDefinitionFields)
+  .strict()
+  .refine(...fitsDefinitionBytes);
+export type AgentDefinition = z.infer<typeof AgentDefinitionSchema>;
+/** As a client writes it (defaults not yet applied). */
+export type AgentDefinitionInput = z.input<typeof AgentDefinitionSchema>;
+
+/** POST /v1/agents: the name and the first version's definition, flat. */
+export const CreateAgentBodySchema = z
+  .object({ name: agentName, ...agentDefinitionFields })
+  .strict()
+  .refine(...fitsDefinitionBytes);
+export type CreateAgentBody = z.infer<typeof CreateAgentBodySchema>;
+
+/** A reference a job or conversation gives: `name` (latest at submit) or `name@N`. */
+export interface AgentRef {
+  name: string;
+  /** null: the latest version at submit. */
+  version: number | null;
+}
+
+const AGENT_REF_RE = /^([a-z0-9][a-z0-9_-]{0,62})(?:@([1-9][0-9]{0,8}))?$/;
+
+/** `name` or `name@N` → AgentRef, or null when it is neither. */
+export function parseAgentRef(ref: string): AgentRef | null {
+  const m = AGENT_REF_RE.exec(ref);
+  if (!m?.[1]) return null;
+  return { name: m[1], version: m[2] === undefined ? null : Number(m[2]) };
+}
+
+export const agentRefSchema = text()
+  .max(80)
+  .refine((r) => parseAgentRef(r) !== null, { message: 'must be an agent name or "name@version"' });
+
+/** One version of an agent as the API returns it: its identity, then its definition, flat. */
+export const AgentViewSchema = z.object({
+  ...agentDefinitionFields,
+  name: z.string(),
+  version: z.number().int().min(1),
+  /** The newest version of this agent (equal to `version` on the latest). */
+  latest_version: z.number().int().min(1),
+  created_at: z.iso.datetime(),
+  /** When the agent was archived (no new jobs may name it), or null. */
+  archived_at: z.iso.datetime().nullable(),
+});
+export type AgentView = z.infer<typeof AgentViewSchema>;

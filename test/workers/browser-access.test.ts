@@ -8,6 +8,7 @@
  */
 import { sign } from "hono/jwt";
 import { describe, expect, it } from "vitest";
+import { TokenAnswerSchema } from "../../src/contracts/tokens";
 import { generateApiKey, hashApiKey } from "../../src/domain/api-keys";
 import { rememberTenant } from "../../workers/middleware/auth/tenant-cache";
 import { ChatClient } from "./chat-helpers";
@@ -110,6 +111,8 @@ describe("POST /v1/tokens", () => {
     const res = await mint(await knownKey());
     expect(res.status).toBe(201);
     const body = (await res.json()) as Minted;
+    // The answer is what the contract (and so the OpenAPI TokenAnswer component) says.
+    expect(TokenAnswerSchema.safeParse(body).error).toBeUndefined();
     expect(body).toMatchObject({
       token_type: "Bearer",
       scope: "read",
@@ -140,6 +143,8 @@ describe("POST /v1/tokens", () => {
     const max = await mint(key, { ttl_s: 86_400, scope: "write" });
     expect(max.status).toBe(201);
     expect(((await max.json()) as Minted).expires_in).toBe(86_400);
+    const bound = await mint(key, { job_id: crypto.randomUUID() });
+    expect(TokenAnswerSchema.safeParse(await bound.json()).error).toBeUndefined();
   });
 
   it("a token cannot mint tokens (no widening)", async () => {

@@ -253,6 +253,9 @@ describe("a token that is not one the gateway issued, or no longer valid, is 401
     const now = Math.floor(Date.now() / 1000);
     await refused(await sign(claims({ exp: now - 1 }), SECRET), "exp in the past");
     await refused(await sign(claims({ iat: now + 120 }), SECRET), "issued in the future");
+    // A gateway isolate whose clock is a little behind the minting one still accepts the token.
+    const skewed = await sign(claims({ iat: now + 30 }), SECRET);
+    expect(await statusOf(`/v1/jobs/${crypto.randomUUID()}`, { headers: bearer(skewed) })).toBe(503);
     const { exp: _exp, ...noExp } = claims();
     await refused(await sign(noExp, SECRET), "no exp");
     await refused(await sign(claims({ exp: now + 86_400 * 2 }), SECRET), "longer than the maximum ttl");

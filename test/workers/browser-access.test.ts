@@ -208,6 +208,10 @@ describe("tokens on REST routes", () => {
     const t = await token({ scope: "read", conversation_id: "conv-a" });
     expect(await statusOf("/v1/conversations/conv-a/messages", { headers: bearer(t) })).toBe(503);
     expect(await statusOf("/v1/conversations/conv-b/messages", { headers: bearer(t) })).toBe(403);
+    // Compared as the router reads the id: an escaped ":" is the same conversation.
+    const colon = await token({ scope: "read", conversation_id: "team:42" });
+    expect(await statusOf("/v1/conversations/team%3A42/messages", { headers: bearer(colon) })).toBe(503);
+    expect(await statusOf("/v1/conversations/team%3A43/messages", { headers: bearer(colon) })).toBe(403);
     expect(await statusOf(`/v1/jobs/${jobId}`, { headers: bearer(t) })).toBe(403);
     expect(await statusOf("/v1/jobs", { headers: bearer(t) })).toBe(403);
   });

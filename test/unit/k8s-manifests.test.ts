@@ -21,7 +21,7 @@ import { HOST_ENV_NAMES, hostConfigFromEnv } from "../../sandbox-host/config";
 import { OFFLOAD_DRAIN_MS } from "../../sandbox-host/host";
 import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
-import { MODEL_ENV_NAMES, modelCatalogFromEnv, modelConfigFromEnv } from "../../sandbox-host/model/config";
+import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/config";
 
 const DIR = resolve(import.meta.dirname, "../../deploy/k8s");
 /** Closing the Postgres pool, Redis and Docker clients after the outbox: seconds, not tens. */
@@ -99,8 +99,7 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
   let config: ReturnType<typeof hostConfigFromEnv>;
   try {
     config = hostConfigFromEnv(env);
-    modelConfigFromEnv(env);
-    modelCatalogFromEnv(env);
+    hostModelsFromEnv(env);
   } catch (err) {
     return [...problems, `ConfigMap + Secret do not configure a host: ${(err as Error).message}`];
   }

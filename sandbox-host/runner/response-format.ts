@@ -1,0 +1,62 @@
+/**
+ * An agent's `response_format`: the JSON Schema its final answer must satisfy. The provider is
+ * asked for it (OpenAI's `response_format: json_schema`), but providers differ in how strictly
+ * they hold to it, so the host checks the answer itself: parsed as JSON and validated with
+ * @cfworker/json-schema (no code generation, unlike Ajv, so it runs wherever the host does).
+ */
+import { type Schema, Validator } from "@cfworker/json-schema";
+import type { ModelResponseFormat } from "../model/types";
+
+/** The problems listed back to the model in a repair turn (the first few say what is wrong). */
+const MAX_PROBLEMS = 5;
+const MAX_PROBLEMS_CHARS = 1500;
+
+export type AnswerCheck = { ok: true; value: unknown } | { ok: false; problems: string };
+
+export interface AnswerFormat {
+  /** What the provider is sent. */
+  wire: ModelResponseFormat;
+  check(answer: string): AnswerCheck;
+}
+
+/**
+ * The format for an agent's schema. `name` is the agent's name (the provider wants a name made of
+ * letters, digits, `_` and `-`, which agent names already are).
+ */
+export function answerFormat(name: string, schema: Record<string, unknown>): AnswerFormat {
+  const validator = new Validator(schema as Schema, "2020-12", false);
+  return {
+    wire: { name, schema },
+    check(answer) {
+      let value: unknown;
+      try {
+        value = JSON.parse(unfenced(answer));
+      } catch (err) {
+        return { ok: false, problems: `the reply is not JSON (${err instanceof Error ? err.message : String(err)})` };
+      }
+      const result = validator.validate(value);
+      if (result.valid) return { ok: true, value };
+      // The leaf errors say what is wrong; the enclosing "properties"/"allOf" units only repeat them.
+      const leaves = result.errors.filter((e) => !/^(properties|items|allOf|anyOf|\$ref)$/.test(e.keyword));
+      const listed = (leaves.length > 0 ? leaves : result.errors)
+        .slice(0, MAX_PROBLEMS)
+        .map((e) => `${e.instanceLocation}: ${e.error}`)
+        .join("; ");
+      return { ok: false, problems: listed.slice(0, MAX_PROBLEMS_CHARS) };
+    },
+  };
+}
+
+/**
+ * The answer without a Markdown code fence around it: models asked for JSON still wrap it in
+ * ```json … ``` often enough that refusing those would spend a repair turn on formatting.
+ */
+function unfenced(answer: string): string {
+  const m = /^\s*```[A-Za-z0-9_-]*\s*\n([\s\S]*?)\n?```\s*$/.exec(answer);
+  return m?.[1] ?? answer;
+}
+
+/** The repair turn's message: what was wrong, and what to send instead. */
+export function repairMessage(problems: string): string {
+  return `Your previous reply does not satisfy the required JSON Schema: ${problems}. Reply again with only a JSON value that satisfies the schema, and nothing else.`;
+}

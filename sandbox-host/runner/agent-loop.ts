@@ -150,9 +150,10 @@ async function prepare(ctx: RunContext, id: ExecutionIdentity, emit: Emit): Prom
     ...job.messages,
   ];
   const allowed: readonly ToolName[] = agent ? agent.tools : job.tools;
+  // In the order the agent (or job) lists them: what the provider sees is exactly that list.
   const tools =
     allowed.length > 0 && ctx.sandbox
-      ? SANDBOX_TOOL_SPECS.filter((t) => allowed.includes(t.name as ToolName))
+      ? allowed.flatMap((name) => SANDBOX_TOOL_SPECS.filter((t) => t.name === name))
       : undefined;
   const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
   await applyInputs(ctx, id, messages, emit);

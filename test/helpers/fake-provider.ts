@@ -43,7 +43,11 @@ export interface FakeProvider {
   inFlight: number;
   maxInFlight: number;
   script: ProviderScript;
-  /** Forget the recorded requests and the concurrency peak. */
+  /** Sorts streamed requests into groups (e.g. by tenant) whose peaks `peakBy` keeps. */
+  classify: (req: ProviderRequest) => string;
+  /** The most streamed requests of each group in flight at once. */
+  peakBy: Map<string, number>;
+  /** Forget the recorded requests and the concurrency peaks. */
   reset(): void;
   close(): Promise<void>;
 }
@@ -61,12 +65,17 @@ export async function startFakeProvider(script: ProviderScript = () => textReply
     inFlight: 0,
     maxInFlight: 0,
     script,
+    classify: () => "",
+    peakBy: new Map(),
     reset() {
       provider.requests = [];
       provider.maxInFlight = provider.inFlight;
+      provider.peakBy = new Map();
     },
     close: async () => {},
   };
+
+  const groups = new Map<string, number>();
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method !== "POST" || !req.url?.endsWith("/chat/completions")) {
@@ -89,6 +98,9 @@ export async function startFakeProvider(script: ProviderScript = () => textReply
     }
     provider.inFlight++;
     provider.maxInFlight = Math.max(provider.maxInFlight, provider.inFlight);
+    const group = provider.classify(recorded);
+    groups.set(group, (groups.get(group) ?? 0) + 1);
+    provider.peakBy.set(group, Math.max(provider.peakBy.get(group) ?? 0, groups.get(group) ?? 0));
     try {
       res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
       res.flushHeaders();
@@ -139,6 +151,7 @@ export async function startFakeProvider(script: ProviderScript = () => textReply
       res.end("data: [DONE]\n\n");
     } finally {
       provider.inFlight--;
+      groups.set(group, (groups.get(group) ?? 1) - 1);
     }
   }
 

@@ -36,6 +36,7 @@ const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
 
 const TENANT = "t-agents";
+const OTHER_TENANT = "t-agents-2";
 const BRIDGE_TOKEN = "agents-host-bridge-token";
 
 let services: HostServices;
@@ -45,19 +46,31 @@ let host: RunningHost;
 let p1: FakeProvider;
 let pa: FakeProvider;
 let pb: FakeProvider;
+let pc: FakeProvider;
 
 if (canRun) {
   beforeAll(async () => {
     services = await startHostServices({ bridgeToken: BRIDGE_TOKEN });
-    [p1, pa, pb] = await Promise.all([startFakeProvider(), startFakeProvider(), startFakeProvider()]);
+    [p1, pa, pb, pc] = await Promise.all([1, 2, 3, 4].map(() => startFakeProvider()));
     t = await services.pgStack.freshDb(6);
-    await t.db.insert(schema.tenants).values({ id: TENANT, name: "agents" });
+    await t.db.insert(schema.tenants).values([
+      { id: TENANT, name: "agents" },
+      { id: OTHER_TENANT, name: "agents, too" },
+    ]);
     const registry = {
       default: "agent-model",
       models: [
         { name: "agent-model", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1" },
         { name: "model-a", base_url: pa.url, api_key_env: "PA_KEY", upstream_model: "up-a", concurrency: 2 },
         { name: "model-b", base_url: pb.url, api_key_env: "PB_KEY", upstream_model: "up-b", concurrency: 4 },
+        {
+          name: "model-t",
+          base_url: pc.url,
+          api_key_env: "PC_KEY",
+          concurrency: 10,
+          tenant_concurrency: 1,
+          tenant_limits: { [OTHER_TENANT]: 3 },
+        },
       ],
     };
     const models = hostModelsFromEnv({
@@ -65,6 +78,7 @@ if (canRun) {
       P1_KEY: "key-one",
       PA_KEY: "key-a",
       PB_KEY: "key-b",
+      PC_KEY: "key-c",
     });
     const config = HostConfigSchema.parse({
       hostId: `agents-host-${randomUUID().slice(0, 8)}`,
@@ -82,7 +96,7 @@ if (canRun) {
   }, 120_000);
   afterAll(async () => {
     await host?.close({ graceMs: 0 });
-    await Promise.all([p1?.close(), pa?.close(), pb?.close()]);
+    await Promise.all([p1, pa, pb, pc].map((p) => p?.close()));
     await services?.stop();
   });
 }
@@ -458,5 +472,27 @@ describe.skipIf(!canRun)("two providers on one host", () => {
     expect(new Set(pa.requests.map((r) => r.body.model))).toEqual(new Set(["up-a"]));
     expect(new Set(pb.requests.map((r) => r.body.model))).toEqual(new Set(["up-b"]));
     expect({ a: pa.maxInFlight, b: pb.maxInFlight }).toEqual({ a: 2, b: 4 });
+  }, 90_000);
+
+  it("keeps a model's per-tenant limit (tenant_concurrency 1, one tenant's override 3) apart from its global one", async () => {
+    pc.script = () => ({ kind: "stream", pieces: ["done"], holdMs: 250 });
+    pc.classify = (req) => (JSON.stringify(req.body.messages).includes(OTHER_TENANT) ? OTHER_TENANT : TENANT);
+    pc.reset();
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      for (const tenantId of [TENANT, OTHER_TENANT]) {
+        const id = randomUUID();
+        await t.db.insert(schema.jobs).values({
+          id,
+          tenantId,
+          model: "model-t",
+          input: { messages: [{ role: "user", content: `per-tenant ${tenantId} ${i}` }] },
+        });
+        ids.push(id);
+      }
+    }
+    const rows = await Promise.all(ids.map((id) => ended(id, 60_000)));
+    expect(rows.filter((r) => r.state === "completed")).toHaveLength(12);
+    expect(Object.fromEntries(pc.peakBy)).toEqual({ [TENANT]: 1, [OTHER_TENANT]: 3 });
   }, 90_000);
 });

@@ -51,7 +51,12 @@ let pc: FakeProvider;
 if (canRun) {
   beforeAll(async () => {
     services = await startHostServices({ bridgeToken: BRIDGE_TOKEN });
-    [p1, pa, pb, pc] = await Promise.all([1, 2, 3, 4].map(() => startFakeProvider()));
+    [p1, pa, pb, pc] = (await Promise.all([1, 2, 3, 4].map(() => startFakeProvider()))) as [
+      FakeProvider,
+      FakeProvider,
+      FakeProvider,
+      FakeProvider,
+    ];
     t = await services.pgStack.freshDb(6);
     await t.db.insert(schema.tenants).values([
       { id: TENANT, name: "agents" },

@@ -31,9 +31,9 @@ function notFoundAgent(name: string): ApiError {
   return new ApiError("not_found", `agent "${name}" not found`);
 }
 
-/** A name that cannot be an agent's cannot name one: 404 without a query. */
+/** A name that cannot be an agent's cannot name one: 404 without a query (and without echoing it). */
 function agentName(raw: string): string {
-  if (!AGENT_NAME_RE.test(raw)) throw notFoundAgent(raw.slice(0, 80));
+  if (!AGENT_NAME_RE.test(raw)) throw new ApiError("not_found", "agent not found");
   return raw;
 }
 

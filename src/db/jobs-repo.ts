@@ -126,6 +126,23 @@ export async function createJob(
   });
 }
 
+/**
+ * The job `body.idempotency_key` already made, answered as a replay (or refused as a mismatch),
+ * or null when the key is unused. For a submit that cannot create its job any more (its agent
+ * was archived since): a retry of a request that did create one still gets that job.
+ */
+export async function findReplay(
+  db: Db,
+  tenantId: string,
+  body: CreateJobBody,
+  opts: { requestHash?: string } = {},
+): Promise<CreatedJob | null> {
+  if (!body.idempotency_key) return null;
+  const existing = await findByIdempotencyKey(db, tenantId, body.idempotency_key);
+  if (!existing) return null;
+  return idempotentReplay(existing, opts.requestHash ?? (await jobRequestHash(body)));
+}
+
 /** The job an idempotency key already made, if the request is the same one (null: a row from before hashes). */
 function idempotentReplay(existing: JobRow, hash: string | null): CreatedJob {
   if (existing.requestHash !== null && existing.requestHash !== hash) throw idempotencyMismatch();

@@ -297,6 +297,27 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     const pinned = await submit({ input, agent: "idem@1", idempotency_key: "idem-1" });
     expect(pinned.status).toBe(409);
     expect(pinned.body.error.code).toBe("idempotency_mismatch");
+    // Archived since: a retry still gets its job; a new key is refused.
+    await api.call("POST", "/v1/agents/idem/archive");
+    const late = await submit({ input, agent: "idem", idempotency_key: "idem-1" });
+    expect([late.status, late.body.job?.id]).toEqual([200, first.body.job.id]);
+    expect((await submit({ input, agent: "idem", idempotency_key: "idem-2" })).status).toBe(409);
+  });
+
+  it("numbers concurrent new versions one after another, never the same twice", async () => {
+    await create({ name: "busy", model: "mock-model" });
+    const made = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => newVersion("busy", { model: "mock-model", instructions: `edit ${i}` })),
+    );
+    expect(made.map((r) => r.status)).toEqual(Array(6).fill(201));
+    expect(made.map((r) => r.body.agent.version).sort((a, b) => a - b)).toEqual([2, 3, 4, 5, 6, 7]);
+    const versions = await api.call<{ versions: AgentView[] }>("GET", "/v1/agents/busy/versions?limit=100");
+    expect(versions.body.versions.map((v) => v.version)).toEqual([7, 6, 5, 4, 3, 2, 1]);
+    // Each stored version holds the body that created it.
+    for (const r of made) {
+      const v = await api.call<{ agent: AgentView }>("GET", `/v1/agents/busy/versions/${r.body.agent.version}`);
+      expect(v.body.agent.instructions).toBe(r.body.agent.instructions);
+    }
   });
 
   it("shows the usage counters and the JSON answer on the job view", async () => {

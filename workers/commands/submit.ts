@@ -13,7 +13,7 @@ import { ApiError } from "../../src/contracts/errors";
 import type { CreateJobBody } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
 import type { Db } from "../../src/db/client";
-import { type CreatedJob, createJob, type ResolvedAgent } from "../../src/db/jobs-repo";
+import { type CreatedJob, createJob, findReplay, type ResolvedAgent } from "../../src/db/jobs-repo";
 import type { ModelCatalog } from "../../src/domain/models";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";
@@ -84,7 +84,19 @@ export async function submitJob(
 ): Promise<CreatedJob> {
   const db = deps.db();
   if (body.agent === undefined && body.model !== undefined) assertModelOffered(opts.models, tenantId, body.model);
-  const agent = await resolveJobAgent(db, opts.models, tenantId, body);
+  let agent: ResolvedAgent | undefined;
+  try {
+    agent = await resolveJobAgent(db, opts.models, tenantId, body);
+  } catch (err) {
+    // A retry of a request that already made its job gets that job, even if its agent has been
+    // archived (or its model withdrawn) since. Only on this path: a first submit pays no lookup.
+    if (!(err instanceof ApiError) || err.status >= 500 || !body.idempotency_key) throw err;
+    const replay = await callDependency("postgres", () =>
+      findReplay(db, tenantId, body, { requestHash: opts.requestHash }),
+    );
+    if (replay) return replay;
+    throw err;
+  }
   const created = await callDependency("postgres", () =>
     createJob(db, tenantId, crypto.randomUUID(), body, {
       maxQueued: opts.maxQueued,

@@ -1,11 +1,14 @@
 /**
- * `npm run demo -- "your message"`: submit one job to the running dev stack and stream it.
- * Prints the model's text as it arrives, then the job's final state and latency facts.
+ * `npm run demo -- [--agent NAME[@N]] "your message"`: submit one job to the running dev stack
+ * (run by that agent, defined with POST /v1/agents, else the built-in default agent) and stream
+ * it. Prints the model's text as it arrives, then the job's final state, agent, usage and latency.
  */
 import { readFile } from "node:fs/promises";
+import { parseArgs } from "node:util";
 import { readSse } from "./lib/sse";
 
-const message = process.argv.slice(2).join(" ") || "hello";
+const { values, positionals } = parseArgs({ options: { agent: { type: "string" } }, allowPositionals: true });
+const message = positionals.join(" ") || "hello";
 try {
   const stack = JSON.parse(await readFile(".dev/stack.json", "utf8")) as { gateway_url: string; api_key: string };
   const headers = { authorization: `Bearer ${stack.api_key}`, "content-type": "application/json" };
@@ -13,7 +16,10 @@ try {
   const res = await fetch(`${stack.gateway_url}/v1/jobs`, {
     method: "POST",
     headers,
-    body: JSON.stringify({ input: { messages: [{ role: "user", content: message }] } }),
+    body: JSON.stringify({
+      input: { messages: [{ role: "user", content: message }] },
+      ...(values.agent ? { agent: values.agent } : {}),
+    }),
   });
   const body = (await res.json()) as { job?: { id: string }; error?: { message: string } };
   if (!res.ok || !body.job) throw new Error(`submit failed (${res.status}): ${body.error?.message ?? "?"}`);
@@ -25,9 +31,17 @@ try {
     else console.error(`\n[${ev.id}] ${ev.event}`);
   }
   const final = (await (await fetch(`${stack.gateway_url}/v1/jobs/${jobId}`, { headers })).json()) as {
-    job: { state: string; latency: Record<string, number | null> };
+    job: {
+      state: string;
+      latency: Record<string, number | null>;
+      agent: unknown;
+      usage: unknown;
+      output_json: unknown;
+    };
   };
-  console.error(`state: ${final.job.state}\nlatency: ${JSON.stringify(final.job.latency)}`);
+  console.error(`state: ${final.job.state}\nagent: ${JSON.stringify(final.job.agent)}`);
+  if (final.job.output_json !== null) console.error(`output_json: ${JSON.stringify(final.job.output_json)}`);
+  console.error(`usage: ${JSON.stringify(final.job.usage)}\nlatency: ${JSON.stringify(final.job.latency)}`);
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
   if ((err as NodeJS.ErrnoException).code === "ENOENT") console.error("start the stack first: npm run dev");

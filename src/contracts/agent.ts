@@ -5,8 +5,8 @@
  * row records the version it resolved to, so a running job never sees a later edit.
  */
 import { z } from "zod";
-import { TOOL_NAMES } from "./job";
 import { refineStorableJson, text } from "./text";
+import { TOOL_NAMES } from "./tools";
 
 export const AGENT_LIMITS = {
   maxInstructionsChars: 64 * 1024,

@@ -1,15 +1,11 @@
 /**
  * An agent's `response_format`: the JSON Schema its final answer must satisfy. The provider is
  * asked for it (OpenAI's `response_format: json_schema`), but providers differ in how strictly
- * they hold to it, so the host checks the answer itself: parsed as JSON and validated with
- * @cfworker/json-schema (no code generation, unlike Ajv, so it runs wherever the host does).
+ * they hold to it, so the host checks the answer itself: parsed as JSON and validated by the same
+ * validator the gateway checked the schema with (src/domain/json-schema.ts).
  */
-import { type Schema, Validator } from "@cfworker/json-schema";
+import { answerValidator } from "../../src/domain/json-schema";
 import type { ModelResponseFormat } from "../model/types";
-
-/** The problems listed back to the model in a repair turn (the first few say what is wrong). */
-const MAX_PROBLEMS = 5;
-const MAX_PROBLEMS_CHARS = 1500;
 
 export type AnswerCheck = { ok: true; value: unknown } | { ok: false; problems: string };
 
@@ -24,7 +20,7 @@ export interface AnswerFormat {
  * letters, digits, `_` and `-`, which agent names already are).
  */
 export function answerFormat(name: string, schema: Record<string, unknown>): AnswerFormat {
-  const validator = new Validator(schema as Schema, "2020-12", false);
+  const problemOf = answerValidator(schema);
   return {
     wire: { name, schema },
     check(answer) {
@@ -34,15 +30,8 @@ export function answerFormat(name: string, schema: Record<string, unknown>): Ans
       } catch (err) {
         return { ok: false, problems: `the reply is not JSON (${err instanceof Error ? err.message : String(err)})` };
       }
-      const result = validator.validate(value);
-      if (result.valid) return { ok: true, value };
-      // The leaf errors say what is wrong; the enclosing "properties"/"allOf" units only repeat them.
-      const leaves = result.errors.filter((e) => !/^(properties|items|allOf|anyOf|\$ref)$/.test(e.keyword));
-      const listed = (leaves.length > 0 ? leaves : result.errors)
-        .slice(0, MAX_PROBLEMS)
-        .map((e) => `${e.instanceLocation}: ${e.error}`)
-        .join("; ");
-      return { ok: false, problems: listed.slice(0, MAX_PROBLEMS_CHARS) };
+      const problem = problemOf(value);
+      return problem === null ? { ok: true, value } : { ok: false, problems: problem };
     },
   };
 }

@@ -20,9 +20,15 @@ const REDACTIONS: Array<[RegExp, string | ((match: string) => string)]> = [
   [/\b[A-Za-z0-9_-]{24,}\b/g, opaqueToken],
   // IPv4 (with a port) and IPv6-looking addresses.
   [/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, "[host]"],
-  [/\[[0-9a-f:]+\](?::\d+)?/gi, "[host]"],
-  // Host names: two or more dot-separated labels ending in a letters-only label, or any name with a port.
-  [/\b(?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?\b/gi, "[host]"],
+  [/\[[0-9a-f]*:[0-9a-f]*:[0-9a-f:]*\](?::\d+)?/gi, "[host]"],
+  // Host names: three or more labels (each with a letter), or two ending in a common or internal
+  // top-level name, or any name with a port. Not any `a.b`: a 400's own words name fields like
+  // `messages[0].content` or `tools.0.type`.
+  [/\b(?:[a-z0-9-]*[a-z][a-z0-9-]*\.){2,}[a-z][a-z0-9-]*\b(?::\d+)?/gi, "[host]"],
+  [
+    /\b[a-z0-9-]+\.(?:com|net|org|io|ai|dev|app|cloud|co|internal|local|localdomain|lan|svc|corp|home|arpa)\b(?::\d+)?/gi,
+    "[host]",
+  ],
   [/\b[a-z0-9.-]+:\d{2,5}\b/gi, "[host]"],
 ];
 

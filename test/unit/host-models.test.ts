@@ -134,6 +134,13 @@ describe("provider errors", () => {
     expect(said).toContain("Invalid 'temperature': 3 > 2.");
     expect(said).not.toMatch(/https|platform|sk-proj|abc\.def|10\.0\.3\.7|8000|internal\.corp|fd00|3f9a8b7c/);
     expect(safeProviderMessage("x".repeat(5000)).length).toBe(MAX_PROVIDER_MESSAGE_CHARS);
+    // What a 400 says about the request itself stays readable.
+    const fieldError = "Invalid type for 'messages[0].content': expected a string, got an object (param tools.0.type).";
+    expect(safeProviderMessage(fieldError)).toBe(fieldError);
+    expect(safeProviderMessage("model gpt-4o-mini does not support temperature 2.5")).toBe(
+      "model gpt-4o-mini does not support temperature 2.5",
+    );
+    expect(safeProviderMessage("see openai.com or vllm.internal:8000")).toBe("see [host] or [host]");
   });
 });
 

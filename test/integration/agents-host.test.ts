@@ -586,4 +586,22 @@ describe.skipIf(!canRun)("usage survives the host", () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 90_000);
+
+  it("a host whose registry names an unset key variable refuses to start, naming it", async () => {
+    const started = spawnHost(resolve(import.meta.dirname, "../.."), {
+      DATABASE_URL: t.url,
+      UPSTASH_REDIS_REST_URL: services.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
+      GATEWAY_URL: services.ingest.url,
+      INTERNAL_SIGNING_SECRET: "agents-host-signing-secret-0123456789",
+      MODEL_REGISTRY: JSON.stringify({
+        models: [{ name: "m", base_url: p1.url, api_key_env: "NOT_SET_ANYWHERE_KEY" }],
+      }),
+      HOST_METRICS_PORT: "0",
+      SANDBOX_ENABLED: "false",
+    });
+    await expect(started).rejects.toThrow(
+      /exited \(2\)[\s\S]*NOT_SET_ANYWHERE_KEY \(the key of model "m"\) is not set/,
+    );
+  }, 60_000);
 });

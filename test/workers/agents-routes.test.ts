@@ -239,6 +239,18 @@ describe("a job naming an agent", () => {
     expect((await call("ta", "POST", "/v1/jobs", { input, model: "ta-model" })).status).toBe(503);
   });
 
+  it("without a model runs on the default, which must be offered to the tenant too", async () => {
+    const closedDefault = JSON.stringify({ models: [{ name: "tb-only", tenants: ["tb"] }, { name: "open" }] });
+    const ta = await call("ta", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: closedDefault });
+    expect(ta.status).toBe(400);
+    expect(errorOf(ta).message).toBe(
+      'model (omitted, so the default): "tb-only" is not offered; must be one of open (GET /v1/models)',
+    );
+    expect((await call("tb", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: closedDefault })).status).toBe(503);
+    // No registry and no list: nothing to choose from, the host's own model runs, as before.
+    expect((await call("ta", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: "" })).status).toBe(503);
+  });
+
   it("on a chat connection (?agent=) must have the same form", async () => {
     const ctx = createExecutionContext();
     const res = await app.fetch(

@@ -70,6 +70,8 @@ if (canRun) {
       default: "agent-model",
       models: [
         { name: "agent-model", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1" },
+        // The same provider with a short timeout: a second client, for the timeout retry.
+        { name: "impatient", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1", timeout_ms: 400 },
         { name: "model-a", base_url: pa.url, api_key_env: "PA_KEY", upstream_model: "up-a", concurrency: 2 },
         { name: "model-b", base_url: pb.url, api_key_env: "PB_KEY", upstream_model: "up-b", concurrency: 4 },
         {
@@ -352,6 +354,28 @@ describe.skipIf(!canRun)("provider errors, handled like a careful client", () =>
     ]);
     // Rejected calls cost nothing: only the served call is recorded.
     expect(row.modelCalls).toBe(1);
+  });
+
+  it("retries a call whose provider went silent before any output (timeout), then completes", async () => {
+    p1.script = (_req, n) => (n === 1 ? { kind: "stream", pieces: ["too late"], holdMs: 3000 } : textReply("in time"));
+    p1.reset();
+    const id = randomUUID();
+    await t.db.insert(schema.jobs).values({
+      id,
+      tenantId: TENANT,
+      model: "impatient",
+      input: { messages: [{ role: "user", content: "timeout marker" }] },
+    });
+    const row = await ended(id);
+    expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "in time" });
+    expect(p1.requests).toHaveLength(2);
+    const retries = await deliveredEvents(id, "model.retry");
+    expect(retries.map((e) => e.payload)).toEqual([
+      { attempt: 1, delay_ms: expect.any(Number), reason: "network_error", status: null },
+    ]);
+    // Nothing of the silent attempt reached the stream.
+    const deltas = await deliveredEvents(id, "model.delta");
+    expect(deltas.map((e) => (e.payload as { text: string }).text).join("")).toBe("in time");
   });
 
   it("fails provider_error when the stream breaks after output, without retrying or repeating deltas", async () => {

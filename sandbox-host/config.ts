@@ -106,6 +106,20 @@ export const HostConfigSchema = z.object({
   quotaTenantLimit: intFromEnv(0, 100_000).default(32),
   /** How long a run may wait for a quota slot before it fails with quota_unavailable. */
   quotaMaxWaitMs: intFromEnv(0, 3_600_000).default(60_000),
+  /**
+   * Model calls that fail before producing output (429, 5xx, connection errors, timeouts) are
+   * retried at most this many times per turn (0 = never), with exponential backoff and full
+   * jitter (runner/model-retry.ts), or after the provider's Retry-After when it sends one.
+   */
+  modelRetryMax: intFromEnv(0, 100).default(4),
+  /** The first backoff's ceiling; each retry doubles it, up to modelRetryMaxDelayMs. */
+  modelRetryBaseMs: intFromEnv(1, 600_000).default(500),
+  modelRetryMaxDelayMs: intFromEnv(1, 3_600_000).default(20_000),
+  /**
+   * A turn stops retrying when the next wait would end more than this long after its first
+   * attempt began (the same minute a run may wait for a quota slot by default).
+   */
+  modelRetryBudgetMs: intFromEnv(0, 3_600_000).default(60_000),
   /** Docker sandboxes for tool calls (needs a Docker engine). */
   sandboxEnabled: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   sandboxImage: z.string().min(1).default("ear-sandbox:local"),
@@ -159,6 +173,10 @@ const ENV_NAMES: Record<string, string> = {
   quotaModelLimit: "QUOTA_MODEL_LIMIT",
   quotaTenantLimit: "QUOTA_TENANT_LIMIT",
   quotaMaxWaitMs: "QUOTA_MAX_WAIT_MS",
+  modelRetryMax: "MODEL_RETRY_MAX",
+  modelRetryBaseMs: "MODEL_RETRY_BASE_MS",
+  modelRetryMaxDelayMs: "MODEL_RETRY_MAX_DELAY_MS",
+  modelRetryBudgetMs: "MODEL_RETRY_BUDGET_MS",
   sandboxEnabled: "SANDBOX_ENABLED",
   sandboxImage: "SANDBOX_IMAGE",
   sandboxJanitorMs: "SANDBOX_JANITOR_MS",
@@ -216,6 +234,10 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     quotaModelLimit: v("QUOTA_MODEL_LIMIT"),
     quotaTenantLimit: v("QUOTA_TENANT_LIMIT"),
     quotaMaxWaitMs: v("QUOTA_MAX_WAIT_MS"),
+    modelRetryMax: v("MODEL_RETRY_MAX"),
+    modelRetryBaseMs: v("MODEL_RETRY_BASE_MS"),
+    modelRetryMaxDelayMs: v("MODEL_RETRY_MAX_DELAY_MS"),
+    modelRetryBudgetMs: v("MODEL_RETRY_BUDGET_MS"),
     sandboxEnabled: v("SANDBOX_ENABLED"),
     sandboxImage: v("SANDBOX_IMAGE"),
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),

@@ -65,8 +65,10 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   const db = drizzle(pool, { schema });
   const redis = deps.redis ?? createRedisClient(config.redis);
   const metrics = createHostMetrics(config.hostId);
+  const models = deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] };
+  // A registry entry's own `concurrency` turns the quota on for it even when QUOTA_MODEL_LIMIT is 0.
   const leaseStore =
-    config.quotaModelLimit > 0
+    config.quotaModelLimit > 0 || models.entries.some((e) => (e.concurrency ?? 0) > 0)
       ? createLeaseStore(redis, await loadQuotaScripts(), {
           heartbeatIntervalMs: config.heartbeatMs,
           breaker: { onChange: (b) => metrics.quotaBreakerOpen.set(b.state === "open" ? 1 : 0) },
@@ -96,7 +98,13 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
-    models: deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] },
+    models,
+    retry: {
+      maxRetries: config.modelRetryMax,
+      baseMs: config.modelRetryBaseMs,
+      maxDelayMs: config.modelRetryMaxDelayMs,
+      budgetMs: config.modelRetryBudgetMs,
+    },
     quota: leaseStore
       ? {
           store: leaseStore,

@@ -4,21 +4,33 @@
  * waits for it), and on SIGTERM/SIGINT stops claiming, lets running jobs finish within the
  * grace period, flushes the outbox and exits. A second signal exits at once.
  */
+import { readFileSync } from "node:fs";
 import { HostConfigError, hostConfigFromEnv } from "./config";
 import { startHost } from "./host";
 import { createLogger, errorFields } from "./log";
-import { ModelConfigError, modelCatalogFromEnv, modelConfigFromEnv } from "./model/config";
-import { createOpenAICompatibleClient } from "./model/openai-compatible";
+import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/config";
+import { createModelRouter } from "./model/router";
+
+/** The registry file's text, read once here at startup (never again: a host's models are fixed for its life). */
+function registryFileText(env: Record<string, string | undefined>): string | undefined {
+  const path = env.MODEL_REGISTRY_FILE?.trim();
+  if (!path) return undefined;
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new ModelConfigError(
+      `invalid model configuration: MODEL_REGISTRY_FILE (${path}) cannot be read: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+}
 
 async function main(): Promise<void> {
   const env = { ...process.env };
   let config: ReturnType<typeof hostConfigFromEnv>;
-  let modelConfig: ReturnType<typeof modelConfigFromEnv>;
-  let models: ReturnType<typeof modelCatalogFromEnv>;
+  let models: HostModels;
   try {
     config = hostConfigFromEnv(env);
-    modelConfig = modelConfigFromEnv(env);
-    models = modelCatalogFromEnv(env);
+    models = hostModelsFromEnv(env, registryFileText(env));
   } catch (err) {
     if (err instanceof HostConfigError || err instanceof ModelConfigError) {
       process.stderr.write(`sandbox-host: ${err.message}\n`);
@@ -29,8 +41,8 @@ async function main(): Promise<void> {
 
   const log = createLogger({ host: config.hostId });
   const host = await startHost(config, {
-    model: createOpenAICompatibleClient(modelConfig),
-    models,
+    model: createModelRouter(models),
+    models: models.catalog,
     log,
   });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);

@@ -7,6 +7,7 @@
  *   UPSTASH_REDIS_REST_URL/_TOKEN      use a real Upstash endpoint directly
  *   MODEL_BASE_URL/MODEL_API_KEY/MODEL_NAME   a real OpenAI-compatible provider (else the mock model)
  *   MODELS                             the models clients may name (default: just MODEL_NAME)
+ *   MODEL_REGISTRY                     the operator's model registry (JSON), given to the gateway and every host
  *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
  *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
@@ -116,6 +117,7 @@ try {
       maxConcurrency: intEnv("MOCK_MAX_CONCURRENCY"),
     },
     models: env.MODELS || undefined,
+    modelRegistry: env.MODEL_REGISTRY || undefined,
     gatewayVars: Object.fromEntries(
       GATEWAY_LIMIT_VARS.flatMap((name) => (env[name] ? [[name, env[name] as string]] : [])),
     ),

@@ -4,9 +4,11 @@
  *
  *   tsx tools/mock-model.ts [--host H] [--port N] [--max-concurrency N] [--over-cap reject|admit]
  *                           [--ttft-ms N] [--tokens-per-s N] [--api-key K]
+ *                           [--fail-rate F] [--fail-statuses 429,503] [--fail-retry-after-s N]
  *
  * (env: MOCK_MODEL_HOST, MOCK_MODEL_PORT, MOCK_MODEL_MAX_CONCURRENCY, MOCK_MODEL_OVER_CAP,
- * MOCK_MODEL_TTFT_MS, MOCK_MODEL_TOKENS_PER_S, MOCK_MODEL_API_KEY; flags win). Prints the base
+ * MOCK_MODEL_TTFT_MS, MOCK_MODEL_TOKENS_PER_S, MOCK_MODEL_API_KEY, MOCK_MODEL_FAIL_RATE,
+ * MOCK_MODEL_FAIL_STATUSES, MOCK_MODEL_FAIL_RETRY_AFTER_S; flags win). Prints the base
  * URL and stops on SIGINT/SIGTERM.
  */
 import { pathToFileURL } from "node:url";
@@ -16,7 +18,13 @@ import { type MockModelOptions, startMockModel } from "./mock-model-server/serve
 export type { LoggedRequest } from "./mock-model-server/request-log";
 export type { AnswerPlan } from "./mock-model-server/script";
 export { splitTokens } from "./mock-model-server/script";
-export { MOCK_MODEL_NAME, type MockModel, type MockModelOptions, startMockModel } from "./mock-model-server/server";
+export {
+  MOCK_MODEL_NAME,
+  type MockModel,
+  type MockModelOptions,
+  type ProviderLedger,
+  startMockModel,
+} from "./mock-model-server/server";
 export type { MockStats, OverCapPolicy } from "./mock-model-server/slots";
 
 function num(name: string, raw: string | undefined): number | undefined {
@@ -37,6 +45,9 @@ export function cliOptions(argv: string[], env: Record<string, string | undefine
       "ttft-ms": { type: "string" },
       "tokens-per-s": { type: "string" },
       "api-key": { type: "string" },
+      "fail-rate": { type: "string" },
+      "fail-statuses": { type: "string" },
+      "fail-retry-after-s": { type: "string" },
     },
     strict: true,
   });
@@ -44,7 +55,16 @@ export function cliOptions(argv: string[], env: Record<string, string | undefine
   if (overCap !== undefined && overCap !== "reject" && overCap !== "admit") {
     throw new Error(`--over-cap must be "reject" or "admit", got "${overCap}"`);
   }
+  const failRate = num("--fail-rate", values["fail-rate"] ?? env.MOCK_MODEL_FAIL_RATE);
+  if (failRate !== undefined && failRate > 1) throw new Error(`--fail-rate must be between 0 and 1, got ${failRate}`);
+  const statuses = (values["fail-statuses"] ?? env.MOCK_MODEL_FAIL_STATUSES)?.split(",").map((s) => s.trim());
+  if (statuses?.some((s) => !/^[45]\d\d$/.test(s))) {
+    throw new Error(`--fail-statuses must be HTTP error statuses separated by commas, got "${statuses.join(",")}"`);
+  }
   return {
+    failRate,
+    failStatuses: statuses?.map(Number),
+    failRetryAfterS: num("--fail-retry-after-s", values["fail-retry-after-s"] ?? env.MOCK_MODEL_FAIL_RETRY_AFTER_S),
     host: values.host ?? env.MOCK_MODEL_HOST ?? "127.0.0.1",
     port: num("--port", values.port ?? env.MOCK_MODEL_PORT) ?? 0,
     maxConcurrency: num("--max-concurrency", values["max-concurrency"] ?? env.MOCK_MODEL_MAX_CONCURRENCY) ?? null,

@@ -40,6 +40,8 @@ export interface StackOptions {
   mockModel?: { ttftMs?: number; tokensPerS?: number; maxConcurrency?: number };
   /** MODELS for the gateway and the hosts (default: just the model's name). */
   models?: string;
+  /** MODEL_REGISTRY (JSON) for the gateway and the hosts, the same text for both; unset by default. */
+  modelRegistry?: string;
   /** Extra gateway variables (the limits in workers/config.ts, SSE_HEARTBEAT_MS). */
   gatewayVars?: Record<string, string>;
   hosts?: number;
@@ -162,6 +164,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         UPSTASH_REDIS_REST_TOKEN: upstash.token,
         INTERNAL_SIGNING_SECRET: signingSecret,
         MODELS: opts.models ?? model.name,
+        ...(opts.modelRegistry === undefined ? {} : { MODEL_REGISTRY: opts.modelRegistry }),
         ...opts.gatewayVars,
       },
       log: (line) => log("gateway", line),
@@ -193,6 +196,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       MODEL_API_KEY: modelConf.apiKey,
       MODEL_NAME: modelConf.name,
       MODELS: opts.models ?? modelConf.name,
+      ...(opts.modelRegistry === undefined ? {} : { MODEL_REGISTRY: opts.modelRegistry }),
       HOST_METRICS_PORT: "0",
       ...opts.hostEnv,
       ...extra,

@@ -9,6 +9,8 @@ import { withConfig } from "./middleware/config/config";
 import { corsForAllowedOrigins } from "./middleware/cors/cors";
 import { handleError, handleNotFound } from "./middleware/errors/errors";
 import { rateLimit } from "./middleware/rate-limit/rate-limit";
+import { agentRoutes } from "./routes/agents";
+import { modelRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
@@ -36,5 +38,8 @@ export function createApp() {
   app.route("/v1/jobs", jobRoutes);
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
+  app.route("/v1/agents", agentRoutes);
+  app.route("/v1/models", modelRoutes);
+  app.route("/v1/usage", usageRoutes);
   return app;
 }

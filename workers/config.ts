@@ -7,7 +7,7 @@ import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
-import { type ModelCatalog, parseModelList } from "../src/domain/models";
+import { type ModelCatalog, parseModelList, parseModelRegistry } from "../src/domain/models";
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
 
@@ -62,6 +62,7 @@ const ConfigSchema = z.object({
   MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MODELS: optional(z.string()),
+  MODEL_REGISTRY: optional(z.string()),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
@@ -123,7 +124,10 @@ export interface GatewayConfig {
   corsAllowedOrigins: readonly string[];
   maxBodyBytes: number;
   limits: GatewayLimits;
-  /** The `model` values a client may send (MODELS); none when unset, so `model` is refused. */
+  /**
+   * The models a client or an agent may name (MODEL_REGISTRY, else MODELS), each with its tenant
+   * allow-list; none when both are unset, so `model` is refused.
+   */
   models: ModelCatalog;
   /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
   backstop: { runLostAfterMs: number; claimTimeoutMs: number };
@@ -153,17 +157,31 @@ const CONFIG_KEYS = Object.keys(ConfigSchema.shape);
  */
 let cached: { key: string; value: GatewayConfig | ConfigError } | null = null;
 
+/**
+ * MODEL_REGISTRY when set (the same JSON the hosts read: the gateway uses its names, default and
+ * tenant allow-lists, never its provider fields), else the older MODELS list. The registry wins
+ * when both are set, so a deployment can add it before removing MODELS.
+ */
+function modelCatalog(data: { MODELS?: string; MODEL_REGISTRY?: string }): ModelCatalog | string {
+  if (data.MODEL_REGISTRY !== undefined) {
+    const registry = parseModelRegistry(data.MODEL_REGISTRY);
+    return typeof registry === "string" ? `MODEL_REGISTRY: ${registry}` : registry;
+  }
+  const list = parseModelList(data.MODELS);
+  return typeof list === "string" ? `MODELS: ${list}` : list;
+}
+
 export function loadConfig(env: Env): GatewayConfig {
   const key = settingsKey(env);
   if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
-    const models = parseModelList(parsed.success ? parsed.data.MODELS : undefined);
+    const models = parsed.success ? modelCatalog(parsed.data) : { entries: [] };
     const value = !parsed.success
       ? new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
         )
       : typeof models === "string"
-        ? new ConfigError(`invalid worker configuration: MODELS: ${models}`)
+        ? new ConfigError(`invalid worker configuration: ${models}`)
         : {
             databaseUrl: parsed.data.DATABASE_URL,
             neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,

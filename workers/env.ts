@@ -22,6 +22,7 @@ export interface Env {
   MAX_STREAMS_PER_TENANT?: string;
   MAX_QUEUED_JOBS_PER_TENANT?: string;
   MODELS?: string;
+  MODEL_REGISTRY?: string;
   REAPER_RUN_LOST_AFTER_MS?: string;
   REAPER_CLAIM_TIMEOUT_MS?: string;
   JOB_EVENTS_RETENTION_S?: string;

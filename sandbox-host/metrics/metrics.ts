@@ -38,6 +38,14 @@ export interface HostMetrics {
   sandboxDelete: Histogram<"outcome">;
   /** cancel_requested_at → terminal state written, observed by the host that converged it. */
   cancelConvergence: Histogram<"outcome">;
+  /** Tokens of model calls by public model name, kind (prompt|completion) and whether estimated. */
+  modelTokens: Counter<"model" | "kind" | "estimated">;
+  /** Model calls by model and how they ended (ok, retried, failed, aborted). */
+  modelCalls: Counter<"model" | "outcome">;
+  /** Retries of failed model calls by model and reason (the ModelError code). */
+  modelRetries: Counter<"model" | "reason">;
+  /** The wait before each retry (Retry-After or backoff). */
+  modelRetryDelay: Histogram;
   offloadInFlight: Gauge;
   offloadQueued: Gauge;
   offloadRejected: Counter<"reason">;
@@ -152,6 +160,30 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     buckets: CANCEL_BUCKETS,
     registers: [registry],
   });
+  const modelTokens = new Counter({
+    name: "model_tokens_total",
+    help: "Tokens of model calls, by public model name, kind (prompt|completion) and estimated (true when the provider reported no usage and the host estimated it)",
+    labelNames: ["model", "kind", "estimated"] as const,
+    registers: [registry],
+  });
+  const modelCalls = new Counter({
+    name: "model_calls_total",
+    help: "Model calls (one request to a provider each), by public model name and outcome: ok, retried (failed before output and tried again), failed, aborted",
+    labelNames: ["model", "outcome"] as const,
+    registers: [registry],
+  });
+  const modelRetries = new Counter({
+    name: "model_retries_total",
+    help: "Model calls retried after failing before output, by public model name and reason (rate_limited, provider_error, network_error)",
+    labelNames: ["model", "reason"] as const,
+    registers: [registry],
+  });
+  const modelRetryDelay = new Histogram({
+    name: "model_retry_delay_seconds",
+    help: "The wait before a model call's retry (the provider's Retry-After, else backoff with full jitter)",
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60],
+    registers: [registry],
+  });
   const offloadInFlight = new Gauge({
     name: "offload_tasks_in_flight",
     help: "Offload tasks running on worker threads (slots held until the worker really finishes)",
@@ -201,6 +233,10 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     sandboxCreate,
     sandboxDelete,
     cancelConvergence,
+    modelTokens,
+    modelCalls,
+    modelRetries,
+    modelRetryDelay,
     offloadInFlight,
     offloadQueued,
     offloadRejected,

@@ -10,6 +10,7 @@
  */
 import OpenAI from "openai";
 import type { ModelConfig } from "./config";
+import { retryAfterMs, safeProviderMessage } from "./provider-errors";
 import { type ModelChunk, type ModelClient, ModelError, type ModelMessage, type ModelTurnRequest } from "./types";
 
 /** Header wait and inter-chunk silence allowed when the config names none. */
@@ -50,13 +51,22 @@ function toModelError(err: unknown, aborted: boolean, idleTimedOut: boolean, tim
     return new ModelError("network_error", `cannot reach model provider: ${errorMessage(err)}`, { cause: err });
   }
   if (err instanceof OpenAI.APIError) {
+    // The provider's own words reach the tenant (a 400 says what was wrong with the request),
+    // so they are made safe here, the one place they enter a ModelError.
+    const said = safeProviderMessage(err.message);
+    const wait = retryAfterMs(err.headers);
     if (err.status === 429) {
-      return new ModelError("rate_limited", `model provider rate limited: ${err.message}`, { cause: err, status: 429 });
+      return new ModelError("rate_limited", `model provider rate limited: ${said}`, {
+        cause: err,
+        status: 429,
+        retryAfterMs: wait,
+      });
     }
     // status undefined: an error event inside an already-open stream.
-    return new ModelError("provider_error", `model provider error: ${err.message}`, {
+    return new ModelError("provider_error", `model provider error: ${said}`, {
       cause: err,
       status: err.status ?? null,
+      retryAfterMs: wait,
     });
   }
   if (err instanceof SyntaxError) {
@@ -137,6 +147,17 @@ export function createOpenAICompatibleClient(cfg: ModelConfig): ModelClient {
                     type: "function" as const,
                     function: { name: t.name, description: t.description, parameters: t.parameters },
                   })),
+                }
+              : {}),
+            ...(req.maxOutputTokens != null ? { max_tokens: req.maxOutputTokens } : {}),
+            ...(req.temperature != null ? { temperature: req.temperature } : {}),
+            ...(req.topP != null ? { top_p: req.topP } : {}),
+            ...(req.responseFormat
+              ? {
+                  response_format: {
+                    type: "json_schema" as const,
+                    json_schema: { name: req.responseFormat.name, schema: req.responseFormat.schema },
+                  },
                 }
               : {}),
             stream: true,

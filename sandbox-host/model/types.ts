@@ -15,10 +15,16 @@ export interface ModelToolSpec {
   parameters: Record<string, unknown>;
 }
 
+/** Tokens one model call used, as the provider's usage chunk reported them. */
+export interface ModelUsage {
+  promptTokens: number;
+  completionTokens: number;
+}
+
 export type ModelChunk =
   | { type: "text"; text: string }
   | { type: "tool_call"; id: string; name: string; args: unknown }
-  | { type: "done"; finishReason: string | null; usage?: { promptTokens: number; completionTokens: number } };
+  | { type: "done"; finishReason: string | null; usage?: ModelUsage };
 
 /** A tool call the model made, as the agent loop hands it back in the next turn's history. */
 export interface ModelToolCall {
@@ -38,11 +44,23 @@ export type ModelMessage =
   | { role: "assistant"; content: string; toolCalls: ModelToolCall[] }
   | { role: "tool"; toolCallId: string; content: string };
 
+/** The JSON Schema a final answer must satisfy, sent as OpenAI's `response_format: json_schema`. */
+export interface ModelResponseFormat {
+  /** The schema's name as the provider wants it (letters, digits, _ and -). */
+  name: string;
+  schema: Record<string, unknown>;
+}
+
 export interface ModelTurnRequest {
   messages: ModelMessage[];
-  /** Overrides the configured default model. */
+  /** Overrides the configured default model (behind a router: the registry's public name). */
   model?: string;
   tools?: ModelToolSpec[];
+  /** Sent as `max_tokens` when set. */
+  maxOutputTokens?: number | null;
+  temperature?: number | null;
+  topP?: number | null;
+  responseFormat?: ModelResponseFormat | null;
   signal?: AbortSignal;
 }
 
@@ -54,10 +72,17 @@ export interface ModelClient {
 export class ModelError extends Error {
   readonly code: ModelErrorCode;
   readonly status: number | null;
-  constructor(code: ModelErrorCode, message: string, options?: { cause?: unknown; status?: number | null }) {
+  /** How long the provider asked us to wait (its Retry-After / retry-after-ms header), or null. */
+  readonly retryAfterMs: number | null;
+  constructor(
+    code: ModelErrorCode,
+    message: string,
+    options?: { cause?: unknown; status?: number | null; retryAfterMs?: number | null },
+  ) {
     super(message, { cause: options?.cause });
     this.name = "ModelError";
     this.code = code;
     this.status = options?.status ?? null;
+    this.retryAfterMs = options?.retryAfterMs ?? null;
   }
 }

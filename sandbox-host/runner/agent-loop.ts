@@ -1,9 +1,11 @@
 /**
- * The agent between the started CAS and the terminal write: prepare (the job, its model, its
- * tools, input sent so far), then model turns (each behind the quota gate) and tool steps until
- * the model answers without calling a tool, and decide the outcome. Input that arrives meanwhile
- * is applied at turn boundaries.
+ * The agent between the started CAS and the terminal write: prepare (the job, its pinned agent
+ * version, its model, its tools, input sent so far), then model turns (each behind the quota
+ * gate, retried before output, model-call.ts) and tool steps until the model answers without
+ * calling a tool, check the answer against the agent's response_format, and decide the outcome.
+ * Input that arrives meanwhile is applied at turn boundaries.
  */
+import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ToolName } from "../../src/contracts/job";
 import {
   acceptPendingInputs,
@@ -18,13 +20,14 @@ import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
 import { ModelError, type ModelMessage, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
-import { streamModelTurn } from "./model-turn";
-import { acquireQuota } from "./quota-gate";
+import { callModel } from "./model-call";
+import type { TurnRequest } from "./model-turn";
+import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
 import { runTool } from "./tool-step";
 
-/** An agent run applies late input at turn boundaries; this bounds the turns one run may take. */
-export const MAX_TURNS = 8;
+/** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
+export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
 
 /** Prepare, run the turns, and decide the outcome. Never throws. */
 export async function runAgent(
@@ -44,21 +47,21 @@ export async function runAgent(
   try {
     const prepared = await prepare(ctx, id, emit);
     if ("state" in prepared) return prepared;
-    const { job, model, messages, tools } = prepared;
+    const { job, model, messages, tools, request, format } = prepared;
+    let maxTurns = prepared.maxTurns;
+    let repaired = false;
 
     for (let turn = 1; ; turn++) {
-      const admitted = await acquireQuota(ctx, run, id, job, model, turn, emit);
-      if ("state" in admitted) return admitted;
-      const request = { messages, model: job.model ?? undefined, tools };
-      const { text: turnText, calls } = await streamModelTurn(
+      const called = await callModel(
         ctx,
         run,
         id,
-        request,
-        admitted.lease,
+        { job, model, turn, request: { ...request, messages, tools }, textSoFar: text },
         emit,
         onFirstOutput,
       );
+      if ("state" in called) return called;
+      const { text: turnText, calls } = called;
       text = turnText;
       if (run.abort.signal.aborted) return abortedOutcome(run, text);
 
@@ -67,7 +70,7 @@ export async function runAgent(
           const why = ctx.sandbox ? "this job allows no tools" : "this host has no sandbox (Docker) available";
           return failed("tools_unavailable", `the model called tool "${calls[0]?.name}" but ${why}`, text);
         }
-        if (turn >= MAX_TURNS) return failed("too_many_turns", `the agent used ${MAX_TURNS} model turns`, text);
+        if (turn >= maxTurns) return failed("too_many_turns", `the agent used ${maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
         for (const call of calls) {
           const result = await runTool(ctx, run, id, call, emit);
@@ -78,9 +81,22 @@ export async function runAgent(
         continue;
       }
       // Input that arrived during the turn is applied in one more turn (bounded).
-      if (turn >= MAX_TURNS) break;
       messages.push({ role: "assistant", content: turnText });
-      if ((await applyInputs(ctx, id, messages, emit)) === 0) break;
+      if (turn < maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) continue;
+      if (!format) break;
+      const checked = format.check(turnText);
+      if (checked.ok) return { state: "completed", output: text, outputJson: checked.value };
+      if (repaired) {
+        return failed(
+          "output_invalid",
+          `the answer does not satisfy the agent's response_format, even after a repair turn: ${checked.problems}`,
+          text,
+        );
+      }
+      // One repair turn, on top of max_turns: the model is told what was wrong.
+      repaired = true;
+      maxTurns = turn + 1;
+      messages.push({ role: "user", content: repairMessage(checked.problems) });
     }
     return { state: "completed", output: text };
   } catch (err) {
@@ -97,37 +113,67 @@ export async function runAgent(
   }
 }
 
+interface PreparedRun {
+  job: RunnableJob;
+  model: ModelEntry;
+  messages: ModelMessage[];
+  tools: ModelToolSpec[] | undefined;
+  /** What every turn sends besides the messages and tools: the model, sampling, limits, format. */
+  request: Omit<TurnRequest, "messages" | "tools">;
+  maxTurns: number;
+  format: AnswerFormat | null;
+}
+
 /**
- * The run's context: its job row, the model it may use, the tools it allows (none without a
- * sandbox), and input sent so far; then the `prepared_at` fact and `run.prepared`.
+ * The run's context: its job row and pinned agent version (read once: a later version never
+ * reaches a running job), the model it may use, the tools it allows (none without a sandbox),
+ * the agent's instructions as the first (system) message, and input sent so far; then the
+ * `prepared_at` fact and `run.prepared`. Without an agent the built-in default agent runs: the
+ * job's tools, no instructions, MAX_TURNS turns, the provider's default sampling.
  */
-async function prepare(
-  ctx: RunContext,
-  id: ExecutionIdentity,
-  emit: Emit,
-): Promise<
-  { job: RunnableJob; model: ModelEntry; messages: ModelMessage[]; tools: ModelToolSpec[] | undefined } | FinalOutcome
-> {
+async function prepare(ctx: RunContext, id: ExecutionIdentity, emit: Emit): Promise<PreparedRun | FinalOutcome> {
   const job = await loadRunnableJob(ctx.db, id.jobId);
+  const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
   // gateway configured differently: never hand the provider (or the quota) a name not offered.
-  const model = resolveModel(ctx.models, job.model);
+  const requested = job.model ?? agent?.model ?? null;
+  const model = resolveModel(ctx.models, requested);
   if (model === null) {
     return failed(
       "model_not_allowed",
-      `model "${job.model}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
+      `model "${requested}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
       "",
     );
   }
-  const messages: ModelMessage[] = [...job.messages];
+  const messages: ModelMessage[] = [
+    ...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []),
+    ...job.messages,
+  ];
+  const allowed: readonly ToolName[] = agent ? agent.tools : job.tools;
+  // In the order the agent (or job) lists them: what the provider sees is exactly that list.
   const tools =
-    job.tools.length > 0 && ctx.sandbox
-      ? SANDBOX_TOOL_SPECS.filter((t) => job.tools.includes(t.name as ToolName))
+    allowed.length > 0 && ctx.sandbox
+      ? allowed.flatMap((name) => SANDBOX_TOOL_SPECS.filter((t) => t.name === name))
       : undefined;
+  const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
   await applyInputs(ctx, id, messages, emit);
   await writeTimingFact(ctx, id, "prepared_at");
   emit("run.prepared", {});
-  return { job, model, messages, tools };
+  return {
+    job,
+    model,
+    messages,
+    tools,
+    request: {
+      model: model.name,
+      maxOutputTokens: agent?.limits.max_output_tokens ?? null,
+      temperature: agent?.sampling.temperature ?? null,
+      topP: agent?.sampling.top_p ?? null,
+      responseFormat: format?.wire ?? null,
+    },
+    maxTurns: agent?.limits.max_turns ?? MAX_TURNS,
+    format,
+  };
 }
 
 /**

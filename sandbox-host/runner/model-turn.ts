@@ -1,11 +1,19 @@
 /**
- * One streamed model turn under its quota lease: text deltas coalesced into `model.delta`
+ * One streamed model call under its quota lease: text deltas coalesced into `model.delta`
  * events, tool calls collected, the lease checked before the call and at every chunk, released
- * when the turn ends however it ends.
+ * when the call ends however it ends. Whether the call failed before or after producing output
+ * is part of the result: only the first may be retried (model-call.ts).
  */
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { QuotaLease } from "../../src/quota/lease-store";
-import type { ModelMessage, ModelToolCall, ModelToolSpec } from "../model/types";
+import {
+  ModelError,
+  type ModelMessage,
+  type ModelResponseFormat,
+  type ModelToolCall,
+  type ModelToolSpec,
+  type ModelUsage,
+} from "../model/types";
 import { leaseRanOut, releaseQuota } from "./quota-gate";
 import type { ActiveRun, Emit, RunContext } from "./run-context";
 
@@ -14,19 +22,37 @@ export const MAX_DELTA_CHARS = 4096;
 
 export interface TurnRequest {
   messages: ModelMessage[];
+  /** The registry's public model name (the host's router maps it to a provider and upstream id). */
   model: string | undefined;
   tools: ModelToolSpec[] | undefined;
+  maxOutputTokens?: number | null;
+  temperature?: number | null;
+  topP?: number | null;
+  responseFormat?: ModelResponseFormat | null;
 }
 
-export interface TurnResult {
-  text: string;
-  calls: ModelToolCall[];
-}
+export type TurnResult =
+  | {
+      ok: true;
+      text: string;
+      calls: ModelToolCall[];
+      /** What the provider's usage chunk said; undefined when it sent none. */
+      usage: ModelUsage | undefined;
+    }
+  | {
+      ok: false;
+      error: ModelError;
+      /** What streamed before the failure. */
+      text: string;
+      calls: ModelToolCall[];
+      /** True once a text or tool-call chunk arrived: the call must not be repeated. */
+      outputStarted: boolean;
+    };
 
 /**
- * Stream one turn. `onFirstOutput` is called at each text or tool-call chunk (the caller writes
- * the first_output_at fact once). Throws what the model client throws; the pending delta is
- * emitted and the lease released first.
+ * Stream one call. `onFirstOutput` is called at each text or tool-call chunk (the caller writes
+ * the first_output_at fact once). A provider failure (ModelError) is returned, not thrown; any
+ * other error is thrown. The pending delta is emitted and the lease released first.
  */
 export async function streamModelTurn(
   ctx: RunContext,
@@ -40,6 +66,8 @@ export async function streamModelTurn(
   const deltas = new DeltaCoalescer(emit, ctx.coalesceMs);
   let text = "";
   const calls: ModelToolCall[] = [];
+  let usage: ModelUsage | undefined;
+  let outputStarted = false;
   try {
     try {
       // Checked before the call and at every chunk: a holder paused past its lease (SIGSTOP, a
@@ -50,23 +78,29 @@ export async function streamModelTurn(
         if (run.abort.signal.aborted || leaseRanOut(ctx, run, id, lease)) break;
         if (chunk.type === "text") {
           if (!chunk.text) continue;
+          outputStarted = true;
           onFirstOutput();
           text += chunk.text;
           deltas.push(chunk.text);
         } else if (chunk.type === "tool_call") {
+          outputStarted = true;
           onFirstOutput();
           calls.push({ id: chunk.id, name: chunk.name, args: chunk.args });
         } else if (chunk.type === "done") {
+          usage = chunk.usage;
           break;
         }
       }
     } finally {
       await releaseQuota(ctx, lease);
     }
+  } catch (err) {
+    if (!(err instanceof ModelError)) throw err;
+    return { ok: false, error: err, text, calls, outputStarted };
   } finally {
     deltas.flush();
   }
-  return { text, calls };
+  return { ok: true, text, calls, usage };
 }
 
 /** Text arriving within `windowMs` (or up to MAX_DELTA_CHARS) becomes one `model.delta` event. */

@@ -6,7 +6,7 @@
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
-import type { ModelEntry } from "../../src/domain/models";
+import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
@@ -15,7 +15,7 @@ import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, run
 /** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
 export interface QuotaGate {
   store: LeaseStore;
-  /** Slots per model across all hosts. */
+  /** Slots per model across all hosts, for a model whose registry entry sets no `concurrency`. */
   modelLimit: number;
   /** Slots per tenant across all hosts (0 = no tenant quota). */
   tenantLimit: number;
@@ -34,13 +34,16 @@ export async function acquireQuota(
   id: ExecutionIdentity,
   job: RunnableJob,
   model: ModelEntry,
-  turn: number,
+  turn: number | string,
   emit: Emit,
 ): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
   const q = ctx.quota;
-  if (!q || q.modelLimit <= 0) return { lease: null };
+  const modelLimit = modelQuotaLimit(q, model);
+  if (!q || modelLimit <= 0) return { lease: null };
   // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
-  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: q.modelLimit }];
+  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: modelLimit }];
+  const perTenant = tenantModelLimit(model, job.tenantId);
+  if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
   if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
   const outcome = await acquireWithWait(q.store, {
     holder: `${id.executionId}:${turn}`,
@@ -63,6 +66,12 @@ export async function acquireQuota(
   }
   q.track(outcome.lease, () => run.loseLease());
   return { lease: outcome.lease };
+}
+
+/** A model's global slots: its registry `concurrency`, else the host's QUOTA_MODEL_LIMIT (0 = no quota). */
+export function modelQuotaLimit(q: Pick<QuotaGate, "modelLimit"> | undefined, model: ModelEntry): number {
+  if (!q) return 0;
+  return model.concurrency ?? q.modelLimit;
 }
 
 /** The turn is over: stop renewing its lease and free the slot. */

@@ -16,6 +16,7 @@ import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 
 export interface RunContext {
@@ -29,13 +30,16 @@ export interface RunContext {
   /** Deltas arriving within this window become one `model.delta` event. */
   coalesceMs: number;
   /** Phase histograms, observed from the timing facts once the terminal write hit. */
-  metrics?: Pick<HostMetrics, "runPhase"> & Partial<Pick<HostMetrics, "cancelConvergence">>;
+  metrics?: Pick<HostMetrics, "runPhase"> &
+    Partial<Pick<HostMetrics, "cancelConvergence" | "modelTokens" | "modelCalls" | "modelRetries" | "modelRetryDelay">>;
   /** Global model quota (named leases shared by every host); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;
   /** The models jobs may run on, the default first; a job naming another one fails unrun. */
   models: ModelCatalog;
+  /** Which failed model calls are tried again, and how long a turn may spend on it. */
+  retry: RetryPolicy;
 }
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */

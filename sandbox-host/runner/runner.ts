@@ -19,6 +19,7 @@ import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 import { ActiveRun, type RunContext } from "./run-context";
 import { runJob } from "./run-job";
@@ -45,7 +46,11 @@ export interface RunnerOptions {
   sandbox?: SandboxManager;
   /** The models jobs may run on, the default first. */
   models: ModelCatalog;
+  /** Retries of model calls that failed before output (default: none). */
+  retry?: RetryPolicy;
 }
+
+const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
 
 export class Runner {
   private readonly runs = new Map<string, { run: ActiveRun; done: Promise<void> }>();
@@ -80,6 +85,7 @@ export class Runner {
       metrics: opts.metrics,
       sandbox: opts.sandbox,
       models: opts.models,
+      retry: opts.retry ?? NO_RETRIES,
       quota: opts.quota
         ? {
             ...opts.quota,

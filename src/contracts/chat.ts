@@ -3,6 +3,7 @@
  * these schemas; a frame that fails gets an `error` frame and the connection stays open.
  */
 import { z } from "zod";
+import { agentRefSchema } from "./agent";
 import { EventEnvelopeSchema } from "./events";
 import { CANCEL_OUTCOMES, JobViewSchema, LatencyViewSchema, LIMITS } from "./job";
 import { text } from "./text";
@@ -23,6 +24,8 @@ export const ClientMessageFrameSchema = z.object({
   content: text().min(1).max(LIMITS.maxMessageChars),
   client_message_id: clientMessageId,
   multitask: z.enum(MULTITASK_POLICIES).optional(),
+  /** The agent this message's job runs (`name` or `name@N`); default: the connection's `?agent=`, else none. */
+  agent: agentRefSchema.optional(),
 });
 
 export const ClientCancelFrameSchema = z.object({
@@ -52,6 +55,10 @@ export const CHAT_ERROR_CODES = [
   "rate_limited",
   "dependency_unavailable",
   "idempotency_mismatch",
+  /** The message's agent is unknown, or its model is not offered to the tenant. */
+  "invalid_request",
+  /** The message's agent is archived. */
+  "conflict",
   "internal",
 ] as const;
 export type ChatErrorCode = (typeof CHAT_ERROR_CODES)[number];

@@ -1,13 +1,13 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
+import { agentRefSchema } from "./agent";
 import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
-import { refineStorableJson, text } from "./text";
+import { refineStorableJson, text, whenValid } from "./text";
+import { TOOL_NAMES } from "./tools";
 
 export { JOB_STATES, type JobState } from "./job-state";
-
-export const TOOL_NAMES = ["shell", "read_file", "write_file", "list_dir"] as const;
-export type ToolName = (typeof TOOL_NAMES)[number];
+export { TOOL_NAMES, type ToolName } from "./tools";
 
 /** Limits that keep one job row and one event bounded; the gateway also caps the raw body. */
 export const LIMITS = {
@@ -61,6 +61,11 @@ export const CreateJobBodySchema = z
   .object({
     input: JobInputSchema,
     conversation_id: idLike(LIMITS.maxConversationId).optional(),
+    /**
+     * The agent to run: `name` (its latest version at submit) or `name@N`. It fixes the model
+     * and the tools, so a body naming an agent may not give `model` or `tools` too.
+     */
+    agent: agentRefSchema.optional(),
     model: text().min(1).max(200).optional(),
     tools: z.array(z.enum(TOOL_NAMES)).max(TOOL_NAMES.length).optional(),
     idempotency_key: idempotencyKey.optional(),
@@ -70,6 +75,7 @@ export const CreateJobBodySchema = z
       .optional()
       .refine((m) => m === undefined || JSON.stringify(m).length <= LIMITS.maxMetadataBytes, {
         message: `metadata must serialize to at most ${LIMITS.maxMetadataBytes} bytes`,
+        ...whenValid,
       }),
   })
   .strict();
@@ -114,6 +120,15 @@ export type LatencyView = z.infer<typeof LatencyViewSchema>;
 
 const isoTime = z.iso.datetime();
 
+/** Tokens the job's model calls used, summed (each call is also counted in GET /v1/usage). */
+export const JobUsageSchema = z.object({
+  prompt_tokens: z.number().int().min(0),
+  completion_tokens: z.number().int().min(0),
+  model_calls: z.number().int().min(0),
+  /** Some call's tokens were estimated because its provider reported none. */
+  estimated: z.boolean(),
+});
+
 /** The public Job every job route and chat `job` frame returns (built by src/db/job-view.ts). */
 export const JobViewSchema = z.object({
   id: z.uuid(),
@@ -133,6 +148,11 @@ export const JobViewSchema = z.object({
   model: z.string().nullable(),
   tools: z.array(z.enum(TOOL_NAMES)),
   metadata: z.record(z.string(), z.unknown()),
+  /** The agent version the job runs (resolved at submit), or null for the built-in default agent. */
+  agent: z.object({ name: z.string(), version: z.number().int().min(1) }).nullable(),
+  usage: JobUsageSchema,
+  /** The answer parsed as JSON when the agent has a `response_format` (validated against it), else null. */
+  output_json: z.unknown().nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

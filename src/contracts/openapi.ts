@@ -10,6 +10,16 @@
  */
 import { z } from "zod";
 import { ACCESS_TOKEN_PARAM } from "./access";
+import { AgentDefinitionSchema, AgentViewSchema, CreateAgentBodySchema } from "./agent";
+import {
+  AgentAnswerSchema,
+  AgentPageSchema,
+  AgentVersionPageSchema,
+  ListAgentsQuerySchema,
+  ModelListSchema,
+  UsageAnswerSchema,
+  UsageQuerySchema,
+} from "./catalog";
 import {
   CHAT_ERROR_CODES,
   ClientFrameSchema,
@@ -53,6 +63,8 @@ type Status = number;
  */
 const REQUEST_SCHEMAS = {
   CreateJobBody: CreateJobBodySchema,
+  CreateAgentBody: CreateAgentBodySchema,
+  AgentDefinition: AgentDefinitionSchema,
   JobInputBody: JobInputBodySchema,
   IngestBatch: IngestBatchSchema,
   IngestMulti: IngestMultiSchema,
@@ -71,6 +83,12 @@ const RESPONSE_SCHEMAS = {
   EventEnvelope: EventEnvelopeSchema,
   ConversationMessages: ConversationMessagesSchema,
   ServerFrame: ServerFrameSchema,
+  Agent: AgentViewSchema,
+  AgentAnswer: AgentAnswerSchema,
+  AgentPage: AgentPageSchema,
+  AgentVersionPage: AgentVersionPageSchema,
+  ModelList: ModelListSchema,
+  UsageAnswer: UsageAnswerSchema,
   Health: HealthSchema,
   Readiness: ReadinessSchema,
   IngestAck: IngestAckSchema,
@@ -139,7 +157,7 @@ interface Operation {
   /** OpenAPI template (`{id}`), matched against the app's `/:id` routes by the workers test. */
   path: string;
   operationId: string;
-  tag: "jobs" | "events" | "conversations" | "tokens" | "health" | "internal";
+  tag: "jobs" | "events" | "conversations" | "tokens" | "agents" | "models" | "health" | "internal";
   summary: string;
   description?: string;
   /**
@@ -178,6 +196,22 @@ const conversationIdParam: JsonSchema = {
   required: true,
   description: "The client's conversation id, scoped by tenant; a malformed id answers 404 not_found.",
   schema: inline(CreateJobBodySchema.shape.conversation_id),
+};
+
+const agentNameParam: JsonSchema = {
+  name: "name",
+  in: "path",
+  required: true,
+  description: "The agent's name (any other value answers 404 not_found).",
+  schema: inline(CreateAgentBodySchema.shape.name),
+};
+
+const agentVersionParam: JsonSchema = {
+  name: "version",
+  in: "path",
+  required: true,
+  description: "A version number from 1 (any other value answers 404 not_found).",
+  schema: { type: "string", pattern: "^[1-9][0-9]{0,8}$" },
 };
 
 const json = (schema: JsonSchema) => ({ "application/json": { schema } });
@@ -373,6 +407,14 @@ const OPERATIONS: Operation[] = [
         schema: { type: "string", enum: [...MULTITASK_POLICIES], default: "queue" },
       },
       {
+        name: "agent",
+        in: "query",
+        required: false,
+        description:
+          "The agent (`name` or `name@N`) the connection's messages run when a message names none; resolved at each message's submit.",
+        schema: inline(CreateJobBodySchema.shape.agent),
+      },
+      {
         name: "Upgrade",
         in: "header",
         required: true,
@@ -412,6 +454,118 @@ const OPERATIONS: Operation[] = [
     body: ref("CreateTokenBody"),
     responses: [{ status: 201, description: "The token.", schema: ref("TokenAnswer") }],
     errors: [...BODY_ERRORS, ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/agents",
+    operationId: "createAgent",
+    tag: "agents",
+    summary: "Define an agent: its name and version 1",
+    description:
+      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). An agent of that name (archived ones included) is a 409 `conflict`.",
+    auth: "bearer",
+    body: ref("CreateAgentBody"),
+    responses: [{ status: 201, description: "Version 1.", schema: ref("AgentAnswer") }],
+    errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/agents",
+    operationId: "listAgents",
+    tag: "agents",
+    summary: "The tenant's live agents at their latest versions, by name, keyset-paginated",
+    description: "Archived agents are left out (GET /v1/agents/{name} still reads one).",
+    auth: "bearer",
+    parameters: queryParameters(ListAgentsQuerySchema),
+    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentPage") }],
+    errors: ["invalid_request", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/agents/{name}",
+    operationId: "getAgent",
+    tag: "agents",
+    summary: "An agent's latest version",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    responses: [{ status: 200, description: "The latest version.", schema: ref("AgentAnswer") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/agents/{name}/versions",
+    operationId: "listAgentVersions",
+    tag: "agents",
+    summary: "An agent's versions, newest first, keyset-paginated",
+    auth: "bearer",
+    parameters: [agentNameParam, ...queryParameters(ListAgentsQuerySchema)],
+    responses: [
+      { status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentVersionPage") },
+    ],
+    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/agents/{name}/versions/{version}",
+    operationId: "getAgentVersion",
+    tag: "agents",
+    summary: "One version of an agent",
+    auth: "bearer",
+    parameters: [agentNameParam, agentVersionParam],
+    responses: [{ status: 200, description: "The version.", schema: ref("AgentAnswer") }],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/agents/{name}/versions",
+    operationId: "createAgentVersion",
+    tag: "agents",
+    summary: "Store the agent's next version (the whole definition; versions are never edited)",
+    description:
+      "Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    body: ref("AgentDefinition"),
+    responses: [{ status: 201, description: "The new version.", schema: ref("AgentAnswer") }],
+    errors: [...BODY_ERRORS, "not_found", "conflict", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/agents/{name}/archive",
+    operationId: "archiveAgent",
+    tag: "agents",
+    summary: "Archive an agent (no body; repeating is harmless)",
+    description:
+      "No new job or version may name it (409 `conflict`); its versions stay readable and jobs already submitted run on.",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    responses: [
+      { status: 200, description: "The latest version, with `archived_at` set.", schema: ref("AgentAnswer") },
+    ],
+    errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "get",
+    path: "/v1/models",
+    operationId: "listModels",
+    tag: "models",
+    summary: "The models this tenant may name (as a job's `model` or an agent's)",
+    auth: "bearer",
+    responses: [{ status: 200, description: "The models, the deployment's default first.", schema: ref("ModelList") }],
+    errors: V1_ERRORS,
+  },
+  {
+    method: "get",
+    path: "/v1/usage",
+    operationId: "getUsage",
+    tag: "models",
+    summary: "The tenant's tokens and model calls per UTC day and model",
+    description:
+      "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
+    auth: "bearer",
+    parameters: queryParameters(UsageQuerySchema),
+    responses: [{ status: 200, description: "The usage.", schema: ref("UsageAnswer") }],
+    errors: ["invalid_request", ...V1_ERRORS],
   },
   {
     method: "post",
@@ -533,6 +687,8 @@ export function buildOpenApiDocument(): JsonSchema {
       { name: "events", description: "A job's events (the EventEnvelope) as Server-Sent Events." },
       { name: "conversations", description: "WebSocket chat and history." },
       { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
+      { name: "agents", description: "The tenant's agent definitions, as immutable numbered versions." },
+      { name: "models", description: "The models a tenant may use, and its usage of them." },
       { name: "health", description: "Liveness, readiness and this document; no key." },
       { name: "internal", description: "Signed by sandbox-hosts with INTERNAL_SIGNING_SECRET; not for API clients." },
     ],

@@ -29,5 +29,14 @@ export function toJobView(row: JobRow): JobView {
     model: row.model,
     tools: row.tools,
     metadata: row.metadata,
+    agent:
+      row.agentName !== null && row.agentVersion !== null ? { name: row.agentName, version: row.agentVersion } : null,
+    usage: {
+      prompt_tokens: row.promptTokens,
+      completion_tokens: row.completionTokens,
+      model_calls: row.modelCalls,
+      estimated: row.usageEstimated,
+    },
+    output_json: row.outputJson ?? null,
   };
 }

@@ -4,7 +4,7 @@
  */
 import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
-import type { CreateJobBody, JobState } from "../contracts/job";
+import type { CreateJobBody, JobState, ToolName } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
 import { isUuid } from "../domain/uuid";
 import { type Db, resultRows } from "./client";
@@ -36,6 +36,19 @@ export function idempotencyMismatch(): ApiError {
     "idempotency_mismatch",
     "idempotency_key was already used with a different request body; use a new key for a new request",
   );
+}
+
+/**
+ * The agent version a submit resolved its `agent` to (workers/commands/submit.ts): what the job
+ * row records and runs with, instead of the body's model and tools.
+ */
+export interface ResolvedAgent {
+  name: string;
+  version: number;
+  model: string;
+  tools: ToolName[];
+  /** The agent's limits.timeout_s in ms; null: the jobs table's default. */
+  timeoutMs: number | null;
 }
 
 /** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
@@ -76,10 +89,16 @@ export async function createJob(
   tenantId: string,
   id: string,
   body: CreateJobBody,
-  opts: { requestHash?: string; maxQueued?: number } = {},
+  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
+  const agent = opts.agent;
+  const model = agent ? agent.model : (body.model ?? null);
+  const tools = agent ? agent.tools : (body.tools ?? []);
+  // Without an agent timeout the column's default applies (one home for the default).
+  const timeout =
+    agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
   // One statement, one round trip (each is an HTTP request on the gateway's driver): the queue
   // check by the partial index jobs_tenant_queued_idx gates the insert. Under READ COMMITTED
   // concurrent submits do not see each other's rows, so a burst can pass the limit by up to the
@@ -88,10 +107,11 @@ export async function createJob(
   // below tells the two apart (a replay is answered, never refused as over the limit).
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
-      INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash)
+      INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
+        agent_name, agent_version${timeout?.column ?? sql``})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
-        ${body.model ?? null}, ${JSON.stringify(body.tools ?? [])}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
-        ${body.idempotency_key ?? null}, ${hash}
+        ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
+        ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int${timeout?.value ?? sql``}
       WHERE ${maxQueued}::int = 0
         OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -104,6 +124,23 @@ export async function createJob(
   throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
     retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
   });
+}
+
+/**
+ * The job `body.idempotency_key` already made, answered as a replay (or refused as a mismatch),
+ * or null when the key is unused. For a submit that cannot create its job any more (its agent
+ * was archived since): a retry of a request that did create one still gets that job.
+ */
+export async function findReplay(
+  db: Db,
+  tenantId: string,
+  body: CreateJobBody,
+  opts: { requestHash?: string } = {},
+): Promise<CreatedJob | null> {
+  if (!body.idempotency_key) return null;
+  const existing = await findByIdempotencyKey(db, tenantId, body.idempotency_key);
+  if (!existing) return null;
+  return idempotentReplay(existing, opts.requestHash ?? (await jobRequestHash(body)));
 }
 
 /** The job an idempotency key already made, if the request is the same one (null: a row from before hashes). */

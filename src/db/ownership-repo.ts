@@ -178,7 +178,8 @@ export async function setTimingFact(db: Db, id: ExecutionIdentity, point: Timing
 }
 
 export type FinalOutcome =
-  | { state: "completed"; output: string }
+  /** `outputJson`: the answer parsed as JSON, when the agent's response_format validated it. */
+  | { state: "completed"; output: string; outputJson?: unknown }
   | { state: "failed"; error: JobError; output?: string | null }
   | { state: "cancelled"; output?: string | null };
 
@@ -198,10 +199,13 @@ export async function finishJobReporting(
 ): Promise<{ written: boolean; cancelLagSeconds: number | null }> {
   const output = "output" in outcome ? (outcome.output ?? null) : null;
   const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
+  const outputJson =
+    outcome.state === "completed" && outcome.outputJson !== undefined ? JSON.stringify(outcome.outputJson) : null;
   const rows = resultRows<{ id: string; cancel_lag: string | number | null }>(
     await db.execute(sql`
     WITH done AS (
-      UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb, finished_at = now()
+      UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb,
+        output_json = ${outputJson}::jsonb, finished_at = now()
       WHERE ${fence(id)}
       RETURNING execution_id, extract(epoch FROM finished_at - cancel_requested_at) AS cancel_lag
     )

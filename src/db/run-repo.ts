@@ -2,31 +2,100 @@
  * The reads a running execution makes of its own job row (the writes are fenced and live in
  * ownership-repo.ts): what to run, and the timing facts its phase histograms are derived from.
  */
-import { and, eq } from "drizzle-orm";
+import { and, eq, sql } from "drizzle-orm";
+import type { AgentDefinition } from "../contracts/agent";
 import type { ChatMessage, ToolName } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
-import { jobs } from "./schema";
+import { agentVersions, jobs } from "./schema";
 
-/** What an execution runs: the conversation, the model it asked for, the tools it allows. */
+/** What an execution runs: the conversation, the model it asked for, the tools it allows, its agent. */
 export interface RunnableJob {
   messages: ChatMessage[];
   model: string | null;
   tools: ToolName[];
   tenantId: string;
+  /**
+   * The agent version the job was submitted with (resolved at submit, so later versions never
+   * reach it), or null for the built-in default agent. Read once, when the run starts.
+   */
+  agent: { name: string; version: number; definition: AgentDefinition } | null;
 }
 
-/** The job a started execution runs. Throws if the row is gone (it cannot be, once started). */
+/**
+ * The job a started execution runs, with its pinned agent version in the same statement. Throws
+ * if the row is gone (it cannot be, once started) or names a version that does not exist
+ * (versions are never deleted, so that is a broken row, not a race).
+ */
 export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJob> {
   const rows = await db
-    .select({ input: jobs.input, model: jobs.model, tools: jobs.tools, tenantId: jobs.tenantId })
+    .select({
+      input: jobs.input,
+      model: jobs.model,
+      tools: jobs.tools,
+      tenantId: jobs.tenantId,
+      agentName: jobs.agentName,
+      agentVersion: jobs.agentVersion,
+      definition: agentVersions.definition,
+    })
     .from(jobs)
+    .leftJoin(
+      agentVersions,
+      and(
+        eq(agentVersions.tenantId, jobs.tenantId),
+        eq(agentVersions.name, jobs.agentName),
+        eq(agentVersions.version, jobs.agentVersion),
+      ),
+    )
     .where(eq(jobs.id, jobId))
     .limit(1);
   const row = rows[0];
   if (!row) throw new Error(`job ${jobId} vanished after it was started`);
-  return { messages: row.input.messages, model: row.model, tools: row.tools, tenantId: row.tenantId };
+  let agent: RunnableJob["agent"] = null;
+  if (row.agentName !== null) {
+    if (row.agentVersion === null || row.definition === null) {
+      throw new Error(`job ${jobId} names agent ${row.agentName}@${row.agentVersion}, which does not exist`);
+    }
+    agent = { name: row.agentName, version: row.agentVersion, definition: row.definition };
+  }
+  return { messages: row.input.messages, model: row.model, tools: row.tools, tenantId: row.tenantId, agent };
+}
+
+/** One model call's tokens, as recorded. */
+export interface CallUsage {
+  tenantId: string;
+  /** The registry's public model name. */
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  /** The provider reported none: these are the host's estimate. */
+  estimated: boolean;
+}
+
+/**
+ * Record one model call's usage: its model_usage row and the job's running sums, in one
+ * statement, as soon as the call ends (a host dying later loses none of it).
+ *
+ * Deliberately NOT fenced by the execution identity, unlike every other write a run makes: the
+ * fence protects the job's state from a run that no longer owns it, but tokens are a cost fact
+ * of the provider's — they were spent (and billed) whether or not this execution still owns the
+ * job, so dropping them when a heartbeat raced a lost claim would under-count what the tenant
+ * used. The job is matched by id alone; the execution id on the row says which run spent them.
+ */
+export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: CallUsage): Promise<void> {
+  await db.execute(sql`
+    WITH used AS (
+      INSERT INTO model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated)
+      VALUES (${usage.tenantId}, ${id.jobId}, ${id.executionId}, ${usage.model}, ${usage.promptTokens},
+        ${usage.completionTokens}, ${usage.estimated})
+      RETURNING job_id, prompt_tokens, completion_tokens, estimated
+    )
+    UPDATE jobs SET prompt_tokens = jobs.prompt_tokens + used.prompt_tokens,
+      completion_tokens = jobs.completion_tokens + used.completion_tokens,
+      model_calls = jobs.model_calls + 1,
+      usage_estimated = jobs.usage_estimated OR used.estimated
+    FROM used WHERE jobs.id = used.job_id`);
 }
 
 /** The five timestamps the API serializes, for this execution's row (one PK read); null if it moved on. */

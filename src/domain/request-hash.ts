@@ -29,13 +29,16 @@ export async function requestHash(value: unknown): Promise<string> {
 /**
  * What a job request asks for: every field that shapes the job, with the defaults the row gets
  * filled in (an omitted `tools` and `tools: []` create the same job, so they are the same request).
- * The idempotency key itself is left out: it names the request, it is not part of it.
+ * The idempotency key itself is left out: it names the request, it is not part of it. `agent`
+ * counts as sent (`name` and `name@3` are different requests even when the latest is 3), and
+ * only when sent, so a body without one hashes as it did before agents existed.
  */
 export function jobRequestHash(body: CreateJobBody): Promise<string> {
   return requestHash({
     kind: "job",
     input: body.input,
     conversation_id: body.conversation_id ?? null,
+    ...(body.agent === undefined ? {} : { agent: body.agent }),
     model: body.model ?? null,
     tools: body.tools ?? [],
     metadata: body.metadata ?? {},

@@ -26,11 +26,14 @@ export function redisKeys(prefix = "ear") {
 export type RedisKeys = ReturnType<typeof redisKeys>;
 
 /**
- * Quota keys (what `quotaLeases` and the waiter queues are keyed by): one per model, and one per
- * tenant when tenant limits are on. Built here so a tool reading a lease ZSET names the same key
+ * Quota keys (what `quotaLeases` and the waiter queues are keyed by): one per model (the
+ * registry's public name), one per tenant when tenant limits are on, and one per tenant and model
+ * when the registry limits a tenant on that model. Built here so a tool reading a lease ZSET names the same key
  * the runner acquires on.
  */
 export const quotaKeys = {
   model: (model: string) => `model:${model}`,
   tenant: (tenantId: string) => `tenant:${tenantId}`,
+  /** One tenant's turns on one model, when the registry gives the model a per-tenant limit. */
+  tenantModel: (tenantId: string, model: string) => `tenant-model:${tenantId}:${model}`,
 };

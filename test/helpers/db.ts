@@ -58,7 +58,9 @@ export async function startTestPostgres(): Promise<{
  * run the same repository checks on every driver (`admin` is a plain pg pool on the database).
  */
 export async function resetToTwoTenants(admin: pg.Pool, db: Db): Promise<void> {
-  await admin.query("truncate executions, jobs, api_keys, tenants, purged_jobs cascade");
+  await admin.query(
+    "truncate executions, jobs, api_keys, agent_versions, agents, model_usage, tenants, purged_jobs cascade",
+  );
   await db.insert(schema.tenants).values([
     { id: "t1", name: "Tenant One" },
     { id: "t2", name: "Tenant Two" },

@@ -6,7 +6,7 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { IngestBatch } from "../../src/contracts/events";
+import type { EventEnvelope, IngestBatch } from "../../src/contracts/events";
 import { type MockModel, startMockModel } from "../../tools/mock-model";
 import { type RedisService, startRedis } from "../../tools/services/redis";
 import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
@@ -14,11 +14,14 @@ import { startTestPostgres } from "./db";
 
 export interface AckingIngest {
   url: string;
+  /** Every event acknowledged (first delivery only), in arrival order. */
+  events: EventEnvelope[];
   close(): Promise<void>;
 }
 
 export async function startAckingIngest(): Promise<AckingIngest> {
   const acked = new Map<string, number>();
+  const events: EventEnvelope[] = [];
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -28,7 +31,10 @@ export async function startAckingIngest(): Promise<AckingIngest> {
       let seq = 0;
       for (const e of batch.events) {
         const have = acked.get(e.execution_id) ?? 0;
-        if (e.seq === have + 1) acked.set(e.execution_id, e.seq);
+        if (e.seq === have + 1) {
+          acked.set(e.execution_id, e.seq);
+          events.push(e);
+        }
         seq = acked.get(e.execution_id) ?? 0;
       }
       return {
@@ -42,6 +48,7 @@ export async function startAckingIngest(): Promise<AckingIngest> {
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    events,
     close: () =>
       new Promise<void>((r) => {
         server.closeAllConnections();

@@ -527,10 +527,11 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(log!.filter((e) => e.type === "model.delta").length).toBeLessThan(20);
   });
 
-  it("fails the run with the model's error code, and a tool call with tools_unavailable", async () => {
+  it("fails the run with the model's error code once its retries ran out, and a tool call with tools_unavailable", async () => {
     const t = await freshDb();
     await launch(
-      hostConfig(t),
+      // A 429 before output is retried (MODEL_RETRY_MAX times, each a model.retry event), then fails.
+      hostConfig(t, { modelRetryMax: 2, modelRetryBaseMs: 1 }),
       fakeModel(async function* (req) {
         const content = req.messages[0]?.content;
         if (content === "rate") throw new ModelError("rate_limited", "slow down", { status: 429 });
@@ -545,8 +546,18 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(tl!.error).toMatchObject({ code: "tools_unavailable" });
     expect(tl!.firstOutputAt).toBeInstanceOf(Date);
     const [logR, logT] = await waitEvents([rate!, tool!]);
-    expect(logR!.map((e) => e.type)).toEqual(["run.started", "run.prepared", "run.failed"]);
-    expect(logR![2]?.payload).toMatchObject({ error: { code: "rate_limited" } });
+    expect(logR!.map((e) => e.type)).toEqual([
+      "run.started",
+      "run.prepared",
+      "model.retry",
+      "model.retry",
+      "run.failed",
+    ]);
+    expect(logR!.slice(2, 4).map((e) => e.payload)).toMatchObject([
+      { attempt: 1, reason: "rate_limited", status: 429 },
+      { attempt: 2, reason: "rate_limited", status: 429 },
+    ]);
+    expect(logR![4]?.payload).toMatchObject({ error: { code: "rate_limited" } });
     expect(logT!.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta", "run.failed"]);
   });
 

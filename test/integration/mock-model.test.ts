@@ -6,7 +6,13 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { modelConfigFromEnv } from "../../sandbox-host/model/config";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
-import { type ModelChunk, type ModelClient, ModelError, type ModelMessage } from "../../sandbox-host/model/types";
+import {
+  type ModelChunk,
+  type ModelClient,
+  ModelError,
+  type ModelMessage,
+  type ModelTurnRequest,
+} from "../../sandbox-host/model/types";
 import { type MockModel, startMockModel } from "../../tools/mock-model";
 import { freePort, waitFor } from "../../tools/services/ports";
 
@@ -140,6 +146,123 @@ describe("answers", () => {
       { role: "tool", toolCallId: call!.id, content: "[]" },
     ]);
     expect(texts(final).join("")).toBe("all done");
+  });
+});
+
+describe("what an agent sends", () => {
+  const turn = (req: Omit<ModelTurnRequest, "signal">) => {
+    const t0 = performance.now();
+    return (async () => {
+      const out: TimedChunk[] = [];
+      for await (const chunk of model.streamTurn(req)) out.push({ chunk, atMs: performance.now() - t0 });
+      return out;
+    })();
+  };
+
+  it("answers its system prompt, and the sampling and max tokens it received", async () => {
+    const system: ModelMessage = { role: "system", content: "You are terse." };
+    expect(texts(await turn({ messages: [system, script({ echo_system: true })] })).join("")).toBe("You are terse.");
+    const sampled = await turn({
+      messages: [script({ echo_sampling: true })],
+      model: "up-1",
+      temperature: 0.25,
+      topP: 0.5,
+      maxOutputTokens: 64,
+    });
+    expect(JSON.parse(texts(sampled).join(""))).toEqual({
+      model: "up-1",
+      temperature: 0.25,
+      top_p: 0.5,
+      max_tokens: 64,
+    });
+  });
+
+  it("cuts the answer at max_tokens with finish reason length", async () => {
+    const chunks = await turn({ messages: [script({ tokens: 50 })], maxOutputTokens: 7 });
+    expect(texts(chunks)).toHaveLength(7);
+    expect(doneOf(chunks)).toMatchObject({ finishReason: "length", usage: { completionTokens: 7 } });
+  });
+
+  it("scripts structured answers: replies in turn (a repair request gets the next), or the schema's minimal instance", async () => {
+    const responseFormat = {
+      name: "r",
+      schema: {
+        type: "object",
+        properties: {
+          n: { type: "integer", minimum: 2 },
+          tags: { type: "array", items: { type: "string" }, minItems: 1 },
+        },
+        required: ["n", "tags"],
+      },
+    };
+    const first = script({ replies: ["not json", '{"n": 3}'] });
+    expect(texts(await turn({ messages: [first], responseFormat })).join("")).toBe("not json");
+    const repair: ModelMessage[] = [
+      first,
+      { role: "assistant", content: "not json" },
+      user("Your previous reply does not satisfy the required JSON Schema."),
+    ];
+    expect(texts(await turn({ messages: repair, responseFormat })).join("")).toBe('{"n": 3}');
+    const unscripted = await turn({ messages: [user("anything")], responseFormat });
+    expect(JSON.parse(texts(unscripted).join(""))).toEqual({ n: 2, tags: ["x"] });
+  });
+
+  it("leaves the usage chunk out when scripted to (no_usage)", async () => {
+    expect(doneOf(await turn({ messages: [script({ reply: "a b", no_usage: true })] }))).toEqual({
+      type: "done",
+      finishReason: "stop",
+    });
+    expect(mock.stats().usage_reported).toEqual({ calls: 0, prompt_tokens: 0, completion_tokens: 0 });
+  });
+});
+
+describe("a flaky provider (failRate)", () => {
+  it("fails the given share of requests before output with the given statuses, Retry-After on its 429s, and keeps a ledger", async () => {
+    // A seeded generator: the share is then exact enough to assert on.
+    let seed = 42;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const flaky = await startMockModel({ failRate: 0.2, failStatuses: [429, 503], failRetryAfterS: 2, random });
+    try {
+      const client = createOpenAICompatibleClient({ baseUrl: flaky.url, apiKey: "k", model: "m" });
+      const codes: string[] = [];
+      let usage = { prompt: 0, completion: 0 };
+      for (let i = 0; i < 200; i++) {
+        try {
+          const done = doneOf(await collect(client, [user(`hello ${i}`)]));
+          if (done?.type === "done" && done.usage) {
+            usage = {
+              prompt: usage.prompt + done.usage.promptTokens,
+              completion: usage.completion + done.usage.completionTokens,
+            };
+          }
+          codes.push("ok");
+        } catch (err) {
+          expect(err).toBeInstanceOf(ModelError);
+          const e = err as ModelError;
+          codes.push(`${e.code}:${e.status}:${e.retryAfterMs}`);
+        }
+      }
+      const count = (c: string) => codes.filter((x) => x === c).length;
+      const failures = 200 - count("ok");
+      expect(failures).toBeGreaterThan(20);
+      expect(failures).toBeLessThan(60);
+      expect(count("rate_limited:429:2000") + count("provider_error:503:null")).toBe(failures);
+      const stats = flaky.stats();
+      expect(stats.injected_failures).toEqual({
+        429: count("rate_limited:429:2000"),
+        503: count("provider_error:503:null"),
+      });
+      expect(stats.usage_reported).toEqual({
+        calls: count("ok"),
+        prompt_tokens: usage.prompt,
+        completion_tokens: usage.completion,
+      });
+    } finally {
+      await flaky.close();
+    }
   });
 });
 

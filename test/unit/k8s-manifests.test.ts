@@ -21,7 +21,8 @@ import { HOST_ENV_NAMES, hostConfigFromEnv } from "../../sandbox-host/config";
 import { OFFLOAD_DRAIN_MS } from "../../sandbox-host/host";
 import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
-import { MODEL_ENV_NAMES, modelCatalogFromEnv, modelConfigFromEnv } from "../../sandbox-host/model/config";
+import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/config";
+import { parseModelRegistry } from "../../src/domain/models";
 
 const DIR = resolve(import.meta.dirname, "../../deploy/k8s");
 /** Closing the Postgres pool, Redis and Docker clients after the outbox: seconds, not tens. */
@@ -92,15 +93,20 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
 
   // The env the pod gets, read by the host's own parsers.
   const env: Record<string, string> = { ...cm.data, ...secret.stringData };
-  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES]);
+  // A registry's key variables are the operator's own names: known once the registry names them.
+  const registry = env.MODEL_REGISTRY ? parseModelRegistry(env.MODEL_REGISTRY) : null;
+  const keyVars =
+    registry && typeof registry !== "string"
+      ? registry.entries.flatMap((e) => (e.provider ? [e.provider.apiKeyEnv] : []))
+      : [];
+  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...keyVars]);
   for (const name of Object.keys(env)) {
     if (!known.has(name)) problems.push(`env ${name} is read by nothing in sandbox-host (config.ts, model/config.ts)`);
   }
   let config: ReturnType<typeof hostConfigFromEnv>;
   try {
     config = hostConfigFromEnv(env);
-    modelConfigFromEnv(env);
-    modelCatalogFromEnv(env);
+    hostModelsFromEnv(env);
   } catch (err) {
     return [...problems, `ConfigMap + Secret do not configure a host: ${(err as Error).message}`];
   }

@@ -8,6 +8,7 @@
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { describe, expect, it } from "vitest";
+import { AgentDefinitionSchema, AgentViewSchema } from "../../src/contracts/agent";
 import { ServerFrameSchema } from "../../src/contracts/chat";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../../src/contracts/errors";
 import { EVENT_TYPES } from "../../src/contracts/events";
@@ -96,6 +97,13 @@ describe("OpenAPI document", () => {
       model: "m",
       tools: ["shell"],
       metadata: { a: 1 },
+      agentName: "triage",
+      agentVersion: 3,
+      outputJson: { label: "bug" },
+      promptTokens: 120,
+      completionTokens: 8,
+      modelCalls: 2,
+      usageEstimated: false,
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);
@@ -105,6 +113,40 @@ describe("OpenAPI document", () => {
     expect(componentValidator("ErrorBody")({ error: { code: "nope", message: "" } })).not.toEqual([]);
     const frame = ServerFrameSchema.parse({ type: "job", job, client_message_id: "m1" });
     expect(componentValidator("ServerFrame")(frame)).toEqual([]);
+    // A job without an agent or a JSON answer, as most are.
+    expect(componentValidator("Job")({ ...job, agent: null, output_json: null })).toEqual([]);
+    expect(componentValidator("Job")({ ...job, usage: { prompt_tokens: -1 } })).not.toEqual([]);
+  });
+
+  it("its agent, model and usage schemas accept what those routes send", () => {
+    const agent = AgentViewSchema.parse({
+      ...AgentDefinitionSchema.parse({ model: "m", response_format: { type: "object" } }),
+      name: "triage",
+      version: 2,
+      latest_version: 2,
+      created_at: "2026-01-02T03:04:05.678Z",
+      archived_at: null,
+    });
+    expect(componentValidator("Agent")(agent)).toEqual([]);
+    expect(componentValidator("AgentAnswer")({ agent })).toEqual([]);
+    expect(componentValidator("AgentPage")({ agents: [agent], next_cursor: "abc" })).toEqual([]);
+    expect(componentValidator("AgentVersionPage")({ versions: [agent], next_cursor: null })).toEqual([]);
+    expect(componentValidator("Agent")({ ...agent, version: 0 })).not.toEqual([]);
+    expect(
+      componentValidator("ModelList")({ models: [{ name: "m", default: true, tenant_concurrency: null }] }),
+    ).toEqual([]);
+    const day = {
+      day: "2026-03-01",
+      model: "m",
+      prompt_tokens: 1,
+      completion_tokens: 2,
+      model_calls: 1,
+      estimated: false,
+    };
+    expect(componentValidator("UsageAnswer")({ from: "2026-03-01", to: "2026-03-01", usage: [day] })).toEqual([]);
+    expect(
+      componentValidator("UsageAnswer")({ from: "x", to: "y", usage: [{ ...day, model_calls: "1" }] }),
+    ).not.toEqual([]);
   });
 
   it("names every error code with its status, answered by at least one operation", () => {

@@ -21,6 +21,16 @@ describe("request hashes", () => {
     expect(await jobRequestHash({ input, model: "m" })).not.toBe(bare);
     expect(await jobRequestHash({ input, conversation_id: "c" })).not.toBe(bare);
   });
+
+  it("covers `agent` as sent, and leaves a body without one hashing as before agents existed", async () => {
+    const input = { messages: [{ role: "user" as const, content: "hi" }] };
+    // Computed before `agent` existed: keys stored by then still match their replays.
+    expect(await jobRequestHash({ input })).toBe("f1d0658d2d55fb2b8bf4505e71214604aa8df7810af51f67e491c2f929290739");
+    const named = await jobRequestHash({ input, agent: "triage" });
+    expect(named).not.toBe(await jobRequestHash({ input }));
+    expect(await jobRequestHash({ input, agent: "triage@3" })).not.toBe(named);
+    expect(await jobRequestHash({ input, agent: "other" })).not.toBe(named);
+  });
 });
 
 describe("storable text", () => {

@@ -12,7 +12,7 @@ export function chatStub(tenantId: string, conversationId: string): DurableObjec
 }
 
 export class FakeChatBackend implements ChatBackend {
-  readonly jobs = new Map<string, JobView & { tenant: string; content: string }>();
+  readonly jobs = new Map<string, JobView & { tenant: string; content: string; agentRef?: string }>();
   readonly byMessage = new Map<string, string>();
   readonly cancels: string[] = [];
 
@@ -21,7 +21,7 @@ export class FakeChatBackend implements ChatBackend {
     const existing = this.byMessage.get(key);
     if (existing) return { job: this.jobs.get(existing) as JobView, created: false };
     const id = crypto.randomUUID();
-    const job: JobView & { tenant: string; content: string } = {
+    const job: JobView & { tenant: string; content: string; agentRef?: string } = {
       id,
       conversation_id: s.conversationId,
       state: "queued",
@@ -45,8 +45,13 @@ export class FakeChatBackend implements ChatBackend {
       model: null,
       tools: [],
       metadata: {},
+      agent: null,
+      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
+      output_json: null,
       tenant: s.tenantId,
       content: s.content,
+      // The reference as the session passed it (the real backend resolves it to a version).
+      ...(s.agent === undefined ? {} : { agentRef: s.agent }),
     };
     this.jobs.set(id, job);
     this.byMessage.set(key, id);
@@ -66,7 +71,7 @@ export class FakeChatBackend implements ChatBackend {
   }
 
   /** The jobs created for a conversation, in creation order. */
-  list(): Array<JobView & { content: string }> {
+  list(): Array<JobView & { content: string; agentRef?: string }> {
     return [...this.jobs.values()];
   }
 }
@@ -100,6 +105,7 @@ export class ChatClient {
     tenantId: string,
     conversationId: string,
     multitask = "queue",
+    agent?: string,
   ): Promise<ChatClient> {
     const res = await stub.fetch("https://chat-session/ws", {
       headers: {
@@ -107,6 +113,7 @@ export class ChatClient {
         [CHAT_HEADERS.tenant]: tenantId,
         [CHAT_HEADERS.conversation]: conversationId,
         [CHAT_HEADERS.multitask]: multitask,
+        ...(agent === undefined ? {} : { [CHAT_HEADERS.agent]: agent }),
       },
     });
     if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);

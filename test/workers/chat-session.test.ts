@@ -115,6 +115,35 @@ describe("ChatSession", () => {
     client.close();
   });
 
+  it("submits each message with its own agent, else the connection's, kept while it waits in the queue", async () => {
+    const tenant = "acme";
+    const conversationId = `conv-${crypto.randomUUID()}`;
+    const stub = chatStub(tenant, conversationId);
+    const backend = new FakeChatBackend();
+    await useBackend(stub, backend);
+    const client = await ChatClient.connect(stub, tenant, conversationId, "queue", "helper");
+    client.send(message("first", "a1"));
+    const first = (await client.next()) as JobFrame;
+    client.send(message("second", "a2", { agent: "reviewer@2" }));
+    expect(await client.next()).toMatchObject({ type: "queued", client_message_id: "a2" });
+    // The same id with another agent is another request, refused like other content would be.
+    client.send(message("second", "a2", { agent: "reviewer@3" }));
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "idempotency_mismatch" } });
+    client.send(message("second", "a2", { agent: "reviewer@2" }));
+    expect(await client.next()).toMatchObject({ type: "queued", client_message_id: "a2" });
+
+    await finish(first.job.id, 1);
+    await client.until((f) => f.type === "job");
+    expect(backend.list().map((j) => [j.content, j.agentRef])).toEqual([
+      ["first", "helper"],
+      ["second", "reviewer@2"],
+    ]);
+    // A repeat of a submitted message under another agent is refused too.
+    client.send(message("first", "a1", { agent: "reviewer" }));
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "idempotency_mismatch" } });
+    client.close();
+  });
+
   it("rejects a message while a job runs under the reject policy (per connection or per message)", async () => {
     const { client, backend } = await conversation("acme", "reject");
     client.send(message("first", "r1"));

@@ -48,6 +48,23 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, MODELS: "a,a" }))).toThrow(/listed twice/);
   });
 
+  it("reads MODEL_REGISTRY (default first, allow-lists kept), preferred to MODELS, and names what is wrong with it", () => {
+    const registry = JSON.stringify({
+      default: "small",
+      models: [
+        { name: "big", base_url: "https://p.example/v1", api_key_env: "P_KEY", tenants: ["t1"] },
+        { name: "small" },
+      ],
+    });
+    const models = loadConfig(asEnv({ ...base, MODELS: "other", MODEL_REGISTRY: registry })).models;
+    expect(models.entries.map((e) => e.name)).toEqual(["small", "big"]);
+    expect(models.entries[1]?.tenants).toEqual(["t1"]);
+    expect(() => loadConfig(asEnv({ ...base, MODEL_REGISTRY: "{" }))).toThrow(/MODEL_REGISTRY: not JSON/);
+    expect(() => loadConfig(asEnv({ ...base, MODEL_REGISTRY: '{"models":[]}' }))).toThrow(/MODEL_REGISTRY: models/);
+    // Empty means unset (`--var NAME:`): MODELS applies.
+    expect(loadConfig(asEnv({ ...base, MODELS: "m", MODEL_REGISTRY: "" })).models.entries).toEqual([{ name: "m" }]);
+  });
+
   it("takes the previous signing secret during a rotation, current first; empty means unset", () => {
     expect(loadConfig(asEnv({ ...base })).signingSecrets).toEqual([base.INTERNAL_SIGNING_SECRET]);
     const rotating = loadConfig(asEnv({ ...base, INTERNAL_SIGNING_SECRET_PREVIOUS: "fedcba9876543210" }));

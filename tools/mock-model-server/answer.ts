@@ -20,6 +20,8 @@ export interface AnswerContext {
   signal: AbortSignal;
   /** Admission time (performance.now()). */
   startedAt: number;
+  /** Told each usage the answer reports (the server's totals). */
+  onUsage?(usage: { prompt_tokens: number; completion_tokens: number }): void;
 }
 
 export type AnswerOutcome = "completed" | "dropped";
@@ -107,9 +109,10 @@ export async function streamAnswer(res: ServerResponse, plan: Answer, ctx: Answe
     await write(res, chunk(pieceAt(k)), ctx.signal);
   }
 
-  const finishReason = plan.toolCalls.length > 0 ? "tool_calls" : "stop";
+  const finishReason = plan.toolCalls.length > 0 ? "tool_calls" : (plan.finishReason ?? "stop");
   let tail = chunk({}, finishReason);
-  if (ctx.includeUsage) {
+  if (ctx.includeUsage && plan.usage) {
+    ctx.onUsage?.(usageOf(plan, count));
     tail += `data: ${JSON.stringify({
       id: ctx.id,
       object: "chat.completion.chunk",
@@ -151,11 +154,12 @@ export async function respondAnswer(res: ServerResponse, plan: Answer, ctx: Answ
           ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
         },
         logprobs: null,
-        finish_reason: toolCalls.length > 0 ? "tool_calls" : "stop",
+        finish_reason: toolCalls.length > 0 ? "tool_calls" : (plan.finishReason ?? "stop"),
       },
     ],
-    usage: usageOf(plan, n),
+    ...(plan.usage ? { usage: usageOf(plan, n) } : {}),
   };
+  if (plan.usage) ctx.onUsage?.(usageOf(plan, n));
   res.writeHead(200, { "content-type": "application/json" });
   res.end(JSON.stringify(body));
   return "completed";

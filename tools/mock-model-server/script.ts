@@ -9,6 +9,13 @@
  *   script's `reply`/`tokens` if the last user message had them, else `Echo: <tool results>`;
  *   never more tool calls, so an agent loop terminates;
  * - any other last user message → `Echo: <message>`.
+ *
+ * What an agent sends is honoured too: `echo_system` answers the system prompt, `echo_sampling`
+ * the sampling the request carried (`{"model","temperature","top_p","max_tokens"}` as JSON);
+ * `max_tokens` cuts the answer (finish reason `length`); `replies: [...]` answers the k-th reply
+ * after the script with replies[k] (a response_format repair turn gets the next one); a request
+ * with a `response_format` and no scripted reply gets a minimal instance of its schema; and
+ * `no_usage` leaves the usage chunk out, as some providers do.
  */
 import { z } from "zod";
 
@@ -35,6 +42,10 @@ export type AnswerPlan =
       /** Destroy the connection after this many streamed pieces (null: finish normally). */
       dropAfterTokens: number | null;
       promptTokens: number;
+      /** Whether the usage chunk is sent (when the client asked for it). */
+      usage: boolean;
+      /** "length" when max_tokens cut the answer. */
+      finishReason: "stop" | "length" | null;
     }
   | { kind: "error"; status: number; message: string; type: string; code: string | null };
 
@@ -57,6 +68,11 @@ const ScriptSchema = z
       })
       .optional(),
     drop_after_tokens: z.number().int().min(0).optional(),
+    /** The k-th answer after the script message is replies[k] (the last one repeats). */
+    replies: z.array(z.string()).min(1).max(64).optional(),
+    echo_system: z.boolean().optional(),
+    echo_sampling: z.boolean().optional(),
+    no_usage: z.boolean().optional(),
   })
   .strict();
 type Script = z.infer<typeof ScriptSchema>;
@@ -74,6 +90,16 @@ export const CompletionRequestSchema = z.looseObject({
   messages: z.array(WireMessageSchema).min(1),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+  temperature: z.number().nullish(),
+  top_p: z.number().nullish(),
+  max_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: z.number().int().min(1).nullish(),
+  response_format: z
+    .looseObject({
+      type: z.string(),
+      json_schema: z.looseObject({ name: z.string().optional(), schema: z.unknown().optional() }).optional(),
+    })
+    .nullish(),
 });
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
 
@@ -162,12 +188,63 @@ function countPromptTokens(messages: WireMessage[]): number {
   return messages.reduce((n, m) => n + splitTokens(textOf(m)).length, 0);
 }
 
+/**
+ * The script in force and where it was: the last user message's; or, for a request with a
+ * response_format whose last user message is not a script (the host's repair request), the
+ * latest scripted user message before it.
+ */
+function findScript(req: CompletionRequest): { script: Script | null; index: number } {
+  const messages = req.messages;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i]!;
+    if (m.role !== "user") continue;
+    const script = parseScript(textOf(m));
+    if (script || !req.response_format) return { script, index: i };
+  }
+  return { script: null, index: -1 };
+}
+
+/** A minimal value of a JSON Schema (required properties only), for an unscripted structured answer. */
+export function exampleOf(schema: unknown, depth = 0): unknown {
+  if (typeof schema !== "object" || schema === null || depth > 8) return null;
+  const s = schema as Record<string, unknown>;
+  if ("const" in s) return s.const;
+  if (Array.isArray(s.enum)) return s.enum[0];
+  const type = Array.isArray(s.type) ? s.type[0] : s.type;
+  switch (type) {
+    case "object": {
+      const props = (s.properties ?? {}) as Record<string, unknown>;
+      const required = Array.isArray(s.required) ? (s.required as string[]) : [];
+      return Object.fromEntries(required.map((k) => [k, exampleOf(props[k], depth + 1)]));
+    }
+    case "array":
+      return Array.from({ length: typeof s.minItems === "number" ? s.minItems : 0 }, () =>
+        exampleOf(s.items, depth + 1),
+      );
+    case "string":
+      return "x".repeat(typeof s.minLength === "number" ? s.minLength : 1);
+    case "integer":
+    case "number":
+      return typeof s.minimum === "number" ? s.minimum : 0;
+    case "boolean":
+      return false;
+    default:
+      return null;
+  }
+}
+
+/** The first k pieces of a reply, when the request's max_tokens is below its length. */
+function capped(tokens: TokenSeq, max: number | null | undefined): { tokens: TokenSeq; cut: boolean } {
+  if (!max || tokens.length <= max) return { tokens, cut: false };
+  return { tokens: { length: max, at: (i) => tokens.at(i) }, cut: true };
+}
+
 /** Throws ScriptError for a malformed `!mock` script (the server answers 400). */
 export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nextId: () => string): AnswerPlan {
   const messages = req.messages;
   const last = messages[messages.length - 1]!;
   const userText = lastUserText(messages);
-  const script = userText === null ? null : parseScript(userText);
+  const { script, index: scriptAt } = findScript(req);
   const afterTools = last.role === "tool";
 
   if (script?.error && !afterTools) {
@@ -186,24 +263,43 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
   if (!afterTools && script?.tool_calls?.length) {
     tokens = listedTokens([]);
     toolCalls = script.tool_calls.map((c) => ({ id: nextId(), name: c.name, argsJson: JSON.stringify(c.args ?? {}) }));
+  } else if (script?.echo_system) {
+    const system = messages.filter((m) => m.role === "system").map(textOf);
+    tokens = listedTokens(splitTokens(system.join("\n") || "(no system prompt)"));
+  } else if (script?.echo_sampling) {
+    const sampling = {
+      model: req.model ?? null,
+      temperature: req.temperature ?? null,
+      top_p: req.top_p ?? null,
+      max_tokens: req.max_tokens ?? req.max_completion_tokens ?? null,
+    };
+    tokens = listedTokens([JSON.stringify(sampling)]);
+  } else if (script?.replies) {
+    const answered = messages.slice(scriptAt + 1).filter((m) => m.role === "assistant").length;
+    tokens = listedTokens(splitTokens(script.replies[Math.min(answered, script.replies.length - 1)]!));
   } else if (script?.reply !== undefined) {
     tokens = listedTokens(splitTokens(script.reply));
   } else if (script?.tokens !== undefined) {
     tokens = generatedTokens(script.tokens);
+  } else if (req.response_format?.type === "json_schema" && !afterTools) {
+    tokens = listedTokens([JSON.stringify(exampleOf(req.response_format.json_schema?.schema))]);
   } else if (afterTools) {
     tokens = listedTokens(splitTokens(`Echo: ${trailingToolResults(messages).join("\n")}`));
   } else {
     tokens = listedTokens(splitTokens(`Echo: ${userText ?? textOf(last)}`));
   }
 
+  const limited = capped(tokens, req.max_tokens ?? req.max_completion_tokens);
   return {
     kind: "answer",
-    tokens,
+    tokens: limited.tokens,
     toolCalls,
     ttftMs: script?.ttft_ms ?? defaults.ttftMs,
     tokensPerS: script?.tokens_per_s ?? defaults.tokensPerS,
     dropAfterTokens: script?.drop_after_tokens ?? null,
     promptTokens: countPromptTokens(messages),
+    usage: script?.no_usage !== true,
+    finishReason: limited.cut ? "length" : null,
   };
 }
 

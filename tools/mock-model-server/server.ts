@@ -25,13 +25,29 @@ export interface MockModelOptions {
   defaultTokensPerS?: number;
   /** When set, /v1/* requires `Authorization: Bearer <apiKey>`. */
   apiKey?: string;
+  /**
+   * This fraction (0…1) of chat requests fails before any output, each with a status drawn from
+   * `failStatuses` (default 429 and 503, equally): a flaky provider for retry measurements.
+   */
+  failRate?: number;
+  failStatuses?: number[];
+  /** The Retry-After (seconds) an injected 429 carries; none when unset. */
+  failRetryAfterS?: number;
+  /** The random source of failure injection (tests pass a seeded one). */
+  random?: () => number;
+}
+
+/** Failures injected and usage reported, for comparing a run's own records with what the provider said. */
+export interface ProviderLedger {
+  injected_failures: Record<string, number>;
+  usage_reported: { calls: number; prompt_tokens: number; completion_tokens: number };
 }
 
 export interface MockModel {
   /** Base URL ending in /v1, for an OpenAI client's baseURL. */
   url: string;
   port: number;
-  stats(): MockStats;
+  stats(): MockStats & ProviderLedger;
   /** The recent completion requests (request-log.ts), optionally only those mentioning `contains`. */
   requests(contains?: string): LoggedRequest[];
   /** Zeroes the counters and clears the request log. */
@@ -50,6 +66,7 @@ const ControlSchema = z
   .object({
     max_concurrency: z.number().int().min(0).nullable().optional(),
     over_cap: z.enum(["reject", "admit"]).optional(),
+    fail_rate: z.number().min(0).max(1).optional(),
   })
   .strict();
 
@@ -107,6 +124,26 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
     tokensPerS: opts.defaultTokensPerS ?? DEFAULT_TOKENS_PER_S,
   };
   const slots = new SlotTable(opts.maxConcurrency ?? null, opts.overCap ?? "reject");
+  let failRate = opts.failRate ?? 0;
+  const failStatuses = opts.failStatuses?.length ? opts.failStatuses : [429, 503];
+  const random = opts.random ?? Math.random;
+  const emptyLedger = (): ProviderLedger => ({
+    injected_failures: {},
+    usage_reported: { calls: 0, prompt_tokens: 0, completion_tokens: 0 },
+  });
+  let ledger = emptyLedger();
+  const stats = () => ({ ...slots.stats(), ...ledger });
+  /** An injected failure for this request, or null (drawn per request, before any output). */
+  function injectedFailure(): HttpError | null {
+    if (failRate <= 0 || random() >= failRate) return null;
+    const status = failStatuses[Math.floor(random() * failStatuses.length)] ?? 503;
+    ledger.injected_failures[status] = (ledger.injected_failures[status] ?? 0) + 1;
+    const headers: Record<string, string> =
+      status === 429 && opts.failRetryAfterS !== undefined ? { "retry-after": String(opts.failRetryAfterS) } : {};
+    return status === 429
+      ? new HttpError(429, "Rate limit reached (injected by the mock).", "requests", "rate_limit_exceeded", headers)
+      : new HttpError(status, `The server is overloaded (injected ${status}).`, "server_error", null, headers);
+  }
   const requestLog = new RequestLog();
   let seq = 0;
   const nextId = (prefix: string) => () => `${prefix}${(++seq).toString(36)}`;
@@ -147,6 +184,8 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
       throw err;
     }
     if (plan.kind === "error") throw new HttpError(plan.status, plan.message, plan.type, plan.code);
+    const injected = injectedFailure();
+    if (injected) throw injected;
 
     const slot = slots.tryAdmit();
     if (!slot) {
@@ -179,6 +218,11 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
       includeUsage: body.stream_options?.include_usage === true,
       signal: abort.signal,
       startedAt: performance.now(),
+      onUsage: (u: { prompt_tokens: number; completion_tokens: number }) => {
+        ledger.usage_reported.calls++;
+        ledger.usage_reported.prompt_tokens += u.prompt_tokens;
+        ledger.usage_reported.completion_tokens += u.completion_tokens;
+      },
     };
     let outcome: AnswerOutcome | "aborted" | "error" = "error";
     try {
@@ -209,7 +253,7 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
       case "GET /healthz":
         return sendJson(res, 200, { ok: true });
       case "GET /stats":
-        return sendJson(res, 200, slots.stats());
+        return sendJson(res, 200, stats());
       case "GET /requests":
         return sendJson(res, 200, {
           requests: requestLog.list(new URL(req.url ?? "/", "http://mock").searchParams.get("contains") ?? undefined),
@@ -217,15 +261,19 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
       case "POST /stats/reset":
         slots.reset();
         requestLog.reset();
-        return sendJson(res, 200, slots.stats());
+        ledger = emptyLedger();
+        return sendJson(res, 200, stats());
       case "POST /control": {
         const parsed = ControlSchema.safeParse(await readJson(req));
-        if (!parsed.success) throw new HttpError(400, "expected {max_concurrency?: int|null, over_cap?: reject|admit}");
+        if (!parsed.success) {
+          throw new HttpError(400, "expected {max_concurrency?: int|null, over_cap?: reject|admit, fail_rate?: 0..1}");
+        }
+        if (parsed.data.fail_rate !== undefined) failRate = parsed.data.fail_rate;
         if (parsed.data.max_concurrency !== undefined || parsed.data.over_cap) {
           const cap = parsed.data.max_concurrency === undefined ? slots.stats().cap : parsed.data.max_concurrency;
           slots.setCap(cap, parsed.data.over_cap);
         }
-        return sendJson(res, 200, slots.stats());
+        return sendJson(res, 200, stats());
       }
       default:
         throw new HttpError(404, `no route for ${route}`, "invalid_request_error", "unknown_url");
@@ -254,11 +302,12 @@ export async function startMockModel(opts: MockModelOptions = {}): Promise<MockM
   return {
     url: `http://${urlHost}:${port}/v1`,
     port,
-    stats: () => slots.stats(),
+    stats,
     requests: (contains) => requestLog.list(contains),
     reset: () => {
       slots.reset();
       requestLog.reset();
+      ledger = emptyLedger();
     },
     setMaxConcurrency: (n, overCap) => slots.setCap(n, overCap),
     close: () =>

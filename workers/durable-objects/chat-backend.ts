@@ -20,6 +20,8 @@ export interface ChatSubmission {
   conversationId: string;
   content: string;
   clientMessageId: string;
+  /** The agent reference the message named (or its connection's), resolved at submit like POST /v1/jobs. */
+  agent?: string;
 }
 
 export interface ChatBackend {
@@ -45,22 +47,23 @@ export function chatIdempotencyKey(conversationId: string, clientMessageId: stri
 }
 
 /**
- * What the chat key is bound to: the message as its client sent it. Not the job input, which
- * carries the conversation's history and so differs on a retry after another turn finished.
+ * What the chat key is bound to: the message as its client sent it (its content, and its agent
+ * reference as sent, when there is one). Not the job input, which carries the conversation's
+ * history and so differs on a retry after another turn finished.
  */
-export function chatRequestHash(content: string): Promise<string> {
-  return requestHash({ kind: "chat_message", content });
+export function chatRequestHash(content: string, agent?: string): Promise<string> {
+  return requestHash({ kind: "chat_message", content, ...(agent === undefined ? {} : { agent }) });
 }
 
 export function postgresChatBackend(env: Env): ChatBackend {
   // Per call, not per object: clients must not be shared across requests (see deps.ts).
   const deps = () => createDeps(loadConfig(env));
   return {
-    async submit({ tenantId, conversationId, content, clientMessageId }) {
+    async submit({ tenantId, conversationId, content, clientMessageId, agent }) {
       const config = loadConfig(env);
       const d = createDeps(config);
       const db = d.db();
-      const hash = await chatRequestHash(content);
+      const hash = await chatRequestHash(content, agent);
       const rows = await callDependency("postgres", () =>
         listConversationJobs(db, tenantId, conversationId, HISTORY_JOBS),
       );
@@ -74,10 +77,11 @@ export function postgresChatBackend(env: Env): ChatBackend {
         {
           input: { messages },
           conversation_id: conversationId,
+          ...(agent === undefined ? {} : { agent }),
           idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
           metadata: { source: "chat", client_message_id: clientMessageId },
         },
-        { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant },
+        { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
       );
       return { job: toJobView(job), created };
     },

@@ -38,6 +38,8 @@ export const CHAT_HEADERS = {
   tenant: "x-ear-tenant",
   conversation: "x-ear-conversation",
   multitask: "x-ear-multitask",
+  /** The connection's default agent reference (`?agent=`), checked for form by the gateway. */
+  agent: "x-ear-agent",
   /** The tenant's open-stream cap (SSE + WebSockets), from the gateway's configuration. */
   streamCap: "x-ear-stream-cap",
 } as const;
@@ -72,11 +74,15 @@ interface SentMessage {
 interface QueuedMessage {
   content: string;
   client_message_id: string;
+  /** The agent reference the job will be submitted with (resolved to a version only then). */
+  agent?: string;
 }
 
 /** Per socket, survives hibernation (≤ 2 KB): its policy and, per followed job, the last offset sent. */
 interface SocketState {
   multitask: MultitaskPolicy;
+  /** The connection's default agent reference, for messages that name none. */
+  agent?: string;
   cursors: Record<string, number>;
   /** The tenant stream lease this socket holds (tenant-streams.ts), if counted. */
   lease?: string;
@@ -131,7 +137,13 @@ export class ChatSessionObject extends DurableObject<Env> {
     // It does not start following a job already running: events pushed before its `resume`
     // frame arrives would reach it ahead of the replay (out of order, then again). A client that
     // reconnects resumes with its cursor; one that knows nothing resumes with after=0.
-    server.serializeAttachment({ multitask, cursors: {}, ...(slot ? { lease: slot } : {}) } satisfies SocketState);
+    const agent = request.headers.get(CHAT_HEADERS.agent) ?? undefined;
+    server.serializeAttachment({
+      multitask,
+      cursors: {},
+      ...(agent ? { agent } : {}),
+      ...(slot ? { lease: slot } : {}),
+    } satisfies SocketState);
     if (slot) await this.armLeaseRenewal();
     return new Response(null, { status: 101, webSocket: client });
   }
@@ -222,13 +234,20 @@ export class ChatSessionObject extends DurableObject<Env> {
 
   private async onMessage(ws: WebSocket, identity: Identity, frame: ClientMessageFrame): Promise<void> {
     const policy = frame.multitask ?? socketState(ws).multitask;
+    // The agent goes with the message from here on (into the queue, the job and its hash).
+    const agent = frame.agent ?? socketState(ws).agent;
+    const message: QueuedMessage = {
+      content: frame.content,
+      client_message_id: frame.client_message_id,
+      ...(agent ? { agent } : {}),
+    };
     // A client_message_id that already became a job: the same job again, whatever is running.
     // ...but only for the same content: another message under a used id is a client bug to report,
     // not the old job to pretend was its answer.
     const sent = await this.sentMessages();
     const sentJob = sent[frame.client_message_id];
     if (sentJob) {
-      if (typeof sentJob !== "string" && sentJob.hash !== (await chatRequestHash(frame.content))) {
+      if (typeof sentJob !== "string" && sentJob.hash !== (await chatRequestHash(frame.content, agent))) {
         return send(ws, mismatchFrame(frame.client_message_id));
       }
       const job = await this.backend.findJob(identity.tenantId, typeof sentJob === "string" ? sentJob : sentJob.job);
@@ -237,11 +256,13 @@ export class ChatSessionObject extends DurableObject<Env> {
     const queue = (await this.ctx.storage.get<QueuedMessage[]>("queue")) ?? [];
     const alreadyQueued = queue.findIndex((q) => q.client_message_id === frame.client_message_id);
     if (alreadyQueued >= 0) {
-      if (queue[alreadyQueued]?.content !== frame.content) return send(ws, mismatchFrame(frame.client_message_id));
+      const queued = queue[alreadyQueued];
+      if (queued?.content !== frame.content || queued.agent !== agent)
+        return send(ws, mismatchFrame(frame.client_message_id));
       return send(ws, { type: "queued", client_message_id: frame.client_message_id, position: alreadyQueued + 1 });
     }
     const active = await this.activeJob();
-    if (active === null) return this.submit(identity, frame, ws);
+    if (active === null) return this.submit(identity, message, ws);
     if (policy === "reject") {
       return send(ws, {
         ...errorFrame("conversation_busy", `job ${active} is still running in this conversation`),
@@ -251,7 +272,7 @@ export class ChatSessionObject extends DurableObject<Env> {
     if (policy === "interrupt") {
       const status = await this.backend.cancel(identity.tenantId, active);
       this.broadcast({ type: "cancel", job_id: active, status: status });
-      return this.submit(identity, frame, ws);
+      return this.submit(identity, message, ws);
     }
     if (queue.length >= MAX_QUEUED_MESSAGES) {
       return send(ws, {
@@ -259,7 +280,7 @@ export class ChatSessionObject extends DurableObject<Env> {
         client_message_id: frame.client_message_id,
       });
     }
-    queue.push({ content: frame.content, client_message_id: frame.client_message_id });
+    queue.push(message);
     await this.ctx.storage.put("queue", queue);
     this.broadcast({ type: "queued", client_message_id: frame.client_message_id, position: queue.length });
   }
@@ -283,21 +304,18 @@ export class ChatSessionObject extends DurableObject<Env> {
   }
 
   /** A message becomes a job; everyone connected follows it from its first event. */
-  private async submit(
-    identity: Identity,
-    frame: { content: string; client_message_id: string },
-    origin?: WebSocket,
-  ): Promise<void> {
+  private async submit(identity: Identity, frame: QueuedMessage, origin?: WebSocket): Promise<void> {
     const { job, created } = await this.backend.submit({
       tenantId: identity.tenantId,
       conversationId: identity.conversationId,
       content: frame.content,
       clientMessageId: frame.client_message_id,
+      ...(frame.agent ? { agent: frame.agent } : {}),
     });
     const sent = await this.sentMessages();
     const recorded = sent[frame.client_message_id];
     if (recorded === undefined || typeof recorded === "string" || recorded.job !== job.id) {
-      sent[frame.client_message_id] = { job: job.id, hash: await chatRequestHash(frame.content) };
+      sent[frame.client_message_id] = { job: job.id, hash: await chatRequestHash(frame.content, frame.agent) };
       const ids = Object.keys(sent);
       for (const old of ids.slice(0, Math.max(0, ids.length - SENT_MESSAGES_KEPT))) delete sent[old];
       await this.ctx.storage.put("messages", sent);
@@ -408,8 +426,13 @@ export class ChatSessionObject extends DurableObject<Env> {
         return;
       } catch (err) {
         log.warn("queued chat message could not be submitted", { error: err });
+        // A refusal of the message itself (its agent was archived while it waited, say) is told
+        // as such; anything else is the dependency that failed, and sending again may work.
+        const refused = err instanceof ApiError && (err.code === "invalid_request" || err.code === "conflict");
         this.broadcast({
-          ...errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again"),
+          ...(refused
+            ? errorFrame(err.code as "invalid_request" | "conflict", err.message)
+            : errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again")),
           client_message_id: next.client_message_id,
         });
       }

@@ -11,6 +11,7 @@
  * oldest first; a conversation the tenant has no job in (including another tenant's) is 404.
  */
 import { Hono } from "hono";
+import { agentRefSchema } from "../../src/contracts/agent";
 import { MULTITASK_POLICIES } from "../../src/contracts/chat";
 import { ApiError } from "../../src/contracts/errors";
 import { LIMITS } from "../../src/contracts/job";
@@ -40,6 +41,10 @@ export const conversationRoutes = new Hono<GatewayEnv>()
     if (!(MULTITASK_POLICIES as readonly string[]).includes(multitask)) {
       throw new ApiError("invalid_request", `multitask: must be one of ${MULTITASK_POLICIES.join(", ")}`);
     }
+    const agent = c.req.query("agent");
+    if (agent !== undefined && !agentRefSchema.safeParse(agent).success) {
+      throw new ApiError("invalid_request", 'agent: must be an agent name or "name@version"');
+    }
     const tenantId = c.get("tenantId");
     const stub = c.env.CHAT_SESSIONS.get(c.env.CHAT_SESSIONS.idFromName(chatSessionName(tenantId, id)));
     const headers = new Headers(c.req.raw.headers);
@@ -47,6 +52,9 @@ export const conversationRoutes = new Hono<GatewayEnv>()
     headers.set(CHAT_HEADERS.tenant, tenantId);
     headers.set(CHAT_HEADERS.conversation, id);
     headers.set(CHAT_HEADERS.multitask, multitask);
+    // Resolved per message, at its submit (the latest version then), like a job's `agent`.
+    if (agent !== undefined) headers.set(CHAT_HEADERS.agent, agent);
+    else headers.delete(CHAT_HEADERS.agent);
     headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
     return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
   })

@@ -6,23 +6,10 @@ import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
 import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo";
 import { wasPurged } from "../../src/db/retention-repo";
-import { type ModelCatalog, resolveModel } from "../../src/domain/models";
 import { submitJob } from "../commands/submit";
 import { callDependency } from "../deps";
 import { readJsonBody, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
-
-/** `model` must be one the operator offers (MODELS): it reaches the provider and names a quota key. */
-export function assertModelOffered(models: ModelCatalog, model: string): void {
-  if (resolveModel(models, model)) return;
-  const offered = models.entries.map((e) => e.name);
-  throw new ApiError(
-    "invalid_request",
-    offered.length === 0
-      ? "model: this deployment offers no choice of model; omit the field"
-      : `model: must be one of ${offered.join(", ")} (or omitted for ${offered[0]})`,
-  );
-}
 
 export function notFoundJob(): ApiError {
   return new ApiError("not_found", "job not found");
@@ -43,13 +30,12 @@ export const jobRoutes = new Hono<GatewayEnv>()
   .post("/", async (c) => {
     const config = c.get("config");
     const body = await readJsonBody(c.req.raw, CreateJobBodySchema, config.maxBodyBytes);
-    if (body.model !== undefined) assertModelOffered(config.models, body.model);
     // The answer waits for the row, which is the job, not for the ready-index wake-up.
     const { job, created } = await submitJob(
       c.get("deps"),
       c.get("tenantId"),
       body,
-      { maxQueued: config.limits.maxQueuedJobsPerTenant },
+      { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
       (work) => c.executionCtx.waitUntil(work),
     );
     return c.json({ job: toJobView(job) }, created ? 202 : 200);

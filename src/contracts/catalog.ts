@@ -1,0 +1,80 @@
+/**
+ * What a tenant can look up about what it may run and what it spent: its agents (pages and
+ * answers of /v1/agents, around AgentViewSchema), the models it may name (GET /v1/models) and
+ * its token usage per day and model (GET /v1/usage).
+ */
+import { z } from "zod";
+import { AGENT_LIMITS, AgentViewSchema } from "./agent";
+import { LIMITS } from "./job";
+import { text } from "./text";
+
+/** GET /v1/agents and GET /v1/agents/{name}/versions: keyset pages like GET /v1/jobs. */
+export const ListAgentsQuerySchema = z.object({
+  limit: z.coerce.number().int().min(1).max(AGENT_LIMITS.maxListLimit).default(LIMITS.defaultListLimit),
+  cursor: text().max(200).optional(),
+});
+
+/** One version of an agent (create, get, new version, archive). */
+export const AgentAnswerSchema = z.object({ agent: AgentViewSchema });
+/** Live agents at their latest versions, by name; `next_cursor` is null on the last page. */
+export const AgentPageSchema = z.object({ agents: z.array(AgentViewSchema), next_cursor: z.string().nullable() });
+/** An agent's versions, newest first; `next_cursor` is null on the last page. */
+export const AgentVersionPageSchema = z.object({
+  versions: z.array(AgentViewSchema),
+  next_cursor: z.string().nullable(),
+});
+
+/**
+ * A model as a tenant sees it: its public name and what bounds the tenant's use of it. Where the
+ * provider is and which key it takes are the operator's, and stay out.
+ */
+export const ModelViewSchema = z.object({
+  name: z.string(),
+  /** The model a job runs on when neither it nor its agent names one. */
+  default: z.boolean(),
+  /** Model turns this tenant may have in flight on it at once; null: no per-tenant limit. */
+  tenant_concurrency: z.number().int().min(1).nullable(),
+});
+export const ModelListSchema = z.object({ models: z.array(ModelViewSchema) });
+
+/** The longest range one GET /v1/usage covers, in days (both ends included). */
+export const MAX_USAGE_DAYS = 366;
+
+const DAY_RE = /^\d{4}-\d{2}-\d{2}$/;
+
+/** A calendar day as YYYY-MM-DD that exists (2026-02-30 does not). */
+export const daySchema = text()
+  .regex(DAY_RE, "must be a date as YYYY-MM-DD")
+  .refine((d) => {
+    const t = Date.parse(`${d}T00:00:00Z`);
+    return Number.isFinite(t) && new Date(t).toISOString().slice(0, 10) === d;
+  }, "is not a calendar date");
+
+const DAY_MS = 86_400_000;
+
+/** Days from `from` through `to`, both included. */
+export function daysInRange(from: string, to: string): number {
+  return Math.round((Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / DAY_MS) + 1;
+}
+
+/** GET /v1/usage: UTC days `from` through `to`, both included, at most MAX_USAGE_DAYS. */
+export const UsageQuerySchema = z
+  .object({ from: daySchema, to: daySchema })
+  .refine((q) => q.from <= q.to, { message: "from must not be after to", path: ["from"] })
+  .refine((q) => daysInRange(q.from, q.to) <= MAX_USAGE_DAYS, {
+    message: `the range must span at most ${MAX_USAGE_DAYS} days`,
+    path: ["to"],
+  });
+
+export const UsageDaySchema = z.object({
+  /** The UTC day, YYYY-MM-DD. */
+  day: z.string(),
+  model: z.string(),
+  prompt_tokens: z.number().int().min(0),
+  completion_tokens: z.number().int().min(0),
+  model_calls: z.number().int().min(0),
+  /** Some call's tokens were estimated because its provider reported none. */
+  estimated: z.boolean(),
+});
+/** Days with usage only, oldest first, then by model. */
+export const UsageAnswerSchema = z.object({ from: z.string(), to: z.string(), usage: z.array(UsageDaySchema) });

@@ -1,0 +1,442 @@
+/**
+ * Agents as data on the gateway, through the real parts (the gateway in workerd, Postgres through
+ * the Neon HTTP driver's local proxy): versions are immutable, `name` resolves to the latest at
+ * submit and `name@N` pins, a later version never reaches a submitted job, another tenant's
+ * agent does not exist, and usage sums model_usage rows per day and model. No host runs: what
+ * is checked here is what the gateway records, not a run.
+ */
+import { drizzle } from "drizzle-orm/node-postgres";
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
+import { type Stack, startStack } from "../../tools/stack";
+import { apiClient } from "../helpers/api";
+import { testPool } from "../helpers/db";
+import { requireBinary } from "../helpers/require";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+/** The operator's registry: mock-model for everyone, "big-model" for the dev tenant only, "other-model" for "other" only. */
+const REGISTRY = JSON.stringify({
+  default: "mock-model",
+  models: [
+    { name: "mock-model" },
+    { name: "big-model", tenants: ["dev"] },
+    { name: "other-model", tenants: ["other"] },
+  ],
+});
+
+interface AgentView {
+  name: string;
+  version: number;
+  latest_version: number;
+  model: string;
+  instructions: string;
+  tools: string[];
+  limits: { max_turns: number; max_output_tokens: number | null; timeout_s: number | null };
+  sampling: { temperature: number | null; top_p: number | null };
+  response_format: Record<string, unknown> | null;
+  archived_at: string | null;
+  created_at: string;
+}
+interface JobView {
+  id: string;
+  model: string | null;
+  tools: string[];
+  agent: { name: string; version: number } | null;
+  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; estimated: boolean };
+  output_json: unknown;
+}
+type ErrorBody = { error: { code: string; message: string } };
+
+const input = { messages: [{ role: "user", content: "hello" }] };
+
+describe.skipIf(!canRun)("agents on the gateway", () => {
+  let stack: Stack;
+  let api: ReturnType<typeof apiClient>;
+  let other: ReturnType<typeof apiClient>;
+  let otherKey: string;
+  let pool: pg.Pool;
+
+  beforeAll(async () => {
+    stack = await startStack({ hosts: 0, modelRegistry: REGISTRY });
+    api = apiClient(stack.gatewayUrl, stack.apiKey);
+    pool = testPool(stack.databaseUrl, 2);
+    const db = drizzle(pool, { schema });
+    await createTenant(db, "other");
+    otherKey = (await createApiKey(db, "other")).key;
+    other = apiClient(stack.gatewayUrl, otherKey);
+  }, 180_000);
+
+  afterAll(async () => {
+    await pool?.end();
+    await stack?.stop();
+  }, 60_000);
+
+  const create = (body: Record<string, unknown>, client = api) =>
+    client.call<{ agent: AgentView }>("POST", "/v1/agents", body);
+  const newVersion = (name: string, body: Record<string, unknown>, client = api) =>
+    client.call<{ agent: AgentView }>("POST", `/v1/agents/${name}/versions`, body);
+  const submit = (body: Record<string, unknown>, client = api) =>
+    client.call<{ job: JobView } & ErrorBody>("POST", "/v1/jobs", body);
+
+  it("creates version 1 with the defaults filled in, and refuses the same name again", async () => {
+    const r = await create({ name: "writer", model: "mock-model", instructions: "Write briefly." });
+    expect(r.status).toBe(201);
+    expect(r.body.agent).toMatchObject({
+      name: "writer",
+      version: 1,
+      latest_version: 1,
+      model: "mock-model",
+      instructions: "Write briefly.",
+      description: "",
+      tools: [],
+      limits: { max_turns: 8, max_output_tokens: null, timeout_s: null },
+      sampling: { temperature: null, top_p: null },
+      sandbox_profile: "default",
+      response_format: null,
+      archived_at: null,
+    });
+    expect(Number.isNaN(Date.parse(r.body.agent.created_at))).toBe(false);
+    const again = await create({ name: "writer", model: "mock-model" });
+    expect(again.status).toBe(409);
+    expect((again.body as unknown as ErrorBody).error.code).toBe("conflict");
+    const got = await api.call<{ agent: AgentView }>("GET", "/v1/agents/writer");
+    expect(got.body.agent).toEqual(r.body.agent);
+  });
+
+  it("adds immutable versions: the latest moves, an old version reads as it was", async () => {
+    const v1 = await create({ name: "editor", model: "mock-model", instructions: "v1 words", tools: ["shell"] });
+    const v2 = await newVersion("editor", {
+      model: "big-model",
+      instructions: "v2 words",
+      sampling: { temperature: 0.3 },
+      response_format: { type: "object", properties: { verdict: { type: "string" } }, required: ["verdict"] },
+    });
+    expect(v2.status).toBe(201);
+    expect(v2.body.agent).toMatchObject({ version: 2, latest_version: 2, model: "big-model", tools: [] });
+    expect(v2.body.agent.sampling).toEqual({ temperature: 0.3, top_p: null });
+
+    const old = await api.call<{ agent: AgentView }>("GET", "/v1/agents/editor/versions/1");
+    expect(old.status).toBe(200);
+    expect(old.body.agent).toEqual({ ...v1.body.agent, latest_version: 2 });
+    const latest = await api.call<{ agent: AgentView }>("GET", "/v1/agents/editor");
+    expect(latest.body.agent).toEqual(v2.body.agent);
+    const versions = await api.call<{ versions: AgentView[]; next_cursor: string | null }>(
+      "GET",
+      "/v1/agents/editor/versions",
+    );
+    expect(versions.body.versions.map((v) => [v.version, v.instructions])).toEqual([
+      [2, "v2 words"],
+      [1, "v1 words"],
+    ]);
+    expect(versions.body.next_cursor).toBeNull();
+    const missing = await api.call<ErrorBody>("GET", "/v1/agents/editor/versions/3");
+    expect(missing.status).toBe(404);
+  });
+
+  it("pages the live agents by name and an agent's versions newest first", async () => {
+    for (const name of ["page-a", "page-b", "page-c"])
+      expect((await create({ name, model: "mock-model" })).status).toBe(201);
+    for (let i = 0; i < 2; i++) expect((await newVersion("page-c", { model: "mock-model" })).status).toBe(201);
+    const names: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const q: string = cursor ? `&cursor=${cursor}` : "";
+      const page = await api.call<{ agents: AgentView[]; next_cursor: string | null }>("GET", `/v1/agents?limit=2${q}`);
+      expect(page.status).toBe(200);
+      expect(page.body.agents.length).toBeLessThanOrEqual(2);
+      names.push(...page.body.agents.map((a) => a.name));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    expect(names.filter((n) => n.startsWith("page-"))).toEqual(["page-a", "page-b", "page-c"]);
+    expect(names).toEqual([...names].sort());
+    const first = await api.call<{ versions: AgentView[]; next_cursor: string }>(
+      "GET",
+      "/v1/agents/page-c/versions?limit=2",
+    );
+    expect(first.body.versions.map((v) => v.version)).toEqual([3, 2]);
+    const rest = await api.call<{ versions: AgentView[]; next_cursor: string | null }>(
+      "GET",
+      `/v1/agents/page-c/versions?limit=2&cursor=${first.body.next_cursor}`,
+    );
+    expect(rest.body.versions.map((v) => v.version)).toEqual([1]);
+    expect(rest.body.next_cursor).toBeNull();
+  });
+
+  it("resolves `name` to the latest version at submit and `name@N` to that one; a later version changes neither job", async () => {
+    await create({ name: "runner", model: "mock-model", tools: ["read_file"], limits: { timeout_s: 120 } });
+    await newVersion("runner", { model: "big-model", tools: ["shell", "list_dir"], limits: { timeout_s: 30 } });
+
+    const latest = await submit({ input, agent: "runner" });
+    expect(latest.status).toBe(202);
+    expect(latest.body.job).toMatchObject({
+      agent: { name: "runner", version: 2 },
+      model: "big-model",
+      tools: ["shell", "list_dir"],
+      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
+      output_json: null,
+    });
+    const pinned = await submit({ input, agent: "runner@1" });
+    expect(pinned.body.job).toMatchObject({
+      agent: { name: "runner", version: 1 },
+      model: "mock-model",
+      tools: ["read_file"],
+    });
+
+    const { rows } = await pool.query<{ id: string; agent_name: string; agent_version: number; timeout_ms: number }>(
+      "select id, agent_name, agent_version, timeout_ms from jobs where id = any($1::uuid[]) order by agent_version",
+      [[latest.body.job.id, pinned.body.job.id]],
+    );
+    expect(rows.map((r) => [r.agent_name, r.agent_version, r.timeout_ms])).toEqual([
+      ["runner", 1, 120_000],
+      ["runner", 2, 30_000],
+    ]);
+
+    // A version made after the submit: the jobs keep theirs, a new submit takes it.
+    await newVersion("runner", { model: "mock-model" });
+    for (const [id, version] of [
+      [latest.body.job.id, 2],
+      [pinned.body.job.id, 1],
+    ] as const) {
+      const job = await api.call<{ job: JobView }>("GET", `/v1/jobs/${id}`);
+      expect(job.body.job.agent).toEqual({ name: "runner", version });
+    }
+    expect((await submit({ input, agent: "runner" })).body.job.agent).toEqual({ name: "runner", version: 3 });
+
+    // Without an agent: the built-in default agent, as before.
+    const plain = await submit({ input });
+    expect(plain.status).toBe(202);
+    expect(plain.body.job).toMatchObject({ agent: null, model: null, tools: [] });
+    const { rows: plainRows } = await pool.query<{ timeout_ms: number }>("select timeout_ms from jobs where id = $1", [
+      plain.body.job.id,
+    ]);
+    expect(plainRows[0]?.timeout_ms).toBe(900_000);
+  });
+
+  it("refuses an unknown agent, an unknown version and an unknown model at submit with 400", async () => {
+    const unknown = await submit({ input, agent: "nobody" });
+    expect([unknown.status, unknown.body.error.message]).toEqual([
+      400,
+      'agent: no agent named "nobody" (GET /v1/agents)',
+    ]);
+    await create({ name: "short", model: "mock-model" });
+    const noVersion = await submit({ input, agent: "short@7" });
+    expect(noVersion.status).toBe(400);
+    expect(noVersion.body.error.message).toMatch(/^agent: "short" has no version 7/);
+    const model = await submit({ input, model: "gpt-unknown" });
+    expect(model.status).toBe(400);
+    expect(model.body.error.message).toMatch(/^model: "gpt-unknown" is not offered/);
+    const modelOfOther = await submit({ input, model: "other-model" });
+    expect(modelOfOther.status).toBe(400);
+    const both = await submit({ input, agent: "short", model: "mock-model" });
+    expect(both.status).toBe(400);
+    expect(both.body.error.message).toMatch(/either `agent` or `model`\/`tools`/);
+  });
+
+  it("archives idempotently: gone from the list, readable, no new versions, no new jobs (409)", async () => {
+    await create({ name: "retiring", model: "mock-model" });
+    const first = await api.call<{ agent: AgentView }>("POST", "/v1/agents/retiring/archive");
+    expect(first.status).toBe(200);
+    expect(first.body.agent.archived_at).not.toBeNull();
+    const again = await api.call<{ agent: AgentView }>("POST", "/v1/agents/retiring/archive");
+    expect(again.body.agent.archived_at).toBe(first.body.agent.archived_at);
+
+    const list = await api.call<{ agents: AgentView[] }>("GET", "/v1/agents?limit=100");
+    expect(list.body.agents.map((a) => a.name)).not.toContain("retiring");
+    expect((await api.call<{ agent: AgentView }>("GET", "/v1/agents/retiring")).body.agent.archived_at).toBe(
+      first.body.agent.archived_at,
+    );
+    const version = await newVersion("retiring", { model: "mock-model" });
+    expect(version.status).toBe(409);
+    for (const agent of ["retiring", "retiring@1"]) {
+      const job = await submit({ input, agent });
+      expect(job.status).toBe(409);
+      expect(job.body.error).toEqual({
+        code: "conflict",
+        message: 'agent: "retiring" is archived; no new jobs may run it',
+      });
+    }
+    expect((await create({ name: "retiring", model: "mock-model" })).status).toBe(409);
+  });
+
+  it("another tenant's agent is not there: 404 on every agent route, 400 at submit", async () => {
+    await create({ name: "private", model: "mock-model" });
+    for (const [method, path] of [
+      ["GET", "/v1/agents/private"],
+      ["GET", "/v1/agents/private/versions"],
+      ["GET", "/v1/agents/private/versions/1"],
+      ["POST", "/v1/agents/private/archive"],
+    ] as const) {
+      const r = await other.call<ErrorBody>(method, path);
+      expect([path, r.status, r.body.error.code]).toEqual([path, 404, "not_found"]);
+    }
+    const v = await newVersion("private", { model: "mock-model" }, other);
+    expect(v.status).toBe(404);
+    const job = await submit({ input, agent: "private" }, other);
+    expect(job.status).toBe(400);
+    const list = await other.call<{ agents: AgentView[] }>("GET", "/v1/agents");
+    expect(list.body.agents.map((a) => a.name)).not.toContain("private");
+    // The same name is free for the other tenant, and stays its own.
+    expect((await create({ name: "private", model: "other-model" }, other)).status).toBe(201);
+    expect((await api.call<{ agent: AgentView }>("GET", "/v1/agents/private")).body.agent.model).toBe("mock-model");
+    // Its model is not offered to this tenant, whose agents may not name it.
+    const refused = await create({ name: "borrower", model: "other-model" });
+    expect(refused.status).toBe(400);
+    expect((refused.body as unknown as ErrorBody).error.message).toMatch(/^model: "other-model" is not offered/);
+  });
+
+  it("binds an idempotency key to `agent` as sent", async () => {
+    await create({ name: "idem", model: "mock-model" });
+    const first = await submit({ input, agent: "idem", idempotency_key: "idem-1" });
+    expect(first.status).toBe(202);
+    const replay = await submit({ input, agent: "idem", idempotency_key: "idem-1" });
+    expect([replay.status, replay.body.job.id]).toEqual([200, first.body.job.id]);
+    const pinned = await submit({ input, agent: "idem@1", idempotency_key: "idem-1" });
+    expect(pinned.status).toBe(409);
+    expect(pinned.body.error.code).toBe("idempotency_mismatch");
+    // Archived since: a retry still gets its job; a new key is refused.
+    await api.call("POST", "/v1/agents/idem/archive");
+    const late = await submit({ input, agent: "idem", idempotency_key: "idem-1" });
+    expect([late.status, late.body.job?.id]).toEqual([200, first.body.job.id]);
+    expect((await submit({ input, agent: "idem", idempotency_key: "idem-2" })).status).toBe(409);
+  });
+
+  it("numbers concurrent new versions one after another, never the same twice", async () => {
+    await create({ name: "busy", model: "mock-model" });
+    const made = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => newVersion("busy", { model: "mock-model", instructions: `edit ${i}` })),
+    );
+    expect(made.map((r) => r.status)).toEqual(Array(6).fill(201));
+    expect(made.map((r) => r.body.agent.version).sort((a, b) => a - b)).toEqual([2, 3, 4, 5, 6, 7]);
+    const versions = await api.call<{ versions: AgentView[] }>("GET", "/v1/agents/busy/versions?limit=100");
+    expect(versions.body.versions.map((v) => v.version)).toEqual([7, 6, 5, 4, 3, 2, 1]);
+    // Each stored version holds the body that created it.
+    for (const r of made) {
+      const v = await api.call<{ agent: AgentView }>("GET", `/v1/agents/busy/versions/${r.body.agent.version}`);
+      expect(v.body.agent.instructions).toBe(r.body.agent.instructions);
+    }
+  });
+
+  it("shows the usage counters and the JSON answer on the job view", async () => {
+    const job = (await submit({ input })).body.job;
+    await pool.query(
+      `update jobs set prompt_tokens = 1200, completion_tokens = 34, model_calls = 3, usage_estimated = true,
+         output_json = '{"verdict":"ok","n":[1,2]}'::jsonb where id = $1`,
+      [job.id],
+    );
+    const view = (await api.call<{ job: JobView }>("GET", `/v1/jobs/${job.id}`)).body.job;
+    expect(view.usage).toEqual({ prompt_tokens: 1200, completion_tokens: 34, model_calls: 3, estimated: true });
+    expect(view.output_json).toEqual({ verdict: "ok", n: [1, 2] });
+  });
+
+  it("GET /v1/models lists only the models this tenant may use", async () => {
+    const dev = await api.call<{ models: { name: string; default: boolean }[] }>("GET", "/v1/models");
+    expect(dev.body.models.map((m) => [m.name, m.default])).toEqual([
+      ["mock-model", true],
+      ["big-model", false],
+    ]);
+    const mine = await other.call<{ models: { name: string }[] }>("GET", "/v1/models");
+    expect(mine.body.models.map((m) => m.name)).toEqual(["mock-model", "other-model"]);
+  });
+
+  it("GET /v1/usage sums the tenant's model calls per UTC day and model", async () => {
+    const job = crypto.randomUUID();
+    const exec = crypto.randomUUID();
+    const rows: Array<[string, string, string, number, number, boolean]> = [
+      ["dev", "mock-model", "2026-03-01T00:00:00Z", 100, 10, false],
+      ["dev", "mock-model", "2026-03-01T23:59:59.999Z", 50, 5, false],
+      ["dev", "big-model", "2026-03-01T12:00:00Z", 7, 3, true],
+      ["dev", "mock-model", "2026-03-02T00:00:00Z", 1, 1, false],
+      ["dev", "mock-model", "2026-02-28T23:59:59Z", 1000, 1000, false], // before the range
+      ["dev", "mock-model", "2026-03-03T00:00:00Z", 1000, 1000, false], // after it
+      ["other", "mock-model", "2026-03-01T10:00:00Z", 999, 999, false], // another tenant's
+    ];
+    for (const [tenant, model, at, p, c, est] of rows) {
+      await pool.query(
+        `insert into model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated, created_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [tenant, job, exec, model, p, c, est, at],
+      );
+    }
+    const r = await api.call<{ from: string; to: string; usage: unknown[] }>(
+      "GET",
+      "/v1/usage?from=2026-03-01&to=2026-03-02",
+    );
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({
+      from: "2026-03-01",
+      to: "2026-03-02",
+      usage: [
+        {
+          day: "2026-03-01",
+          model: "big-model",
+          prompt_tokens: 7,
+          completion_tokens: 3,
+          model_calls: 1,
+          estimated: true,
+        },
+        {
+          day: "2026-03-01",
+          model: "mock-model",
+          prompt_tokens: 150,
+          completion_tokens: 15,
+          model_calls: 2,
+          estimated: false,
+        },
+        {
+          day: "2026-03-02",
+          model: "mock-model",
+          prompt_tokens: 1,
+          completion_tokens: 1,
+          model_calls: 1,
+          estimated: false,
+        },
+      ],
+    });
+    const empty = await api.call<{ usage: unknown[] }>("GET", "/v1/usage?from=2020-01-01&to=2020-01-31");
+    expect(empty.body.usage).toEqual([]);
+    expect((await api.call("GET", "/v1/usage?from=2026-03-01&to=2027-03-02")).status).toBe(400);
+  });
+
+  it("a chat message runs the connection's agent (?agent=) or its own, resolved at submit", async () => {
+    await create({ name: "chatty", model: "mock-model", instructions: "one" });
+    await newVersion("chatty", { model: "big-model", instructions: "two" });
+    const open = (conversation: string, query: string) =>
+      new Promise<WebSocket>((resolve, reject) => {
+        const url = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?${query.replace(/^&/, "")}`;
+        const ws = new WebSocket(url, {
+          perMessageDeflate: false,
+          headers: { authorization: `Bearer ${stack.apiKey}` },
+        });
+        ws.once("open", () => resolve(ws));
+        ws.once("error", reject);
+      });
+    const firstFrame = (ws: WebSocket, frame: unknown) =>
+      new Promise<{ type: string; job?: JobView; error?: { code: string; message: string } }>((resolve) => {
+        ws.once("message", (data) => resolve(JSON.parse(String(data))));
+        ws.send(JSON.stringify(frame));
+      });
+
+    const a = await open("agent-conv-a", "&agent=chatty");
+    const fromConnection = await firstFrame(a, { type: "message", content: "hi", client_message_id: "m1" });
+    expect(fromConnection.job?.agent).toEqual({ name: "chatty", version: 2 });
+    expect(fromConnection.job?.model).toBe("big-model");
+    a.close();
+
+    const b = await open("agent-conv-b", "&agent=chatty");
+    const own = await firstFrame(b, { type: "message", content: "hi", client_message_id: "m1", agent: "chatty@1" });
+    expect(own.job?.agent).toEqual({ name: "chatty", version: 1 });
+    b.close();
+
+    const c = await open("agent-conv-c", "");
+    const unknown = await firstFrame(c, { type: "message", content: "hi", client_message_id: "m1", agent: "ghost" });
+    expect(unknown).toMatchObject({ type: "error", error: { code: "invalid_request" } });
+    expect(unknown.error?.message).toMatch(/no agent named "ghost"/);
+    const plain = await firstFrame(c, { type: "message", content: "hi", client_message_id: "m2" });
+    expect(plain.job?.agent).toBeNull();
+    c.close();
+  });
+});

@@ -1,0 +1,146 @@
+/**
+ * Agents (docs/api.md "Agents"): a tenant's own agent definitions as immutable numbered versions.
+ * A version is never edited: POST /v1/agents/{name}/versions stores the whole next definition.
+ * Another tenant's agent of the same name is simply not there (404).
+ */
+import { Hono } from "hono";
+import {
+  AGENT_NAME_RE,
+  type AgentDefinition,
+  AgentDefinitionSchema,
+  CreateAgentBodySchema,
+} from "../../src/contracts/agent";
+import { ListAgentsQuerySchema } from "../../src/contracts/catalog";
+import { ApiError } from "../../src/contracts/errors";
+import {
+  archiveAgent,
+  createAgent,
+  createAgentVersion,
+  getAgentVersion,
+  listAgents,
+  listAgentVersions,
+} from "../../src/db/agents-repo";
+import { jsonSchemaProblem } from "../../src/domain/json-schema";
+import { assertModelOffered } from "../commands/models";
+import type { GatewayConfig } from "../config";
+import { callDependency } from "../deps";
+import { readJsonBody, validate } from "../request/body";
+import type { GatewayEnv } from "../types";
+
+function notFoundAgent(name: string): ApiError {
+  return new ApiError("not_found", `agent "${name}" not found`);
+}
+
+/** A name that cannot be an agent's cannot name one: 404 without a query (and without echoing it). */
+function agentName(raw: string): string {
+  if (!AGENT_NAME_RE.test(raw)) throw new ApiError("not_found", "agent not found");
+  return raw;
+}
+
+function versionParam(raw: string): number {
+  if (!/^[1-9][0-9]{0,8}$/.test(raw)) throw new ApiError("not_found", "version not found");
+  return Number(raw);
+}
+
+/**
+ * What zod cannot check about a definition: its model is one the operator offers this tenant,
+ * and its response_format is a JSON Schema the hosts can validate answers with.
+ */
+function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefinition): void {
+  assertModelOffered(config.models, tenantId, d.model);
+  if (d.response_format !== null) {
+    const problem = jsonSchemaProblem(d.response_format);
+    if (problem !== null) {
+      throw new ApiError("invalid_request", `response_format: not a valid JSON Schema (draft 2020-12): ${problem}`);
+    }
+  }
+}
+
+/** The definition fields of a create body (everything but the name). */
+function definitionOf(body: Record<string, unknown>): AgentDefinition {
+  const { name: _, ...definition } = body;
+  return definition as AgentDefinition;
+}
+
+/** Cursors are opaque to clients; inside, the last name (agents) or version (versions) of the page. */
+const encodeCursor = (last: string | number) => btoa(JSON.stringify([last])).replace(/=+$/, "");
+
+function decodeCursor<T extends "string" | "number">(raw: string | undefined, kind: T) {
+  if (raw === undefined) return undefined;
+  try {
+    const [last] = JSON.parse(atob(raw)) as unknown[];
+    if (typeof last === kind) return last as T extends "string" ? string : number;
+  } catch {}
+  throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+}
+
+export const agentRoutes = new Hono<GatewayEnv>()
+  .post("/", async (c) => {
+    const config = c.get("config");
+    const body = await readJsonBody(c.req.raw, CreateAgentBodySchema, config.maxBodyBytes);
+    const definition = definitionOf(body);
+    checkDefinition(config, c.get("tenantId"), definition);
+    const db = c.get("deps").db();
+    const created = await callDependency("postgres", () => createAgent(db, c.get("tenantId"), body.name, definition));
+    if (!created) {
+      throw new ApiError(
+        "conflict",
+        `an agent named "${body.name}" already exists (archived ones included): POST /v1/agents/${body.name}/versions adds a version`,
+      );
+    }
+    return c.json({ agent: created.view }, 201);
+  })
+  .get("/", async (c) => {
+    const query = validate(ListAgentsQuerySchema, c.req.query());
+    const after = decodeCursor(query.cursor, "string");
+    const db = c.get("deps").db();
+    const page = await callDependency("postgres", () =>
+      listAgents(db, c.get("tenantId"), { limit: query.limit, after }),
+    );
+    return c.json({ agents: page.agents, next_cursor: page.more && page.last ? encodeCursor(page.last) : null });
+  })
+  .get("/:name", async (c) => {
+    const name = agentName(c.req.param("name"));
+    const db = c.get("deps").db();
+    const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, null));
+    if (!found) throw notFoundAgent(name);
+    return c.json({ agent: found.view });
+  })
+  .get("/:name/versions", async (c) => {
+    const name = agentName(c.req.param("name"));
+    const query = validate(ListAgentsQuerySchema, c.req.query());
+    const before = decodeCursor(query.cursor, "number");
+    const db = c.get("deps").db();
+    const page = await callDependency("postgres", () =>
+      listAgentVersions(db, c.get("tenantId"), name, { limit: query.limit, before }),
+    );
+    if (!page) throw notFoundAgent(name);
+    const last = page.versions[page.versions.length - 1];
+    return c.json({ versions: page.versions, next_cursor: page.more && last ? encodeCursor(last.version) : null });
+  })
+  .get("/:name/versions/:version", async (c) => {
+    const name = agentName(c.req.param("name"));
+    const version = versionParam(c.req.param("version"));
+    const db = c.get("deps").db();
+    const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, version));
+    if (!found) throw new ApiError("not_found", `agent "${name}" has no version ${version}`);
+    return c.json({ agent: found.view });
+  })
+  .post("/:name/versions", async (c) => {
+    const name = agentName(c.req.param("name"));
+    const config = c.get("config");
+    const definition = await readJsonBody(c.req.raw, AgentDefinitionSchema, config.maxBodyBytes);
+    checkDefinition(config, c.get("tenantId"), definition);
+    const db = c.get("deps").db();
+    const result = await callDependency("postgres", () => createAgentVersion(db, c.get("tenantId"), name, definition));
+    if ("ok" in result) return c.json({ agent: result.ok.view }, 201);
+    if ("archived" in result) throw new ApiError("conflict", `agent "${name}" is archived; it takes no new versions`);
+    throw notFoundAgent(name);
+  })
+  .post("/:name/archive", async (c) => {
+    const name = agentName(c.req.param("name"));
+    const db = c.get("deps").db();
+    const archived = await callDependency("postgres", () => archiveAgent(db, c.get("tenantId"), name));
+    if (!archived) throw notFoundAgent(name);
+    return c.json({ agent: archived.view });
+  });

@@ -99,6 +99,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
     models,
+    mcp: deps.mcp,
     retry: {
       maxRetries: config.modelRetryMax,
       baseMs: config.modelRetryBaseMs,

@@ -11,6 +11,7 @@ import type { HostConfig } from "./config";
 import { buildParts, connectPostgres, type HostParts } from "./host-parts";
 import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
 import { createLogger, type Logger } from "./log";
+import type { McpHostConfig } from "./mcp/config";
 import { type Readiness, startMetricsServer } from "./metrics/server";
 import type { ModelClient } from "./model/types";
 import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
@@ -31,6 +32,8 @@ export interface HostDeps {
   /** Defaults to a client built from `config.redis`. */
   redis?: Redis;
   fetch?: typeof fetch;
+  /** MCP's allowed URLs and secrets (main.ts: MCP_ALLOWED_URLS, MCP_SECRETS[_FILE]); default: MCP off. */
+  mcp?: McpHostConfig;
   /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
   offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
 }

@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { HostConfigError, hostConfigFromEnv } from "./config";
 import { startHost } from "./host";
 import { createLogger, errorFields } from "./log";
+import { McpConfigError, type McpHostConfig, mcpConfigFromEnv } from "./mcp/config";
 import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/config";
 import { createModelRouter } from "./model/router";
 
@@ -24,15 +25,30 @@ function registryFileText(env: Record<string, string | undefined>): string | und
   }
 }
 
+/** The MCP secrets file's text, read once here at startup (its secrets are fixed for the host's life). */
+function mcpSecretsFileText(env: Record<string, string | undefined>): string | undefined {
+  const path = env.MCP_SECRETS_FILE?.trim();
+  if (!path) return undefined;
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new McpConfigError(
+      `invalid MCP configuration: MCP_SECRETS_FILE (${path}) cannot be read: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+}
+
 async function main(): Promise<void> {
   const env = { ...process.env };
   let config: ReturnType<typeof hostConfigFromEnv>;
   let models: HostModels;
+  let mcp: McpHostConfig;
   try {
     config = hostConfigFromEnv(env);
     models = hostModelsFromEnv(env, registryFileText(env));
+    mcp = mcpConfigFromEnv(env, mcpSecretsFileText(env));
   } catch (err) {
-    if (err instanceof HostConfigError || err instanceof ModelConfigError) {
+    if (err instanceof HostConfigError || err instanceof ModelConfigError || err instanceof McpConfigError) {
       process.stderr.write(`sandbox-host: ${err.message}\n`);
       process.exit(2);
     }
@@ -43,6 +59,7 @@ async function main(): Promise<void> {
   const host = await startHost(config, {
     model: createModelRouter(models),
     models: models.catalog,
+    mcp,
     log,
   });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);

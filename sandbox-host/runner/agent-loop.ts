@@ -16,8 +16,11 @@ import {
 } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
+import { mcpServersOf } from "../../src/domain/mcp";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
+import { MCP_DISABLED } from "../mcp/config";
+import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
 import { callModel } from "./model-call";
@@ -45,7 +48,7 @@ export async function runAgent(
   };
 
   try {
-    const prepared = await prepare(ctx, id, emit);
+    const prepared = await prepare(ctx, run, id, emit);
     if ("state" in prepared) return prepared;
     const { job, model, messages, tools, request, format } = prepared;
     let maxTurns = prepared.maxTurns;
@@ -110,6 +113,8 @@ export async function runAgent(
     return failed("internal_error", err instanceof Error ? err.message : String(err), text);
   } finally {
     await firstOutput;
+    // Before the terminal write: an MCP call still in flight is cancelled at its server first.
+    await run.mcp?.close();
   }
 }
 
@@ -131,7 +136,12 @@ interface PreparedRun {
  * `prepared_at` fact and `run.prepared`. Without an agent the built-in default agent runs: the
  * job's tools, no instructions, MAX_TURNS turns, the provider's default sampling.
  */
-async function prepare(ctx: RunContext, id: ExecutionIdentity, emit: Emit): Promise<PreparedRun | FinalOutcome> {
+async function prepare(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  emit: Emit,
+): Promise<PreparedRun | FinalOutcome> {
   const job = await loadRunnableJob(ctx.db, id.jobId);
   const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
@@ -151,10 +161,17 @@ async function prepare(ctx: RunContext, id: ExecutionIdentity, emit: Emit): Prom
   ];
   const allowed: readonly ToolName[] = agent ? agent.tools : job.tools;
   // In the order the agent (or job) lists them: what the provider sees is exactly that list.
-  const tools =
+  const sandboxTools =
     allowed.length > 0 && ctx.sandbox
       ? allowed.flatMap((name) => SANDBOX_TOOL_SPECS.filter((t) => t.name === name))
-      : undefined;
+      : [];
+  // The agent's MCP servers' allowed tools, after the sandbox tools (no sandbox needed).
+  const servers = mcpServersOf(agent);
+  if (servers.length > 0) {
+    run.mcp = await McpToolset.open(servers, ctx.mcp ?? MCP_DISABLED, id, run.abort.signal, ctx.log);
+  }
+  const offered = [...sandboxTools, ...(run.mcp?.specs ?? [])];
+  const tools = offered.length > 0 ? offered : undefined;
   const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
   await applyInputs(ctx, id, messages, emit);
   await writeTimingFact(ctx, id, "prepared_at");

@@ -12,6 +12,8 @@ import type { FinalOutcome } from "../../src/db/ownership-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { Logger } from "../log";
+import type { McpHostConfig } from "../mcp/config";
+import type { McpToolset } from "../mcp/toolset";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox/outbox";
@@ -40,6 +42,8 @@ export interface RunContext {
   models: ModelCatalog;
   /** Which failed model calls are tried again, and how long a turn may spend on it. */
   retry: RetryPolicy;
+  /** The URLs MCP calls may go to and the secrets their headers may name; absent = MCP off. */
+  mcp?: McpHostConfig;
 }
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */
@@ -81,6 +85,8 @@ export class ActiveRun {
   cancelledVia: "hint" | "durable" | null = null;
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
+  /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
+  mcp: McpToolset | null = null;
 
   /** The lease is gone (a renewal found it purged, or it ran past its local deadline): no further model call. */
   loseLease(): void {

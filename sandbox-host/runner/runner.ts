@@ -15,6 +15,7 @@ import type { Redis } from "../../src/quota/redis";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
+import type { McpHostConfig } from "../mcp/config";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox/outbox";
@@ -48,6 +49,8 @@ export interface RunnerOptions {
   models: ModelCatalog;
   /** Retries of model calls that failed before output (default: none). */
   retry?: RetryPolicy;
+  /** MCP's allowed URLs and secrets (default: MCP off). */
+  mcp?: McpHostConfig;
 }
 
 const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
@@ -86,6 +89,7 @@ export class Runner {
       sandbox: opts.sandbox,
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,
+      mcp: opts.mcp,
       quota: opts.quota
         ? {
             ...opts.quota,

@@ -1,11 +1,14 @@
-/** One tool call in the run's sandbox (created lazily by the first call), with its events. */
+/**
+ * One tool call, with its events: an MCP tool of the run's agent at its server, anything else in
+ * the run's sandbox (created lazily by the first call).
+ */
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { errorFields } from "../log";
+import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/errors";
-import type { SandboxManager } from "../sandbox/manager";
 import { callSandboxTool, toolResultContent } from "../sandbox/tools";
 import { type ActiveRun, type Emit, failed, type RunContext, runFields } from "./run-context";
 
@@ -16,8 +19,16 @@ export async function runTool(
   call: ModelToolCall,
   emit: Emit,
 ): Promise<{ content: string } | FinalOutcome> {
-  const sandbox = ctx.sandbox as SandboxManager;
+  const server = run.mcp?.serverOf(call.name) ?? null;
+  if (run.mcp && server !== null) return runMcpTool(run.mcp, server, run, call, emit);
+  const sandbox = ctx.sandbox;
   emit("tool.call", { id: call.id, name: call.name, args: call.args });
+  if (!sandbox) {
+    // An agent with only MCP tools runs without a sandbox; a call of anything else is the model's mistake.
+    const error = { code: "invalid_input", message: `unknown tool "${call.name}"` };
+    emit("tool.result", { id: call.id, ok: false, output: error });
+    return { content: toolResultContent({ ok: false, error }) };
+  }
   if (!run.sandboxUsed) {
     // The fence goes on the row before anything exists to clean up.
     if (!(await setCleanupPending(ctx.db, id, true))) {
@@ -43,6 +54,27 @@ export async function runTool(
     emit("tool.result", { id: call.id, ok: false, output: fatal ? tenantJobError(output) : output });
     return failed(fatal ? "sandbox_error" : "tool_error", message, "");
   }
+}
+
+/**
+ * An MCP call: whatever the server does, the model gets a tool result (an error included); the
+ * run goes on. The events name the server. A cancel stops the call (the caller ends the run).
+ */
+async function runMcpTool(
+  mcp: McpToolset,
+  server: string,
+  run: ActiveRun,
+  call: ModelToolCall,
+  emit: Emit,
+): Promise<{ content: string }> {
+  emit("tool.call", { id: call.id, name: call.name, args: call.args, server });
+  const result = await mcp.call(call.name, call.args, call.id, run.abort.signal);
+  if (result.ok) {
+    emit("tool.result", { id: call.id, ok: true, output: result.output, server });
+    return { content: result.text };
+  }
+  emit("tool.result", { id: call.id, ok: false, output: result.error, server });
+  return { content: JSON.stringify({ error: result.error }) };
 }
 
 /** The run's terminal state is written: remove its sandbox, then clear the fence on the row. */

@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { refineStorableJson, text, whenValid } from "./text";
-import { TOOL_NAMES } from "./tools";
+import { MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
 
 export const AGENT_LIMITS = {
   maxInstructionsChars: 64 * 1024,
@@ -19,6 +19,14 @@ export const AGENT_LIMITS = {
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,
+  /** MCP servers per agent, and allowed tools per server: a bound on the specs every turn sends. */
+  maxMcpServers: 8,
+  maxMcpToolsPerServer: 64,
+  maxMcpHeaders: 8,
+  /** An MCP call's timeout: default and bounds, in ms. */
+  defaultMcpTimeoutMs: 30_000,
+  minMcpTimeoutMs: 100,
+  maxMcpTimeoutMs: 600_000,
 } as const;
 
 /** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
@@ -43,6 +51,99 @@ export const AgentSamplingSchema = z
   })
   .strict();
 
+/** An MCP server's name: the prefix of its tools' names as the model sees them (`<server>__<tool>`). */
+export const MCP_SERVER_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,30}$/;
+/**
+ * A tool name the providers' function-name rule (`^[a-zA-Z0-9_-]{1,64}$`, OpenAI's) can carry
+ * once prefixed; MCP allows more (dots), but such a tool could not be offered to the model.
+ */
+export const MCP_TOOL_NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
+/** An HTTP header name (RFC 9110 token). */
+const HEADER_NAME_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$/;
+/**
+ * Headers a definition may not set: the host's fencing headers (`x-ear-*`), the transport's own
+ * (`mcp-*`, content negotiation, framing) and the connection's.
+ */
+const RESERVED_HEADER_RE = /^(x-ear-.*|mcp-.*|host|content-type|content-length|accept|connection|transfer-encoding)$/i;
+
+/** One allowed tool of an MCP server: its name, or `{name, requires_approval}`. */
+export const McpToolEntrySchema = z.union([
+  text().regex(MCP_TOOL_NAME_RE, "must be 1-64 of A-Z a-z 0-9 _ -"),
+  z
+    .object({
+      name: text().regex(MCP_TOOL_NAME_RE, "must be 1-64 of A-Z a-z 0-9 _ -"),
+      requires_approval: z.boolean().default(false),
+    })
+    .strict(),
+]);
+export type McpToolEntry = z.infer<typeof McpToolEntrySchema>;
+export const mcpToolEntryName = (t: McpToolEntry): string => (typeof t === "string" ? t : t.name);
+
+/**
+ * An MCP server an agent's runs may call (Streamable HTTP). `headers` name operator-held secrets
+ * (the hosts' MCP_SECRETS): a header value is never tenant text, so a definition cannot carry a
+ * credential and a stored version never holds one.
+ */
+export const McpServerSchema = z
+  .object({
+    name: text().regex(MCP_SERVER_NAME_RE, "must be 1-31 of a-z 0-9 _ - and start with a letter or digit"),
+    url: text()
+      .max(2048)
+      .refine(
+        (u) => {
+          try {
+            const url = new URL(u);
+            return (url.protocol === "https:" || url.protocol === "http:") && !url.username && !url.password;
+          } catch {
+            return false;
+          }
+        },
+        { message: "must be an http(s) URL without credentials" },
+      ),
+    headers: z
+      .record(
+        text()
+          .regex(HEADER_NAME_RE, "must be an HTTP header name")
+          .refine((h) => !RESERVED_HEADER_RE.test(h), {
+            message: "is set by the host (x-ear-*, mcp-*, content and connection headers)",
+          }),
+        z
+          .object({
+            secret: text().regex(/^[A-Za-z0-9_.-]{1,100}$/, "must be a secret name: 1-100 of A-Z a-z 0-9 _ . -"),
+          })
+          .strict(),
+      )
+      .refine((h) => Object.keys(h).length <= AGENT_LIMITS.maxMcpHeaders, {
+        message: `at most ${AGENT_LIMITS.maxMcpHeaders} headers`,
+      })
+      .default({}),
+    /** The server's tools offered to the model (the server may have more; those are never offered). */
+    tools: z
+      .array(McpToolEntrySchema)
+      .min(1)
+      .max(AGENT_LIMITS.maxMcpToolsPerServer)
+      .refine((t) => new Set(t.map(mcpToolEntryName)).size === t.length, { message: "lists a tool twice" }),
+    timeout_ms: z
+      .number()
+      .int()
+      .min(AGENT_LIMITS.minMcpTimeoutMs)
+      .max(AGENT_LIMITS.maxMcpTimeoutMs)
+      .default(AGENT_LIMITS.defaultMcpTimeoutMs),
+  })
+  .strict()
+  .superRefine((s, ctx) => {
+    for (const [i, t] of s.tools.entries()) {
+      if (mcpToolName(s.name, mcpToolEntryName(t)).length > MCP_TOOL_NAME_MAX) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["tools", i],
+          message: `"${s.name}__${mcpToolEntryName(t)}" is longer than ${MCP_TOOL_NAME_MAX} characters (the providers' function-name limit)`,
+        });
+      }
+    }
+  });
+export type McpServer = z.infer<typeof McpServerSchema>;
+
 /** What a version holds; everything but `model` has a default. */
 const agentDefinitionFields = {
   description: text().max(AGENT_LIMITS.maxDescriptionChars).default(""),
@@ -54,6 +155,19 @@ const agentDefinitionFields = {
     .array(z.enum(TOOL_NAMES))
     .max(TOOL_NAMES.length)
     .refine((t) => new Set(t).size === t.length, { message: "lists a tool twice" })
+    .default([]),
+  /** MCP servers whose allowed tools are offered next to the sandbox tools (docs/tools.md). */
+  mcp_servers: z
+    .array(McpServerSchema)
+    .max(AGENT_LIMITS.maxMcpServers)
+    .refine((s) => new Set(s.map((x) => x.name)).size === s.length, { message: "names a server twice" })
+    .refine(
+      (s) => {
+        const names = s.flatMap((x) => x.tools.map((t) => mcpToolName(x.name, mcpToolEntryName(t))));
+        return new Set(names).size === names.length;
+      },
+      { message: "two servers' tools have the same <server>__<tool> name" },
+    )
     .default([]),
   limits: AgentLimitsSchema.default(AgentLimitsSchema.parse({})),
   sampling: AgentSamplingSchema.default(AgentSamplingSchema.parse({})),

@@ -1,0 +1,338 @@
+/**
+ * MCP tools of an agent, end to end on the host: a real MCP server started here with the
+ * official SDK (test/helpers/mcp-server.ts), the provider a test-started OpenAI-compatible server
+ * that scripts the model's tool calls and records what it received (test/helpers/fake-provider.ts).
+ * Proven: the allowed tools reach the model with the server's schemas and no other tool does;
+ * each call carries the fencing identity (headers and `_meta`); the result, an isError result and
+ * an unreachable server all come back to the model as tool results and the job completes; a
+ * cancel during a slow call cancels it at the server and ends the job promptly; a timeout
+ * cancels it too; an operator secret reaches the server as a header and nowhere else.
+ * One in-process host without a sandbox (MCP tools need none), real Postgres, redis-server.
+ */
+import { randomUUID } from "node:crypto";
+import { createServer } from "node:net";
+import { eq } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HostConfigSchema } from "../../sandbox-host/config";
+import { type RunningHost, startHost } from "../../sandbox-host/host";
+import { silentLogger } from "../../sandbox-host/log";
+import { hostModelsFromEnv } from "../../sandbox-host/model/config";
+import { createModelRouter } from "../../sandbox-host/model/router";
+import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
+import type { EventEnvelope } from "../../src/contracts/events";
+import { requestCancel } from "../../src/db/control-repo";
+import { toJobView } from "../../src/db/job-view";
+import * as schema from "../../src/db/schema";
+import { parseAllowedUrls } from "../../src/domain/mcp";
+import { redisKeys } from "../../src/quota/keys";
+import { createRedisClient } from "../../src/quota/redis";
+import { waitFor } from "../../tools/services/ports";
+import type { TestDb } from "../helpers/db";
+import { type FakeProvider, startFakeProvider, textReply } from "../helpers/fake-provider";
+import { type HostServices, startHostServices } from "../helpers/host-services";
+import { startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
+import { requireBinary } from "../helpers/require";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+const TENANT = "t-mcp";
+const BRIDGE_TOKEN = "mcp-tools-bridge-token";
+const SECRET = "ghp_operator-held-secret-4f1c9a";
+
+let services: HostServices;
+let t: TestDb;
+let host: RunningHost;
+let provider: FakeProvider;
+let mcp: TestMcpServer;
+/** A loopback URL nothing listens on (allowed by the operator: the server is just down). */
+let deadUrl: string;
+
+async function freePortUrl(): Promise<string> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const { port } = srv.address() as { port: number };
+  await new Promise<void>((r) => srv.close(() => r()));
+  return `http://127.0.0.1:${port}/mcp`;
+}
+
+if (canRun) {
+  beforeAll(async () => {
+    [services, provider, mcp, deadUrl] = await Promise.all([
+      startHostServices({ bridgeToken: BRIDGE_TOKEN }),
+      startFakeProvider(),
+      startTestMcpServer(),
+      freePortUrl(),
+    ]);
+    t = await services.pgStack.freshDb(9);
+    await t.db.insert(schema.tenants).values({ id: TENANT, name: "mcp" });
+    const models = hostModelsFromEnv({
+      MODEL_REGISTRY: JSON.stringify({
+        default: "mcp-model",
+        models: [{ name: "mcp-model", base_url: provider.url, api_key_env: "P_KEY" }],
+      }),
+      P_KEY: "provider-key",
+    });
+    const config = HostConfigSchema.parse({
+      hostId: `mcp-host-${randomUUID().slice(0, 8)}`,
+      databaseUrl: t.url,
+      redis: { url: services.bridge.url, token: BRIDGE_TOKEN },
+      gatewayUrl: services.ingest.url,
+      signingSecret: "mcp-host-signing-secret-0123456789",
+      heartbeatMs: 500,
+      shutdownGraceMs: 0,
+      sandboxEnabled: false,
+    });
+    const allowedUrls = parseAllowedUrls(`${mcp.url},${deadUrl}`);
+    if (typeof allowedUrls === "string") throw new Error(allowedUrls);
+    host = await startHost(config, {
+      model: createModelRouter(models),
+      models: models.catalog,
+      sandbox: null,
+      log: silentLogger,
+      mcp: { allowedUrls, secrets: new Map([["probe_token", SECRET]]) },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await host?.close({ graceMs: 0 });
+    await Promise.all([provider?.close(), mcp?.close()]);
+    await services?.stop();
+  });
+}
+
+let agentCount = 0;
+/** A job naming a new agent (version 1) with this definition, as the gateway writes one. */
+async function submit(marker: string, def: Omit<AgentDefinitionInput, "model">): Promise<string> {
+  const name = `mcp-agent-${++agentCount}`;
+  const definition = AgentDefinitionSchema.parse({ model: "mcp-model", ...def });
+  await t.db.insert(schema.agents).values({ tenantId: TENANT, name, latestVersion: 1 });
+  await t.db.insert(schema.agentVersions).values({ tenantId: TENANT, name, version: 1, definition });
+  const id = randomUUID();
+  await t.db.insert(schema.jobs).values({
+    id,
+    tenantId: TENANT,
+    input: { messages: [{ role: "user", content: marker }] },
+    agentName: name,
+    agentVersion: 1,
+    model: definition.model,
+    tools: definition.tools,
+  });
+  return id;
+}
+
+async function ended(id: string, timeoutMs = 30_000) {
+  return waitFor(
+    `job ${id} to end`,
+    async () => {
+      const [row] = await t.db.select().from(schema.jobs).where(eq(schema.jobs.id, id));
+      return row && !["queued", "running"].includes(row.state) ? row : null;
+    },
+    { timeoutMs, intervalMs: 25 },
+  );
+}
+
+const eventsOf = (id: string): EventEnvelope[] => services.ingest.events.filter((e) => e.job_id === id);
+async function deliveredEvents(id: string) {
+  await waitFor(`job ${id}'s terminal event`, async () =>
+    eventsOf(id).some((e) => ["run.completed", "run.failed", "run.cancelled"].includes(e.type)),
+  );
+  return eventsOf(id);
+}
+
+const requestsWith = (marker: string) =>
+  provider.requests.filter((r) => JSON.stringify(r.body.messages).includes(marker));
+const toolNamesOf = (body: { tools?: Array<{ function: { name: string } }> }) =>
+  (body.tools ?? []).map((tool) => tool.function.name);
+/** The tool message answering `callId` in a request's messages. */
+const toolMessage = (
+  body: { messages: Array<{ role: string; tool_call_id?: string; content: string }> },
+  callId: string,
+) => body.messages.find((m) => m.role === "tool" && m.tool_call_id === callId)?.content;
+
+/** Turn 1 calls the tools given; turn 2 answers `final`. Matched by the job's marker. */
+function scriptTools(marker: string, calls: Array<{ id: string; name: string; args: unknown }>, final = "all done") {
+  const previous = provider.script;
+  provider.script = (req, n) => {
+    if (!JSON.stringify(req.body.messages).includes(marker)) return previous(req, n);
+    const hasToolResult = req.body.messages.some((m: { role: string }) => m.role === "tool");
+    return hasToolResult ? textReply(final) : { kind: "stream", toolCalls: calls, usage: null };
+  };
+}
+
+describe.skipIf(!canRun)("MCP tools of an agent", () => {
+  it("offers only the allowed tools with the server's schemas; a call carries the fencing identity and its result reaches the model", async () => {
+    const marker = "fencing marker";
+    scriptTools(marker, [
+      { id: "call-echo-1", name: "files__echo", args: { text: "hello" } },
+      { id: "call-hidden-1", name: "files__hidden", args: {} },
+    ]);
+    const id = await submit(marker, {
+      mcp_servers: [{ name: "files", url: mcp.url, tools: ["echo", { name: "fail", requires_approval: false }] }],
+    });
+    const row = await ended(id);
+    expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "all done" });
+
+    const [turn1, turn2, ...more] = requestsWith(marker);
+    expect(more).toEqual([]);
+    // Exactly the allow-list, in its order, with the server's own input schema; `hidden` and
+    // `slow` exist on the server and are never offered.
+    expect(toolNamesOf(turn1?.body)).toEqual(["files__echo", "files__fail"]);
+    const echoSpec = turn1?.body.tools[0].function;
+    expect(echoSpec.description).toBe("Echo the text back.");
+    expect(echoSpec.parameters).toMatchObject({
+      type: "object",
+      properties: { text: { type: "string", description: "what to echo" } },
+      required: ["text"],
+    });
+    expect(toolNamesOf(turn2?.body)).toEqual(["files__echo", "files__fail"]);
+
+    // The result came back as the tool message; the call outside the allow-list never reached the server.
+    expect(toolMessage(turn2?.body, "call-echo-1")).toBe("echo: hello");
+    expect(JSON.parse(toolMessage(turn2?.body, "call-hidden-1") ?? "{}")).toEqual({
+      error: { code: "invalid_input", message: 'unknown tool "files__hidden"' },
+    });
+    const mine = mcp.calls.filter((c) => c.meta?.["ear/job_id"] === id);
+    expect(mine.map((c) => c.tool)).toEqual(["echo"]);
+    expect(mcp.calls.some((c) => c.tool === "hidden")).toBe(false);
+
+    // The fencing identity: the execution that ran it, its epoch, and job id + tool call id.
+    const [execution] = await t.db.select().from(schema.executions).where(eq(schema.executions.jobId, id));
+    const call = mine[0];
+    expect(call?.meta).toEqual({
+      "ear/job_id": id,
+      "ear/execution_id": execution?.id,
+      "ear/epoch": execution?.epoch,
+      "ear/idempotency_key": `${id}:call-echo-1`,
+    });
+    expect({
+      job: call?.headers["x-ear-job-id"],
+      execution: call?.headers["x-ear-execution-id"],
+      epoch: call?.headers["x-ear-epoch"],
+      key: call?.headers["x-ear-idempotency-key"],
+    }).toEqual({ job: id, execution: execution?.id, epoch: String(execution?.epoch), key: `${id}:call-echo-1` });
+
+    // The events name the server on MCP calls.
+    const events = await deliveredEvents(id);
+    const calls = events.filter((e) => e.type === "tool.call").map((e) => e.payload);
+    expect(calls).toEqual([
+      { id: "call-echo-1", name: "files__echo", args: { text: "hello" }, server: "files" },
+      { id: "call-hidden-1", name: "files__hidden", args: {} },
+    ]);
+    const results = events.filter((e) => e.type === "tool.result").map((e) => e.payload);
+    expect(results[0]).toEqual({
+      id: "call-echo-1",
+      ok: true,
+      output: { content: [{ type: "text", text: "echo: hello" }], truncated: false },
+      server: "files",
+    });
+  });
+
+  it("gives the model an isError result and an unreachable server as tool errors; the job completes", async () => {
+    const marker = "errors marker";
+    scriptTools(marker, [
+      { id: "call-fail", name: "files__fail", args: {} },
+      { id: "call-gone", name: "gone__echo", args: { text: "anyone?" } },
+    ]);
+    const id = await submit(marker, {
+      mcp_servers: [
+        { name: "files", url: mcp.url, tools: ["fail"] },
+        { name: "gone", url: deadUrl, tools: ["echo"], timeout_ms: 2000 },
+      ],
+    });
+    const row = await ended(id);
+    expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "all done" });
+    const [turn1, turn2] = requestsWith(marker);
+    // The down server's allowed tool is still offered, saying why it cannot work, so a call is
+    // answered with the reason instead of the tool silently missing.
+    expect(toolNamesOf(turn1?.body)).toEqual(["files__fail", "gone__echo"]);
+    expect(turn1?.body.tools[1].function.description).toContain("unavailable");
+    expect(JSON.parse(toolMessage(turn2?.body, "call-fail") ?? "{}")).toEqual({
+      error: { code: "mcp_tool_error", message: "the widget is broken" },
+    });
+    const gone = JSON.parse(toolMessage(turn2?.body, "call-gone") ?? "{}");
+    expect(gone.error.code).toBe("mcp_unreachable");
+    expect(gone.error.message).toMatch(/MCP server "gone" is unreachable: .*ECONNREFUSED/);
+    const results = (await deliveredEvents(id)).filter((e) => e.type === "tool.result").map((e) => e.payload);
+    expect(results.map((r) => [r.ok, (r.output as { code: string }).code, r.server])).toEqual([
+      [false, "mcp_tool_error", "files"],
+      [false, "mcp_unreachable", "gone"],
+    ]);
+  });
+
+  it("cancels a slow call when the job is cancelled: the server's handler is aborted and the job ends promptly", async () => {
+    const marker = "cancel marker";
+    scriptTools(marker, [{ id: "call-slow", name: "files__slow", args: {} }]);
+    const id = await submit(marker, { mcp_servers: [{ name: "files", url: mcp.url, tools: ["slow"] }] });
+    const slow = await waitFor("the slow call at the server", async () =>
+      mcp.calls.find((c) => c.tool === "slow" && c.meta?.["ear/job_id"] === id),
+    );
+    const asked = Date.now();
+    expect(await requestCancel(t.db, TENANT, id)).toBe("requested");
+    await createRedisClient({ url: services.bridge.url, token: BRIDGE_TOKEN }).set(redisKeys().cancelHint(id), "1", {
+      ex: 60,
+    });
+    const row = await ended(id, 10_000);
+    expect(row.state).toBe("cancelled");
+    expect(Date.now() - asked).toBeLessThan(5000);
+    // The SDK's notifications/cancelled reached the server and aborted the handler.
+    await waitFor("the server to see the cancellation", async () => slow.aborted !== undefined, { timeoutMs: 5000 });
+    expect(slow.aborted?.at ?? Infinity).toBeLessThan(asked + 5000);
+    expect(requestsWith(marker)).toHaveLength(1);
+  });
+
+  it("cancels a call past the server's timeout_ms at the server and tells the model; the job completes", async () => {
+    const marker = "timeout marker";
+    scriptTools(marker, [{ id: "call-late", name: "files__slow", args: {} }]);
+    const id = await submit(marker, {
+      mcp_servers: [{ name: "files", url: mcp.url, tools: ["slow"], timeout_ms: 300 }],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const late = JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-late") ?? "{}");
+    expect(late).toEqual({
+      error: {
+        code: "mcp_timeout",
+        message: 'MCP server "files" did not answer within 300 ms; the call was cancelled',
+      },
+    });
+    const call = mcp.calls.find((c) => c.tool === "slow" && c.meta?.["ear/job_id"] === id);
+    await waitFor("the server to see the cancellation", async () => call?.aborted !== undefined, { timeoutMs: 5000 });
+  });
+
+  it("sends an operator secret as the named header, and it appears in no event and not in the job view", async () => {
+    const marker = "secret marker";
+    scriptTools(marker, [{ id: "call-s", name: "vault__echo", args: { text: "x" } }]);
+    const id = await submit(marker, {
+      mcp_servers: [
+        { name: "vault", url: mcp.url, headers: { Authorization: { secret: "probe_token" } }, tools: ["echo"] },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const call = mcp.calls.find((c) => c.meta?.["ear/job_id"] === id);
+    expect(call?.headers.authorization).toBe(SECRET);
+    const events = await deliveredEvents(id);
+    expect(events.some((e) => e.type === "tool.result")).toBe(true);
+    expect(JSON.stringify(events)).not.toContain(SECRET);
+    expect(JSON.stringify(toJobView(row))).not.toContain(SECRET);
+    expect(JSON.stringify(requestsWith(marker))).not.toContain(SECRET);
+  });
+
+  it("answers a secret this host does not hold as a tool error naming it, and never calls the server", async () => {
+    const marker = "unknown secret marker";
+    scriptTools(marker, [{ id: "call-u", name: "nokey__echo", args: { text: "x" } }]);
+    const before = mcp.sessions.length;
+    const id = await submit(marker, {
+      mcp_servers: [{ name: "nokey", url: mcp.url, headers: { "X-Api-Key": { secret: "not_held" } }, tools: ["echo"] }],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    expect(JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-u") ?? "{}")).toEqual({
+      error: {
+        code: "mcp_unknown_secret",
+        message: 'header X-Api-Key names the secret "not_held", which this host does not hold (MCP_SECRETS)',
+      },
+    });
+    expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
+    expect(mcp.sessions.length).toBe(before);
+  });
+});

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
+import { type AllowedUrl, parseAllowedUrls, parseSecretNames } from "../src/domain/mcp";
 import { type ModelCatalog, parseModelList, parseModelRegistry } from "../src/domain/models";
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
@@ -63,6 +64,10 @@ const ConfigSchema = z.object({
   MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MODELS: optional(z.string()),
   MODEL_REGISTRY: optional(z.string()),
+  /** The URL prefixes hosts may call MCP servers at (the hosts' own list); unset or empty: MCP off. */
+  MCP_ALLOWED_URLS: optional(z.string()),
+  /** The names of the hosts' MCP secrets, comma-separated (never the values); unset: not checked here. */
+  MCP_SECRET_NAMES: optional(z.string()),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
@@ -129,6 +134,11 @@ export interface GatewayConfig {
    * allow-list; none when both are unset, so `model` is refused.
    */
   models: ModelCatalog;
+  /**
+   * What agent definitions' mcp_servers may use: the operator's URL prefixes (MCP_ALLOWED_URLS,
+   * empty = MCP off) and secret names (MCP_SECRET_NAMES; null = unknown here, the hosts check).
+   */
+  mcp: { allowedUrls: readonly AllowedUrl[]; secretNames: readonly string[] | null };
   /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
   backstop: { runLostAfterMs: number; claimTimeoutMs: number };
   /** How long a finished job's event log is kept (JOB_EVENTS_RETENTION_S). */
@@ -176,42 +186,51 @@ export function loadConfig(env: Env): GatewayConfig {
   if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
     const models = parsed.success ? modelCatalog(parsed.data) : { entries: [] };
+    const mcpUrls = parsed.success ? parseAllowedUrls(parsed.data.MCP_ALLOWED_URLS) : [];
     const value = !parsed.success
       ? new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
         )
       : typeof models === "string"
         ? new ConfigError(`invalid worker configuration: ${models}`)
-        : {
-            databaseUrl: parsed.data.DATABASE_URL,
-            neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
-            redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
-            signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
-            signingSecrets: [parsed.data.INTERNAL_SIGNING_SECRET, parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS].filter(
-              (s): s is string => s !== undefined,
-            ),
-            tokenSecrets:
-              parsed.data.TOKEN_SIGNING_SECRET === undefined
-                ? null
-                : [parsed.data.TOKEN_SIGNING_SECRET, parsed.data.TOKEN_SIGNING_SECRET_PREVIOUS].filter(
-                    (s): s is string => s !== undefined,
-                  ),
-            corsAllowedOrigins: parsed.data.CORS_ALLOWED_ORIGINS ?? [],
-            maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
-            limits: {
-              rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
-              rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
-              maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
-              maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
-            },
-            models,
-            backstop: {
-              runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
-              claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
-            },
-            eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
-            jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
-          };
+        : typeof mcpUrls === "string"
+          ? new ConfigError(`invalid worker configuration: MCP_ALLOWED_URLS: ${mcpUrls}`)
+          : {
+              databaseUrl: parsed.data.DATABASE_URL,
+              neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
+              redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
+              signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+              signingSecrets: [
+                parsed.data.INTERNAL_SIGNING_SECRET,
+                parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS,
+              ].filter((s): s is string => s !== undefined),
+              tokenSecrets:
+                parsed.data.TOKEN_SIGNING_SECRET === undefined
+                  ? null
+                  : [parsed.data.TOKEN_SIGNING_SECRET, parsed.data.TOKEN_SIGNING_SECRET_PREVIOUS].filter(
+                      (s): s is string => s !== undefined,
+                    ),
+              corsAllowedOrigins: parsed.data.CORS_ALLOWED_ORIGINS ?? [],
+              maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
+              limits: {
+                rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
+                rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
+                maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
+                maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
+              },
+              models,
+              mcp: {
+                allowedUrls: mcpUrls,
+                secretNames:
+                  parsed.data.MCP_SECRET_NAMES === undefined ? null : parseSecretNames(parsed.data.MCP_SECRET_NAMES),
+              },
+              backstop: {
+                runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
+                claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
+              },
+              eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
+              jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
+            };
     cached = { key, value };
   }
   if (cached.value instanceof ConfigError) throw cached.value;

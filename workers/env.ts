@@ -23,6 +23,8 @@ export interface Env {
   MAX_QUEUED_JOBS_PER_TENANT?: string;
   MODELS?: string;
   MODEL_REGISTRY?: string;
+  MCP_ALLOWED_URLS?: string;
+  MCP_SECRET_NAMES?: string;
   REAPER_RUN_LOST_AFTER_MS?: string;
   REAPER_CLAIM_TIMEOUT_MS?: string;
   JOB_EVENTS_RETENTION_S?: string;

@@ -99,36 +99,53 @@ export const McpServerSchema = z
           }
         },
         { message: "must be an http(s) URL without credentials" },
-      ),
+      )
+      .describe("The server's Streamable HTTP endpoint; under one of the operator's MCP_ALLOWED_URLS prefixes."),
     headers: z
       .record(
-        text()
-          .regex(HEADER_NAME_RE, "must be an HTTP header name")
-          .refine((h) => !RESERVED_HEADER_RE.test(h), {
-            message: "is set by the host (x-ear-*, mcp-*, content and connection headers)",
-          }),
+        text(),
         z
           .object({
             secret: text().regex(/^[A-Za-z0-9_.-]{1,100}$/, "must be a secret name: 1-100 of A-Z a-z 0-9 _ . -"),
           })
           .strict(),
       )
-      .refine((h) => Object.keys(h).length <= AGENT_LIMITS.maxMcpHeaders, {
-        message: `at most ${AGENT_LIMITS.maxMcpHeaders} headers`,
+      .superRefine((h, ctx) => {
+        // Checked here rather than on the record's key schema so the message names the header.
+        const names = Object.keys(h);
+        if (names.length > AGENT_LIMITS.maxMcpHeaders) {
+          ctx.addIssue({ code: "custom", message: `at most ${AGENT_LIMITS.maxMcpHeaders} headers` });
+        }
+        for (const name of names) {
+          if (!HEADER_NAME_RE.test(name)) {
+            ctx.addIssue({ code: "custom", path: [name], message: "is not an HTTP header name" });
+          } else if (RESERVED_HEADER_RE.test(name)) {
+            ctx.addIssue({
+              code: "custom",
+              path: [name],
+              message: "is set by the host (x-ear-*, mcp-*, content and connection headers)",
+            });
+          }
+        }
       })
-      .default({}),
+      .default({})
+      .describe(
+        'Header name → {"secret": name}: the value is the operator\'s secret of that name, resolved on the host.',
+      ),
     /** The server's tools offered to the model (the server may have more; those are never offered). */
     tools: z
       .array(McpToolEntrySchema)
       .min(1)
       .max(AGENT_LIMITS.maxMcpToolsPerServer)
-      .refine((t) => new Set(t.map(mcpToolEntryName)).size === t.length, { message: "lists a tool twice" }),
+      .refine((t) => new Set(t.map(mcpToolEntryName)).size === t.length, { message: "lists a tool twice" })
+      .describe("The server's tools the model is offered, as <server>__<tool>; its other tools never are."),
     timeout_ms: z
       .number()
       .int()
       .min(AGENT_LIMITS.minMcpTimeoutMs)
       .max(AGENT_LIMITS.maxMcpTimeoutMs)
-      .default(AGENT_LIMITS.defaultMcpTimeoutMs),
+      .default(AGENT_LIMITS.defaultMcpTimeoutMs)
+      .describe("Connect, list and each call's timeout; past it the call is cancelled and the model gets mcp_timeout."),
   })
   .strict()
   .superRefine((s, ctx) => {

@@ -462,7 +462,7 @@ const OPERATIONS: Operation[] = [
     tag: "agents",
     summary: "Define an agent: its name and version 1",
     description:
-      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). An agent of that name (archived ones included) is a 409 `conflict`.",
+      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). Each of `mcp_servers` must have a `url` under one of the operator's allowed MCP URL prefixes and headers that name the operator's MCP secrets (400 `invalid_request` otherwise; with no allowed prefixes MCP is off and any server is refused). An agent of that name (archived ones included) is a 409 `conflict`.",
     auth: "bearer",
     body: ref("CreateAgentBody"),
     responses: [{ status: 201, description: "Version 1.", schema: ref("AgentAnswer") }],
@@ -522,7 +522,7 @@ const OPERATIONS: Operation[] = [
     tag: "agents",
     summary: "Store the agent's next version (the whole definition; versions are never edited)",
     description:
-      "Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
+      "Checked as POST /v1/agents checks a definition (model, response_format, mcp_servers). Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
     auth: "bearer",
     parameters: [agentNameParam],
     body: ref("AgentDefinition"),

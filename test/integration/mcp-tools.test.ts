@@ -276,6 +276,8 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     // The SDK's notifications/cancelled reached the server and aborted the handler.
     await waitFor("the server to see the cancellation", async () => slow.aborted !== undefined, { timeoutMs: 5000 });
     expect(slow.aborted?.at ?? Infinity).toBeLessThan(asked + 5000);
+    // The reason is the run's, carried by notifications/cancelled (a closed session would say otherwise).
+    expect(slow.aborted?.reason).toBe("Error: cancelled");
     expect(requestsWith(marker)).toHaveLength(1);
   });
 
@@ -296,6 +298,7 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     });
     const call = mcp.calls.find((c) => c.tool === "slow" && c.meta?.["ear/job_id"] === id);
     await waitFor("the server to see the cancellation", async () => call?.aborted !== undefined, { timeoutMs: 5000 });
+    expect(call?.aborted?.reason).toMatch(/timed out/i);
   });
 
   it("sends an operator secret as the named header, and it appears in no event and not in the job view", async () => {

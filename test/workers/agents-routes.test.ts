@@ -174,6 +174,150 @@ describe("POST /v1/agents: the body is checked before any database work", () => 
   });
 });
 
+describe("mcp_servers: checked against the operator's MCP settings before any database work", () => {
+  const MCP_ENV = {
+    MCP_ALLOWED_URLS: "https://mcp.example.com/tools, http://10.0.0.7:9000/",
+    MCP_SECRET_NAMES: "github_token,jira_key",
+  };
+  const server = {
+    name: "github",
+    url: "https://mcp.example.com/tools/github",
+    headers: { Authorization: { secret: "github_token" } },
+    tools: ["search_issues", { name: "create_issue", requires_approval: true }],
+    timeout_ms: 5000,
+  };
+  const withServers = (...servers: unknown[]) => ({ ...agentBody, mcp_servers: servers });
+
+  it("accepts servers under an allowed prefix with known secrets, as far as the database (503 here)", async () => {
+    const r = await call(
+      "ta",
+      "POST",
+      "/v1/agents",
+      withServers(server, { ...server, name: "internal", url: "http://10.0.0.7:9000/mcp", headers: {} }),
+      MCP_ENV,
+    );
+    expect([r.status, errorOf(r).code]).toEqual([503, "dependency_unavailable"]);
+    // Without MCP_SECRET_NAMES the gateway cannot know the names: the hosts check them.
+    const unchecked = await call(
+      "ta",
+      "POST",
+      "/v1/agents",
+      withServers({ ...server, headers: { Authorization: { secret: "anything" } } }),
+      { MCP_ALLOWED_URLS: MCP_ENV.MCP_ALLOWED_URLS },
+    );
+    expect(unchecked.status).toBe(503);
+  });
+
+  it.each([
+    ["any server when MCP is off (no MCP_ALLOWED_URLS)", withServers(server), {}, /^mcp_servers: MCP is not enabled/],
+    [
+      "a URL outside every allowed prefix",
+      withServers({ ...server, url: "https://mcp.example.com/admin" }),
+      MCP_ENV,
+      /^mcp_servers\.0\.url: not a URL the operator allows/,
+    ],
+    [
+      "a host that only starts with an allowed one",
+      withServers({ ...server, url: "https://mcp.example.com.attacker.net/tools/x" }),
+      MCP_ENV,
+      /^mcp_servers\.0\.url: not a URL the operator allows/,
+    ],
+    [
+      "a path that only starts with an allowed one",
+      withServers({ ...server, url: "https://mcp.example.com/toolsmith" }),
+      MCP_ENV,
+      /^mcp_servers\.0\.url: not a URL the operator allows/,
+    ],
+    [
+      "another port of an allowed host",
+      withServers({ ...server, url: "http://10.0.0.7:9001/" }),
+      MCP_ENV,
+      /^mcp_servers\.0\.url: not a URL the operator allows/,
+    ],
+    [
+      "a secret the operator does not hold",
+      withServers({ ...server, headers: { "X-Key": { secret: "aws_root" } } }),
+      MCP_ENV,
+      /^mcp_servers\.0\.headers\.X-Key: unknown secret "aws_root"/,
+    ],
+    [
+      "a header value written as text (headers name secrets only)",
+      withServers({ ...server, headers: { Authorization: "Bearer ghp_123" } }),
+      MCP_ENV,
+      /mcp_servers\.0\.headers\.Authorization/,
+    ],
+    [
+      "a header the host sets (the fencing identity)",
+      withServers({ ...server, headers: { "x-ear-epoch": { secret: "github_token" } } }),
+      MCP_ENV,
+      /mcp_servers\.0\.headers.*set by the host/,
+    ],
+    [
+      "a URL that is not http(s)",
+      withServers({ ...server, url: "file:///etc/passwd" }),
+      MCP_ENV,
+      /mcp_servers\.0\.url: must be an http\(s\) URL/,
+    ],
+    [
+      "credentials in the URL",
+      withServers({ ...server, url: "https://user:pw@mcp.example.com/tools/x" }),
+      MCP_ENV,
+      /mcp_servers\.0\.url: must be an http\(s\) URL without credentials/,
+    ],
+    ["a server name with capitals", withServers({ ...server, name: "GitHub" }), MCP_ENV, /mcp_servers\.0\.name/],
+    ["no tools", withServers({ ...server, tools: [] }), MCP_ENV, /mcp_servers\.0\.tools/],
+    [
+      "a tool name with a dot",
+      withServers({ ...server, tools: ["issues.search"] }),
+      MCP_ENV,
+      /mcp_servers\.0\.tools\.0/,
+    ],
+    [
+      "a <server>__<tool> name over 64 characters",
+      withServers({ ...server, name: "s".repeat(31), tools: ["t".repeat(32)] }),
+      MCP_ENV,
+      /mcp_servers\.0\.tools\.0: .* longer than 64 characters/,
+    ],
+    [
+      "a tool listed twice",
+      withServers({ ...server, tools: ["a", { name: "a", requires_approval: true }] }),
+      MCP_ENV,
+      /lists a tool twice/,
+    ],
+    ["a server named twice", withServers(server, server), MCP_ENV, /names a server twice/],
+    [
+      "two servers whose tools get the same name",
+      withServers({ ...server, name: "a__b", tools: ["c"] }, { ...server, name: "a", tools: ["b__c"] }),
+      MCP_ENV,
+      /same <server>__<tool> name/,
+    ],
+    [
+      "a timeout over 10 minutes",
+      withServers({ ...server, timeout_ms: 600_001 }),
+      MCP_ENV,
+      /mcp_servers\.0\.timeout_ms/,
+    ],
+  ])("refuses %s with a 400 that says what", async (_label, body, env, message) => {
+    const r = await call("ta", "POST", "/v1/agents", body, env);
+    expect([r.status, errorOf(r).code]).toEqual([400, "invalid_request"]);
+    expect(errorOf(r).message).toMatch(message);
+  });
+
+  it("checks a new version's servers the same way", async () => {
+    const r = await call(
+      "ta",
+      "POST",
+      "/v1/agents/triage/versions",
+      {
+        model: "shared-model",
+        mcp_servers: [{ ...server, url: "https://elsewhere.example.com/" }],
+      },
+      MCP_ENV,
+    );
+    expect([r.status, errorOf(r).message]).toEqual([400, expect.stringMatching(/^mcp_servers\.0\.url: not a URL/)]);
+  });
+});
+
 describe("POST /v1/agents/{name}/versions: the whole definition, checked the same way", () => {
   it("refuses a name in the body (the path names the agent) and a bad schema", async () => {
     const named = await call("ta", "POST", "/v1/agents/triage/versions", agentBody);

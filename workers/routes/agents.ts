@@ -21,6 +21,7 @@ import {
   listAgentVersions,
 } from "../../src/db/agents-repo";
 import { jsonSchemaProblem } from "../../src/domain/json-schema";
+import { mcpServersProblem } from "../../src/domain/mcp";
 import { assertModelOffered } from "../commands/models";
 import type { GatewayConfig } from "../config";
 import { callDependency } from "../deps";
@@ -44,7 +45,8 @@ function versionParam(raw: string): number {
 
 /**
  * What zod cannot check about a definition: its model is one the operator offers this tenant,
- * and its response_format is a JSON Schema the hosts can validate answers with.
+ * its response_format is a JSON Schema the hosts can validate answers with, and its MCP servers
+ * are at URLs the operator allows, with secrets the operator holds.
  */
 function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefinition): void {
   assertModelOffered(config.models, tenantId, d.model);
@@ -54,6 +56,8 @@ function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefini
       throw new ApiError("invalid_request", `response_format: not a valid JSON Schema (draft 2020-12): ${problem}`);
     }
   }
+  const mcpProblem = mcpServersProblem(d.mcp_servers, config.mcp.allowedUrls, config.mcp.secretNames);
+  if (mcpProblem !== null) throw new ApiError("invalid_request", mcpProblem);
 }
 
 /** The definition fields of a create body (everything but the name). */

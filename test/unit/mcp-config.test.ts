@@ -6,13 +6,11 @@
 import { describe, expect, it } from "vitest";
 import { McpConfigError, mcpConfigFromEnv } from "../../sandbox-host/mcp/config";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
-import { isUrlAllowed, mcpRequiresApproval, parseAllowedUrls } from "../../src/domain/mcp";
+import { type AllowedUrl, isUrlAllowed, mcpRequiresApproval, parseAllowedUrls } from "../../src/domain/mcp";
 
 describe("MCP_ALLOWED_URLS", () => {
-  const allowed = parseAllowedUrls(" https://mcp.example.com/tools ,http://10.0.0.7:9000,") as ReturnType<
-    typeof parseAllowedUrls
-  > &
-    object[];
+  const parsed = parseAllowedUrls(" https://mcp.example.com/tools ,http://10.0.0.7:9000,");
+  const allowed: AllowedUrl[] = typeof parsed === "string" ? [] : parsed;
 
   it.each([
     ["https://mcp.example.com/tools", true],

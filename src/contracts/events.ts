@@ -84,9 +84,10 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     reason: z.string(),
     status: z.number().int().nullable(),
   }),
-  "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown() }),
+  /** `server`: the MCP server of an MCP tool (`name` is then `<server>__<tool>`); absent for sandbox tools. */
+  "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown(), server: z.string().optional() }),
   /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
-  "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown() }),
+  "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown(), server: z.string().optional() }),
   "sandbox.created": z.looseObject({}),
   "input.accepted": z.looseObject({ input_id: z.string(), content: z.string() }),
   /** How the host learned of the cancel (null: it was not told which way). */

@@ -90,7 +90,8 @@ export function Chat({ conversationId }: { conversationId: string }) {
             (f.client_message_id && turns.current.find((x) => x.clientMessageId === f.client_message_id)) ||
             byJob(f.job.id);
           if (!t) {
-            t = { key: f.job.id, user: null, events: [], lastOffset: 0, live: true };
+            // Sent from another tab or client of this conversation.
+            t = { key: f.job.id, jobId: f.job.id, user: null, events: [], lastOffset: 0, live: true };
             turns.current.push(t);
             void fillUserTexts();
           }

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient, userMessage } from "../helpers/api";
 import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
+import { startCutProxy } from "../helpers/cut-proxy";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
@@ -45,16 +46,16 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await chrome?.close();
   });
 
-  async function open(path: string, width = 1100): Promise<Page> {
+  async function open(path: string, width = 1100, origin = t.stack.gatewayUrl): Promise<Page> {
     const page = await chrome.browser.contexts()[0]!.newPage();
     await page.setViewportSize({ width, height: 900 });
     page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
-    await page.goto(`${t.stack.gatewayUrl}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
+    await page.goto(`${origin}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
     return page;
   }
 
-  async function openChat(conversation: string, width?: number): Promise<Page> {
-    const page = await open(`/chat/${conversation}`, width);
+  async function openChat(conversation: string, width?: number, origin?: string): Promise<Page> {
+    const page = await open(`/chat/${conversation}`, width, origin);
     await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
     return page;
   }
@@ -167,6 +168,28 @@ describe.runIf(canRun)("web console in Chromium", () => {
     for (const s of seen) expect(expected.startsWith(s), `"${s}" is not a prefix of the answer`).toBe(true);
     expect((await job(jobId)).output).toBe(expected);
     await page.close();
+  });
+
+  it("reconnects after the network drops mid-answer, resuming with no duplicated or missing text", async () => {
+    const proxy = await startCutProxy(Number(new URL(t.stack.gatewayUrl).port));
+    try {
+      const page = await openChat(newConversation(), undefined, proxy.url);
+      const jobId = await send(page, slow(60, 15));
+      await expect.poll(() => textOf(page, jobId), { timeout: 20_000 }).toContain("t8 ");
+      expect(proxy.cutAll()).toBeGreaterThan(0);
+      const afterCut = await textOf(page, jobId);
+      await expect
+        .poll(() => page.getByTestId("socket-status").textContent(), { timeout: 10_000 })
+        .not.toBe("connected");
+      const seen = await watch(page, jobId);
+      const expected = tokensText(60);
+      expect(afterCut.length).toBeLessThan(expected.length);
+      expect(seen.at(-1)).toBe(expected);
+      for (const s of seen) expect(expected.startsWith(s), `"${s}" is not a prefix of the answer`).toBe(true);
+      await page.close();
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("cancels a running answer from the console", async () => {

@@ -9,6 +9,7 @@
  * Runtime-neutral (no Node imports): the gateway builds it in workerd for GET /openapi.json.
  */
 import { z } from "zod";
+import { ACCESS_TOKEN_PARAM } from "./access";
 import {
   CHAT_ERROR_CODES,
   ClientFrameSchema,
@@ -39,6 +40,8 @@ import {
   JobViewSchema,
   ListJobsQuerySchema,
 } from "./job";
+import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
+import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
 
 type JsonSchema = Record<string, unknown>;
 type Status = number;
@@ -54,6 +57,7 @@ const REQUEST_SCHEMAS = {
   IngestBatch: IngestBatchSchema,
   IngestMulti: IngestMultiSchema,
   ClientFrame: ClientFrameSchema,
+  CreateTokenBody: CreateTokenBodySchema,
 } as const;
 
 const RESPONSE_SCHEMAS = {
@@ -71,6 +75,7 @@ const RESPONSE_SCHEMAS = {
   Readiness: ReadinessSchema,
   IngestAck: IngestAckSchema,
   IngestMultiAnswer: IngestMultiAnswerSchema,
+  TokenAnswer: TokenAnswerSchema,
 } as const;
 
 type SchemaName = keyof typeof REQUEST_SCHEMAS | keyof typeof RESPONSE_SCHEMAS;
@@ -134,10 +139,14 @@ interface Operation {
   /** OpenAPI template (`{id}`), matched against the app's `/:id` routes by the workers test. */
   path: string;
   operationId: string;
-  tag: "jobs" | "events" | "conversations" | "health" | "internal";
+  tag: "jobs" | "events" | "conversations" | "tokens" | "health" | "internal";
   summary: string;
   description?: string;
-  auth: "none" | "api_key" | "api_key_or_token" | "signature";
+  /**
+   * `bearer`: an API key or an access token in Authorization; `url_token`: that, or a token in
+   * ?access_token= (the SSE and WebSocket routes); `api_key`: an API key only (minting tokens).
+   */
+  auth: "none" | "api_key" | "bearer" | "url_token" | "signature";
   parameters?: JsonSchema[];
   body?: JsonSchema;
   responses: Success[];
@@ -146,8 +155,12 @@ interface Operation {
   extensions?: Record<string, unknown>;
 }
 
-/** Every /v1 route: the key lookup (401, or 503 when Postgres is away), the per-key request rate (429) and the catch-all 500. */
-const V1_ERRORS: ErrorCode[] = ["unauthorized", "rate_limited", "dependency_unavailable", "internal"];
+/**
+ * Every /v1 route: the credential (401; 403 for a token whose scope or binding does not cover
+ * the route; 503 when Postgres is away for a key lookup), the per-key request rate (429) and the
+ * catch-all 500.
+ */
+const V1_ERRORS: ErrorCode[] = ["unauthorized", "forbidden", "rate_limited", "dependency_unavailable", "internal"];
 /** Every route that reads a JSON body (workers/request/body.ts). */
 const BODY_ERRORS: ErrorCode[] = ["invalid_json", "invalid_request", "payload_too_large", "unsupported_media_type"];
 
@@ -216,7 +229,7 @@ const OPERATIONS: Operation[] = [
     summary: "Submit a job",
     description:
       "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
-    auth: "api_key",
+    auth: "bearer",
     body: ref("CreateJobBody"),
     responses: [
       { status: 202, description: "A new job, state `queued`.", schema: ref("JobAnswer") },
@@ -234,7 +247,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listJobs",
     tag: "jobs",
     summary: "The tenant's jobs, newest first, keyset-paginated",
-    auth: "api_key",
+    auth: "bearer",
     parameters: queryParameters(ListJobsQuerySchema),
     responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("JobPage") }],
     errors: ["invalid_request", ...V1_ERRORS],
@@ -245,7 +258,7 @@ const OPERATIONS: Operation[] = [
     operationId: "getJob",
     tag: "jobs",
     summary: "One job",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -257,7 +270,7 @@ const OPERATIONS: Operation[] = [
     tag: "jobs",
     summary: "Cancel a job (no body)",
     description: "Committed in Postgres first; a claimed or running job's owner then stops it. Repeating is harmless.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 202, description: "What the cancel did.", schema: ref("CancelAnswer") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -269,7 +282,7 @@ const OPERATIONS: Operation[] = [
     tag: "jobs",
     summary: "Send a user message to a queued or running job",
     description: "Its owner applies it at the next model-turn boundary.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     body: ref("JobInputBody"),
     responses: [
@@ -288,7 +301,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listJobInputs",
     tag: "jobs",
     summary: "A job's inputs in arrival order",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The inputs.", schema: ref("InputList") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -299,9 +312,8 @@ const OPERATIONS: Operation[] = [
     operationId: "streamJobEvents",
     tag: "events",
     summary: "The job's events as Server-Sent Events, from its durable log, then live",
-    description:
-      "One SSE frame per event: `id` is the job's event offset (from 1, no gaps), `event` the event type, `data` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with `Last-Event-ID` (wins) or `after`: only events with a larger id follow.",
-    auth: "api_key",
+    description: `The stream opens with \`retry: ${SSE_RETRY_MS}\` (the reconnect delay), then one SSE frame per event: \`id\` is the job's event offset (from 1, no gaps), \`event\` the event type, \`data\` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with \`Last-Event-ID\` (wins) or \`after\`: only events with a larger id follow. A finished job with nothing after the cursor answers ${SSE_FINISHED_STATUS}, which stops a browser's EventSource. A browser's EventSource passes a token in \`${ACCESS_TOKEN_PARAM}\`.`,
+    auth: "url_token",
     parameters: [
       jobIdParam,
       {
@@ -329,10 +341,15 @@ const OPERATIONS: Operation[] = [
           },
         },
         extensions: {
+          "x-sse-retry-ms": SSE_RETRY_MS,
           "x-sse-data": ref("EventEnvelope"),
           "x-sse-event-types": [...EVENT_TYPES],
           "x-sse-terminal-event-types": [...TERMINAL_EVENT_TYPES],
         },
+      },
+      {
+        status: SSE_FINISHED_STATUS,
+        description: "The job is finished and nothing is after the cursor: do not reconnect (no body).",
       },
     ],
     errors: ["invalid_request", "not_found", "gone", "events_expired", ...V1_ERRORS],
@@ -344,8 +361,8 @@ const OPERATIONS: Operation[] = [
     tag: "conversations",
     summary: "The conversation's chat WebSocket",
     description:
-      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad key is a JSON 401 before any upgrade.",
-    auth: "api_key_or_token",
+      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad credential is a JSON 401 (403 for a read token or one bound elsewhere: the socket submits jobs) before any upgrade. A browser passes a write token in `access_token`; an API key is never accepted in the URL.",
+    auth: "url_token",
     parameters: [
       conversationIdParam,
       {
@@ -378,10 +395,23 @@ const OPERATIONS: Operation[] = [
     operationId: "conversationMessages",
     tag: "conversations",
     summary: "The conversation's turns, oldest first, from its jobs",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [conversationIdParam],
     responses: [{ status: 200, description: "The turns.", schema: ref("ConversationMessages") }],
     errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/tokens",
+    operationId: "createToken",
+    tag: "tokens",
+    summary: "Mint a short-lived access token for a browser",
+    description:
+      "Needs an API key (a token cannot mint tokens: 403). The token is bound to the key's tenant, expires after `ttl_s`, has scope `read` (GET only) or `write`, and is optionally bound to one job or one conversation. It works as `Authorization: Bearer` on every /v1 route it covers, and as `access_token` on the SSE and WebSocket routes. Its requests count against the minting key's rate limit.",
+    auth: "api_key",
+    body: ref("CreateTokenBody"),
+    responses: [{ status: 201, description: "The token.", schema: ref("TokenAnswer") }],
+    errors: [...BODY_ERRORS, ...V1_ERRORS],
   },
   {
     method: "post",
@@ -423,7 +453,8 @@ const OPERATIONS: Operation[] = [
 const SECURITY: Record<Operation["auth"], JsonSchema[] | undefined> = {
   none: [],
   api_key: [{ apiKey: [] }],
-  api_key_or_token: [{ apiKey: [] }, { apiKeyQuery: [] }],
+  bearer: [{ apiKey: [] }, { accessToken: [] }],
+  url_token: [{ apiKey: [] }, { accessToken: [] }, { accessTokenQuery: [] }],
   signature: [{ signature: [] }],
 };
 
@@ -501,6 +532,7 @@ export function buildOpenApiDocument(): JsonSchema {
       { name: "jobs", description: "Submit, read, list, cancel and steer jobs." },
       { name: "events", description: "A job's events (the EventEnvelope) as Server-Sent Events." },
       { name: "conversations", description: "WebSocket chat and history." },
+      { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
       { name: "health", description: "Liveness, readiness and this document; no key." },
       { name: "internal", description: "Signed by sandbox-hosts with INTERNAL_SIGNING_SECRET; not for API clients." },
     ],
@@ -509,11 +541,18 @@ export function buildOpenApiDocument(): JsonSchema {
       schemas: { ...components(REQUEST_SCHEMAS, "input"), ...components(RESPONSE_SCHEMAS, "output") },
       securitySchemes: {
         apiKey: { type: "http", scheme: "bearer", description: "An API key, `ear_<8 hex>_<64 hex>`." },
-        apiKeyQuery: {
+        accessToken: {
+          type: "http",
+          scheme: "bearer",
+          bearerFormat: "JWT",
+          description: "An access token from POST /v1/tokens (HS256 JWT; scope and binding limit what it reaches).",
+        },
+        accessTokenQuery: {
           type: "apiKey",
           in: "query",
-          name: "token",
-          description: "The API key, on a WebSocket upgrade without an Authorization header.",
+          name: ACCESS_TOKEN_PARAM,
+          description:
+            "An access token, on the SSE and WebSocket routes only (EventSource and WebSocket cannot set headers).",
         },
         signature: {
           type: "apiKey",

@@ -1,5 +1,6 @@
 /** JobEventsObject event stream: replay from a cursor, then live, no dup/gap, close at terminal. */
 import { describe, expect, it } from "vitest";
+import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import { batch, envelope, ingest, newJob, SseReader } from "./helpers";
 
 function subscribe(stub: ReturnType<typeof newJob>["stub"], after?: number): Promise<Response> {
@@ -60,8 +61,39 @@ describe("JobEventsObject SSE", () => {
       events: [envelope(jobId, "exec-a", 1, 1), envelope(jobId, "exec-a", 1, 2, "run.timed_out")],
     });
     expect((await new SseReader(await subscribe(stub, 0)).rest()).map((e) => e.id)).toEqual([1, 2]);
-    // Resuming at the terminal offset: nothing left, still closes.
-    expect(await new SseReader(await subscribe(stub, 2)).rest()).toEqual([]);
+    expect((await new SseReader(await subscribe(stub, 1)).rest()).map((e) => e.id)).toEqual([2]);
+  });
+
+  it("a finished log with nothing after the cursor answers 204 and no body, so an EventSource stops reconnecting", async () => {
+    const { jobId, stub } = newJob();
+    await ingest(stub, {
+      job_id: jobId,
+      events: [envelope(jobId, "exec-a", 1, 1), envelope(jobId, "exec-a", 1, 2, "run.completed", { output: "x" })],
+    });
+    for (const after of [2, 3, 1_000]) {
+      const res = await subscribe(stub, after);
+      expect(res.status, `after=${after}`).toBe(SSE_FINISHED_STATUS);
+      expect(await res.text()).toBe("");
+    }
+    // Not finished: nothing after the cursor is a stream that stays open for what comes.
+    const { jobId: liveId, stub: live } = newJob();
+    await ingest(live, batch(liveId, "exec-a", 1, [1]));
+    const open = await subscribe(live, 1);
+    expect(open.status).toBe(200);
+    await open.body?.cancel();
+  });
+
+  it("opens every stream with retry:, so the reconnect timing is ours, not the browser's default", async () => {
+    const { jobId, stub } = newJob();
+    const idle = await subscribe(stub, 0);
+    const reader = idle.body?.getReader();
+    const first = new TextDecoder().decode((await reader?.read())?.value);
+    expect(first.startsWith(`retry: ${SSE_RETRY_MS}\n\n`)).toBe(true);
+    await reader?.cancel();
+    await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 1, "run.completed", { output: "x" })] });
+    const replay = new SseReader(await subscribe(stub, 0));
+    expect((await replay.rest()).map((e) => e.id)).toEqual([1]);
+    expect(replay.retryMs).toBe(SSE_RETRY_MS);
   });
 
   it("fans out to every subscriber; one that never reads does not hold up the others", async () => {

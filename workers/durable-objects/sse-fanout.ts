@@ -11,11 +11,14 @@
  * A subscriber may hold a stream lease (tenant-streams.ts): renewed at every keepalive while it
  * is subscribed, released when it is closed or dropped.
  */
+import { SSE_RETRY_MS } from "../../src/contracts/sse";
 import type { LoggedEvent } from "./event-log";
 
 const MAX_QUEUED_CHUNKS = 256;
 const encoder = new TextEncoder();
 const KEEPALIVE = encoder.encode(": keepalive\n\n");
+/** Every stream opens with the reconnect delay a client should use (src/contracts/sse.ts). */
+const RETRY_FIELD = `retry: ${SSE_RETRY_MS}\n\n`;
 
 export const SSE_HEADERS = {
   "content-type": "text/event-stream",
@@ -55,7 +58,7 @@ export class SseFanout {
     const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
     const writer = writable.getWriter();
     // The whole replay as one chunk: a long log must not count against the slow-reader limit.
-    if (replay.length > 0) this.send(writer, encoder.encode(replay.map(sseFrame).join("")));
+    this.send(writer, encoder.encode(RETRY_FIELD + replay.map(sseFrame).join("")));
     if (finished) {
       writer.close().catch(() => {});
       if (lease !== null) this.leases?.release([lease]);

@@ -1,22 +1,22 @@
 /**
- * Chat over the conversation's WebSocket. Each turn is a user message and the job it became; a
- * followed job's events are kept by offset, and a frame at or below the last offset kept is
- * dropped, so a reconnect (which resumes from that offset) or a second delivery never repeats text.
- * A reload starts from the conversation's history and resumes an unfinished job from offset 0.
+ * Chat over the conversation's WebSocket (the client's ChatConnection, which reconnects, resumes
+ * each followed job from its last offset and resends unanswered messages). Each turn is a user
+ * message and the job it became; its events are kept by offset, and one at or below the last kept
+ * is dropped here too, so no path can repeat text. A reload starts from the conversation's history
+ * and follows an unfinished job again from its first event.
  */
 import { useEffect, useRef, useState } from "preact/hooks";
+import type { ChatConnection } from "../../src/client/chat";
 import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody } from "./answer";
 import {
-  ApiFailure,
-  api,
-  ChatSocket,
+  ApiClientError,
   type ChatStatus,
+  client,
   isTerminal,
   type JobView,
   type LatencyView,
   type ServerFrame,
-  streamJobEvents,
 } from "./api";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent } from "./run";
@@ -45,9 +45,16 @@ function newId(): string {
   return `m-${crypto.randomUUID()}`;
 }
 
+const STATUS_TEXT: Record<ChatStatus, string> = {
+  connecting: "connecting…",
+  open: "connected",
+  reconnecting: "reconnecting…",
+  closed: "disconnected",
+};
+
 export function Chat({ conversationId }: { conversationId: string }) {
   const turns = useRef<Turn[]>([]);
-  const socket = useRef<ChatSocket | null>(null);
+  const socket = useRef<ChatConnection | null>(null);
   const [, setTick] = useState(0);
   const [status, setStatus] = useState<ChatStatus>("connecting");
   const [banner, setBanner] = useState<string | null>(null);
@@ -65,7 +72,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const refreshJob = async (t: Turn) => {
       if (!t.jobId) return;
       try {
-        t.job = await api.job(t.jobId);
+        t.job = await client.get(t.jobId);
         bump();
       } catch {}
     };
@@ -74,7 +81,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const fillUserTexts = async () => {
       const missing = turns.current.filter((t) => t.user === null && t.jobId);
       if (!missing.length) return;
-      const { messages } = await api.messages(conversationId).catch(() => ({ messages: [] }));
+      const messages = await client.messages(conversationId).catch(() => []);
       for (const t of missing) {
         const m = messages.find((x) => x.job_id === t.jobId && x.role === "user");
         if (m) t.user = m.content;
@@ -132,19 +139,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
       bump();
     };
 
-    // After every (re)connect: pick up each unfinished job from the last offset kept, and send
-    // again any message that has not become a job yet (the same client_message_id is the same job).
-    const onOpen = () => {
-      for (const t of turns.current) {
-        if (t.jobId && t.live) socket.current?.send({ type: "resume", job_id: t.jobId, after: t.lastOffset });
-        else if (!t.jobId && !t.error && t.clientMessageId && t.user !== null)
-          socket.current?.send({ type: "message", content: t.user, client_message_id: t.clientMessageId });
-      }
-    };
-
     (async () => {
       try {
-        const { messages } = await api.messages(conversationId);
+        const messages = await client.messages(conversationId);
         for (const m of messages) {
           let t = byJob(m.job_id);
           if (!t) {
@@ -167,11 +164,17 @@ export function Chat({ conversationId }: { conversationId: string }) {
             }),
         );
       } catch (err) {
-        if (!(err instanceof ApiFailure && err.status === 404)) setBanner(`history: ${(err as Error).message}`);
+        // 404: no job in this conversation yet (a new one).
+        if (!(err instanceof ApiClientError && err.status === 404)) setBanner(`history: ${(err as Error).message}`);
       }
       if (disposed) return;
       bump();
-      socket.current = new ChatSocket(conversationId, onFrame, setStatus, onOpen);
+      const conn = client.chat(conversationId);
+      socket.current = conn;
+      conn.onFrame(onFrame);
+      conn.onStatus(setStatus);
+      setStatus(conn.status);
+      for (const t of turns.current) if (t.jobId && t.live) conn.resume(t.jobId, t.lastOffset);
     })();
     return () => {
       disposed = true;
@@ -193,7 +196,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const t: Turn = { key: newId(), user: content, events: [], lastOffset: 0, live: false };
     t.clientMessageId = t.key;
     turns.current.push(t);
-    socket.current?.send({ type: "message", content, client_message_id: t.clientMessageId, multitask: policy });
+    socket.current?.send(content, { client_message_id: t.clientMessageId, multitask: policy });
     setDraft("");
     bump();
   };
@@ -202,14 +205,15 @@ export function Chat({ conversationId }: { conversationId: string }) {
     t.debugOpen = !t.debugOpen;
     bump();
     if (!t.debugOpen || !t.jobId) return;
-    if (!t.job || !isFinalState(t.job.state)) t.job = await api.job(t.jobId).catch(() => t.job);
+    if (!t.job || !isFinalState(t.job.state)) t.job = await client.get(t.jobId).catch(() => t.job);
     // A finished job from history: its events come from the log (SSE replay).
     if (!t.live && t.events.length === 0) {
-      const ctl = new AbortController();
       const got: OffsetEvent[] = [];
-      await streamJobEvents(t.jobId, (ev) => got.push(ev), ctl.signal).catch((err) => {
+      try {
+        for await (const { id, event } of client.events(t.jobId)) got.push({ offset: id, event });
+      } catch (err) {
         t.note = `events: ${(err as Error).message}`;
-      });
+      }
       if (t.events.length === 0) {
         t.events = got;
         t.lastOffset = got.at(-1)?.offset ?? 0;
@@ -225,7 +229,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
           Conversation <code>{conversationId}</code>
         </h2>
         <span class={`status status-${status}`} role="status" data-testid="socket-status">
-          {status === "open" ? "connected" : status === "connecting" ? "connecting…" : "reconnecting…"}
+          {STATUS_TEXT[status]}
         </span>
       </div>
       {banner && (
@@ -264,11 +268,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
                   )}
                   {t.note && <span class="muted">{t.note}</span>}
                   {t.jobId && t.live && (
-                    <button
-                      type="button"
-                      class="danger"
-                      onClick={() => socket.current?.send({ type: "cancel", job_id: t.jobId })}
-                    >
+                    <button type="button" class="danger" onClick={() => t.jobId && socket.current?.cancel(t.jobId)}>
                       Cancel
                     </button>
                   )}

@@ -5,7 +5,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody } from "./answer";
-import { api, isTerminal, type JobView, streamJobEvents } from "./api";
+import { client, isTerminal, type JobView } from "./api";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent } from "./run";
 
@@ -24,19 +24,17 @@ export function Inspector({ jobId }: { jobId: string }) {
     setError(null);
     setUpTo(null);
     const got: OffsetEvent[] = [];
-    api
-      .job(jobId)
+    client
+      .get(jobId, { signal: ctl.signal })
       .then(setJob)
-      .catch((err) => setError((err as Error).message));
-    streamJobEvents(
-      jobId,
-      (e) => {
-        got.push(e);
+      .catch((err) => ctl.signal.aborted || setError((err as Error).message));
+    (async () => {
+      for await (const { id, event } of client.events(jobId, { signal: ctl.signal })) {
+        got.push({ offset: id, event });
         setEvents([...got]);
-        if (isTerminal(e.event.type)) void api.job(jobId).then(setJob, () => {});
-      },
-      ctl.signal,
-    ).catch((err) => setError(`events: ${(err as Error).message}`));
+        if (isTerminal(event.type)) void client.get(jobId).then(setJob, () => {});
+      }
+    })().catch((err) => ctl.signal.aborted || setError(`events: ${(err as Error).message}`));
     return () => ctl.abort();
   }, [jobId]);
 

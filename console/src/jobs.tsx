@@ -1,7 +1,7 @@
 /** The tenant's jobs, newest first, with a state filter and cursor paging (GET /v1/jobs). */
 import { useEffect, useState } from "preact/hooks";
 import { JOB_STATES, type JobState } from "../../src/contracts/job-state";
-import { api, type JobView } from "./api";
+import { client, type JobView } from "./api";
 import { ms } from "./debug-panel";
 
 const PAGE = 20;
@@ -18,8 +18,8 @@ export function Jobs() {
     let live = true;
     setPage(null);
     setError(null);
-    api
-      .jobs({ state: state || undefined, limit: PAGE, cursor: cursor ?? undefined })
+    client
+      .list({ state: state || undefined, limit: PAGE, cursor: cursor ?? undefined })
       .then((p) => live && setPage(p))
       .catch((err) => live && setError((err as Error).message));
     return () => {

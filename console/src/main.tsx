@@ -3,22 +3,24 @@
  *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>.
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
- * the history.
+ * the history. The key is exchanged for a token (api.ts) like a pasted one.
  */
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { api, onSessionChange, signedIn, signIn, signOut } from "./api";
+import { client, onSessionChange, signedIn, signIn, signOut } from "./api";
 import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
 import "./style.css";
 
-function takeFragmentKey(): void {
+/** The key from a `#key=…&next=/route` fragment, with the fragment replaced by the route. */
+function takeFragmentKey(): string | null {
   const params = new URLSearchParams(location.hash.slice(1));
   const key = params.get("key");
-  if (!key) return;
-  signIn(key);
+  if (!key) return null;
+  signOut(); // this key, not a token kept from before, is the session now
   history.replaceState(null, "", `${location.pathname}${location.search}#${params.get("next") ?? "/chat"}`);
+  return key;
 }
 
 function useRoute(): string[] {
@@ -32,15 +34,30 @@ function useRoute(): string[] {
   return route;
 }
 
-function SignIn() {
+function SignIn({ fragmentKey }: { fragmentKey: string | null }) {
   const [key, setKey] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const submit = async (k: string) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await signIn(k);
+    } catch (err) {
+      setError(`Not signed in: ${(err as Error).message}`);
+      setBusy(false);
+    }
+  };
+  useEffect(() => {
+    if (fragmentKey) void submit(fragmentKey);
+  }, [fragmentKey]);
   return (
     <main class="signin" id="main">
       <h1>Edge agent runtime</h1>
       <form
         onSubmit={(e) => {
           e.preventDefault();
-          if (key.trim()) signIn(key);
+          if (key.trim()) void submit(key);
         }}
       >
         <label for="api-key">API key</label>
@@ -53,9 +70,16 @@ function SignIn() {
           onInput={(e) => setKey((e.target as HTMLInputElement).value)}
           placeholder="ear_…"
         />
-        <p class="muted">Kept in this tab's memory only: a reload signs you out.</p>
-        <button type="submit" class="primary">
-          Sign in
+        <p class="muted">
+          Exchanged for a short-lived token; the key itself stays in this tab's memory only, to renew the token.
+        </p>
+        {error && (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        )}
+        <button type="submit" class="primary" disabled={busy}>
+          {busy ? "Signing in…" : "Sign in"}
         </button>
       </form>
     </main>
@@ -69,8 +93,8 @@ function newConversationId(): string {
 function Conversations({ current }: { current: string | undefined }) {
   const [ids, setIds] = useState<string[]>([]);
   useEffect(() => {
-    api
-      .jobs({ limit: 100 })
+    client
+      .list({ limit: 100 })
       .then((p) => setIds([...new Set(p.jobs.flatMap((j) => (j.conversation_id ? [j.conversation_id] : [])))]))
       .catch(() => {});
   }, [current]);
@@ -93,11 +117,13 @@ function Conversations({ current }: { current: string | undefined }) {
   );
 }
 
+const fragmentKey = takeFragmentKey();
+
 function App() {
   const [, setTick] = useState(0);
   useEffect(() => onSessionChange(() => setTick((t) => t + 1)), []);
   const route = useRoute();
-  if (!signedIn()) return <SignIn />;
+  if (!signedIn()) return <SignIn fragmentKey={fragmentKey} />;
   const [section, id] = route;
   return (
     <>
@@ -135,5 +161,4 @@ function App() {
   );
 }
 
-takeFragmentKey();
 render(<App />, document.getElementById("app") as HTMLElement);

@@ -154,9 +154,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     const jobId = await send(page, slow(90, 15));
     await expect.poll(() => textOf(page, jobId), { timeout: 20_000 }).toContain("t8 ");
     await page.reload();
-    // The key is kept in memory only, so the reloaded page asks for it; the route survives.
-    await page.getByLabel("API key").fill(t.stack.apiKey);
-    await page.getByRole("button", { name: "Sign in" }).click();
+    // The session survives the reload (its token is in sessionStorage; the key never is).
     // The reload happened mid-answer: the job had not finished when the page came back.
     expect((await job(jobId)).finished_at).toBeNull();
     await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
@@ -190,6 +188,37 @@ describe.runIf(canRun)("web console in Chromium", () => {
     } finally {
       await proxy.close();
     }
+  });
+
+  it("signs in with a pasted key exchanged for a token: the key is in no URL, header after sign-in, or storage", async () => {
+    const page = await chrome.browser.contexts()[0]!.newPage();
+    const urls: string[] = [];
+    const authHeaders: string[] = [];
+    page.on("request", (r) => {
+      urls.push(r.url());
+      const auth = r.headers().authorization;
+      if (auth && !r.url().endsWith("/v1/tokens")) authHeaders.push(auth);
+    });
+    page.on("websocket", (ws) => urls.push(ws.url()));
+    await page.goto(`${t.stack.gatewayUrl}/`);
+    await page.getByLabel("API key").fill(`ear_00000000_${"0".repeat(64)}`);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("Not signed in");
+    await page.getByLabel("API key").fill(t.stack.apiKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("link", { name: "New conversation" }).click();
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    const jobId = await send(page, "hello from a signed-in tab");
+    await watch(page, jobId);
+
+    expect(urls.some((u) => u.includes("access_token="))).toBe(true); // the chat socket's token
+    expect(urls.filter((u) => u.includes(t.stack.apiKey))).toEqual([]);
+    expect(authHeaders.length).toBeGreaterThan(0);
+    for (const h of authHeaders) expect(h).toMatch(/^Bearer [\w-]+\.[\w-]+\.[\w-]+$/);
+    const stored = await page.evaluate(() => JSON.stringify({ ...sessionStorage, ...localStorage }));
+    expect(stored).not.toContain(t.stack.apiKey);
+    expect(stored).toContain("ear.console.token");
+    await page.close();
   });
 
   it("cancels a running answer from the console", async () => {
@@ -259,11 +288,14 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.getByRole("button", { name: "Newer" }).click();
     await expect.poll(ids).toEqual(first);
 
-    // The state filter: only cancelled jobs (the cancel test made one), and every one is.
-    await page.getByTestId("state-filter").selectOption("cancelled");
-    await expect.poll(async () => (await ids()).length).toBeGreaterThan(0);
+    // The state filter: a cancelled job among completed ones, and the page lists only it (and any other cancelled).
+    const doomed = await api().call<{ job: JobView }>("POST", "/v1/jobs", userMessage(slow(300, 10)));
+    await api().call("POST", `/v1/jobs/${doomed.body.job.id}/cancel`);
+    await expect.poll(async () => (await job(doomed.body.job.id)).state, { timeout: 20_000 }).toBe("cancelled");
     const apiCancelled = await api().call<{ jobs: JobView[] }>("GET", "/v1/jobs?state=cancelled&limit=20");
-    expect(await ids()).toEqual(apiCancelled.body.jobs.map((j) => j.id));
+    expect(apiCancelled.body.jobs.map((j) => j.id)).toContain(doomed.body.job.id);
+    await page.getByTestId("state-filter").selectOption("cancelled");
+    await expect.poll(ids).toEqual(apiCancelled.body.jobs.map((j) => j.id));
     await shoot(page, "jobs");
 
     // The inspector: the job's whole log, its answer rebuilt from it, and a replay to any event.

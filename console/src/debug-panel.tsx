@@ -121,7 +121,9 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
             <th scope="col">offset</th>
             <th scope="col">seq</th>
             <th scope="col">type</th>
-            <th scope="col">ts</th>
+            <th scope="col" class="ts">
+              ts
+            </th>
             <th scope="col">payload</th>
           </tr>
         </thead>
@@ -131,7 +133,7 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
               <td>{offset}</td>
               <td>{event.seq}</td>
               <td>{event.type}</td>
-              <td>{event.ts}</td>
+              <td class="ts">{event.ts}</td>
               <td>
                 <code>{payloadSummary(event)}</code>
               </td>

@@ -16,12 +16,15 @@ import type { JobView } from "../../src/contracts/job";
 import { apiClient, userMessage } from "../helpers/api";
 import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
 import { startCutProxy } from "../helpers/cut-proxy";
+import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) &&
   (await requireBinary(CHROMIUM, "apt-get install chromium"));
+/** Tool calls run in Docker sandboxes; without an engine only that test is skipped (never under CI). */
+const docker = canRun ? await requireDocker() : null;
 const SHOTS = process.env.CONSOLE_SCREENSHOTS;
 const FACTS = ["created_at", "started_at", "prepared_at", "first_output_at", "finished_at"] as const;
 
@@ -315,7 +318,42 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.close();
   });
 
-  it("has no serious or critical accessibility violations (axe-core), wide and narrow", async () => {
+  it.runIf(docker !== null)("the inspector shows a tool call collapsed, with its arguments and output", async () => {
+    const script = {
+      tool_calls: [{ name: "shell", args: { command: "echo hello-from-the-sandbox" } }],
+      reply: "The sandbox said hello.",
+    };
+    const submitted = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      ...userMessage(`!mock ${JSON.stringify(script)}`),
+      tools: ["shell"],
+    });
+    const jobId = submitted.body.job.id;
+    await expect.poll(async () => (await job(jobId)).state, { timeout: 60_000 }).toBe("completed");
+    const log = await api().events(jobId);
+    const page = await open(`/jobs/${jobId}`);
+    await expect.poll(() => page.getByTestId("timeline").locator("tbody tr").count()).toBe(log.length);
+
+    const tool = page.getByTestId("inspector-answer").getByTestId("tool-call");
+    expect(await tool.count()).toBe(1);
+    expect(await tool.getAttribute("open")).toBeNull(); // collapsed
+    expect(await tool.locator("summary").textContent()).toBe("tool shell ok");
+    const stdout = tool.getByTestId("tool-output").locator('[data-key="stdout"] pre');
+    expect(await stdout.isVisible()).toBe(false);
+    await tool.locator("summary").press("Enter"); // the keyboard opens it
+    await expect.poll(() => stdout.isVisible()).toBe(true);
+    expect(await tool.getByTestId("tool-args").locator('[data-key="command"] pre').textContent()).toBe(
+      "echo hello-from-the-sandbox",
+    );
+    expect(await stdout.textContent()).toBe("hello-from-the-sandbox\n");
+    expect(await tool.getByTestId("tool-output").locator('[data-key="exit_code"] code').textContent()).toBe("0");
+    expect(await page.getByTestId("inspector-answer").locator(".text").last().textContent()).toBe(script.reply);
+    const sandbox = await page.getByTestId("sandbox-events").locator("li").allTextContents();
+    expect(sandbox.map((l) => l.split(" ")[2])).toEqual(["tool.call", "sandbox.created", "tool.result"]);
+    await shoot(page, "inspector-tools", { fullPage: true });
+    await page.close();
+  });
+
+  it("has no serious or critical accessibility violations (axe-core) and no sideways scrolling, wide and narrow", async () => {
     const axeSource = await readFile(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
     const scan = async (page: Page, where: string) => {
       await page.evaluate(axeSource);
@@ -338,6 +376,12 @@ describe.runIf(canRun)("web console in Chromium", () => {
       });
       const bad = violations.filter((v) => v.impact === "serious" || v.impact === "critical");
       expect(bad, `${where}: ${JSON.stringify(bad, null, 2)}`).toEqual([]);
+      // Usable on a narrow screen: nothing makes the page itself scroll sideways.
+      const { scrollWidth, clientWidth } = await page.evaluate(() => ({
+        scrollWidth: document.documentElement.scrollWidth,
+        clientWidth: document.documentElement.clientWidth,
+      }));
+      expect(scrollWidth, `${where}: page wider than the window`).toBeLessThanOrEqual(clientWidth);
     };
     for (const width of [1100, 380]) {
       const signIn = await chrome.browser.contexts()[0]!.newPage();

@@ -29,7 +29,9 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
           <tbody>
             {FACTS.map((f) => (
               <tr key={f} data-fact={f}>
-                <th scope="row">{f}</th>
+                <th scope="row" class="nowrap">
+                  {f}
+                </th>
                 <td>
                   <time dateTime={job?.[f] ?? undefined}>{job?.[f] ?? "–"}</time>
                 </td>
@@ -43,7 +45,7 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
             {LATENCIES.map(([k, label]) => (
               <tr key={k} data-latency={k}>
                 <th scope="row">{label}</th>
-                <td>{ms(job?.latency[k] ?? null)}</td>
+                <td class="nowrap">{ms(job?.latency[k] ?? null)}</td>
               </tr>
             ))}
           </tbody>
@@ -52,34 +54,46 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
           <caption>Execution</caption>
           <tbody>
             <tr>
-              <th scope="row">job</th>
+              <th scope="row" class="nowrap">
+                job
+              </th>
               <td>
                 <code>{job?.id ?? events[0]?.event.job_id ?? "–"}</code>
               </td>
             </tr>
             <tr>
-              <th scope="row">state</th>
+              <th scope="row" class="nowrap">
+                state
+              </th>
               <td>{job?.state ?? "–"}</td>
             </tr>
             <tr>
-              <th scope="row">execution id</th>
+              <th scope="row" class="nowrap">
+                execution id
+              </th>
               <td>
                 <code data-testid="execution-id">{job?.execution_id ?? "–"}</code>
               </td>
             </tr>
             <tr>
-              <th scope="row">epoch</th>
+              <th scope="row" class="nowrap">
+                epoch
+              </th>
               <td data-testid="epoch">{job?.epoch ?? "–"}</td>
             </tr>
             {run.executions.length > 1 && (
               <tr>
-                <th scope="row">executions seen</th>
+                <th scope="row" class="nowrap">
+                  executions seen
+                </th>
                 <td>{run.executions.map((x) => `${x.execution_id.slice(0, 8)}@${x.epoch}`).join(", ")}</td>
               </tr>
             )}
             {job?.error && (
               <tr>
-                <th scope="row">error</th>
+                <th scope="row" class="nowrap">
+                  error
+                </th>
                 <td>
                   {job.error.code}: {job.error.message}
                 </td>

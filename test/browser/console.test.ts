@@ -147,7 +147,11 @@ describe.runIf(canRun)("web console in Chromium", () => {
       const env = JSON.parse(log[i]!.data) as { seq: number; type: string };
       expect(cells.slice(0, 3)).toEqual([log[i]!.id, String(env.seq), env.type]);
     }
-    await shoot(page, "debug-panel", { fullPage: true });
+    if (SHOTS) {
+      // Tall enough to hold the whole conversation, so the sticky header and composer cover nothing.
+      await page.setViewportSize({ width: 1100, height: 1250 });
+      await shoot(page, "debug-panel");
+    }
     await page.close();
   });
 
@@ -283,6 +287,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     expect(first).toHaveLength(20);
     const apiFirst = await api().call<{ jobs: JobView[] }>("GET", "/v1/jobs?limit=20");
     expect(first).toEqual(apiFirst.body.jobs.map((j) => j.id));
+    await shoot(page, "jobs");
     await page.getByRole("button", { name: "Older" }).click();
     await expect.poll(async () => (await ids()).length > 0 && (await ids())[0] !== first[0]).toBe(true);
     const second = await ids();
@@ -299,7 +304,6 @@ describe.runIf(canRun)("web console in Chromium", () => {
     expect(apiCancelled.body.jobs.map((j) => j.id)).toContain(doomed.body.job.id);
     await page.getByTestId("state-filter").selectOption("cancelled");
     await expect.poll(ids).toEqual(apiCancelled.body.jobs.map((j) => j.id));
-    await shoot(page, "jobs");
 
     // The inspector: the job's whole log, its answer rebuilt from it, and a replay to any event.
     const target = submitted[0] as string;

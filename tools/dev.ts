@@ -10,6 +10,7 @@
  *   MODELS                             the models clients may name (default: just MODEL_NAME)
  *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
+ *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
@@ -21,12 +22,13 @@ import { join, resolve } from "node:path";
 import { type Stack, startStack } from "./stack";
 
 const root = resolve(process.cwd());
-/** The gateway's limit variables a developer may set for `npm run dev` (workers/config.ts). */
+/** The gateway variables a developer may set for `npm run dev` (workers/config.ts). */
 const GATEWAY_LIMIT_VARS = [
   "RATE_LIMIT_REQUESTS",
   "RATE_LIMIT_WINDOW_S",
   "MAX_STREAMS_PER_TENANT",
   "MAX_QUEUED_JOBS_PER_TENANT",
+  "CORS_ALLOWED_ORIGINS",
 ] as const;
 const env = process.env;
 const started = Date.now();

@@ -14,7 +14,7 @@
  * travels in a URL.
  */
 import type { ClientFrame, MultitaskPolicy, ServerFrame } from "../contracts/chat";
-import { isFinalState, stateOfTerminalEvent } from "../contracts/job-state";
+import { stateOfTerminalEvent } from "../contracts/job-state";
 import { SSE_RETRY_MS } from "../contracts/sse";
 import { MAX_BACKOFF_MS } from "./events";
 
@@ -53,6 +53,14 @@ export class ChatConnection {
   private readonly finished = new Set<string>();
   /** Messages sent and not yet answered, by client_message_id, in send order. */
   private readonly unanswered = new Map<string, Extract<ClientFrame, { type: "message" }>>();
+  /**
+   * Messages sent again on a new socket. The server answers a repeated client_message_id with the
+   * job to the sender alone and does not make that socket follow it, so its `job` frame is
+   * followed by a `resume`.
+   */
+  private readonly resent = new Set<string>();
+  /** Messages that went out on some socket (a message queued before the first open has not). */
+  private readonly sentOnce = new Set<string>();
   /** Cancel and resume frames waiting for an open socket. */
   private readonly outbox: ClientFrame[] = [];
   private readonly frameListeners = new Set<Listener<ServerFrame>>();
@@ -160,8 +168,10 @@ export class ChatConnection {
   }
 
   private transmit(frame: ClientFrame): void {
-    if (this.socket?.readyState === OPEN && this.currentStatus === "open") this.socket.send(JSON.stringify(frame));
-    else if (frame.type !== "message") this.outbox.push(frame); // messages are resent from `unanswered`
+    if (this.socket?.readyState === OPEN && this.currentStatus === "open") {
+      this.socket.send(JSON.stringify(frame));
+      if (frame.type === "message") this.sentOnce.add(frame.client_message_id);
+    } else if (frame.type !== "message") this.outbox.push(frame); // messages are resent from `unanswered`
   }
 
   private async connect(): Promise<void> {
@@ -190,7 +200,11 @@ export class ChatConnection {
       for (const frame of this.outbox.splice(0)) {
         if (frame.type !== "resume") ws.send(JSON.stringify(frame));
       }
-      for (const frame of this.unanswered.values()) ws.send(JSON.stringify(frame));
+      for (const frame of this.unanswered.values()) {
+        if (this.sentOnce.has(frame.client_message_id)) this.resent.add(frame.client_message_id);
+        this.sentOnce.add(frame.client_message_id);
+        ws.send(JSON.stringify(frame));
+      }
     });
     ws.addEventListener("message", (ev) => {
       if (this.socket !== ws || typeof ev.data !== "string") return;
@@ -222,11 +236,17 @@ export class ChatConnection {
       return true;
     }
     if (frame.type === "job") {
-      if (frame.client_message_id !== undefined) this.unanswered.delete(frame.client_message_id);
-      if (!this.cursors.has(frame.job.id) && !isFinalState(frame.job.state)) this.cursors.set(frame.job.id, 0);
+      const cmid = frame.client_message_id;
+      if (cmid !== undefined) this.unanswered.delete(cmid);
+      if (!this.cursors.has(frame.job.id)) this.cursors.set(frame.job.id, 0);
+      if (cmid !== undefined && this.resent.delete(cmid) && !this.finished.has(frame.job.id)) {
+        // A final job too: its events (the answer) are what the caller is waiting for.
+        this.transmit({ type: "resume", job_id: frame.job.id, after: this.cursors.get(frame.job.id) ?? 0 });
+      }
     }
     if (frame.type === "error" && frame.client_message_id !== undefined) {
       this.unanswered.delete(frame.client_message_id);
+      this.resent.delete(frame.client_message_id);
     }
     return true;
   }

@@ -1,6 +1,8 @@
 /**
  * The client's event-stream resume (src/client/events.ts) against a stream cut at every byte
- * offset of a recorded response: whatever the cut, the events come out once each, in order,
+ * offset of a recorded response (fixtures/job-events.sse: a live job's stream as the gateway
+ * sent it, recorded on the dev stack with the mock model at 12 tokens/s and SSE_HEARTBEAT_MS=150,
+ * so keepalive comments sit between the frames and multi-byte characters inside them): whatever the cut, the events come out once each, in order,
  * with no gap, and the reconnect asks for exactly what is missing (Last-Event-ID). The "server"
  * is a fetch function that serves the recorded frames after the requested id, as the JobEvents
  * object does; timers are faked so the server's `retry: 1000` costs no real time.
@@ -149,7 +151,7 @@ describe("client events: resume through a cut at every byte offset", () => {
     const deltas = events
       .filter((e) => e.event.type === "model.delta")
       .map((e) => (e.event.payload as { text: string }).text);
-    expect(deltas.join("")).toBe("Bonjour, naïve café 🚀 Done: «héllo» — 日本語 ✓");
+    expect(deltas.join("")).toBe("Bonjour, naïve café 🚀 — «héllo» 日本語 ✓ done.");
   });
 });
 
@@ -163,7 +165,12 @@ describe("client events: how a stream ends", () => {
 
   it("a 204 on reconnect ends the iterator (finished job, nothing after the cursor)", async () => {
     const requests: Array<string | null> = [];
-    const three = encoder.encode(blocks.slice(0, 4).join("")); // retry + frames 1..3, no terminal
+    const three = encoder.encode(
+      `retry: 1000\n\n${frames
+        .slice(0, 3)
+        .map((f) => f.block)
+        .join("")}`,
+    ); // no terminal
     const fetchImpl = (async (_u: unknown, init?: RequestInit) => {
       requests.push(new Headers(init?.headers).get("last-event-id"));
       if (requests.length === 1) return new Response(body(three, [], "close"));
@@ -193,7 +200,13 @@ describe("client events: how a stream ends", () => {
     const fetchImpl = (async () => {
       n++;
       // The server (wrongly) ignores the cursor and replays everything on the second connection.
-      return new Response(body(n === 1 ? encoder.encode(blocks.slice(0, 3).join("")) : RECORDED, [], "close"));
+      const firstTwo = encoder.encode(
+        frames
+          .slice(0, 2)
+          .map((f) => f.block)
+          .join(""),
+      );
+      return new Response(body(n === 1 ? firstTwo : RECORDED, [], "close"));
     }) as typeof fetch;
     const events = await drain(new EarClient({ baseUrl: "http://g", fetch: fetchImpl }).events("j"));
     expect(events.map((e) => e.id)).toEqual(ALL_IDS);

@@ -1,5 +1,6 @@
 /**
- * Request rate per API key on every /v1 route (after auth, so the key is known to be real):
+ * Request rate per API key on every /v1 route (after auth, so the key is known to be real; an
+ * access token counts as the key that minted it, so minting tokens adds no budget):
  * @upstash/ratelimit's sliding window over the gateway's Upstash client, one EVALSHA per request.
  * Past the limit: 429 `rate_limited` with `Retry-After` (whole seconds until the window lets the
  * next request through).

@@ -228,6 +228,38 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.close();
   });
 
+  it("applies the busy-conversation policy chosen per message: reject is refused, queue waits its turn", async () => {
+    const page = await openChat(newConversation());
+    const first = await send(page, slow(40, 15));
+    await expect.poll(() => textOf(page, first), { timeout: 20_000 }).toContain("t2 ");
+    const policy = page.getByRole("combobox", { name: "If busy" });
+    const message = page.getByRole("textbox", { name: "Message" });
+
+    await policy.selectOption("reject");
+    await message.fill("refused while busy");
+    await message.press("Enter");
+    const refused = page.locator("li.turn").nth(1);
+    await expect
+      .poll(() => refused.getByRole("alert").textContent(), { timeout: 20_000 })
+      .toContain("conversation_busy");
+    expect(await refused.getAttribute("data-job-id")).toBe("");
+
+    await policy.selectOption("queue");
+    await message.fill('!mock {"reply": "second answer"}');
+    await message.press("Enter");
+    const queued = page.locator("li.turn").nth(2);
+    await expect.poll(() => queued.textContent(), { timeout: 20_000 }).toContain("queued, position 1");
+    // It becomes a job only once the first has finished, and then answers.
+    await expect.poll(() => queued.getAttribute("data-job-id"), { timeout: 30_000 }).toMatch(/^[0-9a-f-]{36}$/);
+    const second = (await queued.getAttribute("data-job-id")) as string;
+    const [a, b] = [await job(first), await job(second)];
+    expect(a.state).toBe("completed");
+    expect(Date.parse(b.created_at)).toBeGreaterThanOrEqual(Date.parse(a.finished_at as string));
+    await watch(page, second);
+    expect(await textOf(page, second)).toBe("second answer");
+    await page.close();
+  });
+
   it("cancels a running answer from the console", async () => {
     const page = await openChat(newConversation());
     const jobId = await send(page, slow(300, 10));

@@ -212,8 +212,8 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.getByRole("button", { name: "Sign in" }).click();
     await expect.poll(() => page.getByRole("alert").textContent()).toContain("Not signed in");
     await page.getByLabel("API key").fill(t.stack.apiKey);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("link", { name: "New conversation" }).click();
+    await page.getByLabel("API key").press("Enter"); // by keyboard
+    await page.getByRole("link", { name: "New conversation" }).press("Enter");
     await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
     const jobId = await send(page, "hello from a signed-in tab");
     await watch(page, jobId);
@@ -264,7 +264,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     const page = await openChat(newConversation());
     const jobId = await send(page, slow(300, 10));
     await expect.poll(() => textOf(page, jobId), { timeout: 20_000 }).toContain("t3 ");
-    await answerOf(page, jobId).getByRole("button", { name: "Cancel" }).click();
+    await answerOf(page, jobId).getByRole("button", { name: "Cancel" }).press("Enter"); // by keyboard
     await expect
       .poll(() => answerOf(page, jobId).getByTestId("answer").getAttribute("data-state"), { timeout: 20_000 })
       .toBe("cancelled");

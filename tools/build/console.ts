@@ -137,7 +137,11 @@ export async function ensureConsoleBuilt(root = ROOT, log: (line: string) => voi
     if (await fresh()) return;
     const scratch = join(dist, `.console-${process.pid}-${Date.now()}`);
     const started = Date.now();
-    const b = await buildConsole(scratch, root);
+    // A failed build (a syntax error while `npm run dev` watches) leaves dist/console as it was.
+    const b = await buildConsole(scratch, root).catch(async (err) => {
+      await rm(scratch, { recursive: true, force: true });
+      throw err;
+    });
     const old = `${scratch}-old`;
     await rename(outDir, old).catch(() => {});
     await rename(scratch, outDir);

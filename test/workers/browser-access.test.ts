@@ -8,6 +8,7 @@
  */
 import { sign } from "hono/jwt";
 import { describe, expect, it } from "vitest";
+import { TokenAnswerSchema } from "../../src/contracts/tokens";
 import { generateApiKey, hashApiKey } from "../../src/domain/api-keys";
 import { rememberTenant } from "../../workers/middleware/auth/tenant-cache";
 import { ChatClient } from "./chat-helpers";
@@ -110,6 +111,8 @@ describe("POST /v1/tokens", () => {
     const res = await mint(await knownKey());
     expect(res.status).toBe(201);
     const body = (await res.json()) as Minted;
+    // The answer is what the contract (and so the OpenAPI TokenAnswer component) says.
+    expect(TokenAnswerSchema.safeParse(body).error).toBeUndefined();
     expect(body).toMatchObject({
       token_type: "Bearer",
       scope: "read",
@@ -140,6 +143,8 @@ describe("POST /v1/tokens", () => {
     const max = await mint(key, { ttl_s: 86_400, scope: "write" });
     expect(max.status).toBe(201);
     expect(((await max.json()) as Minted).expires_in).toBe(86_400);
+    const bound = await mint(key, { job_id: crypto.randomUUID() });
+    expect(TokenAnswerSchema.safeParse(await bound.json()).error).toBeUndefined();
   });
 
   it("a token cannot mint tokens (no widening)", async () => {
@@ -203,6 +208,10 @@ describe("tokens on REST routes", () => {
     const t = await token({ scope: "read", conversation_id: "conv-a" });
     expect(await statusOf("/v1/conversations/conv-a/messages", { headers: bearer(t) })).toBe(503);
     expect(await statusOf("/v1/conversations/conv-b/messages", { headers: bearer(t) })).toBe(403);
+    // Compared as the router reads the id: an escaped ":" is the same conversation.
+    const colon = await token({ scope: "read", conversation_id: "team:42" });
+    expect(await statusOf("/v1/conversations/team%3A42/messages", { headers: bearer(colon) })).toBe(503);
+    expect(await statusOf("/v1/conversations/team%3A43/messages", { headers: bearer(colon) })).toBe(403);
     expect(await statusOf(`/v1/jobs/${jobId}`, { headers: bearer(t) })).toBe(403);
     expect(await statusOf("/v1/jobs", { headers: bearer(t) })).toBe(403);
   });
@@ -248,6 +257,9 @@ describe("a token that is not one the gateway issued, or no longer valid, is 401
     const now = Math.floor(Date.now() / 1000);
     await refused(await sign(claims({ exp: now - 1 }), SECRET), "exp in the past");
     await refused(await sign(claims({ iat: now + 120 }), SECRET), "issued in the future");
+    // A gateway isolate whose clock is a little behind the minting one still accepts the token.
+    const skewed = await sign(claims({ iat: now + 30 }), SECRET);
+    expect(await statusOf(`/v1/jobs/${crypto.randomUUID()}`, { headers: bearer(skewed) })).toBe(503);
     const { exp: _exp, ...noExp } = claims();
     await refused(await sign(noExp, SECRET), "no exp");
     await refused(await sign(claims({ exp: now + 86_400 * 2 }), SECRET), "longer than the maximum ttl");

@@ -133,7 +133,9 @@ export async function verifyToken(config: GatewayConfig, token: string): Promise
   for (const key of await tokenKeys(config)) {
     let payload: unknown;
     try {
-      payload = await verify(token, key, { alg: ALG, iss: ISSUER, aud: AUDIENCE });
+      // `iat` is checked below with a skew allowance: hono's own check has none, and a token
+      // minted in one isolate must not be refused by another whose clock is a second behind.
+      payload = await verify(token, key, { alg: ALG, iss: ISSUER, aud: AUDIENCE, iat: false });
     } catch (err) {
       // Only a signature mismatch is worth trying the next key for; expired or malformed is final.
       if (err instanceof Error && err.name === "JwtTokenSignatureMismatched") continue;

@@ -260,6 +260,21 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.close();
   });
 
+  it("with the interrupt policy a message cancels the running answer and is answered at once", async () => {
+    const page = await openChat(newConversation());
+    const first = await send(page, slow(300, 10));
+    await expect.poll(() => textOf(page, first), { timeout: 20_000 }).toContain("t2 ");
+    await page.getByRole("combobox", { name: "If busy" }).selectOption("interrupt");
+    const second = await send(page, '!mock {"reply": "right away"}');
+    await expect
+      .poll(() => answerOf(page, first).getByTestId("answer").getAttribute("data-state"), { timeout: 20_000 })
+      .toBe("cancelled");
+    await watch(page, second);
+    expect(await textOf(page, second)).toBe("right away");
+    expect((await job(first)).state).toBe("cancelled");
+    await page.close();
+  });
+
   it("cancels a running answer from the console", async () => {
     const page = await openChat(newConversation());
     const jobId = await send(page, slow(300, 10));

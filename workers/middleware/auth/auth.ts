@@ -11,7 +11,7 @@ import { findTenantIdByKeyHash } from "../../../src/db/jobs-repo";
 import { hashApiKey, looksLikeApiKey } from "../../../src/domain/api-keys";
 import { callDependency } from "../../deps";
 import type { GatewayEnv } from "../../types";
-import { cachedTenant, rememberTenant } from "./tenant-cache";
+import { resolveTenant } from "./tenant-cache";
 
 /** The one route that may carry a credential in its URL: GET /v1/conversations/:id/ws. */
 const URL_CREDENTIAL_ROUTE = /^\/v1\/conversations\/[^/]+\/ws$/;
@@ -55,13 +55,12 @@ export function apiKeyAuth() {
     if (key === null) throw new ApiError("unauthorized", "missing API key: send Authorization: Bearer <key>");
     if (!looksLikeApiKey(key)) throw new ApiError("unauthorized", "invalid API key");
     const keyHash = await hashApiKey(key);
-    let tenantId = cachedTenant(keyHash);
-    if (tenantId === null) {
-      const db = c.get("deps").db();
-      tenantId = await callDependency("postgres", () => findTenantIdByKeyHash(db, keyHash));
-      if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
-      rememberTenant(keyHash, tenantId);
-    }
+    const tenantId = await resolveTenant(
+      keyHash,
+      () => callDependency("postgres", () => findTenantIdByKeyHash(c.get("deps").db(), keyHash)),
+      { keepAlive: (work) => c.executionCtx.waitUntil(work) },
+    );
+    if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
     c.set("tenantId", tenantId);
     c.set("apiKeyHash", keyHash);
     await next();

@@ -73,7 +73,9 @@ export async function resolveTenant(
       new Promise<typeof gaveUp>((resolve) => {
         timer = setTimeout(() => resolve(gaveUp), waitMs);
       }),
-    ]).finally(() => clearTimeout(timer));
+    ]).finally(() => {
+      if (timer !== undefined) clearTimeout(timer);
+    });
     if (joined !== gaveUp) return joined;
     return lookupAndRemember(keyHash, lookup, now);
   }

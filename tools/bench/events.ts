@@ -283,6 +283,7 @@ async function latency(stack: Stack, db: Db, subscribers: number) {
   const jobId = await newJob(stack);
   const subs = await subscribe(stack, jobId, subscribers, true);
   const sender = await Sender.start(stack, db, jobId);
+  const cpu = cpuMeter();
   const tEnd = now() + PACED_MS;
   let next = now();
   let events = 0;
@@ -295,6 +296,7 @@ async function latency(stack: Stack, db: Db, subscribers: number) {
   }
   await sender.send(1, true);
   await subs.done;
+  const used = cpu();
   const l = subs.latencies;
   return {
     subscribers,
@@ -306,6 +308,8 @@ async function latency(stack: Stack, db: Db, subscribers: number) {
     max_ms: +l.reduce((m, x) => Math.max(m, x), 0).toFixed(2),
     send_rate_events_per_s: Math.round((events + 1) / (PACED_MS / 1000)),
     slow_reader_reconnects: subs.reconnects(),
+    ...used,
+    workerd_cpu_us_per_delivery: +((used.workerd_cpu_ms * 1000) / ((events + 1) * subscribers)).toFixed(2),
   };
 }
 
@@ -332,7 +336,7 @@ async function main() {
           `${t.deliveries_per_s} deliveries/s, ${t.events} events in batches of ${t.batch}, ${t.slow_reader_reconnects} slow-reader reconnects; ` +
           `CPU workerd ${t.workerd_cpu_ms} ms = ${t.workerd_cpu_us_per_delivery} µs/delivery, this process ${t.bench_process_cpu_ms} ms = ${t.bench_cpu_us_per_delivery} µs/delivery; load ${t.load}); ` +
           `paced (${l.send_rate_events_per_s} events/s achieved) latency p50 ${l.p50_ms} ms, p95 ${l.p95_ms} ms, p99 ${l.p99_ms} ms, max ${l.max_ms} ms ` +
-          `(${l.samples} samples, ${l.slow_reader_reconnects} reconnects)`,
+          `(${l.samples} samples, ${l.slow_reader_reconnects} reconnects; CPU workerd ${l.workerd_cpu_ms} ms = ${l.workerd_cpu_us_per_delivery} µs/delivery, this process ${l.bench_process_cpu_ms} ms)`,
       );
     }
     console.log(`load average at the end ${load()}`);

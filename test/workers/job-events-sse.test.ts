@@ -110,9 +110,9 @@ describe("JobEventsObject SSE", () => {
       await ingest(stub, batch(jobId, "exec-a", 1, [seq, seq + 1]));
       // The fast readers keep up as it streams; the slow ones build a backlog.
       for (const [i, r] of fast.entries()) {
-        const want = seq + 1 - cursors[i];
-        while ((fastIds[i] as number[]).length < want)
-          (fastIds[i] as number[]).push(((await r.next()) as { id: number }).id);
+        const ids = fastIds[i] as number[];
+        const want = seq + 1 - (cursors[i] as number);
+        while (ids.length < want) ids.push(((await r.next()) as { id: number }).id);
       }
     }
     await ingest(stub, { job_id: jobId, events: [envelope(jobId, "exec-a", 1, 31, "run.completed")] });

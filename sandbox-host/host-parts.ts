@@ -96,6 +96,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    sandboxQueueLimit: config.sandboxCreateQueue,
     models: deps.models ?? { entries: [{ name: deps.modelName ?? "default" }] },
     quota: leaseStore
       ? {
@@ -168,6 +169,7 @@ async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetr
     docker,
     hostId: config.hostId,
     image: config.sandboxImage,
+    createConcurrency: config.sandboxCreateConcurrency,
     logger: log,
     observe: {
       active: (n) => metrics.sandboxesActive.set(n),

@@ -28,6 +28,7 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["quota.waiting", { reason: "redis_unavailable", key: null, ahead: null }],
   ["model.delta", { text: "hello" }],
   ["tool.call", { id: "c1", name: "shell", args: { command: "ls" } }],
+  ["sandbox.waiting", { ahead: 3 }],
   ["sandbox.created", {}],
   ["tool.result", { id: "c1", ok: true, output: { exit_code: 0, stdout: "", stderr: "" } }],
   ["tool.result", { id: "c1", ok: false, output: { code: "sandbox_error", message: "boom" } }],

@@ -7,7 +7,8 @@
  * - host CPU ms per run: the process's utime + stime (/proc/<pid>/stat, every thread) over the
  *   batch, divided by the runs; also with the idle rate (measured first) taken out;
  * - RSS per concurrent run: peak VmRSS during the batch minus VmRSS before it, over the runs;
- * - Redis commands per run: `INFO commandstats` of the redis-server (Upstash bills per command);
+ * - Redis commands per run, as Upstash bills them: every command a client sent (MONITOR), a
+ *   script's EVALSHA counting once and the commands inside it not at all;
  * - Postgres statements and round trips per run: counted on the wire by a proxy between the host
  *   and Postgres (simple-query `Q` and extended `Execute` messages; `Q` and `Sync` for trips);
  * - ingest requests per run, and each run's latency from insert to its terminal event.
@@ -48,7 +49,7 @@ const TENANT = "bench-host";
 const { values: args } = parseArgs({
   options: {
     runs: { type: "string", default: "1,10,100" },
-    "tool-runs": { type: "string", default: "1,10,100" },
+    "tool-runs": { type: "string", default: "1,10" },
     kinds: { type: "string", default: "text,tool" },
     "cpu-prof": { type: "string" },
     json: { type: "boolean", default: false },
@@ -251,12 +252,12 @@ async function main(): Promise<void> {
     SANDBOX_ENABLED: String(dockerUp),
   });
 
-  const redisCommands = async (): Promise<number> => {
-    const info = await direct.info("commandstats");
-    let total = 0;
-    for (const m of info.matchAll(/calls=(\d+)/g)) total += Number(m[1]);
-    return total;
-  };
+  let redisSent = 0;
+  const monitor = await direct.monitor();
+  monitor.on("monitor", (_time: string, _args: string[], source: string) => {
+    if (source !== "lua") redisSent++;
+  });
+  const redisCommands = async (): Promise<number> => redisSent;
 
   async function startBenchHost(profileDir?: string): Promise<HostHandle> {
     const hostId = `bench-${randomUUID().slice(0, 8)}`;
@@ -306,8 +307,7 @@ async function main(): Promise<void> {
     await sampler;
     const wallMs = performance.now() - t0;
     const cpu = (await cpuMs(pid)) - cpu0;
-    // One INFO of ours is among the calls counted.
-    const redisCalls = (await redisCommands()) - redis0 - 1;
+    const redisCalls = (await redisCommands()) - redis0;
     const sample: Sample = {
       cpuPerRunMs: cpu / n,
       cpuPerRunNetMs: (cpu - (idleCpuPerS * wallMs) / 1000) / n,
@@ -330,7 +330,7 @@ async function main(): Promise<void> {
     const s = (performance.now() - t0) / 1000;
     return {
       cpuPerS: ((await cpuMs(pid)) - c0) / s,
-      redisPerS: ((await redisCommands()) - r0 - 1) / s,
+      redisPerS: ((await redisCommands()) - r0) / s,
       pgPerS: (pgProxy.counts.statements - p0) / s,
     };
   }
@@ -394,6 +394,7 @@ async function main(): Promise<void> {
     printTable(rows, idle);
     if (args.json) console.log(JSON.stringify({ idle, rows }, null, 2));
   } finally {
+    monitor.disconnect();
     direct.disconnect();
     await pool.end();
     pgProxy.close();

@@ -20,6 +20,7 @@
  * Figures are medians with p95 over the repetitions (per-run latency: over all runs), printed
  * with the machine's load average: on a shared 2-core machine they are an upper bound.
  */
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
@@ -27,6 +28,7 @@ import type { AddressInfo } from "node:net";
 import { connect, createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { Redis as IORedis } from "ioredis";
@@ -37,12 +39,14 @@ import type { IngestBatch } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { buildHost } from "../build/host";
 import { applyMigrations } from "../migrate";
-import { MOCK_MODEL_NAME, startMockModel } from "../mock-model";
+import { MOCK_MODEL_NAME } from "../mock-model";
 import { LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
 import { startPostgres } from "../services/postgres";
+import { killOnExit, stopProcessGroup } from "../services/process";
 import { startRedis } from "../services/redis";
 import { type HostHandle, spawnHost } from "../stack";
 import { startUpstashBridge } from "../upstash-bridge";
+import { measureGateway, type RouteCost } from "./host-gateway";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const TENANT = "bench-host";
@@ -53,6 +57,8 @@ const { values: args } = parseArgs({
     kinds: { type: "string", default: "text,tool" },
     "cpu-prof": { type: "string" },
     json: { type: "boolean", default: false },
+    /** Skip the gateway's CPU per route (it starts a whole stack of its own). */
+    "skip-gateway": { type: "boolean", default: false },
   },
 });
 const sizes = (s: string) =>
@@ -92,6 +98,12 @@ async function rssMiB(pid: number): Promise<number> {
 /** A TCP proxy to Postgres that counts what the host sends: statements and round trips. */
 async function countingPgProxy(target: { host: string; port: number }) {
   const counts = { statements: 0, trips: 0 };
+  /** Statements by their text's start (Parse and simple Query messages carry the SQL). */
+  const byText = new Map<string, number>();
+  const note = (sql: string) => {
+    const key = sql.replace(/\s+/g, " ").trim().slice(0, 60);
+    byText.set(key, (byText.get(key) ?? 0) + 1);
+  };
   const server: TcpServer = createTcpServer((client: Socket) => {
     const upstream = connect(target.port, target.host);
     let buf = Buffer.alloc(0);
@@ -114,6 +126,11 @@ async function countingPgProxy(target: { host: string; port: number }) {
         if (type === "Q") {
           counts.statements++;
           counts.trips++;
+          note(buf.toString("utf8", 5, 1 + len - 1));
+        } else if (type === "P") {
+          // Parse: statement name, NUL, the SQL, NUL, …
+          const nameEnd = buf.indexOf(0, 5);
+          note(buf.toString("utf8", nameEnd + 1, buf.indexOf(0, nameEnd + 1)));
         } else if (type === "E") counts.statements++;
         else if (type === "S") counts.trips++;
         buf = buf.subarray(1 + len);
@@ -130,7 +147,7 @@ async function countingPgProxy(target: { host: string; port: number }) {
     upstream.on("close", end);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { port: (server.address() as AddressInfo).port, counts, close: () => server.close() };
+  return { port: (server.address() as AddressInfo).port, counts, byText, close: () => server.close() };
 }
 
 /** Acks like the projector; resolves a job's waiter on its terminal event; counts requests. */
@@ -193,7 +210,24 @@ interface Row {
   load: string;
 }
 
+/** tools/mock-model.ts as a child process; resolves once it printed its URL. */
+async function spawnMockModel(): Promise<{ url: string; close(): Promise<void> }> {
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", join(ROOT, "tools", "mock-model.ts"), "--ttft-ms", "200", "--tokens-per-s", "50"],
+    { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "inherit"] },
+  );
+  killOnExit(child, { group: true });
+  const url = await new Promise<string>((ok, fail) => {
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).once("line", (line) => ok(line.trim()));
+    child.once("exit", (code) => fail(new Error(`mock model exited (${code})`)));
+  });
+  return { url, close: () => stopProcessGroup(child, 2000) };
+}
+
 interface Sample {
+  /** Per run, by Redis command and by statement text (this batch, idle traffic included). */
+  breakdown: { redis: string[]; postgres: string[] };
   cpuPerRunMs: number;
   cpuPerRunNetMs: number;
   rssPerRunMiB: number;
@@ -213,7 +247,9 @@ async function main(): Promise<void> {
   const pgService = await startPostgres();
   const redis = await startRedis();
   const bridge = await startUpstashBridge({ redisUrl: redis.url, token: randomUUID(), log: () => {} });
-  const mock = await startMockModel({ defaultTtftMs: 200, defaultTokensPerS: 50 });
+  // The mock model in a process of its own: streaming 100 replies at once is more work than the
+  // host under test does, and in this process it slowed the ingest answers the host batches on.
+  const mock = await spawnMockModel();
   const ingest = await ingestServer();
   const direct = new IORedis(redis.url, { protocol: 2 });
   await applyMigrations(pgService.url);
@@ -253,9 +289,13 @@ async function main(): Promise<void> {
   });
 
   let redisSent = 0;
+  const redisByCommand = new Map<string, number>();
   const monitor = await direct.monitor();
-  monitor.on("monitor", (_time: string, _args: string[], source: string) => {
-    if (source !== "lua") redisSent++;
+  monitor.on("monitor", (_time: string, args: string[], source: string) => {
+    if (source === "lua") return;
+    redisSent++;
+    const name = String(args[0]).toLowerCase();
+    redisByCommand.set(name, (redisByCommand.get(name) ?? 0) + 1);
   });
   const redisCommands = async (): Promise<number> => redisSent;
 
@@ -272,6 +312,8 @@ async function main(): Promise<void> {
     const cpu0 = await cpuMs(pid);
     const redis0 = await redisCommands();
     const pg0 = { ...pgProxy.counts };
+    const redisBy0 = new Map(redisByCommand);
+    const pgBy0 = new Map(pgProxy.byText);
     const ingest0 = ingest.stats.requests;
     const ids = Array.from({ length: n }, () => randomUUID());
     const content =
@@ -308,7 +350,15 @@ async function main(): Promise<void> {
     const wallMs = performance.now() - t0;
     const cpu = (await cpuMs(pid)) - cpu0;
     const redisCalls = (await redisCommands()) - redis0;
+    const perRun = (now: Map<string, number>, then: Map<string, number>) =>
+      [...now.entries()]
+        .map(([k, v]) => [k, (v - (then.get(k) ?? 0)) / n] as const)
+        .filter(([, v]) => v > 0)
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, v]) => `${v.toFixed(2)} × ${k}`);
+    const breakdown = { redis: perRun(redisByCommand, redisBy0), postgres: perRun(pgProxy.byText, pgBy0) };
     const sample: Sample = {
+      breakdown,
       cpuPerRunMs: cpu / n,
       cpuPerRunNetMs: (cpu - (idleCpuPerS * wallMs) / 1000) / n,
       rssPerRunMiB: (peak - rss0) / n,
@@ -374,6 +424,9 @@ async function main(): Promise<void> {
           load: load(),
         };
         rows.push(row);
+        const last = samples.at(-1) as Sample;
+        log(`${kind} × ${n}, per run (last batch): Redis ${last.breakdown.redis.join(", ")}`);
+        log(`${kind} × ${n}, per run (last batch): Postgres\n    ${last.breakdown.postgres.join("\n    ")}`);
         log(`${kind} × ${n}: ${JSON.stringify(row)}`);
       }
     }
@@ -391,8 +444,26 @@ async function main(): Promise<void> {
       if (file) printProfile(JSON.parse(await readFile(join(dir, file), "utf8")), join(dir, file));
       else log(`no profile written in ${dir}`);
     }
+    let gateway: RouteCost[] = [];
+    if (!args["skip-gateway"]) {
+      try {
+        gateway = await measureGateway(log);
+      } catch (err) {
+        log(`gateway measurement failed: ${err instanceof Error ? err.stack : String(err)}`);
+      }
+    }
     printTable(rows, idle);
-    if (args.json) console.log(JSON.stringify({ idle, rows }, null, 2));
+    if (gateway.length > 0) {
+      console.log(`\ngateway (workerd process CPU per request; load average now ${load()}):`);
+      console.log("| route | requests | CPU ms/request p50 / p95 (per round of 20) | wall ms p50 / p95 |");
+      console.log("|---|---:|---:|---:|");
+      for (const g of gateway) {
+        console.log(
+          `| ${g.route} | ${g.requests} | ${g.cpuMs.p50.toFixed(2)} / ${g.cpuMs.p95.toFixed(2)} | ${g.wallMs.p50.toFixed(0)} / ${g.wallMs.p95.toFixed(0)} |`,
+        );
+      }
+    }
+    if (args.json) console.log(JSON.stringify({ idle, rows, gateway }, null, 2));
   } finally {
     monitor.disconnect();
     direct.disconnect();

@@ -153,7 +153,11 @@ export class Runner {
   /** Take a slot for a claim that just hit and run it in the background. */
   start(claim: Claim): void {
     if (this.runs.has(claim.jobId)) throw new Error(`job ${claim.jobId} is already running here`);
-    if (this.free === 0) throw new Error("no free run slot: the claimer must check capacity before claiming");
+    // Slots only, not headroom: a claim already won while the sandbox queue grew is still run here
+    // (headroom decides the next claim; a won claim left unstarted would wait for the reaper).
+    if (this.runs.size >= this.opts.maxRuns) {
+      throw new Error("no free run slot: the claimer must check capacity before claiming");
+    }
     const run = new ActiveRun(claim);
     const done = runJob(this.ctx, run).then(
       (result) => {

@@ -56,6 +56,8 @@ const { values: args } = parseArgs({
     "tool-runs": { type: "string", default: "1,10" },
     kinds: { type: "string", default: "text,tool" },
     "cpu-prof": { type: "string" },
+    /** Concurrent text runs per profiled batch (3 batches). */
+    "prof-runs": { type: "string", default: "100" },
     json: { type: "boolean", default: false },
     /** Skip the gateway's CPU per route (it starts a whole stack of its own). */
     "skip-gateway": { type: "boolean", default: false },
@@ -438,10 +440,11 @@ async function main(): Promise<void> {
       const before = new Set(await readdir(dir));
       const profiled = await startBenchHost(dir);
       await sleep(2000);
-      for (let i = 0; i < 3; i++) await batch(profiled, "text", 100, 0, 0);
+      const profRuns = Number(args["prof-runs"]);
+      for (let i = 0; i < 3; i++) await batch(profiled, "text", profRuns, 0, 0);
       await profiled.stop();
       const file = (await readdir(dir)).find((f) => f.endsWith(".cpuprofile") && !before.has(f));
-      if (file) printProfile(JSON.parse(await readFile(join(dir, file), "utf8")), join(dir, file));
+      if (file) printProfile(JSON.parse(await readFile(join(dir, file), "utf8")), join(dir, file), profRuns);
       else log(`no profile written in ${dir}`);
     }
     let gateway: RouteCost[] = [];
@@ -506,7 +509,7 @@ interface CpuProfile {
 }
 
 /** Self time by function and by package/file: where the host's CPU went. */
-function printProfile(p: CpuProfile, file: string): void {
+function printProfile(p: CpuProfile, file: string, runs: number): void {
   const totalMs = (p.endTime - p.startTime) / 1000;
   const perSample = totalMs / Math.max(1, p.samples.length);
   const byFn = new Map<string, number>();
@@ -536,7 +539,9 @@ function printProfile(p: CpuProfile, file: string): void {
       .slice(0, n)
       .map(([k, v]) => `  ${v.toFixed(0).padStart(6)} ms  ${((100 * v) / busy).toFixed(1).padStart(5)} %  ${k}`)
       .join("\n");
-  console.log(`\n--cpu-prof ${file}: ${busy.toFixed(0)} ms busy of ${totalMs.toFixed(0)} ms (3 × 100 text runs)`);
+  console.log(
+    `\n--cpu-prof ${file}: ${busy.toFixed(0)} ms busy of ${totalMs.toFixed(0)} ms (3 × ${runs} concurrent text runs, the host's whole life)`,
+  );
   console.log(`by package / file (self time):\n${top(byArea, 15)}`);
   console.log(`by function (self time):\n${top(byFn, 25)}`);
 }

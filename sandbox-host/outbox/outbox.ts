@@ -23,13 +23,11 @@ import type { ExecutionRef } from "../../src/domain/identity";
 import { signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
 import { hostBatchMac, ingestKeyBytes } from "./batch-mac";
-import { createHttpPoster, type HttpPoster } from "./http-post";
 
 export interface OutboxOptions {
   gatewayUrl: string;
   signingSecret: string;
   log: Logger;
-  /** Replaces the node:http transport (./http-post.ts): tests script the gateway's answers with it. */
   fetch?: typeof fetch;
   /** Called with the total number of unacknowledged events whenever it changes. */
   onBacklog?: (backlog: number) => void;
@@ -80,11 +78,9 @@ export class Outbox {
   private timerDue = Number.POSITIVE_INFINITY;
   private closed = false;
   readonly ingestUrl: URL;
-  private readonly http: HttpPoster | null;
 
   constructor(readonly opts: OutboxOptions) {
     this.ingestUrl = new URL(`${opts.gatewayUrl.replace(/\/+$/, "")}/internal/events`);
-    this.http = opts.fetch ? null : createHttpPoster();
   }
 
   /** Start the outbox of one execution. */
@@ -111,7 +107,6 @@ export class Outbox {
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
-    this.http?.close();
     for (const s of this.streams.values()) s.stop();
     this.streams.clear();
     this.resolveDrainIfEmpty();
@@ -225,21 +220,18 @@ export class Outbox {
 
   private async post(body: string, nonce: string, count: number): Promise<IngestMultiResult[]> {
     const { opts, ingestUrl } = this;
-    // The answer is a few hundred bytes of JSON: compressing it (workerd and Cloudflare do for
-    // clients that accept gzip) costs both ends CPU on every flush and saves nothing.
-    const headers = {
-      ...(await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body, nonce)),
-      "accept-encoding": "identity",
-    };
-    const timeoutMs = opts.requestTimeoutMs ?? 10_000;
-    const res = this.http
-      ? await this.http.post(ingestUrl, headers, body, timeoutMs)
-      : await (async (f: typeof fetch) => {
-          const r = await f(ingestUrl, { method: "POST", headers, body, signal: AbortSignal.timeout(timeoutMs) });
-          return { status: r.status, text: await r.text() };
-        })(opts.fetch as typeof fetch);
-    const { text } = res;
-    const ok = res.status >= 200 && res.status < 300;
+    const res = await (opts.fetch ?? fetch)(ingestUrl, {
+      method: "POST",
+      // The answer is a few hundred bytes of JSON: compressing it (workerd and Cloudflare do for
+      // clients that accept gzip) costs both ends CPU on every flush and saves nothing.
+      headers: {
+        ...(await signedHeaders(opts.signingSecret, "POST", ingestUrl.pathname, body, nonce)),
+        "accept-encoding": "identity",
+      },
+      body,
+      signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 10_000),
+    });
+    const text = await res.text();
     if (PERMANENT_REJECTIONS.has(res.status)) {
       // The whole request was refused (a shape our own code produced): every batch in it would
       // be refused again, so each stream drops its events — loudly.
@@ -250,7 +242,7 @@ export class Outbox {
         error: { code: "invalid_request", message: text.slice(0, 200) },
       }));
     }
-    if (!ok) throw new Error(`ingest answered ${res.status}: ${text.slice(0, 200)}`);
+    if (!res.ok) throw new Error(`ingest answered ${res.status}: ${text.slice(0, 200)}`);
     const parsed = JSON.parse(text) as { results?: IngestMultiResult[] };
     if (!Array.isArray(parsed.results) || parsed.results.length !== count) {
       throw new Error(`ingest answered without one result per batch: ${text.slice(0, 200)}`);

@@ -73,6 +73,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         })
       : null;
   const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
+  if (sandbox) metrics.watchSandboxCreateQueue(() => sandbox.creationLoad().queued);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,

@@ -219,6 +219,9 @@ describe.skipIf(!canRun || !docker)("overload degrades to waiting", () => {
         timeoutMs: 30_000,
         intervalMs: 10,
       });
+      // The wait is visible to the operator too.
+      const scraped = await (await fetch(host.metricsUrl)).text();
+      expect(Number(/^sandbox_create_queued\{[^}]*\} (\d+)$/m.exec(scraped)?.[1])).toBeGreaterThanOrEqual(1);
       const textJob = randomUUID();
       await t.db
         .insert(schema.jobs)

@@ -1,5 +1,9 @@
 import { cloudflareTest } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
+import { ensureConsoleBuilt } from "./tools/build/console";
+
+// wrangler.toml's [assets] directory (the console's build) must exist when the plugin reads it.
+await ensureConsoleBuilt();
 
 // Gateway Worker + JobEvents DO tests, run inside workerd (wrangler 4.86.0's). No Postgres or
 // Redis: their URLs point at a closed loopback port, so the "dependency down" paths are real.

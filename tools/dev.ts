@@ -1,5 +1,6 @@
 /**
- * `npm run dev`: the whole local stack in one command. Prints the gateway URL and a dev API key,
+ * `npm run dev`: the whole local stack in one command. Prints the gateway URL, the web console's
+ * URL (signed in with the dev key) and a dev API key,
  * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
  * stops every child it started. Environment (all optional):
  *   DATABASE_URL                       use this Postgres instead of an embedded one
@@ -54,6 +55,14 @@ async function writeStackFile(stack: Stack) {
   const tmp = join(root, ".dev", `stack.json.${process.pid}`);
   await writeFile(tmp, `${JSON.stringify(stack.describe(), null, 2)}\n`, { mode: 0o600 });
   await rename(tmp, join(root, ".dev", "stack.json"));
+}
+
+/**
+ * The console, signed in: the key rides in the URL fragment, which a browser never sends to a
+ * server (so it is in no access log), and the console removes it from the address bar at once.
+ */
+function consoleUrl(s: Stack): string {
+  return `${s.gatewayUrl}/#key=${encodeURIComponent(s.apiKey)}`;
 }
 
 let stack: Stack | null = null;
@@ -137,6 +146,7 @@ try {
   console.log(`
 edge agent runtime: local stack ready in ${seconds} s
   gateway   ${stack.gatewayUrl}
+  console   ${consoleUrl(stack)}   (opens signed in)
   api key   ${stack.apiKey}   (tenant "${stack.tenantId}")
   model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
   hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}

@@ -21,6 +21,7 @@ export const EVENT_TYPES = [
   "model.retry",
   "tool.call",
   "tool.result",
+  "sandbox.waiting",
   "sandbox.created",
   "input.accepted",
   "cancel.accepted",
@@ -88,6 +89,8 @@ export const EVENT_PAYLOAD_SCHEMAS = {
   "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown(), server: z.string().optional() }),
   /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
   "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown(), server: z.string().optional() }),
+  /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
+  "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
   "sandbox.created": z.looseObject({}),
   "input.accepted": z.looseObject({ input_id: z.string(), content: z.string() }),
   /** How the host learned of the cancel (null: it was not told which way). */
@@ -123,6 +126,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("model.retry"),
   envelopeOf("tool.call"),
   envelopeOf("tool.result"),
+  envelopeOf("sandbox.waiting"),
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),
   envelopeOf("cancel.accepted"),

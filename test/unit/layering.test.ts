@@ -184,7 +184,7 @@ function violations(): string[] {
  */
 const CLIENT_PACKAGES = new Set(["eventsource-parser"]);
 
-function clientViolations(): string[] {
+function clientViolations(entries = walk("src/client")): string[] {
   const found: string[] = [];
   const seen = new Set<string>();
   const visit = (file: string, from: string) => {
@@ -201,14 +201,42 @@ function clientViolations(): string[] {
       else visit(`${t}.ts`, from);
     }
   };
-  for (const file of walk("src/client")) visit(file, file);
+  for (const file of entries) visit(file, file);
   return found;
+}
+
+/**
+ * The console (console/src/) is the page itself: besides its own modules it may load preact and
+ * what the client may (src/client, zod-free contracts), so zod never reaches the browser through it.
+ */
+const CONSOLE_PACKAGES = new Set(["preact", "preact/hooks"]);
+
+function consoleViolations(): string[] {
+  const found: string[] = [];
+  const reached: string[] = [];
+  const files = readdirSync(join(ROOT, "console/src"), { recursive: true, encoding: "utf8" })
+    .filter((f) => /\.tsx?$/.test(f) && !f.endsWith(".d.ts"))
+    .map((f) => join("console/src", f));
+  for (const file of files) {
+    for (const spec of valueImports(file)) {
+      const t = target(file, spec);
+      if (t === null) {
+        if (!CONSOLE_PACKAGES.has(spec)) found.push(`${file}: loads ${spec}`);
+      } else if (t.startsWith("src/client/") || t.startsWith("src/contracts/")) reached.push(`${t}.ts`);
+      else if (!t.startsWith("console/src/")) found.push(`${file}: loads ${t}`);
+    }
+  }
+  return [...found, ...clientViolations(reached)];
 }
 
 describe("layering", () => {
   it("the client loads no zod, no Node module and nothing outside src/client and src/contracts", () => {
     expect(walk("src/client").length).toBeGreaterThan(0);
     expect(clientViolations()).toEqual([]);
+  });
+
+  it("the console loads only its own modules, preact, and what the client may load", () => {
+    expect(consoleViolations()).toEqual([]);
   });
 
   it("follows the import rule (known exceptions may only shrink)", () => {

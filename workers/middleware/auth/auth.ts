@@ -17,7 +17,7 @@ import { hashApiKey, looksLikeApiKey } from "../../../src/domain/api-keys";
 import { callDependency } from "../../deps";
 import type { GatewayEnv } from "../../types";
 import { tokenAllows, verifyToken } from "./access-tokens";
-import { cachedTenant, rememberTenant } from "./tenant-cache";
+import { resolveTenant } from "./tenant-cache";
 
 /** The routes that may carry a token in their URL: GET /v1/jobs/:id/events and GET /v1/conversations/:id/ws. */
 const URL_TOKEN_ROUTES = [/^\/v1\/jobs\/[^/]+\/events$/, /^\/v1\/conversations\/[^/]+\/ws$/];
@@ -71,13 +71,12 @@ export function authenticate() {
     }
     if (!looksLikeApiKey(credential)) throw new ApiError("unauthorized", "invalid API key");
     const keyHash = await hashApiKey(credential);
-    let tenantId = cachedTenant(keyHash);
-    if (tenantId === null) {
-      const db = c.get("deps").db();
-      tenantId = await callDependency("postgres", () => findTenantIdByKeyHash(db, keyHash));
-      if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
-      rememberTenant(keyHash, tenantId);
-    }
+    const tenantId = await resolveTenant(
+      keyHash,
+      () => callDependency("postgres", () => findTenantIdByKeyHash(c.get("deps").db(), keyHash)),
+      { keepAlive: (work) => c.executionCtx.waitUntil(work) },
+    );
+    if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
     c.set("tenantId", tenantId);
     c.set("apiKeyHash", keyHash);
     c.set("access", { kind: "api_key" });

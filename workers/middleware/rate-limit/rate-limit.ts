@@ -86,7 +86,7 @@ export function rateLimit() {
     const localWait = localOverLimit(key, requests, windowS * 1000);
     if (localWait !== null) throw refuse(localWait);
     if (Date.now() < breakerOpenUntil) return next();
-    // Per request: an @upstash/redis client must not be shared across requests (deps.ts).
+    // The isolate's Redis client (deps.ts): no auto-pipelining, so this check's fetch is this request's.
     const limiter = new Ratelimit({
       redis: c.get("deps").redis(),
       limiter: Ratelimit.slidingWindow(requests, `${windowS} s`),

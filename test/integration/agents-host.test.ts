@@ -21,6 +21,7 @@ import { CHARS_PER_TOKEN } from "../../sandbox-host/runner/model-call";
 import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
 import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
+import { toolNames } from "../../src/domain/approval";
 import * as schema from "../../src/db/schema";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
@@ -131,7 +132,7 @@ async function submit(content: string, agent?: { name: string; version: number; 
     tenantId: TENANT,
     input: { messages: [{ role: "user", content }] },
     ...(agent && def
-      ? { agentName: agent.name, agentVersion: agent.version, model: def.model, tools: def.tools }
+      ? { agentName: agent.name, agentVersion: agent.version, model: def.model, tools: toolNames(def.tools) }
       : { model: "agent-model" }),
   });
   return id;

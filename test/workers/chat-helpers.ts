@@ -48,6 +48,7 @@ export class FakeChatBackend implements ChatBackend {
       agent: null,
       usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
       output_json: null,
+      waiting_for: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

@@ -135,7 +135,8 @@ export async function decidedCallResult(
   emit: Emit,
 ): Promise<{ content: string } | ReturnType<typeof failed>> {
   if (decided.decision === "approve") {
-    if (!ctx.sandbox) return failed("tools_unavailable", "the approved tool needs a sandbox (Docker), and this host has none", "");
+    if (!ctx.sandbox)
+      return failed("tools_unavailable", "the approved tool needs a sandbox (Docker), and this host has none", "");
     return runTool(ctx, run, id, call, emit);
   }
   if (decided.decision === "input" && decided.input) {

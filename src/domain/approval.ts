@@ -28,7 +28,10 @@ export function toolNames(tools: readonly AgentTool[]): ToolName[] {
  * (the built-in default agent) never waits. MCP tools (`<server>__<tool>`) are looked up in the
  * server's own `tools` list the same way, once the definition carries `mcp_servers`.
  */
-export function requiresApproval(definition: Pick<AgentDefinition, "tools" | "ask_user"> | null, toolName: string): WaitKind | null {
+export function requiresApproval(
+  definition: Pick<AgentDefinition, "tools" | "ask_user"> | null,
+  toolName: string,
+): WaitKind | null {
   if (!definition) return null;
   if (toolName === ASK_USER_TOOL && definition.ask_user === true) return "input";
   const entry = definition.tools.find((t) => agentToolName(t) === toolName);

@@ -258,7 +258,10 @@ async function prepare(ctx: RunContext, id: ExecutionIdentity, emit: Emit): Prom
   const offered = agent?.ask_user === true ? [...sandboxTools, ASK_USER_SPEC] : sandboxTools;
   const tools = offered.length > 0 ? offered : undefined;
   const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
-  await applyInputs(ctx, id, messages, emit);
+  // A resumed conversation ends with the assistant's tool calls, whose results must come next:
+  // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
+  // pending call's result, applied by decidedCallResult).
+  if (!resume) await applyInputs(ctx, id, messages, emit);
   await writeTimingFact(ctx, id, "prepared_at");
   if (!resume) emit("run.prepared", {});
   return {

@@ -14,7 +14,8 @@ import { type Db, resultRows } from "./client";
 import { jobErrorSql } from "./ownership-repo";
 
 /** ISO 8601 UTC with milliseconds, the API's timestamp form. */
-const iso = (expr: ReturnType<typeof sql>) => sql`to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+const iso = (expr: ReturnType<typeof sql>) =>
+  sql`to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
 export interface Suspension {
   kind: WaitKind;

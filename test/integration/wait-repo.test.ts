@@ -78,7 +78,10 @@ describe("the waitpoint in Postgres", () => {
     expect((await decideApproval(t.db, "w2", id.jobId, "c2", "approve", null)).status).toBe("not_found");
     expect((await decideApproval(t.db, "w1", id.jobId, "nope", "approve", null)).status).toBe("not_found");
     const first = await decideApproval(t.db, "w1", id.jobId, "c2", "approve", "ok");
-    expect(first).toMatchObject({ status: "recorded", decision: { decision: "approve", note: "ok", decidedBy: "api" } });
+    expect(first).toMatchObject({
+      status: "recorded",
+      decision: { decision: "approve", note: "ok", decidedBy: "api" },
+    });
     expect((await row(id.jobId))?.state).toBe("queued");
     expect((await row(id.jobId))?.waitingFor).toBeNull();
     const again = await decideApproval(t.db, "w1", id.jobId, "c2", "deny", null);
@@ -120,7 +123,7 @@ describe("the waitpoint in Postgres", () => {
     expect(out.requeued.map((r) => r.id)).toContain(a.jobId);
     expect(out.failed).toContain(b.jobId);
     expect((await row(a.jobId))?.state).toBe("queued");
-    expect((await row(b.jobId))).toMatchObject({ state: "failed", error: { code: "approval_expired" } });
+    expect(await row(b.jobId)).toMatchObject({ state: "failed", error: { code: "approval_expired" } });
     expect(await resumeDecision(t.db, a.jobId, "d1")).toMatchObject({ decision: "deny", decidedBy: "deadline" });
     // Idempotent: nothing left to expire.
     const again = await expireWaits(t.db);

@@ -91,10 +91,13 @@ export type DecideResult =
   | { status: "existing"; decision: RecordedDecision }
   /** The call exists but the job does not wait on it (it was cancelled, or it is a question). */
   | { status: "not_waiting"; kind: WaitKind }
+  /** The job exists but never waited on this call. */
+  | { status: "unknown_call" }
+  /** No such job for this tenant. */
   | { status: "not_found" };
 
 interface DecisionRow {
-  kind: "recorded" | "existing";
+  kind: "recorded" | "existing" | "no_call";
   wait_kind: WaitKind;
   decision: WaitDecision | null;
   note: string | null;
@@ -147,7 +150,10 @@ export async function decideApproval(
         UNION ALL
         SELECT 'existing', w.kind, w.decision, w.note, w.decided_at, w.decided_by
         FROM job_waits w JOIN target ON w.job_id = target.id
-        WHERE w.call_id = ${callId} AND NOT EXISTS (SELECT 1 FROM decided)`),
+        WHERE w.call_id = ${callId} AND NOT EXISTS (SELECT 1 FROM decided)
+        UNION ALL
+        SELECT 'no_call', NULL, NULL, NULL, NULL, NULL FROM target
+        WHERE NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.job_id = target.id AND w.call_id = ${callId})`),
     );
   let rows = await run();
   // A concurrent decision that committed while this statement waited for the row lock is not in
@@ -155,8 +161,9 @@ export async function decideApproval(
   if (rows[0]?.kind === "existing" && rows[0].decision === null) rows = await run();
   const row = rows[0];
   if (!row) return { status: "not_found" };
+  if (row.kind === "no_call") return { status: "unknown_call" };
   if (row.decision === null) return { status: "not_waiting", kind: row.wait_kind };
-  return { status: row.kind, decision: toDecision(callId, row) };
+  return { status: row.kind === "recorded" ? "recorded" : "existing", decision: toDecision(callId, row) };
 }
 
 /** The message a deadline's denial gives the model as the tool result. */

@@ -76,7 +76,8 @@ describe("the waitpoint in Postgres", () => {
     const id = await running();
     await suspendJob(t.db, id, suspension("c2"));
     expect((await decideApproval(t.db, "w2", id.jobId, "c2", "approve", null)).status).toBe("not_found");
-    expect((await decideApproval(t.db, "w1", id.jobId, "nope", "approve", null)).status).toBe("not_found");
+    expect((await decideApproval(t.db, "w1", id.jobId, "nope", "approve", null)).status).toBe("unknown_call");
+    expect((await decideApproval(t.db, "w1", randomUUID(), "c2", "approve", null)).status).toBe("not_found");
     const first = await decideApproval(t.db, "w1", id.jobId, "c2", "approve", "ok");
     expect(first).toMatchObject({
       status: "recorded",

@@ -35,7 +35,7 @@ function answerOf(d: RecordedDecision): ApprovalAnswer {
 
 /**
  * Returns the answer (`created`: this request recorded it), or null when the tenant has no such
- * job. Throws 404 for an unknown call, 409 `conflict` for a different decision or a job that does
+ * job (the route tells 404 from a purged job's 410). Throws 404 for a call the job never waited on, 409 `conflict` for a different decision or a job that does
  * not wait on the call.
  */
 export async function decide(
@@ -50,10 +50,8 @@ export async function decide(
   const result = await callDependency("postgres", () =>
     decideApproval(db, tenantId, jobId, callId, body.decision, body.note ?? null),
   );
-  if (result.status === "not_found") {
-    // The job may exist without that call: say which one is unknown.
-    return null;
-  }
+  if (result.status === "not_found") return null;
+  if (result.status === "unknown_call") throw new ApiError("not_found", `job ${jobId} never waited on call ${callId}`);
   if (result.status === "not_waiting") {
     throw new ApiError(
       "conflict",

@@ -23,6 +23,17 @@ export default defineConfig({
           maxWorkers: 2,
         },
       },
+      {
+        test: {
+          // The web console in Chromium against a whole stack (test/helpers/browser.ts).
+          name: "browser",
+          include: ["test/browser/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 90_000,
+          hookTimeout: 180_000,
+          maxWorkers: 1,
+        },
+      },
     ],
   },
 });

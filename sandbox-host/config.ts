@@ -8,6 +8,7 @@ import { z } from "zod";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
+import { DEFAULT_CREATE_CONCURRENCY } from "./sandbox/manager";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -124,6 +125,16 @@ export const HostConfigSchema = z.object({
   sandboxEnabled: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   sandboxImage: z.string().min(1).default("ear-sandbox:local"),
   /**
+   * Sandbox creations in flight at once on this host; the rest wait their turn, each run told so
+   * by a `sandbox.waiting` event (why a small bound: sandbox-host/sandbox/manager.ts).
+   */
+  sandboxCreateConcurrency: intFromEnv(1, 256).default(DEFAULT_CREATE_CONCURRENCY),
+  /**
+   * While this many sandbox creations wait for a turn, the host claims no more jobs: what it has
+   * admitted is served first and new work stays queued for a host with room.
+   */
+  sandboxCreateQueue: intFromEnv(1, 4096).default(8),
+  /**
    * How often (jittered) the host removes sandboxes on its Docker engine whose run Postgres says
    * is over, whichever host made them (a host that died and never came back leaves some).
    */
@@ -179,6 +190,8 @@ const ENV_NAMES: Record<string, string> = {
   modelRetryBudgetMs: "MODEL_RETRY_BUDGET_MS",
   sandboxEnabled: "SANDBOX_ENABLED",
   sandboxImage: "SANDBOX_IMAGE",
+  sandboxCreateConcurrency: "SANDBOX_CREATE_CONCURRENCY",
+  sandboxCreateQueue: "SANDBOX_CREATE_QUEUE",
   sandboxJanitorMs: "SANDBOX_JANITOR_MS",
   deltaCoalesceMs: "HOST_DELTA_COALESCE_MS",
 };
@@ -240,6 +253,8 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     modelRetryBudgetMs: v("MODEL_RETRY_BUDGET_MS"),
     sandboxEnabled: v("SANDBOX_ENABLED"),
     sandboxImage: v("SANDBOX_IMAGE"),
+    sandboxCreateConcurrency: v("SANDBOX_CREATE_CONCURRENCY"),
+    sandboxCreateQueue: v("SANDBOX_CREATE_QUEUE"),
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };

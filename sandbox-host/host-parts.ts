@@ -75,6 +75,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         })
       : null;
   const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
+  if (sandbox) metrics.watchSandboxCreateQueue(() => sandbox.creationLoad().queued);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,
@@ -98,6 +99,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    sandboxQueueLimit: config.sandboxCreateQueue,
     models,
     retry: {
       maxRetries: config.modelRetryMax,
@@ -176,6 +178,7 @@ async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetr
     docker,
     hostId: config.hostId,
     image: config.sandboxImage,
+    createConcurrency: config.sandboxCreateConcurrency,
     logger: log,
     observe: {
       active: (n) => metrics.sandboxesActive.set(n),

@@ -1,5 +1,6 @@
 /**
- * `npm run dev`: the whole local stack in one command. Prints the gateway URL and a dev API key,
+ * `npm run dev`: the whole local stack in one command. Prints the gateway URL, the web console's
+ * URL (signed in with the dev key) and a dev API key,
  * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
  * stops every child it started. Environment (all optional):
  *   DATABASE_URL                       use this Postgres instead of an embedded one
@@ -10,6 +11,7 @@
  *   MODEL_REGISTRY                     the operator's model registry (JSON), given to the gateway and every host
  *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
+ *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
@@ -21,12 +23,13 @@ import { join, resolve } from "node:path";
 import { type Stack, startStack } from "./stack";
 
 const root = resolve(process.cwd());
-/** The gateway's limit variables a developer may set for `npm run dev` (workers/config.ts). */
+/** The gateway variables a developer may set for `npm run dev` (workers/config.ts). */
 const GATEWAY_LIMIT_VARS = [
   "RATE_LIMIT_REQUESTS",
   "RATE_LIMIT_WINDOW_S",
   "MAX_STREAMS_PER_TENANT",
   "MAX_QUEUED_JOBS_PER_TENANT",
+  "CORS_ALLOWED_ORIGINS",
 ] as const;
 const env = process.env;
 const started = Date.now();
@@ -52,6 +55,14 @@ async function writeStackFile(stack: Stack) {
   const tmp = join(root, ".dev", `stack.json.${process.pid}`);
   await writeFile(tmp, `${JSON.stringify(stack.describe(), null, 2)}\n`, { mode: 0o600 });
   await rename(tmp, join(root, ".dev", "stack.json"));
+}
+
+/**
+ * The console, signed in: the key rides in the URL fragment, which a browser never sends to a
+ * server (so it is in no access log), and the console removes it from the address bar at once.
+ */
+function consoleUrl(s: Stack): string {
+  return `${s.gatewayUrl}/#key=${encodeURIComponent(s.apiKey)}`;
 }
 
 let stack: Stack | null = null;
@@ -135,6 +146,7 @@ try {
   console.log(`
 edge agent runtime: local stack ready in ${seconds} s
   gateway   ${stack.gatewayUrl}
+  console   ${consoleUrl(stack)}   (opens signed in)
   api key   ${stack.apiKey}   (tenant "${stack.tenantId}")
   model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
   hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}

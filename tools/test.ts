@@ -1,7 +1,8 @@
 /**
- * `npm test`: typecheck, lint, then the unit, workers (inside workerd) and integration suites
- * (real Postgres, Redis, workerd). Ends with one plain summary line, "N passed, N failed", so
- * a reader (or CI) sees the total without scrolling. Any failing step fails the whole run.
+ * `npm test`: typecheck, lint, then the unit, workers (inside workerd), integration (real
+ * Postgres, Redis, workerd) and browser suites (the web console in Chromium on the same stack).
+ * Ends with one plain summary line, "N passed, N failed", so a reader (or CI) sees the total
+ * without scrolling. Any failing step fails the whole run.
  * `npm test -- unit integration` runs only the named steps; `npm test -- unit smoke` is the short
  * run CI makes on the older Node it still admits (.ci/run says why).
  */
@@ -31,6 +32,7 @@ const ALL: Step[] = [
   vitest("unit", ["--project", "unit"]),
   vitest("workers", ["--config", "vitest.workers.config.ts"]),
   vitest("integration", ["--project", "integration"]),
+  vitest("browser", ["--project", "browser"]),
 ];
 /** Named only, never in the default run: the bundled host from a production install, and one job end to end. */
 const NAMED_ONLY: Step[] = [

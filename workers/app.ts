@@ -1,10 +1,12 @@
 /**
  * The gateway's Hono app: auth, validation and routing only; it never executes agents.
- * /healthz, /readyz and /openapi.json need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an API key.
+ * /healthz, /readyz and /openapi.json need no key; /internal/* is HMAC-signed by hosts; /v1/* needs an
+ * API key or an access token, after CORS (so a browser's preflight needs neither) and before the rate limit.
  */
 import { Hono } from "hono";
-import { apiKeyAuth } from "./middleware/auth/auth";
+import { authenticate } from "./middleware/auth/auth";
 import { withConfig } from "./middleware/config/config";
+import { corsForAllowedOrigins } from "./middleware/cors/cors";
 import { handleError, handleNotFound } from "./middleware/errors/errors";
 import { rateLimit } from "./middleware/rate-limit/rate-limit";
 import { agentRoutes } from "./routes/agents";
@@ -16,6 +18,7 @@ import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
+import { tokenRoutes } from "./routes/tokens";
 import type { GatewayEnv } from "./types";
 
 export function createApp() {
@@ -29,7 +32,8 @@ export function createApp() {
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);
 
-  app.use("/v1/*", withConfig(), apiKeyAuth(), rateLimit());
+  app.use("/v1/*", withConfig(), corsForAllowedOrigins(), authenticate(), rateLimit());
+  app.route("/v1/tokens", tokenRoutes);
   app.route("/v1/jobs", jobEventRoutes);
   app.route("/v1/jobs", jobRoutes);
   app.route("/v1/conversations", conversationRoutes);

@@ -11,6 +11,16 @@ import { type ModelCatalog, parseModelList, parseModelRegistry } from "../src/do
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
 
+/** `https://console.example.com`, `http://localhost:5173`: what a browser sends as `Origin`. */
+function isOrigin(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === "https:" || url.protocol === "http:") && url.origin === value;
+  } catch {
+    return false;
+  }
+}
+
 /** `--var NAME:` passes an empty string; treat it as unset. */
 const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
 
@@ -23,6 +33,28 @@ const ConfigSchema = z.object({
   /** The secret being rotated out: still accepted on ingest until every host signs with the new one. */
   INTERNAL_SIGNING_SECRET_PREVIOUS: optional(
     z.string().min(16, "INTERNAL_SIGNING_SECRET_PREVIOUS must be at least 16 characters"),
+  ),
+  /** Signs access tokens (POST /v1/tokens); unset: a key derived from INTERNAL_SIGNING_SECRET. */
+  TOKEN_SIGNING_SECRET: optional(z.string().min(32, "TOKEN_SIGNING_SECRET must be at least 32 characters")),
+  /** The token secret being rotated out: tokens it signed are still accepted until they expire. */
+  TOKEN_SIGNING_SECRET_PREVIOUS: optional(
+    z.string().min(32, "TOKEN_SIGNING_SECRET_PREVIOUS must be at least 32 characters"),
+  ),
+  /** Origins whose pages may call the API (CORS), comma-separated; unset or empty: none. */
+  CORS_ALLOWED_ORIGINS: optional(
+    z
+      .string()
+      .transform((raw) =>
+        raw
+          .split(",")
+          .map((o) => o.trim())
+          .filter((o) => o !== ""),
+      )
+      .pipe(
+        z.array(
+          z.string().refine(isOrigin, "each entry must be an origin: scheme://host[:port], no path, no wildcard"),
+        ),
+      ),
   ),
   MAX_BODY_BYTES: optional(z.coerce.number().int().positive()),
   RATE_LIMIT_REQUESTS: optional(z.coerce.number().int().min(0)),
@@ -83,6 +115,13 @@ export interface GatewayConfig {
   signingSecret: string;
   /** Every secret an internal request may be signed with: the current one first, then the previous. */
   signingSecrets: readonly string[];
+  /**
+   * Access tokens' HMAC secrets, the signing one first, then the one being rotated out; null:
+   * TOKEN_SIGNING_SECRET is unset and keys are derived from `signingSecrets` (access-tokens.ts).
+   */
+  tokenSecrets: readonly string[] | null;
+  /** Origins allowed to call the API from a browser (CORS_ALLOWED_ORIGINS); empty: none. */
+  corsAllowedOrigins: readonly string[];
   maxBodyBytes: number;
   limits: GatewayLimits;
   /**
@@ -151,6 +190,13 @@ export function loadConfig(env: Env): GatewayConfig {
             signingSecrets: [parsed.data.INTERNAL_SIGNING_SECRET, parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS].filter(
               (s): s is string => s !== undefined,
             ),
+            tokenSecrets:
+              parsed.data.TOKEN_SIGNING_SECRET === undefined
+                ? null
+                : [parsed.data.TOKEN_SIGNING_SECRET, parsed.data.TOKEN_SIGNING_SECRET_PREVIOUS].filter(
+                    (s): s is string => s !== undefined,
+                  ),
+            corsAllowedOrigins: parsed.data.CORS_ALLOWED_ORIGINS ?? [],
             maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
             limits: {
               rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,

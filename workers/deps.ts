@@ -1,10 +1,12 @@
 /**
  * Per-request access to Postgres (drizzle over Neon HTTP) and Redis (Upstash REST), built lazily
- * so routes that need neither never pay for them. The Redis client is per request, not per
- * isolate: @upstash/redis auto-pipelines, and a pipeline shared across requests would settle one
- * request's promise from another request's I/O, which workerd forbids. The drizzle handle holds
- * no I/O (`neon()` opens a fetch per query), so one per isolate is shared: building it walks the
- * whole schema, measured at ~7% of the gateway's CPU when it was built per request.
+ * so routes that need neither never pay for them. Both handles are per isolate and hold no I/O of
+ * their own: `neon()` opens a fetch per query, and the Redis client runs without auto-pipelining,
+ * so every command is its own fetch made by the request that issued it (an auto-pipeline shared
+ * across requests would settle one request's promise from another request's I/O, which workerd
+ * forbids). Building either per request was waste: drizzle's schema walk was ~7% of the
+ * gateway's CPU, and an @upstash/redis client defines a closure for every Redis command on
+ * construction, ~40% of workerd's CPU samples in a burst of 100 submits (docs/limits.md).
  *
  * `callDependency` turns "the dependency did not answer" into 503 `dependency_unavailable`,
  * while a real query error (a Postgres SQLSTATE outside the connection classes) stays a 500.
@@ -28,14 +30,19 @@ function isolateDb(connectionString: string, fetchEndpoint: string | undefined):
   return sharedDb.db;
 }
 
+let sharedRedis: { url: string; token: string; redis: Redis } | null = null;
+
+function isolateRedis(url: string, token: string): Redis {
+  if (sharedRedis?.url !== url || sharedRedis.token !== token) {
+    sharedRedis = { url, token, redis: createRedisClient({ url, token, autoPipelining: false }) };
+  }
+  return sharedRedis.redis;
+}
+
 export function createDeps(config: GatewayConfig): Deps {
-  let redis: Redis | undefined;
   return {
     db: () => isolateDb(config.databaseUrl, config.neonFetchEndpoint),
-    redis: () => {
-      redis ??= createRedisClient(config.redis);
-      return redis;
-    },
+    redis: () => isolateRedis(config.redis.url, config.redis.token),
   };
 }
 

@@ -2,14 +2,20 @@
 import type { GatewayConfig } from "./config";
 import type { Deps } from "./deps";
 import type { Env } from "./env";
+import type { AccessGrant } from "./middleware/auth/access-tokens";
 
 export interface GatewayVariables {
   config: GatewayConfig;
   deps: Deps;
-  /** Set by the API-key middleware on every /v1 route. */
+  /** Set by the auth middleware on every /v1 route. */
   tenantId: string;
-  /** SHA-256 of the presented API key, set with tenantId: the request-rate identity. */
+  /**
+   * SHA-256 of the presented API key, or of the key that minted the presented token (its `kh`),
+   * set with tenantId: the request-rate identity.
+   */
   apiKeyHash: string;
+  /** What authenticated the request: an API key, or a token with its grant. */
+  access: { kind: "api_key" } | { kind: "token"; grant: AccessGrant };
 }
 
 export type GatewayEnv = { Bindings: Env; Variables: GatewayVariables };

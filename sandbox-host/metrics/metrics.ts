@@ -38,6 +38,8 @@ export interface HostMetrics {
   /** A renewal found the lease purged: the holder lost its slot and must stop model calls. */
   quotaLeasesLost: Counter;
   sandboxesActive: Gauge;
+  /** Reads the sandbox creations waiting for a turn at each scrape (set once the manager exists). */
+  watchSandboxCreateQueue(queued: () => number): void;
   sandboxCreate: Histogram<"outcome">;
   sandboxDelete: Histogram<"outcome">;
   /** cancel_requested_at → terminal state written, observed by the host that converged it. */
@@ -142,6 +144,15 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     name: "sandboxes_active",
     help: "Docker sandboxes this host has created and not yet deleted",
     registers: [registry],
+  });
+  let sandboxQueued: () => number = () => 0;
+  new Gauge({
+    name: "sandbox_create_queued",
+    help: "Sandbox creations waiting for a turn (SANDBOX_CREATE_CONCURRENCY); the host claims nothing while SANDBOX_CREATE_QUEUE wait",
+    registers: [registry],
+    collect() {
+      this.set(sandboxQueued());
+    },
   });
   const sandboxCreate = new Histogram({
     name: "sandbox_create_seconds",
@@ -249,6 +260,9 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     quotaLeasesHeld,
     quotaLeasesLost,
     sandboxesActive,
+    watchSandboxCreateQueue: (queued) => {
+      sandboxQueued = queued;
+    },
     sandboxCreate,
     sandboxDelete,
     cancelConvergence,

@@ -20,8 +20,9 @@ import type { EventEnvelope, EventPayload, EventType, IngestAck, IngestMultiResu
 import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
 import type { ExecutionRef } from "../../src/domain/identity";
-import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
+import { signedHeaders } from "../../src/domain/signing";
 import { errorFields, type Logger } from "../log";
+import { hostBatchMac, ingestKeyBytes } from "./batch-mac";
 
 export interface OutboxOptions {
   gatewayUrl: string;
@@ -199,7 +200,7 @@ export class Outbox {
       const nonce = crypto.randomUUID();
       const batches = await Promise.all(
         parts.map(async (p) => {
-          const mac = await batchMac(await p.stream.ingestKey(), nonce, p.stream.ref.jobId, p.eventsJson);
+          const mac = hostBatchMac(await p.stream.ingestKey(), nonce, p.stream.ref.jobId, p.eventsJson);
           return `{"job_id":${JSON.stringify(p.stream.ref.jobId)},"events":${p.eventsJson},"mac":"${mac}"}`;
         }),
       );
@@ -270,16 +271,16 @@ export class ExecutionOutbox {
   private stopped = false;
   private attempt = 0;
   /** Derived once per execution, on first use. */
-  private key: Promise<CryptoKey> | undefined;
+  private key: Promise<Buffer> | undefined;
 
   constructor(
     readonly ref: ExecutionRef,
     private readonly outbox: Outbox,
   ) {}
 
-  /** @internal The execution's ingest key (src/domain/signing.ts `deriveIngestKey`). */
-  ingestKey(): Promise<CryptoKey> {
-    this.key ??= deriveIngestKey(this.ref.token, this.ref.executionId);
+  /** @internal The execution's ingest key bytes (src/domain/signing.ts `ingestKeyHex`). */
+  ingestKey(): Promise<Buffer> {
+    this.key ??= ingestKeyBytes(this.ref.token, this.ref.executionId);
     return this.key;
   }
 

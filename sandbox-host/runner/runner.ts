@@ -44,6 +44,12 @@ export interface RunnerOptions {
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
+  /**
+   * Admission headroom for sandboxes: while this many sandbox creations wait for a turn, the
+   * host claims nothing more (default: no bound). Work already admitted is served first, and a
+   * job left unclaimed stays queued for a host with room, rather than lining up here.
+   */
+  sandboxQueueLimit?: number;
   /** The models jobs may run on, the default first. */
   models: ModelCatalog;
   /** Retries of model calls that failed before output (default: none). */
@@ -102,7 +108,9 @@ export class Runner {
     };
     const onError = (what: string) => (err: unknown) => opts.log.warn(`${what} failed`, errorFields(err));
     this.heartbeats = new PeriodicTask(
-      { name: "heartbeats", everyMs: opts.heartbeatMs, spread: 0.1, onError: onError("heartbeat") },
+      // Fixed rate: the period is a liveness bound (the reaper counts missed heartbeats), so a
+      // statement slowed by load must not push the next one a full period later.
+      { name: "heartbeats", everyMs: opts.heartbeatMs, spread: 0.1, fixedRate: true, onError: onError("heartbeat") },
       () => this.heartbeatOnce(),
     );
     this.cancelChecks = new PeriodicTask(
@@ -130,8 +138,16 @@ export class Runner {
     return this.runs.size;
   }
 
+  /** Run slots the claimer may fill now: 0 while the work already admitted lacks headroom. */
   get free(): number {
-    return Math.max(0, this.opts.maxRuns - this.runs.size);
+    return this.headroom() ? Math.max(0, this.opts.maxRuns - this.runs.size) : 0;
+  }
+
+  /** Whether the work already admitted leaves room to claim more (free slots aside). */
+  headroom(): boolean {
+    const limit = this.opts.sandboxQueueLimit;
+    if (limit === undefined || !this.opts.sandbox) return true;
+    return this.opts.sandbox.creationLoad().queued < limit;
   }
 
   /** Called whenever a slot frees up (the claimer wakes on it). */
@@ -143,7 +159,11 @@ export class Runner {
   /** Take a slot for a claim that just hit and run it in the background. */
   start(claim: Claim): void {
     if (this.runs.has(claim.jobId)) throw new Error(`job ${claim.jobId} is already running here`);
-    if (this.free === 0) throw new Error("no free run slot: the claimer must check capacity before claiming");
+    // Slots only, not headroom: a claim already won while the sandbox queue grew is still run here
+    // (headroom decides the next claim; a won claim left unstarted would wait for the reaper).
+    if (this.runs.size >= this.opts.maxRuns) {
+      throw new Error("no free run slot: the claimer must check capacity before claiming");
+    }
     const run = new ActiveRun(claim);
     const done = runJob(this.ctx, run).then(
       (result) => {
@@ -174,6 +194,11 @@ export class Runner {
         name: "quota lease renewal",
         everyMs: this.opts.heartbeatMs,
         spread: 0.1,
+        // Fixed rate: a lease is valid for 3 periods from the SEND of its last renewal. With a
+        // fixed delay, a renewal taking longer than a period under load (Redis round trips of
+        // over 1 s were seen with the machine's load average at 44) pushed the next send a
+        // whole period further and leases ran out mid-turn (quota_lease_lost).
+        fixedRate: true,
         onError: (err) => this.opts.log.warn("quota lease renewal failed", errorFields(err)),
       },
       () => this.renewOnce(store),

@@ -7,7 +7,7 @@ import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/errors";
 import type { SandboxManager } from "../sandbox/manager";
 import { callSandboxTool, toolResultContent } from "../sandbox/tools";
-import { type ActiveRun, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
 
 export async function runTool(
   ctx: RunContext,
@@ -28,11 +28,21 @@ export async function runTool(
   }
   const hadSandbox = sandbox.active().some((s) => s.runId === id.executionId);
   try {
+    if (!hadSandbox) {
+      // Creation is admitted a few at a time (SANDBOX_CREATE_CONCURRENCY): a turn in the queue is
+      // back-pressure, reported as a wait like quota.waiting, never as an error.
+      await sandbox.ensure(id.executionId, {
+        signal: run.abort.signal,
+        onQueued: (ahead) => emit("sandbox.waiting", { ahead }),
+      });
+    }
     const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, run.abort.signal);
     if (!hadSandbox) emit("sandbox.created", {});
     emit("tool.result", { id: call.id, ok: result.ok, output: result.ok ? result.output : result.error });
     return { content: toolResultContent(result) };
   } catch (err) {
+    // Cancelled (or the host is stopping) while waiting for a creation turn: not a sandbox failure.
+    if (run.abort.signal.aborted) return abortedOutcome(run, "");
     // Creation or engine failure: an explicit run error, never a fallback to the host.
     const message = err instanceof Error ? err.message : String(err);
     const fatal = isRunFatal(err);

@@ -30,9 +30,21 @@ export function createKeyedLock(): KeyedLock {
 export const noKeyedLock: KeyedLock = { run: (_key, fn) => fn() };
 
 export interface Semaphore {
-  run<T>(fn: () => Promise<T>): Promise<T>;
+  run<T>(fn: () => Promise<T>, opts?: SemaphoreWait): Promise<T>;
+  /** Holders right now (at most the limit). */
+  readonly active: number;
+  /** Callers waiting for a turn, in arrival order. */
+  readonly waiting: number;
 }
 
+export interface SemaphoreWait {
+  /** Called once when the caller has to wait, with how many callers are ahead of it. */
+  onQueued?: (ahead: number) => void;
+  /** Leaving the queue before the turn came: the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** First come, first served; a waiter that aborts leaves the queue without taking a turn. */
 export function createSemaphore(limit: number): Semaphore {
   if (!Number.isInteger(limit) || limit < 1)
     throw new Error(`semaphore limit must be a positive integer, got ${limit}`);
@@ -43,15 +55,43 @@ export function createSemaphore(limit: number): Semaphore {
     if (next) next();
     else inUse--;
   };
+  const acquire = (opts: SemaphoreWait | undefined): Promise<void> => {
+    opts?.signal?.throwIfAborted();
+    if (inUse < limit) {
+      inUse++;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve, reject) => {
+      const signal = opts?.signal;
+      const onAbort = () => {
+        const i = waiters.indexOf(turn);
+        if (i >= 0) waiters.splice(i, 1);
+        reject(signal?.reason);
+      };
+      // The turn passes the slot on as is (inUse unchanged): a release hands it to the next waiter.
+      const turn = () => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      waiters.push(turn);
+      opts?.onQueued?.(waiters.length - 1);
+    });
+  };
   return {
-    async run<T>(fn: () => Promise<T>): Promise<T> {
-      if (inUse < limit) inUse++;
-      else await new Promise<void>((resolve) => waiters.push(resolve));
+    async run<T>(fn: () => Promise<T>, opts?: SemaphoreWait): Promise<T> {
+      await acquire(opts);
       try {
         return await fn();
       } finally {
         release();
       }
+    },
+    get active() {
+      return inUse;
+    },
+    get waiting() {
+      return waiters.length;
     },
   };
 }

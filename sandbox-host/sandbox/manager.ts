@@ -28,6 +28,14 @@ export interface SandboxManagerOptions {
   pool?: string;
   subnetPrefix?: number;
   deleteConcurrency?: number;
+  /**
+   * Sandbox creations (leftover check, network, container create and start) in flight at once;
+   * the rest wait their turn in arrival order (`ensure`'s `onQueued`). The engine starts
+   * containers about one at a time anyway (docs/sandboxes.md), so more in flight only adds
+   * contention: 100 at once pushed this 2-core machine's load average to 42 and stalled the
+   * hosts' own loops past their quota leases (docs/capacity.md).
+   */
+  createConcurrency?: number;
   stopGraceS?: number;
   deleteTimeoutMs?: number;
   /** Default timeout of file operations (shell commands bring their own). */
@@ -79,6 +87,21 @@ export interface ExecResult {
   durationMs: number;
 }
 
+export interface EnsureOptions {
+  /** Called once if the creation has to wait for a turn, with how many creations are queued ahead. */
+  onQueued?: (ahead: number) => void;
+  /** Leaving the creation queue (a cancelled run): `ensure` rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** Creations in flight and queued right now (what the host's admission reads). */
+export interface CreationLoad {
+  creating: number;
+  queued: number;
+  /** The bound on `creating` (SandboxManagerOptions.createConcurrency). */
+  concurrency: number;
+}
+
 export interface DestroyResult {
   containers: number;
   networks: number;
@@ -86,7 +109,9 @@ export interface DestroyResult {
 
 export interface SandboxManager {
   /** The run's sandbox, created on first call; concurrent and repeated calls get the same one. */
-  ensure(runId: string): Promise<Sandbox>;
+  ensure(runId: string, opts?: EnsureOptions): Promise<Sandbox>;
+  /** Creations in flight and waiting. */
+  creationLoad(): CreationLoad;
   exec(runId: string, req: ExecRequest): Promise<ExecResult>;
   readFile(
     runId: string,
@@ -123,6 +148,7 @@ export interface SandboxManager {
 }
 
 export const DEFAULT_POOL = "10.253.240.0/20";
+export const DEFAULT_CREATE_CONCURRENCY = 2;
 export const DEFAULT_OUTPUT_CAP_BYTES = 32 * 1024;
 export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 export const DEFAULT_READ_MAX_BYTES = 1024 * 1024;
@@ -134,6 +160,8 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
   const log = opts.logger ?? silentLogger;
   const lock = opts.lock ?? createKeyedLock();
   const deletions = createSemaphore(opts.deleteConcurrency ?? 32);
+  const createConcurrency = opts.createConcurrency ?? DEFAULT_CREATE_CONCURRENCY;
+  const creations = createSemaphore(createConcurrency);
   const stopGraceS = opts.stopGraceS ?? 2;
   const deleteTimeoutMs = opts.deleteTimeoutMs ?? 120_000;
   const fileOpTimeoutMs = opts.fileOpTimeoutMs ?? 30_000;
@@ -302,20 +330,22 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     return [...seen.values()];
   }
 
-  function ensure(runId: string): Promise<Sandbox> {
+  function ensure(runId: string, o: EnsureOptions = {}): Promise<Sandbox> {
     return lock.run(runId, async () => {
       const known = sandboxes.get(runId);
       if (known) return known;
-      let sb: Sandbox | null;
-      try {
-        sb = await adopt(runId);
-      } catch (err) {
-        throw new SandboxError("create_failed", `inspecting leftovers of run ${runId} failed: ${errorText(err)}`, {
-          cause: err,
-          runId,
-        });
-      }
-      sb ??= await create(runId);
+      const sb = await creations.run(async () => {
+        let adopted: Sandbox | null;
+        try {
+          adopted = await adopt(runId);
+        } catch (err) {
+          throw new SandboxError("create_failed", `inspecting leftovers of run ${runId} failed: ${errorText(err)}`, {
+            cause: err,
+            runId,
+          });
+        }
+        return adopted ?? (await create(runId));
+      }, o);
       sandboxes.set(runId, sb);
       opts.observe?.active(sandboxes.size);
       return sb;
@@ -330,6 +360,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
   return {
     profile,
     ensure,
+    creationLoad: () => ({ creating: creations.active, queued: creations.waiting, concurrency: createConcurrency }),
     destroy,
     active: () => [...sandboxes.values()],
 

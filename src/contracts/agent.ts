@@ -5,7 +5,7 @@
  * row records the version it resolved to, so a running job never sees a later edit.
  */
 import { z } from "zod";
-import { refineStorableJson, text } from "./text";
+import { refineStorableJson, text, whenValid } from "./text";
 import { TOOL_NAMES } from "./tools";
 
 export const AGENT_LIMITS = {
@@ -104,7 +104,7 @@ const agentDefinitionFields = {
 
 const fitsDefinitionBytes = [
   (d: unknown) => JSON.stringify(d).length <= AGENT_LIMITS.maxDefinitionBytes,
-  { message: `the definition must serialize to at most ${AGENT_LIMITS.maxDefinitionBytes} bytes` },
+  { message: `the definition must serialize to at most ${AGENT_LIMITS.maxDefinitionBytes} bytes`, ...whenValid },
 ] as const;
 
 /** One version's definition; POST /v1/agents/{name}/versions takes it whole (a version is never patched). */

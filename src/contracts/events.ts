@@ -25,6 +25,7 @@ export const EVENT_TYPES = [
   "input.requested",
   "run.suspended",
   "run.resumed",
+  "sandbox.waiting",
   "sandbox.created",
   "input.accepted",
   "cancel.accepted",
@@ -117,6 +118,8 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     by: z.enum(["api", "deadline"]),
     waited_ms: z.number().int().min(0),
   }),
+  /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
+  "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
   "sandbox.created": z.looseObject({}),
   "input.accepted": z.looseObject({ input_id: z.string(), content: z.string() }),
   /** How the host learned of the cancel (null: it was not told which way). */
@@ -156,6 +159,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("input.requested"),
   envelopeOf("run.suspended"),
   envelopeOf("run.resumed"),
+  envelopeOf("sandbox.waiting"),
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),
   envelopeOf("cancel.accepted"),

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { agentRefSchema } from "./agent";
 import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
-import { refineStorableJson, text } from "./text";
+import { refineStorableJson, text, whenValid } from "./text";
 import { TOOL_NAMES } from "./tools";
 import { WaitingForSchema } from "./wait";
 
@@ -76,6 +76,7 @@ export const CreateJobBodySchema = z
       .optional()
       .refine((m) => m === undefined || JSON.stringify(m).length <= LIMITS.maxMetadataBytes, {
         message: `metadata must serialize to at most ${LIMITS.maxMetadataBytes} bytes`,
+        ...whenValid,
       }),
   })
   .strict();

@@ -9,6 +9,7 @@
  * Runtime-neutral (no Node imports): the gateway builds it in workerd for GET /openapi.json.
  */
 import { z } from "zod";
+import { ACCESS_TOKEN_PARAM } from "./access";
 import { AgentDefinitionSchema, AgentViewSchema, CreateAgentBodySchema } from "./agent";
 import {
   AgentAnswerSchema,
@@ -50,6 +51,8 @@ import {
   ListJobsQuerySchema,
 } from "./job";
 import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
+import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
+import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
 
 type JsonSchema = Record<string, unknown>;
 type Status = number;
@@ -68,6 +71,7 @@ const REQUEST_SCHEMAS = {
   IngestBatch: IngestBatchSchema,
   IngestMulti: IngestMultiSchema,
   ClientFrame: ClientFrameSchema,
+  CreateTokenBody: CreateTokenBodySchema,
 } as const;
 
 const RESPONSE_SCHEMAS = {
@@ -92,6 +96,7 @@ const RESPONSE_SCHEMAS = {
   Readiness: ReadinessSchema,
   IngestAck: IngestAckSchema,
   IngestMultiAnswer: IngestMultiAnswerSchema,
+  TokenAnswer: TokenAnswerSchema,
 } as const;
 
 type SchemaName = keyof typeof REQUEST_SCHEMAS | keyof typeof RESPONSE_SCHEMAS;
@@ -155,10 +160,14 @@ interface Operation {
   /** OpenAPI template (`{id}`), matched against the app's `/:id` routes by the workers test. */
   path: string;
   operationId: string;
-  tag: "jobs" | "events" | "conversations" | "agents" | "models" | "health" | "internal";
+  tag: "jobs" | "events" | "conversations" | "tokens" | "agents" | "models" | "health" | "internal";
   summary: string;
   description?: string;
-  auth: "none" | "api_key" | "api_key_or_token" | "signature";
+  /**
+   * `bearer`: an API key or an access token in Authorization; `url_token`: that, or a token in
+   * ?access_token= (the SSE and WebSocket routes); `api_key`: an API key only (minting tokens).
+   */
+  auth: "none" | "api_key" | "bearer" | "url_token" | "signature";
   parameters?: JsonSchema[];
   body?: JsonSchema;
   responses: Success[];
@@ -167,8 +176,12 @@ interface Operation {
   extensions?: Record<string, unknown>;
 }
 
-/** Every /v1 route: the key lookup (401, or 503 when Postgres is away), the per-key request rate (429) and the catch-all 500. */
-const V1_ERRORS: ErrorCode[] = ["unauthorized", "rate_limited", "dependency_unavailable", "internal"];
+/**
+ * Every /v1 route: the credential (401; 403 for a token whose scope or binding does not cover
+ * the route; 503 when Postgres is away for a key lookup), the per-key request rate (429) and the
+ * catch-all 500.
+ */
+const V1_ERRORS: ErrorCode[] = ["unauthorized", "forbidden", "rate_limited", "dependency_unavailable", "internal"];
 /** Every route that reads a JSON body (workers/request/body.ts). */
 const BODY_ERRORS: ErrorCode[] = ["invalid_json", "invalid_request", "payload_too_large", "unsupported_media_type"];
 
@@ -261,7 +274,7 @@ const OPERATIONS: Operation[] = [
     summary: "Submit a job",
     description:
       "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
-    auth: "api_key",
+    auth: "bearer",
     body: ref("CreateJobBody"),
     responses: [
       { status: 202, description: "A new job, state `queued`.", schema: ref("JobAnswer") },
@@ -279,7 +292,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listJobs",
     tag: "jobs",
     summary: "The tenant's jobs, newest first, keyset-paginated",
-    auth: "api_key",
+    auth: "bearer",
     parameters: queryParameters(ListJobsQuerySchema),
     responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("JobPage") }],
     errors: ["invalid_request", ...V1_ERRORS],
@@ -290,7 +303,7 @@ const OPERATIONS: Operation[] = [
     operationId: "getJob",
     tag: "jobs",
     summary: "One job",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -302,7 +315,7 @@ const OPERATIONS: Operation[] = [
     tag: "jobs",
     summary: "Cancel a job (no body)",
     description: "Committed in Postgres first; a claimed or running job's owner then stops it. Repeating is harmless.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 202, description: "What the cancel did.", schema: ref("CancelAnswer") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -315,7 +328,7 @@ const OPERATIONS: Operation[] = [
     summary: "Send a user message to a queued, running or waiting job",
     description:
       "Its owner applies it at the next model-turn boundary. To a job waiting on `ask_user` it is the answer: the job is re-queued and resumes with it as the tool result.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     body: ref("JobInputBody"),
     responses: [
@@ -336,7 +349,7 @@ const OPERATIONS: Operation[] = [
     summary: "Approve or deny the tool call a waiting job waits on",
     description:
       "Records the decision durably and re-queues the job; a host resumes it from its checkpoint (approve runs the tool, deny gives the model the note). The same decision again answers the recorded one; a different one is 409.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam, callIdParam],
     body: ref("ApprovalBody"),
     responses: [
@@ -355,7 +368,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listJobInputs",
     tag: "jobs",
     summary: "A job's inputs in arrival order",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [jobIdParam],
     responses: [{ status: 200, description: "The inputs.", schema: ref("InputList") }],
     errors: ["not_found", "gone", ...V1_ERRORS],
@@ -366,9 +379,8 @@ const OPERATIONS: Operation[] = [
     operationId: "streamJobEvents",
     tag: "events",
     summary: "The job's events as Server-Sent Events, from its durable log, then live",
-    description:
-      "One SSE frame per event: `id` is the job's event offset (from 1, no gaps), `event` the event type, `data` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with `Last-Event-ID` (wins) or `after`: only events with a larger id follow.",
-    auth: "api_key",
+    description: `The stream opens with \`retry: ${SSE_RETRY_MS}\` (the reconnect delay), then one SSE frame per event: \`id\` is the job's event offset (from 1, no gaps), \`event\` the event type, \`data\` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with \`Last-Event-ID\` (wins) or \`after\`: only events with a larger id follow. A finished job with nothing after the cursor answers ${SSE_FINISHED_STATUS}, which stops a browser's EventSource. A browser's EventSource passes a token in \`${ACCESS_TOKEN_PARAM}\`.`,
+    auth: "url_token",
     parameters: [
       jobIdParam,
       {
@@ -396,10 +408,15 @@ const OPERATIONS: Operation[] = [
           },
         },
         extensions: {
+          "x-sse-retry-ms": SSE_RETRY_MS,
           "x-sse-data": ref("EventEnvelope"),
           "x-sse-event-types": [...EVENT_TYPES],
           "x-sse-terminal-event-types": [...TERMINAL_EVENT_TYPES],
         },
+      },
+      {
+        status: SSE_FINISHED_STATUS,
+        description: "The job is finished and nothing is after the cursor: do not reconnect (no body).",
       },
     ],
     errors: ["invalid_request", "not_found", "gone", "events_expired", ...V1_ERRORS],
@@ -411,8 +428,8 @@ const OPERATIONS: Operation[] = [
     tag: "conversations",
     summary: "The conversation's chat WebSocket",
     description:
-      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad key is a JSON 401 before any upgrade.",
-    auth: "api_key_or_token",
+      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad credential is a JSON 401 (403 for a read token or one bound elsewhere: the socket submits jobs) before any upgrade. A browser passes a write token in `access_token`; an API key is never accepted in the URL.",
+    auth: "url_token",
     parameters: [
       conversationIdParam,
       {
@@ -453,10 +470,23 @@ const OPERATIONS: Operation[] = [
     operationId: "conversationMessages",
     tag: "conversations",
     summary: "The conversation's turns, oldest first, from its jobs",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [conversationIdParam],
     responses: [{ status: 200, description: "The turns.", schema: ref("ConversationMessages") }],
     errors: ["not_found", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/tokens",
+    operationId: "createToken",
+    tag: "tokens",
+    summary: "Mint a short-lived access token for a browser",
+    description:
+      "Needs an API key (a token cannot mint tokens: 403). The token is bound to the key's tenant, expires after `ttl_s`, has scope `read` (GET only) or `write`, and is optionally bound to one job or one conversation. It works as `Authorization: Bearer` on every /v1 route it covers, and as `access_token` on the SSE and WebSocket routes. Its requests count against the minting key's rate limit.",
+    auth: "api_key",
+    body: ref("CreateTokenBody"),
+    responses: [{ status: 201, description: "The token.", schema: ref("TokenAnswer") }],
+    errors: [...BODY_ERRORS, ...V1_ERRORS],
   },
   {
     method: "post",
@@ -466,7 +496,7 @@ const OPERATIONS: Operation[] = [
     summary: "Define an agent: its name and version 1",
     description:
       "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). An agent of that name (archived ones included) is a 409 `conflict`.",
-    auth: "api_key",
+    auth: "bearer",
     body: ref("CreateAgentBody"),
     responses: [{ status: 201, description: "Version 1.", schema: ref("AgentAnswer") }],
     errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
@@ -478,7 +508,7 @@ const OPERATIONS: Operation[] = [
     tag: "agents",
     summary: "The tenant's live agents at their latest versions, by name, keyset-paginated",
     description: "Archived agents are left out (GET /v1/agents/{name} still reads one).",
-    auth: "api_key",
+    auth: "bearer",
     parameters: queryParameters(ListAgentsQuerySchema),
     responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentPage") }],
     errors: ["invalid_request", ...V1_ERRORS],
@@ -489,7 +519,7 @@ const OPERATIONS: Operation[] = [
     operationId: "getAgent",
     tag: "agents",
     summary: "An agent's latest version",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [agentNameParam],
     responses: [{ status: 200, description: "The latest version.", schema: ref("AgentAnswer") }],
     errors: ["not_found", ...V1_ERRORS],
@@ -500,7 +530,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listAgentVersions",
     tag: "agents",
     summary: "An agent's versions, newest first, keyset-paginated",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [agentNameParam, ...queryParameters(ListAgentsQuerySchema)],
     responses: [
       { status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentVersionPage") },
@@ -513,7 +543,7 @@ const OPERATIONS: Operation[] = [
     operationId: "getAgentVersion",
     tag: "agents",
     summary: "One version of an agent",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [agentNameParam, agentVersionParam],
     responses: [{ status: 200, description: "The version.", schema: ref("AgentAnswer") }],
     errors: ["not_found", ...V1_ERRORS],
@@ -526,7 +556,7 @@ const OPERATIONS: Operation[] = [
     summary: "Store the agent's next version (the whole definition; versions are never edited)",
     description:
       "Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [agentNameParam],
     body: ref("AgentDefinition"),
     responses: [{ status: 201, description: "The new version.", schema: ref("AgentAnswer") }],
@@ -540,7 +570,7 @@ const OPERATIONS: Operation[] = [
     summary: "Archive an agent (no body; repeating is harmless)",
     description:
       "No new job or version may name it (409 `conflict`); its versions stay readable and jobs already submitted run on.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: [agentNameParam],
     responses: [
       { status: 200, description: "The latest version, with `archived_at` set.", schema: ref("AgentAnswer") },
@@ -553,7 +583,7 @@ const OPERATIONS: Operation[] = [
     operationId: "listModels",
     tag: "models",
     summary: "The models this tenant may name (as a job's `model` or an agent's)",
-    auth: "api_key",
+    auth: "bearer",
     responses: [{ status: 200, description: "The models, the deployment's default first.", schema: ref("ModelList") }],
     errors: V1_ERRORS,
   },
@@ -565,7 +595,7 @@ const OPERATIONS: Operation[] = [
     summary: "The tenant's tokens and model calls per UTC day and model",
     description:
       "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
-    auth: "api_key",
+    auth: "bearer",
     parameters: queryParameters(UsageQuerySchema),
     responses: [{ status: 200, description: "The usage.", schema: ref("UsageAnswer") }],
     errors: ["invalid_request", ...V1_ERRORS],
@@ -610,7 +640,8 @@ const OPERATIONS: Operation[] = [
 const SECURITY: Record<Operation["auth"], JsonSchema[] | undefined> = {
   none: [],
   api_key: [{ apiKey: [] }],
-  api_key_or_token: [{ apiKey: [] }, { apiKeyQuery: [] }],
+  bearer: [{ apiKey: [] }, { accessToken: [] }],
+  url_token: [{ apiKey: [] }, { accessToken: [] }, { accessTokenQuery: [] }],
   signature: [{ signature: [] }],
 };
 
@@ -688,6 +719,7 @@ export function buildOpenApiDocument(): JsonSchema {
       { name: "jobs", description: "Submit, read, list, cancel and steer jobs." },
       { name: "events", description: "A job's events (the EventEnvelope) as Server-Sent Events." },
       { name: "conversations", description: "WebSocket chat and history." },
+      { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
       { name: "agents", description: "The tenant's agent definitions, as immutable numbered versions." },
       { name: "models", description: "The models a tenant may use, and its usage of them." },
       { name: "health", description: "Liveness, readiness and this document; no key." },
@@ -698,11 +730,18 @@ export function buildOpenApiDocument(): JsonSchema {
       schemas: { ...components(REQUEST_SCHEMAS, "input"), ...components(RESPONSE_SCHEMAS, "output") },
       securitySchemes: {
         apiKey: { type: "http", scheme: "bearer", description: "An API key, `ear_<8 hex>_<64 hex>`." },
-        apiKeyQuery: {
+        accessToken: {
+          type: "http",
+          scheme: "bearer",
+          bearerFormat: "JWT",
+          description: "An access token from POST /v1/tokens (HS256 JWT; scope and binding limit what it reaches).",
+        },
+        accessTokenQuery: {
           type: "apiKey",
           in: "query",
-          name: "token",
-          description: "The API key, on a WebSocket upgrade without an Authorization header.",
+          name: ACCESS_TOKEN_PARAM,
+          description:
+            "An access token, on the SSE and WebSocket routes only (EventSource and WebSocket cannot set headers).",
         },
         signature: {
           type: "apiKey",

@@ -27,6 +27,33 @@ export interface UnstorableAt {
   isKey: boolean;
 }
 
+/**
+ * How deeply a client's free-form JSON (metadata, an agent's response_format) may nest objects
+ * and arrays. The walks over such a value (the check below, JSON.stringify, a JSON Schema
+ * validator) recurse once per level: measured in Node, a schema nested 1,000 levels overflowed
+ * the validator's stack and 20,000 overflowed JSON.stringify, which the gateway would answer with
+ * a 500, while a body of 256 KiB can nest ~40,000 levels. 64 is far beyond real metadata and schemas.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether `value` nests more than `max` objects/arrays inside each other (iterative: no recursion to overflow). */
+export function nestsDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [v, depth] = item;
+    if (v === null || typeof v !== "object") continue;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/**
+ * For a refinement that serializes the value (a size check): run it only when the value passed
+ * every check so far, so a value refused as too deep is never handed to JSON.stringify.
+ */
+export const whenValid = { when: (payload: { issues: readonly unknown[] }) => payload.issues.length === 0 };
+
 /** Where the first unstorable string (object keys included) inside a JSON value is, or null. */
 export function findUnstorable(value: unknown, path: PropertyKey[] = []): UnstorableAt | null {
   if (typeof value === "string") return isStorableText(value) ? null : { path, isKey: false };
@@ -47,8 +74,15 @@ export function findUnstorable(value: unknown, path: PropertyKey[] = []): Unstor
   return null;
 }
 
-/** For `.superRefine`: reports the first unstorable string of a free-form JSON value at its own path. */
+/**
+ * For `.superRefine`: refuses a free-form JSON value nested deeper than MAX_JSON_DEPTH, and
+ * reports its first unstorable string at that string's own path.
+ */
 export function refineStorableJson(value: unknown, ctx: z.RefinementCtx): void {
+  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+    ctx.addIssue({ code: "custom", message: `nests objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    return;
+  }
   const found = findUnstorable(value);
   if (!found) return;
   const message = found.isKey ? `a key ${UNSTORABLE_TEXT_MESSAGE}` : UNSTORABLE_TEXT_MESSAGE;

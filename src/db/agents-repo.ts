@@ -7,7 +7,7 @@
  * edits get consecutive numbers, never the same one.
  */
 import { type SQL, sql } from "drizzle-orm";
-import type { AgentDefinition, AgentView } from "../contracts/agent";
+import { type AgentDefinition, AgentDefinitionSchema, type AgentView } from "../contracts/agent";
 import { type Db, resultRows } from "./client";
 
 /** A stored version as the gateway reads it: the view plus what a submit needs. */
@@ -33,6 +33,9 @@ const iso = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-
 const VERSION_COLUMNS = sql`v.name, v.version, a.latest_version, v.definition,
   ${iso(sql`v.created_at`)} AS created_at, ${iso(sql`a.archived_at`)} AS archived_at`;
 
+/** The definition's fields in the contract's order (jsonb keeps its own, by key length). */
+const DEFINITION_FIELDS = Object.keys(AgentDefinitionSchema.shape) as (keyof AgentDefinition)[];
+
 function toVersion(raw: RawVersion): AgentVersionRow {
   // node-postgres parses jsonb; keep a string parse for a driver configured not to.
   const definition = (
@@ -40,10 +43,10 @@ function toVersion(raw: RawVersion): AgentVersionRow {
   ) as AgentDefinition;
   return {
     view: {
-      ...definition,
       name: raw.name,
       version: Number(raw.version),
       latest_version: Number(raw.latest_version),
+      ...(Object.fromEntries(DEFINITION_FIELDS.map((k) => [k, definition[k]])) as AgentDefinition),
       created_at: raw.created_at,
       archived_at: raw.archived_at,
     },

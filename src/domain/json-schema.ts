@@ -3,6 +3,9 @@
  * client sends is a valid draft 2020-12 schema, and validating an answer against it. Uses
  * @cfworker/json-schema, which interprets schemas instead of compiling them to code (workerd
  * forbids `new Function`, which Ajv needs), so the gateway and the hosts run the same validator.
+ * Interpreting costs CPU on the gateway, once per agent version written: measured in Node on a
+ * loaded machine (loadavg ~13), 0.07 ms for a two-field schema, ~16 ms (median) for a 59 KiB
+ * one of 800 properties, near the definition's 64 KiB cap.
  */
 import { type OutputUnit, Validator } from "@cfworker/json-schema";
 

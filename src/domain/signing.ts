@@ -128,8 +128,13 @@ export function importIngestKey(hex: string): Promise<CryptoKey> {
   return importHmacKey(bytes);
 }
 
+/** What a batch mac covers (the host's node:crypto signer, sandbox-host/outbox/batch-mac.ts, uses it too). */
+export function batchMessageText(nonce: string, jobId: string, eventsJson: string): string {
+  return `${nonce}\n${jobId}\n${eventsJson}`;
+}
+
 function batchMessage(nonce: string, jobId: string, eventsJson: string): BufferSource {
-  return encoder.encode(`${nonce}\n${jobId}\n${eventsJson}`);
+  return encoder.encode(batchMessageText(nonce, jobId, eventsJson));
 }
 
 /**

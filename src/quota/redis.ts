@@ -10,14 +10,21 @@ export interface RedisClientOptions {
   token: string;
   /** Network retries per command (default 1). */
   retries?: number;
+  /**
+   * Batch concurrent commands into one request (default true). Off for a client shared by
+   * concurrent requests of a Worker isolate: a batch would settle one request's command from
+   * another request's fetch, which workerd forbids (workers/deps.ts).
+   */
+  autoPipelining?: boolean;
 }
 
-export function createRedisClient({ url, token, retries = 1 }: RedisClientOptions): Redis {
+export function createRedisClient({ url, token, retries = 1, autoPipelining = true }: RedisClientOptions): Redis {
   return new Redis({
     url,
     token,
     retry: { retries, backoff: (n) => 25 * 2 ** n },
     enableTelemetry: false,
+    enableAutoPipelining: autoPipelining,
   });
 }
 

@@ -44,7 +44,7 @@ export function apiClient(baseUrl: string, apiKey: string | null) {
   return { call, events };
 }
 
-export const userMessage = (content: string) => ({ input: { messages: [{ role: "user", content }] } });
+export const userMessage = (content: string) => ({ input: { messages: [{ role: "user" as const, content }] } });
 
 /** A job whose scripted answer streams 200 words at 10 tokens/s (~20 s): long enough to kill its host mid-run. */
 export const longRunMessage = () =>

@@ -408,8 +408,11 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     await newVersion("chatty", { model: "big-model", instructions: "two" });
     const open = (conversation: string, query: string) =>
       new Promise<WebSocket>((resolve, reject) => {
-        const url = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?token=${stack.apiKey}${query}`;
-        const ws = new WebSocket(url, { perMessageDeflate: false });
+        const url = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?${query.replace(/^&/, "")}`;
+        const ws = new WebSocket(url, {
+          perMessageDeflate: false,
+          headers: { authorization: `Bearer ${stack.apiKey}` },
+        });
         ws.once("open", () => resolve(ws));
         ws.once("error", reject);
       });

@@ -10,6 +10,9 @@
  * redis-server behind the Upstash bridge, Docker for the sandbox (tools are offered only with one).
  */
 import { randomUUID } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { and, eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
@@ -26,6 +29,7 @@ import { toolNames } from "../../src/domain/approval";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/services/ports";
+import { spawnHost } from "../../tools/stack";
 import type { TestDb } from "../helpers/db";
 import { requireDocker } from "../helpers/docker";
 import { type FakeProvider, type ProviderReply, startFakeProvider, textReply } from "../helpers/fake-provider";
@@ -67,6 +71,8 @@ if (canRun) {
       default: "agent-model",
       models: [
         { name: "agent-model", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1" },
+        // The same provider with a short timeout: a second client, for the timeout retry.
+        { name: "impatient", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1", timeout_ms: 400 },
         { name: "model-a", base_url: pa.url, api_key_env: "PA_KEY", upstream_model: "up-a", concurrency: 2 },
         { name: "model-b", base_url: pb.url, api_key_env: "PB_KEY", upstream_model: "up-b", concurrency: 4 },
         {
@@ -351,6 +357,28 @@ describe.skipIf(!canRun)("provider errors, handled like a careful client", () =>
     expect(row.modelCalls).toBe(1);
   });
 
+  it("retries a call whose provider went silent before any output (timeout), then completes", async () => {
+    p1.script = (_req, n) => (n === 1 ? { kind: "stream", pieces: ["too late"], holdMs: 3000 } : textReply("in time"));
+    p1.reset();
+    const id = randomUUID();
+    await t.db.insert(schema.jobs).values({
+      id,
+      tenantId: TENANT,
+      model: "impatient",
+      input: { messages: [{ role: "user", content: "timeout marker" }] },
+    });
+    const row = await ended(id);
+    expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "in time" });
+    expect(p1.requests).toHaveLength(2);
+    const retries = await deliveredEvents(id, "model.retry");
+    expect(retries.map((e) => e.payload)).toEqual([
+      { attempt: 1, delay_ms: expect.any(Number), reason: "network_error", status: null },
+    ]);
+    // Nothing of the silent attempt reached the stream.
+    const deltas = await deliveredEvents(id, "model.delta");
+    expect(deltas.map((e) => (e.payload as { text: string }).text).join("")).toBe("in time");
+  });
+
   it("fails provider_error when the stream breaks after output, without retrying or repeating deltas", async () => {
     p1.script = () => ({ kind: "stream", pieces: ["alpha ", "beta ", "gamma ", "delta"], cutAfter: 3 });
     p1.reset();
@@ -515,4 +543,90 @@ describe.skipIf(!canRun)("two providers on one host", () => {
     expect(rows.filter((r) => r.state === "completed")).toHaveLength(12);
     expect(Object.fromEntries(pc.peakBy)).toEqual({ [TENANT]: 1, [OTHER_TENANT]: 3 });
   }, 90_000);
+});
+
+describe.skipIf(!canRun)("usage survives the host", () => {
+  it("a host SIGKILLed mid-run has already recorded every call that ended (its registry read from MODEL_REGISTRY_FILE)", async () => {
+    // Its own database, so the suite's in-process host never sees this job.
+    const db = await services.pgStack.freshDb(2);
+    await db.db.insert(schema.tenants).values({ id: TENANT, name: "agents" });
+    const dir = await mkdtemp(join(tmpdir(), "ear-registry-"));
+    const file = join(dir, "models.json");
+    await writeFile(
+      file,
+      JSON.stringify({
+        models: [{ name: "agent-model", base_url: p1.url, api_key_env: "KILLED_HOST_KEY", upstream_model: "up-kill" }],
+      }),
+    );
+    let releaseFirst!: () => void;
+    const first = new Promise<void>((r) => {
+      releaseFirst = r;
+    });
+    p1.reset();
+    p1.script = (_req, n) =>
+      n === 1
+        ? { kind: "stream", pieces: ["first"], until: first, usage: { prompt_tokens: 41, completion_tokens: 3 } }
+        : { kind: "stream", pieces: ["never"], until: new Promise(() => {}) };
+    const host = await spawnHost(resolve(import.meta.dirname, "../.."), {
+      DATABASE_URL: db.url,
+      UPSTASH_REDIS_REST_URL: services.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
+      GATEWAY_URL: services.ingest.url,
+      INTERNAL_SIGNING_SECRET: "agents-host-signing-secret-0123456789",
+      MODEL_REGISTRY_FILE: file,
+      KILLED_HOST_KEY: "key-killed",
+      HOST_METRICS_PORT: "0",
+      SANDBOX_ENABLED: "false",
+    });
+    try {
+      const id = randomUUID();
+      await db.db
+        .insert(schema.jobs)
+        .values({ id, tenantId: TENANT, input: { messages: [{ role: "user", content: "killed host marker" }] } });
+      await waitFor("turn 1 at the provider", async () => p1.requests.length === 1, { timeoutMs: 30_000 });
+      // Input during turn 1 makes a turn 2, which the provider never answers.
+      await db.db.insert(schema.jobInputs).values({ jobId: id, tenantId: TENANT, content: "go on" });
+      releaseFirst();
+      await waitFor("turn 2 at the provider", async () => p1.requests.length === 2, { timeoutMs: 30_000 });
+      process.kill(-(host.process.pid as number), "SIGKILL");
+      await new Promise((r) => host.process.once("exit", r));
+
+      expect(p1.requests.map((r) => [r.body.model, r.headers.authorization])).toEqual([
+        ["up-kill", "Bearer key-killed"],
+        ["up-kill", "Bearer key-killed"],
+      ]);
+      const usage = await db.db.select().from(schema.modelUsage).where(eq(schema.modelUsage.jobId, id));
+      expect(usage.map((u) => [u.model, u.promptTokens, u.completionTokens, u.estimated])).toEqual([
+        ["agent-model", 41, 3, false],
+      ]);
+      const [row] = await db.db.select().from(schema.jobs).where(eq(schema.jobs.id, id));
+      expect({
+        state: row?.state,
+        prompt: row?.promptTokens,
+        completion: row?.completionTokens,
+        calls: row?.modelCalls,
+      }).toEqual({ state: "running", prompt: 41, completion: 3, calls: 1 });
+    } finally {
+      await host.stop().catch(() => {});
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  it("a host whose registry names an unset key variable refuses to start, naming it", async () => {
+    const started = spawnHost(resolve(import.meta.dirname, "../.."), {
+      DATABASE_URL: t.url,
+      UPSTASH_REDIS_REST_URL: services.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
+      GATEWAY_URL: services.ingest.url,
+      INTERNAL_SIGNING_SECRET: "agents-host-signing-secret-0123456789",
+      MODEL_REGISTRY: JSON.stringify({
+        models: [{ name: "m", base_url: p1.url, api_key_env: "NOT_SET_ANYWHERE_KEY" }],
+      }),
+      HOST_METRICS_PORT: "0",
+      SANDBOX_ENABLED: "false",
+    });
+    await expect(started).rejects.toThrow(
+      /exited \(2\)[\s\S]*NOT_SET_ANYWHERE_KEY \(the key of model "m"\) is not set/,
+    );
+  }, 60_000);
 });

@@ -8,6 +8,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { EarClient } from "../../src/client/client";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { type Stack, startStack } from "../../tools/stack";
@@ -100,8 +101,10 @@ describe.skipIf(!canRun)("WebSocket chat end to end", () => {
   let stack: Stack;
   let pool: pg.Pool;
   let otherKey: string;
+  /** A browser's credential for the socket: a write token minted with the key (keys never go in URLs). */
+  let wsToken: string;
   const wsUrl = (conversation: string, query = "") =>
-    `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?token=${stack.apiKey}${query}`;
+    `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?access_token=${wsToken}${query}`;
 
   beforeAll(async () => {
     stack = await startStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
@@ -109,6 +112,9 @@ describe.skipIf(!canRun)("WebSocket chat end to end", () => {
     const db = drizzle(pool, { schema });
     await createTenant(db, "chat-other");
     otherKey = (await createApiKey(db, "chat-other")).key;
+    wsToken = (
+      await new EarClient({ baseUrl: stack.gatewayUrl, credential: stack.apiKey }).createToken({ scope: "write" })
+    ).token;
   }, 180_000);
 
   afterAll(async () => {
@@ -116,9 +122,11 @@ describe.skipIf(!canRun)("WebSocket chat end to end", () => {
     await stack?.stop();
   }, 60_000);
 
-  it("refuses a bad key before the upgrade", async () => {
-    const url = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/c/ws?token=nope`;
-    await expect(Chat.open(url)).rejects.toThrow(/HTTP 401/);
+  it("refuses a bad token, and any API key in the URL, before the upgrade", async () => {
+    const base = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/c/ws`;
+    await expect(Chat.open(`${base}?access_token=nope`)).rejects.toThrow(/HTTP 401/);
+    await expect(Chat.open(`${base}?access_token=${stack.apiKey}`)).rejects.toThrow(/HTTP 401/);
+    await expect(Chat.open(`${base}?token=${stack.apiKey}`)).rejects.toThrow(/HTTP 401/);
   });
 
   it("message → job → events → answer; a second message while the first runs is queued, then runs with the history", async () => {

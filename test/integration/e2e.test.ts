@@ -7,11 +7,10 @@ import { request as httpRequest } from "node:http";
 import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { EventOf } from "../../src/contracts/events";
+import { EarClient } from "../../src/client/client";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant, revokeApiKey } from "../../src/db/tenants-repo";
 import { signedHeaders } from "../../src/domain/signing";
-import { readSse } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient, userMessage } from "../helpers/api";
 import { testPool } from "../helpers/db";
@@ -38,12 +37,15 @@ interface JobBody {
 describe.skipIf(!canRun)("job spine end to end", () => {
   let stack: Stack;
   let api: ReturnType<typeof apiClient>;
+  /** The typed client (src/client/), as an application would call the API. */
+  let client: EarClient;
   let otherKey: string;
   let pool: pg.Pool;
 
   beforeAll(async () => {
     stack = await startStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
+    client = new EarClient({ baseUrl: stack.gatewayUrl, credential: stack.apiKey });
     pool = testPool(stack.databaseUrl, 2);
     const db = drizzle(pool, { schema });
     await createTenant(db, "other");
@@ -66,26 +68,26 @@ describe.skipIf(!canRun)("job spine end to end", () => {
   }
 
   it("serves a job end to end: deltas over SSE, ids contiguous from 1, completed with timing facts", async () => {
-    const submit = await api.call<JobBody>("POST", "/v1/jobs", userMessage("hello there world"));
-    expect(submit.status).toBe(202);
-    expect(submit.body.job.state).toBe("queued");
-    const events = await api.events(submit.body.job.id);
-    expect(events.map((e) => Number(e.id))).toEqual(events.map((_, i) => i + 1));
-    const types = events.map((e) => e.event);
+    const submit = await client.submit(userMessage("hello there world"));
+    expect(submit.created).toBe(true);
+    expect(submit.job.state).toBe("queued");
+    const events = [];
+    for await (const e of client.events(submit.job.id)) events.push(e);
+    expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i + 1));
+    const types = events.map((e) => e.event.type);
     expect(types[0]).toBe("run.started");
     expect(types).toContain("run.prepared");
     expect(types.filter((t) => t === "model.delta").length).toBeGreaterThan(0);
     expect(types.at(-1)).toBe("run.completed");
     expect(types.filter((t) => t.startsWith("run.") && ["run.completed", "run.failed"].includes(t))).toHaveLength(1);
-    const text = events
-      .filter((e) => e.event === "model.delta")
-      .map((e) => (JSON.parse(e.data) as EventOf<"model.delta">).payload.text)
-      .join("");
+    const text = events.map(({ event }) => (event.type === "model.delta" ? event.payload.text : "")).join("");
     expect(text).toBe("Echo: hello there world");
-    const envelope = JSON.parse(events[0]?.data ?? "{}") as Record<string, unknown>;
-    expect(envelope).toMatchObject({ job_id: submit.body.job.id, seq: 1, type: "run.started" });
+    expect(events[0]?.event).toMatchObject({ job_id: submit.job.id, seq: 1, type: "run.started" });
+    // The same events as the raw stream carries (the client adds nothing and drops nothing).
+    const raw = await api.events(submit.job.id);
+    expect(raw.map((e) => JSON.parse(e.data))).toEqual(events.map((e) => e.event));
 
-    const job = await waitTerminal(submit.body.job.id);
+    const job = await waitTerminal(submit.job.id);
     expect(job.state).toBe("completed");
     expect(job.output).toBe("Echo: hello there world");
     expect(job.epoch).toBe(1);
@@ -112,8 +114,10 @@ describe.skipIf(!canRun)("job spine end to end", () => {
       const viaQuery = await api.events(submit.body.job.id, { after: cut });
       expect(viaQuery.map((e) => e.id)).toEqual(all.slice(cut).map((e) => e.id));
     }
-    const none = await api.events(submit.body.job.id, { after: all.length });
-    expect(none).toEqual([]);
+    // Finished and nothing after the cursor: 204, the answer that stops a browser's EventSource.
+    const none = await api.call("GET", `/v1/jobs/${submit.body.job.id}/events?after=${all.length}`);
+    expect(none.status).toBe(204);
+    expect(none.body).toBe("");
     const bad = await api.call("GET", `/v1/jobs/${submit.body.job.id}/events?after=-3`);
     expect(bad.status).toBe(400);
   });
@@ -278,7 +282,7 @@ describe.skipIf(!canRun)("job spine end to end", () => {
     expect(mismatch.status).toBe(409);
     expect(mismatch.body.error.code).toBe("idempotency_mismatch");
 
-    // An API key in the URL is refused outside the WebSocket route (with an Upgrade header too:
+    // An API key in the URL is refused on every route (with an Upgrade header too:
     // test/workers/trust-input.test.ts; Node's fetch will not send one).
     const viaUrl = await apiClient(stack.gatewayUrl, null).call("GET", `/v1/jobs/${id}?token=${stack.apiKey}`);
     expect(viaUrl.status).toBe(401);
@@ -346,15 +350,14 @@ describe.skipIf(!canRun)("job spine end to end", () => {
   it("measures submit → first event and submit → completed (median of 20)", async () => {
     const firstEvent: number[] = [];
     const completed: number[] = [];
-    const headers = { authorization: `Bearer ${stack.apiKey}` };
     for (let i = 0; i < 20; i++) {
       const t0 = performance.now();
-      const submit = await api.call<JobBody>("POST", "/v1/jobs", userMessage(`timing run ${i}`));
+      const { job } = await client.submit(userMessage(`timing run ${i}`));
       let first = 0;
       let last = "";
-      for await (const ev of readSse(`${stack.gatewayUrl}/v1/jobs/${submit.body.job.id}/events`, { headers })) {
+      for await (const { event } of client.events(job.id)) {
         if (!first) first = performance.now();
-        last = ev.event;
+        last = event.type;
       }
       expect(last).toBe("run.completed");
       completed.push(performance.now() - t0);

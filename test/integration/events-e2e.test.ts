@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { readSse, type SseEvent } from "../../tools/lib/sse";
+import { EarClient } from "../../src/client/client";
+import type { StreamedEvent } from "../../src/client/events";
 import { apiClient, longRunMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
@@ -13,16 +14,13 @@ describe.skipIf(!canRun)("event stream when a host dies", () => {
     const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
     const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage());
     const jobId = submit.body.job.id;
-    const events: SseEvent[] = [];
+    const events: StreamedEvent[] = [];
     let killedAt = 0;
     let killed: string | null = null;
-    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
-    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
-      headers,
-      signal: AbortSignal.timeout(30_000),
-    })) {
+    const client = new EarClient({ baseUrl: t.stack.gatewayUrl, credential: t.stack.apiKey });
+    for await (const ev of client.events(jobId, { signal: AbortSignal.timeout(30_000) })) {
       events.push(ev);
-      if (!killed && ev.event === "model.delta") {
+      if (!killed && ev.event.type === "model.delta") {
         const owner = (await t.pool.query("select owner from jobs where id = $1", [jobId])).rows[0]?.owner as string;
         const host = t.stack.hosts.find((h) => h.id === owner);
         expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
@@ -32,20 +30,19 @@ describe.skipIf(!canRun)("event stream when a host dies", () => {
       }
     }
     expect(killed).not.toBeNull();
-    const types = events.map((e) => e.event);
+    const types = events.map((e) => e.event.type);
     expect(types.at(-1)).toBe("run.lost");
     expect(types.filter((t) => t.startsWith("run.") && t !== "run.started" && t !== "run.prepared")).toEqual([
       "run.lost",
     ]);
-    expect(events.map((e) => Number(e.id))).toEqual(events.map((_, i) => i + 1));
-    const lost = JSON.parse(events.at(-1)?.data ?? "{}") as { job_id: string; payload: Record<string, unknown> };
-    expect(lost).toMatchObject({ job_id: jobId, payload: { source: "projector" } });
+    expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i + 1));
+    expect(events.at(-1)?.event).toMatchObject({ job_id: jobId, payload: { source: "projector" } });
     const row = (await t.pool.query("select state from jobs where id = $1", [jobId])).rows[0];
     expect(row.state).toBe("lost");
     console.log(`[events e2e] SIGKILL → run.lost on the stream after ${Date.now() - killedAt} ms`);
 
     // A reconnect after the end replays the same stream, terminal included, and closes.
     const replay = await api.events(jobId);
-    expect(replay.map((e) => e.data)).toEqual(events.map((e) => e.data));
+    expect(replay.map((e) => JSON.parse(e.data))).toEqual(events.map((e) => e.event));
   });
 });

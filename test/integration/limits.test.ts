@@ -13,6 +13,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { EarClient } from "../../src/client/client";
 import type { EventOf } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
@@ -31,6 +32,11 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
   let stack: Stack;
   let pool: pg.Pool;
   let tenants = 0;
+
+  /** A write token for the tenant's chat sockets (an API key is never accepted in a URL). */
+  async function wsToken(key: string): Promise<string> {
+    return (await new EarClient({ baseUrl: stack.gatewayUrl, credential: key }).createToken({ scope: "write" })).token;
+  }
 
   /** A tenant and API key of the test's own. */
   async function newTenant(): Promise<{ tenantId: string; key: string }> {
@@ -59,6 +65,22 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
       pool = p;
     },
   );
+
+  it("a token's requests count against the rate of the key that minted it: minting tokens adds no budget", async () => {
+    const { key } = await newTenant();
+    const minter = new EarClient({ baseUrl: stack.gatewayUrl, credential: key });
+    const tokens = [(await minter.createToken()).token, (await minter.createToken({ scope: "write" })).token];
+    const credentials = [key, ...tokens];
+    const burst = RATE.requests + 15;
+    const answers = await Promise.all(
+      Array.from({ length: burst }, (_, i) =>
+        apiClient(stack.gatewayUrl, credentials[i % credentials.length] as string).call("GET", "/v1/jobs?limit=1"),
+      ),
+    );
+    // The two mints were requests of the key too.
+    expect(answers.filter((a) => a.status === 200)).toHaveLength(RATE.requests - tokens.length);
+    expect(answers.filter((a) => a.status === 429)).toHaveLength(burst - RATE.requests + tokens.length);
+  });
 
   it("a burst past the request rate of one API key: exactly the excess is 429 rate_limited with Retry-After", async () => {
     const { key } = await newTenant();
@@ -109,7 +131,7 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
     expect(refused[0]?.headers.get("content-type")).toMatch(/json/);
 
     // A chat WebSocket counts against the same cap: refused at the upgrade.
-    const wsUrl = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/limits-c1/ws?token=${key}`;
+    const wsUrl = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/limits-c1/ws?access_token=${await wsToken(key)}`;
     expect(await upgradeStatus(wsUrl)).toBe(429);
 
     // Close three streams: once the gateway notices (next keepalive), three new ones open, a fourth does not.
@@ -146,7 +168,9 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
 
   it("WebSockets past the tenant's cap are refused; a closed socket frees its slot", async () => {
     const { key } = await newTenant();
-    const wsUrl = (i: number) => `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/c${i}/ws?token=${key}`;
+    const token = await wsToken(key);
+    const wsUrl = (i: number) =>
+      `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/c${i}/ws?access_token=${token}`;
     const sockets = await Promise.all(Array.from({ length: STREAM_CAP }, (_, i) => openSocket(wsUrl(i % 2))));
     expect(await upgradeStatus(wsUrl(7))).toBe(429);
     sockets.pop()?.close();

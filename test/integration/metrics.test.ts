@@ -139,6 +139,7 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
         "quota_leases_held",
         "quota_leases_lost_total",
         "sandboxes_active",
+        "sandbox_create_queued",
         "sandbox_create_seconds",
         "sandbox_delete_seconds",
         "cancel_convergence_seconds",

@@ -29,6 +29,7 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["model.delta", { text: "hello" }],
   ["model.retry", { attempt: 1, delay_ms: 500, reason: "rate_limited", status: 429 }],
   ["tool.call", { id: "c1", name: "shell", args: { command: "ls" } }],
+  ["sandbox.waiting", { ahead: 3 }],
   ["sandbox.created", {}],
   ["tool.result", { id: "c1", ok: true, output: { exit_code: 0, stdout: "", stderr: "" } }],
   ["tool.result", { id: "c1", ok: false, output: { code: "sandbox_error", message: "boom" } }],

@@ -133,6 +133,8 @@ function violations(): string[] {
     domain: ["contracts", "domain"],
     db: ["contracts", "domain", "db"],
     quota: ["contracts", "domain", "quota"],
+    // The typed client runs in browsers too: the contracts' types and plain constants, nothing else of src/.
+    client: ["contracts", "client"],
   };
   for (const dir of ["src", "workers", "sandbox-host"]) {
     for (const file of walk(dir)) {
@@ -150,6 +152,7 @@ function violations(): string[] {
           const tl = srcLayer(t);
           if (fl && tl && SRC_ALLOWED[fl] && !SRC_ALLOWED[fl].includes(tl))
             found.push(`${file}: src/${fl} imports src/${tl}`);
+          if (fl && !SRC_ALLOWED[fl]) found.push(`${file}: src/${fl} is a layer without import rules`);
         } else if (isNodeOnly(spec) && from !== "sandbox-host") {
           found.push(`${file}: Node-only module ${spec}`);
         }
@@ -173,7 +176,69 @@ function violations(): string[] {
   return found;
 }
 
+/**
+ * The client (src/client/) is bundled into the browser console, so what it loads at runtime is
+ * paid for in every page load: its value imports, followed transitively, may reach only other
+ * client and contract modules and CLIENT_PACKAGES, never zod (the contracts' schemas: ~60 KB
+ * minified) and never a Node-only module. Types from the zod contracts are free (erased).
+ */
+const CLIENT_PACKAGES = new Set(["eventsource-parser"]);
+
+function clientViolations(entries = walk("src/client")): string[] {
+  const found: string[] = [];
+  const seen = new Set<string>();
+  const visit = (file: string, from: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const spec of valueImports(file)) {
+      const t = target(file, spec);
+      if (t === null) {
+        if (!CLIENT_PACKAGES.has(spec)) found.push(`${from}: loads ${spec} (through ${file})`);
+        continue;
+      }
+      if (!t.startsWith("src/client/") && !t.startsWith("src/contracts/"))
+        found.push(`${from}: loads ${t} (through ${file})`);
+      else visit(`${t}.ts`, from);
+    }
+  };
+  for (const file of entries) visit(file, file);
+  return found;
+}
+
+/**
+ * The console (console/src/) is the page itself: besides its own modules it may load preact and
+ * what the client may (src/client, zod-free contracts), so zod never reaches the browser through it.
+ */
+const CONSOLE_PACKAGES = new Set(["preact", "preact/hooks"]);
+
+function consoleViolations(): string[] {
+  const found: string[] = [];
+  const reached: string[] = [];
+  const files = readdirSync(join(ROOT, "console/src"), { recursive: true, encoding: "utf8" })
+    .filter((f) => /\.tsx?$/.test(f) && !f.endsWith(".d.ts"))
+    .map((f) => join("console/src", f));
+  for (const file of files) {
+    for (const spec of valueImports(file)) {
+      const t = target(file, spec);
+      if (t === null) {
+        if (!CONSOLE_PACKAGES.has(spec)) found.push(`${file}: loads ${spec}`);
+      } else if (t.startsWith("src/client/") || t.startsWith("src/contracts/")) reached.push(`${t}.ts`);
+      else if (!t.startsWith("console/src/")) found.push(`${file}: loads ${t}`);
+    }
+  }
+  return [...found, ...clientViolations(reached)];
+}
+
 describe("layering", () => {
+  it("the client loads no zod, no Node module and nothing outside src/client and src/contracts", () => {
+    expect(walk("src/client").length).toBeGreaterThan(0);
+    expect(clientViolations()).toEqual([]);
+  });
+
+  it("the console loads only its own modules, preact, and what the client may load", () => {
+    expect(consoleViolations()).toEqual([]);
+  });
+
   it("follows the import rule (known exceptions may only shrink)", () => {
     const found = violations();
     const unexpected = found.filter((v) => !KNOWN_EXCEPTIONS.includes(v));

@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { hostBatchMac, ingestKeyBytes } from "../../sandbox-host/outbox/batch-mac";
 import {
   batchMac,
   deriveIngestKey,
@@ -90,6 +91,22 @@ describe("batch macs under the execution's ingest key", () => {
     expect(await verifyBatchMac(key, "n1", crypto.randomUUID(), events, mac)).toBe(false);
     expect(await verifyBatchMac(key, "n1", job, events.replace("hi", "ho"), mac)).toBe(false);
     expect(await verifyBatchMac(key, "n1", job, events, "zz")).toBe(false);
+  });
+
+  it("the host's node:crypto mac is the WebCrypto mac the gateway verifies, for any events text", {
+    timeout: 30_000,
+  }, async () => {
+    const key = await deriveIngestKey(token, exec);
+    const raw = await ingestKeyBytes(token, exec);
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: "grapheme" }), fc.uuid(), async (text, nonce) => {
+        const json = JSON.stringify([{ seq: 1, type: "model.delta", payload: { text } }]);
+        const mac = hostBatchMac(raw, nonce, job, json);
+        expect(mac).toBe(await batchMac(key, nonce, job, json));
+        expect(await verifyBatchMac(key, nonce, job, json, mac)).toBe(true);
+      }),
+      { numRuns: 100 },
+    );
   });
 
   /**

@@ -154,6 +154,19 @@ describe("POST /v1/agents: the body is checked before any database work", () => 
     expect(errorOf(r).message).toMatch(message);
   });
 
+  it("bounds a response_format's nesting: 64 levels are accepted, deeper is a 400, never a stack overflow's 500", async () => {
+    // `{"items":` per level: 64 objects nested, the innermost {"type":"string"}.
+    const nested = (levels: number) => `${'{"items":'.repeat(levels - 1)}{"type":"string"}${"}".repeat(levels - 1)}`;
+    const body = (levels: number) => `{"name":"deep","model":"shared-model","response_format":${nested(levels)}}`;
+    const ok = await call("ta", "POST", "/v1/agents", body(64));
+    expect(ok.status).toBe(503);
+    for (const levels of [65, 20_000]) {
+      const r = await call("ta", "POST", "/v1/agents", body(levels));
+      expect([levels, r.status]).toEqual([levels, 400]);
+      expect(errorOf(r).message).toBe("response_format: nests objects and arrays more than 64 levels deep");
+    }
+  });
+
   it("refuses a non-JSON body with 400 invalid_json", async () => {
     const r = await call("ta", "POST", "/v1/agents", "{nope");
     expect(r.status).toBe(400);
@@ -204,6 +217,13 @@ describe("a job naming an agent", () => {
     }
   });
 
+  it("with metadata nested too deep is a 400 (it was a 500: the checks recursed until the stack overflowed)", async () => {
+    const deep = `${'{"a":'.repeat(30_000)}1${"}".repeat(30_000)}`;
+    const r = await call("ta", "POST", "/v1/jobs", `{"input":${JSON.stringify(input)},"metadata":${deep}}`);
+    expect(r.status).toBe(400);
+    expect(errorOf(r).message).toBe("metadata: nests objects and arrays more than 64 levels deep");
+  });
+
   it("must be a name or name@N", async () => {
     for (const agent of ["Triage", "triage@0", "triage@x", "triage@1@2", ""]) {
       const r = await call("ta", "POST", "/v1/jobs", { input, agent });
@@ -217,6 +237,18 @@ describe("a job naming an agent", () => {
     expect(r.status).toBe(400);
     expect(errorOf(r).message).toMatch(/^model: "tb-model" is not offered; must be one of shared-model, ta-model/);
     expect((await call("ta", "POST", "/v1/jobs", { input, model: "ta-model" })).status).toBe(503);
+  });
+
+  it("without a model runs on the default, which must be offered to the tenant too", async () => {
+    const closedDefault = JSON.stringify({ models: [{ name: "tb-only", tenants: ["tb"] }, { name: "open" }] });
+    const ta = await call("ta", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: closedDefault });
+    expect(ta.status).toBe(400);
+    expect(errorOf(ta).message).toBe(
+      'model (omitted, so the default): "tb-only" is not offered; must be one of open (GET /v1/models)',
+    );
+    expect((await call("tb", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: closedDefault })).status).toBe(503);
+    // No registry and no list: nothing to choose from, the host's own model runs, as before.
+    expect((await call("ta", "POST", "/v1/jobs", { input }, { MODEL_REGISTRY: "" })).status).toBe(503);
   });
 
   it("on a chat connection (?agent=) must have the same form", async () => {

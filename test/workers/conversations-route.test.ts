@@ -39,9 +39,14 @@ describe("GET /v1/conversations/:id/ws", () => {
     expect(policy.status).toBe(400);
   });
 
-  it("upgrades with ?token=, and a dependency outage is an error frame on an open connection", async () => {
-    const key = await knownKey();
-    const res = await gateway.fetch(`${BASE}/v1/conversations/conv-1/ws?token=${key}`, { headers: upgrade });
+  it("upgrades with a token in ?access_token=, and a dependency outage is an error frame on an open connection", async () => {
+    const minted = await gateway.fetch(`${BASE}/v1/tokens`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${await knownKey()}`, "content-type": "application/json" },
+      body: JSON.stringify({ scope: "write", conversation_id: "conv-1" }),
+    });
+    const { token } = (await minted.json()) as { token: string };
+    const res = await gateway.fetch(`${BASE}/v1/conversations/conv-1/ws?access_token=${token}`, { headers: upgrade });
     expect(res.status).toBe(101);
     const client = new ChatClient(res.webSocket as WebSocket);
     // Postgres is unreachable in this suite: the message cannot become a job, the socket stays.

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { BACKSTOP_DEFAULTS, ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/config";
 import type { Env } from "../../workers/env";
+import { mintToken, verifyToken } from "../../workers/middleware/auth/access-tokens";
 
 const base = {
   DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
@@ -81,5 +82,52 @@ describe("gateway configuration", () => {
     ).toEqual({ runLostAfterMs: 30_000, claimTimeoutMs: 20_000 });
     expect(() => loadConfig(asEnv({ ...base, REAPER_RUN_LOST_AFTER_MS: "5" }))).toThrow(/REAPER_RUN_LOST_AFTER_MS/);
     expect(() => loadConfig(asEnv({ ...base, REAPER_CLAIM_TIMEOUT_MS: "soon" }))).toThrow(/REAPER_CLAIM_TIMEOUT_MS/);
+  });
+
+  it("CORS_ALLOWED_ORIGINS: none by default, exact origins only", () => {
+    expect(loadConfig(asEnv({ ...base })).corsAllowedOrigins).toEqual([]);
+    expect(loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: "" })).corsAllowedOrigins).toEqual([]);
+    expect(
+      loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: " https://a.example.com , http://localhost:5173," }))
+        .corsAllowedOrigins,
+    ).toEqual(["https://a.example.com", "http://localhost:5173"]);
+    for (const bad of ["*", "https://a.example.com/", "https://a.example.com/path", "a.example.com", "ftp://x.y"]) {
+      expect(() => loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: bad })), bad).toThrow(/CORS_ALLOWED_ORIGINS/);
+    }
+  });
+
+  it("tokens: without TOKEN_SIGNING_SECRET the key is derived from the internal secret, rotations included", async () => {
+    const grant = { tenantId: "t1", keyHash: "a".repeat(64), scope: "read" as const, ttlS: 60 };
+    const derived = loadConfig(asEnv({ ...base }));
+    expect(derived.tokenSecrets).toBeNull();
+    const minted = await mintToken(derived, grant);
+    expect(await verifyToken(derived, minted.token)).toMatchObject({ tenantId: "t1", scope: "read" });
+    // The derived key is not the internal secret itself: a token signed with that is refused.
+    const { sign } = await import("hono/jwt");
+    const now = Math.floor(Date.now() / 1000);
+    const claims = {
+      iss: "ear",
+      aud: "ear-api",
+      sub: "t1",
+      iat: now,
+      exp: now + 60,
+      scope: "read",
+      kh: "a".repeat(64),
+    };
+    expect(await verifyToken(derived, await sign(claims, base.INTERNAL_SIGNING_SECRET))).toBeNull();
+    // The internal secret rotated: tokens derived from the previous one still verify.
+    const rotated = loadConfig(
+      asEnv({
+        ...base,
+        INTERNAL_SIGNING_SECRET: "fedcba9876543210",
+        INTERNAL_SIGNING_SECRET_PREVIOUS: base.INTERNAL_SIGNING_SECRET,
+      }),
+    );
+    expect(await verifyToken(rotated, minted.token)).toMatchObject({ tenantId: "t1" });
+    // An explicit token secret replaces the derived key: the old tokens no longer verify.
+    const explicit = loadConfig(asEnv({ ...base, TOKEN_SIGNING_SECRET: "x".repeat(32) }));
+    expect(explicit.tokenSecrets).toEqual(["x".repeat(32)]);
+    expect(await verifyToken(explicit, minted.token)).toBeNull();
+    expect(() => loadConfig(asEnv({ ...base, TOKEN_SIGNING_SECRET: "short" }))).toThrow(/TOKEN_SIGNING_SECRET/);
   });
 });

@@ -57,7 +57,7 @@ describe("API key auth on /v1", () => {
     expect(error.message).not.toMatch(/at .*\.ts/);
   });
 
-  it("does not accept ?token= outside a WebSocket upgrade", async () => {
+  it("does not accept an API key in ?token=", async () => {
     const key = await knownKey();
     const res = await gateway.fetch(`${BASE}/v1/jobs/${crypto.randomUUID()}?token=${key}`);
     expect(res.status).toBe(401);

@@ -196,7 +196,7 @@ export interface SseEvent {
   data: EventEnvelope;
 }
 
-/** Reads an SSE body frame by frame; comments (keepalives) are counted, not returned. */
+/** Reads an SSE body frame by frame; comments (keepalives) are counted and `retry:` kept, not returned. */
 export class SseReader {
   private readonly reader: ReadableStreamDefaultReader<Uint8Array>;
   private readonly decoder = new TextDecoder();
@@ -204,6 +204,8 @@ export class SseReader {
   private ended = false;
   private pending: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
   comments = 0;
+  /** The stream's `retry:` field, once seen. */
+  retryMs: number | undefined;
 
   constructor(response: Response) {
     if (!response.body) throw new Error("response has no body");
@@ -218,6 +220,11 @@ export class SseReader {
       if (frame) {
         if (frame.split("\n").every((l) => l.startsWith(":"))) {
           this.comments++;
+          continue;
+        }
+        const retry = /^retry: (\d+)$/.exec(frame);
+        if (retry) {
+          this.retryMs = Number(retry[1]);
           continue;
         }
         return parseFrame(frame);

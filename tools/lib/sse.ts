@@ -1,9 +1,12 @@
 /**
- * A small Server-Sent Events reader over fetch, for the demo, the tests and the load tool. It
- * yields every event with its id and type and reports comment lines (heartbeats) separately.
+ * A small Server-Sent Events reader over fetch, one connection, raw: every event with its id and
+ * type as the server sent it, comment lines (heartbeats) reported separately. For the tests and
+ * the load tool, which verify the stream itself; an application wants the typed client's
+ * resuming `events()` (src/client/events.ts) instead.
  * The parsing is eventsource-parser's (the WHATWG rules: CR/LF/CRLF, BOM, multi-line data).
  */
 import { createParser } from "eventsource-parser";
+import { SSE_FINISHED_STATUS } from "../../src/contracts/sse";
 
 export interface SseEvent {
   id: string | null;
@@ -19,6 +22,8 @@ export interface SseOptions {
 
 export async function* readSse(url: string, opts: SseOptions = {}): AsyncGenerator<SseEvent> {
   const res = await fetch(url, { headers: { accept: "text/event-stream", ...opts.headers }, signal: opts.signal });
+  // The job is finished and nothing is after the cursor (SSE_FINISHED_STATUS): an empty stream.
+  if (res.status === SSE_FINISHED_STATUS) return;
   if (!res.ok || !res.body) {
     const text = await res.text().catch(() => "");
     throw new SseHttpError(res.status, text);

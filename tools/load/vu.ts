@@ -6,10 +6,18 @@
  * - state: the job's terminal state, output and error match what the scenario means.
  * Client timings start at `t0` (the submit, or the user's arrival in the baseline mode) and are
  * never mixed with the server's latency fields, which are copied beside them.
+ *
+ * Submit, cancel and the read-back go through the typed client (src/client/). The stream does
+ * not: the client drops a repeated id and resumes by itself, which is right for an application
+ * and wrong for this verifier, whose job is to see every id the server sends (a duplicate or a
+ * gap is a failure here) and to drop and resume on purpose in the `reconnect` scenario.
  */
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
+import { EarClient } from "../../src/client/client";
+import { ApiClientError } from "../../src/client/http";
 import { isTerminalEventType } from "../../src/contracts/events";
+import type { JobView as ApiJobView } from "../../src/contracts/job";
 import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 import { readSse, type SseEvent } from "../lib/sse";
 import type { ModelScript, RunRecord, Scenario, Target } from "./types";
@@ -26,13 +34,10 @@ export interface VuContext {
   metadata?: Record<string, unknown>;
 }
 
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-  latency: NonNullable<RunRecord["server"]>;
-}
+type JobView = ApiJobView & { latency: NonNullable<RunRecord["server"]> };
+
+const httpProblem = (what: string, err: unknown) =>
+  err instanceof ApiClientError ? `${what} answered HTTP ${err.status}` : `${what} failed: ${(err as Error).message}`;
 
 function replyWords(n: number, token: string): string {
   const words = [`load ${token}:`];
@@ -151,6 +156,7 @@ export async function runVu(
   const conversationId = `load-${ctx.runId}-s${ctx.step}-v${vu}`;
   const plan = planFor(scenario, token, ctx.script);
   const auth = { authorization: `Bearer ${target.apiKey}` };
+  const api = new EarClient({ baseUrl: target.gatewayUrl, credential: target.apiKey });
   const deadline = AbortSignal.timeout(ctx.runTimeoutMs);
   const rec: RunRecord = {
     step: ctx.step,
@@ -182,26 +188,24 @@ export async function runVu(
 
   // 1. submit
   try {
-    const res = await fetch(`${target.gatewayUrl}/v1/jobs`, {
-      method: "POST",
-      headers: { ...auth, "content-type": "application/json" },
-      body: JSON.stringify({
+    const { job, created } = await api.submit(
+      {
         input: { messages: [{ role: "user", content: plan.content }] },
         conversation_id: conversationId,
-        ...(plan.tools ? { tools: plan.tools } : {}),
+        ...(plan.tools ? { tools: plan.tools as ApiJobView["tools"] } : {}),
         metadata: { load_run: ctx.runId, step: ctx.step, vu, scenario, ...ctx.metadata },
-      }),
-      signal: deadline,
-    });
-    const body = (await res.json().catch(() => null)) as { job?: { id: string } } | null;
+      },
+      { signal: deadline },
+    );
     rec.client.submitMs = since(performance.now());
-    if (res.status !== 202 || !body?.job?.id) {
-      rec.problems.push(`submit answered HTTP ${res.status}`);
+    if (!created) {
+      rec.problems.push("submit answered HTTP 200 (an existing job), expected 202");
       return rec;
     }
-    rec.jobId = body.job.id;
+    rec.jobId = job.id;
   } catch (err) {
-    rec.problems.push(`submit failed: ${(err as Error).message}`);
+    rec.client.submitMs = since(performance.now());
+    rec.problems.push(httpProblem("submit", err));
     return rec;
   }
   const jobId = rec.jobId;
@@ -229,18 +233,13 @@ export async function runVu(
         ctx.onEvent?.(vu, next.value.event);
         if (scenario === "cancel" && st.firstDeltaAt !== null && !cancelPost && !st.terminal) {
           cancelSentAt = performance.now();
-          cancelPost = fetch(`${target.gatewayUrl}/v1/jobs/${jobId}/cancel`, {
-            method: "POST",
-            headers: auth,
-            signal: deadline,
-          })
-            .then(async (r) => {
-              const b = (await r.json().catch(() => null)) as { status?: string } | null;
-              if (r.status !== 202) stateProblems.push(`cancel answered HTTP ${r.status}`);
-              else if (b?.status !== "requested") stateProblems.push(`cancel status ${b?.status} (expected requested)`);
+          cancelPost = api
+            .cancel(jobId, { signal: deadline })
+            .then((status) => {
+              if (status !== "requested") stateProblems.push(`cancel status ${status} (expected requested)`);
             })
-            .catch((e: Error) => {
-              stateProblems.push(`cancel failed: ${e.message}`);
+            .catch((e: unknown) => {
+              stateProblems.push(httpProblem("cancel", e));
             });
         }
         if (st.terminal) continue; // read to the end: the stream must close after the terminal event
@@ -291,18 +290,10 @@ export async function runVu(
   const readUntil = performance.now() + 15_000;
   while (performance.now() < readUntil) {
     try {
-      const r = await fetch(`${target.gatewayUrl}/v1/jobs/${jobId}`, {
-        headers: auth,
-        signal: AbortSignal.timeout(10_000),
-      });
-      if (r.status !== 200) {
-        stateProblems.push(`GET job answered HTTP ${r.status}`);
-        break;
-      }
-      job = ((await r.json()) as { job: JobView }).job;
+      job = (await api.get(jobId, { signal: AbortSignal.timeout(10_000) })) as JobView;
       if (job.state !== "queued" && job.state !== "running") break;
     } catch (err) {
-      stateProblems.push(`GET job failed: ${(err as Error).message}`);
+      stateProblems.push(httpProblem("GET job", err));
       break;
     }
     await sleep(100);

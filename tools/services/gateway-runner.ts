@@ -8,8 +8,9 @@
  * The Worker is bundled by wrangler itself (`wrangler deploy --dry-run --outdir`, the same
  * esbuild and nodejs_compat aliases a deploy uses) and its bindings and Durable Objects come from
  * wrangler.toml (`unstable_getMiniflareWorkerOptions`), so nothing about the Worker is described
- * twice. With `watch`, a change under workers/ or src/ (or to wrangler.toml) rebuilds and
- * reloads it in place; Durable Object state survives the reload.
+ * twice. With `watch`, a change under workers/, src/ or console/ (or to wrangler.toml) rebuilds
+ * and reloads it in place (the console's static assets too); Durable Object state survives the
+ * reload.
  *
  * Started by tools/services/gateway.ts as a child process; its settings come in one environment
  * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort, outdir}), so secrets do not
@@ -21,6 +22,7 @@ import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { ensureConsoleBuilt } from "../build/console";
 import { offlineWranglerEnv } from "./wrangler-env";
 
 interface RunnerSettings {
@@ -116,6 +118,7 @@ async function main(): Promise<void> {
   if (s.watch)
     void reloadOnChange(root, async () => {
       const started = Date.now();
+      await ensureConsoleBuilt(root, (line) => console.log(line));
       await bundle(root, outdir);
       await mf?.setOptions(miniflareOptions(root, s, scriptPath, outdir));
       console.log(`reloaded the gateway in ${Date.now() - started} ms`);
@@ -139,6 +142,7 @@ async function reloadOnChange(root: string, reload: () => Promise<void>): Promis
     watchOne(join(root, "workers"), true),
     watchOne(join(root, "src"), true),
     watchOne(join(root, "wrangler.toml"), false),
+    watchOne(join(root, "console"), true),
   ]);
 }
 

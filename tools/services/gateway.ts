@@ -16,6 +16,7 @@ import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { ensureConsoleBuilt } from "../build/console";
 import { freePort, waitFor } from "./ports";
 import { killOnExit, stopProcessGroup } from "./process";
 import { makeOwnedTempDir, removeOwnedTempDir } from "./temp-dirs";
@@ -105,6 +106,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   const port = opts.port ?? (await freePort());
   const runner = opts.runner ?? gatewayRunnerFromEnv();
   await mkdir(opts.persistTo, { recursive: true });
+  // wrangler.toml's [assets] directory must exist before either runner reads the config.
+  await ensureConsoleBuilt(root, (line) => opts.log?.(line));
   // The Worker bundle's directory is ours, not the runner's: the runner is stopped by a signal to
   // its whole process group and did not reliably get to delete it (every start left 4.4 MB in
   // the temp folder), so it is removed here once the runner has exited.

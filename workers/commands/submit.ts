@@ -84,7 +84,13 @@ export async function submitJob(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CreatedJob> {
   const db = deps.db();
-  if (body.agent === undefined && body.model !== undefined) assertModelOffered(opts.models, tenantId, body.model);
+  if (body.agent === undefined) {
+    // A job naming no model runs on the deployment's default, which an allow-list may also close
+    // to this tenant (the host does not check tenants).
+    const model = body.model ?? opts.models.entries[0]?.name;
+    const field = body.model === undefined ? "model (omitted, so the default)" : "model";
+    if (model !== undefined) assertModelOffered(opts.models, tenantId, model, field);
+  }
   let agent: ResolvedAgent | undefined;
   try {
     agent = await resolveJobAgent(db, opts.models, tenantId, body);

@@ -32,6 +32,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { ApiError } from "../../src/contracts/errors";
 import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
+import { SSE_FINISHED_STATUS } from "../../src/contracts/sse";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
 import { eventRetentionMs } from "../config";
 import type { Env } from "../env";
@@ -270,6 +271,9 @@ export class JobEventsObject extends DurableObject<Env> {
     if (!Number.isSafeInteger(after) || after < 0) return new Response("bad cursor", { status: 400 });
     const jobId = url.searchParams.get("job_id");
     if (jobId) this.rememberJobId(jobId);
+    // Finished, and the client has it all: 204 is the one answer that stops an EventSource
+    // reconnecting (a 200 that closes is reconnected to every `retry:`, forever).
+    if (this.log.finished && after >= this.log.lastOffset) return new Response(null, { status: SSE_FINISHED_STATUS });
     // The gateway names the tenant and its stream cap; a finished log is a replay that closes at
     // once, so it takes no slot.
     const tenantId = url.searchParams.get("tenant_id");

@@ -1,7 +1,7 @@
 /**
  * Conversations (docs/api.md): the chat WebSocket and the history.
  *
- * GET /v1/conversations/:id/ws — the API key (header or `?token=`) was checked by the /v1
+ * GET /v1/conversations/:id/ws — the credential (a header, or a token in `?access_token=`) was checked by the /v1
  * middleware before anything is upgraded, so a bad key is a JSON 401 and never a socket. The
  * upgrade is handed to the tenant's ChatSession for this conversation, named `tenant:conversation`.
  * A conversation id is the client's own (like POST /v1/jobs's `conversation_id`), scoped by

@@ -1,69 +1,85 @@
 /**
- * API-key authentication for /v1: `Authorization: Bearer <key>`, or `?token=<key>` on the chat
- * WebSocket upgrade only (browsers cannot set headers there). A key anywhere else in a URL is
- * refused, not ignored: URLs end up in proxy and access logs, so a client sending one should
- * learn it at once. Malformed keys are refused without a database query; unknown and revoked
- * keys look the same to the caller (401).
+ * Authentication for /v1: an API key or an access token (access-tokens.ts), each as
+ * `Authorization: Bearer <credential>`; and a token, only a token, as `?access_token=` on the two
+ * routes a browser cannot send a header to: the event stream (EventSource) and the chat WebSocket.
+ *
+ * No API key is ever accepted in a URL: URLs end up in proxy and access logs and browser
+ * history, and a key does not expire. A credential in a URL where it is not accepted is refused,
+ * not ignored, so a client sending one learns it at once. Malformed keys are refused without a
+ * database query; unknown and revoked keys look the same to the caller (401). A token costs no
+ * query at all; what it may do is checked here for every route (tokenAllows: 403 `forbidden`).
  */
 import { createMiddleware } from "hono/factory";
+import { ACCESS_TOKEN_PARAM, looksLikeAccessToken } from "../../../src/contracts/access";
 import { ApiError } from "../../../src/contracts/errors";
 import { findTenantIdByKeyHash } from "../../../src/db/jobs-repo";
 import { hashApiKey, looksLikeApiKey } from "../../../src/domain/api-keys";
 import { callDependency } from "../../deps";
 import type { GatewayEnv } from "../../types";
-import { cachedTenant, rememberTenant } from "./tenant-cache";
+import { tokenAllows, verifyToken } from "./access-tokens";
+import { resolveTenant } from "./tenant-cache";
 
-/** The one route that may carry a credential in its URL: GET /v1/conversations/:id/ws. */
-const URL_CREDENTIAL_ROUTE = /^\/v1\/conversations\/[^/]+\/ws$/;
-const URL_CREDENTIAL_PARAM = "token";
+/** The routes that may carry a token in their URL: GET /v1/jobs/:id/events and GET /v1/conversations/:id/ws. */
+const URL_TOKEN_ROUTES = [/^\/v1\/jobs\/[^/]+\/events$/, /^\/v1\/conversations\/[^/]+\/ws$/];
+/** The parameter that carried an API key on the WebSocket route before tokens existed; refused everywhere now. */
+const RETIRED_KEY_PARAM = "token";
 
-/** Where a request's credential came from; each source is one small function, tried in order. */
-type CredentialSource = (req: Request, url: URL) => string | null;
-
-const bearerHeader: CredentialSource = (req) => {
-  const header = req.headers.get("authorization");
-  if (header === null) return null;
-  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? "";
-};
-
-const webSocketUrlToken: CredentialSource = (req, url) => {
-  if (!URL_CREDENTIAL_ROUTE.test(url.pathname)) return null;
-  if (req.headers.get("upgrade")?.toLowerCase() !== "websocket") return null;
-  return url.searchParams.get(URL_CREDENTIAL_PARAM);
-};
-
-const CREDENTIAL_SOURCES: readonly CredentialSource[] = [bearerHeader, webSocketUrlToken];
-
-function presentedKey(req: Request): string | null {
+function presentedCredential(req: Request): string | null {
   const url = new URL(req.url);
-  if (url.searchParams.has(URL_CREDENTIAL_PARAM) && !URL_CREDENTIAL_ROUTE.test(url.pathname)) {
+  if (url.searchParams.has(RETIRED_KEY_PARAM)) {
     throw new ApiError(
       "unauthorized",
-      "an API key in the URL (?token=) is accepted only on the WebSocket route; send Authorization: Bearer <key>",
+      "an API key is never accepted in a URL (?token=): mint a token with POST /v1/tokens and pass it as ?access_token=, or send Authorization: Bearer <key>",
     );
   }
-  for (const source of CREDENTIAL_SOURCES) {
-    const key = source(req, url);
-    if (key !== null) return key;
+  const fromUrl = url.searchParams.get(ACCESS_TOKEN_PARAM);
+  if (fromUrl !== null) {
+    if (req.method !== "GET" || !URL_TOKEN_ROUTES.some((re) => re.test(url.pathname))) {
+      throw new ApiError(
+        "unauthorized",
+        `?${ACCESS_TOKEN_PARAM}= is accepted only on the event stream and the chat WebSocket; send Authorization: Bearer <token>`,
+      );
+    }
+    if (!looksLikeAccessToken(fromUrl)) {
+      throw new ApiError(
+        "unauthorized",
+        `?${ACCESS_TOKEN_PARAM}= takes a token from POST /v1/tokens; an API key is never accepted in a URL`,
+      );
+    }
   }
-  return null;
+  const header = req.headers.get("authorization");
+  if (header !== null) return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] ?? "";
+  return fromUrl;
 }
 
-export function apiKeyAuth() {
+export function authenticate() {
   return createMiddleware<GatewayEnv>(async (c, next) => {
-    const key = presentedKey(c.req.raw);
-    if (key === null) throw new ApiError("unauthorized", "missing API key: send Authorization: Bearer <key>");
-    if (!looksLikeApiKey(key)) throw new ApiError("unauthorized", "invalid API key");
-    const keyHash = await hashApiKey(key);
-    let tenantId = cachedTenant(keyHash);
-    if (tenantId === null) {
-      const db = c.get("deps").db();
-      tenantId = await callDependency("postgres", () => findTenantIdByKeyHash(db, keyHash));
-      if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
-      rememberTenant(keyHash, tenantId);
+    const credential = presentedCredential(c.req.raw);
+    if (credential === null) {
+      throw new ApiError("unauthorized", "missing credential: send Authorization: Bearer <API key or token>");
     }
+    if (looksLikeAccessToken(credential)) {
+      const grant = await verifyToken(c.get("config"), credential);
+      if (grant === null) throw new ApiError("unauthorized", "invalid or expired token");
+      const upgrade = c.req.header("upgrade")?.toLowerCase() === "websocket";
+      const refusal = tokenAllows(grant, c.req.method, c.req.path, upgrade);
+      if (refusal !== null) throw new ApiError("forbidden", refusal);
+      c.set("tenantId", grant.tenantId);
+      c.set("apiKeyHash", grant.keyHash);
+      c.set("access", { kind: "token", grant });
+      return next();
+    }
+    if (!looksLikeApiKey(credential)) throw new ApiError("unauthorized", "invalid API key");
+    const keyHash = await hashApiKey(credential);
+    const tenantId = await resolveTenant(
+      keyHash,
+      () => callDependency("postgres", () => findTenantIdByKeyHash(c.get("deps").db(), keyHash)),
+      { keepAlive: (work) => c.executionCtx.waitUntil(work) },
+    );
+    if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
     c.set("tenantId", tenantId);
     c.set("apiKeyHash", keyHash);
+    c.set("access", { kind: "api_key" });
     await next();
   });
 }

@@ -1,12 +1,28 @@
 /**
  * A tiny per-isolate cache of key hash → tenant id, so a busy client does not cost one Postgres
- * round trip per request. Only hits are cached, for 5 s: a revoked key keeps working for at most
- * that long in an isolate that has just seen it; an unknown key always asks Postgres.
+ * round trip per request. Only hits are cached, for TTL_MS counted from the moment the lookup
+ * that found the key *started*: a key revoked in Postgres is refused by every isolate at most
+ * TTL_MS after the revocation committed (a lookup that itself takes longer than TTL_MS stretches
+ * that to its own duration, and no further). An unknown key always asks Postgres.
+ *
+ * Concurrent requests with the same key share one lookup: a burst of 100 submits from a client
+ * whose entry had expired used to send 100 identical lookups through the Neon driver ahead of
+ * its 100 inserts, doubling the burst's database round trips (measured in docs/limits.md,
+ * "Submit burst"). Sharing is safe for the bound above: a request that joins a lookup gets a
+ * result no older than that lookup's start, and the entry expires by the same start.
+ *
+ * A request that joins another's lookup waits at most JOIN_WAIT_MS for it, then asks on its own:
+ * the runtime may cancel a request's outbound I/O when that request's client goes away, and a
+ * lookup left pending by it must not hold up requests that are still wanted. A lookup that fails
+ * fails every request that joined it (the dependency is down for all of them alike).
  */
-const TTL_MS = 5_000;
+export const TTL_MS = 5_000;
 const MAX_ENTRIES = 1_000;
+/** Far above a healthy lookup (a few ms on Neon), far below a client's patience. */
+export const JOIN_WAIT_MS = 2_000;
 
 const entries = new Map<string, { tenantId: string; expiresAt: number }>();
+const inFlight = new Map<string, Promise<string | null>>();
 
 export function cachedTenant(keyHash: string, now = Date.now()): string | null {
   const hit = entries.get(keyHash);
@@ -18,11 +34,74 @@ export function cachedTenant(keyHash: string, now = Date.now()): string | null {
   return hit.tenantId;
 }
 
-export function rememberTenant(keyHash: string, tenantId: string, now = Date.now()): void {
-  if (entries.size >= MAX_ENTRIES) {
+/** `startedAt`: when the lookup that found the key began (the TTL counts from it). */
+export function rememberTenant(keyHash: string, tenantId: string, startedAt = Date.now()): void {
+  if (entries.size >= MAX_ENTRIES && !entries.has(keyHash)) {
     // Map iterates in insertion order: drop the oldest entry.
     const oldest = entries.keys().next().value;
     if (oldest !== undefined) entries.delete(oldest);
   }
-  entries.set(keyHash, { tenantId, expiresAt: now + TTL_MS });
+  entries.set(keyHash, { tenantId, expiresAt: startedAt + TTL_MS });
+}
+
+export interface ResolveOptions {
+  now?: () => number;
+  /** Keeps a shared lookup alive past the request that started it (the route's waitUntil). */
+  keepAlive?: (work: Promise<unknown>) => void;
+  joinWaitMs?: number;
+}
+
+/**
+ * The tenant of `keyHash`, or null for an unknown or revoked key: from the cache, from a lookup
+ * already in flight for the same key, or from `lookup` (Postgres).
+ */
+export async function resolveTenant(
+  keyHash: string,
+  lookup: () => Promise<string | null>,
+  opts: ResolveOptions = {},
+): Promise<string | null> {
+  const now = opts.now ?? Date.now;
+  const hit = cachedTenant(keyHash, now());
+  if (hit !== null) return hit;
+  const shared = inFlight.get(keyHash);
+  if (shared) {
+    const waitMs = opts.joinWaitMs ?? JOIN_WAIT_MS;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const gaveUp = Symbol("gave up");
+    const joined = await Promise.race([
+      shared,
+      new Promise<typeof gaveUp>((resolve) => {
+        timer = setTimeout(() => resolve(gaveUp), waitMs);
+      }),
+    ]).finally(() => {
+      if (timer !== undefined) clearTimeout(timer);
+    });
+    if (joined !== gaveUp) return joined;
+    return lookupAndRemember(keyHash, lookup, now);
+  }
+  const own = lookupAndRemember(keyHash, lookup, now);
+  inFlight.set(keyHash, own);
+  const clear = () => {
+    if (inFlight.get(keyHash) === own) inFlight.delete(keyHash);
+  };
+  own.then(clear, clear);
+  opts.keepAlive?.(own.catch(() => {}));
+  return own;
+}
+
+async function lookupAndRemember(
+  keyHash: string,
+  lookup: () => Promise<string | null>,
+  now: () => number,
+): Promise<string | null> {
+  const startedAt = now();
+  const tenantId = await lookup();
+  if (tenantId !== null) rememberTenant(keyHash, tenantId, startedAt);
+  return tenantId;
+}
+
+/** For tests: forget every entry and lookup. */
+export function clearTenantCache(): void {
+  entries.clear();
+  inFlight.clear();
 }

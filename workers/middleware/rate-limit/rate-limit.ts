@@ -1,5 +1,6 @@
 /**
- * Request rate per API key on every /v1 route (after auth, so the key is known to be real):
+ * Request rate per API key on every /v1 route (after auth, so the key is known to be real; an
+ * access token counts as the key that minted it, so minting tokens adds no budget):
  * @upstash/ratelimit's sliding window over the gateway's Upstash client, one EVALSHA per request.
  * Past the limit: 429 `rate_limited` with `Retry-After` (whole seconds until the window lets the
  * next request through).
@@ -85,7 +86,7 @@ export function rateLimit() {
     const localWait = localOverLimit(key, requests, windowS * 1000);
     if (localWait !== null) throw refuse(localWait);
     if (Date.now() < breakerOpenUntil) return next();
-    // Per request: an @upstash/redis client must not be shared across requests (deps.ts).
+    // The isolate's Redis client (deps.ts): no auto-pipelining, so this check's fetch is this request's.
     const limiter = new Ratelimit({
       redis: c.get("deps").redis(),
       limiter: Ratelimit.slidingWindow(requests, `${windowS} s`),

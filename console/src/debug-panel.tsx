@@ -1,0 +1,160 @@
+/**
+ * One run's facts for debugging: the five timing facts and the latencies derived from them (as
+ * the API reports them, never recomputed here), execution id and epoch, quota waits, sandbox
+ * events, and the raw event timeline with offsets and per-execution seq numbers.
+ */
+import type { JobView } from "./api";
+import { foldRun, type OffsetEvent, payloadSummary } from "./run";
+
+const FACTS = ["created_at", "started_at", "prepared_at", "first_output_at", "finished_at"] as const;
+const LATENCIES = [
+  ["dispatch_latency_ms", "dispatch (created → started)"],
+  ["preparation_latency_ms", "preparation (started → prepared)"],
+  ["model_first_output_latency_ms", "model first output (prepared → first output)"],
+  ["first_output_latency_ms", "first output (created → first output)"],
+  ["total_latency_ms", "total (created → finished)"],
+] as const;
+
+export function ms(v: number | null): string {
+  return v === null ? "–" : `${v} ms`;
+}
+
+export function DebugPanel({ job, events }: { job: JobView | null; events: readonly OffsetEvent[] }) {
+  const run = foldRun(events);
+  return (
+    <section class="debug" aria-label="Run details" data-testid="debug-panel">
+      <div class="debug-grid">
+        <table class="kv" data-testid="timing-facts">
+          <caption>Timing facts</caption>
+          <tbody>
+            {FACTS.map((f) => (
+              <tr key={f} data-fact={f}>
+                <th scope="row" class="nowrap">
+                  {f}
+                </th>
+                <td>
+                  <time dateTime={job?.[f] ?? undefined}>{job?.[f] ?? "–"}</time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <table class="kv" data-testid="latencies">
+          <caption>Derived latencies</caption>
+          <tbody>
+            {LATENCIES.map(([k, label]) => (
+              <tr key={k} data-latency={k}>
+                <th scope="row">{label}</th>
+                <td class="nowrap">{ms(job?.latency[k] ?? null)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <table class="kv">
+          <caption>Execution</caption>
+          <tbody>
+            <tr>
+              <th scope="row" class="nowrap">
+                job
+              </th>
+              <td>
+                <code>{job?.id ?? events[0]?.event.job_id ?? "–"}</code>
+              </td>
+            </tr>
+            <tr>
+              <th scope="row" class="nowrap">
+                state
+              </th>
+              <td>{job?.state ?? "–"}</td>
+            </tr>
+            <tr>
+              <th scope="row" class="nowrap">
+                execution id
+              </th>
+              <td>
+                <code data-testid="execution-id">{job?.execution_id ?? "–"}</code>
+              </td>
+            </tr>
+            <tr>
+              <th scope="row" class="nowrap">
+                epoch
+              </th>
+              <td data-testid="epoch">{job?.epoch ?? "–"}</td>
+            </tr>
+            {run.executions.length > 1 && (
+              <tr>
+                <th scope="row" class="nowrap">
+                  executions seen
+                </th>
+                <td>{run.executions.map((x) => `${x.execution_id.slice(0, 8)}@${x.epoch}`).join(", ")}</td>
+              </tr>
+            )}
+            {job?.error && (
+              <tr>
+                <th scope="row" class="nowrap">
+                  error
+                </th>
+                <td>
+                  {job.error.code}: {job.error.message}
+                </td>
+              </tr>
+            )}
+          </tbody>
+        </table>
+      </div>
+      <h4>Quota waits</h4>
+      {run.quotaWaits.length === 0 ? (
+        <p class="muted">none</p>
+      ) : (
+        <ul data-testid="quota-waits">
+          {run.quotaWaits.map((q) => (
+            <li key={q.offset}>
+              #{q.offset} {q.ts}: {q.reason}
+              {q.key ? ` on ${q.key}` : ""}
+              {q.ahead !== null ? `, ${q.ahead} ahead` : ""}
+            </li>
+          ))}
+        </ul>
+      )}
+      <h4>Sandbox events</h4>
+      {run.sandbox.length === 0 ? (
+        <p class="muted">none</p>
+      ) : (
+        <ul data-testid="sandbox-events">
+          {run.sandbox.map((s) => (
+            <li key={s.offset}>
+              #{s.offset} {s.ts}: {s.type} {s.detail}
+            </li>
+          ))}
+        </ul>
+      )}
+      <h4>Event timeline</h4>
+      <table class="timeline" data-testid="timeline">
+        <thead>
+          <tr>
+            <th scope="col">offset</th>
+            <th scope="col">seq</th>
+            <th scope="col">type</th>
+            <th scope="col" class="ts">
+              ts
+            </th>
+            <th scope="col">payload</th>
+          </tr>
+        </thead>
+        <tbody>
+          {events.map(({ offset, event }) => (
+            <tr key={offset} data-offset={offset}>
+              <td>{offset}</td>
+              <td>{event.seq}</td>
+              <td>{event.type}</td>
+              <td class="ts">{event.ts}</td>
+              <td>
+                <code>{payloadSummary(event)}</code>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}

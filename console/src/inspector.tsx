@@ -1,0 +1,120 @@
+/**
+ * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
+ * runs). The slider shows the run as it stood after any event; Play steps through them again.
+ */
+import { useEffect, useRef, useState } from "preact/hooks";
+import { isFinalState } from "../../src/contracts/job-state";
+import { AnswerBody } from "./answer";
+import { client, isTerminal, type JobView } from "./api";
+import { DebugPanel } from "./debug-panel";
+import { foldRun, type OffsetEvent } from "./run";
+
+export function Inspector({ jobId }: { jobId: string }) {
+  const [job, setJob] = useState<JobView | null>(null);
+  const [events, setEvents] = useState<OffsetEvent[]>([]);
+  const [error, setError] = useState<string | null>(null);
+  const [upTo, setUpTo] = useState<number | null>(null); // null: follow the newest event
+  const [playing, setPlaying] = useState(false);
+  const timer = useRef<ReturnType<typeof setInterval> | undefined>(undefined);
+
+  useEffect(() => {
+    const ctl = new AbortController();
+    setJob(null);
+    setEvents([]);
+    setError(null);
+    setUpTo(null);
+    const got: OffsetEvent[] = [];
+    client
+      .get(jobId, { signal: ctl.signal })
+      .then(setJob)
+      .catch((err) => ctl.signal.aborted || setError((err as Error).message));
+    (async () => {
+      for await (const { id, event } of client.events(jobId, { signal: ctl.signal })) {
+        got.push({ offset: id, event });
+        setEvents([...got]);
+        if (isTerminal(event.type)) void client.get(jobId).then(setJob, () => {});
+      }
+    })().catch((err) => ctl.signal.aborted || setError(`events: ${(err as Error).message}`));
+    return () => ctl.abort();
+  }, [jobId]);
+
+  useEffect(() => () => clearInterval(timer.current), []);
+
+  const shown = upTo === null ? events : events.slice(0, upTo);
+  const run = foldRun(shown);
+  const play = () => {
+    clearInterval(timer.current);
+    setPlaying(true);
+    let i = 0;
+    setUpTo(0);
+    timer.current = setInterval(() => {
+      i++;
+      if (i >= events.length) {
+        clearInterval(timer.current);
+        setPlaying(false);
+        setUpTo(null);
+      } else setUpTo(i);
+    }, 80);
+  };
+
+  return (
+    <div class="inspector">
+      <h2>
+        Run <code>{jobId}</code>
+      </h2>
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      {job && (
+        <p class="meta">
+          <span class={`state state-${job.state}`} data-testid="inspector-state">
+            {job.state}
+          </span>{" "}
+          {job.conversation_id && (
+            <>
+              conversation <a href={`#/chat/${job.conversation_id}`}>{job.conversation_id}</a> ·{" "}
+            </>
+          )}
+          model {job.model ?? "default"} · tools {job.tools.length ? job.tools.join(", ") : "none"}
+          {job && !isFinalState(job.state) && " · live"}
+        </p>
+      )}
+      <div class="toolbar">
+        <label for="replay">Replay to event</label>
+        <input
+          id="replay"
+          type="range"
+          min={0}
+          max={events.length}
+          value={upTo ?? events.length}
+          onInput={(e) => {
+            const v = Number((e.target as HTMLInputElement).value);
+            setUpTo(v >= events.length ? null : v);
+          }}
+        />
+        <output for="replay" data-testid="replay-position">
+          {shown.length} / {events.length}
+        </output>
+        <button type="button" onClick={play} disabled={playing || events.length === 0}>
+          Play
+        </button>
+      </div>
+      <article class="msg answer" data-testid="inspector-answer">
+        <div class="answer-text">
+          <AnswerBody segments={run.segments} />
+        </div>
+        {run.terminal && (
+          <footer class="answer-foot">
+            <span>{run.terminal.type}</span>
+            {run.terminal.error && (
+              <span class="error">{`${run.terminal.error.code}: ${run.terminal.error.message}`}</span>
+            )}
+          </footer>
+        )}
+      </article>
+      <DebugPanel job={job} events={shown} />
+    </div>
+  );
+}

@@ -1,0 +1,66 @@
+/**
+ * Debian's Chromium driven by playwright-core over CDP. We start the browser ourselves, with
+ * exactly these flags and a fresh profile, rather than letting Playwright launch it: Playwright's
+ * launch adds its own flag set tuned to the browsers it downloads, and we test with the one the
+ * machine has (`.ci/run` installs it from apt). CHROMIUM overrides the binary.
+ */
+import { spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { type Browser, chromium } from "playwright-core";
+import { killOnExit, stopProcessGroup } from "../../tools/services/process";
+
+export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+const FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+export interface BrowserHandle {
+  browser: Browser;
+  close(): Promise<void>;
+}
+
+export async function startBrowser(): Promise<BrowserHandle> {
+  const profile = await mkdtemp(join(tmpdir(), "ear-chromium-"));
+  const child = spawn(CHROMIUM, [...FLAGS, `--user-data-dir=${profile}`, "--remote-debugging-port=0", "about:blank"], {
+    detached: true,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  killOnExit(child, { group: true });
+  const tail: string[] = [];
+  const wsUrl = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`chromium did not start in 30 s:\n${tail.join("\n")}`)), 30_000);
+    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
+      tail.push(line);
+      if (tail.length > 20) tail.shift();
+      const m = /DevTools listening on (ws:\/\/\S+)/.exec(line);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] as string);
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`chromium exited (${code}) before listening:\n${tail.join("\n")}`));
+    });
+  });
+  const browser = await chromium.connectOverCDP(wsUrl);
+  return {
+    browser,
+    close: async () => {
+      await browser.close().catch(() => {});
+      await stopProcessGroup(child, 5000);
+      await rm(profile, { recursive: true, force: true });
+    },
+  };
+}

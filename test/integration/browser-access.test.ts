@@ -1,0 +1,260 @@
+/**
+ * Browser access against the real stack (workerd gateway, Postgres, Redis, a host, the mock
+ * model), through a TCP proxy that cuts the first connection mid-stream:
+ * - a spec-compliant EventSource (the `eventsource` package, the WHATWG algorithm) with a token in
+ *   ?access_token= resumes exactly after the cut, and after run.completed makes one request,
+ *   answered 204, and stops: no reconnect every few seconds;
+ * - the typed client's events() does the same and stops at the terminal event itself;
+ * - the typed client's chat resumes across a cut socket without duplicated or missing text;
+ * - tokens for real: scoped, bound, expiring.
+ */
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { EventSource } from "eventsource";
+import { beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { EarClient } from "../../src/client/client";
+import { ApiClientError } from "../../src/client/http";
+import { EVENT_TYPES } from "../../src/contracts/events";
+import { userMessage } from "../helpers/api";
+import { requireBinary } from "../helpers/require";
+import { useStack } from "../helpers/stack";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+/** An answer of ~120 words streamed at 60 tokens/s: ~2 s, long enough to cut in the middle. */
+const streamingMessage = (tag: string) =>
+  userMessage(
+    `!mock ${JSON.stringify({ reply: Array.from({ length: 120 }, (_, i) => `${tag}${i} é`).join(" "), tokens_per_s: 60 })}`,
+  );
+
+interface SeenRequest {
+  at: number;
+  line: string;
+  lastEventId: string | null;
+}
+
+/**
+ * A TCP proxy to the gateway that kills the first connection whose request matches `cutPath`
+ * once it has relayed `cutAfterBytes` of the answer, and logs every request line it relays.
+ */
+async function cuttingProxy(target: URL, cutPath: RegExp, cutAfterBytes: number) {
+  const requests: SeenRequest[] = [];
+  let cuts = 0;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    sockets.add(client);
+    const upstream = connect(Number(target.port), target.hostname);
+    sockets.add(upstream);
+    let armed = false;
+    let relayed = 0;
+    let head = "";
+    client.on("data", (chunk) => {
+      head += chunk.toString("latin1");
+      // Every request on this (keep-alive) connection: its request line and Last-Event-ID.
+      for (let end = head.indexOf("\r\n\r\n"); end >= 0; end = head.indexOf("\r\n\r\n")) {
+        const req = head.slice(0, end);
+        head = head.slice(end + 4);
+        const line = req.split("\r\n")[0] ?? "";
+        if (!/^[A-Z]+ \//.test(line)) continue;
+        requests.push({ at: Date.now(), line, lastEventId: /\r\nlast-event-id: *(.*)/i.exec(req)?.[1] ?? null });
+        if (cuts === 0 && cutPath.test(line)) {
+          armed = true;
+          cuts++;
+        }
+      }
+      upstream.write(chunk);
+    });
+    upstream.on("data", (chunk) => {
+      if (!armed) return void client.write(chunk);
+      const room = cutAfterBytes - relayed;
+      client.write(chunk.subarray(0, Math.max(0, room)));
+      relayed += chunk.length;
+      if (relayed >= cutAfterBytes) {
+        client.destroy();
+        upstream.destroy();
+      }
+    });
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", end).on("close", end);
+    upstream.on("error", end).on("close", end);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const address = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    requests,
+    get cuts() {
+      return cuts;
+    },
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}
+
+describe.skipIf(!canRun)("browser access end to end", () => {
+  const t = useStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
+  let api: EarClient;
+  beforeAll(() => {
+    api = new EarClient({ baseUrl: t.stack.gatewayUrl, credential: t.stack.apiKey });
+  });
+
+  it("EventSource with ?access_token=: resumes exactly after a cut mid-stream, and stops after run.completed (one 204, no reconnect storm)", async () => {
+    const { job } = await api.submit(streamingMessage("es"));
+    const { token } = await api.createToken({ scope: "read", job_id: job.id });
+    // Cut once ~2.5 KB into the answer: a few events in, the job still streaming.
+    const proxy = await cuttingProxy(new URL(t.stack.gatewayUrl), /\/events\?access_token=/, 2_500);
+    try {
+      const seen: Array<{ id: number; type: string; data: string }> = [];
+      let completedAt = 0;
+      let errors = 0;
+      const es = new EventSource(`${proxy.url}/v1/jobs/${job.id}/events?access_token=${token}`);
+      es.onerror = () => errors++;
+      for (const type of EVENT_TYPES) {
+        es.addEventListener(type, (e) => {
+          seen.push({ id: Number(e.lastEventId), type, data: e.data });
+          if (type === "run.completed") completedAt = Date.now();
+        });
+      }
+      const deadline = Date.now() + 30_000;
+      while (completedAt === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(completedAt, "run.completed arrived").toBeGreaterThan(0);
+      // Long enough for three reconnects at retry: 1000 had the stream not told it to stop.
+      await new Promise((r) => setTimeout(r, 3_500));
+      const stateAfter = es.readyState;
+      es.close();
+
+      expect(proxy.cuts).toBe(1);
+      const streamRequests = proxy.requests.filter((r) => r.line.includes("/events?"));
+      // The first connection, the reconnect after the cut, the reconnect after the end (204).
+      expect(streamRequests.map((r) => r.lastEventId === null)).toEqual([true, false, false]);
+      const resumedAfter = Number(streamRequests[1]?.lastEventId);
+      expect(resumedAfter).toBeGreaterThan(0);
+      expect(resumedAfter).toBeLessThan(seen.length);
+      expect(Number(streamRequests[2]?.lastEventId)).toBe(seen.length);
+      expect(stateAfter, "the EventSource closed itself on the 204").toBe(EventSource.CLOSED);
+      const afterEnd = streamRequests.filter((r) => r.at > completedAt);
+      expect(afterEnd).toHaveLength(1);
+
+      // Exactly the job's events: 1..N, no duplicate, no gap, the same as a fresh replay.
+      expect(seen.map((e) => e.id)).toEqual(seen.map((_, i) => i + 1));
+      expect(seen.at(-1)?.type).toBe("run.completed");
+      const replay: string[] = [];
+      for await (const e of api.events(job.id)) replay.push(JSON.stringify(e.event));
+      expect(seen.map((e) => JSON.parse(e.data))).toEqual(replay.map((r) => JSON.parse(r)));
+      console.log(
+        `[browser] EventSource: ${seen.length} events, cut after event ${resumedAfter}, ${streamRequests.length} requests, ${errors} error events; ${afterEnd.length} request after run.completed`,
+      );
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("the typed client's events(): resumes exactly after a cut with Last-Event-ID, and makes no request after the terminal event", async () => {
+    const { job } = await api.submit(streamingMessage("tc"));
+    const proxy = await cuttingProxy(new URL(t.stack.gatewayUrl), /\/events HTTP/, 2_500);
+    try {
+      const client = new EarClient({ baseUrl: proxy.url, credential: t.stack.apiKey });
+      const ids: number[] = [];
+      let text = "";
+      for await (const { id, event } of client.events(job.id)) {
+        ids.push(id);
+        if (event.type === "model.delta") text += event.payload.text;
+      }
+      expect(proxy.cuts).toBe(1);
+      expect(ids).toEqual(ids.map((_, i) => i + 1));
+      const final = await api.get(job.id);
+      expect(final.state).toBe("completed");
+      expect(text).toBe(final.output);
+      await new Promise((r) => setTimeout(r, 1_500));
+      const streamRequests = proxy.requests.filter((r) => r.line.includes("/events"));
+      expect(streamRequests).toHaveLength(2);
+      expect(Number(streamRequests[1]?.lastEventId)).toBeGreaterThan(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("chat through the typed client: a socket cut mid-answer resumes with no duplicated or missing text", async () => {
+    const proxy = await cuttingProxy(new URL(t.stack.gatewayUrl), /\/ws\?/, 3_000);
+    try {
+      const client = new EarClient({
+        baseUrl: proxy.url,
+        credential: t.stack.apiKey,
+        WebSocket: WebSocket as unknown as ConstructorParameters<typeof EarClient>[0]["WebSocket"],
+      });
+      const conversation = `browser-chat-${Date.now()}`;
+      const chat = client.chat(conversation);
+      const statuses: string[] = [];
+      chat.onStatus((s) => statuses.push(s));
+      let jobId = "";
+      let text = "";
+      const offsets: number[] = [];
+      const done = new Promise<void>((resolve) => {
+        chat.onFrame((f) => {
+          if (f.type === "job") jobId = f.job.id;
+          if (f.type === "event") {
+            offsets.push(f.offset);
+            if (f.event.type === "model.delta") text += f.event.payload.text;
+            if (f.event.type === "run.completed") resolve();
+          }
+        });
+      });
+      const message = streamingMessage("ch").input.messages[0]?.content ?? "";
+      chat.send(message, { client_message_id: "m1" });
+      await Promise.race([done, new Promise((_, reject) => setTimeout(() => reject(new Error("no answer")), 30_000))]);
+      chat.close();
+      expect(proxy.cuts).toBe(1);
+      expect(statuses).toContain("reconnecting");
+      expect(offsets).toEqual(offsets.map((_, i) => i + 1));
+      const final = await api.get(jobId);
+      expect(text).toBe(final.output);
+      // Each connection carried a freshly minted conversation-bound token, never the key.
+      const wsRequests = proxy.requests.filter((r) => r.line.includes("/ws?"));
+      expect(wsRequests.length).toBeGreaterThanOrEqual(2);
+      for (const r of wsRequests) {
+        expect(r.line).toContain("access_token=");
+        expect(r.line).not.toContain(t.stack.apiKey);
+      }
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("tokens: scoped, bound to one job, expiring, and never minting more", async () => {
+    const { job } = await api.submit(userMessage("hello"));
+    const { job: other } = await api.submit(userMessage("other"));
+    const bound = new EarClient({
+      baseUrl: t.stack.gatewayUrl,
+      credential: (await api.createToken({ scope: "read", job_id: job.id })).token,
+    });
+    expect((await bound.get(job.id)).id).toBe(job.id);
+    await expect(bound.get(other.id)).rejects.toMatchObject({ status: 403, code: "forbidden" });
+    await expect(bound.list()).rejects.toMatchObject({ status: 403 });
+    await expect(bound.cancel(job.id)).rejects.toMatchObject({ status: 403 });
+    await expect(bound.createToken({ scope: "write" })).rejects.toMatchObject({ status: 403 });
+
+    const writer = new EarClient({
+      baseUrl: t.stack.gatewayUrl,
+      credential: (await api.createToken({ scope: "write" })).token,
+    });
+    const submitted = await writer.submit(userMessage("by token"));
+    expect(submitted.created).toBe(true);
+    expect((await writer.list({ limit: 5 })).jobs.map((j) => j.id)).toContain(submitted.job.id);
+
+    const brief = new EarClient({
+      baseUrl: t.stack.gatewayUrl,
+      credential: (await api.createToken({ ttl_s: 1 })).token,
+    });
+    expect((await brief.get(job.id)).id).toBe(job.id);
+    await new Promise((r) => setTimeout(r, 2_100));
+    const expired = await brief.get(job.id).catch((e) => e);
+    expect(expired).toBeInstanceOf(ApiClientError);
+    expect(expired).toMatchObject({ status: 401, code: "unauthorized" });
+  });
+});

@@ -1,0 +1,108 @@
+/**
+ * The console's fold of a run's events (console/src/run.ts): what the chat, the debug panel and
+ * the inspector's replay show is computed here, so its order and pairing rules are pinned.
+ */
+import { describe, expect, it } from "vitest";
+import { foldRun, type OffsetEvent } from "../../console/src/run";
+import type { EventEnvelope } from "../../src/contracts/events";
+
+const JOB = "00000000-0000-4000-8000-000000000001";
+let seq = 0;
+function ev(
+  type: EventEnvelope["type"],
+  payload: Record<string, unknown>,
+  execution = "exec-a",
+  epoch = 1,
+): OffsetEvent {
+  seq++;
+  return {
+    offset: seq,
+    event: {
+      job_id: JOB,
+      execution_id: execution,
+      epoch,
+      seq,
+      type,
+      payload,
+      ts: `2026-01-01T00:00:0${seq % 10}Z`,
+    } as EventEnvelope,
+  };
+}
+
+describe("foldRun", () => {
+  it("joins text across deltas and keeps tool calls in place, each paired with its result", () => {
+    seq = 0;
+    const events = [
+      ev("run.started", {}),
+      ev("model.delta", { text: "Let me " }),
+      ev("model.delta", { text: "look." }),
+      ev("tool.call", { id: "c1", name: "shell", args: { command: "ls" } }),
+      ev("sandbox.created", {}),
+      ev("tool.result", { id: "c1", ok: true, output: { exit_code: 0, stdout: "a\n" } }),
+      ev("model.delta", { text: "Done." }),
+      ev("run.completed", { output: "Done." }),
+    ];
+    const f = foldRun(events);
+    expect(f.text).toBe("Let me look.Done.");
+    expect(f.segments).toEqual([
+      { kind: "text", text: "Let me look." },
+      {
+        kind: "tool",
+        id: "c1",
+        name: "shell",
+        args: { command: "ls" },
+        result: { ok: true, output: { exit_code: 0, stdout: "a\n" } },
+      },
+      { kind: "text", text: "Done." },
+    ]);
+    expect(f.sandbox.map((s) => s.type)).toEqual(["tool.call", "sandbox.created", "tool.result"]);
+    expect(f.terminal).toEqual({ type: "run.completed", offset: 8, error: null });
+    expect(f.lastOffset).toBe(8);
+  });
+
+  it("a prefix of the events is the run as it stood then (the inspector's replay)", () => {
+    seq = 0;
+    const events = [
+      ev("run.started", {}),
+      ev("model.delta", { text: "a" }),
+      ev("tool.call", { id: "c", name: "list_dir", args: {} }),
+    ];
+    const f = foldRun(events.slice(0, 3));
+    expect(f.segments.at(-1)).toMatchObject({ kind: "tool", result: null });
+    expect(f.terminal).toBeNull();
+    expect(foldRun(events.slice(0, 2)).text).toBe("a");
+    expect(foldRun([]).segments).toEqual([]);
+  });
+
+  it("collects quota waits, every execution seen, and a terminal error", () => {
+    seq = 0;
+    const events = [
+      ev("run.started", {}),
+      ev("quota.waiting", { reason: "limit_reached", key: "model:m", ahead: 3 }),
+      ev("run.started", {}, "exec-b", 2),
+      ev("run.failed", { error: { code: "quota_unavailable", message: "no slot" } }, "exec-b", 2),
+    ];
+    const f = foldRun(events);
+    expect(f.quotaWaits).toEqual([
+      { offset: 2, ts: events[1]!.event.ts, reason: "limit_reached", key: "model:m", ahead: 3 },
+    ]);
+    expect(f.executions).toEqual([
+      { execution_id: "exec-a", epoch: 1 },
+      { execution_id: "exec-b", epoch: 2 },
+    ]);
+    expect(f.terminal).toEqual({
+      type: "run.failed",
+      offset: 4,
+      error: { code: "quota_unavailable", message: "no slot" },
+    });
+  });
+
+  it("a projector's terminal event names no execution", () => {
+    seq = 0;
+    const f = foldRun([
+      ev("run.lost", { source: "projector", error: { code: "lost", message: "host gone" } }, "projector", 0),
+    ]);
+    expect(f.executions).toEqual([]);
+    expect(f.terminal?.error?.code).toBe("lost");
+  });
+});

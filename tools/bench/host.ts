@@ -1,0 +1,552 @@
+/**
+ * `npm run bench:host`: what one run costs a sandbox-host. One real host process (the production
+ * bundle, tools/build/host.ts), embedded Postgres, redis-server behind the Upstash REST bridge,
+ * the mock model, and an ingest that acks like the projector. For 1, 10 and 100 concurrent runs
+ * (text, and tool runs with a Docker sandbox each when an engine answers), repeated:
+ *
+ * - host CPU ms per run: the process's utime + stime (/proc/<pid>/stat, every thread) over the
+ *   batch, divided by the runs; also with the idle rate (measured first) taken out;
+ * - RSS per concurrent run: peak VmRSS during the batch minus VmRSS before it, over the runs;
+ * - Redis commands per run, as Upstash bills them: every command a client sent (MONITOR), a
+ *   script's EVALSHA counting once and the commands inside it not at all;
+ * - Postgres statements and round trips per run: counted on the wire by a proxy between the host
+ *   and Postgres (simple-query `Q` and extended `Execute` messages; `Q` and `Sync` for trips);
+ * - ingest requests per run, and each run's latency from insert to its terminal event.
+ *
+ * Jobs are inserted straight into Postgres (the insert's NOTIFY wakes the host as a submit's
+ * does): the gateway is not part of a host's cost. `--cpu-prof DIR` runs the host under
+ * `node --cpu-prof` for the 100-run text batches and prints where its CPU went.
+ *
+ * Figures are medians with p95 over the repetitions (per-run latency: over all runs), printed
+ * with the machine's load average: on a shared 2-core machine they are an upper bound.
+ */
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { mkdir, readdir, readFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { connect, createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
+import { loadavg } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { parseArgs } from "node:util";
+import { drizzle } from "drizzle-orm/node-postgres";
+import { Redis as IORedis } from "ioredis";
+import pg from "pg";
+import { connectDocker } from "../../sandbox-host/sandbox/docker";
+import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
+import type { IngestBatch } from "../../src/contracts/events";
+import * as schema from "../../src/db/schema";
+import { buildHost } from "../build/host";
+import { applyMigrations } from "../migrate";
+import { MOCK_MODEL_NAME } from "../mock-model";
+import { LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
+import { startPostgres } from "../services/postgres";
+import { killOnExit, stopProcessGroup } from "../services/process";
+import { startRedis } from "../services/redis";
+import { type HostHandle, spawnHost } from "../stack";
+import { startUpstashBridge } from "../upstash-bridge";
+import { measureGateway, type RouteCost } from "./host-gateway";
+
+const ROOT = resolve(import.meta.dirname, "..", "..");
+const TENANT = "bench-host";
+const { values: args } = parseArgs({
+  options: {
+    runs: { type: "string", default: "1,10,100" },
+    "tool-runs": { type: "string", default: "1,10" },
+    kinds: { type: "string", default: "text,tool" },
+    "cpu-prof": { type: "string" },
+    /** Concurrent text runs per profiled batch (3 batches). */
+    "prof-runs": { type: "string", default: "100" },
+    json: { type: "boolean", default: false },
+    /** Skip the gateway's CPU per route (it starts a whole stack of its own). */
+    "skip-gateway": { type: "boolean", default: false },
+  },
+});
+const sizes = (s: string) =>
+  s
+    .split(",")
+    .map(Number)
+    .filter((n) => n > 0);
+/** Repetitions per batch size: enough for a median and a p95 without a 100-run batch taking minutes. */
+const repsFor = (n: number) => (n === 1 ? 9 : n === 10 ? 5 : 3);
+const MAX_RUNS = 100;
+const REPLY = Array.from({ length: 100 }, (_, i) => `word${i}`).join(" ");
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(1))
+    .join(" / ");
+
+function quantile(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? Number.NaN;
+}
+
+/** utime + stime of a process (all its threads), in ms. */
+async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // Fields 14 and 15 of proc(5), counted from the state field (3): clock ticks of 10 ms.
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+async function rssMiB(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, "utf8");
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+}
+
+/** A TCP proxy to Postgres that counts what the host sends: statements and round trips. */
+async function countingPgProxy(target: { host: string; port: number }) {
+  const counts = { statements: 0, trips: 0 };
+  /** Statements by their text's start (Parse and simple Query messages carry the SQL). */
+  const byText = new Map<string, number>();
+  const note = (sql: string) => {
+    const key = sql.replace(/\s+/g, " ").trim().slice(0, 60);
+    byText.set(key, (byText.get(key) ?? 0) + 1);
+  };
+  const server: TcpServer = createTcpServer((client: Socket) => {
+    const upstream = connect(target.port, target.host);
+    let buf = Buffer.alloc(0);
+    let started = false;
+    client.on("data", (chunk: Buffer) => {
+      upstream.write(chunk);
+      buf = Buffer.concat([buf, chunk]);
+      // The startup message has no type byte; every later frontend message is type + int32 length.
+      if (!started) {
+        if (buf.length < 4) return;
+        const len = buf.readInt32BE(0);
+        if (buf.length < len) return;
+        buf = buf.subarray(len);
+        started = true;
+      }
+      while (buf.length >= 5) {
+        const len = buf.readInt32BE(1);
+        if (buf.length < 1 + len) break;
+        const type = String.fromCharCode(buf[0] as number);
+        if (type === "Q") {
+          counts.statements++;
+          counts.trips++;
+          note(buf.toString("utf8", 5, 1 + len - 1));
+        } else if (type === "P") {
+          // Parse: statement name, NUL, the SQL, NUL, …
+          const nameEnd = buf.indexOf(0, 5);
+          note(buf.toString("utf8", nameEnd + 1, buf.indexOf(0, nameEnd + 1)));
+        } else if (type === "E") counts.statements++;
+        else if (type === "S") counts.trips++;
+        buf = buf.subarray(1 + len);
+      }
+    });
+    upstream.on("data", (c) => client.write(c));
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", end);
+    upstream.on("error", end);
+    client.on("close", end);
+    upstream.on("close", end);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { port: (server.address() as AddressInfo).port, counts, byText, close: () => server.close() };
+}
+
+/** Acks like the projector; resolves a job's waiter on its terminal event; counts requests. */
+async function ingestServer() {
+  const acked = new Map<string, number>();
+  const waiters = new Map<string, (at: number) => void>();
+  const stats = { requests: 0, events: 0 };
+  const server: Server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    stats.requests++;
+    const { batches } = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { batches: IngestBatch[] };
+    const results = batches.map((batch) => {
+      let seq = 0;
+      for (const e of batch.events) {
+        const have = acked.get(e.execution_id) ?? 0;
+        if (e.seq === have + 1) {
+          acked.set(e.execution_id, e.seq);
+          stats.events++;
+          if (e.type.startsWith("run.") && !["run.started", "run.prepared"].includes(e.type)) {
+            waiters.get(batch.job_id)?.(performance.now());
+            waiters.delete(batch.job_id);
+          }
+        }
+        seq = acked.get(e.execution_id) ?? 0;
+      }
+      return {
+        job_id: batch.job_id,
+        status: 200,
+        ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 },
+      };
+    });
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    stats,
+    terminal: (jobId: string) => new Promise<number>((r) => waiters.set(jobId, r)),
+    close: () => {
+      server.closeAllConnections();
+      server.close();
+    },
+  };
+}
+
+type Q = { p50: number; p95: number };
+interface Row {
+  kind: string;
+  runs: number;
+  reps: number;
+  cpuMsPerRun: Q;
+  cpuMsPerRunNet: Q;
+  rssMiBPerRun: Q;
+  redisPerRun: Q;
+  pgStatementsPerRun: Q;
+  pgTripsPerRun: Q;
+  ingestPerRun: Q;
+  latencyMs: Q;
+  load: string;
+}
+
+/** tools/mock-model.ts as a child process; resolves once it printed its URL. */
+async function spawnMockModel(): Promise<{ url: string; close(): Promise<void> }> {
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", join(ROOT, "tools", "mock-model.ts"), "--ttft-ms", "200", "--tokens-per-s", "50"],
+    { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "inherit"] },
+  );
+  killOnExit(child, { group: true });
+  const url = await new Promise<string>((ok, fail) => {
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).once("line", (line) => ok(line.trim()));
+    child.once("exit", (code) => fail(new Error(`mock model exited (${code})`)));
+  });
+  return { url, close: () => stopProcessGroup(child, 2000) };
+}
+
+interface Sample {
+  /** Per run, by Redis command and by statement text (this batch, idle traffic included). */
+  breakdown: { redis: string[]; postgres: string[] };
+  cpuPerRunMs: number;
+  cpuPerRunNetMs: number;
+  rssPerRunMiB: number;
+  redisPerRun: number;
+  pgStatementsPerRun: number;
+  pgTripsPerRun: number;
+  ingestPerRun: number;
+  latenciesMs: number[];
+  wallMs: number;
+}
+
+async function main(): Promise<void> {
+  const kinds = args.kinds.split(",");
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  log(`bench:host — load average at start ${load()} (2-core machine shared with other work)`);
+
+  const pgService = await startPostgres();
+  const redis = await startRedis();
+  const bridge = await startUpstashBridge({ redisUrl: redis.url, token: randomUUID(), log: () => {} });
+  // The mock model in a process of its own: streaming 100 replies at once is more work than the
+  // host under test does, and in this process it slowed the ingest answers the host batches on.
+  const mock = await spawnMockModel();
+  const ingest = await ingestServer();
+  const direct = new IORedis(redis.url, { protocol: 2 });
+  await applyMigrations(pgService.url);
+  const pool = new pg.Pool({ connectionString: pgService.url, max: 2 });
+  const db = drizzle(pool, { schema });
+  await db.insert(schema.tenants).values({ id: TENANT, name: "bench:host" });
+  const pgProxy = await countingPgProxy({ host: pgService.host, port: pgService.port });
+  const hostUrl = new URL(pgService.url);
+  hostUrl.host = `127.0.0.1:${pgProxy.port}`;
+  const bundle = (await buildHost(join(ROOT, ".tmp", "bench-host"))).main;
+  const docker = connectDocker();
+  const dockerUp = await docker.ping().then(
+    () => true,
+    () => false,
+  );
+
+  const hostEnv = (hostId: string): Record<string, string> => ({
+    HOST_ID: hostId,
+    DATABASE_URL: hostUrl.toString(),
+    UPSTASH_REDIS_REST_URL: bridge.url,
+    UPSTASH_REDIS_REST_TOKEN: bridge.token,
+    GATEWAY_URL: ingest.url,
+    INTERNAL_SIGNING_SECRET: randomUUID().repeat(2),
+    MODEL_BASE_URL: mock.url,
+    MODEL_API_KEY: "mock",
+    MODEL_NAME: MOCK_MODEL_NAME,
+    HOST_METRICS_PORT: "0",
+    HOST_MAX_RUNS: String(MAX_RUNS),
+    // What a run costs, not how it queues: every run gets its model slot at once.
+    QUOTA_MODEL_LIMIT: String(MAX_RUNS),
+    QUOTA_TENANT_LIMIT: "0",
+    // Every batch's sandboxes are created at once and measured as such: the bound on concurrent
+    // creations is the overload guard (docs/capacity.md), not part of a run's cost.
+    SANDBOX_CREATE_QUEUE: "4096",
+    SANDBOX_IMAGE: LOCAL_SANDBOX_IMAGE,
+    SANDBOX_ENABLED: String(dockerUp),
+  });
+
+  let redisSent = 0;
+  const redisByCommand = new Map<string, number>();
+  const monitor = await direct.monitor();
+  monitor.on("monitor", (_time: string, args: string[], source: string) => {
+    if (source === "lua") return;
+    redisSent++;
+    const name = String(args[0]).toLowerCase();
+    redisByCommand.set(name, (redisByCommand.get(name) ?? 0) + 1);
+  });
+  const redisCommands = async (): Promise<number> => redisSent;
+
+  async function startBenchHost(profileDir?: string): Promise<HostHandle> {
+    const hostId = `bench-${randomUUID().slice(0, 8)}`;
+    const argv = profileDir ? ["--cpu-prof", "--cpu-prof-dir", profileDir, bundle] : [bundle];
+    return spawnHost(ROOT, hostEnv(hostId), () => {}, { argv, readyTimeoutMs: 60_000, stopGraceMs: 20_000 });
+  }
+
+  async function batch(host: HostHandle, kind: "text" | "tool", n: number, idleCpuPerS: number, idleRedisPerS: number) {
+    const pid = host.process.pid as number;
+    await sleep(300);
+    const rss0 = await rssMiB(pid);
+    const cpu0 = await cpuMs(pid);
+    const redis0 = await redisCommands();
+    const pg0 = { ...pgProxy.counts };
+    const redisBy0 = new Map(redisByCommand);
+    const pgBy0 = new Map(pgProxy.byText);
+    const ingest0 = ingest.stats.requests;
+    const ids = Array.from({ length: n }, () => randomUUID());
+    const content =
+      kind === "text"
+        ? `!mock ${JSON.stringify({ reply: REPLY })}`
+        : `!mock ${JSON.stringify({ reply: REPLY, tool_calls: [{ name: "shell", args: { command: "echo bench" } }] })}`;
+    const done = ids.map((id) => ingest.terminal(id));
+    const t0 = performance.now();
+    await db.insert(schema.jobs).values(
+      ids.map((id) => ({
+        id,
+        tenantId: TENANT,
+        tools: kind === "tool" ? ["shell" as const] : [],
+        input: { messages: [{ role: "user" as const, content }] },
+      })),
+    );
+    let peak = rss0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        peak = Math.max(peak, await rssMiB(pid));
+        await sleep(100);
+      }
+    })();
+    const ends = await Promise.all(done);
+    // The run's tail after its terminal event: the phase-metrics read, the sandbox's removal.
+    if (kind === "tool") {
+      const filters = JSON.stringify({ label: [`${LABEL_HOST}=${host.id}`] });
+      while ((await docker.listContainers({ all: true, filters })).length > 0) await sleep(100);
+    }
+    await sleep(300);
+    sampling = false;
+    await sampler;
+    const wallMs = performance.now() - t0;
+    const cpu = (await cpuMs(pid)) - cpu0;
+    const redisCalls = (await redisCommands()) - redis0;
+    const perRun = (now: Map<string, number>, then: Map<string, number>) =>
+      [...now.entries()]
+        .map(([k, v]) => [k, (v - (then.get(k) ?? 0)) / n] as const)
+        .filter(([, v]) => v > 0)
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, v]) => `${v.toFixed(2)} × ${k}`);
+    const breakdown = { redis: perRun(redisByCommand, redisBy0), postgres: perRun(pgProxy.byText, pgBy0) };
+    const sample: Sample = {
+      breakdown,
+      cpuPerRunMs: cpu / n,
+      cpuPerRunNetMs: (cpu - (idleCpuPerS * wallMs) / 1000) / n,
+      rssPerRunMiB: (peak - rss0) / n,
+      redisPerRun: (redisCalls - (idleRedisPerS * wallMs) / 1000) / n,
+      pgStatementsPerRun: (pgProxy.counts.statements - pg0.statements) / n,
+      pgTripsPerRun: (pgProxy.counts.trips - pg0.trips) / n,
+      ingestPerRun: (ingest.stats.requests - ingest0) / n,
+      latenciesMs: ends.map((e) => e - t0),
+      wallMs,
+    };
+    return sample;
+  }
+
+  async function idleRates(host: HostHandle): Promise<{ cpuPerS: number; redisPerS: number; pgPerS: number }> {
+    const pid = host.process.pid as number;
+    await sleep(2000);
+    const [c0, r0, p0, t0] = [await cpuMs(pid), await redisCommands(), pgProxy.counts.statements, performance.now()];
+    await sleep(5000);
+    const s = (performance.now() - t0) / 1000;
+    return {
+      cpuPerS: ((await cpuMs(pid)) - c0) / s,
+      redisPerS: ((await redisCommands()) - r0) / s,
+      pgPerS: (pgProxy.counts.statements - p0) / s,
+    };
+  }
+
+  const rows: Row[] = [];
+  try {
+    const host = await startBenchHost();
+    const idle = await idleRates(host);
+    log(
+      `idle host: ${idle.cpuPerS.toFixed(1)} CPU ms/s, ${idle.redisPerS.toFixed(2)} Redis commands/s, ${idle.pgPerS.toFixed(2)} Postgres statements/s`,
+    );
+    for (const kind of kinds as Array<"text" | "tool">) {
+      if (kind === "tool" && !dockerUp) {
+        log("no Docker engine: tool runs skipped");
+        continue;
+      }
+      for (const n of sizes(kind === "tool" ? args["tool-runs"] : args.runs)) {
+        const samples: Sample[] = [];
+        // One warm-up batch (JIT, connection pool growth), not counted.
+        await batch(host, kind, n, idle.cpuPerS, idle.redisPerS);
+        for (let i = 0; i < repsFor(n); i++) samples.push(await batch(host, kind, n, idle.cpuPerS, idle.redisPerS));
+        const pick = (f: (s: Sample) => number) => {
+          const xs = samples.map(f);
+          return { p50: quantile(xs, 0.5), p95: quantile(xs, 0.95) };
+        };
+        const row: Row = {
+          kind,
+          runs: n,
+          reps: samples.length,
+          cpuMsPerRun: pick((s) => s.cpuPerRunMs),
+          cpuMsPerRunNet: pick((s) => s.cpuPerRunNetMs),
+          rssMiBPerRun: pick((s) => s.rssPerRunMiB),
+          redisPerRun: pick((s) => s.redisPerRun),
+          pgStatementsPerRun: pick((s) => s.pgStatementsPerRun),
+          pgTripsPerRun: pick((s) => s.pgTripsPerRun),
+          ingestPerRun: pick((s) => s.ingestPerRun),
+          latencyMs: (() => {
+            const xs = samples.flatMap((s) => s.latenciesMs);
+            return { p50: quantile(xs, 0.5), p95: quantile(xs, 0.95) };
+          })(),
+          load: load(),
+        };
+        rows.push(row);
+        const last = samples.at(-1) as Sample;
+        log(`${kind} × ${n}, per run (last batch): Redis ${last.breakdown.redis.join(", ")}`);
+        log(`${kind} × ${n}, per run (last batch): Postgres\n    ${last.breakdown.postgres.join("\n    ")}`);
+        log(`${kind} × ${n}: ${JSON.stringify(row)}`);
+      }
+    }
+    await host.stop();
+
+    if (args["cpu-prof"]) {
+      const dir = resolve(args["cpu-prof"]);
+      await mkdir(dir, { recursive: true });
+      const before = new Set(await readdir(dir));
+      const profiled = await startBenchHost(dir);
+      await sleep(2000);
+      const profRuns = Number(args["prof-runs"]);
+      for (let i = 0; i < 3; i++) await batch(profiled, "text", profRuns, 0, 0);
+      await profiled.stop();
+      const file = (await readdir(dir)).find((f) => f.endsWith(".cpuprofile") && !before.has(f));
+      if (file) printProfile(JSON.parse(await readFile(join(dir, file), "utf8")), join(dir, file), profRuns);
+      else log(`no profile written in ${dir}`);
+    }
+    let gateway: RouteCost[] = [];
+    if (!args["skip-gateway"]) {
+      try {
+        gateway = await measureGateway(log);
+      } catch (err) {
+        log(`gateway measurement failed: ${err instanceof Error ? err.stack : String(err)}`);
+      }
+    }
+    printTable(rows, idle);
+    if (gateway.length > 0) {
+      console.log(`\ngateway (workerd process CPU per request; load average now ${load()}):`);
+      console.log("| route | requests | CPU ms/request p50 / p95 (per round of 20) | wall ms p50 / p95 |");
+      console.log("|---|---:|---:|---:|");
+      for (const g of gateway) {
+        console.log(
+          `| ${g.route} | ${g.requests} | ${g.cpuMs.p50.toFixed(2)} / ${g.cpuMs.p95.toFixed(2)} | ${g.wallMs.p50.toFixed(0)} / ${g.wallMs.p95.toFixed(0)} |`,
+        );
+      }
+    }
+    if (args.json) console.log(JSON.stringify({ idle, rows, gateway }, null, 2));
+  } finally {
+    monitor.disconnect();
+    direct.disconnect();
+    await pool.end();
+    pgProxy.close();
+    ingest.close();
+    await mock.close();
+    await bridge.close();
+    await redis.stop();
+    await pgService.stop();
+  }
+}
+
+function printTable(rows: Row[], idle: { cpuPerS: number; redisPerS: number; pgPerS: number }) {
+  const f = (x: Q, d = 1) => `${x.p50.toFixed(d)} / ${x.p95.toFixed(d)}`;
+  console.log(
+    `\nidle host: ${idle.cpuPerS.toFixed(1)} CPU ms/s, ${idle.redisPerS.toFixed(2)} Redis commands/s, ${idle.pgPerS.toFixed(2)} Postgres statements/s`,
+  );
+  console.log(
+    "| runs | kind | CPU ms/run p50 / p95 | net of idle | RSS MiB/run | Redis cmds/run (net) | PG statements/run | PG round trips/run | ingest req/run | latency ms p50 / p95 | load 1/5/15 |",
+  );
+  console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  for (const r of rows) {
+    console.log(
+      `| ${r.runs} | ${r.kind} | ${f(r.cpuMsPerRun)} | ${f(r.cpuMsPerRunNet)} | ${f(r.rssMiBPerRun, 2)} | ${f(r.redisPerRun)} | ${f(r.pgStatementsPerRun)} | ${f(r.pgTripsPerRun)} | ${f(r.ingestPerRun)} | ${f(r.latencyMs, 0)} | ${r.load} |`,
+    );
+  }
+}
+
+interface CpuProfile {
+  nodes: Array<{
+    id: number;
+    callFrame: { functionName: string; url: string; lineNumber: number };
+    hitCount?: number;
+    children?: number[];
+  }>;
+  startTime: number;
+  endTime: number;
+  samples: number[];
+}
+
+/** Self time by function and by package/file: where the host's CPU went. */
+function printProfile(p: CpuProfile, file: string, runs: number): void {
+  const totalMs = (p.endTime - p.startTime) / 1000;
+  const perSample = totalMs / Math.max(1, p.samples.length);
+  const byFn = new Map<string, number>();
+  const byArea = new Map<string, number>();
+  const short = (url: string) => url.replace(/^file:\/\//, "").replace(`${ROOT}/`, "");
+  for (const n of p.nodes) {
+    const ms = (n.hitCount ?? 0) * perSample;
+    if (!ms) continue;
+    const { functionName, url, lineNumber } = n.callFrame;
+    const key = `${functionName || "(anonymous)"} ${short(url)}:${lineNumber + 1}`;
+    byFn.set(key, (byFn.get(key) ?? 0) + ms);
+    const u = short(url);
+    const area = u.includes("node_modules/")
+      ? `npm:${/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u)?.[1]}`
+      : u.startsWith("node:")
+        ? u
+        : u === ""
+          ? `(${functionName})`
+          : u;
+    byArea.set(area, (byArea.get(area) ?? 0) + ms);
+  }
+  const busy = [...byFn.entries()].filter(([k]) => !k.startsWith("(idle)")).reduce((a, [, v]) => a + v, 0);
+  const top = (m: Map<string, number>, n: number) =>
+    [...m.entries()]
+      .filter(([k]) => !k.startsWith("(idle)"))
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, v]) => `  ${v.toFixed(0).padStart(6)} ms  ${((100 * v) / busy).toFixed(1).padStart(5)} %  ${k}`)
+      .join("\n");
+  console.log(
+    `\n--cpu-prof ${file}: ${busy.toFixed(0)} ms busy of ${totalMs.toFixed(0)} ms (3 × ${runs} concurrent text runs, the host's whole life)`,
+  );
+  console.log(`by package / file (self time):\n${top(byArea, 15)}`);
+  console.log(`by function (self time):\n${top(byFn, 25)}`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

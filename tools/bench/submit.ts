@@ -1,0 +1,168 @@
+/**
+ * `npm run bench:submit` — a burst of submits on the dev stack: CLIENTS clients send
+ * `POST /v1/jobs` at the same instant, each timing its own answer (202); the server's dispatch
+ * (job created → started, from the row) is read back once the hosts started every job.
+ *
+ * The same burst is then sent past the gateway, to tell our code from the local stand-ins:
+ *  - `neon stand-in`: `createJob` × CLIENTS from this process through the production Neon driver
+ *    (`neon()`, one HTTP request per query) to tools/pg-proxy.ts, as the gateway's queries go;
+ *  - `postgres direct`: `createJob` × CLIENTS over node-postgres straight to Postgres (a pool of
+ *    the stand-in's size), no HTTP at all.
+ *
+ * Self-contained: starts its own stack (2 sandbox-hosts × 50 slots, the mock model) and stops it.
+ * Each configuration runs ROUNDS times after a warm-up burst; figures are per round and pooled,
+ * printed next to the load average (the machine may be shared). `--json` prints JSON too.
+ *   BENCH_SUBMIT_CLIENTS (100), BENCH_SUBMIT_ROUNDS (5), BENCH_SUBMIT_HOSTS (2),
+ *   BENCH_SUBMIT_SLOTS (50)
+ */
+import { randomUUID } from "node:crypto";
+import { loadavg } from "node:os";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import type { CreateJobBody } from "../../src/contracts/job";
+import type { Db } from "../../src/db/client";
+import { createJob } from "../../src/db/jobs-repo";
+import { createNeonHttpDb } from "../../src/db/neon-http";
+import * as schema from "../../src/db/schema";
+import { sleep } from "../../src/domain/async";
+import { pct } from "../load/stats";
+import { startPgProxy } from "../pg-proxy";
+import { type Stack, startStack } from "../stack";
+
+const CLIENTS = Number(process.env.BENCH_SUBMIT_CLIENTS ?? 100);
+const ROUNDS = Number(process.env.BENCH_SUBMIT_ROUNDS ?? 5);
+const HOSTS = Number(process.env.BENCH_SUBMIT_HOSTS ?? 2);
+const SLOTS = Number(process.env.BENCH_SUBMIT_SLOTS ?? 50);
+const BODY: CreateJobBody = { input: { messages: [{ role: "user", content: "bench submit" }] } };
+
+const load = () =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(" ");
+
+interface Round {
+  answer_ms: number[];
+  dispatch_ms: number[];
+  load_before: string;
+}
+
+/** CLIENTS requests released at one instant; each resolves with its own elapsed ms and job id. */
+async function burst(one: () => Promise<string>): Promise<{ ms: number[]; ids: string[] }> {
+  let go: () => void = () => {};
+  const gate = new Promise<void>((r) => (go = r));
+  const runs = Array.from({ length: CLIENTS }, async () => {
+    await gate;
+    const t0 = performance.now();
+    const id = await one();
+    return { ms: performance.now() - t0, id };
+  });
+  go();
+  const done = await Promise.all(runs);
+  return { ms: done.map((d) => d.ms), ids: done.map((d) => d.id) };
+}
+
+async function viaGateway(stack: Stack): Promise<string> {
+  const res = await fetch(`${stack.gatewayUrl}/v1/jobs`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify(BODY),
+  });
+  const text = await res.text();
+  if (res.status !== 202) throw new Error(`POST /v1/jobs answered ${res.status}: ${text}`);
+  return (JSON.parse(text) as { job: { id: string } }).job.id;
+}
+
+/** Waits until every job of `ids` has started, then returns created → started per job (ms). */
+async function dispatchOf(pool: pg.Pool, ids: string[]): Promise<number[]> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const { rows } = await pool.query<{ ms: number | null }>(
+      "SELECT extract(epoch FROM (started_at - created_at)) * 1000 AS ms FROM jobs WHERE id = ANY($1::uuid[])",
+      [ids],
+    );
+    const started = rows.filter((r) => r.ms !== null).map((r) => Number(r.ms));
+    if (started.length === ids.length) return started;
+    if (Date.now() > deadline) throw new Error(`${ids.length - started.length} of ${ids.length} jobs never started`);
+    await sleep(200);
+  }
+}
+
+/** Waits until no job is queued or running, so the next round starts on an idle fleet. */
+async function drained(pool: pg.Pool): Promise<void> {
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    const { rows } = await pool.query<{ n: string }>(
+      "SELECT count(*) AS n FROM jobs WHERE state IN ('queued', 'claimed', 'running')",
+    );
+    if (Number(rows[0]?.n) === 0) return;
+    if (Date.now() > deadline) throw new Error(`${rows[0]?.n} jobs still queued or running after 180 s`);
+    await sleep(250);
+  }
+}
+
+function summary(rounds: Round[]) {
+  const answer = rounds.flatMap((r) => r.answer_ms);
+  const dispatch = rounds.flatMap((r) => r.dispatch_ms);
+  const f = (v: number[], p: number) => (v.length ? Math.round(pct(v, p)) : null);
+  return {
+    answer_p50_ms: f(answer, 50),
+    answer_p95_ms: f(answer, 95),
+    answer_max_ms: f(answer, 100),
+    dispatch_p50_ms: f(dispatch, 50),
+    dispatch_p95_ms: f(dispatch, 95),
+    per_round: rounds.map((r) => ({
+      load: r.load_before,
+      answer_p50_ms: f(r.answer_ms, 50),
+      answer_p95_ms: f(r.answer_ms, 95),
+      dispatch_p95_ms: f(r.dispatch_ms, 95),
+    })),
+  };
+}
+
+async function measure(label: string, pool: pg.Pool, one: () => Promise<string>) {
+  await drained(pool);
+  await burst(one); // warm-up: connections, the isolate's caches, the pools
+  await drained(pool);
+  const rounds: Round[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    const load_before = load();
+    const { ms, ids } = await burst(one);
+    rounds.push({ answer_ms: ms, dispatch_ms: await dispatchOf(pool, ids), load_before });
+    await drained(pool);
+  }
+  const s = summary(rounds);
+  console.log(
+    `${label.padEnd(16)} answer p50 ${s.answer_p50_ms} ms, p95 ${s.answer_p95_ms} ms, max ${s.answer_max_ms} ms; ` +
+      `dispatch p50 ${s.dispatch_p50_ms} ms, p95 ${s.dispatch_p95_ms} ms ` +
+      `(${CLIENTS} at once × ${ROUNDS} rounds; load ${rounds.map((r) => r.load_before.split(" ")[0]).join(", ")})`,
+  );
+  return { label, ...s };
+}
+
+async function main() {
+  console.log(`bench:submit — ${CLIENTS} clients at once, ${HOSTS} hosts × ${SLOTS} slots; load average ${load()}`);
+  const stack = await startStack({ hosts: HOSTS, hostEnv: { HOST_MAX_RUNS: String(SLOTS) } });
+  const pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 4 });
+  // The stand-in's own pool size, so "direct" differs from "stand-in" only by the HTTP hop.
+  const directPool = new pg.Pool({ connectionString: stack.databaseUrl, max: 20 });
+  const proxy = await startPgProxy({ databaseUrl: stack.databaseUrl });
+  try {
+    const neonDb = createNeonHttpDb({ connectionString: stack.databaseUrl, fetchEndpoint: `${proxy.url}/sql` });
+    const directDb: Db = drizzle(directPool, { schema });
+    const created = async (db: Db) => (await createJob(db, stack.tenantId, randomUUID(), BODY)).job.id;
+    const results = [
+      await measure("gateway", pool, () => viaGateway(stack)),
+      await measure("neon stand-in", pool, () => created(neonDb as unknown as Db)),
+      await measure("postgres direct", pool, () => created(directDb)),
+    ];
+    console.log(`load average at the end ${load()}`);
+    if (process.argv.includes("--json")) console.log(JSON.stringify(results, null, 2));
+  } finally {
+    await proxy.close();
+    await directPool.end();
+    await pool.end();
+    await stack.stop();
+  }
+}
+
+await main();

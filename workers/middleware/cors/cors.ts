@@ -1,0 +1,36 @@
+/**
+ * CORS for the configured origins (CORS_ALLOWED_ORIGINS), with hono/cors. It runs before auth
+ * and the rate limit, so a preflight (OPTIONS, which never carries credentials) is answered 204
+ * without either, and every answer to an allowed origin, errors included, carries
+ * Access-Control-Allow-Origin so the page can read it (a 401 or a 429 it could not read would
+ * look like a network failure). An origin not listed gets no CORS header: its browser refuses to
+ * hand the answer to the page. No cookies are involved (credentials are Bearer), so
+ * Allow-Credentials is never sent.
+ *
+ * WebSocket upgrades are left alone: browsers do not apply CORS to them, and a 101 must stay the
+ * object's own response.
+ */
+import type { Context } from "hono";
+import { cors } from "hono/cors";
+import { createMiddleware } from "hono/factory";
+import type { GatewayEnv } from "../../types";
+
+/** How long a browser may reuse a preflight's answer (s). */
+const PREFLIGHT_MAX_AGE_S = 600;
+
+const allowed = cors({
+  origin: (origin, c: Context<GatewayEnv>) => (c.get("config").corsAllowedOrigins.includes(origin) ? origin : null),
+  allowMethods: ["GET", "POST", "OPTIONS"],
+  // last-event-id: a fetch-based SSE client resumes with the header, which is not CORS-safelisted.
+  allowHeaders: ["authorization", "content-type", "last-event-id"],
+  exposeHeaders: ["retry-after"],
+  maxAge: PREFLIGHT_MAX_AGE_S,
+  credentials: false,
+});
+
+export function corsForAllowedOrigins() {
+  return createMiddleware<GatewayEnv>(async (c, next) => {
+    if (c.req.header("upgrade")?.toLowerCase() === "websocket") return next();
+    return allowed(c, next);
+  });
+}

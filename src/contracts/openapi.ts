@@ -50,9 +50,9 @@ import {
   JobViewSchema,
   ListJobsQuerySchema,
 } from "./job";
-import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
 import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
+import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 
 type JsonSchema = Record<string, unknown>;
 type Status = number;

@@ -109,6 +109,8 @@ export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolea
  * that are ready at the same moment). Every row is checked against its own full claim identity,
  * exactly like the single CAS; each one that hits gets its `executions` row in the same
  * statement, carrying the claim token (the gateway derives the execution's ingest key from it).
+ * `started_at` keeps the first execution's start: an execution resuming a waiting job is not the
+ * job's start (its latency derivation counts from the first).
  * Returns the execution ids that started.
  */
 export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
@@ -126,7 +128,7 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
         ) AS m(job_id, execution_id, epoch, token)
       ), started AS (
         UPDATE jobs SET state = 'running', execution_id = mine.execution_id, execution_started_at = now(),
-          started_at = now(), heartbeat_at = now(),
+          started_at = coalesce(jobs.started_at, now()), heartbeat_at = now(),
           deadline_at = now() + make_interval(secs => jobs.timeout_ms / 1000.0)
         FROM mine
         WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = ${host}
@@ -205,7 +207,7 @@ export async function finishJobReporting(
     await db.execute(sql`
     WITH done AS (
       UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb,
-        output_json = ${outputJson}::jsonb, finished_at = now()
+        output_json = ${outputJson}::jsonb, finished_at = now(), checkpoint = NULL
       WHERE ${fence(id)}
       RETURNING execution_id, extract(epoch FROM finished_at - cancel_requested_at) AS cancel_lag
     )
@@ -282,5 +284,19 @@ export async function setCleanupPending(db: Db, id: ExecutionIdentity, pending: 
     : await db.execute(sql`
         UPDATE jobs SET cleanup_pending = false
         WHERE id = ${id.jobId} AND execution_id = ${id.executionId} AND epoch = ${id.epoch} AND token = ${id.token}`);
+  return resultCount(result) === 1;
+}
+
+/**
+ * The input that answered an ask_user call, taken by the execution resuming from it: it becomes
+ * the tool result, so it is applied here (not again as a user message by acceptPendingInputs).
+ * Fenced like every owner write.
+ */
+export async function applyAnswerInput(db: Db, id: ExecutionIdentity, inputId: string): Promise<boolean> {
+  const result = await db.execute(sql`
+    UPDATE job_inputs SET status = 'applied', accepted_at = coalesce(accepted_at, now()), applied_at = now(),
+      execution_id = ${id.executionId}
+    WHERE id = ${inputId} AND job_id = ${id.jobId} AND status IN ('requested', 'accepted')
+      AND EXISTS (SELECT 1 FROM jobs WHERE ${fence(id)})`);
   return resultCount(result) === 1;
 }

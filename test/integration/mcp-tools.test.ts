@@ -23,6 +23,7 @@ import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
 import { toJobView } from "../../src/db/job-view";
 import * as schema from "../../src/db/schema";
+import { toolNames } from "../../src/domain/approval";
 import { parseAllowedUrls } from "../../src/domain/mcp";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
@@ -114,7 +115,7 @@ async function submit(marker: string, def: Omit<AgentDefinitionInput, "model">):
     agentName: name,
     agentVersion: 1,
     model: definition.model,
-    tools: definition.tools,
+    tools: toolNames(definition.tools),
   });
   return id;
 }

@@ -135,7 +135,8 @@ export async function decidedCallResult(
   emit: Emit,
 ): Promise<{ content: string } | ReturnType<typeof failed>> {
   if (decided.decision === "approve") {
-    if (!ctx.sandbox)
+    // An MCP tool runs at its server: only a sandbox tool needs the host's Docker.
+    if (!ctx.sandbox && run.mcp?.serverOf(call.name) == null)
       return failed("tools_unavailable", "the approved tool needs a sandbox (Docker), and this host has none", "");
     return runTool(ctx, run, id, call, emit);
   }

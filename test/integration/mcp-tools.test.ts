@@ -23,6 +23,7 @@ import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
 import { toJobView } from "../../src/db/job-view";
 import * as schema from "../../src/db/schema";
+import { decideApproval } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
 import { parseAllowedUrls } from "../../src/domain/mcp";
 import { redisKeys } from "../../src/quota/keys";
@@ -125,7 +126,7 @@ async function ended(id: string, timeoutMs = 30_000) {
     `job ${id} to end`,
     async () => {
       const [row] = await t.db.select().from(schema.jobs).where(eq(schema.jobs.id, id));
-      return row && !["queued", "running"].includes(row.state) ? row : null;
+      return row && !["queued", "running", "waiting"].includes(row.state) ? row : null;
     },
     { timeoutMs, intervalMs: 25 },
   );
@@ -338,5 +339,54 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     });
     expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
     expect(mcp.sessions.length).toBe(before);
+  });
+});
+
+describe.skipIf(!canRun)("an MCP tool marked requires_approval", () => {
+  const waiting = (id: string) =>
+    waitFor(`job ${id} to wait`, async () => {
+      const [row] = await t.db.select().from(schema.jobs).where(eq(schema.jobs.id, id));
+      return row?.state === "waiting" ? row : null;
+    });
+  const gated = () => ({
+    mcp_servers: [{ name: "files", url: mcp.url, tools: [{ name: "echo", requires_approval: true }] }],
+  });
+
+  it("waits without calling the server; approved, the resumed execution calls it once with the same idempotency key", async () => {
+    const marker = "approve mcp marker";
+    scriptTools(marker, [{ id: "call-gated", name: "files__echo", args: { text: "ship it" } }]);
+    const id = await submit(marker, gated());
+    const row = await waiting(id);
+    expect(row.waitingFor).toMatchObject({ kind: "approval", call_id: "call-gated", tool: "files__echo" });
+    expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
+
+    expect((await decideApproval(t.db, TENANT, id, "call-gated", "approve", null)).status).toBe("recorded");
+    const done = await ended(id);
+    expect({ state: done.state, output: done.output }).toEqual({ state: "completed", output: "all done" });
+    const calls = mcp.calls.filter((c) => c.meta?.["ear/job_id"] === id);
+    expect(calls.map((c) => c.tool)).toEqual(["echo"]);
+    // Made by the execution that resumed (a later epoch than the one that suspended).
+    const executions = await t.db.select().from(schema.executions).where(eq(schema.executions.jobId, id));
+    const resumed = executions.reduce((a, b) => (b.epoch > a.epoch ? b : a));
+    expect(executions).toHaveLength(2);
+    expect(calls[0]?.meta).toEqual({
+      "ear/job_id": id,
+      "ear/execution_id": resumed.id,
+      "ear/epoch": resumed.epoch,
+      "ear/idempotency_key": `${id}:call-gated`,
+    });
+    expect(toolMessage(requestsWith(marker).at(-1)?.body, "call-gated")).toBe("echo: ship it");
+  });
+
+  it("denied, the server never sees the call and the model gets the note", async () => {
+    const marker = "deny mcp marker";
+    scriptTools(marker, [{ id: "call-denied", name: "files__echo", args: { text: "rm -rf" } }]);
+    const id = await submit(marker, gated());
+    await waiting(id);
+    expect((await decideApproval(t.db, TENANT, id, "call-denied", "deny", "not today")).status).toBe("recorded");
+    const done = await ended(id);
+    expect(done.state).toBe("completed");
+    expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
+    expect(toolMessage(requestsWith(marker).at(-1)?.body, "call-denied")).toContain("not today");
   });
 });

@@ -124,8 +124,27 @@ export class McpToolset {
     return this.byName.get(name)?.conn.server.name ?? null;
   }
 
-  /** Call one offered tool. Never throws: every failure is a result the model reads. */
+  /**
+   * Call one offered tool. Never throws: every failure is a result the model reads. The values of
+   * the server's secret headers are cut out of whatever it answers: a server that echoes its
+   * request (an error page, a debug tool) must not hand the operator's credential to the tenant
+   * through the model's context, the events or the job's output.
+   */
   async call(name: string, args: unknown, toolCallId: string, signal: AbortSignal): Promise<McpCallResult> {
+    const result = await this.callUnredacted(name, args, toolCallId, signal);
+    const server = this.byName.get(name)?.conn.server;
+    const secrets = Object.values(server?.headers ?? {})
+      .map((h) => this.config.secrets.get(h.secret))
+      .filter((v): v is string => v !== undefined && v !== "");
+    return redact(result, secrets);
+  }
+
+  private async callUnredacted(
+    name: string,
+    args: unknown,
+    toolCallId: string,
+    signal: AbortSignal,
+  ): Promise<McpCallResult> {
     const found = this.byName.get(name);
     if (!found) return { ok: false, error: { code: "invalid_input", message: `unknown tool "${name}"` } };
     const { conn, tool } = found;
@@ -300,6 +319,29 @@ const fencingFetch: typeof fetch = (input, init) => {
   }
   return fetch(input, init);
 };
+
+/** Replace every secret in a value with `[redacted]` (a value that no longer parses becomes an error saying so). */
+function redact(result: McpCallResult, secrets: readonly string[]): McpCallResult {
+  let serialized = JSON.stringify(result);
+  let found = false;
+  for (const secret of secrets) {
+    // As it appears inside a JSON string: quotes and backslashes escaped.
+    const escaped = JSON.stringify(secret).slice(1, -1);
+    if (serialized.includes(escaped)) {
+      found = true;
+      serialized = serialized.split(escaped).join("[redacted]");
+    }
+  }
+  if (!found) return result;
+  try {
+    return JSON.parse(serialized) as McpCallResult;
+  } catch {
+    return {
+      ok: false,
+      error: { code: "mcp_protocol_error", message: "the server's answer contained a secret and was withheld" },
+    };
+  }
+}
 
 /** The model's view of a call's content: text items joined, any other item as its JSON. */
 function contentText(content: unknown[]): string {

@@ -33,7 +33,10 @@ export interface TestMcpServer {
   close(): Promise<void>;
 }
 
-/** The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `fail` (isError), `hidden`. */
+/**
+ * The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `fail` (isError),
+ * `whoami` (answers with the Authorization header it got), `hidden`.
+ */
 function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
   const server = new McpServer({ name: "test-mcp", version: "1.0.0" });
   const seen = (
@@ -71,6 +74,11 @@ function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
   server.registerTool("fail", { description: "Always fails.", inputSchema: {} }, async (args, extra) => {
     seen("fail", args, extra as never);
     return { isError: true, content: [{ type: "text", text: "the widget is broken" }] };
+  });
+  // Echoes the request's Authorization header back, as a careless debug tool would.
+  server.registerTool("whoami", { description: "Who am I?", inputSchema: {} }, async (args, extra) => {
+    const call = seen("whoami", args, extra as never);
+    return { content: [{ type: "text", text: `authorization: ${String(call.headers.authorization)}` }] };
   });
   server.registerTool("hidden", { description: "Not for the model.", inputSchema: {} }, async (args, extra) => {
     seen("hidden", args, extra as never);

@@ -303,20 +303,33 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(call?.aborted?.reason).toMatch(/timed out/i);
   });
 
-  it("sends an operator secret as the named header, and it appears in no event and not in the job view", async () => {
+  it("sends an operator secret as the named header; it appears in no event, job view or model request, even when the server echoes it", async () => {
     const marker = "secret marker";
-    scriptTools(marker, [{ id: "call-s", name: "vault__echo", args: { text: "x" } }]);
+    scriptTools(marker, [
+      { id: "call-s", name: "vault__echo", args: { text: "x" } },
+      { id: "call-who", name: "vault__whoami", args: {} },
+    ]);
     const id = await submit(marker, {
       mcp_servers: [
-        { name: "vault", url: mcp.url, headers: { Authorization: { secret: "probe_token" } }, tools: ["echo"] },
+        {
+          name: "vault",
+          url: mcp.url,
+          headers: { Authorization: { secret: "probe_token" } },
+          tools: ["echo", "whoami"],
+        },
       ],
     });
     const row = await ended(id);
     expect(row.state).toBe("completed");
-    const call = mcp.calls.find((c) => c.meta?.["ear/job_id"] === id);
-    expect(call?.headers.authorization).toBe(SECRET);
+    const calls = mcp.calls.filter((c) => c.meta?.["ear/job_id"] === id);
+    expect(calls.map((c) => [c.tool, c.headers.authorization])).toEqual([
+      ["echo", SECRET],
+      ["whoami", SECRET],
+    ]);
+    // The server echoed it; the model read it redacted.
+    expect(toolMessage(requestsWith(marker)[1]?.body, "call-who")).toBe("authorization: [redacted]");
     const events = await deliveredEvents(id);
-    expect(events.some((e) => e.type === "tool.result")).toBe(true);
+    expect(events.filter((e) => e.type === "tool.result")).toHaveLength(2);
     expect(JSON.stringify(events)).not.toContain(SECRET);
     expect(JSON.stringify(toJobView(row))).not.toContain(SECRET);
     expect(JSON.stringify(requestsWith(marker))).not.toContain(SECRET);

@@ -12,6 +12,7 @@
  *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
  *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
+ *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
@@ -30,6 +31,9 @@ const GATEWAY_LIMIT_VARS = [
   "MAX_STREAMS_PER_TENANT",
   "MAX_QUEUED_JOBS_PER_TENANT",
   "CORS_ALLOWED_ORIGINS",
+  // MCP: the hosts get these (and MCP_SECRETS / MCP_SECRETS_FILE) from this process's environment.
+  "MCP_ALLOWED_URLS",
+  "MCP_SECRET_NAMES",
 ] as const;
 const env = process.env;
 const started = Date.now();

@@ -19,6 +19,7 @@ import { describe, expect, it } from "vitest";
 import { parse, parseAllDocuments } from "yaml";
 import { HOST_ENV_NAMES, hostConfigFromEnv } from "../../sandbox-host/config";
 import { OFFLOAD_DRAIN_MS } from "../../sandbox-host/host";
+import { MCP_ENV_NAMES } from "../../sandbox-host/mcp/config";
 import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
 import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/config";
@@ -99,7 +100,7 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
     registry && typeof registry !== "string"
       ? registry.entries.flatMap((e) => (e.provider ? [e.provider.apiKeyEnv] : []))
       : [];
-  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...keyVars]);
+  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...MCP_ENV_NAMES, ...keyVars]);
   for (const name of Object.keys(env)) {
     if (!known.has(name)) problems.push(`env ${name} is read by nothing in sandbox-host (config.ts, model/config.ts)`);
   }

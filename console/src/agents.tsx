@@ -114,7 +114,10 @@ const orNone = (v: number | null, unit = "") => (v === null ? "default" : `${v}$
 function Definition({ agent }: { agent: AgentView }) {
   return (
     <section aria-labelledby="definition-head" data-testid="agent-definition" data-version={agent.version}>
-      <h3 id="definition-head">Version {agent.version}</h3>
+      <h3 id="definition-head">
+        Version {agent.version}
+        {agent.version === agent.latest_version ? " (latest)" : ""}
+      </h3>
       <table class="kv">
         <tbody>
           <tr>

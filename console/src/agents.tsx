@@ -209,6 +209,13 @@ export function AgentDetail({ name, version }: { name: string; version: number |
     if (confirming) keepRef.current?.focus();
   }, [confirming]);
 
+  /** Closes the confirmation and gives the focus back to the button that opened it. */
+  const keep = () => {
+    setConfirming(false);
+    // After the re-render that brings the button back (Preact renders in a microtask queued first).
+    queueMicrotask(() => archiveRef.current?.focus());
+  };
+
   const archive = async () => {
     try {
       const a = await client.archiveAgent(name);
@@ -262,7 +269,13 @@ export function AgentDetail({ name, version }: { name: string; version: number |
         </div>
       )}
       {confirming && (
-        <fieldset class="confirm" data-testid="archive-confirm">
+        <fieldset
+          class="confirm"
+          data-testid="archive-confirm"
+          onKeyDown={(e) => {
+            if (e.key === "Escape") keep();
+          }}
+        >
           <legend class="sr-only">Confirm archive</legend>
           <p>
             Archive <strong>{name}</strong>? No new job or version may name it afterwards; this cannot be undone, and
@@ -271,14 +284,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
           <button type="button" class="danger" onClick={() => void archive()}>
             Archive {name}
           </button>{" "}
-          <button
-            type="button"
-            ref={keepRef}
-            onClick={() => {
-              setConfirming(false);
-              queueMicrotask(() => archiveRef.current?.focus());
-            }}
-          >
+          <button type="button" ref={keepRef} onClick={keep}>
             Keep it
           </button>
         </fieldset>

@@ -126,6 +126,20 @@ describe.runIf(canRun)("web console: agents", () => {
     expect(await modelSelect.inputValue()).toBe(models.find((m) => m.default)?.name);
     await shoot(page, "agents-new-form", true);
 
+    // Bad input: the API's 400 message is shown, and nothing is created.
+    await page.getByLabel("Name", { exact: true }).fill("Not A Name");
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^400 invalid_request: .*name/);
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Response format (JSON Schema)").fill("{not json");
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^Response format is not JSON/);
+    expect((await api().call("GET", `/v1/agents/${name}`)).status).toBe(404);
+
     await createInConsole(page, name, { instructions: "Label the ticket.", format: SCHEMA });
     const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
     expect(v1).toMatchObject({ version: 1, instructions: "Label the ticket.", response_format: SCHEMA });
@@ -264,7 +278,10 @@ describe.runIf(canRun)("web console: agents", () => {
       await page.getByRole("button", { name: "Archive…" }).click();
       await page.getByTestId("archive-confirm").waitFor();
       await expectAccessible(page, `archive confirmation at ${width}px`);
-      await page.getByRole("button", { name: "Keep it" }).click();
+      // Escape (or "Keep it") closes it and gives the focus back to "Archive…".
+      await page.keyboard.press("Escape");
+      await expect.poll(() => page.getByTestId("archive-confirm").count()).toBe(0);
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Archive…");
       await page.getByRole("button", { name: "New version" }).click();
       await page.getByTestId("agent-form").waitFor();
       await expectAccessible(page, `new version form at ${width}px`);

@@ -226,6 +226,18 @@ describe.runIf(canRun)("web console: agents", () => {
     expect(await page.locator(`tr[data-agent="${name}"]`).count()).toBe(0);
     const listed = (await api().call<{ agents: AgentView[] }>("GET", "/v1/agents?limit=100")).body.agents;
     expect(listed.map((a) => a.name)).not.toContain(name);
+
+    // The conversation still names it (kept per conversation): its next message is refused with the API's conflict.
+    await page.goto(`${t.stack.gatewayUrl}/#/chat/${conversation}`);
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    expect(await page.getByTestId("agent-picker").inputValue()).toBe(name);
+    const turns = await page.locator("li.turn").count();
+    await page.getByRole("textbox", { name: "Message" }).fill("one more");
+    await page.getByRole("textbox", { name: "Message" }).press("Enter");
+    await expect
+      .poll(() => page.locator("li.turn").nth(turns).getByRole("alert").textContent(), { timeout: 20_000 })
+      .toMatch(/^conflict: /);
+    expect(await page.locator("li.turn").nth(turns).getAttribute("data-job-id")).toBe("");
     await page.close();
   });
 

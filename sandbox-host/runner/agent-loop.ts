@@ -5,13 +5,7 @@
  * is applied at turn boundaries.
  */
 import type { ToolName } from "../../src/contracts/job";
-import {
-  acceptPendingInputs,
-  type FinalOutcome,
-  markInputsApplied,
-  setTimingFact,
-  type TimingPoint,
-} from "../../src/db/ownership-repo";
+import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
@@ -34,15 +28,11 @@ export async function runAgent(
   emit: Emit,
 ): Promise<FinalOutcome> {
   let text = "";
-  let firstOutput: Promise<void> | null = null;
-  // Not awaited at the chunk so the stream keeps flowing; awaited before the terminal write,
-  // which would otherwise make the fenced timing write miss (state no longer running).
-  const onFirstOutput = () => {
-    firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
-  };
+  // No statement of its own: the fact rides on the next heartbeat or the terminal write.
+  const onFirstOutput = () => run.observe("first_output_at");
 
   try {
-    const prepared = await prepare(ctx, id, emit);
+    const prepared = await prepare(ctx, run, id, emit);
     if ("state" in prepared) return prepared;
     const { job, model, messages, tools } = prepared;
 
@@ -92,17 +82,17 @@ export async function runAgent(
     }
     ctx.log.error("run failed", { ...runFields(id), ...errorFields(err) });
     return failed("internal_error", err instanceof Error ? err.message : String(err), text);
-  } finally {
-    await firstOutput;
   }
 }
 
 /**
  * The run's context: its job row, the model it may use, the tools it allows (none without a
- * sandbox), and input sent so far; then the `prepared_at` fact and `run.prepared`.
+ * sandbox), and input sent so far; then the `prepared_at` fact (written with the next heartbeat
+ * or the terminal write) and `run.prepared`.
  */
 async function prepare(
   ctx: RunContext,
+  run: ActiveRun,
   id: ExecutionIdentity,
   emit: Emit,
 ): Promise<
@@ -125,7 +115,7 @@ async function prepare(
       ? SANDBOX_TOOL_SPECS.filter((t) => job.tools.includes(t.name as ToolName))
       : undefined;
   await applyInputs(ctx, id, messages, emit);
-  await writeTimingFact(ctx, id, "prepared_at");
+  run.observe("prepared_at");
   emit("run.prepared", {});
   return { job, model, messages, tools };
 }
@@ -152,14 +142,4 @@ async function applyInputs(
     inputs.map((i) => i.id),
   );
   return inputs.length;
-}
-
-/** A failed timing write logs a warning and never fails the run. */
-async function writeTimingFact(ctx: RunContext, id: ExecutionIdentity, point: TimingPoint): Promise<void> {
-  try {
-    const ok = await setTimingFact(ctx.db, id, point);
-    if (!ok) ctx.log.warn("timing fact not written", { ...runFields(id), point });
-  } catch (err) {
-    ctx.log.warn("timing fact write failed", { ...runFields(id), point, ...errorFields(err) });
-  }
 }

@@ -115,6 +115,12 @@ async function preChangeTimingFact(db: Db, id: ExecutionIdentity, column: "prepa
       AND execution_id = ${id.executionId} AND state = 'running' AND ${sql.identifier(column)} IS NULL`);
 }
 
+/** WAL written by the timed section of the last run (set by each side's run function). */
+let walBytes = 0;
+const walLsn = async () => (await admin.query("SELECT pg_current_wal_lsn() AS l")).rows[0].l as string;
+const walSince = async (from: string) =>
+  Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS d", [from])).rows[0].d);
+
 type Mode = "now" | "pre-change";
 /** How often a host heartbeats its runs (HOST_HEARTBEAT_MS); `perPass` heartbeats every pass. */
 type Heartbeats = "timer" | "perPass";
@@ -127,6 +133,7 @@ async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "time
   const db = drizzle(pool, { schema });
   await Promise.all(Array.from({ length: k }, () => pool.query("SELECT 1")));
   let finished = 0;
+  const w0 = await walLsn();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: k }, async (_, i) => {
@@ -185,6 +192,7 @@ async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "time
     }),
   );
   const secs = (performance.now() - t0) / 1000;
+  walBytes = await walSince(w0);
   await pool.end();
   if (finished !== N) {
     const left = await admin.query("SELECT state, count(*)::int AS n FROM jobs GROUP BY 1");
@@ -220,6 +228,7 @@ async function graphile(k: number, o: GraphileOpts = {}): Promise<number> {
   const finished = new Promise<void>((r) => {
     done = r;
   });
+  const w0 = await walLsn();
   const t0 = performance.now();
   const runner = await runGraphile({
     connectionString: url,
@@ -248,6 +257,7 @@ async function graphile(k: number, o: GraphileOpts = {}): Promise<number> {
     await sleep(5);
   }
   last = performance.now();
+  walBytes = await walSince(w0);
   await runner.stop();
   return o.fromRunnerStart ? N / ((last - t0) / 1000) : (N - 1) / ((last - first) / 1000);
 }
@@ -262,6 +272,7 @@ async function pgBoss(boss: PgBoss, k: number, batch: number): Promise<number> {
   }
   await admin.query("ANALYZE pgboss.job");
   let completed = 0;
+  const w0 = await walLsn();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: k }, async () => {
@@ -277,6 +288,7 @@ async function pgBoss(boss: PgBoss, k: number, batch: number): Promise<number> {
     }),
   );
   const secs = (performance.now() - t0) / 1000;
+  walBytes = await walSince(w0);
   const left = await boss.getQueueSize(name, { before: "completed" });
   if (completed !== N || left !== 0) throw new Error(`pg-boss K=${k} B=${batch}: completed ${completed}, ${left} left`);
   // Not deleteQueue: pg-boss 10.4.2's delete_queue trips its own foreign key on Postgres 18.
@@ -390,12 +402,16 @@ try {
     { name: "pg-boss b16", run: (k) => pgBoss(boss, k, 16) },
   ];
   const results = new Map<string, number[]>();
+  // WAL bytes per job: the work Postgres did for a lifecycle, independent of the machine's load
+  // (the timings above are not, on a shared machine).
+  const wal = new Map<string, number[]>();
   const loads: string[] = [];
   for (let rep = 0; rep < REPS; rep++) {
     for (const k of KS) {
       for (const c of columns) {
         const key = `${k}|${c.name}`;
         results.set(key, [...(results.get(key) ?? []), await c.run(k)]);
+        wal.set(key, [...(wal.get(key) ?? []), walBytes / N]);
       }
     }
     loads.push(load());
@@ -404,7 +420,12 @@ try {
   console.log("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
   for (const k of KS) {
     console.log(`  ${k} claimer(s)/worker(s):`);
-    for (const c of columns) console.log(`    ${c.name.padEnd(20)} ${fmt(results.get(`${k}|${c.name}`) ?? [])}`);
+    for (const c of columns) {
+      const key = `${k}|${c.name}`;
+      console.log(
+        `    ${c.name.padEnd(22)} ${fmt(results.get(key) ?? []).padEnd(20)} WAL ${median(wal.get(key) ?? []).toFixed(0)} B/job`,
+      );
+    }
     const m = (name: string) => median(results.get(`${k}|${name}`) ?? []);
     const r = (a: string, b: string) => `${(m(a) / m(b)).toFixed(2)}×`;
     console.log(

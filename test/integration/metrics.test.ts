@@ -293,7 +293,7 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
     expect(last.preparedAt).toEqual(first.preparedAt);
     const gap = last.finishedAt!.getTime() - last.firstOutputAt!.getTime();
     expect(gap).toBeGreaterThanOrEqual(15);
-    expect(gap).toBeLessThan(1000);
+    expect(gap).toBeLessThan(5000); // generous: a loaded machine may stall the timers
     expect(done.facts).toEqual({
       created_at: last.createdAt,
       started_at: last.startedAt,

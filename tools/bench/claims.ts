@@ -61,6 +61,7 @@ const { values } = parseArgs({
     reps: { type: "string" },
     claimers: { type: "string" },
     investigate: { type: "boolean" },
+    only: { type: "string" },
   },
 });
 const N = Number(values.jobs ?? 4000);
@@ -121,15 +122,41 @@ const walLsn = async () => (await admin.query("SELECT pg_current_wal_lsn() AS l"
 const walSince = async (from: string) =>
   Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS d", [from])).rows[0].d);
 
-type Mode = "now" | "pre-change";
+type Mode = "now" | "pre-change" | "prepared";
 /** How often a host heartbeats its runs (HOST_HEARTBEAT_MS); `perPass` heartbeats every pass. */
 type Heartbeats = "timer" | "perPass";
 let heartbeatStatements = 0;
+
+/**
+ * Experiment, not what a host does: every parameterised statement on this connection becomes a
+ * named prepared statement (keyed by its text, which is fixed for the three lifecycle statements),
+ * so Postgres plans each once per connection — what graphile-worker does by default. Measures the
+ * planning share of the lifecycle (docs/claims.md, "a lever not taken").
+ */
+function namedStatements(client: pg.PoolClient): void {
+  const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+  const names = new Map<string, string>();
+  const nameOf = (text: string) => {
+    const name = names.get(text) ?? `bench_${names.size}`;
+    names.set(text, name);
+    return name;
+  };
+  (client as unknown as { query: (...a: unknown[]) => unknown }).query = (q: unknown, v?: unknown, cb?: unknown) => {
+    if (typeof q === "string" && Array.isArray(v)) return query({ name: nameOf(q), text: q, values: v }, cb);
+    // drizzle sends ({ name: undefined, text, types }, params).
+    const values = Array.isArray(v) ? v : (q as { values?: unknown } | null)?.values;
+    if (q && typeof q === "object" && "text" in q && Array.isArray(values)) {
+      return query({ ...(q as object), name: nameOf((q as { text: string }).text) }, v, cb);
+    }
+    return query(q, v, cb);
+  };
+}
 
 /** K claimers, each its own connection, whole lifecycles until no job is left. Jobs per second. */
 async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "timer", fresh = false): Promise<number> {
   if (!fresh) await resetJobs();
   const pool = new pg.Pool({ connectionString: url, max: k });
+  if (mode === "prepared") pool.on("connect", namedStatements);
   const db = drizzle(pool, { schema });
   await Promise.all(Array.from({ length: k }, () => pool.query("SELECT 1")));
   let finished = 0;
@@ -156,7 +183,7 @@ async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "time
         // The no-op agent: prepared, first output, done.
         const preparedAt = performance.now();
         const firstOutputAt = performance.now();
-        if (mode === "now") {
+        if (mode !== "pre-change") {
           // The facts ride on the heartbeat if one comes, else on the terminal write.
           let facts: { prepared_at?: number; first_output_at?: number } = {
             prepared_at: preparedAt,
@@ -393,6 +420,7 @@ try {
     { name: "ours b1", run: (k) => ours(k, 1, "now") },
     { name: "ours b8", run: (k) => ours(k, 8, "now") },
     { name: "ours b16", run: (k) => ours(k, 16, "now") },
+    { name: "ours b16 prepared", run: (k) => ours(k, 16, "prepared") },
     { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
     { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
     { name: "graphile", run: (k) => graphile(k) },
@@ -401,6 +429,10 @@ try {
     { name: "pg-boss b8", run: (k) => pgBoss(boss, k, 8) },
     { name: "pg-boss b16", run: (k) => pgBoss(boss, k, 16) },
   ];
+  if (values.only) {
+    const keep = values.only.split(",");
+    columns.splice(0, columns.length, ...columns.filter((c) => keep.includes(c.name)));
+  }
   const results = new Map<string, number[]>();
   // WAL bytes per job: the work Postgres did for a lifecycle, independent of the machine's load
   // (the timings above are not, on a shared machine).
@@ -427,10 +459,20 @@ try {
       );
     }
     const m = (name: string) => median(results.get(`${k}|${name}`) ?? []);
-    const r = (a: string, b: string) => `${(m(a) / m(b)).toFixed(2)}×`;
-    console.log(
-      `    ratios of medians: b8/graphile ${r("ours b8", "graphile")} · b16/graphile-lq16 ${r("ours b16", "graphile lq16")} · b8/pg-boss-b8 ${r("ours b8", "pg-boss b8")} · b16/pg-boss-b16 ${r("ours b16", "pg-boss b16")} · b1/pg-boss-b1 ${r("ours b1", "pg-boss b1")} · b8 now/pre-change ${r("ours b8", "ours b8 pre-change")}`,
-    );
+    const pairs: Array<[string, string, string]> = [
+      ["b8/graphile", "ours b8", "graphile"],
+      ["b16/graphile-lq16", "ours b16", "graphile lq16"],
+      ["b8/pg-boss-b8", "ours b8", "pg-boss b8"],
+      ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
+      ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
+      ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
+      ["b16 prepared/b16", "ours b16 prepared", "ours b16"],
+      ["b16 prepared/pg-boss-b16", "ours b16 prepared", "pg-boss b16"],
+    ];
+    const ratios = pairs
+      .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
+      .map(([label, a, b]) => `${label} ${(m(a) / m(b)).toFixed(2)}×`);
+    console.log(`    ratios of medians: ${ratios.join(" · ")}`);
   }
   console.log(`  load average after each round: ${loads.join(", ")}`);
   console.log(

@@ -14,6 +14,17 @@ import type { Db } from "./client";
 import { resultCount, resultRows } from "./client";
 
 /**
+ * The statements of every run's lifecycle (the claims, the started CAS, the heartbeat, the
+ * terminal write) open with their name as a comment. Their text never varies, so a host on a
+ * direct connection sends them as named prepared statements, planned once per connection
+ * (sandbox-host/prepared-statements.ts): planning was ~40 % of Postgres' time on them
+ * (docs/claims.md). Any other driver just sees a comment.
+ */
+export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z_]+) \*\//;
+const named = (name: "ear_claim_ready" | "ear_claim_poll" | "ear_start" | "ear_heartbeat" | "ear_finish") =>
+  sql.raw(`/* ${name} */ `);
+
+/**
  * The claimable condition: queued, no owner, never claimed into an execution. Every claim
  * repeats it in its UPDATE's WHERE (so the claim stays a CAS) and the ready-index rebuild selects
  * by it. `table` qualifies the columns when the statement joins (`jobs`, an alias); it is always
@@ -59,7 +70,7 @@ export async function claimJobs(
 ): Promise<Map<string, number>> {
   if (candidates.length === 0) return new Map();
   const rows = resultRows<{ id: string; epoch: number }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_claim_ready")}
       UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = jobs.epoch + 1, token = mine.token
       FROM unnest(
         string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
@@ -80,7 +91,7 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
   if (tokens.length === 0) return [];
   // One token per claimed row: number the candidates and pair each with tokens[n].
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_claim_poll")}
       WITH candidates AS (
         SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
           SELECT id, created_at FROM jobs
@@ -117,7 +128,7 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
   if (ids.some((id) => id.host !== host)) throw new Error("markStartedMany: every identity must be this host's");
   const col = (f: (r: ExecutionIdentity) => string | number) => ids.map(f).join(",");
   const rows = resultRows<{ id: string }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_start")}
       WITH mine AS (
         SELECT * FROM unnest(
           string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
@@ -185,7 +196,7 @@ export async function heartbeat(db: Db, host: string, runs: HeldRun[]): Promise<
   if (runs.length === 0) return new Set();
   const now = performance.now();
   const rows = resultRows<{ execution_id: string }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_heartbeat")}
       UPDATE jobs SET heartbeat_at = now(), ${FACTS_SET}
       FROM jsonb_to_recordset(${JSON.stringify(
         runs.map((r) => ({
@@ -270,7 +281,7 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
     first_output_at: Date | string | null;
     finished_at: Date | string | null;
   }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_finish")}
     WITH done AS (
       UPDATE jobs SET state = m.state, output = m.output, error = m.error, finished_at = now(), ${FACTS_SET}
       FROM jsonb_to_recordset(${JSON.stringify(

@@ -11,7 +11,9 @@
  *       `first_output_at`; and the host's heartbeat loop, one statement for the runs it holds
  *       every HOST_HEARTBEAT_MS, carrying the facts of the runs it finds (a no-op run is
  *       usually over before one comes). "hb every pass" heartbeats every pass instead: the cost
- *       for runs long enough to be heartbeaten. No-op agent.
+ *       for runs long enough to be heartbeaten. No-op agent. The lifecycle statements go out as
+ *       named prepared statements, as from a host on a direct connection; "b16 unprepared"
+ *       sends them unnamed (a host behind a pooler; the pre-change host always did).
  *     - ours pre-change (B = 8): what a host did before the terminal write was group-committed
  *       and the timing facts folded: the same claim and start statements, then per job one
  *       `UPDATE … SET prepared_at`, one `… first_output_at`, one terminal write; the same
@@ -36,6 +38,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import { runMigrations as graphileMigrations, Logger, run as runGraphile } from "graphile-worker";
 import pg from "pg";
 import PgBoss from "pg-boss";
+import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
 import type { Db } from "../../src/db/client";
 import {
   claimFromPostgres,
@@ -122,41 +125,17 @@ const walLsn = async () => (await admin.query("SELECT pg_current_wal_lsn() AS l"
 const walSince = async (from: string) =>
   Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS d", [from])).rows[0].d);
 
-type Mode = "now" | "pre-change" | "prepared";
+type Mode = "now" | "pre-change" | "unprepared";
 /** How often a host heartbeats its runs (HOST_HEARTBEAT_MS); `perPass` heartbeats every pass. */
 type Heartbeats = "timer" | "perPass";
 let heartbeatStatements = 0;
-
-/**
- * Experiment, not what a host does: every parameterised statement on this connection becomes a
- * named prepared statement (keyed by its text, which is fixed for the three lifecycle statements),
- * so Postgres plans each once per connection — what graphile-worker does by default. Measures the
- * planning share of the lifecycle (docs/claims.md, "a lever not taken").
- */
-function namedStatements(client: pg.PoolClient): void {
-  const query = client.query.bind(client) as (...a: unknown[]) => unknown;
-  const names = new Map<string, string>();
-  const nameOf = (text: string) => {
-    const name = names.get(text) ?? `bench_${names.size}`;
-    names.set(text, name);
-    return name;
-  };
-  (client as unknown as { query: (...a: unknown[]) => unknown }).query = (q: unknown, v?: unknown, cb?: unknown) => {
-    if (typeof q === "string" && Array.isArray(v)) return query({ name: nameOf(q), text: q, values: v }, cb);
-    // drizzle sends ({ name: undefined, text, types }, params).
-    const values = Array.isArray(v) ? v : (q as { values?: unknown } | null)?.values;
-    if (q && typeof q === "object" && "text" in q && Array.isArray(values)) {
-      return query({ ...(q as object), name: nameOf((q as { text: string }).text) }, v, cb);
-    }
-    return query(q, v, cb);
-  };
-}
 
 /** K claimers, each its own connection, whole lifecycles until no job is left. Jobs per second. */
 async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "timer", fresh = false): Promise<number> {
   if (!fresh) await resetJobs();
   const pool = new pg.Pool({ connectionString: url, max: k });
-  if (mode === "prepared") pool.on("connect", namedStatements);
+  // As a host on a direct connection does now; the pre-change host sent every statement unnamed.
+  if (mode === "now") nameLifecycleStatements(pool);
   const db = drizzle(pool, { schema });
   await Promise.all(Array.from({ length: k }, () => pool.query("SELECT 1")));
   let finished = 0;
@@ -420,7 +399,7 @@ try {
     { name: "ours b1", run: (k) => ours(k, 1, "now") },
     { name: "ours b8", run: (k) => ours(k, 8, "now") },
     { name: "ours b16", run: (k) => ours(k, 16, "now") },
-    { name: "ours b16 prepared", run: (k) => ours(k, 16, "prepared") },
+    { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
     { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
     { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
     { name: "graphile", run: (k) => graphile(k) },
@@ -466,8 +445,7 @@ try {
       ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
       ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
       ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
-      ["b16 prepared/b16", "ours b16 prepared", "ours b16"],
-      ["b16 prepared/pg-boss-b16", "ours b16 prepared", "pg-boss b16"],
+      ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
     ];
     const ratios = pairs
       .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))

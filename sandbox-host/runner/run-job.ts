@@ -58,7 +58,6 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
       log.warn("run lost ownership; stopped without a terminal event", fields);
       return "ownership_lost";
     }
-    run.phase = "finishing";
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
       try {
@@ -77,6 +76,7 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
       // A cancel was requested while the call was being made: end the run cancelled.
       outcome = { state: "cancelled", output: outcome.checkpoint.text || null };
     }
+    run.phase = "finishing";
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });
     let finished: boolean;
     try {

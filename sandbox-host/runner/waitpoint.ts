@@ -84,10 +84,13 @@ export async function suspendRun(
   wait: WaitOutcome,
   emit: Emit,
 ): Promise<SuspendResult> {
+  // Still `running` (heartbeats go on) while the sandbox is removed, which can take seconds.
   if (run.sandboxUsed && ctx.sandbox) {
     await destroySandbox(ctx, id);
     run.sandboxUsed = false;
   }
+  // From here the row stops being `running`: a heartbeat must not read that as a lost run.
+  run.phase = "finishing";
   const call = wait.checkpoint.pending;
   const question = wait.kind === "input" ? questionOf(call) : null;
   const result = await suspendJob(ctx.db, id, {

@@ -50,6 +50,13 @@ function usePaged<T>(
   return { page, error, pager };
 }
 
+type AgentTools = AgentView["tools"];
+/** A tool entry is a name or `{name, requires_approval}` (the approval gate, docs/api.md). */
+const toolName = (t: AgentTools[number]) => (typeof t === "string" ? t : t.name);
+const toolLabel = (t: AgentTools[number]) =>
+  typeof t !== "string" && t.requires_approval ? `${t.name} (needs approval)` : toolName(t);
+const toolList = (tools: AgentTools) => (tools.length ? tools.map(toolLabel).join(", ") : "none");
+
 const day = (iso: string) => iso.replace("T", " ").slice(0, 19);
 
 export function Agents() {
@@ -94,7 +101,7 @@ export function Agents() {
                   </td>
                   <td>v{a.latest_version}</td>
                   <td>{a.model}</td>
-                  <td>{a.tools.length ? a.tools.join(", ") : "none"}</td>
+                  <td>{toolList(a.tools)}</td>
                   <td>
                     <time dateTime={a.created_at}>{day(a.created_at)}</time>
                   </td>
@@ -130,7 +137,7 @@ function Definition({ agent }: { agent: AgentView }) {
           </tr>
           <tr>
             <th scope="row">tools</th>
-            <td data-field="tools">{agent.tools.length ? agent.tools.join(", ") : "none"}</td>
+            <td data-field="tools">{toolList(agent.tools)}</td>
           </tr>
           <tr>
             <th scope="row">max turns</th>
@@ -381,7 +388,11 @@ function AgentForm({
   const [model, setModel] = useState(base?.model ?? "");
   const [description, setDescription] = useState(base?.description ?? "");
   const [instructions, setInstructions] = useState(base?.instructions ?? "");
-  const [tools, setTools] = useState<string[]>(base?.tools ?? []);
+  const [tools, setTools] = useState<string[]>((base?.tools ?? []).map(toolName));
+  // The form edits names only; a tool the base version gates keeps its gate in the next version.
+  const gated = new Set<string>(
+    (base?.tools ?? []).filter((t) => typeof t !== "string" && t.requires_approval).map(toolName),
+  );
   const [maxTurns, setMaxTurns] = useState(String(base?.limits.max_turns ?? ""));
   const [maxOutput, setMaxOutput] = useState(String(base?.limits.max_output_tokens ?? ""));
   const [timeout, setTimeoutS] = useState(String(base?.limits.timeout_s ?? ""));
@@ -420,7 +431,9 @@ function AgentForm({
       model,
       description,
       instructions,
-      tools: tools as AgentDefinitionInput["tools"],
+      tools: tools.map((n) =>
+        gated.has(n) ? { name: n, requires_approval: true } : n,
+      ) as AgentDefinitionInput["tools"],
       limits: {
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),

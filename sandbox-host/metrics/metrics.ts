@@ -21,6 +21,10 @@ export interface HostMetrics {
   claims: Counter<"source" | "result">;
   runsActive: Gauge;
   runsFinished: Counter<"outcome">;
+  /** Runs this host suspended at a waitpoint, by what they wait for (approval | input). */
+  waitsStarted: Counter<"kind">;
+  /** Waits that ended and resumed here: suspend → decision, by kind and decision (approve | deny | input). */
+  waitDuration: Histogram<"kind" | "decision">;
   outboxBacklog: Gauge;
   eventLoopLag: Histogram;
   /** Fed by `observeRunPhases` from a finished run's timing facts. */
@@ -195,6 +199,19 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60],
     registers: [registry],
   });
+  const waitsStarted = new Counter({
+    name: "waits_started_total",
+    help: "Runs suspended at a waitpoint (their execution ended `suspended`, the job `waiting`), by kind: approval or input (ask_user)",
+    labelNames: ["kind"] as const,
+    registers: [registry],
+  });
+  const waitDuration = new Histogram({
+    name: "wait_duration_seconds",
+    help: "How long a resumed job waited (suspend → the decision), observed by the host that resumes it, by kind and decision (approve, deny, input)",
+    labelNames: ["kind", "decision"] as const,
+    buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14_400, 86_400],
+    registers: [registry],
+  });
   const offloadInFlight = new Gauge({
     name: "offload_tasks_in_flight",
     help: "Offload tasks running on worker threads (slots held until the worker really finishes)",
@@ -233,6 +250,8 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     claims,
     runsActive,
     runsFinished,
+    waitsStarted,
+    waitDuration,
     outboxBacklog,
     eventLoopLag,
     runPhase,

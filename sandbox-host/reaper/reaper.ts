@@ -4,6 +4,8 @@
  * all, the Worker's cron backstop, workers/cron/reaper-backstop.ts, runs the same statements every
  * minute). Each pass:
  *  - releases claims that never reached `started` within the claim timeout, and re-indexes them;
+ *  - ends waits past their deadline (denied and re-queued and re-indexed, or failed
+ *    `approval_expired`, as the agent configured);
  *  - marks silent runs `lost` and overdue runs `timed_out` (never re-run);
  *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data
  *    (detected by a marker key the rebuild sets: FLUSHALL or a restart without persistence
@@ -14,6 +16,7 @@
 import type { Db } from "../../src/db/client";
 import { readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
+import { expireWaits } from "../../src/db/wait-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
@@ -76,6 +79,11 @@ export class Reaper implements Service {
       if (released.length > 0) {
         log.warn("released claims that never started", { jobs: released.map((r) => r.id) });
         await this.index(released);
+      }
+      const expired = await expireWaits(db);
+      if (expired.requeued.length + expired.failed.length > 0) {
+        log.info("waits passed their deadline", { denied: expired.requeued.map((r) => r.id), failed: expired.failed });
+        await this.index(expired.requeued);
       }
       const reaped = await reapRuns(db, this.opts.runLostAfterMs);
       for (const r of reaped) {

@@ -3,33 +3,38 @@
  * version, its model, its tools, input sent so far), then model turns (each behind the quota
  * gate, retried before output, model-call.ts) and tool steps until the model answers without
  * calling a tool, check the answer against the agent's response_format, and decide the outcome.
- * Input that arrives meanwhile is applied at turn boundaries.
+ * Input that arrives meanwhile is applied at turn boundaries. A tool call that needs a person
+ * (an approval, or ask_user) ends the execution as a wait with a checkpoint (waitpoint.ts); the
+ * execution that resumes continues from it.
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ToolName } from "../../src/contracts/job";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
+import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
+import { approvalSettings, requiresApproval, toolNames } from "../../src/domain/approval";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
-import { ModelError, type ModelMessage, type ModelToolSpec } from "../model/types";
+import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
 import { runTool } from "./tool-step";
+import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
 export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
 
-/** Prepare, run the turns, and decide the outcome. Never throws. */
+/** Prepare, run the turns, and decide the outcome (or a wait). Never throws. */
 export async function runAgent(
   ctx: RunContext,
   run: ActiveRun,
   id: ExecutionIdentity,
   emit: Emit,
-): Promise<FinalOutcome> {
+): Promise<FinalOutcome | WaitOutcome> {
   let text = "";
   // No statement of its own: the fact rides on the next heartbeat or the terminal write.
   const onFirstOutput = () => run.observe("first_output_at");
@@ -37,11 +42,22 @@ export async function runAgent(
   try {
     const prepared = await prepare(ctx, run, id, emit);
     if ("state" in prepared) return prepared;
-    const { job, model, messages, tools, request, format } = prepared;
-    let maxTurns = prepared.maxTurns;
-    let repaired = false;
+    const { job, model, messages, tools, request, format, resume } = prepared;
+    const loop: LoopState = { maxTurns: prepared.maxTurns, repaired: false };
+    let firstTurn = 1;
+    if (resume) {
+      // Continue the turn the last execution suspended in: the decided call, then the rest.
+      const { checkpoint, decision } = resume;
+      text = checkpoint.text;
+      loop.maxTurns = checkpoint.maxTurns;
+      loop.repaired = checkpoint.repaired;
+      firstTurn = checkpoint.turn + 1;
+      const calls = [checkpoint.pending, ...checkpoint.remaining];
+      const ran = await runCalls(ctx, run, id, emit, job, messages, calls, checkpoint.turn, text, loop, decision);
+      if (ran) return ran;
+    }
 
-    for (let turn = 1; ; turn++) {
+    for (let turn = firstTurn; ; turn++) {
       const called = await callModel(
         ctx,
         run,
@@ -60,23 +76,19 @@ export async function runAgent(
           const why = ctx.sandbox ? "this job allows no tools" : "this host has no sandbox (Docker) available";
           return failed("tools_unavailable", `the model called tool "${calls[0]?.name}" but ${why}`, text);
         }
-        if (turn >= maxTurns) return failed("too_many_turns", `the agent used ${maxTurns} model turns`, text);
+        if (turn >= loop.maxTurns) return failed("too_many_turns", `the agent used ${loop.maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
-        for (const call of calls) {
-          const result = await runTool(ctx, run, id, call, emit);
-          if ("state" in result) return result;
-          messages.push({ role: "tool", toolCallId: call.id, content: result.content });
-          if (run.abort.signal.aborted) return abortedOutcome(run, text);
-        }
+        const ran = await runCalls(ctx, run, id, emit, job, messages, calls, turn, text, loop, null);
+        if (ran) return ran;
         continue;
       }
       // Input that arrived during the turn is applied in one more turn (bounded).
       messages.push({ role: "assistant", content: turnText });
-      if (turn < maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) continue;
+      if (turn < loop.maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) continue;
       if (!format) break;
       const checked = format.check(turnText);
       if (checked.ok) return { state: "completed", output: text, outputJson: checked.value };
-      if (repaired) {
+      if (loop.repaired) {
         return failed(
           "output_invalid",
           `the answer does not satisfy the agent's response_format, even after a repair turn: ${checked.problems}`,
@@ -84,8 +96,8 @@ export async function runAgent(
         );
       }
       // One repair turn, on top of max_turns: the model is told what was wrong.
-      repaired = true;
-      maxTurns = turn + 1;
+      loop.repaired = true;
+      loop.maxTurns = turn + 1;
       messages.push({ role: "user", content: repairMessage(checked.problems) });
     }
     return { state: "completed", output: text };
@@ -101,6 +113,65 @@ export async function runAgent(
   }
 }
 
+/** The loop's counters a checkpoint carries across a wait. */
+interface LoopState {
+  maxTurns: number;
+  repaired: boolean;
+}
+
+/**
+ * Run one turn's tool calls in order, each result appended to `messages`. A call the approval
+ * check (`requiresApproval`, src/domain/approval.ts) gates ends the execution here as a wait,
+ * with the checkpoint: the calls before it have run and their results are in the conversation.
+ * `decided` is the call a resuming execution continues from: its result comes from the decision.
+ * Returns null when every call ran, else the outcome that ends the execution.
+ */
+async function runCalls(
+  ctx: RunContext,
+  run: ActiveRun,
+  id: ExecutionIdentity,
+  emit: Emit,
+  job: RunnableJob,
+  messages: ModelMessage[],
+  calls: ModelToolCall[],
+  turn: number,
+  text: string,
+  loop: LoopState,
+  decided: { callId: string; decision: ResumeDecision } | null,
+): Promise<FinalOutcome | WaitOutcome | null> {
+  const definition = job.agent?.definition ?? null;
+  for (const [i, call] of calls.entries()) {
+    let result: { content: string } | FinalOutcome;
+    if (decided && call.id === decided.callId) {
+      result = await decidedCallResult(ctx, run, id, call, decided.decision, emit);
+    } else {
+      const wait = requiresApproval(definition, call.name);
+      if (wait) {
+        return {
+          state: "waiting",
+          kind: wait,
+          approval: approvalSettings(definition),
+          checkpoint: {
+            v: 1,
+            messages: [...messages],
+            text,
+            turn,
+            maxTurns: loop.maxTurns,
+            repaired: loop.repaired,
+            pending: call,
+            remaining: calls.slice(i + 1),
+          },
+        };
+      }
+      result = await runTool(ctx, run, id, call, emit);
+    }
+    if ("state" in result) return result;
+    messages.push({ role: "tool", toolCallId: call.id, content: result.content });
+    if (run.abort.signal.aborted) return abortedOutcome(run, text);
+  }
+  return null;
+}
+
 interface PreparedRun {
   job: RunnableJob;
   model: ModelEntry;
@@ -110,9 +181,10 @@ interface PreparedRun {
   request: Omit<TurnRequest, "messages" | "tools">;
   maxTurns: number;
   format: AnswerFormat | null;
+  /** Set when this execution resumes a waiting job: its checkpoint and how the wait ended. */
+  resume: { checkpoint: RunCheckpoint; decision: { callId: string; decision: ResumeDecision } } | null;
 }
 
-/**
 /**
  * The run's context: its job row and pinned agent version (read once: a later version never
  * reaches a running job), the model it may use, the tools it allows (none without a sandbox),
@@ -127,7 +199,32 @@ async function prepare(
   id: ExecutionIdentity,
   emit: Emit,
 ): Promise<PreparedRun | FinalOutcome> {
-  const job = await loadRunnableJob(ctx.db, id.jobId);
+  let job: RunnableJob;
+  let resume: PreparedRun["resume"] = null;
+  try {
+    job = await loadRunnableJob(ctx.db, id.jobId);
+    const checkpoint = readCheckpoint(job.checkpoint);
+    if (checkpoint) {
+      const decision = await resumeDecision(ctx.db, id.jobId, checkpoint.pending.id);
+      if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.pending.id}`);
+      resume = { checkpoint, decision: { callId: checkpoint.pending.id, decision } };
+    }
+  } finally {
+    // The execution's first event: run.resumed when it continues from a checkpoint, else run.started.
+    if (resume) {
+      const d = resume.decision.decision;
+      emit("run.resumed", {
+        call_id: resume.decision.callId,
+        decision: d.decision,
+        by: d.decidedBy,
+        waited_ms: d.waitedMs,
+      });
+      ctx.metrics?.waitDuration?.observe({ kind: d.kind, decision: d.decision }, d.waitedMs / 1000);
+    } else {
+      // No host id: which machine ran a job is the operator's business (it is in the host's log).
+      emit("run.started", {});
+    }
+  }
   const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
   // gateway configured differently: never hand the provider (or the quota) a name not offered.
@@ -140,20 +237,27 @@ async function prepare(
       "",
     );
   }
-  const messages: ModelMessage[] = [
-    ...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []),
-    ...job.messages,
-  ];
-  const allowed: readonly ToolName[] = agent ? agent.tools : job.tools;
-  // In the order the agent (or job) lists them: what the provider sees is exactly that list.
-  const tools =
+  // A resumed run continues the conversation it suspended with (instructions, input and every
+  // completed tool result included); a first run starts from the job's input.
+  const messages: ModelMessage[] = resume
+    ? [...resume.checkpoint.messages]
+    : [...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []), ...job.messages];
+  const allowed: readonly ToolName[] = agent ? toolNames(agent.tools) : job.tools;
+  // In the order the agent (or job) lists them: what the provider sees is exactly that list;
+  // ask_user needs no sandbox.
+  const sandboxTools =
     allowed.length > 0 && ctx.sandbox
       ? allowed.flatMap((name) => SANDBOX_TOOL_SPECS.filter((t) => t.name === name))
-      : undefined;
+      : [];
+  const offered = agent?.ask_user === true ? [...sandboxTools, ASK_USER_SPEC] : sandboxTools;
+  const tools = offered.length > 0 ? offered : undefined;
   const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
-  await applyInputs(ctx, id, messages, emit);
+  // A resumed conversation ends with the assistant's tool calls, whose results must come next:
+  // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
+  // pending call's result, applied by decidedCallResult).
+  if (!resume) await applyInputs(ctx, id, messages, emit);
   run.observe("prepared_at");
-  emit("run.prepared", {});
+  if (!resume) emit("run.prepared", {});
   return {
     job,
     model,
@@ -168,6 +272,7 @@ async function prepare(
     },
     maxTurns: agent?.limits.max_turns ?? MAX_TURNS,
     format,
+    resume,
   };
 }
 

@@ -33,7 +33,18 @@ export interface RunContext {
   coalesceMs: number;
   /** Phase histograms, observed from the timing facts the terminal write returned. */
   metrics?: Pick<HostMetrics, "runPhase"> &
-    Partial<Pick<HostMetrics, "cancelConvergence" | "modelTokens" | "modelCalls" | "modelRetries" | "modelRetryDelay">>;
+    Partial<
+      Pick<
+        HostMetrics,
+        | "cancelConvergence"
+        | "modelTokens"
+        | "modelCalls"
+        | "modelRetries"
+        | "modelRetryDelay"
+        | "waitsStarted"
+        | "waitDuration"
+      >
+    >;
   /** Global model quota (named leases shared by every host); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */

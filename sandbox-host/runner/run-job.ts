@@ -1,6 +1,7 @@
 /**
- * One claimed job, start to terminal state: the started CAS, the agent (agent-loop.ts), the
- * fenced terminal write and its event, phase metrics, sandbox cleanup. Every write carries the
+ * One claimed job, start to terminal state (or to a waitpoint): the started CAS, the agent
+ * (agent-loop.ts), the fenced terminal write and its event (or the fenced suspend,
+ * waitpoint.ts), phase metrics, sandbox cleanup. Every write carries the
  * execution identity; the moment one misses (or a heartbeat says the row is no longer ours) the
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
@@ -14,6 +15,7 @@ import { runAgent } from "./agent-loop";
 import type { ActiveRun, Emit, RunContext } from "./run-context";
 import { runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
+import { suspendRun } from "./waitpoint";
 
 export type RunResult =
   | "not_started"
@@ -22,7 +24,9 @@ export type RunResult =
   | "failed"
   | "cancelled"
   | "ownership_lost"
-  | "finish_error";
+  | "finish_error"
+  /** Ended cleanly at a waitpoint: the job is `waiting`, and the execution `suspended`. */
+  | "suspended";
 
 export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult> {
   const { db, log } = ctx;
@@ -47,12 +51,29 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
   };
 
   try {
-    // No host id: which machine ran a job is the operator's business (it is in the host's log).
-    emit("run.started", {});
-    const outcome = await runAgent(ctx, run, id, emit);
+    // The first event (run.started, or run.resumed from a checkpoint) is the agent loop's.
+    let outcome = await runAgent(ctx, run, id, emit);
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", fields);
       return "ownership_lost";
+    }
+    if (outcome.state === "waiting") {
+      let suspended: Awaited<ReturnType<typeof suspendRun>>;
+      try {
+        suspended = await suspendRun(ctx, run, id, outcome, emit);
+      } catch (err) {
+        // Unknown whether it hit: the row is either waiting (no owner) or still running under
+        // this execution, which stops heartbeating now and is reaped as lost.
+        log.error("suspend write failed", { ...fields, ...errorFields(err) });
+        return "finish_error";
+      }
+      if (suspended === "suspended") return "suspended";
+      if (suspended === "ownership_lost") {
+        log.warn("suspend missed: no longer the owner; emitting nothing further", fields);
+        return "ownership_lost";
+      }
+      // A cancel was requested while the call was being made: end the run cancelled.
+      outcome = { state: "cancelled", output: outcome.checkpoint.text || null };
     }
     run.phase = "finishing";
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });

@@ -17,6 +17,7 @@ import type { AgentPageSchema, AgentVersionPageSchema, ModelViewSchema, UsageAns
 import type { ConversationMessage, MultitaskPolicy } from "../contracts/chat";
 import type { CancelOutcome, CreateJobBody, InputStatus, JobState, JobView, LatencyView } from "../contracts/job";
 import type { CreateTokenBody, TokenAnswer } from "../contracts/tokens";
+import type { ApprovalAnswer, ApprovalBody } from "../contracts/wait";
 import { ChatConnection, type ChatOptions, type WebSocketConstructor } from "./chat";
 import { type FollowOptions, followEvents, type StreamedEvent } from "./events";
 import { type Credential, Transport } from "./http";
@@ -129,6 +130,21 @@ export class EarClient {
   ): Promise<InputResult> {
     const path = `/v1/jobs/${enc(jobId)}/input`;
     return (await this.transport.json<InputResult>("POST", path, { body, signal: opts.signal })).body;
+  }
+
+  /**
+   * POST /v1/jobs/{id}/approvals/{call_id}: approve or deny the tool call a waiting job waits on.
+   * `created` is false when the call was already decided the same way (the recorded decision).
+   */
+  async decide(
+    jobId: string,
+    callId: string,
+    body: ApprovalBody,
+    opts: CallOptions = {},
+  ): Promise<{ answer: ApprovalAnswer; created: boolean }> {
+    const path = `/v1/jobs/${enc(jobId)}/approvals/${enc(callId)}`;
+    const res = await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal });
+    return { answer: res.body, created: res.status === 202 };
   }
 
   /** GET /v1/jobs/{id}/inputs. */

@@ -19,6 +19,10 @@ export const AGENT_LIMITS = {
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,
+  /** How long a run may wait for an approval or an answer (ask_user) by default: 24 h. */
+  defaultApprovalDeadlineS: 86_400,
+  /** The longest wait an agent may configure: 30 days. */
+  maxApprovalDeadlineS: 30 * 86_400,
 } as const;
 
 /** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
@@ -43,6 +47,36 @@ export const AgentSamplingSchema = z
   })
   .strict();
 
+/**
+ * One tool an agent offers: its name, or `{name, requires_approval}`. A tool that requires
+ * approval suspends the run when the model calls it, until a person decides (docs/api.md,
+ * "Approvals and questions"). `jobs.tools` stays the list of names (toolNames).
+ */
+export const AgentToolSchema = z.union([
+  z.enum(TOOL_NAMES),
+  z.object({ name: z.enum(TOOL_NAMES), requires_approval: z.boolean().default(false) }).strict(),
+]);
+export type AgentTool = z.infer<typeof AgentToolSchema>;
+
+/** The name of a tool entry, whichever form it was written in. */
+export const agentToolName = (t: AgentTool | z.input<typeof AgentToolSchema>): string =>
+  typeof t === "string" ? t : t.name;
+
+/** How long a waiting run waits, and how the wait ends when nobody answers in time. */
+export const AgentApprovalSchema = z
+  .object({
+    deadline_s: z
+      .number()
+      .int()
+      .min(1)
+      .max(AGENT_LIMITS.maxApprovalDeadlineS)
+      .default(AGENT_LIMITS.defaultApprovalDeadlineS),
+    /** `deny`: the run resumes and the model is told the call was denied; `fail`: the job fails `approval_expired`. */
+    on_deadline: z.enum(["deny", "fail"]).default("deny"),
+  })
+  .strict();
+export type AgentApproval = z.infer<typeof AgentApprovalSchema>;
+
 /** What a version holds; everything but `model` has a default. */
 const agentDefinitionFields = {
   description: text().max(AGENT_LIMITS.maxDescriptionChars).default(""),
@@ -51,10 +85,13 @@ const agentDefinitionFields = {
   /** The system prompt, sent first in every model turn. */
   instructions: text().max(AGENT_LIMITS.maxInstructionsChars).default(""),
   tools: z
-    .array(z.enum(TOOL_NAMES))
+    .array(AgentToolSchema)
     .max(TOOL_NAMES.length)
-    .refine((t) => new Set(t).size === t.length, { message: "lists a tool twice" })
+    .refine((t) => new Set(t.map(agentToolName)).size === t.length, { message: "lists a tool twice" })
     .default([]),
+  approval: AgentApprovalSchema.default(AgentApprovalSchema.parse({})),
+  /** Offer the model an `ask_user` tool (argument `question`): the run waits for POST /v1/jobs/{id}/input. */
+  ask_user: z.boolean().default(false),
   limits: AgentLimitsSchema.default(AgentLimitsSchema.parse({})),
   sampling: AgentSamplingSchema.default(AgentSamplingSchema.parse({})),
   sandbox_profile: z.enum(SANDBOX_PROFILES).default("default"),

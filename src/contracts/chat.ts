@@ -7,6 +7,7 @@ import { agentRefSchema } from "./agent";
 import { EventEnvelopeSchema } from "./events";
 import { CANCEL_OUTCOMES, JobViewSchema, LatencyViewSchema, LIMITS } from "./job";
 import { text } from "./text";
+import { ApprovalAnswerSchema, ApprovalBodySchema, WAIT_KINDS } from "./wait";
 
 export const MULTITASK_POLICIES = ["queue", "reject", "interrupt"] as const;
 export type MultitaskPolicy = (typeof MULTITASK_POLICIES)[number];
@@ -39,10 +40,20 @@ export const ClientResumeFrameSchema = z.object({
   after: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
 });
 
+/** Approve or deny the tool call a job of this conversation waits on (as POST /v1/jobs/{id}/approvals/{call_id}). */
+export const ClientDecisionFrameSchema = z.object({
+  type: z.literal("decision"),
+  job_id: text().min(1).max(100),
+  call_id: text().min(1).max(200),
+  decision: ApprovalBodySchema.shape.decision,
+  note: ApprovalBodySchema.shape.note,
+});
+
 export const ClientFrameSchema = z.discriminatedUnion("type", [
   ClientMessageFrameSchema,
   ClientCancelFrameSchema,
   ClientResumeFrameSchema,
+  ClientDecisionFrameSchema,
 ]);
 export type ClientFrame = z.infer<typeof ClientFrameSchema>;
 export type ClientMessageFrame = z.infer<typeof ClientMessageFrameSchema>;
@@ -88,6 +99,27 @@ export const ServerCancelFrameSchema = z.object({
   job_id: z.string(),
   status: z.enum([...CANCEL_OUTCOMES, "not_found"]),
 });
+/**
+ * A job of the conversation waits for a person: sent to each socket following the job right
+ * after the `tool.approval_requested` or `input.requested` event it comes from (same offset).
+ * Answer an approval with a `decision` frame, a question with POST /v1/jobs/{id}/input.
+ */
+export const ServerApprovalRequestFrameSchema = z.object({
+  type: z.literal("approval_request"),
+  job_id: z.string(),
+  offset: z.number().int().min(1),
+  kind: z.enum(WAIT_KINDS),
+  call_id: z.string(),
+  tool: z.string(),
+  arguments: z.unknown(),
+  question: z.string().nullable(),
+  deadline_at: z.string(),
+});
+/** The recorded decision (the first one; a repeat of it gets the same frame). */
+export const ServerDecisionFrameSchema = ApprovalAnswerSchema.extend({
+  type: z.literal("decision"),
+  job_id: z.string(),
+});
 export const ServerErrorFrameSchema = z.object({
   type: z.literal("error"),
   error: z.object({ code: z.enum(CHAT_ERROR_CODES), message: z.string() }),
@@ -98,6 +130,8 @@ export const ServerFrameSchema = z.discriminatedUnion("type", [
   ServerEventFrameSchema,
   ServerQueuedFrameSchema,
   ServerCancelFrameSchema,
+  ServerApprovalRequestFrameSchema,
+  ServerDecisionFrameSchema,
   ServerErrorFrameSchema,
 ]);
 export type ServerFrame = z.infer<typeof ServerFrameSchema>;

@@ -67,6 +67,9 @@ export const JOB_ERROR_CODES = [
   "tool_error",
   "host_shutdown",
   "ownership_lost",
+  // A wait for an approval or an answer passed the agent's deadline with on_deadline "fail"
+  // (src/db/wait-repo.ts, run by every host's reaper and the Worker's cron backstop).
+  "approval_expired",
   "internal_error",
 ] as const;
 export type JobErrorCode = (typeof JOB_ERROR_CODES)[number];

@@ -21,6 +21,10 @@ export const EVENT_TYPES = [
   "model.retry",
   "tool.call",
   "tool.result",
+  "tool.approval_requested",
+  "input.requested",
+  "run.suspended",
+  "run.resumed",
   "sandbox.waiting",
   "sandbox.created",
   "input.accepted",
@@ -88,6 +92,32 @@ export const EVENT_PAYLOAD_SCHEMAS = {
   "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown() }),
   /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
   "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown() }),
+  /**
+   * The model called a tool that requires approval: the run suspends (run.suspended follows) until
+   * POST /v1/jobs/{id}/approvals/{call_id} decides, or the deadline passes.
+   */
+  "tool.approval_requested": z.looseObject({
+    call_id: z.string(),
+    tool: z.string(),
+    arguments: z.unknown(),
+    deadline_at: z.string(),
+  }),
+  /** The model asked the user (ask_user): the run suspends until POST /v1/jobs/{id}/input answers. */
+  "input.requested": z.looseObject({ call_id: z.string(), question: z.string(), deadline_at: z.string() }),
+  /** The execution ended cleanly at a waitpoint; the job is `waiting` and no host holds it. */
+  "run.suspended": z.looseObject({
+    waiting_for: z.looseObject({ kind: z.enum(["approval", "input"]), call_id: z.string(), tool: z.string() }),
+  }),
+  /**
+   * The first event of the execution that resumes from the checkpoint: how the wait ended
+   * (`approve`, `deny`, `input`; `by: "deadline"` when nobody answered in time) and how long it was.
+   */
+  "run.resumed": z.looseObject({
+    call_id: z.string(),
+    decision: z.enum(["approve", "deny", "input"]),
+    by: z.enum(["api", "deadline"]),
+    waited_ms: z.number().int().min(0),
+  }),
   /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
   "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
   "sandbox.created": z.looseObject({}),
@@ -125,6 +155,10 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("model.retry"),
   envelopeOf("tool.call"),
   envelopeOf("tool.result"),
+  envelopeOf("tool.approval_requested"),
+  envelopeOf("input.requested"),
+  envelopeOf("run.suspended"),
+  envelopeOf("run.resumed"),
   envelopeOf("sandbox.waiting"),
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),

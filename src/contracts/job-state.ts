@@ -7,11 +7,25 @@
  */
 import type { TerminalEventType } from "./events";
 
-export const JOB_STATES = ["queued", "running", "completed", "failed", "cancelled", "lost", "timed_out"] as const;
+/**
+ * `waiting`: the run suspended at a tool call that needs a person (an approval, or an answer to
+ * ask_user). No host holds it: no owner, no execution, no slot, no lease; a decision puts it back
+ * to `queued` and the next execution resumes from its checkpoint.
+ */
+export const JOB_STATES = [
+  "queued",
+  "running",
+  "waiting",
+  "completed",
+  "failed",
+  "cancelled",
+  "lost",
+  "timed_out",
+] as const;
 export type JobState = (typeof JOB_STATES)[number];
 
 /** No statement moves a job out of these. */
-export type FinalState = Exclude<JobState, "queued" | "running">;
+export type FinalState = Exclude<JobState, "queued" | "running" | "waiting">;
 
 /**
  * Which terminal event announces each final state: the one table of final states (the Record

@@ -5,6 +5,7 @@ import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
 import { refineStorableJson, text, whenValid } from "./text";
 import { TOOL_NAMES } from "./tools";
+import { WaitingForSchema } from "./wait";
 
 export { JOB_STATES, type JobState } from "./job-state";
 export { TOOL_NAMES, type ToolName } from "./tools";
@@ -153,6 +154,8 @@ export const JobViewSchema = z.object({
   usage: JobUsageSchema,
   /** The answer parsed as JSON when the agent has a `response_format` (validated against it), else null. */
   output_json: z.unknown().nullable(),
+  /** What a `waiting` job waits for (an approval of a tool call, or an answer to ask_user); null in every other state. */
+  waiting_for: WaitingForSchema.nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -52,6 +52,7 @@ import {
 } from "./job";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
 import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
+import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 
 type JsonSchema = Record<string, unknown>;
 type Status = number;
@@ -66,6 +67,7 @@ const REQUEST_SCHEMAS = {
   CreateAgentBody: CreateAgentBodySchema,
   AgentDefinition: AgentDefinitionSchema,
   JobInputBody: JobInputBodySchema,
+  ApprovalBody: ApprovalBodySchema,
   IngestBatch: IngestBatchSchema,
   IngestMulti: IngestMultiSchema,
   ClientFrame: ClientFrameSchema,
@@ -80,6 +82,7 @@ const RESPONSE_SCHEMAS = {
   CancelAnswer: CancelAnswerSchema,
   InputAnswer: InputAnswerSchema,
   InputList: InputListSchema,
+  ApprovalAnswer: ApprovalAnswerSchema,
   EventEnvelope: EventEnvelopeSchema,
   ConversationMessages: ConversationMessagesSchema,
   ServerFrame: ServerFrameSchema,
@@ -187,6 +190,14 @@ const jobIdParam: JsonSchema = {
   in: "path",
   required: true,
   description: "The job id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+const callIdParam: JsonSchema = {
+  name: "call_id",
+  in: "path",
+  required: true,
+  description: "The tool call's id, as `waiting_for.call_id` and `tool.approval_requested` give it.",
   schema: { type: "string" },
 };
 
@@ -314,8 +325,9 @@ const OPERATIONS: Operation[] = [
     path: "/v1/jobs/{id}/input",
     operationId: "sendJobInput",
     tag: "jobs",
-    summary: "Send a user message to a queued or running job",
-    description: "Its owner applies it at the next model-turn boundary.",
+    summary: "Send a user message to a queued, running or waiting job",
+    description:
+      "Its owner applies it at the next model-turn boundary. To a job waiting on `ask_user` it is the answer: the job is re-queued and resumes with it as the tool result.",
     auth: "bearer",
     parameters: [jobIdParam],
     body: ref("JobInputBody"),
@@ -328,6 +340,27 @@ const OPERATIONS: Operation[] = [
       },
     ],
     errors: ["not_found", "gone", ...BODY_ERRORS, "idempotency_mismatch", "input_limit_reached", ...V1_ERRORS],
+  },
+  {
+    method: "post",
+    path: "/v1/jobs/{id}/approvals/{call_id}",
+    operationId: "decideApproval",
+    tag: "jobs",
+    summary: "Approve or deny the tool call a waiting job waits on",
+    description:
+      "Records the decision durably and re-queues the job; a host resumes it from its checkpoint (approve runs the tool, deny gives the model the note). The same decision again answers the recorded one; a different one is 409.",
+    auth: "bearer",
+    parameters: [jobIdParam, callIdParam],
+    body: ref("ApprovalBody"),
+    responses: [
+      { status: 202, description: "Recorded; the job is re-queued.", schema: ref("ApprovalAnswer") },
+      {
+        status: 200,
+        description: "Already decided the same way: the recorded decision.",
+        schema: ref("ApprovalAnswer"),
+      },
+    ],
+    errors: ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS],
   },
   {
     method: "get",

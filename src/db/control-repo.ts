@@ -1,6 +1,6 @@
 /**
  * The durable half of cancellation: commit the request in Postgres
- * first. A queued job nobody has claimed is cancelled right here (terminal, never starts); a
+ * first. A queued job nobody has claimed, or a waiting one, is cancelled right here (terminal, never starts); a
  * claimed or running job gets `cancel_requested_at` and its owner stops it (a claimed job whose
  * cancel is requested never starts: the host checks before its started CAS, and the reaper's
  * release does not re-queue it). The Redis hint that makes the owner notice fast is the caller's
@@ -13,7 +13,10 @@ import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
 import { resultRows } from "./client";
 import { idempotencyMismatch, isJobId } from "./jobs-repo";
-import { CANCELLED_BEFORE_START } from "./ownership-repo";
+import { CANCELLED_BEFORE_START, jobErrorSql } from "./ownership-repo";
+
+/** A waiting job holds nothing on any host (no owner, no execution): a cancel ends it right here. */
+const CANCELLED_WHILE_WAITING = jobErrorSql("cancelled", "cancelled while waiting for an approval or an answer");
 
 export type CancelStatus = CancelOutcome | "not_found";
 
@@ -25,8 +28,10 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
         SELECT id, state, owner FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
       ), cancelled AS (
         UPDATE jobs SET state = 'cancelled', cancel_requested_at = coalesce(jobs.cancel_requested_at, now()),
-          finished_at = now(), error = ${CANCELLED_BEFORE_START}
-        FROM target WHERE jobs.id = target.id AND target.state = 'queued' AND target.owner IS NULL
+          finished_at = now(), waiting_for = NULL, wait_deadline_at = NULL,
+          error = CASE WHEN target.state = 'waiting' THEN ${CANCELLED_WHILE_WAITING} ELSE ${CANCELLED_BEFORE_START} END
+        FROM target WHERE jobs.id = target.id
+          AND ((target.state = 'queued' AND target.owner IS NULL) OR target.state = 'waiting')
         RETURNING jobs.id
       ), requested AS (
         UPDATE jobs SET cancel_requested_at = coalesce(jobs.cancel_requested_at, now())
@@ -62,8 +67,12 @@ export interface InputRecord {
  * bytes in all (409 `input_limit_reached`); a retry of an input already stored is answered even
  * at the cap. The check reads the statement's snapshot, so concurrent inputs to one job can
  * overshoot by the number in flight; the per-key rate limit bounds that.
- * The job row is read FOR SHARE: a concurrent terminal write either commits first (the input is
- * stored as already_finished) or waits for this insert (then the settle trigger marks it).
+ * The job row is locked (FOR UPDATE): a concurrent terminal write either commits first (the input
+ * is stored as already_finished) or waits for this insert (then the settle trigger marks it).
+ * Input to a job waiting on ask_user is its answer: in the same statement the wait is decided
+ * (`input`, this input) and the job re-queued (`resumed`), and the resuming execution gives it to
+ * the model as the tool result. Input to a job waiting for an approval waits like input to a
+ * queued job.
  */
 export async function submitInput(
   db: Db,
@@ -71,7 +80,7 @@ export async function submitInput(
   jobId: string,
   content: string,
   idempotencyKey: string | null,
-): Promise<{ inputId: string; status: InputStatus; created: boolean } | null> {
+): Promise<{ inputId: string; status: InputStatus; created: boolean; resumed: boolean } | null> {
   if (!isJobId(jobId)) return null;
   const hash = idempotencyKey === null ? null : await inputRequestHash(content);
   const bytes = new TextEncoder().encode(content).byteLength;
@@ -80,11 +89,12 @@ export async function submitInput(
     status: InputStatus | null;
     kind: "created" | "existing" | "limit";
     request_hash: string | null;
+    resumed?: boolean;
   };
   const rows = resultRows<Outcome>(
     await db.execute(sql`
       WITH target AS (
-        SELECT id, state FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR SHARE
+        SELECT id, state, waiting_for FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
       ), twin AS (
         SELECT i.id, i.status, i.request_hash FROM job_inputs i JOIN target ON i.job_id = target.id
         WHERE ${idempotencyKey}::text IS NOT NULL AND i.idempotency_key = ${idempotencyKey}
@@ -96,17 +106,28 @@ export async function submitInput(
       ), ins AS (
         INSERT INTO job_inputs (job_id, tenant_id, content, idempotency_key, request_hash, status)
         SELECT id, ${tenantId}, ${content}, ${idempotencyKey}, ${hash},
-          CASE WHEN state IN ('queued', 'running') THEN 'requested' ELSE 'already_finished' END
+          CASE WHEN state IN ('queued', 'running', 'waiting') THEN 'requested' ELSE 'already_finished' END
         FROM target, room
         WHERE room.ok AND NOT EXISTS (SELECT 1 FROM twin)
         ON CONFLICT (job_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING id, status
+      ), answered AS (
+        UPDATE job_waits SET decision = 'input', input_id = ins.id, decided_by = 'api', decided_at = now()
+        FROM target, ins
+        WHERE target.state = 'waiting' AND target.waiting_for->>'kind' = 'input'
+          AND job_waits.job_id = target.id AND job_waits.call_id = target.waiting_for->>'call_id'
+          AND job_waits.decision IS NULL
+        RETURNING job_waits.job_id
+      ), resumed AS (
+        UPDATE jobs SET state = 'queued', waiting_for = NULL, wait_deadline_at = NULL
+        FROM answered WHERE jobs.id = answered.job_id AND jobs.state = 'waiting'
+        RETURNING jobs.id
       )
-      SELECT id, status, 'created' AS kind, NULL AS request_hash FROM ins
+      SELECT id, status, 'created' AS kind, NULL AS request_hash, EXISTS (SELECT 1 FROM resumed) AS resumed FROM ins
       UNION ALL
-      SELECT id, status, 'existing', request_hash FROM twin
+      SELECT id, status, 'existing', request_hash, false FROM twin
       UNION ALL
-      SELECT NULL, NULL, 'limit', NULL FROM target, room WHERE NOT room.ok AND NOT EXISTS (SELECT 1 FROM twin)`),
+      SELECT NULL, NULL, 'limit', NULL, false FROM target, room WHERE NOT room.ok AND NOT EXISTS (SELECT 1 FROM twin)`),
   );
   let row = rows[0];
   if (!row && idempotencyKey) {
@@ -127,7 +148,12 @@ export async function submitInput(
     );
   }
   if (row.kind === "existing" && row.request_hash !== null && row.request_hash !== hash) throw idempotencyMismatch();
-  return { inputId: row.id as string, status: row.status as InputStatus, created: row.kind === "created" };
+  return {
+    inputId: row.id as string,
+    status: row.status as InputStatus,
+    created: row.kind === "created",
+    resumed: row.resumed === true,
+  };
 }
 
 export async function listInputs(db: Db, tenantId: string, jobId: string): Promise<InputRecord[] | null> {

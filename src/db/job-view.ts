@@ -38,5 +38,6 @@ export function toJobView(row: JobRow): JobView {
       estimated: row.usageEstimated,
     },
     output_json: row.outputJson ?? null,
+    waiting_for: row.state === "waiting" ? (row.waitingFor ?? null) : null,
   };
 }

@@ -121,6 +121,8 @@ export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolea
  * that are ready at the same moment). Every row is checked against its own full claim identity,
  * exactly like the single CAS; each one that hits gets its `executions` row in the same
  * statement, carrying the claim token (the gateway derives the execution's ingest key from it).
+ * `started_at` keeps the first execution's start: an execution resuming a waiting job is not the
+ * job's start (its latency derivation counts from the first).
  * Returns the execution ids that started.
  */
 export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
@@ -138,7 +140,7 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
         ) AS m(job_id, execution_id, epoch, token)
       ), started AS (
         UPDATE jobs SET state = 'running', execution_id = mine.execution_id, execution_started_at = now(),
-          started_at = now(), heartbeat_at = now(),
+          started_at = coalesce(jobs.started_at, now()), heartbeat_at = now(),
           deadline_at = now() + make_interval(secs => jobs.timeout_ms / 1000.0)
         FROM mine
         WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = ${host}
@@ -171,13 +173,13 @@ const fence = (id: ExecutionIdentity) => sql`
 export type PendingFacts = Partial<Record<TimingPoint, number>>;
 
 /** Milliseconds since each pending instant, or null; what a statement sends for the facts. */
-function factAges(facts: PendingFacts | undefined, now: number): { p: number | null; f: number | null } {
+export function factAges(facts: PendingFacts | undefined, now: number): { p: number | null; f: number | null } {
   const age = (t: number | undefined) => (t === undefined ? null : Math.max(0, now - t));
   return { p: age(facts?.prepared_at), f: age(facts?.first_output_at) };
 }
 
 /** The SET clauses writing the pending facts carried by `m.p_ago` / `m.f_ago` (ms, or NULL). */
-const FACTS_SET = sql.raw(`
+export const FACTS_SET = sql.raw(`
   prepared_at = COALESCE(jobs.prepared_at, CASE WHEN m.p_ago IS NOT NULL
     THEN GREATEST(jobs.execution_started_at, now() - m.p_ago * interval '1 millisecond') END),
   first_output_at = COALESCE(jobs.first_output_at, CASE WHEN m.f_ago IS NOT NULL
@@ -285,7 +287,7 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
     await db.execute(sql`${named("ear_finish")}
     WITH done AS (
       UPDATE jobs SET state = m.state, output = m.output, error = m.error, output_json = m.output_json,
-        finished_at = now(), ${FACTS_SET}
+        finished_at = now(), checkpoint = NULL, ${FACTS_SET}
       FROM jsonb_to_recordset(${JSON.stringify(
         batch.map(({ id, outcome, facts }) => ({
           job_id: id.jobId,
@@ -391,5 +393,19 @@ export async function setCleanupPending(db: Db, id: ExecutionIdentity, pending: 
     : await db.execute(sql`
         UPDATE jobs SET cleanup_pending = false
         WHERE id = ${id.jobId} AND execution_id = ${id.executionId} AND epoch = ${id.epoch} AND token = ${id.token}`);
+  return resultCount(result) === 1;
+}
+
+/**
+ * The input that answered an ask_user call, taken by the execution resuming from it: it becomes
+ * the tool result, so it is applied here (not again as a user message by acceptPendingInputs).
+ * Fenced like every owner write.
+ */
+export async function applyAnswerInput(db: Db, id: ExecutionIdentity, inputId: string): Promise<boolean> {
+  const result = await db.execute(sql`
+    UPDATE job_inputs SET status = 'applied', accepted_at = coalesce(accepted_at, now()), applied_at = now(),
+      execution_id = ${id.executionId}
+    WHERE id = ${inputId} AND job_id = ${id.jobId} AND status IN ('requested', 'accepted')
+      AND EXISTS (SELECT 1 FROM jobs WHERE ${fence(id)})`);
   return resultCount(result) === 1;
 }

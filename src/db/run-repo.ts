@@ -21,6 +21,8 @@ export interface RunnableJob {
    * reach it), or null for the built-in default agent. Read once, when the run starts.
    */
   agent: { name: string; version: number; definition: AgentDefinition } | null;
+  /** Where the last execution suspended (the host's RunCheckpoint), or null for a first run. */
+  checkpoint: Record<string, unknown> | null;
 }
 
 /**
@@ -38,6 +40,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       agentName: jobs.agentName,
       agentVersion: jobs.agentVersion,
       definition: agentVersions.definition,
+      checkpoint: jobs.checkpoint,
     })
     .from(jobs)
     .leftJoin(
@@ -59,7 +62,14 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     }
     agent = { name: row.agentName, version: row.agentVersion, definition: row.definition };
   }
-  return { messages: row.input.messages, model: row.model, tools: row.tools, tenantId: row.tenantId, agent };
+  return {
+    messages: row.input.messages,
+    model: row.model,
+    tools: row.tools,
+    tenantId: row.tenantId,
+    agent,
+    checkpoint: row.checkpoint ?? null,
+  };
 }
 
 /** One model call's tokens, as recorded. */

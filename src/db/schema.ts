@@ -22,6 +22,7 @@ import {
 import type { AgentDefinition } from "../contracts/agent";
 import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolName } from "../contracts/job";
 import { FINAL_STATES } from "../contracts/job-state";
+import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
 
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -102,6 +103,13 @@ export const jobs = pgTable(
     modelCalls: integer("model_calls").notNull().default(0),
     /** True once any call's tokens were estimated because the provider reported none. */
     usageEstimated: boolean("usage_estimated").notNull().default(false),
+    // The waitpoint (state `waiting`): what the job waits for (the public view shows it), when the
+    // wait ends by itself, and the checkpoint the next execution resumes from. The checkpoint is
+    // the host's (sandbox-host/runner/checkpoint.ts): the conversation so far with completed tool
+    // results, the pending call and the calls after it, the turn count.
+    waitingFor: jsonb("waiting_for").$type<WaitingFor>(),
+    waitDeadlineAt: tstz("wait_deadline_at"),
+    checkpoint: jsonb("checkpoint").$type<Record<string, unknown>>(),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -120,6 +128,8 @@ export const jobs = pgTable(
     index("jobs_running_owner_idx").on(t.owner).where(sql`${t.state} = 'running'`),
     // The per-tenant queued-jobs limit counts these at submit.
     index("jobs_tenant_queued_idx").on(t.tenantId).where(sql`${t.state} = 'queued'`),
+    // Hosts' reapers and the cron backstop end waits past their deadline.
+    index("jobs_waiting_deadline_idx").on(t.waitDeadlineAt).where(sql`${t.state} = 'waiting'`),
     // The retention purge (retention-repo.ts) takes the oldest finished jobs first; without it
     // each batch would scan every job.
     index("jobs_finished_idx")
@@ -180,6 +190,41 @@ export const jobInputs = pgTable(
     check("job_inputs_status_ck", sql`${t.status} in ${sqlList(INPUT_STATUSES)}`),
     index("job_inputs_job_seq_idx").on(t.jobId, t.seq),
     uniqueIndex("job_inputs_idempotency_uq").on(t.jobId, t.idempotencyKey).where(sql`${t.idempotencyKey} is not null`),
+  ],
+);
+
+/**
+ * One waitpoint of a job: a gated tool call (kind `approval`) or an ask_user call (kind `input`),
+ * written by the suspending execution in its suspend statement, and the decision that ended it
+ * (by the API or the deadline). Kept after the job resumes so a repeated decision is answered
+ * with the one recorded (idempotent) and a different one is a 409.
+ */
+export const jobWaits = pgTable(
+  "job_waits",
+  {
+    jobId: uuid("job_id")
+      .notNull()
+      .references(() => jobs.id),
+    callId: text("call_id").notNull(),
+    kind: text("kind").notNull(),
+    tool: text("tool").notNull(),
+    /** The execution that suspended here. */
+    executionId: uuid("execution_id").notNull(),
+    requestedAt: tstz("requested_at").notNull().defaultNow(),
+    deadlineAt: tstz("deadline_at").notNull(),
+    /** approve | deny | input; null while undecided. */
+    decision: text("decision"),
+    note: text("note"),
+    /** The job_inputs row that answered an ask_user call. */
+    inputId: uuid("input_id"),
+    /** api | deadline. */
+    decidedBy: text("decided_by"),
+    decidedAt: tstz("decided_at"),
+  },
+  (t) => [
+    primaryKey({ columns: [t.jobId, t.callId] }),
+    check("job_waits_kind_ck", sql`${t.kind} in ${sqlList(WAIT_KINDS)}`),
+    check("job_waits_decision_ck", sql`${t.decision} in ${sqlList(WAIT_DECISIONS)}`),
   ],
 );
 

@@ -97,6 +97,8 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       sampling: { temperature: null, top_p: null },
       sandbox_profile: "default",
       response_format: null,
+      approval: { deadline_s: 86_400, on_deadline: "deny" },
+      ask_user: false,
       archived_at: null,
     });
     expect(Number.isNaN(Date.parse(r.body.agent.created_at))).toBe(false);

@@ -25,6 +25,7 @@ import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/cont
 import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
 import * as schema from "../../src/db/schema";
+import { toolNames } from "../../src/domain/approval";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/services/ports";
@@ -137,7 +138,7 @@ async function submit(content: string, agent?: { name: string; version: number; 
     tenantId: TENANT,
     input: { messages: [{ role: "user", content }] },
     ...(agent && def
-      ? { agentName: agent.name, agentVersion: agent.version, model: def.model, tools: def.tools }
+      ? { agentName: agent.name, agentVersion: agent.version, model: def.model, tools: toolNames(def.tools) }
       : { model: "agent-model" }),
   });
   return id;

@@ -1,7 +1,7 @@
 /**
  * The Worker's cron backstop (workers/scheduled.ts) ends jobs with no sandbox-host alive: a stack
  * with zero hosts, jobs left behind by a host that died (a silent run, an overdue run, a claim
- * that never started), and the gateway's scheduled handler fired in workerd through Miniflare's
+ * that never started, a wait past its deadline), and the gateway's scheduled handler fired in workerd through Miniflare's
  * trigger route, the way Cloudflare's cron trigger would call it.
  */
 import { randomUUID } from "node:crypto";
@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import type { Db } from "../../src/db/client";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { suspendJob } from "../../src/db/wait-repo";
 import { apiClient, userMessage } from "../helpers/api";
 import { useStack } from "../helpers/stack";
 
@@ -97,6 +98,41 @@ describe("the cron backstop with zero hosts", () => {
     // Idempotent: a second firing (or a host's reaper racing it) changes nothing more.
     expect((await fire()).status).toBe(200);
     expect(await states([silent, overdue, staleClaim, live])).toEqual(after);
+  }, 60_000);
+
+  it("ends waits past their deadline with no host alive: on_deadline deny re-queues with the denial, fail is approval_expired", async () => {
+    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
+    const [deny, fail, notYet] = [await submit(), await submit(), await submit()];
+    for (const [id, onDeadline, deadlineS] of [
+      [deny, "deny", 0.01],
+      [fail, "fail", 0.01],
+      [notYet, "fail", 3600],
+    ] as const) {
+      const token = randomUUID();
+      const epoch = (await claimJob(db, id, "dead-host", token)) as number;
+      const execution = { jobId: id, host: "dead-host", epoch, token, executionId: randomUUID() };
+      expect(await markStarted(db, execution)).toBe(true);
+      const suspended = await suspendJob(db, execution, {
+        kind: "approval",
+        callId: `call-${id}`,
+        tool: "shell",
+        arguments: {},
+        question: null,
+        deadlineS,
+        onDeadline,
+        checkpoint: { v: 1 },
+      });
+      expect(suspended.suspended).toBe(true);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    const res = await fire();
+    expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: "ok" });
+    const after = await states([deny, fail, notYet]);
+    expect(after[deny]).toMatchObject({ state: "queued", owner: null });
+    expect(after[fail]).toMatchObject({ state: "failed", error: { code: "approval_expired" } });
+    expect(after[notYet]).toMatchObject({ state: "waiting" });
+    const decided = await t.pool.query("SELECT decision, decided_by FROM job_waits WHERE job_id = $1", [deny]);
+    expect(decided.rows).toEqual([{ decision: "deny", decided_by: "deadline" }]);
   }, 60_000);
 
   it("purges a finished job past JOB_RETENTION_S with no host alive: afterwards it is 410 gone", async () => {

@@ -67,6 +67,27 @@ describe("client REST calls", () => {
     ]);
   });
 
+  it("decides an approval: the call id encoded, 202 created, 200 the recorded decision", async () => {
+    let status = 202;
+    const answer = {
+      call_id: "c/1",
+      decision: "deny",
+      note: "no",
+      decided_at: "2026-12-01T00:00:00.000Z",
+      decided_by: "api",
+    };
+    const { calls, fetchImpl } = recorder(() => Response.json(answer, { status }));
+    const api = new EarClient({ baseUrl: "http://g.test", credential: KEY, fetch: fetchImpl });
+    expect(await api.decide("j1", "c/1", { decision: "deny", note: "no" })).toEqual({ answer, created: true });
+    status = 200;
+    expect((await api.decide("j1", "c/1", { decision: "deny" })).created).toBe(false);
+    expect(calls[0]).toMatchObject({
+      method: "POST",
+      url: "http://g.test/v1/jobs/j1/approvals/c%2F1",
+      body: { decision: "deny", note: "no" },
+    });
+  });
+
   it("turns the API's error shape into ApiClientError with its code and Retry-After", async () => {
     const { fetchImpl } = recorder(() =>
       Response.json(

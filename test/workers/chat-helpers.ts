@@ -1,7 +1,9 @@
 /** Chat test doubles: an in-memory job backend standing in for Postgres/Redis, and a frame reader. */
 import { runInDurableObject } from "cloudflare:test";
 import type { ServerFrame } from "../../src/contracts/chat";
+import { ApiError } from "../../src/contracts/errors";
 import type { JobView } from "../../src/contracts/job";
+import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
 import type { CancelStatus } from "../../src/db/control-repo";
 import type { ChatBackend, ChatSubmission } from "../../workers/durable-objects/chat-backend";
 import { CHAT_HEADERS, type ChatSessionObject, chatSessionName } from "../../workers/durable-objects/chat-session";
@@ -48,6 +50,7 @@ export class FakeChatBackend implements ChatBackend {
       agent: null,
       usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
       output_json: null,
+      waiting_for: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).
@@ -63,6 +66,24 @@ export class FakeChatBackend implements ChatBackend {
     if (!job || job.tenant !== tenantId) return "not_found";
     this.cancels.push(jobId);
     return "requested";
+  }
+
+  readonly decisions: Array<{ jobId: string; callId: string; decision: string }> = [];
+
+  /** Records the first decision per call, and answers later ones with it (like the repo). */
+  async decide(tenantId: string, jobId: string, callId: string, body: ApprovalBody): Promise<ApprovalAnswer | null> {
+    const job = this.jobs.get(jobId);
+    if (!job || job.tenant !== tenantId) return null;
+    const first = this.decisions.find((d) => d.jobId === jobId && d.callId === callId);
+    if (first && first.decision !== body.decision) throw new ApiError("conflict", `call ${callId} was already decided`);
+    if (!first) this.decisions.push({ jobId, callId, decision: body.decision });
+    return {
+      call_id: callId,
+      decision: (first?.decision ?? body.decision) as "approve" | "deny",
+      note: body.note ?? null,
+      decided_at: new Date(0).toISOString(),
+      decided_by: "api",
+    };
   }
 
   async findJob(tenantId: string, jobId: string): Promise<JobView | null> {

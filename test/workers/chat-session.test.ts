@@ -185,6 +185,59 @@ describe("ChatSession", () => {
     client.close();
   });
 
+  it("shows an approval request as a frame after its event, and takes decisions as frames (idempotent, a different one is a conflict)", async () => {
+    const { client, backend } = await conversation();
+    client.send(message("run it", "a1"));
+    const job = (await client.next()) as JobFrame;
+    const id = job.job.id;
+    await ingest(jobStub(id), {
+      job_id: id,
+      events: [
+        envelope(id, "exec-1", 1, 1, "run.started", {}),
+        envelope(id, "exec-1", 1, 2, "tool.approval_requested", {
+          call_id: "call-9",
+          tool: "shell",
+          arguments: { command: "rm -rf /tmp/x" },
+          deadline_at: "2026-12-02T00:00:00.000Z",
+        }),
+        envelope(id, "exec-1", 1, 3, "run.suspended", {
+          waiting_for: { kind: "approval", call_id: "call-9", tool: "shell" },
+        }),
+      ],
+    });
+    const frames: ServerFrame[] = [];
+    while (frames.length < 4) frames.push(await client.next());
+    expect(frames.map((f) => (f.type === "event" ? f.event.type : f.type))).toEqual([
+      "run.started",
+      "tool.approval_requested",
+      "approval_request",
+      "run.suspended",
+    ]);
+    expect(frames[2]).toEqual({
+      type: "approval_request",
+      job_id: id,
+      offset: 2,
+      kind: "approval",
+      call_id: "call-9",
+      tool: "shell",
+      arguments: { command: "rm -rf /tmp/x" },
+      question: null,
+      deadline_at: "2026-12-02T00:00:00.000Z",
+    });
+    client.send({ type: "decision", job_id: id, call_id: "call-9", decision: "approve", note: "fine" });
+    expect(await client.next()).toMatchObject({ type: "decision", job_id: id, call_id: "call-9", decision: "approve" });
+    client.send({ type: "decision", job_id: id, call_id: "call-9", decision: "approve" });
+    expect(await client.next()).toMatchObject({ type: "decision", decision: "approve" });
+    client.send({ type: "decision", job_id: id, call_id: "call-9", decision: "deny" });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "conflict" } });
+    client.send({ type: "decision", job_id: crypto.randomUUID(), call_id: "call-9", decision: "deny" });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "not_found" } });
+    client.send({ type: "decision", job_id: id, call_id: "call-9", decision: "maybe" });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "invalid_frame" } });
+    expect(backend.decisions).toEqual([{ jobId: id, callId: "call-9", decision: "approve" }]);
+    client.close();
+  });
+
   it("resume after a reconnect replays exactly what was missed, then continues live", async () => {
     const { tenant, conversationId, stub, client } = await conversation();
     client.send(message("stream me", "s1"));

@@ -14,6 +14,7 @@ import type { CreateJobBody } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
 import type { Db } from "../../src/db/client";
 import { type CreatedJob, createJob, findReplay, type ResolvedAgent } from "../../src/db/jobs-repo";
+import { toolNames } from "../../src/domain/approval";
 import type { ModelCatalog } from "../../src/domain/models";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";
@@ -69,7 +70,7 @@ export async function resolveJobAgent(
     name: view.name,
     version: view.version,
     model: definition.model,
-    tools: definition.tools,
+    tools: toolNames(definition.tools),
     timeoutMs: definition.limits.timeout_s === null ? null : definition.limits.timeout_s * 1000,
   };
 }

@@ -1,7 +1,8 @@
 /**
  * The reaper's recovery statements, run by the Worker's cron trigger so that ending a job never
  * depends on a live sandbox-host: with no host alive, a silent run still becomes `lost`, an
- * overdue one `timed_out`, and a claim that never started is released.
+ * overdue one `timed_out`, a claim that never started is released, and a wait past its deadline
+ * ends as the agent configured (denied and re-queued, or failed `approval_expired`).
  *
  * These are the very statements every host's reaper runs (src/db/reaper-repo.ts). Each is one
  * conditional UPDATE that re-checks its condition on the row it changes (`state = 'running'` and
@@ -13,6 +14,7 @@
  * no host alive there is nobody to wake.
  */
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
+import { expireWaits } from "../../src/db/wait-repo";
 import { redisKeys } from "../../src/quota/keys";
 import { accelerate } from "../commands/redis-accelerator";
 import { callDependency } from "../deps";
@@ -36,6 +38,13 @@ export const reaperBackstop: BackstopTask = {
           fields: { jobs: released.length },
         });
     }
+    const expired = await callDependency("postgres", () => expireWaits(db));
+    if (expired.requeued.length + expired.failed.length > 0) {
+      log.warn("cron backstop ended waits past their deadline", {
+        denied: expired.requeued.map((r) => r.id),
+        failed: expired.failed,
+      });
+    }
     const reaped = await callDependency("postgres", () => reapRuns(db, config.backstop.runLostAfterMs));
     for (const r of reaped) {
       log.warn(`cron backstop: run ${r.state === "lost" ? "lost (owner stopped heartbeating)" : "timed out"}`, {
@@ -47,6 +56,8 @@ export const reaperBackstop: BackstopTask = {
       released: released.length,
       lost: reaped.filter((r) => r.state === "lost").length,
       timed_out: reaped.filter((r) => r.state === "timed_out").length,
+      waits_denied: expired.requeued.length,
+      waits_failed: expired.failed.length,
     };
   },
 };

@@ -4,12 +4,14 @@
  * ZADD as POST /v1/jobs), cancelling one, and looking one up for `resume`.
  */
 import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts/job";
+import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
 import type { CancelStatus } from "../../src/db/control-repo";
 import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";
 import { getJob } from "../../src/db/jobs-repo";
 import { requestHash } from "../../src/domain/request-hash";
 import { cancelJob } from "../commands/cancel";
+import { decide } from "../commands/decide";
 import { submitJob } from "../commands/submit";
 import { loadConfig } from "../config";
 import { callDependency, createDeps } from "../deps";
@@ -28,6 +30,8 @@ export interface ChatBackend {
   /** Idempotent per (tenant, conversation, client_message_id): a repeat returns the same job. */
   submit(s: ChatSubmission): Promise<{ job: JobView; created: boolean }>;
   cancel(tenantId: string, jobId: string): Promise<CancelStatus>;
+  /** As POST /v1/jobs/{id}/approvals/{call_id}: null for an unknown job or call; throws 409 `conflict`. */
+  decide(tenantId: string, jobId: string, callId: string, body: ApprovalBody): Promise<ApprovalAnswer | null>;
   findJob(tenantId: string, jobId: string): Promise<JobView | null>;
 }
 
@@ -86,6 +90,8 @@ export function postgresChatBackend(env: Env): ChatBackend {
       return { job: toJobView(job), created };
     },
     cancel: (tenantId, jobId) => cancelJob(deps(), tenantId, jobId),
+    decide: async (tenantId, jobId, callId, body) =>
+      (await decide(deps(), tenantId, jobId, callId, body))?.body ?? null,
     async findJob(tenantId, jobId) {
       const db = deps().db();
       const row = await callDependency("postgres", () => getJob(db, tenantId, jobId));

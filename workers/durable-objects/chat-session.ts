@@ -16,6 +16,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import {
+  type ClientFrame,
   ClientFrameSchema,
   type ClientMessageFrame,
   isChatErrorCode,
@@ -28,6 +29,7 @@ import { ApiError } from "../../src/contracts/errors";
 import { isTerminalEventType } from "../../src/contracts/events";
 import type { JobView } from "../../src/contracts/job";
 import { isFinalState } from "../../src/contracts/job-state";
+import { ASK_USER_TOOL } from "../../src/domain/approval";
 import type { Env } from "../env";
 import { log } from "../log";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
@@ -220,6 +222,7 @@ export class ChatSessionObject extends DurableObject<Env> {
     try {
       if (frame.type === "message") await this.onMessage(ws, identity, frame);
       else if (frame.type === "cancel") await this.onCancel(ws, identity, frame.job_id);
+      else if (frame.type === "decision") await this.onDecision(ws, identity, frame);
       else await this.onResume(ws, identity, frame.job_id, frame.after);
     } catch (err) {
       const code = err instanceof ApiError && isChatErrorCode(err.code) ? err.code : "internal";
@@ -290,6 +293,21 @@ export class ChatSessionObject extends DurableObject<Env> {
       return send(ws, errorFrame("not_found", `no job ${jobId} in this conversation`));
     const status = await this.backend.cancel(identity.tenantId, jobId);
     send(ws, { type: "cancel", job_id: jobId, status });
+  }
+
+  private async onDecision(
+    ws: WebSocket,
+    identity: Identity,
+    frame: Extract<ClientFrame, { type: "decision" }>,
+  ): Promise<void> {
+    if (!(await this.belongsHere(identity, frame.job_id)))
+      return send(ws, errorFrame("not_found", `no job ${frame.job_id} in this conversation`));
+    const answer = await this.backend.decide(identity.tenantId, frame.job_id, frame.call_id, {
+      decision: frame.decision,
+      ...(frame.note === undefined ? {} : { note: frame.note }),
+    });
+    if (!answer) return send(ws, errorFrame("not_found", `job ${frame.job_id} never waited on call ${frame.call_id}`));
+    send(ws, { type: "decision", job_id: frame.job_id, ...answer });
   }
 
   private async onResume(ws: WebSocket, identity: Identity, jobId: string, after: number): Promise<void> {
@@ -373,11 +391,13 @@ export class ChatSessionObject extends DurableObject<Env> {
     const emit = (events: Array<{ offset: number; type: string; body: string }>) => {
       for (const e of events) {
         const frame = `{"type":"event","offset":${e.offset},"event":${e.body}}`;
+        const request = approvalRequestFrame(jobId, e);
         const terminal = isTerminalEventType(e.type);
         for (const f of followers) {
           const cursor = f.state.cursors[jobId];
           if (cursor === undefined || cursor >= e.offset) continue;
           sendRaw(f.ws, frame);
+          if (request) sendRaw(f.ws, request);
           if (terminal) delete f.state.cursors[jobId];
           else f.state.cursors[jobId] = e.offset;
           f.dirty = true;
@@ -551,4 +571,26 @@ function sendRaw(ws: WebSocket, text: string): void {
   } catch {
     // The socket is closing; its close handler cleans up, and the client resumes by cursor.
   }
+}
+
+/**
+ * The `approval_request` frame for a `tool.approval_requested` or `input.requested` event (null
+ * for any other): what a chat client needs to show the request and answer it, in one frame.
+ */
+function approvalRequestFrame(jobId: string, e: { offset: number; type: string; body: string }): string | null {
+  if (e.type !== "tool.approval_requested" && e.type !== "input.requested") return null;
+  const { payload: p } = JSON.parse(e.body) as { payload: Record<string, unknown> };
+  const approval = e.type === "tool.approval_requested";
+  const frame: ServerFrame = {
+    type: "approval_request",
+    job_id: jobId,
+    offset: e.offset,
+    kind: approval ? "approval" : "input",
+    call_id: String(p.call_id),
+    tool: approval ? String(p.tool) : ASK_USER_TOOL,
+    arguments: approval ? p.arguments : { question: p.question },
+    question: approval ? null : String(p.question),
+    deadline_at: String(p.deadline_at),
+  };
+  return JSON.stringify(frame);
 }

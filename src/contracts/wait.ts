@@ -1,0 +1,54 @@
+/**
+ * The waitpoint's contracts: what a `waiting` job waits for (the Job view's `waiting_for`), the
+ * decision body of POST /v1/jobs/{id}/approvals/{call_id} and its answer.
+ */
+import { z } from "zod";
+import { text } from "./text";
+
+/** `approval`: a gated tool call waits for approve/deny; `input`: ask_user waits for POST …/input. */
+export const WAIT_KINDS = ["approval", "input"] as const;
+export type WaitKind = (typeof WAIT_KINDS)[number];
+
+/** How a wait ended: the two approval decisions, or the user's answer to ask_user. */
+export const WAIT_DECISIONS = ["approve", "deny", "input"] as const;
+export type WaitDecision = (typeof WAIT_DECISIONS)[number];
+
+/** The longest note a decision may carry (it becomes the tool result the model reads). */
+export const MAX_DECISION_NOTE_CHARS = 4096;
+
+/** What a `waiting` job waits for (null in every other state). */
+export const WaitingForSchema = z.object({
+  kind: z.enum(WAIT_KINDS),
+  call_id: z.string(),
+  /** The tool called (`ask_user` for a question). */
+  tool: z.string(),
+  /** The call's arguments as the model gave them. */
+  arguments: z.unknown(),
+  /** ask_user's question, else null. */
+  question: z.string().nullable(),
+  since: z.iso.datetime(),
+  deadline_at: z.iso.datetime(),
+  /** What the deadline does: resume with a denial, or fail the job `approval_expired`. */
+  on_deadline: z.enum(["deny", "fail"]),
+});
+export type WaitingFor = z.infer<typeof WaitingForSchema>;
+
+export const ApprovalBodySchema = z
+  .object({
+    decision: z.enum(["approve", "deny"]),
+    /** Given to the model as the tool result of a denied call; kept with an approval. */
+    note: text().max(MAX_DECISION_NOTE_CHARS).optional(),
+  })
+  .strict();
+export type ApprovalBody = z.infer<typeof ApprovalBodySchema>;
+
+/** The decision recorded for the call (the first one; a repeat of it answers the same). */
+export const ApprovalAnswerSchema = z.object({
+  call_id: z.string(),
+  decision: z.enum(["approve", "deny"]),
+  note: z.string().nullable(),
+  decided_at: z.iso.datetime(),
+  /** `api`: this endpoint; `deadline`: nobody decided in time (on_deadline "deny"). */
+  decided_by: z.enum(["api", "deadline"]),
+});
+export type ApprovalAnswer = z.infer<typeof ApprovalAnswerSchema>;

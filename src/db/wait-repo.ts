@@ -1,0 +1,258 @@
+/**
+ * The waitpoint in Postgres: the owner's suspend (fenced like every owner write), the decisions
+ * that end a wait (an approval by the API, an answer by POST …/input in control-repo.ts, a
+ * deadline by the reapers), and what a resuming execution reads. A waiting job has no owner, no
+ * execution and no claim: the suspend clears them in the same statement that ends the execution
+ * `suspended`, so the job holds nothing on any host while it waits, and a decision makes it
+ * claimable exactly like a submitted job (the `claimable` fragment, ownership-repo.ts).
+ */
+import { sql } from "drizzle-orm";
+import type { WaitDecision, WaitKind } from "../contracts/wait";
+import type { ExecutionIdentity } from "../domain/identity";
+import { isUuid } from "../domain/uuid";
+import { type Db, resultRows } from "./client";
+import { FACTS_SET, factAges, jobErrorSql, type PendingFacts } from "./ownership-repo";
+
+/** ISO 8601 UTC with milliseconds, the API's timestamp form. */
+const iso = (expr: ReturnType<typeof sql>) =>
+  sql`to_char((${expr}) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+export interface Suspension {
+  kind: WaitKind;
+  callId: string;
+  tool: string;
+  arguments: unknown;
+  question: string | null;
+  deadlineS: number;
+  onDeadline: "deny" | "fail";
+  /** The host's checkpoint (sandbox-host/runner/checkpoint.ts), stored as given. */
+  checkpoint: Record<string, unknown>;
+  /**
+   * Timing facts the run observed that no fenced write carried yet: a suspension is this
+   * execution's last write, so it lands them (a run suspending before its first heartbeat would
+   * otherwise leave prepared_at and first_output_at to the resumed execution, too late).
+   */
+  facts?: PendingFacts;
+}
+
+export type SuspendResult =
+  | { suspended: true; deadlineAt: string }
+  /** A cancel was requested first: end the run cancelled instead (the fence still holds). */
+  | { suspended: false; cancelRequested: boolean };
+
+/**
+ * The suspend, one statement: as the running owner (the full execution fence), the job becomes
+ * `waiting` with what it waits for and its checkpoint, loses owner, claim and execution (so no
+ * heartbeat, reaper or janitor treats it as running), the execution ends `suspended`, and the
+ * waitpoint's job_waits row is written. A job whose cancel was requested does not suspend.
+ */
+export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): Promise<SuspendResult> {
+  const deadline = sql`now() + make_interval(secs => ${s.deadlineS})`;
+  const ages = factAges(s.facts, performance.now());
+  const rows = resultRows<{ kind: "suspended" | "cancel"; deadline_at: string | null }>(
+    await db.execute(sql`
+      WITH target AS (
+        SELECT id, cancel_requested_at FROM jobs
+        WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
+          AND execution_id = ${id.executionId} AND state = 'running'
+      ), waited AS (
+        UPDATE jobs SET state = 'waiting', owner = NULL, claimed_at = NULL, token = NULL, execution_id = NULL,
+          execution_started_at = NULL, heartbeat_at = NULL, deadline_at = NULL, ${FACTS_SET},
+          wait_deadline_at = ${deadline},
+          checkpoint = ${JSON.stringify(s.checkpoint)}::jsonb,
+          waiting_for = jsonb_build_object('kind', ${s.kind}::text, 'call_id', ${s.callId}::text,
+            'tool', ${s.tool}::text, 'arguments', ${JSON.stringify(s.arguments ?? null)}::jsonb,
+            'question', ${s.question}::text, 'since', ${iso(sql`now()`)}, 'deadline_at', ${iso(deadline)},
+            'on_deadline', ${s.onDeadline}::text)
+        FROM target, (SELECT ${ages.p}::float8 AS p_ago, ${ages.f}::float8 AS f_ago) AS m
+        WHERE jobs.id = target.id AND target.cancel_requested_at IS NULL
+        RETURNING jobs.id, jobs.wait_deadline_at
+      ), ended AS (
+        UPDATE executions SET finished_at = now(), outcome = 'suspended'
+        FROM waited WHERE executions.id = ${id.executionId}
+      ), wait AS (
+        INSERT INTO job_waits (job_id, call_id, kind, tool, execution_id, deadline_at)
+        SELECT id, ${s.callId}, ${s.kind}, ${s.tool}, ${id.executionId}::uuid, wait_deadline_at FROM waited
+        ON CONFLICT (job_id, call_id) DO NOTHING
+      )
+      SELECT 'suspended' AS kind, ${iso(sql`wait_deadline_at`)} AS deadline_at FROM waited
+      UNION ALL
+      SELECT 'cancel', NULL FROM target WHERE target.cancel_requested_at IS NOT NULL`),
+  );
+  const row = rows[0];
+  if (row?.kind === "suspended") return { suspended: true, deadlineAt: row.deadline_at as string };
+  return { suspended: false, cancelRequested: row?.kind === "cancel" };
+}
+
+export interface RecordedDecision {
+  callId: string;
+  kind: WaitKind;
+  decision: WaitDecision;
+  note: string | null;
+  decidedAt: Date;
+  decidedBy: "api" | "deadline";
+}
+
+export type DecideResult =
+  | { status: "recorded"; decision: RecordedDecision }
+  /** The call was decided before: the recorded decision (the caller compares it with its own). */
+  | { status: "existing"; decision: RecordedDecision }
+  /** The call exists but the job does not wait on it (it was cancelled, or it is a question). */
+  | { status: "not_waiting"; kind: WaitKind }
+  /** The job exists but never waited on this call. */
+  | { status: "unknown_call" }
+  /** No such job for this tenant. */
+  | { status: "not_found" };
+
+interface DecisionRow {
+  kind: "recorded" | "existing" | "no_call";
+  wait_kind: WaitKind;
+  decision: WaitDecision | null;
+  note: string | null;
+  decided_at: string | Date | null;
+  decided_by: "api" | "deadline" | null;
+}
+
+function toDecision(callId: string, r: DecisionRow): RecordedDecision {
+  return {
+    callId,
+    kind: r.wait_kind,
+    decision: r.decision as WaitDecision,
+    note: r.note,
+    decidedAt: new Date(r.decided_at as string),
+    decidedBy: r.decided_by as "api" | "deadline",
+  };
+}
+
+/**
+ * Record an approve/deny for the call a job waits on and re-queue the job, in one statement
+ * (tenant-scoped). Only the first decision of a call is recorded; later ones read it back.
+ */
+export async function decideApproval(
+  db: Db,
+  tenantId: string,
+  jobId: string,
+  callId: string,
+  decision: "approve" | "deny",
+  note: string | null,
+): Promise<DecideResult> {
+  if (!isUuid(jobId)) return { status: "not_found" };
+  const run = async () =>
+    resultRows<DecisionRow>(
+      await db.execute(sql`
+        WITH target AS (
+          SELECT id, state, waiting_for FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
+        ), decided AS (
+          UPDATE job_waits SET decision = ${decision}, note = ${note}, decided_by = 'api', decided_at = now()
+          FROM target
+          WHERE job_waits.job_id = target.id AND job_waits.call_id = ${callId} AND job_waits.decision IS NULL
+            AND job_waits.kind = 'approval' AND target.state = 'waiting' AND target.waiting_for->>'call_id' = ${callId}
+          RETURNING job_waits.*
+        ), requeued AS (
+          UPDATE jobs SET state = 'queued', waiting_for = NULL, wait_deadline_at = NULL
+          FROM decided WHERE jobs.id = decided.job_id AND jobs.state = 'waiting'
+          RETURNING jobs.id
+        )
+        SELECT 'recorded' AS kind, d.kind AS wait_kind, d.decision, d.note, d.decided_at, d.decided_by
+        FROM decided d, requeued
+        UNION ALL
+        SELECT 'existing', w.kind, w.decision, w.note, w.decided_at, w.decided_by
+        FROM job_waits w JOIN target ON w.job_id = target.id
+        WHERE w.call_id = ${callId} AND NOT EXISTS (SELECT 1 FROM decided)
+        UNION ALL
+        SELECT 'no_call', NULL, NULL, NULL, NULL, NULL FROM target
+        WHERE NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.job_id = target.id AND w.call_id = ${callId})`),
+    );
+  let rows = await run();
+  // A concurrent decision that committed while this statement waited for the row lock is not in
+  // this statement's snapshot of job_waits: one more statement reads it.
+  if (rows[0]?.kind === "existing" && rows[0].decision === null) rows = await run();
+  const row = rows[0];
+  if (!row) return { status: "not_found" };
+  if (row.kind === "no_call") return { status: "unknown_call" };
+  if (row.decision === null) return { status: "not_waiting", kind: row.wait_kind };
+  return { status: row.kind === "recorded" ? "recorded" : "existing", decision: toDecision(callId, row) };
+}
+
+/** The message a deadline's denial gives the model as the tool result. */
+export const DEADLINE_NOTE = "nobody answered before the deadline";
+
+const APPROVAL_EXPIRED = jobErrorSql("approval_expired", "the wait for an approval or an answer passed its deadline");
+
+/**
+ * End every wait past its deadline: `on_deadline: deny` records a denial (by `deadline`) and
+ * re-queues the job; `fail` fails it `approval_expired`. Idempotent and safe to run anywhere,
+ * any number of times at once (every host's reaper and the Worker's cron backstop do): each row
+ * is re-checked as `waiting` and past its deadline inside the UPDATE. Returns the re-queued jobs
+ * (for the ready index) and the failed ones.
+ */
+export async function expireWaits(
+  db: Db,
+  limit = 500,
+): Promise<{ requeued: Array<{ id: string; createdAt: Date }>; failed: string[] }> {
+  const rows = resultRows<{ id: string; created_at: string | Date; state: string }>(
+    await db.execute(sql`
+      WITH due AS (
+        SELECT id, waiting_for FROM jobs WHERE state = 'waiting' AND wait_deadline_at < now()
+        ORDER BY wait_deadline_at LIMIT ${limit} FOR UPDATE SKIP LOCKED
+      ), ended AS (
+        UPDATE jobs SET
+          state = CASE WHEN due.waiting_for->>'on_deadline' = 'fail' THEN 'failed' ELSE 'queued' END,
+          finished_at = CASE WHEN due.waiting_for->>'on_deadline' = 'fail' THEN now() END,
+          error = CASE WHEN due.waiting_for->>'on_deadline' = 'fail' THEN ${APPROVAL_EXPIRED} END,
+          waiting_for = NULL, wait_deadline_at = NULL
+        FROM due WHERE jobs.id = due.id AND jobs.state = 'waiting' AND jobs.wait_deadline_at < now()
+        RETURNING jobs.id, jobs.created_at, jobs.state, due.waiting_for->>'call_id' AS call_id
+      ), decided AS (
+        UPDATE job_waits SET decision = 'deny', note = ${DEADLINE_NOTE}, decided_by = 'deadline', decided_at = now()
+        FROM ended WHERE job_waits.job_id = ended.id AND job_waits.call_id = ended.call_id
+          AND job_waits.decision IS NULL
+      )
+      SELECT id, created_at, state FROM ended`),
+  );
+  return {
+    requeued: rows.filter((r) => r.state === "queued").map((r) => ({ id: r.id, createdAt: new Date(r.created_at) })),
+    failed: rows.filter((r) => r.state === "failed").map((r) => r.id),
+  };
+}
+
+/** How the wait a resuming execution continues from ended, or null when the call is undecided. */
+export interface ResumeDecision {
+  kind: WaitKind;
+  decision: WaitDecision;
+  note: string | null;
+  decidedBy: "api" | "deadline";
+  /** From the suspend to the decision. */
+  waitedMs: number;
+  /** The answer to ask_user (its job_inputs row), when the decision is `input`. */
+  input: { id: string; content: string } | null;
+}
+
+/** The decision on `callId`, read by the execution that resumes from the checkpoint. */
+export async function resumeDecision(db: Db, jobId: string, callId: string): Promise<ResumeDecision | null> {
+  const rows = resultRows<{
+    kind: WaitKind;
+    decision: WaitDecision | null;
+    note: string | null;
+    decided_by: "api" | "deadline";
+    waited_ms: string | number;
+    input_id: string | null;
+    content: string | null;
+  }>(
+    await db.execute(sql`
+      SELECT w.kind, w.decision, w.note, w.decided_by,
+        round(extract(epoch FROM w.decided_at - w.requested_at) * 1000) AS waited_ms, w.input_id, i.content
+      FROM job_waits w LEFT JOIN job_inputs i ON i.id = w.input_id
+      WHERE w.job_id = ${jobId} AND w.call_id = ${callId}`),
+  );
+  const r = rows[0];
+  if (!r || r.decision === null) return null;
+  return {
+    kind: r.kind,
+    decision: r.decision,
+    note: r.note,
+    decidedBy: r.decided_by,
+    waitedMs: Math.max(0, Number(r.waited_ms)),
+    input: r.input_id !== null && r.content !== null ? { id: r.input_id, content: r.content } : null,
+  };
+}

@@ -1,0 +1,46 @@
+/**
+ * Which tool calls make a run wait for a person: the one approval check every tool call goes
+ * through (sandbox-host/runner/agent-loop.ts asks it before running any call), and the names an
+ * agent's tools are stored under. Definitions stored before approvals existed lack `approval` and
+ * `ask_user`; the defaults below are the schema's own (AgentApprovalSchema), read through it.
+ */
+import {
+  type AgentApproval,
+  AgentApprovalSchema,
+  type AgentDefinition,
+  type AgentTool,
+  agentToolName,
+} from "../contracts/agent";
+import type { ToolName } from "../contracts/tools";
+import type { WaitKind } from "../contracts/wait";
+
+/** The tool the model calls to ask the user a question (offered when the agent sets `ask_user`). */
+export const ASK_USER_TOOL = "ask_user";
+
+/** The sandbox tool names of an agent's `tools` (what `jobs.tools` stores). */
+export function toolNames(tools: readonly AgentTool[]): ToolName[] {
+  return tools.map((t) => agentToolName(t) as ToolName);
+}
+
+/**
+ * Whether a call of `toolName` must wait, and for what: `input` for ask_user, `approval` for a
+ * tool the definition marks `requires_approval`, null to run it at once. A job without an agent
+ * (the built-in default agent) never waits. MCP tools (`<server>__<tool>`) are looked up in the
+ * server's own `tools` list the same way, once the definition carries `mcp_servers`.
+ */
+export function requiresApproval(
+  definition: Pick<AgentDefinition, "tools" | "ask_user"> | null,
+  toolName: string,
+): WaitKind | null {
+  if (!definition) return null;
+  if (toolName === ASK_USER_TOOL && definition.ask_user === true) return "input";
+  const entry = definition.tools.find((t) => agentToolName(t) === toolName);
+  if (entry !== undefined) return typeof entry === "object" && entry.requires_approval ? "approval" : null;
+  // MCP tools: `<server>__<tool>` → mcp_servers[server].tools[tool].requires_approval (not yet part of the definition).
+  return null;
+}
+
+/** The agent's wait settings, with the schema's defaults for a definition stored before they existed. */
+export function approvalSettings(definition: Pick<AgentDefinition, "approval"> | null): AgentApproval {
+  return AgentApprovalSchema.parse(definition?.approval ?? {});
+}

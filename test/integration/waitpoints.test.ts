@@ -1,0 +1,322 @@
+/**
+ * Waitpoints end to end on the real stack (gateway in workerd, Postgres, Redis, two host
+ * processes, Docker sandboxes, the mock model): a gated tool call suspends the run (the job
+ * `waiting`, its execution `suspended`, no owner), a decision re-queues it and whichever host
+ * claims it resumes from the checkpoint; approve runs the tool exactly once, deny gives the model
+ * the note, a deadline ends the wait as configured, ask_user waits for input, cancel works while
+ * waiting, decisions are idempotent and tenant-scoped, SIGKILL while waiting loses nothing and
+ * SIGKILL while resuming is the usual fenced `lost`, and 50 waiting jobs hold no slot and no lease.
+ */
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import { describe, expect, it } from "vitest";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
+import { quotaKeys, redisKeys } from "../../src/quota/keys";
+import { createRedisClient } from "../../src/quota/redis";
+import { readSse, type SseEvent } from "../../tools/lib/sse";
+import { waitFor } from "../../tools/services/ports";
+import { apiClient } from "../helpers/api";
+import { requireDocker } from "../helpers/docker";
+import { sampleValue } from "../helpers/metrics";
+import { requireBinary } from "../helpers/require";
+import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
+
+const canRun =
+  (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
+
+interface WaitingFor {
+  kind: "approval" | "input";
+  call_id: string;
+  tool: string;
+  arguments: unknown;
+  question: string | null;
+  deadline_at: string;
+  on_deadline: "deny" | "fail";
+}
+interface JobView {
+  id: string;
+  state: string;
+  output: string | null;
+  error: { code: string; message: string } | null;
+  claimed: boolean;
+  execution_id: string | null;
+  waiting_for: WaitingFor | null;
+}
+
+const script = (s: unknown) => ({ input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(s)}` }] } });
+const shellCall = (command: string) => script({ tool_calls: [{ name: "shell", args: { command } }] });
+
+describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend and resume", () => {
+  const t = useStack({
+    hosts: 2,
+    mockModel: { ttftMs: 5, tokensPerS: 2000 },
+    hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_CLAIM_TIMEOUT_MS: "3000" },
+  });
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+
+  const defineAgent = async (name: string, def: Record<string, unknown>) => {
+    const r = await api().call("POST", "/v1/agents", { name, model: t.stack.modelName, ...def });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+  };
+  const submit = async (agent: string, body: Record<string, unknown>) => {
+    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", { agent, ...body });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    return r.body.job.id;
+  };
+  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const waiting = (id: string, timeoutMs = 30_000) =>
+    waitFor(
+      `job ${id} to wait`,
+      async () => {
+        const j = await job(id);
+        if (!["queued", "running", "waiting"].includes(j.state))
+          throw new Error(`job ended ${j.state}: ${JSON.stringify(j)}`);
+        return j.state === "waiting" ? j : null;
+      },
+      { timeoutMs, intervalMs: 50 },
+    );
+  const finished = (id: string, timeoutMs = 40_000) =>
+    waitFor(
+      `job ${id} to finish`,
+      async () => {
+        const j = await job(id);
+        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
+      },
+      { timeoutMs, intervalMs: 100 },
+    );
+  const events = (id: string) => api().events(id);
+  const executions = async (id: string) =>
+    (
+      await t.pool.query<{ id: string; outcome: string | null; epoch: number; host: string }>(
+        "select id, outcome, epoch, host from executions where job_id = $1 order by epoch",
+        [id],
+      )
+    ).rows;
+  const decide = (id: string, callId: string, body: unknown) =>
+    api().call<Record<string, unknown>>("POST", `/v1/jobs/${id}/approvals/${encodeURIComponent(callId)}`, body);
+
+  it("approve: the run suspends holding nothing, resumes from the checkpoint on a new epoch, and the tool runs exactly once", async () => {
+    await defineAgent("gated", { tools: [{ name: "shell", requires_approval: true }, "read_file"] });
+    const id = await submit("gated", shellCall("echo ran-$((40+2)) >> /workspace/count; cat /workspace/count"));
+    const w = await waiting(id);
+    expect(w.waiting_for).toMatchObject({
+      kind: "approval",
+      tool: "shell",
+      arguments: { command: expect.stringContaining("ran-") },
+      on_deadline: "deny",
+    });
+    expect(w.claimed).toBe(false);
+    expect(w.execution_id).toBeNull();
+    const row = (await t.pool.query("select owner, token, execution_id, checkpoint from jobs where id = $1", [id]))
+      .rows[0];
+    expect(row).toMatchObject({ owner: null, token: null, execution_id: null });
+    expect(row.checkpoint.pending.id).toBe(w.waiting_for?.call_id);
+    expect((await executions(id)).map((e) => e.outcome)).toEqual(["suspended"]);
+    // Listed as waiting under the state filter.
+    const listed = await api().call<{ jobs: JobView[] }>("GET", "/v1/jobs?state=waiting&limit=100");
+    expect(listed.body.jobs.map((j) => j.id)).toContain(id);
+
+    const callId = w.waiting_for?.call_id as string;
+    const first = await decide(id, callId, { decision: "approve", note: "looks safe" });
+    expect(first.status).toBe(202);
+    expect(first.body).toMatchObject({ call_id: callId, decision: "approve", note: "looks safe", decided_by: "api" });
+    const again = await decide(id, callId, { decision: "approve", note: "looks safe" });
+    expect(again.status).toBe(200);
+    expect(again.body).toEqual(first.body);
+    const other = await decide(id, callId, { decision: "deny" });
+    expect(other.status).toBe(409);
+    expect((other.body as { error: { code: string } }).error.code).toBe("conflict");
+
+    const done = await finished(id);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    // The command appended once: the file holds one line.
+    expect(done.output).toContain("ran-42");
+    expect(done.output?.match(/ran-42/g)?.length).toBe(1);
+    const execs = await executions(id);
+    expect(execs.map((e) => e.outcome)).toEqual(["suspended", "completed"]);
+    expect(execs[1]?.epoch).toBeGreaterThan(execs[0]?.epoch as number);
+
+    const evs = await events(id);
+    const types = evs.map((e) => e.event);
+    expect(types.filter((x) => x === "tool.approval_requested")).toHaveLength(1);
+    expect(types.filter((x) => x === "tool.call")).toHaveLength(1);
+    expect(types.filter((x) => x === "tool.result")).toHaveLength(1);
+    expect(types.indexOf("run.suspended")).toBeGreaterThan(types.indexOf("tool.approval_requested"));
+    // run.resumed is the first event of the second execution, and both executions form one stream.
+    const second = evs.filter((e) => JSON.parse(e.data).execution_id === execs[1]?.id);
+    expect(second[0]?.event).toBe("run.resumed");
+    expect(JSON.parse(second[0]?.data ?? "{}").payload).toMatchObject({
+      call_id: callId,
+      decision: "approve",
+      by: "api",
+    });
+    expect(evs.map((e) => Number(e.id))).toEqual(evs.map((_, i) => i + 1));
+    expect(types.at(-1)).toBe("run.completed");
+  }, 90_000);
+
+  it("deny: the model gets the note as the tool result, and the tool never runs", async () => {
+    await defineAgent("gated-deny", { tools: [{ name: "shell", requires_approval: true }] });
+    const id = await submit("gated-deny", shellCall("echo should-not-run"));
+    const w = await waiting(id);
+    const r = await decide(id, w.waiting_for?.call_id as string, { decision: "deny", note: "not on prod, please" });
+    expect(r.status).toBe(202);
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    expect(done.output).toContain("not on prod, please");
+    expect(done.output).not.toContain("should-not-run\\n");
+    const types = (await events(id)).map((e) => e.event);
+    expect(types).not.toContain("tool.call");
+    expect(types.filter((x) => x === "tool.result")).toHaveLength(1);
+  }, 60_000);
+
+  it("deadline: on_deadline deny resumes with the deadline's denial; fail ends the job approval_expired", async () => {
+    await defineAgent("gated-short-deny", {
+      tools: [{ name: "shell", requires_approval: true }],
+      approval: { deadline_s: 1 },
+    });
+    await defineAgent("gated-short-fail", {
+      tools: [{ name: "shell", requires_approval: true }],
+      approval: { deadline_s: 1, on_deadline: "fail" },
+    });
+    const denied = await submit("gated-short-deny", shellCall("echo x"));
+    const failed = await submit("gated-short-fail", shellCall("echo y"));
+    const [a, b] = await Promise.all([finished(denied), finished(failed)]);
+    expect(a.state).toBe("completed");
+    expect(a.output).toContain("nobody answered before the deadline");
+    expect(b.state).toBe("failed");
+    expect(b.error?.code).toBe("approval_expired");
+    const types = (await events(failed)).map((e) => e.event);
+    expect(types).toContain("run.suspended");
+    expect(types.at(-1)).toBe("run.failed");
+    // A decision after the deadline decided: the same one is answered, another is 409.
+    const callId = (await t.pool.query("select call_id from job_waits where job_id = $1", [denied])).rows[0]?.call_id;
+    expect((await decide(denied, callId, { decision: "deny" })).body).toMatchObject({ decided_by: "deadline" });
+    expect((await decide(denied, callId, { decision: "approve" })).status).toBe(409);
+  }, 60_000);
+
+  it("ask_user: the run waits for POST …/input and the answer is the tool result", async () => {
+    await defineAgent("asker", { ask_user: true });
+    const id = await submit(
+      "asker",
+      script({ tool_calls: [{ name: "ask_user", args: { question: "which colour?" } }] }),
+    );
+    const w = await waiting(id);
+    expect(w.waiting_for).toMatchObject({ kind: "input", tool: "ask_user", question: "which colour?" });
+    // A question is not an approval.
+    expect((await decide(id, w.waiting_for?.call_id as string, { decision: "approve" })).status).toBe(409);
+    const input = await api().call("POST", `/v1/jobs/${id}/input`, { content: "ultramarine" });
+    expect(input.status).toBe(202);
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    expect(done.output).toContain("ultramarine");
+    const inputs = await api().call<{ inputs: Array<{ status: string }> }>("GET", `/v1/jobs/${id}/inputs`);
+    expect(inputs.body.inputs.map((i) => i.status)).toEqual(["applied"]);
+  }, 60_000);
+
+  it("cancel while waiting ends the job at once; a decision afterwards is 409; unknown job, call and another tenant's job are 404", async () => {
+    await defineAgent("gated-cancel", { tools: [{ name: "shell", requires_approval: true }] });
+    const id = await submit("gated-cancel", shellCall("echo z"));
+    const w = await waiting(id);
+    const callId = w.waiting_for?.call_id as string;
+
+    const db = drizzle(t.pool, { schema });
+    await createTenant(db, "wait-other");
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(db, "wait-other")).key);
+    expect((await other.call("POST", `/v1/jobs/${id}/approvals/${callId}`, { decision: "approve" })).status).toBe(404);
+    expect((await decide(id, "no-such-call", { decision: "approve" })).status).toBe(404);
+    expect((await decide(randomUUID(), callId, { decision: "approve" })).status).toBe(404);
+    expect((await decide(id, callId, { decision: "maybe" })).status).toBe(400);
+
+    const c = await api().call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
+    expect(c.body.status).toBe("cancelled");
+    expect((await job(id)).state).toBe("cancelled");
+    expect((await job(id)).waiting_for).toBeNull();
+    expect((await decide(id, callId, { decision: "approve" })).status).toBe(409);
+    expect((await events(id)).map((e) => e.event).at(-1)).toBe("run.cancelled");
+  }, 60_000);
+
+  it("50 waiting jobs hold no run slot and no quota lease", async () => {
+    await defineAgent("gated-many", { tools: [{ name: "shell", requires_approval: true }] });
+    const ids = await Promise.all(Array.from({ length: 50 }, () => submit("gated-many", shellCall("echo many"))));
+    await waitFor(
+      "50 jobs waiting",
+      async () => {
+        const r = await t.pool.query("select count(*)::int as n from jobs where id = any($1) and state = 'waiting'", [
+          ids,
+        ]);
+        return r.rows[0].n === 50;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    const slots = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "runs_active")));
+    expect(slots).toEqual(t.stack.hosts.map(() => 0));
+    const ready = await Promise.all(
+      t.stack.hosts.map(
+        async (h) =>
+          (await (await fetch(h.metricsUrl.replace("/metrics", "/healthz"))).json()) as { runs_active: number },
+      ),
+    );
+    expect(ready.map((r) => r.runs_active)).toEqual(t.stack.hosts.map(() => 0));
+    const leases = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "quota_leases_held")));
+    expect(leases).toEqual(t.stack.hosts.map(() => 0));
+    const redis = createRedisClient(t.stack.upstash);
+    const keys = redisKeys();
+    const held = await redis.zcard(keys.quotaLeases(quotaKeys.model(t.stack.modelName)));
+    expect(held).toBe(0);
+    const waits = await Promise.all(
+      t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "waits_started_total", { kind: "approval" })),
+    );
+    expect(waits.reduce((a: number, b) => a + (b ?? 0), 0)).toBeGreaterThanOrEqual(50);
+    const owned = await t.pool.query(
+      "select count(*)::int as n from jobs where id = any($1) and (owner is not null or execution_id is not null)",
+      [ids],
+    );
+    expect(owned.rows[0].n).toBe(0);
+    for (const id of ids) await api().call("POST", `/v1/jobs/${id}/cancel`);
+  }, 120_000);
+
+  it("SIGKILL while waiting loses nothing; SIGKILL while resuming is the fenced rule: that execution becomes lost, never re-run", async () => {
+    await defineAgent("gated-kill", { tools: [{ name: "shell", requires_approval: true }] });
+    const calm = await submit("gated-kill", shellCall("echo after-kill"));
+    const slow = await submit("gated-kill", shellCall("echo started >> /workspace/log; sleep 30"));
+    const [wc, ws] = await Promise.all([waiting(calm), waiting(slow)]);
+    // Kill every host while both jobs wait: no owner holds them, so nothing is lost.
+    for (const h of t.stack.hosts.splice(0)) {
+      h.process.kill("SIGKILL");
+    }
+    await new Promise((r) => setTimeout(r, 2500));
+    expect((await job(calm)).state).toBe("waiting");
+    expect((await job(slow)).state).toBe("waiting");
+    await t.stack.addHost();
+    await t.stack.addHost();
+    expect((await decide(calm, wc.waiting_for?.call_id as string, { decision: "approve" })).status).toBe(202);
+    const done = await finished(calm);
+    expect(done.state).toBe("completed");
+    expect(done.output).toContain("after-kill");
+
+    // Resume the slow one, and kill its host once the approved tool is running.
+    expect((await decide(slow, ws.waiting_for?.call_id as string, { decision: "approve" })).status).toBe(202);
+    const seen: SseEvent[] = [];
+    const ac = new AbortController();
+    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${slow}/events`, {
+      headers: { authorization: `Bearer ${t.stack.apiKey}` },
+      signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+    })) {
+      seen.push(ev);
+      if (ev.event === "tool.call") break;
+    }
+    ac.abort();
+    const owner = (await t.pool.query("select owner from jobs where id = $1", [slow])).rows[0]?.owner as string;
+    const host = t.stack.hosts.find((h) => h.id === owner);
+    expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
+    host?.process.kill("SIGKILL");
+    const lost = await finished(slow);
+    expect(lost.state).toBe("lost");
+    const execs = await executions(slow);
+    expect(execs.map((e) => e.outcome)).toEqual(["suspended", "lost"]);
+    const types = (await events(slow)).map((e) => e.event);
+    expect(types.filter((x) => x === "tool.call")).toHaveLength(1);
+    expect(types.at(-1)).toBe("run.lost");
+  }, 120_000);
+});

@@ -5,6 +5,7 @@
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
+import { isPoolerUrl } from "../src/db/pooler-url";
 import * as schema from "../src/db/schema";
 import { defaultRunLostAfterMs } from "../src/domain/recovery";
 import { redisKeys } from "../src/quota/keys";
@@ -19,6 +20,7 @@ import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics
 import { QueueDepthSampler } from "./metrics/queue-depth";
 import { OffloadPool } from "./offload/pool";
 import { Outbox } from "./outbox/outbox";
+import { nameLifecycleStatements } from "./prepared-statements";
 import { loadQuotaScripts } from "./quota/load-scripts";
 import { Reaper } from "./reaper/reaper";
 import { SandboxJanitor } from "./reaper/sandbox-janitor";
@@ -52,6 +54,7 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
   });
   // An idle client losing its connection emits here; unhandled it would kill the process.
   pool.on("error", (err) => log.warn("idle Postgres connection failed", errorFields(err)));
+  if (!isPoolerUrl(config.databaseUrl)) nameLifecycleStatements(pool);
   try {
     await pool.query("SELECT 1");
   } catch (err) {

@@ -65,9 +65,16 @@ const ConfigSchema = z.object({
   MODELS: optional(z.string()),
   MODEL_REGISTRY: optional(z.string()),
   /** The URL prefixes hosts may call MCP servers at (the hosts' own list); unset or empty: MCP off. */
-  MCP_ALLOWED_URLS: optional(z.string()),
+  MCP_ALLOWED_URLS: optional(
+    z.string().transform((raw, ctx) => {
+      const parsed = parseAllowedUrls(raw);
+      if (typeof parsed !== "string") return parsed;
+      ctx.addIssue({ code: "custom", message: parsed });
+      return z.NEVER;
+    }),
+  ),
   /** The names of the hosts' MCP secrets, comma-separated (never the values); unset: not checked here. */
-  MCP_SECRET_NAMES: optional(z.string()),
+  MCP_SECRET_NAMES: optional(z.string().transform(parseSecretNames)),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
@@ -186,51 +193,46 @@ export function loadConfig(env: Env): GatewayConfig {
   if (cached?.key !== key) {
     const parsed = ConfigSchema.safeParse(env);
     const models = parsed.success ? modelCatalog(parsed.data) : { entries: [] };
-    const mcpUrls = parsed.success ? parseAllowedUrls(parsed.data.MCP_ALLOWED_URLS) : [];
     const value = !parsed.success
       ? new ConfigError(
           `invalid worker configuration: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
         )
       : typeof models === "string"
         ? new ConfigError(`invalid worker configuration: ${models}`)
-        : typeof mcpUrls === "string"
-          ? new ConfigError(`invalid worker configuration: MCP_ALLOWED_URLS: ${mcpUrls}`)
-          : {
-              databaseUrl: parsed.data.DATABASE_URL,
-              neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
-              redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
-              signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
-              signingSecrets: [
-                parsed.data.INTERNAL_SIGNING_SECRET,
-                parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS,
-              ].filter((s): s is string => s !== undefined),
-              tokenSecrets:
-                parsed.data.TOKEN_SIGNING_SECRET === undefined
-                  ? null
-                  : [parsed.data.TOKEN_SIGNING_SECRET, parsed.data.TOKEN_SIGNING_SECRET_PREVIOUS].filter(
-                      (s): s is string => s !== undefined,
-                    ),
-              corsAllowedOrigins: parsed.data.CORS_ALLOWED_ORIGINS ?? [],
-              maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
-              limits: {
-                rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
-                rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
-                maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
-                maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
-              },
-              models,
-              mcp: {
-                allowedUrls: mcpUrls,
-                secretNames:
-                  parsed.data.MCP_SECRET_NAMES === undefined ? null : parseSecretNames(parsed.data.MCP_SECRET_NAMES),
-              },
-              backstop: {
-                runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
-                claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
-              },
-              eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
-              jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
-            };
+        : {
+            databaseUrl: parsed.data.DATABASE_URL,
+            neonFetchEndpoint: parsed.data.NEON_FETCH_ENDPOINT,
+            redis: { url: parsed.data.UPSTASH_REDIS_REST_URL, token: parsed.data.UPSTASH_REDIS_REST_TOKEN },
+            signingSecret: parsed.data.INTERNAL_SIGNING_SECRET,
+            signingSecrets: [parsed.data.INTERNAL_SIGNING_SECRET, parsed.data.INTERNAL_SIGNING_SECRET_PREVIOUS].filter(
+              (s): s is string => s !== undefined,
+            ),
+            tokenSecrets:
+              parsed.data.TOKEN_SIGNING_SECRET === undefined
+                ? null
+                : [parsed.data.TOKEN_SIGNING_SECRET, parsed.data.TOKEN_SIGNING_SECRET_PREVIOUS].filter(
+                    (s): s is string => s !== undefined,
+                  ),
+            corsAllowedOrigins: parsed.data.CORS_ALLOWED_ORIGINS ?? [],
+            maxBodyBytes: parsed.data.MAX_BODY_BYTES ?? LIMITS.maxBodyBytes,
+            limits: {
+              rateLimitRequests: parsed.data.RATE_LIMIT_REQUESTS ?? LIMIT_DEFAULTS.rateLimitRequests,
+              rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
+              maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
+              maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
+            },
+            models,
+            mcp: {
+              allowedUrls: parsed.data.MCP_ALLOWED_URLS ?? [],
+              secretNames: parsed.data.MCP_SECRET_NAMES ?? null,
+            },
+            backstop: {
+              runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
+              claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,
+            },
+            eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
+            jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
+          };
     cached = { key, value };
   }
   if (cached.value instanceof ConfigError) throw cached.value;

@@ -1,5 +1,58 @@
-/** An answer's body: its text and tool calls in the order they happened, each tool call collapsed with its output. */
+/**
+ * An answer's body: its text and tool calls in the order they happened, each tool call collapsed
+ * with its output; and the facts of its job shown under it in the chat and the inspector alike
+ * (agent version, token usage, the structured answer).
+ */
+import type { JobView } from "./api";
 import type { Segment } from "./run";
+
+/** `name@version`, or null for the built-in default agent. */
+export const agentLabel = (job: JobView): string | null =>
+  job.agent ? `${job.agent.name}@${job.agent.version}` : null;
+
+/** The job's agent (a link to that version) and its tokens, for an answer's footer or the inspector's line. */
+export function RunFacts({ job }: { job: JobView }) {
+  const label = agentLabel(job);
+  const u = job.usage;
+  return (
+    <>
+      {job.agent && (
+        <a data-testid="run-agent" href={`#/agents/${encodeURIComponent(job.agent.name)}/${job.agent.version}`}>
+          agent {label}
+        </a>
+      )}
+      {u.model_calls > 0 && (
+        <span
+          data-testid="run-usage"
+          data-prompt={u.prompt_tokens}
+          data-completion={u.completion_tokens}
+          data-estimated={String(u.estimated)}
+        >
+          {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens
+          {u.estimated && (
+            <>
+              {" "}
+              <abbr class="est" title="estimated: the provider reported no usage for some call">
+                (est.)
+              </abbr>
+            </>
+          )}
+        </span>
+      )}
+    </>
+  );
+}
+
+/** The answer parsed against the agent's response_format, pretty-printed. */
+export function OutputJson({ job }: { job: JobView }) {
+  if (job.output_json === null || job.output_json === undefined) return null;
+  return (
+    <details class="output-json" open>
+      <summary>structured output</summary>
+      <pre data-testid="output-json">{JSON.stringify(job.output_json, null, 2)}</pre>
+    </details>
+  );
+}
 
 /**
  * A tool's arguments or output. An object is shown field by field, string fields as preformatted

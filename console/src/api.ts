@@ -13,6 +13,7 @@ import { ApiClientError } from "../../src/client/http";
 import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 
 export type { ChatStatus } from "../../src/client/chat";
+export type { AgentDefinitionInput, AgentView, ModelView } from "../../src/client/client";
 export type { ServerFrame } from "../../src/contracts/chat";
 export type { EventEnvelope } from "../../src/contracts/events";
 export type { JobView, LatencyView } from "../../src/contracts/job";
@@ -117,3 +118,7 @@ export const client = new EarClient({
 });
 
 export const isTerminal = (type: string) => stateOfTerminalEvent(type) !== null;
+
+export function newConversationId(): string {
+  return `c-${crypto.randomUUID().slice(0, 8)}`;
+}

@@ -8,8 +8,9 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ChatConnection } from "../../src/client/chat";
 import { isFinalState } from "../../src/contracts/job-state";
-import { AnswerBody } from "./answer";
+import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import {
+  type AgentView,
   ApiClientError,
   type ChatStatus,
   client,
@@ -41,6 +42,25 @@ interface Turn {
   debugOpen?: boolean;
 }
 
+const AGENT_KEY = "ear.console.agent.";
+
+/**
+ * The agent a conversation's messages run, as picked in its composer: kept per conversation in
+ * this tab's sessionStorage so a reload (or "Chat with it" on an agent's page) keeps it. A name
+ * without a version, so each message runs the agent's latest version at its submit.
+ */
+export function conversationAgent(conversationId: string): string | null {
+  return sessionStorage.getItem(AGENT_KEY + conversationId);
+}
+
+export function setConversationAgent(conversationId: string, agent: string): void {
+  if (agent) sessionStorage.setItem(AGENT_KEY + conversationId, agent);
+  else sessionStorage.removeItem(AGENT_KEY + conversationId);
+}
+
+/** Job views fetched for a reloaded conversation's answers (their agent and usage); older ones show text and latency only. */
+const HISTORY_VIEWS = 20;
+
 function newId(): string {
   return `m-${crypto.randomUUID()}`;
 }
@@ -60,6 +80,12 @@ export function Chat({ conversationId }: { conversationId: string }) {
   const [banner, setBanner] = useState<string | null>(null);
   const [draft, setDraft] = useState("");
   const [policy, setPolicy] = useState<Policy>("queue");
+  const [agent, setAgentState] = useState<string>(() => conversationAgent(conversationId) ?? "");
+  const [agents, setAgents] = useState<AgentView[]>([]);
+  const setAgent = (a: string) => {
+    setConversationAgent(conversationId, a);
+    setAgentState(a);
+  };
   const logRef = useRef<HTMLOListElement>(null);
   const bump = () => setTick((t) => t + 1);
 
@@ -67,6 +93,12 @@ export function Chat({ conversationId }: { conversationId: string }) {
     let disposed = false;
     turns.current = [];
     setBanner(null);
+    setAgentState(conversationAgent(conversationId) ?? "");
+    // The first page of live agents (up to 100, by name) to pick from.
+    client
+      .listAgents({ limit: 100 })
+      .then((p) => !disposed && setAgents(p.agents))
+      .catch(() => {});
     const byJob = (id: string) => turns.current.find((t) => t.jobId === id);
 
     const refreshJob = async (t: Turn) => {
@@ -155,9 +187,10 @@ export function Chat({ conversationId }: { conversationId: string }) {
           }
         }
         // A job without an answer yet may still be running: it is followed from its first event.
+        // The newest answers also get their job view, for the agent and tokens in their footers.
         await Promise.all(
           turns.current
-            .filter((t) => t.historyText === undefined)
+            .filter((t, i) => t.historyText === undefined || i >= turns.current.length - HISTORY_VIEWS)
             .map(async (t) => {
               await refreshJob(t);
               if (t.job && !isFinalState(t.job.state)) t.live = true;
@@ -196,7 +229,11 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const t: Turn = { key: newId(), user: content, events: [], lastOffset: 0, live: false };
     t.clientMessageId = t.key;
     turns.current.push(t);
-    socket.current?.send(content, { client_message_id: t.clientMessageId, multitask: policy });
+    socket.current?.send(content, {
+      client_message_id: t.clientMessageId,
+      multitask: policy,
+      ...(agent ? { agent } : {}),
+    });
     setDraft("");
     bump();
   };
@@ -263,6 +300,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
                       total {latency.total_latency_ms ?? "–"} ms
                     </span>
                   )}
+                  {final && t.job && <RunFacts job={t.job} />}
                   {t.job && t.job.state !== "completed" && (
                     <span class={`state state-${t.job.state}`}>{t.job.state}</span>
                   )}
@@ -279,6 +317,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
                   )}
                   {t.jobId && <a href={`#/jobs/${t.jobId}`}>Inspect</a>}
                 </footer>
+                {final && t.job && <OutputJson job={t.job} />}
                 {t.debugOpen && <DebugPanel job={t.job ?? null} events={t.events} />}
               </article>
             </li>
@@ -299,6 +338,22 @@ export function Chat({ conversationId }: { conversationId: string }) {
             if (e.key === "Enter" && !e.shiftKey && !e.isComposing) send(e);
           }}
         />
+        <label class="policy">
+          Agent{" "}
+          <select
+            data-testid="agent-picker"
+            value={agent}
+            onChange={(e) => setAgent((e.target as HTMLSelectElement).value)}
+          >
+            <option value="">none (default)</option>
+            {agent && !agents.some((a) => a.name === agent) && <option value={agent}>{agent}</option>}
+            {agents.map((a) => (
+              <option key={a.name} value={a.name}>
+                {a.name} (latest v{a.latest_version})
+              </option>
+            ))}
+          </select>
+        </label>
         <label class="policy">
           If busy{" "}
           <select value={policy} onChange={(e) => setPolicy((e.target as HTMLSelectElement).value as Policy)}>

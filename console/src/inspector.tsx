@@ -4,7 +4,7 @@
  */
 import { useEffect, useRef, useState } from "preact/hooks";
 import { isFinalState } from "../../src/contracts/job-state";
-import { AnswerBody } from "./answer";
+import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import { client, isTerminal, type JobView } from "./api";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent } from "./run";
@@ -81,6 +81,11 @@ export function Inspector({ jobId }: { jobId: string }) {
           {job && !isFinalState(job.state) && " · live"}
         </p>
       )}
+      {job && (job.agent || job.usage.model_calls > 0) && (
+        <p class="meta facts" data-testid="inspector-facts">
+          <RunFacts job={job} />
+        </p>
+      )}
       <div class="toolbar">
         <label for="replay">Replay to event</label>
         <input
@@ -113,6 +118,7 @@ export function Inspector({ jobId }: { jobId: string }) {
             )}
           </footer>
         )}
+        {job && upTo === null && <OutputJson job={job} />}
       </article>
       <DebugPanel job={job} events={shown} />
     </div>

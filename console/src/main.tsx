@@ -1,13 +1,14 @@
 /**
  * The console's shell: sign-in, navigation and the hash routes
- *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>.
+ *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>].
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
  * the history. The key is exchanged for a token (api.ts) like a pasted one.
  */
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { client, onSessionChange, signedIn, signIn, signOut } from "./api";
+import { AgentDetail, Agents, NewAgent } from "./agents";
+import { client, newConversationId, onSessionChange, signedIn, signIn, signOut } from "./api";
 import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
@@ -86,10 +87,6 @@ function SignIn({ fragmentKey }: { fragmentKey: string | null }) {
   );
 }
 
-function newConversationId(): string {
-  return `c-${crypto.randomUUID().slice(0, 8)}`;
-}
-
 function Conversations({ current }: { current: string | undefined }) {
   const [ids, setIds] = useState<string[]>([]);
   useEffect(() => {
@@ -134,8 +131,11 @@ function App() {
       <header class="top">
         <strong>Edge agent runtime</strong>
         <nav aria-label="Sections">
-          <a href="#/chat" aria-current={section !== "jobs" ? "page" : undefined}>
+          <a href="#/chat" aria-current={section !== "jobs" && section !== "agents" ? "page" : undefined}>
             Chat
+          </a>
+          <a href="#/agents" aria-current={section === "agents" ? "page" : undefined}>
+            Agents
           </a>
           <a href="#/jobs" aria-current={section === "jobs" ? "page" : undefined}>
             Jobs
@@ -145,7 +145,18 @@ function App() {
           Sign out
         </button>
       </header>
-      {section === "jobs" ? (
+      {section === "agents" ? (
+        <main id="main" tabIndex={-1}>
+          {/* `_new` cannot be an agent's name: names start with a letter or digit. */}
+          {id === "_new" ? (
+            <NewAgent />
+          ) : id ? (
+            <AgentDetail name={id} version={route[2] ? Number(route[2]) : null} />
+          ) : (
+            <Agents />
+          )}
+        </main>
+      ) : section === "jobs" ? (
         <main id="main" tabIndex={-1}>
           {id ? <Inspector jobId={id} /> : <Jobs />}
         </main>

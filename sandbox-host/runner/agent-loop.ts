@@ -9,13 +9,7 @@
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ToolName } from "../../src/contracts/job";
-import {
-  acceptPendingInputs,
-  type FinalOutcome,
-  markInputsApplied,
-  setTimingFact,
-  type TimingPoint,
-} from "../../src/db/ownership-repo";
+import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
 import { approvalSettings, requiresApproval, toolNames } from "../../src/domain/approval";
@@ -45,12 +39,8 @@ export async function runAgent(
   emit: Emit,
 ): Promise<FinalOutcome | WaitOutcome> {
   let text = "";
-  let firstOutput: Promise<void> | null = null;
-  // Not awaited at the chunk so the stream keeps flowing; awaited before the terminal write,
-  // which would otherwise make the fenced timing write miss (state no longer running).
-  const onFirstOutput = () => {
-    firstOutput ??= writeTimingFact(ctx, id, "first_output_at");
-  };
+  // No statement of its own: the fact rides on the next heartbeat or the terminal write.
+  const onFirstOutput = () => run.observe("first_output_at");
 
   try {
     const prepared = await prepare(ctx, run, id, emit);
@@ -124,7 +114,6 @@ export async function runAgent(
     ctx.log.error("run failed", { ...runFields(id), ...errorFields(err) });
     return failed("internal_error", err instanceof Error ? err.message : String(err), text);
   } finally {
-    await firstOutput;
     // Before the terminal write: an MCP call still in flight is cancelled at its server first.
     await run.mcp?.close();
   }
@@ -206,8 +195,9 @@ interface PreparedRun {
  * The run's context: its job row and pinned agent version (read once: a later version never
  * reaches a running job), the model it may use, the tools it allows (none without a sandbox),
  * the agent's instructions as the first (system) message, and input sent so far; then the
- * `prepared_at` fact and `run.prepared`. Without an agent the built-in default agent runs: the
- * job's tools, no instructions, MAX_TURNS turns, the provider's default sampling.
+ * `prepared_at` fact (written with the next heartbeat or the terminal write) and `run.prepared`.
+ * Without an agent the built-in default agent runs: the job's tools, no instructions, MAX_TURNS
+ * turns, the provider's default sampling.
  */
 async function prepare(
   ctx: RunContext,
@@ -280,7 +270,7 @@ async function prepare(
   // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
   // pending call's result, applied by decidedCallResult).
   if (!resume) await applyInputs(ctx, id, messages, emit);
-  await writeTimingFact(ctx, id, "prepared_at");
+  run.observe("prepared_at");
   if (!resume) emit("run.prepared", {});
   return {
     job,
@@ -322,14 +312,4 @@ async function applyInputs(
     inputs.map((i) => i.id),
   );
   return inputs.length;
-}
-
-/** A failed timing write logs a warning and never fails the run. */
-async function writeTimingFact(ctx: RunContext, id: ExecutionIdentity, point: TimingPoint): Promise<void> {
-  try {
-    const ok = await setTimingFact(ctx.db, id, point);
-    if (!ok) ctx.log.warn("timing fact not written", { ...runFields(id), point });
-  } catch (err) {
-    ctx.log.warn("timing fact write failed", { ...runFields(id), point, ...errorFields(err) });
-  }
 }

@@ -8,7 +8,7 @@ import type { JobErrorCode } from "../../src/contracts/errors";
 import type { EventPayload, EventType } from "../../src/contracts/events";
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
-import type { FinalOutcome } from "../../src/db/ownership-repo";
+import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } from "../../src/db/ownership-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { Logger } from "../log";
@@ -26,12 +26,14 @@ export interface RunContext {
   hostId: string;
   /** The started CAS; the runner passes its group-committing batcher (default: one statement). */
   markStarted?: (id: ExecutionIdentity) => Promise<boolean>;
+  /** The terminal write; the runner passes its group-committing batcher (default: one statement). */
+  finish?: (finish: Finish) => Promise<FinishResult>;
   model: ModelClient;
   outbox: Outbox;
   log: Logger;
   /** Deltas arriving within this window become one `model.delta` event. */
   coalesceMs: number;
-  /** Phase histograms, observed from the timing facts once the terminal write hit. */
+  /** Phase histograms, observed from the timing facts the terminal write returned. */
   metrics?: Pick<HostMetrics, "runPhase"> &
     Partial<
       Pick<
@@ -73,8 +75,26 @@ export class ActiveRun {
   owned = true;
   abortReason: AbortReason | null = null;
   readonly abort = new AbortController();
+  /** When this run prepared / first produced output (host instants), written by a later fenced write. */
+  readonly facts: PendingFacts = {};
+  /** The facts a fenced write (heartbeat or terminal) has put in the row. */
+  readonly factsLanded = new Set<TimingPoint>();
 
   constructor(readonly claim: Claim) {}
+
+  /** Observe a timing fact once; it rides on the next heartbeat or the terminal write. */
+  observe(point: TimingPoint): void {
+    this.facts[point] ??= performance.now();
+  }
+
+  /** The observed facts no fenced write has landed yet. */
+  pendingFacts(): PendingFacts {
+    const out: PendingFacts = {};
+    for (const [point, t] of Object.entries(this.facts) as Array<[TimingPoint, number]>) {
+      if (!this.factsLanded.has(point)) out[point] = t;
+    }
+    return out;
+  }
 
   /** A heartbeat found the row no longer ours: stop the model stream, emit nothing more. */
   loseOwnership(): void {

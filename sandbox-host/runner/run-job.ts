@@ -6,10 +6,9 @@
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
 import { randomUUID } from "node:crypto";
-import { cancelClaim, finishJobReporting, markStarted } from "../../src/db/ownership-repo";
-import { executionTimingFacts } from "../../src/db/run-repo";
+import { cancelClaim, type FinishResult, finishJobReporting, markStarted } from "../../src/db/ownership-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
-import { deriveLatency } from "../../src/domain/timing";
+import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { runAgent } from "./agent-loop";
@@ -58,7 +57,6 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
       log.warn("run lost ownership; stopped without a terminal event", fields);
       return "ownership_lost";
     }
-    run.phase = "finishing";
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
       try {
@@ -77,10 +75,14 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
       // A cancel was requested while the call was being made: end the run cancelled.
       outcome = { state: "cancelled", output: outcome.checkpoint.text || null };
     }
+    run.phase = "finishing";
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });
     let finished: boolean;
+    let written: FinishResult;
     try {
-      const written = await finishJobReporting(db, id, outcome);
+      // The terminal write also carries the timing facts no heartbeat has written yet.
+      const finish = { id, outcome, facts: run.pendingFacts() };
+      written = await (ctx.finish ?? ((f) => finishJobReporting(db, f.id, f.outcome, f.facts)))(finish);
       finished = written.written;
       if (finished && written.cancelLagSeconds !== null) {
         ctx.metrics?.cancelConvergence?.observe({ outcome: outcome.state }, written.cancelLagSeconds);
@@ -98,7 +100,7 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     if (outcome.state === "completed") emit("run.completed", { output: outcome.output });
     else if (outcome.state === "failed") emit("run.failed", { error: outcome.error });
     else emit("run.cancelled", { output: outcome.output ?? null });
-    await observePhases(ctx, id);
+    observePhases(ctx, id, written.facts);
     return outcome.state;
   } finally {
     run.phase = "done";
@@ -107,12 +109,11 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
   }
 }
 
-/** Phase histograms from the same five timestamps the API serializes. Never throws. */
-async function observePhases(ctx: RunContext, id: ExecutionIdentity): Promise<void> {
-  if (!ctx.metrics) return;
+/** Phase histograms from the same five timestamps the API serializes (the terminal write returned them). */
+function observePhases(ctx: RunContext, id: ExecutionIdentity, facts: TimingFacts | null): void {
+  if (!ctx.metrics || !facts) return;
   try {
-    const facts = await executionTimingFacts(ctx.db, id);
-    if (facts) observeRunPhases(ctx.metrics, deriveLatency(facts));
+    observeRunPhases(ctx.metrics, deriveLatency(facts));
   } catch (err) {
     ctx.log.warn("phase metrics not observed", { ...runFields(id), ...errorFields(err) });
   }

@@ -5,7 +5,7 @@
  * missing from its answer has lost ownership and is aborted without emitting anything further.
  */
 import type { Db } from "../../src/db/client";
-import { cancelRequested, heartbeat } from "../../src/db/ownership-repo";
+import { cancelRequested, heartbeat, type TimingPoint } from "../../src/db/ownership-repo";
 import { settlesWithin } from "../../src/domain/async";
 import type { Claim } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
@@ -20,6 +20,7 @@ import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import { FinishBatcher } from "./finish-batcher";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 import { ActiveRun, type RunContext } from "./run-context";
@@ -83,10 +84,12 @@ export class Runner {
 
   constructor(private readonly opts: RunnerOptions) {
     const starts = new StartBatcher(opts.db, opts.hostId);
+    const finishes = new FinishBatcher(opts.db, opts.hostId);
     this.ctx = {
       db: opts.db,
       hostId: opts.hostId,
       markStarted: (id) => starts.start(id),
+      finish: (f) => finishes.finish(f),
       model: opts.model,
       outbox: opts.outbox,
       log: opts.log,
@@ -302,17 +305,19 @@ export class Runner {
     const running = [...this.runs.values()].map((e) => e.run).filter((r) => r.phase === "running" && r.identity);
     if (running.length === 0) return;
     let ours: Set<string>;
+    // Each run's timing facts not yet in the row ride along (no statement of their own).
+    const sent = running.map((r) => ({ ...r.identity!, facts: r.pendingFacts() }));
     try {
-      ours = await heartbeat(
-        this.opts.db,
-        this.opts.hostId,
-        running.map((r) => r.identity!),
-      );
+      ours = await heartbeat(this.opts.db, this.opts.hostId, sent);
     } catch (err) {
       // Unknown is not lost: keep running; if Postgres stays away the reaper decides.
       this.opts.log.warn("heartbeat failed", { runs: running.length, ...errorFields(err) });
       return;
     }
+    running.forEach((run, i) => {
+      if (!ours.has(run.identity!.executionId)) return;
+      for (const point of Object.keys(sent[i]?.facts ?? {})) run.factsLanded.add(point as TimingPoint);
+    });
     for (const run of running) {
       // A run that moved on to its terminal write meanwhile is no longer `running` in the row;
       // its fenced finishJob is the judge of ownership from there.

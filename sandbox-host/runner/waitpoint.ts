@@ -84,10 +84,13 @@ export async function suspendRun(
   wait: WaitOutcome,
   emit: Emit,
 ): Promise<SuspendResult> {
+  // Still `running` (heartbeats go on) while the sandbox is removed, which can take seconds.
   if (run.sandboxUsed && ctx.sandbox) {
     await destroySandbox(ctx, id);
     run.sandboxUsed = false;
   }
+  // From here the row stops being `running`: a heartbeat must not read that as a lost run.
+  run.phase = "finishing";
   const call = wait.checkpoint.pending;
   const question = wait.kind === "input" ? questionOf(call) : null;
   const result = await suspendJob(ctx.db, id, {
@@ -99,6 +102,7 @@ export async function suspendRun(
     deadlineS: wait.approval.deadline_s,
     onDeadline: wait.approval.on_deadline,
     checkpoint: wait.checkpoint as unknown as Record<string, unknown>,
+    facts: run.pendingFacts(),
   });
   if (!result.suspended) {
     if (result.cancelRequested) return "cancel_requested";

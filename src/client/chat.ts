@@ -33,6 +33,8 @@ export type ChatStatus = "connecting" | "open" | "reconnecting" | "closed";
 export interface ChatOptions {
   /** The connection's default busy-conversation policy (default `queue`). */
   multitask?: MultitaskPolicy;
+  /** The agent (`name` or `name@N`) the connection's messages run when a message names none (`?agent=`). */
+  agent?: string;
   /** Closes the connection for good. */
   signal?: AbortSignal;
   /** Give up after this many consecutive connections that never opened (default 20). */
@@ -103,13 +105,17 @@ export class ChatConnection {
    * Send a user message; returns its client_message_id (generated unless given). Sent now if the
    * socket is open, else on the next one; resent after a reconnect until the server answers it.
    */
-  send(content: string, opts: { client_message_id?: string; multitask?: MultitaskPolicy } = {}): string {
+  send(
+    content: string,
+    opts: { client_message_id?: string; multitask?: MultitaskPolicy; agent?: string } = {},
+  ): string {
     const id = opts.client_message_id ?? `m-${Date.now().toString(36)}-${(this.messageCounter++).toString(36)}`;
     const frame: ClientFrame = {
       type: "message",
       content,
       client_message_id: id,
       ...(opts.multitask ? { multitask: opts.multitask } : {}),
+      ...(opts.agent ? { agent: opts.agent } : {}),
     };
     this.unanswered.set(id, frame);
     this.transmit(frame);

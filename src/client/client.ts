@@ -10,7 +10,10 @@
  *   for await (const { event } of api.events(job.id)) console.log(event.type);
  */
 
+import type { z } from "zod";
 import { ACCESS_TOKEN_PARAM, looksLikeAccessToken } from "../contracts/access";
+import type { AgentDefinitionInput, AgentView, CreateAgentBody } from "../contracts/agent";
+import type { AgentPageSchema, AgentVersionPageSchema, ModelViewSchema, UsageAnswerSchema } from "../contracts/catalog";
 import type { ConversationMessage, MultitaskPolicy } from "../contracts/chat";
 import type { CancelOutcome, CreateJobBody, InputStatus, JobState, JobView, LatencyView } from "../contracts/job";
 import type { CreateTokenBody, TokenAnswer } from "../contracts/tokens";
@@ -63,7 +66,21 @@ export interface InputView extends InputResult {
   applied_at: string | null;
 }
 
-export type { LatencyView, StreamedEvent };
+export interface PageQuery {
+  limit?: number;
+  cursor?: string;
+}
+
+/** GET /v1/agents: live agents at their latest versions, by name. */
+export type AgentPage = z.infer<typeof AgentPageSchema>;
+/** GET /v1/agents/{name}/versions: newest first. */
+export type AgentVersionPage = z.infer<typeof AgentVersionPageSchema>;
+export type ModelView = z.infer<typeof ModelViewSchema>;
+export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;
+/** POST /v1/agents as a client writes it: the name plus the definition, defaults not yet applied. */
+export type CreateAgentInput = { name: CreateAgentBody["name"] } & AgentDefinitionInput;
+
+export type { AgentDefinitionInput, AgentView, LatencyView, StreamedEvent };
 
 export class EarClient {
   private readonly transport: Transport;
@@ -166,10 +183,62 @@ export class EarClient {
           ? credential
           : (await this.createToken({ scope: "write", conversation_id: conversationId })).token;
       const params = new URLSearchParams({ multitask: opts.multitask ?? "queue", [ACCESS_TOKEN_PARAM]: token });
+      if (opts.agent !== undefined) params.set("agent", opts.agent);
       const base = this.transport.baseUrl.replace(/^http/, "ws");
       return `${base}/v1/conversations/${enc(conversationId)}/ws?${params}`;
     };
     return new ChatConnection(url, WebSocketImpl, opts);
+  }
+
+  /** POST /v1/agents: version 1 of a new agent. */
+  async createAgent(body: CreateAgentInput, opts: CallOptions = {}): Promise<AgentView> {
+    return (await this.transport.json<{ agent: AgentView }>("POST", "/v1/agents", { body, signal: opts.signal })).body
+      .agent;
+  }
+
+  /** GET /v1/agents: one page of live agents by name; pass `next_cursor` back as `cursor`. */
+  async listAgents(query: PageQuery = {}, opts: CallOptions = {}): Promise<AgentPage> {
+    return (await this.transport.json<AgentPage>("GET", `/v1/agents${pageQuery(query)}`, opts)).body;
+  }
+
+  /** GET /v1/agents/{name}: the latest version (archived agents too, with `archived_at`). */
+  async getAgent(name: string, opts: CallOptions = {}): Promise<AgentView> {
+    return (await this.transport.json<{ agent: AgentView }>("GET", `/v1/agents/${enc(name)}`, opts)).body.agent;
+  }
+
+  /** GET /v1/agents/{name}/versions: one page, newest first. */
+  async listAgentVersions(name: string, query: PageQuery = {}, opts: CallOptions = {}): Promise<AgentVersionPage> {
+    const path = `/v1/agents/${enc(name)}/versions${pageQuery(query)}`;
+    return (await this.transport.json<AgentVersionPage>("GET", path, opts)).body;
+  }
+
+  /** GET /v1/agents/{name}/versions/{version}. */
+  async getAgentVersion(name: string, version: number, opts: CallOptions = {}): Promise<AgentView> {
+    const path = `/v1/agents/${enc(name)}/versions/${enc(String(version))}`;
+    return (await this.transport.json<{ agent: AgentView }>("GET", path, opts)).body.agent;
+  }
+
+  /** POST /v1/agents/{name}/versions: the whole next definition (a version is never patched). */
+  async createAgentVersion(name: string, body: AgentDefinitionInput, opts: CallOptions = {}): Promise<AgentView> {
+    const path = `/v1/agents/${enc(name)}/versions`;
+    return (await this.transport.json<{ agent: AgentView }>("POST", path, { body, signal: opts.signal })).body.agent;
+  }
+
+  /** POST /v1/agents/{name}/archive: the latest version with `archived_at` set (repeating it is harmless). */
+  async archiveAgent(name: string, opts: CallOptions = {}): Promise<AgentView> {
+    const path = `/v1/agents/${enc(name)}/archive`;
+    return (await this.transport.json<{ agent: AgentView }>("POST", path, opts)).body.agent;
+  }
+
+  /** GET /v1/models: the models this tenant may name. */
+  async listModels(opts: CallOptions = {}): Promise<ModelView[]> {
+    return (await this.transport.json<{ models: ModelView[] }>("GET", "/v1/models", opts)).body.models;
+  }
+
+  /** GET /v1/usage: tokens and model calls per UTC day and model, `from` through `to` (YYYY-MM-DD, both included). */
+  async usage(query: { from: string; to: string }, opts: CallOptions = {}): Promise<UsageAnswer> {
+    const qs = new URLSearchParams({ from: query.from, to: query.to });
+    return (await this.transport.json<UsageAnswer>("GET", `/v1/usage?${qs}`, opts)).body;
   }
 
   /** POST /v1/tokens (needs an API key as the credential: a token cannot mint tokens). */
@@ -181,3 +250,10 @@ export class EarClient {
 export type { MultitaskPolicy };
 
 const enc = encodeURIComponent;
+
+function pageQuery(query: PageQuery): string {
+  const params = new URLSearchParams();
+  if (query.limit !== undefined) params.set("limit", String(query.limit));
+  if (query.cursor !== undefined) params.set("cursor", query.cursor);
+  return params.size > 0 ? `?${params}` : "";
+}

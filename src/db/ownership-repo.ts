@@ -9,8 +9,20 @@ import { sql } from "drizzle-orm";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
 import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
+import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
 import { resultCount, resultRows } from "./client";
+
+/**
+ * The statements of every run's lifecycle (the claims, the started CAS, the heartbeat, the
+ * terminal write) open with their name as a comment. Their text never varies, so a host on a
+ * direct connection sends them as named prepared statements, planned once per connection
+ * (sandbox-host/prepared-statements.ts): planning was ~40 % of Postgres' time on them
+ * (docs/claims.md). Any other driver just sees a comment.
+ */
+export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z_]+) \*\//;
+const named = (name: "ear_claim_ready" | "ear_claim_poll" | "ear_start" | "ear_heartbeat" | "ear_finish") =>
+  sql.raw(`/* ${name} */ `);
 
 /**
  * The claimable condition: queued, no owner, never claimed into an execution. Every claim
@@ -58,7 +70,7 @@ export async function claimJobs(
 ): Promise<Map<string, number>> {
   if (candidates.length === 0) return new Map();
   const rows = resultRows<{ id: string; epoch: number }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_claim_ready")}
       UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = jobs.epoch + 1, token = mine.token
       FROM unnest(
         string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
@@ -79,7 +91,7 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
   if (tokens.length === 0) return [];
   // One token per claimed row: number the candidates and pair each with tokens[n].
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_claim_poll")}
       WITH candidates AS (
         SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
           SELECT id, created_at FROM jobs
@@ -118,7 +130,7 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
   if (ids.some((id) => id.host !== host)) throw new Error("markStartedMany: every identity must be this host's");
   const col = (f: (r: ExecutionIdentity) => string | number) => ids.map(f).join(",");
   const rows = resultRows<{ id: string }>(
-    await db.execute(sql`
+    await db.execute(sql`${named("ear_start")}
       WITH mine AS (
         SELECT * FROM unnest(
           string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
@@ -148,36 +160,65 @@ const fence = (id: ExecutionIdentity) => sql`
   AND execution_id = ${id.executionId} AND state = 'running'`;
 
 /**
+ * Timing facts a run has observed but not yet written, as `performance.now()` instants on the
+ * host. They ride on the next fenced write of the row that happens anyway (the heartbeat, or the
+ * terminal write for a run shorter than a heartbeat) instead of costing a statement each: a
+ * separate `UPDATE … SET prepared_at` and `… first_output_at` per run were two of the five
+ * statements of a run's whole lifecycle (docs/claims.md). Postgres' clock stays the only clock in
+ * the row: a fact is written as `now() - (time since the instant)`, measured when the statement
+ * is built, so its error is the time the statement takes to reach Postgres (sub-millisecond on
+ * a LAN), never host clock skew. It is clamped to no earlier than the start (and, for the first
+ * output, the preparation), and a fact already in the row is never overwritten.
+ */
+export type PendingFacts = Partial<Record<TimingPoint, number>>;
+
+/** Milliseconds since each pending instant, or null; what a statement sends for the facts. */
+export function factAges(facts: PendingFacts | undefined, now: number): { p: number | null; f: number | null } {
+  const age = (t: number | undefined) => (t === undefined ? null : Math.max(0, now - t));
+  return { p: age(facts?.prepared_at), f: age(facts?.first_output_at) };
+}
+
+/** The SET clauses writing the pending facts carried by `m.p_ago` / `m.f_ago` (ms, or NULL). */
+export const FACTS_SET = sql.raw(`
+  prepared_at = COALESCE(jobs.prepared_at, CASE WHEN m.p_ago IS NOT NULL
+    THEN GREATEST(jobs.execution_started_at, now() - m.p_ago * interval '1 millisecond') END),
+  first_output_at = COALESCE(jobs.first_output_at, CASE WHEN m.f_ago IS NOT NULL
+    THEN GREATEST(jobs.execution_started_at, COALESCE(jobs.prepared_at, now() - m.p_ago * interval '1 millisecond'),
+      now() - m.f_ago * interval '1 millisecond') END)`);
+
+/** A run a host holds, with the timing facts it may carry. */
+export type HeldRun = ExecutionIdentity & { facts?: PendingFacts };
+
+/**
  * One statement for every run a host holds; returns the execution ids that are still ours. Each
  * run's full identity (execution id, epoch, token, job, host) is checked, like every owner write.
+ * A run's pending timing facts (`facts`) are written in the same statement, under the same fence.
  */
-export async function heartbeat(db: Db, host: string, runs: ExecutionIdentity[]): Promise<Set<string>> {
+export async function heartbeat(db: Db, host: string, runs: HeldRun[]): Promise<Set<string>> {
   if (runs.length === 0) return new Set();
-  const col = (f: (r: ExecutionIdentity) => string | number) => runs.map(f).join(",");
+  const now = performance.now();
   const rows = resultRows<{ execution_id: string }>(
-    await db.execute(sql`
-      UPDATE jobs SET heartbeat_at = now()
-      FROM unnest(
-        string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
-        string_to_array(${col((r) => r.executionId)}, ',')::uuid[],
-        string_to_array(${col((r) => r.epoch)}, ',')::int[],
-        string_to_array(${col((r) => r.token)}, ',')::uuid[]
-      ) AS mine(job_id, execution_id, epoch, token)
-      WHERE jobs.id = mine.job_id AND jobs.execution_id = mine.execution_id AND jobs.epoch = mine.epoch
-        AND jobs.token = mine.token AND jobs.owner = ${host} AND jobs.state = 'running'
+    await db.execute(sql`${named("ear_heartbeat")}
+      UPDATE jobs SET heartbeat_at = now(), ${FACTS_SET}
+      FROM jsonb_to_recordset(${JSON.stringify(
+        runs.map((r) => ({
+          job_id: r.jobId,
+          execution_id: r.executionId,
+          epoch: r.epoch,
+          token: r.token,
+          ...agesJson(factAges(r.facts, now)),
+        })),
+      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, p_ago float8, f_ago float8)
+      WHERE jobs.id = m.job_id AND jobs.execution_id = m.execution_id AND jobs.epoch = m.epoch
+        AND jobs.token = m.token AND jobs.owner = ${host} AND jobs.state = 'running'
       RETURNING jobs.execution_id`),
   );
   return new Set(rows.map((r) => r.execution_id));
 }
 
-export type TimingPoint = "prepared_at" | "first_output_at";
+const agesJson = (a: { p: number | null; f: number | null }) => ({ p_ago: a.p, f_ago: a.f });
 
-/** Write one timing fact once, only as the current owner. */
-export async function setTimingFact(db: Db, id: ExecutionIdentity, point: TimingPoint): Promise<boolean> {
-  const column = sql.identifier(point);
-  const result = await db.execute(sql`UPDATE jobs SET ${column} = now() WHERE ${fence(id)} AND ${column} IS NULL`);
-  return resultCount(result) === 1;
-}
+export type TimingPoint = "prepared_at" | "first_output_at";
 
 export type FinalOutcome =
   /** `outputJson`: the answer parsed as JSON, when the agent's response_format validated it. */
@@ -190,36 +231,104 @@ export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOut
   return (await finishJobReporting(db, id, outcome)).written;
 }
 
+/** What one terminal write learned. */
+export interface FinishResult {
+  written: boolean;
+  /** Seconds from a durable cancel request to the terminal write (null: none was requested). */
+  cancelLagSeconds: number | null;
+  /** The row's five timestamps after the write (null when it missed): the phase histograms' input. */
+  facts: TimingFacts | null;
+}
+
 /**
  * The terminal write, also reporting how long after a durable cancel request it landed
- * (`cancelLagSeconds`, null when no cancel was requested): the host's cancel-convergence metric.
+ * (`cancelLagSeconds`: the host's cancel-convergence metric) and the timing facts.
  */
 export async function finishJobReporting(
   db: Db,
   id: ExecutionIdentity,
   outcome: FinalOutcome,
-): Promise<{ written: boolean; cancelLagSeconds: number | null }> {
-  const output = "output" in outcome ? (outcome.output ?? null) : null;
-  const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
-  const outputJson =
-    outcome.state === "completed" && outcome.outputJson !== undefined ? JSON.stringify(outcome.outputJson) : null;
-  const rows = resultRows<{ id: string; cancel_lag: string | number | null }>(
-    await db.execute(sql`
+  facts?: PendingFacts,
+): Promise<FinishResult> {
+  const [r] = await finishJobsMany(db, id.host, [{ id, outcome, facts }]);
+  return r as FinishResult;
+}
+
+/** A raw statement's timestamp (drivers differ: a Date, or Postgres' text form) as a Date. */
+const asDate = (v: Date | string | null) => (v === null || v instanceof Date ? v : new Date(v));
+
+/** One run's terminal write in a batch. */
+export interface Finish {
+  id: ExecutionIdentity;
+  outcome: FinalOutcome;
+  facts?: PendingFacts;
+}
+
+/**
+ * The terminal writes of several runs of one host in one statement (the host group-commits runs
+ * that end at the same moment, like the started CAS). Every row is checked against its own full
+ * execution identity exactly like the single write: a stale one in the batch simply misses while
+ * the others land. Each hit also closes its `executions` row and writes the run's pending timing
+ * facts. Returns one result per input, in order.
+ */
+export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Promise<FinishResult[]> {
+  if (batch.length === 0) return [];
+  if (batch.some((b) => b.id.host !== host)) throw new Error("finishJobsMany: every identity must be this host's");
+  const now = performance.now();
+  const rows = resultRows<{
+    id: string;
+    cancel_lag: string | number | null;
+    created_at: Date | string;
+    started_at: Date | string | null;
+    prepared_at: Date | string | null;
+    first_output_at: Date | string | null;
+    finished_at: Date | string | null;
+  }>(
+    await db.execute(sql`${named("ear_finish")}
     WITH done AS (
-      UPDATE jobs SET state = ${outcome.state}, output = ${output}, error = ${error}::jsonb,
-        output_json = ${outputJson}::jsonb, finished_at = now(), checkpoint = NULL
-      WHERE ${fence(id)}
-      RETURNING execution_id, extract(epoch FROM finished_at - cancel_requested_at) AS cancel_lag
+      UPDATE jobs SET state = m.state, output = m.output, error = m.error, output_json = m.output_json,
+        finished_at = now(), checkpoint = NULL, ${FACTS_SET}
+      FROM jsonb_to_recordset(${JSON.stringify(
+        batch.map(({ id, outcome, facts }) => ({
+          job_id: id.jobId,
+          execution_id: id.executionId,
+          epoch: id.epoch,
+          token: id.token,
+          state: outcome.state,
+          output: "output" in outcome ? (outcome.output ?? null) : null,
+          error: outcome.state === "failed" ? outcome.error : null,
+          output_json: outcome.state === "completed" && outcome.outputJson !== undefined ? outcome.outputJson : null,
+          ...agesJson(factAges(facts, now)),
+        })),
+      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, state text, output text, error jsonb,
+                      output_json jsonb, p_ago float8, f_ago float8)
+      WHERE jobs.id = m.job_id AND jobs.owner = ${host} AND jobs.epoch = m.epoch AND jobs.token = m.token
+        AND jobs.execution_id = m.execution_id AND jobs.state = 'running'
+      RETURNING jobs.execution_id, jobs.state, extract(epoch FROM jobs.finished_at - jobs.cancel_requested_at) AS cancel_lag,
+        jobs.created_at, jobs.started_at, jobs.prepared_at, jobs.first_output_at, jobs.finished_at
     )
-    UPDATE executions SET finished_at = now(), outcome = ${outcome.state}
+    UPDATE executions SET finished_at = now(), outcome = done.state
     FROM done WHERE executions.id = done.execution_id
-    RETURNING executions.id, done.cancel_lag`),
+    RETURNING executions.id, done.cancel_lag, done.created_at, done.started_at, done.prepared_at,
+      done.first_output_at, done.finished_at`),
   );
-  const lag = rows[0]?.cancel_lag;
-  return {
-    written: rows.length === 1,
-    cancelLagSeconds: lag === null || lag === undefined ? null : Math.max(0, Number(lag)),
-  };
+  const byExecution = new Map(rows.map((r) => [r.id, r]));
+  return batch.map(({ id }) => {
+    const r = byExecution.get(id.executionId);
+    if (!r) return { written: false, cancelLagSeconds: null, facts: null };
+    const lag = r.cancel_lag;
+    return {
+      written: true,
+      cancelLagSeconds: lag === null || lag === undefined ? null : Math.max(0, Number(lag)),
+      facts: {
+        created_at: asDate(r.created_at),
+        started_at: asDate(r.started_at),
+        prepared_at: asDate(r.prepared_at),
+        first_output_at: asDate(r.first_output_at),
+        finished_at: asDate(r.finished_at),
+      },
+    };
+  });
 }
 
 /**

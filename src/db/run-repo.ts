@@ -1,12 +1,12 @@
 /**
- * The reads a running execution makes of its own job row (the writes are fenced and live in
- * ownership-repo.ts): what to run, and the timing facts its phase histograms are derived from.
+ * The read a running execution makes of its own job row (the writes are fenced and live in
+ * ownership-repo.ts): what to run. Its phase histograms' timing facts come back from the
+ * terminal write itself.
  */
 import { and, eq, sql } from "drizzle-orm";
 import type { AgentDefinition } from "../contracts/agent";
 import type { ChatMessage, ToolName } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
-import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
 import { agentVersions, jobs } from "./schema";
 
@@ -106,20 +106,4 @@ export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: Cal
       model_calls = jobs.model_calls + 1,
       usage_estimated = jobs.usage_estimated OR used.estimated
     FROM used WHERE jobs.id = used.job_id`);
-}
-
-/** The five timestamps the API serializes, for this execution's row (one PK read); null if it moved on. */
-export async function executionTimingFacts(db: Db, id: ExecutionIdentity): Promise<TimingFacts | null> {
-  const rows = await db
-    .select({
-      created_at: jobs.createdAt,
-      started_at: jobs.startedAt,
-      prepared_at: jobs.preparedAt,
-      first_output_at: jobs.firstOutputAt,
-      finished_at: jobs.finishedAt,
-    })
-    .from(jobs)
-    .where(and(eq(jobs.id, id.jobId), eq(jobs.executionId, id.executionId)))
-    .limit(1);
-  return rows[0] ?? null;
 }

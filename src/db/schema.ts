@@ -117,7 +117,11 @@ export const jobs = pgTable(
       .on(t.tenantId, t.idempotencyKey)
       .where(sql`${t.idempotencyKey} is not null`),
     index("jobs_tenant_created_idx").on(t.tenantId, t.createdAt.desc(), t.id.desc()),
-    index("jobs_conversation_idx").on(t.tenantId, t.conversationId, t.createdAt),
+    // Conversation reads always name one; jobs outside a conversation stay out of it (each of
+    // their non-HOT lifecycle writes would otherwise add an entry).
+    index("jobs_conversation_idx")
+      .on(t.tenantId, t.conversationId, t.createdAt)
+      .where(sql`${t.conversationId} is not null`),
     // Candidate selection when the ready index is unavailable, and index rebuilds.
     index("jobs_ready_idx").on(t.createdAt).where(sql`${t.state} = 'queued' and ${t.owner} is null`),
     // Heartbeats and reaping of running jobs by owner.

@@ -11,7 +11,7 @@ import type { WaitDecision, WaitKind } from "../contracts/wait";
 import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
 import { type Db, resultRows } from "./client";
-import { jobErrorSql } from "./ownership-repo";
+import { FACTS_SET, factAges, jobErrorSql, type PendingFacts } from "./ownership-repo";
 
 /** ISO 8601 UTC with milliseconds, the API's timestamp form. */
 const iso = (expr: ReturnType<typeof sql>) =>
@@ -27,6 +27,12 @@ export interface Suspension {
   onDeadline: "deny" | "fail";
   /** The host's checkpoint (sandbox-host/runner/checkpoint.ts), stored as given. */
   checkpoint: Record<string, unknown>;
+  /**
+   * Timing facts the run observed that no fenced write carried yet: a suspension is this
+   * execution's last write, so it lands them (a run suspending before its first heartbeat would
+   * otherwise leave prepared_at and first_output_at to the resumed execution, too late).
+   */
+  facts?: PendingFacts;
 }
 
 export type SuspendResult =
@@ -42,6 +48,7 @@ export type SuspendResult =
  */
 export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): Promise<SuspendResult> {
   const deadline = sql`now() + make_interval(secs => ${s.deadlineS})`;
+  const ages = factAges(s.facts, performance.now());
   const rows = resultRows<{ kind: "suspended" | "cancel"; deadline_at: string | null }>(
     await db.execute(sql`
       WITH target AS (
@@ -50,14 +57,15 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): 
           AND execution_id = ${id.executionId} AND state = 'running'
       ), waited AS (
         UPDATE jobs SET state = 'waiting', owner = NULL, claimed_at = NULL, token = NULL, execution_id = NULL,
-          execution_started_at = NULL, heartbeat_at = NULL, deadline_at = NULL,
+          execution_started_at = NULL, heartbeat_at = NULL, deadline_at = NULL, ${FACTS_SET},
           wait_deadline_at = ${deadline},
           checkpoint = ${JSON.stringify(s.checkpoint)}::jsonb,
           waiting_for = jsonb_build_object('kind', ${s.kind}::text, 'call_id', ${s.callId}::text,
             'tool', ${s.tool}::text, 'arguments', ${JSON.stringify(s.arguments ?? null)}::jsonb,
             'question', ${s.question}::text, 'since', ${iso(sql`now()`)}, 'deadline_at', ${iso(deadline)},
             'on_deadline', ${s.onDeadline}::text)
-        FROM target WHERE jobs.id = target.id AND target.cancel_requested_at IS NULL
+        FROM target, (SELECT ${ages.p}::float8 AS p_ago, ${ages.f}::float8 AS f_ago) AS m
+        WHERE jobs.id = target.id AND target.cancel_requested_at IS NULL
         RETURNING jobs.id, jobs.wait_deadline_at
       ), ended AS (
         UPDATE executions SET finished_at = now(), outcome = 'suspended'

@@ -7,13 +7,13 @@
  * CONSOLE_SCREENSHOTS=<dir> also saves PNGs of the chat, the debug panel, the inspector, the jobs
  * list and a narrow screen there (for reviewing the UI; nothing is compared against them).
  */
-import { mkdir, readFile } from "node:fs/promises";
-import { createRequire } from "node:module";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient, userMessage } from "../helpers/api";
+import { expectAccessible } from "../helpers/axe";
 import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
 import { startCutProxy } from "../helpers/cut-proxy";
 import { requireDocker } from "../helpers/docker";
@@ -405,35 +405,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
   });
 
   it("has no serious or critical accessibility violations (axe-core) and no sideways scrolling, wide and narrow", async () => {
-    const axeSource = await readFile(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-    const scan = async (page: Page, where: string) => {
-      await page.evaluate(axeSource);
-      const violations = await page.evaluate(async () => {
-        const axe = (
-          globalThis as unknown as {
-            axe: {
-              run(ctx: Document): Promise<{
-                violations: Array<{ id: string; impact: string | null; nodes: Array<{ target: unknown }> }>;
-              }>;
-            };
-          }
-        ).axe;
-        const r = await axe.run(document);
-        return r.violations.map((v) => ({
-          id: v.id,
-          impact: v.impact,
-          targets: v.nodes.map((n) => JSON.stringify(n.target)),
-        }));
-      });
-      const bad = violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-      expect(bad, `${where}: ${JSON.stringify(bad, null, 2)}`).toEqual([]);
-      // Usable on a narrow screen: nothing makes the page itself scroll sideways.
-      const { scrollWidth, clientWidth } = await page.evaluate(() => ({
-        scrollWidth: document.documentElement.scrollWidth,
-        clientWidth: document.documentElement.clientWidth,
-      }));
-      expect(scrollWidth, `${where}: page wider than the window`).toBeLessThanOrEqual(clientWidth);
-    };
+    const scan = expectAccessible;
     for (const width of [1100, 380]) {
       const signIn = await chrome.browser.contexts()[0]!.newPage();
       await signIn.setViewportSize({ width, height: 800 });

@@ -14,10 +14,10 @@ import {
   claimJobs,
   type ExecutionIdentity,
   finishJob,
+  finishJobsMany,
   heartbeat,
   markStarted,
   markStartedMany,
-  setTimingFact,
 } from "../../src/db/ownership-repo";
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
 import { executions, jobs, tenants } from "../../src/db/schema";
@@ -101,14 +101,18 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     const reaped = await reapRuns(t.db, 1);
     expect(reaped).toContainEqual({ id: job, state: "lost", executionId: id.executionId });
     const before = await row(job);
-    expect(await heartbeat(t.db, "A", [id])).toEqual(new Set());
-    expect(await setTimingFact(t.db, id, "prepared_at")).toBe(false);
-    expect(await setTimingFact(t.db, id, "first_output_at")).toBe(false);
+    // Timing facts ride on the heartbeat and the terminal write: a late one carries them nowhere.
+    const facts = { prepared_at: performance.now(), first_output_at: performance.now() };
+    expect(await heartbeat(t.db, "A", [{ ...id, facts }])).toEqual(new Set());
+    expect(
+      await finishJobsMany(t.db, "A", [{ id, outcome: { state: "completed", output: "too late" }, facts }]),
+    ).toEqual([{ written: false, cancelLagSeconds: null, facts: null }]);
     expect(await finishJob(t.db, id, { state: "completed", output: "too late" })).toBe(false);
     const after = await row(job);
     expect(after.state).toBe("lost");
     expect(after.output).toBeNull();
     expect(after.preparedAt).toBeNull();
+    expect(after.firstOutputAt).toBeNull();
     expect(after.heartbeatAt).toEqual(before.heartbeatAt);
     expect(after.finishedAt).toEqual(before.finishedAt);
   });
@@ -122,13 +126,20 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
       { ...id, token: randomUUID() },
       { ...id, host: "B" },
     ];
+    const facts = { prepared_at: performance.now() };
     for (const f of forgeries) {
-      expect(await setTimingFact(t.db, f, "prepared_at")).toBe(false);
+      expect((await heartbeat(t.db, f.host, [{ ...f, facts }])).size).toBe(0);
+      expect((await row(job)).preparedAt).toBeNull();
       expect(await finishJob(t.db, f, { state: "failed", error: { code: "aborted", message: "forged" } })).toBe(false);
       expect((await heartbeat(t.db, f.host, [f])).size).toBe(0);
     }
-    expect(await setTimingFact(t.db, id, "prepared_at")).toBe(true);
-    expect(await setTimingFact(t.db, id, "prepared_at")).toBe(false); // written once
+    expect(await heartbeat(t.db, "A", [{ ...id, facts }])).toEqual(new Set([id.executionId]));
+    const prepared = (await row(job)).preparedAt;
+    expect(prepared).toBeInstanceOf(Date);
+    await sleep(5);
+    // Written once: a later heartbeat carrying another instant leaves the fact as it was.
+    await heartbeat(t.db, "A", [{ ...id, facts: { prepared_at: performance.now() } }]);
+    expect((await row(job)).preparedAt).toEqual(prepared);
     expect(await finishJob(t.db, id, { state: "completed", output: "ok" })).toBe(true);
     expect(await finishJob(t.db, id, { state: "completed", output: "again" })).toBe(false);
     const r = await row(job);
@@ -173,6 +184,59 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     expect(
       (await markStartedMany(t.db, "A", [{ ...(ids[0] as ExecutionIdentity), executionId: randomUUID() }])).size,
     ).toBe(0);
+  });
+
+  it("batched terminal writes check every row's own identity: a stale execution misses alone, the others land with their own outcome", async () => {
+    const jobsIn = await Promise.all([newJob(), newJob(), newJob(), newJob()]);
+    const [a, b, c, d] = await Promise.all(jobsIn.map((j) => claimAndStart(j, "A")));
+    // c was declared lost meanwhile (its host looked dead); d is finished by a stale epoch.
+    await t.db
+      .update(jobs)
+      .set({ state: "lost", finishedAt: new Date() })
+      .where(eq(jobs.id, (c as ExecutionIdentity).jobId));
+    const t0 = performance.now();
+    const results = await finishJobsMany(t.db, "A", [
+      {
+        id: a as ExecutionIdentity,
+        outcome: { state: "completed", output: "a, with a comma" },
+        facts: { prepared_at: t0 },
+      },
+      {
+        id: b as ExecutionIdentity,
+        outcome: { state: "failed", error: { code: "aborted", message: "b's own error" }, output: "partial b" },
+      },
+      { id: c as ExecutionIdentity, outcome: { state: "completed", output: "c too late" } },
+      { id: { ...(d as ExecutionIdentity), epoch: 7 }, outcome: { state: "cancelled", output: null } },
+    ]);
+    expect(results.map((r) => r.written)).toEqual([true, true, false, false]);
+    expect(results[0]?.facts?.prepared_at).toBeInstanceOf(Date);
+    expect(results[0]?.facts?.finished_at).toBeInstanceOf(Date);
+    const [ra, rb, rc, rd] = await Promise.all(jobsIn.map((j) => row(j)));
+    expect([ra?.state, ra?.output, ra?.error]).toEqual(["completed", "a, with a comma", null]);
+    expect([rb?.state, rb?.output, rb?.error]).toEqual([
+      "failed",
+      "partial b",
+      { code: "aborted", message: "b's own error" },
+    ]);
+    expect([rc?.state, rc?.output]).toEqual(["lost", null]);
+    expect([rd?.state, rd?.output, rd?.finishedAt]).toEqual(["running", null, null]);
+    // The fact sent with a is on Postgres' clock, between its start and its terminal write.
+    expect(ra?.preparedAt?.getTime()).toBeGreaterThanOrEqual(ra?.executionStartedAt?.getTime() as number);
+    expect(ra?.preparedAt?.getTime()).toBeLessThanOrEqual(ra?.finishedAt?.getTime() as number);
+    expect(rb?.preparedAt).toBeNull();
+    const execs = await t.db.select().from(executions).where(inArray(executions.jobId, jobsIn));
+    const outcome = (x: ExecutionIdentity | undefined) => execs.find((e) => e.id === x?.executionId)?.outcome;
+    expect([outcome(a), outcome(b), outcome(c), outcome(d)]).toEqual(["completed", "failed", null, null]);
+    // The same batch again: nothing written, nothing overwritten; d's real owner still finishes.
+    const again = await finishJobsMany(t.db, "A", [
+      { id: a as ExecutionIdentity, outcome: { state: "failed", error: { code: "aborted", message: "again" } } },
+      { id: d as ExecutionIdentity, outcome: { state: "completed", output: "d" } },
+    ]);
+    expect(again.map((r) => r.written)).toEqual([false, true]);
+    expect((await row(a?.jobId as string)).output).toBe("a, with a comma");
+    await expect(
+      finishJobsMany(t.db, "B", [{ id: a as ExecutionIdentity, outcome: { state: "completed", output: "" } }]),
+    ).rejects.toThrow(/every identity must be this host's/);
   });
 
   it("a run past its deadline becomes timed_out, not lost, and is never re-claimable", async () => {

@@ -19,9 +19,9 @@ import {
   claimJob,
   type ExecutionIdentity,
   finishJob,
+  finishJobsMany,
   heartbeat,
   markStarted,
-  setTimingFact,
 } from "../../src/db/ownership-repo";
 import { purgeFinishedJobs, wasPurged } from "../../src/db/retention-repo";
 import * as schema from "../../src/db/schema";
@@ -426,15 +426,29 @@ onEveryDriver(
       expect(exec.rows).toEqual([{ host: "host-a", epoch, token }]);
     });
 
-    it("setTimingFact writes once and only for the owner", async () => {
+    it("timing facts ride on the heartbeat and the batched terminal write, once and only for the owner", async () => {
       const id = await started();
-      expect(await setTimingFact(db(), { ...id, token: randomUUID() }, "prepared_at")).toBe(false);
-      expect(await setTimingFact(db(), id, "prepared_at")).toBe(true);
+      const facts = { prepared_at: performance.now() };
+      expect(await heartbeat(db(), "host-a", [{ ...id, token: randomUUID(), facts }])).toEqual(new Set());
+      expect((await getJob(db(), "t1", id.jobId))?.preparedAt).toBeNull();
+      expect(await heartbeat(db(), "host-a", [{ ...id, facts }])).toEqual(new Set([id.executionId]));
       const first = (await getJob(db(), "t1", id.jobId))?.preparedAt;
       expect(first).toBeInstanceOf(Date);
-      expect(await setTimingFact(db(), id, "prepared_at")).toBe(false);
-      expect((await getJob(db(), "t1", id.jobId))?.preparedAt).toEqual(first);
-      expect(await setTimingFact(db(), id, "first_output_at")).toBe(true);
+      const other = await started();
+      const done = await finishJobsMany(db(), "host-a", [
+        {
+          id,
+          outcome: { state: "completed", output: "one, two" },
+          facts: { prepared_at: performance.now(), first_output_at: performance.now() },
+        },
+        { id: { ...other, epoch: other.epoch + 1 }, outcome: { state: "completed", output: "stale" } },
+      ]);
+      expect(done.map((d) => d.written)).toEqual([true, false]);
+      expect(done[0]?.facts?.finished_at).toBeInstanceOf(Date);
+      const row = await getJob(db(), "t1", id.jobId);
+      expect([row?.state, row?.output, row?.preparedAt]).toEqual(["completed", "one, two", first]);
+      expect(row?.firstOutputAt).toBeInstanceOf(Date);
+      expect((await getJob(db(), "t1", other.jobId))?.state).toBe("running");
     });
 
     it("heartbeat returns only the caller's own running executions", async () => {

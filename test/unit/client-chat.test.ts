@@ -125,7 +125,10 @@ class FakeSocket implements WebSocketLike {
   }
 }
 
-async function run(server: FakeServer): Promise<{ frames: ServerFrame[]; urls: number; chat: ChatConnection }> {
+async function run(
+  server: FakeServer,
+  sendOpts: { agent?: string } = {},
+): Promise<{ frames: ServerFrame[]; urls: number; chat: ChatConnection }> {
   let urls = 0;
   const frames: ServerFrame[] = [];
   const WebSocketImpl = class extends FakeSocket {
@@ -138,7 +141,7 @@ async function run(server: FakeServer): Promise<{ frames: ServerFrame[]; urls: n
     WebSocketImpl,
   );
   chat.onFrame((f) => frames.push(f));
-  chat.send("hi", { client_message_id: "m1" });
+  chat.send("hi", { client_message_id: "m1", ...sendOpts });
   for (let i = 0; i < 50; i++) {
     await vi.advanceTimersByTimeAsync(1_000);
     if (frames.some((f) => f.type === "event" && f.event.type === "run.completed")) break;
@@ -190,6 +193,17 @@ describe("client chat: resume through a socket cut after every frame", () => {
       expect(chat.status).toBe("closed");
     });
   }
+
+  it("sends a message's agent, and sends it again with the message after a cut (the server binds the id to it)", async () => {
+    const server = new FakeServer(0);
+    const { chat } = await run(server, { agent: "triage@2" });
+    const messages = server.received.filter((r) => r.frame.type === "message");
+    expect(messages.map((m) => [m.socket, m.frame])).toEqual([
+      [0, { type: "message", content: "hi", client_message_id: "m1", agent: "triage@2" }],
+      [1, { type: "message", content: "hi", client_message_id: "m1", agent: "triage@2" }],
+    ]);
+    chat.close();
+  });
 
   it("drops an event frame it already delivered, even when the server replays from the start", async () => {
     const { frames, chat } = await run(new FakeServer(4, true));

@@ -116,11 +116,11 @@ describe("client chat URL", () => {
     close(): void {}
   };
 
-  async function urlFor(credential: string) {
+  async function urlFor(credential: string, agent?: string) {
     opened.length = 0;
     const { calls, fetchImpl } = recorder(() => Response.json({ token: "minted.tok.en" }, { status: 201 }));
     const api = new EarClient({ baseUrl: "https://g.test", credential, fetch: fetchImpl, WebSocket: Recording });
-    const chat = api.chat("conv:1", { multitask: "reject" });
+    const chat = api.chat("conv:1", { multitask: "reject", ...(agent ? { agent } : {}) });
     for (let i = 0; i < 20 && opened.length === 0; i++) await new Promise((r) => setTimeout(r, 1));
     chat.close();
     return { url: opened[0] ?? "", calls };
@@ -142,5 +142,82 @@ describe("client chat URL", () => {
     const { url, calls } = await urlFor(TOKEN);
     expect(calls).toHaveLength(0);
     expect(url).toBe(`wss://g.test/v1/conversations/conv%3A1/ws?multitask=reject&access_token=${TOKEN}`);
+  });
+
+  it("names the connection's agent in ?agent=", async () => {
+    const { url } = await urlFor(TOKEN, "triage@2");
+    expect(new URL(url).searchParams.get("agent")).toBe("triage@2");
+  });
+});
+
+describe("client agent, model and usage calls", () => {
+  const AGENT = { name: "triage", version: 1, latest_version: 1, model: "mock-model", archived_at: null };
+
+  function agentApi() {
+    const { calls, fetchImpl } = recorder((c) => {
+      if (c.url.endsWith("/v1/models")) return Response.json({ models: [{ name: "mock-model", default: true }] });
+      if (c.url.includes("/v1/usage")) return Response.json({ from: "2026-03-01", to: "2026-03-02", usage: [] });
+      if (/\/v1\/agents(\/[^/]+\/versions)?(\?|$)/.test(c.url) && c.method === "GET") {
+        return Response.json({ agents: [AGENT], versions: [AGENT], next_cursor: "n1" });
+      }
+      return Response.json(
+        { agent: AGENT },
+        { status: c.method === "POST" && !c.url.endsWith("/archive") ? 201 : 200 },
+      );
+    });
+    return { calls, api: new EarClient({ baseUrl: "http://g.test", credential: KEY, fetch: fetchImpl }) };
+  }
+
+  it("makes each agent route's request and returns the agent or the page", async () => {
+    const { calls, api } = agentApi();
+    const definition = { model: "mock-model", instructions: "Be brief.", limits: { max_turns: 2 } };
+    expect(await api.createAgent({ name: "triage", ...definition })).toEqual(AGENT);
+    expect(await api.listAgents()).toEqual({ agents: [AGENT], versions: [AGENT], next_cursor: "n1" });
+    await api.listAgents({ limit: 5, cursor: "c/1=" });
+    expect(await api.getAgent("tri age")).toEqual(AGENT);
+    expect((await api.listAgentVersions("triage", { cursor: "v2" })).versions).toEqual([AGENT]);
+    await api.listAgentVersions("triage");
+    expect(await api.getAgentVersion("triage", 3)).toEqual(AGENT);
+    expect(await api.createAgentVersion("triage", definition)).toEqual(AGENT);
+    expect(await api.archiveAgent("triage")).toEqual(AGENT);
+    expect(calls.map((c) => `${c.method} ${c.url}`)).toEqual([
+      "POST http://g.test/v1/agents",
+      "GET http://g.test/v1/agents",
+      "GET http://g.test/v1/agents?limit=5&cursor=c%2F1%3D",
+      "GET http://g.test/v1/agents/tri%20age",
+      "GET http://g.test/v1/agents/triage/versions?cursor=v2",
+      "GET http://g.test/v1/agents/triage/versions",
+      "GET http://g.test/v1/agents/triage/versions/3",
+      "POST http://g.test/v1/agents/triage/versions",
+      "POST http://g.test/v1/agents/triage/archive",
+    ]);
+    expect(calls[0]?.body).toEqual({ name: "triage", ...definition });
+    expect(calls[7]?.body).toEqual(definition); // the whole next definition, no name
+    expect(calls[8]?.body).toBeUndefined(); // archive has no body
+    for (const c of calls) expect(c.headers.authorization).toBe(`Bearer ${KEY}`);
+  });
+
+  it("lists models and asks for usage by day range", async () => {
+    const { calls, api } = agentApi();
+    expect(await api.listModels()).toEqual([{ name: "mock-model", default: true }]);
+    expect(await api.usage({ from: "2026-03-01", to: "2026-03-02" })).toEqual({
+      from: "2026-03-01",
+      to: "2026-03-02",
+      usage: [],
+    });
+    expect(calls.map((c) => `${c.method} ${c.url}`)).toEqual([
+      "GET http://g.test/v1/models",
+      "GET http://g.test/v1/usage?from=2026-03-01&to=2026-03-02",
+    ]);
+  });
+
+  it("maps an agent route's error (409 on an archived agent) to ApiClientError", async () => {
+    const { fetchImpl } = recorder(() =>
+      Response.json({ error: { code: "conflict", message: "agent triage is archived" } }, { status: 409 }),
+    );
+    const api = new EarClient({ baseUrl: "http://g.test", fetch: fetchImpl });
+    const err = await api.createAgentVersion("triage", { model: "m" }).catch((e) => e);
+    expect(err).toBeInstanceOf(ApiClientError);
+    expect(err).toMatchObject({ status: 409, code: "conflict" });
   });
 });

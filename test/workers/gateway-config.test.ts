@@ -39,6 +39,20 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, MAX_STREAMS_PER_TENANT: "-1" }))).toThrow(/MAX_STREAMS_PER_TENANT/);
   });
 
+  it("reads MCP_ALLOWED_URLS (empty: MCP off) and MCP_SECRET_NAMES (unset: not checked), and names a bad prefix", () => {
+    expect(loadConfig(asEnv({ ...base })).mcp).toEqual({ allowedUrls: [], secretNames: null });
+    const mcp = loadConfig(
+      asEnv({ ...base, MCP_ALLOWED_URLS: "https://mcp.example.com/tools", MCP_SECRET_NAMES: " a , b," }),
+    ).mcp;
+    expect(mcp).toEqual({
+      allowedUrls: [{ origin: "https://mcp.example.com", path: "/tools/" }],
+      secretNames: ["a", "b"],
+    });
+    expect(() => loadConfig(asEnv({ ...base, MCP_ALLOWED_URLS: "ftp://x" }))).toThrow(
+      /MCP_ALLOWED_URLS: "ftp:\/\/x" is not an http\(s\) URL/,
+    );
+  });
+
   it("offers no model choice without MODELS, and exactly the listed ones with it", () => {
     expect(loadConfig(asEnv({ ...base })).models.entries).toEqual([]);
     expect(

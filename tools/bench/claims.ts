@@ -1,46 +1,78 @@
 /**
- * `npm run bench:claims [-- --jobs N]`: how fast our fenced claim + started CAS run on local
- * Postgres, against graphile-worker 0.17.3 in the same Postgres (its own schema) as the peer
- * baseline. Figures and their reading live in docs/claims.md.
+ * `npm run bench:claims [-- --jobs N --reps R --claimers 1,4,16 --investigate]`: the whole
+ * lifecycle of a job on our fenced claims against two Postgres queues Node users pick, in the
+ * same Postgres, each configuration R (default 3) times in this one process, interleaved, and
+ * printed as median (min–max) with the load average. Figures and their reading: docs/claims.md.
  *
- *  1. throughput: N jobs pre-inserted; K = 1, 4, 16 claimers (one connection each) loop
- *     claimFromPostgres with batch B = a host's free slots (1, 4, 8 = HOST_MAX_RUNS default, 16), then the started CAS:
- *     one markStarted per claim at B = 1, one markStartedMany for the pass at B > 1 (what the
- *     host's StartBatcher sends). graphile-worker: the same N jobs, concurrency K, a no-op task,
- *     without and with its batching localQueue (size 16); we count task starts/s.
- *  2. latency: an idle claimer (LISTEN ear_ready → claimJob + markStarted, what a host's
- *     ReadyListener does) while jobs are enqueued one by one at 20/s; enqueue→started measured
- *     in this process from before the INSERT to the started CAS returning. graphile-worker:
- *     add_job → task start, same pacing, its own LISTEN wake-up.
- *  3. bloat: n_dead_tup / HOT updates on `jobs` over a whole job lifecycle (claim, start, two
- *     timing facts, heartbeats, terminal write) at fillfactor 100 and 80.
+ *  1. throughput, N jobs pre-inserted, K = 1, 4, 16 claimers/workers, one full lifecycle per job:
+ *     - ours: what a host does now, per claim pass of B = its free slots (1, 8 = the HOST_MAX_RUNS
+ *       default, 16): claim (one statement), started CAS (one statement, StartBatcher), the
+ *       terminal writes (one statement, FinishBatcher) carrying `prepared_at` and
+ *       `first_output_at`; and the host's heartbeat loop, one statement for the runs it holds
+ *       every HOST_HEARTBEAT_MS, carrying the facts of the runs it finds (a no-op run is
+ *       usually over before one comes). "hb every pass" heartbeats every pass instead: the cost
+ *       for runs long enough to be heartbeaten. No-op agent. The lifecycle statements go out as
+ *       named prepared statements, as from a host on a direct connection; "b16 unprepared"
+ *       sends them unnamed (a host behind a pooler; the pre-change host always did).
+ *     - ours pre-change (B = 8): what a host did before the terminal write was group-committed
+ *       and the timing facts folded: the same claim and start statements, then per job one
+ *       `UPDATE … SET prepared_at`, one `… first_output_at`, one terminal write; the same
+ *       heartbeat loop.
+ *     - graphile-worker 0.17.3: concurrency K, a no-op task (fetch, run, complete), without and
+ *       with its batching localQueue (size 16).
+ *     - pg-boss 10.4.2: K loops of fetch(batchSize B) → no-op → complete(ids), the same shape
+ *       as our claimer loop.
+ *     Every side is timed from its first job start to its last completion, with its connections
+ *     already open, so a runner's start-up is not counted against it.
+ *  2. latency: an idle claimer (LISTEN ear_ready → claim + started CAS, what a host's
+ *     ReadyListener does) while jobs are enqueued one by one at 20/s; graphile-worker's add_job →
+ *     task start with its own LISTEN wake-up. (pg-boss has no wake-up: it polls, ≥ 0.5 s.)
+ *  3. bloat: n_dead_tup / HOT updates on `jobs` over the whole lifecycle, now and pre-change.
+ *  4. with --investigate: why graphile-worker once looked slower at 4 workers than at 1.
  */
 import { randomUUID } from "node:crypto";
 import { availableParallelism, loadavg } from "node:os";
 import { parseArgs } from "node:util";
+import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { runMigrations as graphileMigrations, Logger, run as runGraphile } from "graphile-worker";
 import pg from "pg";
+import PgBoss from "pg-boss";
+import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
+import type { Db } from "../../src/db/client";
 import {
   claimFromPostgres,
   claimJob,
   type ExecutionIdentity,
   finishJob,
+  finishJobsMany,
   heartbeat,
   markStarted,
   markStartedMany,
-  setTimingFact,
 } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
+import { DEFAULT_HEARTBEAT_MS } from "../../src/domain/recovery";
 import { pct } from "../load/stats";
 import { applyMigrations } from "../migrate";
 import { startPostgres } from "../services/postgres";
 
-const { values } = parseArgs({ args: process.argv.slice(2), options: { jobs: { type: "string" } } });
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: {
+    jobs: { type: "string" },
+    reps: { type: "string" },
+    claimers: { type: "string" },
+    investigate: { type: "boolean" },
+    only: { type: "string" },
+  },
+});
 const N = Number(values.jobs ?? 4000);
+const REPS = Number(values.reps ?? 3);
+const KS = (values.claimers ?? "1,4,16").split(",").map(Number);
 const TENANT = "bench";
 const silent = new Logger(() => () => {});
+const load = () => loadavg()[0]?.toFixed(1) ?? "?";
 
 const pgs = await startPostgres();
 const url = pgs.url;
@@ -48,9 +80,8 @@ const admin = new pg.Pool({ connectionString: url, max: 2 });
 // Stopping Postgres at the end terminates idle connections; that is not a bench failure.
 admin.on("error", () => {});
 
-async function resetJobs(fillfactor = 100): Promise<void> {
+async function resetJobs(): Promise<void> {
   await admin.query("TRUNCATE executions, jobs CASCADE");
-  await admin.query(`ALTER TABLE jobs SET (fillfactor = ${fillfactor})`);
   await admin.query(
     `INSERT INTO jobs (id, tenant_id, input, created_at)
      SELECT gen_random_uuid(), $1, '{"messages":[{"role":"user","content":"bench"}]}', now() + i * interval '1 microsecond'
@@ -77,19 +108,46 @@ async function jobStats(): Promise<TableStats> {
   return { dead: Number(x.n_dead_tup), upd: Number(x.n_tup_upd), hot: Number(x.n_tup_hot_upd), sizeKb: Number(x.kb) };
 }
 
-/** K claimers, each its own connection, until no job is left. Returns claim+start per second. */
-async function ours(k: number, batch: number): Promise<{ perS: number; stats: [TableStats, TableStats] }> {
-  await resetJobs();
-  const before = await jobStats();
+/**
+ * The timing-fact write a host made per fact before the facts were folded into the heartbeat and
+ * the terminal write (it was `setTimingFact`): kept here only as the pre-change baseline.
+ */
+async function preChangeTimingFact(db: Db, id: ExecutionIdentity, column: "prepared_at" | "first_output_at") {
+  await db.execute(sql`
+    UPDATE jobs SET ${sql.identifier(column)} = now()
+    WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
+      AND execution_id = ${id.executionId} AND state = 'running' AND ${sql.identifier(column)} IS NULL`);
+}
+
+/** WAL written by the timed section of the last run (set by each side's run function). */
+let walBytes = 0;
+const walLsn = async () => (await admin.query("SELECT pg_current_wal_lsn() AS l")).rows[0].l as string;
+const walSince = async (from: string) =>
+  Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS d", [from])).rows[0].d);
+
+type Mode = "now" | "pre-change" | "unprepared";
+/** How often a host heartbeats its runs (HOST_HEARTBEAT_MS); `perPass` heartbeats every pass. */
+type Heartbeats = "timer" | "perPass";
+let heartbeatStatements = 0;
+
+/** K claimers, each its own connection, whole lifecycles until no job is left. Jobs per second. */
+async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "timer", fresh = false): Promise<number> {
+  if (!fresh) await resetJobs();
   const pool = new pg.Pool({ connectionString: url, max: k });
+  // As a host on a direct connection does now; the pre-change host sent every statement unnamed.
+  if (mode === "now") nameLifecycleStatements(pool);
   const db = drizzle(pool, { schema });
   await Promise.all(Array.from({ length: k }, () => pool.query("SELECT 1")));
-  let started = 0;
-  let claimed = 0;
+  let finished = 0;
+  const w0 = await walLsn();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: k }, async (_, i) => {
       const host = `bench-${i}`;
+      let lastHeartbeat = performance.now();
+      // The host's heartbeat loop: one statement for the runs it holds, every HOST_HEARTBEAT_MS
+      // (a no-op run is usually over before one comes), or every pass with `perPass`.
+      const heartbeatDue = () => hb === "perPass" || performance.now() - lastHeartbeat >= DEFAULT_HEARTBEAT_MS;
       for (;;) {
         const claims = await claimFromPostgres(
           db,
@@ -97,62 +155,152 @@ async function ours(k: number, batch: number): Promise<{ perS: number; stats: [T
           Array.from({ length: batch }, () => randomUUID()),
         );
         if (claims.length === 0) return;
-        claimed += claims.length;
-        if (batch === 1) {
-          for (const c of claims) if (await markStarted(db, { ...c, host, executionId: randomUUID() })) started++;
+        const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
+        // One start statement per pass, as StartBatcher sends it (B = 1: a lone start).
+        const started = await markStartedMany(db, host, ids);
+        const runs = ids.filter((id) => started.has(id.executionId));
+        // The no-op agent: prepared, first output, done.
+        const preparedAt = performance.now();
+        const firstOutputAt = performance.now();
+        if (mode !== "pre-change") {
+          // The facts ride on the heartbeat if one comes, else on the terminal write.
+          let facts: { prepared_at?: number; first_output_at?: number } = {
+            prepared_at: preparedAt,
+            first_output_at: firstOutputAt,
+          };
+          if (heartbeatDue()) {
+            await heartbeat(
+              db,
+              host,
+              runs.map((id) => ({ ...id, facts })),
+            );
+            heartbeatStatements++;
+            lastHeartbeat = performance.now();
+            facts = {};
+          }
+          const done = await finishJobsMany(
+            db,
+            host,
+            runs.map((id) => ({ id, outcome: { state: "completed", output: "ok" }, facts })),
+          );
+          finished += done.filter((d) => d.written).length;
         } else {
-          // What a host's StartBatcher does when one claim pass won several jobs.
-          const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
-          // (not `started += await …`: that reads `started` before the await and loses updates)
-          const n = (await markStartedMany(db, host, ids)).size;
-          started += n;
+          for (const id of runs) await preChangeTimingFact(db, id, "prepared_at");
+          for (const id of runs) await preChangeTimingFact(db, id, "first_output_at");
+          if (heartbeatDue()) {
+            await heartbeat(db, host, runs);
+            heartbeatStatements++;
+            lastHeartbeat = performance.now();
+          }
+          for (const id of runs) if (await finishJob(db, id, { state: "completed", output: "ok" })) finished++;
         }
       }
     }),
   );
   const secs = (performance.now() - t0) / 1000;
+  walBytes = await walSince(w0);
   await pool.end();
-  if (started !== N) {
-    const left = await admin.query(
-      "SELECT state, owner IS NOT NULL AS claimed, count(*)::int AS n FROM jobs GROUP BY 1, 2",
-    );
-    throw new Error(
-      `K=${k} batch ${batch}: claimed ${claimed}, started ${started} of ${N}; rows now ${JSON.stringify(left.rows)}`,
-    );
+  if (finished !== N) {
+    const left = await admin.query("SELECT state, count(*)::int AS n FROM jobs GROUP BY 1");
+    throw new Error(`K=${k} B=${batch} ${mode}: finished ${finished} of ${N}; rows now ${JSON.stringify(left.rows)}`);
   }
-  return { perS: N / secs, stats: [before, await jobStats()] };
+  return N / secs;
 }
 
-async function graphile(k: number, localQueue = 0): Promise<number> {
+interface GraphileOpts {
+  localQueue?: number;
+  maxPoolSize?: number;
+  /** Skip the VACUUM of graphile's job table after the previous run (investigation only). */
+  noVacuum?: boolean;
+  /** Time from before `run()` (start-up included), as the first version of this bench did. */
+  fromRunnerStart?: boolean;
+}
+
+/** graphile-worker, concurrency K, no-op task. Jobs per second from the first task to the last. */
+async function graphile(k: number, o: GraphileOpts = {}): Promise<number> {
   await admin.query("DELETE FROM graphile_worker._private_jobs");
+  // Every side starts from a vacuumed table: our runs TRUNCATE; this DELETE leaves the last
+  // run's rows dead until a VACUUM, and the job fetch would walk past them.
+  if (!o.noVacuum) await admin.query("VACUUM ANALYZE graphile_worker._private_jobs");
   await admin.query(
     "SELECT graphile_worker.add_job('bench', json_build_object('i', i)) FROM generate_series(1, $1) i",
     [N],
   );
+  if (!o.noVacuum) await admin.query("ANALYZE graphile_worker._private_jobs");
   let count = 0;
-  let t0 = 0;
+  let first = 0;
+  let last = 0;
   let done: () => void = () => {};
   const finished = new Promise<void>((r) => {
     done = r;
   });
-  t0 = performance.now();
+  const w0 = await walLsn();
+  const t0 = performance.now();
   const runner = await runGraphile({
     connectionString: url,
     concurrency: k,
-    maxPoolSize: k + 2,
+    maxPoolSize: o.maxPoolSize ?? k + 2,
     noHandleSignals: true,
     pollInterval: 1000,
     logger: silent,
-    ...(localQueue > 0 ? { preset: { worker: { localQueue: { size: localQueue } } } } : {}),
+    ...(o.localQueue ? { preset: { worker: { localQueue: { size: o.localQueue } } } } : {}),
     taskList: {
       bench: async () => {
-        if (++count === N) done();
+        if (count++ === 0) first = performance.now();
       },
     },
   });
+  // A task counts once its completion is written: graphile's job_complete empties the table.
+  runner.events.on("job:complete", () => {
+    last = performance.now();
+    if (last > 0 && count === N) done();
+  });
   await finished;
-  const secs = (performance.now() - t0) / 1000;
+  // Wait for the completions still in flight (batched or not) to reach the table.
+  for (;;) {
+    const r = await admin.query("SELECT count(*)::int AS n FROM graphile_worker._private_jobs");
+    if (r.rows[0].n === 0) break;
+    await sleep(5);
+  }
+  last = performance.now();
+  walBytes = await walSince(w0);
   await runner.stop();
+  return o.fromRunnerStart ? N / ((last - t0) / 1000) : (N - 1) / ((last - first) / 1000);
+}
+
+let bossQueue = 0;
+/** pg-boss: K loops of fetch(B) → no-op → complete(ids). Jobs per second. */
+async function pgBoss(boss: PgBoss, k: number, batch: number): Promise<number> {
+  const name = `bench-${++bossQueue}`;
+  await boss.createQueue(name);
+  for (let i = 0; i < N; i += 1000) {
+    await boss.insert(Array.from({ length: Math.min(1000, N - i) }, (_, j) => ({ name, data: { i: i + j } })));
+  }
+  await admin.query("ANALYZE pgboss.job");
+  let completed = 0;
+  const w0 = await walLsn();
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: k }, async () => {
+      for (;;) {
+        const jobs = await boss.fetch(name, { batchSize: batch });
+        if (jobs.length === 0) return;
+        await boss.complete(
+          name,
+          jobs.map((j) => j.id),
+        );
+        completed += jobs.length;
+      }
+    }),
+  );
+  const secs = (performance.now() - t0) / 1000;
+  walBytes = await walSince(w0);
+  const left = await boss.getQueueSize(name, { before: "completed" });
+  if (completed !== N || left !== 0) throw new Error(`pg-boss K=${k} B=${batch}: completed ${completed}, ${left} left`);
+  // Not deleteQueue: pg-boss 10.4.2's delete_queue trips its own foreign key on Postgres 18.
+  // Each run has its own queue (its own partition); empty it so later runs' ANALYZE stays cheap.
+  const part = await admin.query("SELECT partition_name FROM pgboss.queue WHERE name = $1", [name]);
+  await admin.query(`TRUNCATE pgboss.${pg.escapeIdentifier(part.rows[0].partition_name)}`);
   return N / secs;
 }
 
@@ -221,67 +369,93 @@ async function graphileLatency(m: number): Promise<number[]> {
   return lat;
 }
 
-/** One full lifecycle per job through the repository functions; HOT share and dead tuples. */
-async function lifecycle(fillfactor: number): Promise<[TableStats, TableStats]> {
-  await resetJobs(fillfactor);
+/** Row versions, HOT share and dead tuples over N whole lifecycles (4 claimers, B = 8). */
+async function bloat(mode: Mode): Promise<[TableStats, TableStats]> {
+  await resetJobs();
   const before = await jobStats();
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
-  const db = drizzle(pool, { schema });
-  await Promise.all(
-    Array.from({ length: 4 }, async (_, i) => {
-      const host = `life-${i}`;
-      for (;;) {
-        const claims = await claimFromPostgres(db, host, [randomUUID(), randomUUID(), randomUUID(), randomUUID()]);
-        if (claims.length === 0) return;
-        const ids: ExecutionIdentity[] = [];
-        for (const c of claims) {
-          const id = { ...c, host, executionId: randomUUID() };
-          if (await markStarted(db, id)) ids.push(id);
-        }
-        for (const id of ids) await setTimingFact(db, id, "prepared_at");
-        for (const id of ids) await setTimingFact(db, id, "first_output_at");
-        await heartbeat(db, host, ids);
-        await heartbeat(db, host, ids);
-        for (const id of ids) await finishJob(db, id, { state: "completed", output: "ok" });
-      }
-    }),
-  );
-  await pool.end();
+  await ours(4, 8, mode, "timer", true);
   return [before, await jobStats()];
 }
+
+const fmt = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return `${pct(s, 50).toFixed(0)} (${s[0]?.toFixed(0)}–${s[s.length - 1]?.toFixed(0)})`;
+};
+const median = (xs: number[]) => pct(xs, 50);
 
 try {
   await applyMigrations(url);
   await admin.query("INSERT INTO tenants (id, name) VALUES ($1, 'bench')", [TENANT]);
   await graphileMigrations({ connectionString: url, logger: silent });
+  const boss = new PgBoss({ connectionString: url, max: Math.max(...KS) + 2, supervise: false, schedule: false });
+  boss.on("error", (e) => console.error("pg-boss:", e));
+  await boss.start();
   console.log(
-    `bench:claims — ${N} jobs per run, Postgres 18 (embedded, fsync=off), ${availableParallelism()} cores, load average ${loadavg()[0]?.toFixed(1)}\n`,
+    `bench:claims — ${N} jobs per run, ${REPS} runs per configuration (interleaved), Postgres 18 (embedded, fsync=off), ${availableParallelism()} cores, load average ${load()} at start\n`,
   );
 
-  console.log("claim+start per second (pre-inserted backlog)");
+  // Every configuration, by column; run REPS times round-robin so drift hits all alike.
+  const columns: Array<{ name: string; run: (k: number) => Promise<number> }> = [
+    { name: "ours b1", run: (k) => ours(k, 1, "now") },
+    { name: "ours b8", run: (k) => ours(k, 8, "now") },
+    { name: "ours b16", run: (k) => ours(k, 16, "now") },
+    { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
+    { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
+    { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
+    { name: "graphile", run: (k) => graphile(k) },
+    { name: "graphile lq16", run: (k) => graphile(k, { localQueue: 16 }) },
+    { name: "pg-boss b1", run: (k) => pgBoss(boss, k, 1) },
+    { name: "pg-boss b8", run: (k) => pgBoss(boss, k, 8) },
+    { name: "pg-boss b16", run: (k) => pgBoss(boss, k, 16) },
+  ];
+  if (values.only) {
+    const keep = values.only.split(",");
+    columns.splice(0, columns.length, ...columns.filter((c) => keep.includes(c.name)));
+  }
+  const results = new Map<string, number[]>();
+  // WAL bytes per job: the work Postgres did for a lifecycle, independent of the machine's load
+  // (the timings above are not, on a shared machine).
+  const wal = new Map<string, number[]>();
+  const loads: string[] = [];
+  for (let rep = 0; rep < REPS; rep++) {
+    for (const k of KS) {
+      for (const c of columns) {
+        const key = `${k}|${c.name}`;
+        results.set(key, [...(results.get(key) ?? []), await c.run(k)]);
+        wal.set(key, [...(wal.get(key) ?? []), walBytes / N]);
+      }
+    }
+    loads.push(load());
+  }
+
+  console.log("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
+  for (const k of KS) {
+    console.log(`  ${k} claimer(s)/worker(s):`);
+    for (const c of columns) {
+      const key = `${k}|${c.name}`;
+      console.log(
+        `    ${c.name.padEnd(22)} ${fmt(results.get(key) ?? []).padEnd(20)} WAL ${median(wal.get(key) ?? []).toFixed(0)} B/job`,
+      );
+    }
+    const m = (name: string) => median(results.get(`${k}|${name}`) ?? []);
+    const pairs: Array<[string, string, string]> = [
+      ["b8/graphile", "ours b8", "graphile"],
+      ["b16/graphile-lq16", "ours b16", "graphile lq16"],
+      ["b8/pg-boss-b8", "ours b8", "pg-boss b8"],
+      ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
+      ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
+      ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
+      ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
+    ];
+    const ratios = pairs
+      .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
+      .map(([label, a, b]) => `${label} ${(m(a) / m(b)).toFixed(2)}×`);
+    console.log(`    ratios of medians: ${ratios.join(" · ")}`);
+  }
+  console.log(`  load average after each round: ${loads.join(", ")}`);
   console.log(
-    "  claimers | ours b1 | ours b4 | ours b8 | ours b16 | graphile | graphile localQueue | b1/graphile | b8/graphile | b16/graphile-lq",
+    `  heartbeat statements of ours (every ${DEFAULT_HEARTBEAT_MS} ms per claimer; every pass in "hb every pass"): ${heartbeatStatements}`,
   );
-  const rows: Array<{ k: number; dead: [TableStats, TableStats] }> = [];
-  for (const k of [1, 4, 16]) {
-    const b1 = await ours(k, 1);
-    const b4 = await ours(k, 4);
-    const b8 = await ours(k, 8);
-    const b16 = await ours(k, 16);
-    const gw = await graphile(k);
-    const gwq = await graphile(k, 16);
-    rows.push({ k, dead: b1.stats });
-    const c = (x: number, w: number) => x.toFixed(0).padStart(w);
-    console.log(
-      `  ${String(k).padStart(8)} | ${c(b1.perS, 7)} | ${c(b4.perS, 7)} | ${c(b8.perS, 7)} | ${c(b16.perS, 8)} | ${c(gw, 8)} | ${c(gwq, 19)} | ${(b1.perS / gw).toFixed(2).padStart(10)}× | ${(b8.perS / gw).toFixed(2).padStart(10)}× | ${(b16.perS / gwq).toFixed(2).padStart(14)}×`,
-    );
-  }
-  const d = rows[rows.length - 1]?.dead;
-  if (d) {
-    console.log(
-      `  jobs n_dead_tup before/after the K=16 batch-1 run: ${d[0].dead} → ${d[1].dead} (${d[1].upd - d[0].upd} updates, ${d[1].hot - d[0].hot} HOT)`,
-    );
-  }
 
   console.log("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
   const o = await oursLatency(300);
@@ -291,17 +465,35 @@ try {
   console.log(`  ours (NOTIFY → claim → start):   ${f(o.client)}`);
   console.log(`  ours, Postgres clock (created→started): ${f(o.db)}`);
   console.log(`  graphile-worker (add_job → task): ${f(g)}`);
-  console.log(`  p95 ratio graphile/ours: ${(pct(g, 95) / pct(o.client, 95)).toFixed(2)}×`);
+  console.log(`  load average ${load()}`);
 
-  console.log("\nbloat over a full lifecycle (claim, start, 2 timing facts, 2 heartbeats, finish) per job");
-  for (const ff of [100, 80]) {
-    const [b, a] = await lifecycle(ff);
+  console.log("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
+  for (const mode of ["pre-change", "now"] as const) {
+    const [b, a] = await bloat(mode);
     const upd = a.upd - b.upd;
     const hot = a.hot - b.hot;
     console.log(
-      `  fillfactor ${ff}: ${upd} updates, ${hot} HOT (${((100 * hot) / upd).toFixed(0)}%), n_dead_tup ${b.dead} → ${a.dead}, heap ${b.sizeKb} → ${a.sizeKb} kB`,
+      `  ${mode.padEnd(10)}: ${upd} updates (${(upd / N).toFixed(1)} per job), ${hot} HOT (${((100 * hot) / upd).toFixed(0)}%), n_dead_tup ${b.dead} → ${a.dead}, heap ${b.sizeKb} → ${a.sizeKb} kB`,
     );
   }
+
+  if (values.investigate) {
+    console.log("\ngraphile-worker at 1 and 4 workers: what moves the figure (3 runs each, alternating)");
+    const variants: Array<[string, GraphileOpts]> = [
+      ["as this bench runs it", {}],
+      ["timed from before run() (start-up counted)", { fromRunnerStart: true }],
+      ["no VACUUM between runs", { noVacuum: true }],
+      ["maxPoolSize 10 (its default)", { maxPoolSize: 10 }],
+    ];
+    for (const [label, opts] of variants) {
+      const by: Record<number, number[]> = { 1: [], 4: [] };
+      for (let rep = 0; rep < 3; rep++) for (const k of [1, 4]) by[k]?.push(await graphile(k, opts));
+      console.log(
+        `  ${label.padEnd(44)} 1 worker ${fmt(by[1] ?? [])} · 4 workers ${fmt(by[4] ?? [])}  (load ${load()})`,
+      );
+    }
+  }
+  await boss.stop({ graceful: false, wait: true });
 } finally {
   await admin.end();
   process.on("uncaughtException", (err) => {

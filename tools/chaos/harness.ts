@@ -98,7 +98,6 @@ const HOST_REPORTS = {
   start_cas_missed: "start CAS missed",
   terminal_write_missed: "terminal write missed",
   heartbeat_not_ours: "heartbeat: execution no longer ours",
-  timing_fact_missed: "timing fact not written",
 } as const;
 
 export interface ChaosReport {

@@ -20,9 +20,13 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 
 export type HeldKind = "claim" | "start" | "other";
 
-/** The fenced claim (claimJob / claimFromPostgres) and the started CAS, as ownership-repo.ts writes them. */
-const CLAIM = /claimed_at = now\(\), epoch = (?:j\.|jobs\.)?epoch \+ 1/;
-const START = /SET state = 'running', execution_id/;
+/**
+ * The fenced claim (claimJob / claimFromPostgres) and the started CAS, as ownership-repo.ts writes
+ * them. A host on a direct connection sends them as named prepared statements: their text is in
+ * the first Parse only, their name (`ear_claim_…`, `ear_start`) in every Bind.
+ */
+const CLAIM = /claimed_at = now\(\), epoch = (?:j\.|jobs\.)?epoch \+ 1|ear_claim_(?:ready|poll)/;
+const START = /SET state = 'running', execution_id|ear_start\b/;
 
 export function classifyChunk(chunk: Buffer): HeldKind {
   const text = chunk.toString("latin1");

@@ -1,0 +1,589 @@
+/**
+ * Agents (GET/POST /v1/agents…): the tenant's live agents with cursor paging, one agent's
+ * versions and definition, a form for a new agent or its next version (a version is never
+ * edited: the form starts from the shown version and submits the whole definition), and archive
+ * behind a confirmation. Routes: #/agents, #/agents/_new, #/agents/<name>, #/agents/<name>/<version>.
+ */
+import { useEffect, useRef, useState } from "preact/hooks";
+import { TOOL_NAMES } from "../../src/contracts/tools";
+import { type AgentDefinitionInput, type AgentView, client, type ModelView, newConversationId } from "./api";
+import { setConversationAgent } from "./chat";
+
+const PAGE = 20;
+
+/** Cursor paging as in the jobs list: the cursors of the pages so far, null for the first. */
+function usePaged<T>(
+  load: (cursor: string | undefined) => Promise<{ items: T[]; next_cursor: string | null }>,
+  deps: unknown[],
+) {
+  const [cursors, setCursors] = useState<Array<string | null>>([null]);
+  const [page, setPage] = useState<{ items: T[]; next_cursor: string | null } | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const cursor = cursors.at(-1) ?? null;
+  useEffect(() => setCursors([null]), deps);
+  useEffect(() => {
+    let live = true;
+    setPage(null);
+    setError(null);
+    load(cursor ?? undefined)
+      .then((p) => live && setPage(p))
+      .catch((err) => live && setError((err as Error).message));
+    return () => {
+      live = false;
+    };
+  }, [cursor, ...deps]);
+  const pager = (
+    <>
+      <button type="button" disabled={cursors.length < 2} onClick={() => setCursors(cursors.slice(0, -1))}>
+        Previous
+      </button>
+      <button
+        type="button"
+        disabled={!page?.next_cursor}
+        onClick={() => page?.next_cursor && setCursors([...cursors, page.next_cursor])}
+      >
+        Next
+      </button>
+      <span class="muted">page {cursors.length}</span>
+    </>
+  );
+  return { page, error, pager };
+}
+
+type AgentTools = AgentView["tools"];
+/** A tool entry is a name or `{name, requires_approval}` (the approval gate, docs/api.md). */
+const toolName = (t: AgentTools[number]) => (typeof t === "string" ? t : t.name);
+const toolLabel = (t: AgentTools[number]) =>
+  typeof t !== "string" && t.requires_approval ? `${t.name} (needs approval)` : toolName(t);
+const toolList = (tools: AgentTools) => (tools.length ? tools.map(toolLabel).join(", ") : "none");
+
+const day = (iso: string) => iso.replace("T", " ").slice(0, 19);
+
+export function Agents() {
+  const { page, error, pager } = usePaged<AgentView>(
+    (cursor) =>
+      client.listAgents({ limit: PAGE, cursor }).then((p) => ({ items: p.agents, next_cursor: p.next_cursor })),
+    [],
+  );
+  return (
+    <div class="agents">
+      <h2>Agents</h2>
+      <div class="toolbar">
+        <a class="button primary" href="#/agents/_new">
+          New agent
+        </a>
+        {pager}
+      </div>
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      {!page && !error && <p class="muted">loading…</p>}
+      {page && page.items.length === 0 && <p class="muted">no agents yet</p>}
+      {page && page.items.length > 0 && (
+        <div class="scroll">
+          <table class="list" data-testid="agents-table">
+            <thead>
+              <tr>
+                <th scope="col">agent</th>
+                <th scope="col">latest</th>
+                <th scope="col">model</th>
+                <th scope="col">tools</th>
+                <th scope="col">created</th>
+              </tr>
+            </thead>
+            <tbody>
+              {page.items.map((a) => (
+                <tr key={a.name} data-agent={a.name}>
+                  <td>
+                    <a href={`#/agents/${encodeURIComponent(a.name)}`}>{a.name}</a>
+                  </td>
+                  <td>v{a.latest_version}</td>
+                  <td>{a.model}</td>
+                  <td>{toolList(a.tools)}</td>
+                  <td>
+                    <time dateTime={a.created_at}>{day(a.created_at)}</time>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </div>
+  );
+}
+
+const orNone = (v: number | null, unit = "") => (v === null ? "default" : `${v}${unit}`);
+
+/** One version's definition, every field with its defaults filled in as the API answers it. */
+function Definition({ agent }: { agent: AgentView }) {
+  return (
+    <section aria-labelledby="definition-head" data-testid="agent-definition" data-version={agent.version}>
+      <h3 id="definition-head">
+        Version {agent.version}
+        {agent.version === agent.latest_version ? " (latest)" : ""}
+      </h3>
+      <table class="kv">
+        <tbody>
+          <tr>
+            <th scope="row">model</th>
+            <td data-field="model">{agent.model}</td>
+          </tr>
+          <tr>
+            <th scope="row">description</th>
+            <td data-field="description">{agent.description || "–"}</td>
+          </tr>
+          <tr>
+            <th scope="row">tools</th>
+            <td data-field="tools">{toolList(agent.tools)}</td>
+          </tr>
+          <tr>
+            <th scope="row">max turns</th>
+            <td data-field="max_turns">{agent.limits.max_turns}</td>
+          </tr>
+          <tr>
+            <th scope="row">max output tokens</th>
+            <td>{orNone(agent.limits.max_output_tokens)}</td>
+          </tr>
+          <tr>
+            <th scope="row">timeout</th>
+            <td>{orNone(agent.limits.timeout_s, " s")}</td>
+          </tr>
+          <tr>
+            <th scope="row">temperature</th>
+            <td>{orNone(agent.sampling.temperature)}</td>
+          </tr>
+          <tr>
+            <th scope="row">top_p</th>
+            <td>{orNone(agent.sampling.top_p)}</td>
+          </tr>
+          <tr>
+            <th scope="row">sandbox profile</th>
+            <td>{agent.sandbox_profile}</td>
+          </tr>
+          <tr>
+            <th scope="row">created</th>
+            <td>
+              <time dateTime={agent.created_at}>{day(agent.created_at)}</time>
+            </td>
+          </tr>
+        </tbody>
+      </table>
+      <h4>Instructions</h4>
+      <pre class="block" data-field="instructions">
+        {agent.instructions || "(none)"}
+      </pre>
+      <h4>Response format</h4>
+      <pre class="block" data-field="response_format">
+        {agent.response_format === null ? "(free text)" : JSON.stringify(agent.response_format, null, 2)}
+      </pre>
+    </section>
+  );
+}
+
+export function AgentDetail({ name, version }: { name: string; version: number | null }) {
+  const [agent, setAgent] = useState<AgentView | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [editing, setEditing] = useState(false);
+  const [confirming, setConfirming] = useState(false);
+  const [reload, setReload] = useState(0);
+  const keepRef = useRef<HTMLButtonElement>(null);
+  const archiveRef = useRef<HTMLButtonElement>(null);
+  const versions = usePaged<AgentView>(
+    (cursor) =>
+      client
+        .listAgentVersions(name, { limit: PAGE, cursor })
+        .then((p) => ({ items: p.versions, next_cursor: p.next_cursor })),
+    [name, reload],
+  );
+
+  useEffect(() => {
+    let live = true;
+    setError(null);
+    setAgent(null);
+    setEditing(false);
+    (version === null ? client.getAgent(name) : client.getAgentVersion(name, version))
+      .then((a) => live && setAgent(a))
+      .catch((err) => live && setError((err as Error).message));
+    return () => {
+      live = false;
+    };
+  }, [name, version, reload]);
+
+  useEffect(() => {
+    if (confirming) keepRef.current?.focus();
+  }, [confirming]);
+
+  /** Closes the confirmation and gives the focus back to the button that opened it. */
+  const keep = () => {
+    setConfirming(false);
+    // After the re-render that brings the button back (Preact renders in a microtask queued first).
+    queueMicrotask(() => archiveRef.current?.focus());
+  };
+
+  const archive = async () => {
+    try {
+      const a = await client.archiveAgent(name);
+      setConfirming(false);
+      setAgent(version === null ? a : { ...(agent as AgentView), archived_at: a.archived_at });
+    } catch (err) {
+      setError((err as Error).message);
+    }
+  };
+
+  const archived = agent?.archived_at ?? null;
+  return (
+    <div class="agent">
+      <p>
+        <a href="#/agents">← Agents</a>
+      </p>
+      <h2>
+        Agent <code>{name}</code>
+        {agent && <span class="muted"> · latest v{agent.latest_version}</span>}
+      </h2>
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      {archived && (
+        <p class="banner" data-testid="archived">
+          Archived {day(archived)}: new jobs and versions are refused; its versions stay readable.
+        </p>
+      )}
+      {agent && !archived && !editing && (
+        <div class="toolbar">
+          <button type="button" class="primary" onClick={() => setEditing(true)}>
+            New version
+          </button>
+          <button
+            type="button"
+            onClick={() => {
+              const conversation = newConversationId();
+              setConversationAgent(conversation, name);
+              location.hash = `#/chat/${conversation}`;
+            }}
+          >
+            Chat with it
+          </button>
+          {!confirming && (
+            <button type="button" class="danger" ref={archiveRef} onClick={() => setConfirming(true)}>
+              Archive…
+            </button>
+          )}
+        </div>
+      )}
+      {confirming && (
+        <fieldset
+          class="confirm"
+          data-testid="archive-confirm"
+          onKeyDown={(e) => {
+            if (e.key === "Escape") keep();
+          }}
+        >
+          <legend class="sr-only">Confirm archive</legend>
+          <p>
+            Archive <strong>{name}</strong>? No new job or version may name it afterwards; this cannot be undone, and
+            its name stays taken.
+          </p>
+          <button type="button" class="danger" onClick={() => void archive()}>
+            Archive {name}
+          </button>{" "}
+          <button type="button" ref={keepRef} onClick={keep}>
+            Keep it
+          </button>
+        </fieldset>
+      )}
+      {editing && agent && (
+        <AgentForm
+          base={agent}
+          onCancel={() => setEditing(false)}
+          onSaved={(a) => {
+            setEditing(false);
+            setReload((r) => r + 1);
+            location.hash = `#/agents/${encodeURIComponent(a.name)}`;
+          }}
+        />
+      )}
+      <div class="agent-grid">
+        <section aria-labelledby="versions-head">
+          <h3 id="versions-head">Versions</h3>
+          {versions.error && (
+            <p class="error" role="alert">
+              {versions.error}
+            </p>
+          )}
+          {versions.page && (
+            <ol class="versions" data-testid="agent-versions">
+              {versions.page.items.map((v) => {
+                const current = v.version === (agent?.version ?? null);
+                return (
+                  <li key={v.version} data-version={v.version}>
+                    <a
+                      href={`#/agents/${encodeURIComponent(name)}/${v.version}`}
+                      aria-current={current ? "page" : undefined}
+                    >
+                      v{v.version}
+                    </a>{" "}
+                    <span class="muted">
+                      {v.model} · <time dateTime={v.created_at}>{day(v.created_at)}</time>
+                    </span>
+                  </li>
+                );
+              })}
+            </ol>
+          )}
+          <div class="toolbar">{versions.pager}</div>
+        </section>
+        {agent && <Definition agent={agent} />}
+      </div>
+    </div>
+  );
+}
+
+export function NewAgent() {
+  return (
+    <div class="agent">
+      <p>
+        <a href="#/agents">← Agents</a>
+      </p>
+      <h2>New agent</h2>
+      <AgentForm
+        base={null}
+        onCancel={() => {
+          location.hash = "#/agents";
+        }}
+        onSaved={(a) => {
+          location.hash = `#/agents/${encodeURIComponent(a.name)}`;
+        }}
+      />
+    </div>
+  );
+}
+
+/** A number field's value: empty is null (the API's "default"). */
+function numberOrNull(v: string): number | null {
+  return v.trim() === "" ? null : Number(v);
+}
+
+/**
+ * The whole definition as a form. With `base` (the version shown) it starts from that version and
+ * posts the next one; without, it creates an agent. The API checks every field (and answers 400
+ * naming the one at fault, shown here); the form checks only what it must to build the body:
+ * that the response format is JSON.
+ */
+function AgentForm({
+  base,
+  onSaved,
+  onCancel,
+}: {
+  base: AgentView | null;
+  onSaved: (a: AgentView) => void;
+  onCancel: () => void;
+}) {
+  const [models, setModels] = useState<ModelView[] | null>(null);
+  const [name, setName] = useState("");
+  const [model, setModel] = useState(base?.model ?? "");
+  const [description, setDescription] = useState(base?.description ?? "");
+  const [instructions, setInstructions] = useState(base?.instructions ?? "");
+  const [tools, setTools] = useState<string[]>((base?.tools ?? []).map(toolName));
+  // The form edits names only; a tool the base version gates keeps its gate in the next version.
+  const gated = new Set<string>(
+    (base?.tools ?? []).filter((t) => typeof t !== "string" && t.requires_approval).map(toolName),
+  );
+  const [maxTurns, setMaxTurns] = useState(String(base?.limits.max_turns ?? ""));
+  const [maxOutput, setMaxOutput] = useState(String(base?.limits.max_output_tokens ?? ""));
+  const [timeout, setTimeoutS] = useState(String(base?.limits.timeout_s ?? ""));
+  const [temperature, setTemperature] = useState(String(base?.sampling.temperature ?? ""));
+  const [topP, setTopP] = useState(String(base?.sampling.top_p ?? ""));
+  const [format, setFormat] = useState(base?.response_format ? JSON.stringify(base.response_format, null, 2) : "");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const firstRef = useRef<HTMLInputElement & HTMLTextAreaElement>(null);
+
+  useEffect(() => {
+    firstRef.current?.focus();
+    client
+      .listModels()
+      .then((m) => {
+        setModels(m);
+        // A new agent starts on the deployment's default model.
+        setModel((cur) => cur || (m.find((x) => x.default) ?? m[0])?.name || "");
+      })
+      .catch((err) => setError(`models: ${(err as Error).message}`));
+  }, []);
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    let response_format: Record<string, unknown> | null = null;
+    if (format.trim()) {
+      try {
+        response_format = JSON.parse(format) as Record<string, unknown>;
+      } catch (err) {
+        setError(`Response format is not JSON: ${(err as Error).message}`);
+        return;
+      }
+    }
+    const definition: AgentDefinitionInput = {
+      model,
+      description,
+      instructions,
+      tools: tools.map((n) =>
+        gated.has(n) ? { name: n, requires_approval: true } : n,
+      ) as AgentDefinitionInput["tools"],
+      limits: {
+        ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
+        max_output_tokens: numberOrNull(maxOutput),
+        timeout_s: numberOrNull(timeout),
+      },
+      sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
+      response_format,
+    };
+    setBusy(true);
+    try {
+      onSaved(
+        base
+          ? await client.createAgentVersion(base.name, definition)
+          : await client.createAgent({ name, ...definition }),
+      );
+    } catch (err) {
+      setError((err as Error).message);
+      setBusy(false);
+    }
+  };
+
+  const field = (id: string, label: string, input: preact.JSX.Element, hint?: string) => (
+    <div class="field">
+      <label for={id}>{label}</label>
+      {input}
+      {hint && <span class="muted hint">{hint}</span>}
+    </div>
+  );
+  const text = (v: string, set: (v: string) => void) => ({
+    value: v,
+    onInput: (e: Event) => set((e.target as HTMLInputElement).value),
+  });
+
+  return (
+    <form class="agent-form" onSubmit={submit} data-testid="agent-form" aria-labelledby="agent-form-head">
+      <h3 id="agent-form-head">{base ? `New version of ${base.name} (from v${base.version})` : "Definition"}</h3>
+      {!base &&
+        field(
+          "agent-name",
+          "Name",
+          <input
+            id="agent-name"
+            ref={firstRef}
+            required
+            spellcheck={false}
+            autoComplete="off"
+            {...text(name, setName)}
+          />,
+          "a-z, 0-9, _ and -; cannot be changed later",
+        )}
+      {field(
+        "agent-model",
+        "Model",
+        <select id="agent-model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
+          {!models && <option value={model}>{model || "loading…"}</option>}
+          {models?.map((m) => (
+            <option key={m.name} value={m.name}>
+              {m.name}
+              {m.default ? " (default)" : ""}
+            </option>
+          ))}
+        </select>,
+      )}
+      {field(
+        "agent-description",
+        "Description",
+        <input id="agent-description" {...text(description, setDescription)} />,
+      )}
+      {field(
+        "agent-instructions",
+        "Instructions",
+        <textarea
+          id="agent-instructions"
+          rows={4}
+          ref={base ? firstRef : undefined}
+          {...text(instructions, setInstructions)}
+        />,
+        "the system prompt, sent first in every model turn",
+      )}
+      <fieldset class="field">
+        <legend>Tools</legend>
+        {TOOL_NAMES.map((t) => (
+          <label key={t} class="check">
+            <input
+              type="checkbox"
+              checked={tools.includes(t)}
+              onChange={(e) =>
+                setTools((e.target as HTMLInputElement).checked ? [...tools, t] : tools.filter((x) => x !== t))
+              }
+            />{" "}
+            {t}
+          </label>
+        ))}
+      </fieldset>
+      <div class="field-row">
+        {field(
+          "agent-max-turns",
+          "Max turns",
+          <input id="agent-max-turns" type="number" min={1} {...text(maxTurns, setMaxTurns)} />,
+          "default 8",
+        )}
+        {field(
+          "agent-max-output",
+          "Max output tokens",
+          <input id="agent-max-output" type="number" min={1} {...text(maxOutput, setMaxOutput)} />,
+          "empty: provider default",
+        )}
+        {field(
+          "agent-timeout",
+          "Timeout (s)",
+          <input id="agent-timeout" type="number" min={1} {...text(timeout, setTimeoutS)} />,
+          "empty: 900",
+        )}
+        {field(
+          "agent-temperature",
+          "Temperature",
+          <input
+            id="agent-temperature"
+            type="number"
+            min={0}
+            max={2}
+            step="any"
+            {...text(temperature, setTemperature)}
+          />,
+        )}
+        {field(
+          "agent-top-p",
+          "top_p",
+          <input id="agent-top-p" type="number" min={0} max={1} step="any" {...text(topP, setTopP)} />,
+        )}
+      </div>
+      {field(
+        "agent-format",
+        "Response format (JSON Schema)",
+        <textarea id="agent-format" rows={4} spellcheck={false} class="mono" {...text(format, setFormat)} />,
+        "empty: free text; else the answer must be JSON valid against it",
+      )}
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      <div class="toolbar">
+        <button type="submit" class="primary" disabled={busy || !model}>
+          {busy ? "Saving…" : base ? "Create version" : "Create agent"}
+        </button>
+        <button type="button" onClick={onCancel}>
+          Cancel
+        </button>
+      </div>
+    </form>
+  );
+}

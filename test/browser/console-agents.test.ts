@@ -1,0 +1,307 @@
+/**
+ * The console's Agents page and agent runs, in Debian's Chromium against the real stack
+ * (Postgres, Redis, workerd serving the built console, a sandbox-host, the mock model): an agent
+ * created with the console's form runs from the chat, and what the answer's footer and the run
+ * inspector show (agent@version, tokens, the structured answer) is what the API's job view says;
+ * a version made in the console is what the next message runs; archive takes it off the list.
+ *
+ * CONSOLE_SCREENSHOTS=<dir> also saves PNGs of the pages here (for review; nothing compares them).
+ */
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { AgentView } from "../../src/contracts/agent";
+import type { JobView } from "../../src/contracts/job";
+import { apiClient } from "../helpers/api";
+import { expectAccessible } from "../helpers/axe";
+import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
+import { requireBinary } from "../helpers/require";
+import { useStack } from "../helpers/stack";
+
+const canRun =
+  (await requireBinary("redis-server", "apt-get install redis-server")) &&
+  (await requireBinary(CHROMIUM, "apt-get install chromium"));
+const SHOTS = process.env.CONSOLE_SCREENSHOTS;
+
+/** With a response_format the mock model answers the schema's minimal instance, an object with a string `label`. */
+const SCHEMA = { type: "object", properties: { label: { type: "string" } }, required: ["label"] };
+
+describe.runIf(canRun)("web console: agents", () => {
+  const t = useStack({ hosts: 1 });
+  let chrome: BrowserHandle;
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+
+  beforeAll(async () => {
+    chrome = await startBrowser();
+    if (SHOTS) await mkdir(SHOTS, { recursive: true });
+  }, 60_000);
+  afterAll(async () => {
+    await chrome?.close();
+  });
+
+  async function open(path: string, width = 1100): Promise<Page> {
+    const page = await chrome.browser.contexts()[0]!.newPage();
+    await page.setViewportSize({ width, height: 900 });
+    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
+    await page.goto(`${t.stack.gatewayUrl}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
+    return page;
+  }
+
+  async function shoot(page: Page, name: string, fullPage = false) {
+    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
+  }
+
+  /** Creates an agent with the console's form; returns once its page shows version 1. */
+  async function createInConsole(page: Page, name: string, opts: { instructions: string; format?: object }) {
+    await page.goto(`${t.stack.gatewayUrl}/#/agents`);
+    await page.getByRole("link", { name: "New agent" }).click();
+    const form = page.getByTestId("agent-form");
+    await form.waitFor();
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Instructions", { exact: true }).fill(opts.instructions);
+    if (opts.format) await page.getByLabel("Response format (JSON Schema)").fill(JSON.stringify(opts.format));
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-definition").getAttribute("data-version"), { timeout: 10_000 })
+      .toBe("1");
+  }
+
+  async function send(page: Page, text: string): Promise<string> {
+    const before = await page.locator("li.turn").count();
+    await page.getByRole("textbox", { name: "Message" }).fill(text);
+    await page.getByRole("textbox", { name: "Message" }).press("Enter");
+    const turn = page.locator("li.turn").nth(before);
+    await expect.poll(() => turn.getAttribute("data-job-id"), { timeout: 20_000 }).toMatch(/^[0-9a-f-]{36}$/);
+    return (await turn.getAttribute("data-job-id")) as string;
+  }
+
+  /** Waits for the answer's footer to show its tokens; returns the API's job view, then final. */
+  async function finished(page: Page, jobId: string): Promise<JobView> {
+    const usage = page.locator(`li.turn[data-job-id="${jobId}"]`).getByTestId("run-usage");
+    await usage.waitFor({ timeout: 30_000 });
+    const view = await job(jobId);
+    expect(view.state).toBe("completed");
+    return view;
+  }
+
+  /** The footer (or inspector line) facts as shown, in the API's terms. */
+  async function shownFacts(scope: ReturnType<Page["locator"]>) {
+    const usage = scope.getByTestId("run-usage");
+    return {
+      agent: await scope.getByTestId("run-agent").textContent(),
+      usage: {
+        prompt_tokens: Number(await usage.getAttribute("data-prompt")),
+        completion_tokens: Number(await usage.getAttribute("data-completion")),
+        estimated: (await usage.getAttribute("data-estimated")) === "true",
+      },
+      text: await usage.textContent(),
+    };
+  }
+
+  const expectedFacts = (view: JobView) => ({
+    agent: `agent ${view.agent?.name}@${view.agent?.version}`,
+    usage: {
+      prompt_tokens: view.usage.prompt_tokens,
+      completion_tokens: view.usage.completion_tokens,
+      estimated: view.usage.estimated,
+    },
+    text: `${view.usage.prompt_tokens} prompt + ${view.usage.completion_tokens} completion tokens${view.usage.estimated ? " (est.)" : ""}`,
+  });
+
+  it("creates an agent, runs it from chat as @1, runs a console-made version as @2, and archives it", async () => {
+    const name = `triage-${process.pid}`;
+    const page = await open("/agents");
+    await page.getByRole("heading", { name: "Agents" }).waitFor();
+    // The model picker offers exactly what GET /v1/models lists, the default preselected.
+    const models = (await api().call<{ models: Array<{ name: string; default: boolean }> }>("GET", "/v1/models")).body
+      .models;
+    await page.getByRole("link", { name: "New agent" }).click();
+    await page.getByTestId("agent-form").waitFor();
+    const modelSelect = page.getByLabel("Model", { exact: true });
+    await expect
+      .poll(() => modelSelect.locator("option").allTextContents())
+      .toEqual(models.map((m) => `${m.name}${m.default ? " (default)" : ""}`));
+    expect(await modelSelect.inputValue()).toBe(models.find((m) => m.default)?.name);
+    await shoot(page, "agents-new-form", true);
+
+    // Bad input: the API's 400 message is shown, and nothing is created.
+    await page.getByLabel("Name", { exact: true }).fill("Not A Name");
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^400 invalid_request: .*name/);
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Response format (JSON Schema)").fill("{not json");
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^Response format is not JSON/);
+    expect((await api().call("GET", `/v1/agents/${name}`)).status).toBe(404);
+
+    await createInConsole(page, name, { instructions: "Label the ticket.", format: SCHEMA });
+    const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(v1).toMatchObject({ version: 1, instructions: "Label the ticket.", response_format: SCHEMA });
+    expect(await page.locator('[data-field="instructions"]').textContent()).toBe("Label the ticket.");
+
+    // "Chat with it": a new conversation whose messages run this agent.
+    await page.getByRole("button", { name: "Chat with it" }).click();
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    expect(await page.getByTestId("agent-picker").inputValue()).toBe(name);
+    const first = await send(page, "The app crashes on start");
+    const view1 = await finished(page, first);
+    expect(view1.agent).toEqual({ name, version: 1 });
+    expect(view1.usage.model_calls).toBeGreaterThan(0);
+    expect(view1.usage.prompt_tokens).toBeGreaterThan(0);
+    expect(view1.output_json).toEqual({ label: expect.any(String) });
+    const footer1 = page.locator(`li.turn[data-job-id="${first}"]`);
+    expect(await shownFacts(footer1)).toEqual(expectedFacts(view1));
+    expect(JSON.parse((await footer1.getByTestId("output-json").textContent()) ?? "null")).toEqual(view1.output_json);
+    expect(await footer1.getByTestId("output-json").textContent()).toBe(JSON.stringify(view1.output_json, null, 2));
+    await shoot(page, "agents-chat-v1");
+
+    // The run inspector shows the same facts.
+    await footer1.getByRole("link", { name: "Inspect" }).click();
+    const facts = page.getByTestId("inspector-facts");
+    await facts.getByTestId("run-usage").waitFor();
+    expect(await shownFacts(facts)).toEqual(expectedFacts(view1));
+    await expect
+      .poll(() => page.getByTestId("output-json").textContent())
+      .toBe(JSON.stringify(view1.output_json, null, 2));
+    await shoot(page, "agents-inspector", true);
+    await page.goBack();
+    const conversation = decodeURIComponent(new URL(page.url()).hash.replace("#/chat/", ""));
+
+    // A new version from the console's form (starting from v1): free text this time.
+    await page.goto(`${t.stack.gatewayUrl}/#/agents/${name}`);
+    await page.getByRole("button", { name: "New version" }).click();
+    expect(await page.getByLabel("Instructions", { exact: true }).inputValue()).toBe("Label the ticket.");
+    await page.getByLabel("Instructions", { exact: true }).fill("Answer in plain text.");
+    await page.getByLabel("Response format (JSON Schema)").fill("");
+    await page.getByRole("button", { name: "Create version" }).click();
+    await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("2");
+    expect(
+      await page
+        .getByTestId("agent-versions")
+        .locator("li")
+        .evaluateAll((li) => li.map((l) => l.getAttribute("data-version"))),
+    ).toEqual(["2", "1"]);
+    const v2 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(v2).toMatchObject({ version: 2, instructions: "Answer in plain text.", response_format: null });
+    await shoot(page, "agents-detail", true);
+
+    // The same conversation's next message runs @2; a provider that reports no usage is marked estimated.
+    await page.goto(`${t.stack.gatewayUrl}/#/chat/${conversation}`);
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    expect(await page.getByTestId("agent-picker").inputValue()).toBe(name);
+    const second = await send(page, `!mock ${JSON.stringify({ reply: "a bug", no_usage: true })}`);
+    const view2 = await finished(page, second);
+    expect(view2.agent).toEqual({ name, version: 2 });
+    expect(view2.usage.estimated).toBe(true);
+    expect(view2.output_json).toBeNull();
+    const footer2 = page.locator(`li.turn[data-job-id="${second}"]`);
+    expect(await shownFacts(footer2)).toEqual(expectedFacts(view2));
+    expect(await footer2.getByTestId("output-json").count()).toBe(0);
+    // The reloaded conversation's first answer still shows @1 (its job view, not the picker's choice).
+    expect(await shownFacts(footer1)).toEqual(expectedFacts(view1));
+    await shoot(page, "agents-chat-v2");
+
+    // Archive, by keyboard: the confirmation takes focus on its safe choice.
+    await page.goto(`${t.stack.gatewayUrl}/#/agents/${name}`);
+    await page.getByRole("button", { name: "Archive…" }).click();
+    const confirm = page.getByTestId("archive-confirm");
+    await confirm.waitFor();
+    await expect.poll(() => page.evaluate(() => document.activeElement?.textContent)).toBe("Keep it");
+    await shoot(page, "agents-archive-confirm");
+    await page.keyboard.press("Shift+Tab");
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe(`Archive ${name}`);
+    await page.keyboard.press("Enter");
+    await page.getByTestId("archived").waitFor();
+    const archived = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(archived.archived_at).not.toBeNull();
+    await page.goto(`${t.stack.gatewayUrl}/#/agents`);
+    await page.getByRole("heading", { name: "Agents" }).waitFor();
+    await expect.poll(async () => (await page.getByText("loading…").count()) === 0).toBe(true);
+    expect(await page.locator(`tr[data-agent="${name}"]`).count()).toBe(0);
+    const listed = (await api().call<{ agents: AgentView[] }>("GET", "/v1/agents?limit=100")).body.agents;
+    expect(listed.map((a) => a.name)).not.toContain(name);
+
+    // The conversation still names it (kept per conversation): its next message is refused with the API's conflict.
+    await page.goto(`${t.stack.gatewayUrl}/#/chat/${conversation}`);
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    expect(await page.getByTestId("agent-picker").inputValue()).toBe(name);
+    const turns = await page.locator("li.turn").count();
+    await page.getByRole("textbox", { name: "Message" }).fill("one more");
+    await page.getByRole("textbox", { name: "Message" }).press("Enter");
+    await expect
+      .poll(() => page.locator("li.turn").nth(turns).getByRole("alert").textContent(), { timeout: 20_000 })
+      .toMatch(/^conflict: /);
+    expect(await page.locator("li.turn").nth(turns).getAttribute("data-job-id")).toBe("");
+    await page.close();
+  });
+
+  it("pages the agent list with its cursor", async () => {
+    for (let i = 0; i < 22; i++) {
+      const res = await api().call("POST", "/v1/agents", {
+        name: `page-${process.pid}-${String(i).padStart(2, "0")}`,
+        model: "mock-model",
+      });
+      expect(res.status).toBe(201);
+    }
+    const all = (await api().call<{ agents: AgentView[] }>("GET", "/v1/agents?limit=100")).body.agents.map(
+      (a) => a.name,
+    );
+    const page = await open("/agents");
+    const rows = () =>
+      page
+        .getByTestId("agents-table")
+        .locator("tbody tr")
+        .evaluateAll((r) => r.map((x) => x.getAttribute("data-agent")));
+    await expect.poll(rows, { timeout: 10_000 }).toEqual(all.slice(0, 20));
+    await page.getByRole("button", { name: "Next" }).click();
+    await expect.poll(rows).toEqual(all.slice(20, 40));
+    expect(await page.getByRole("button", { name: "Next" }).isDisabled()).toBe(all.length <= 40);
+    await page.getByRole("button", { name: "Previous" }).click();
+    await expect.poll(rows).toEqual(all.slice(0, 20));
+    await page.close();
+  });
+
+  it("has no serious or critical accessibility violations on the Agents pages, wide and narrow", async () => {
+    const name = `axe-${process.pid}`;
+    const created = await api().call("POST", "/v1/agents", {
+      name,
+      model: "mock-model",
+      description: "for the scan",
+      instructions: "Be brief.",
+      response_format: SCHEMA,
+    });
+    expect(created.status).toBe(201);
+    expect((await api().call("POST", `/v1/agents/${name}/versions`, { model: "mock-model" })).status).toBe(201);
+    for (const width of [1100, 380]) {
+      const page = await open("/agents", width);
+      await page.getByTestId("agents-table").waitFor();
+      await expectAccessible(page, `agents list at ${width}px`);
+      if (width < 500) await shoot(page, "agents-narrow-list", true);
+      await page.goto(`${t.stack.gatewayUrl}/#/agents/${name}`);
+      await page.getByTestId("agent-definition").waitFor();
+      await page.getByTestId("agent-versions").locator("li").nth(1).waitFor();
+      await expectAccessible(page, `agent detail at ${width}px`);
+      await page.getByRole("button", { name: "Archive…" }).click();
+      await page.getByTestId("archive-confirm").waitFor();
+      await expectAccessible(page, `archive confirmation at ${width}px`);
+      // Escape (or "Keep it") closes it and gives the focus back to "Archive…".
+      await page.keyboard.press("Escape");
+      await expect.poll(() => page.getByTestId("archive-confirm").count()).toBe(0);
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Archive…");
+      await page.getByRole("button", { name: "New version" }).click();
+      await page.getByTestId("agent-form").waitFor();
+      await expectAccessible(page, `new version form at ${width}px`);
+      if (width < 500) await shoot(page, "agents-narrow-form", true);
+      await page.goto(`${t.stack.gatewayUrl}/#/agents/_new`);
+      await page.getByLabel("Name", { exact: true }).waitFor();
+      await expectAccessible(page, `new agent form at ${width}px`);
+      await page.close();
+    }
+  });
+});

@@ -1,0 +1,85 @@
+/**
+ * The host's named prepared statements (sandbox-host/prepared-statements.ts) against real
+ * Postgres: the lifecycle statements are prepared once per connection under their names and
+ * keep every fence; nothing else is named.
+ */
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import pg from "pg";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
+import { getJob } from "../../src/db/jobs-repo";
+import { claimFromPostgres, claimJobs, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
+import * as schema from "../../src/db/schema";
+import { jobs, tenants } from "../../src/db/schema";
+import { classifyChunk } from "../../tools/chaos/pg-chaos-proxy";
+import { startTestPostgres, type TestDb } from "../helpers/db";
+
+let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+let t: TestDb;
+
+beforeAll(async () => {
+  pgs = await startTestPostgres();
+  t = await pgs.freshDb(2);
+  await t.db.insert(tenants).values({ id: "t1", name: "t1" });
+}, 60_000);
+afterAll(async () => pgs?.stop(), 30_000);
+
+it("prepares the lifecycle statements once per connection by name, keeps their fences, names nothing else", async () => {
+  const pool = new pg.Pool({ connectionString: t.url, max: 1 });
+  nameLifecycleStatements(pool);
+  const db = drizzle(pool, { schema });
+  try {
+    for (let round = 0; round < 3; round++) {
+      const [a, b] = [randomUUID(), randomUUID()];
+      await t.db.insert(jobs).values([a, b].map((id) => ({ id, tenantId: "t1", input: { messages: [] } })));
+      const polled = await claimFromPostgres(db, "H", [randomUUID()]);
+      const [ready] = [...(await claimJobs(db, "H", [{ jobId: b, token: randomUUID() }])).entries()];
+      expect(polled).toHaveLength(1);
+      expect(ready?.[0]).toBe(b);
+      const row = await getJob(db, "t1", b); // not a lifecycle statement: must stay unnamed
+      const ids = [
+        { ...(polled[0] as (typeof polled)[number]), host: "H", executionId: randomUUID() },
+        { jobId: b, epoch: ready?.[1] as number, token: row?.token as string, host: "H", executionId: randomUUID() },
+      ];
+      // The same batch with one stale epoch: the named statement still checks every row.
+      const started = await markStartedMany(db, "H", [ids[0]!, { ...ids[1]!, epoch: 99 }]);
+      expect([...started]).toEqual([ids[0]?.executionId]);
+      expect(await markStartedMany(db, "H", [ids[1]!])).toEqual(new Set([ids[1]?.executionId]));
+      expect(await heartbeat(db, "H", [...ids, { ...ids[0]!, token: randomUUID() }])).toEqual(
+        new Set(ids.map((i) => i.executionId)),
+      );
+      const done = await finishJobsMany(db, "H", [
+        { id: ids[0]!, outcome: { state: "completed", output: `r${round}` } },
+        { id: { ...ids[1]!, executionId: randomUUID() }, outcome: { state: "completed", output: "stale" } },
+      ]);
+      expect(done.map((d) => d.written)).toEqual([true, false]);
+    }
+    const prepared = await pool.query(
+      "SELECT name, from_sql, generic_plans + custom_plans AS plans FROM pg_prepared_statements ORDER BY name",
+    );
+    expect(prepared.rows.map((r) => r.name)).toEqual([
+      "ear_claim_poll",
+      "ear_claim_ready",
+      "ear_finish",
+      "ear_heartbeat",
+      "ear_start",
+    ]);
+    expect(prepared.rows.every((r) => r.from_sql === false)).toBe(true);
+    const plans = Object.fromEntries(prepared.rows.map((r) => [r.name, Number(r.plans)]));
+    expect(plans.ear_start).toBe(6);
+    expect(plans.ear_finish).toBe(3);
+  } finally {
+    await pool.end();
+  }
+});
+
+it("the chaos proxy still recognises a named claim and start by the name in each Bind", () => {
+  // Bind: 'B', length, portal "", statement name, … (what node-postgres sends once it is parsed).
+  const bind = (name: string) => Buffer.concat([Buffer.from("B\0\0\0\x20\0", "latin1"), Buffer.from(`${name}\0`)]);
+  expect(classifyChunk(bind("ear_claim_poll"))).toBe("claim");
+  expect(classifyChunk(bind("ear_claim_ready"))).toBe("claim");
+  expect(classifyChunk(bind("ear_start"))).toBe("start");
+  expect(classifyChunk(bind("ear_finish"))).toBe("other");
+  expect(classifyChunk(bind("ear_heartbeat"))).toBe("other");
+});

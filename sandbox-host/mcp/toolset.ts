@@ -259,6 +259,7 @@ async function connectAndList(
     }
     headers[header] = value;
   }
+  const secrets = Object.values(headers);
   headers[MCP_FENCING_HEADERS.jobId] = id.jobId;
   headers[MCP_FENCING_HEADERS.executionId] = id.executionId;
   headers[MCP_FENCING_HEADERS.epoch] = String(id.epoch);
@@ -283,8 +284,17 @@ async function connectAndList(
     }
     conn.client = client;
   } catch (err) {
-    conn.problem = describeFailure(server, err, signal);
-    log.warn("mcp server not usable", { server: server.name, job_id: id.jobId, ...errorFields(err) });
+    // An HTTP error's text is the server's answer, which may echo the request: no secret in
+    // what the model is offered (the tool's description) or in the host's log.
+    const failure = describeFailure(server, err, signal);
+    conn.problem = { code: failure.code, message: redactText(failure.message, secrets) };
+    const fields = errorFields(err);
+    log.warn("mcp server not usable", {
+      server: server.name,
+      job_id: id.jobId,
+      ...fields,
+      error: redactText(String(fields.error), secrets),
+    });
     await client.close().catch(() => {});
   }
   return conn;
@@ -319,6 +329,12 @@ const fencingFetch: typeof fetch = (input, init) => {
   }
   return fetch(input, init);
 };
+
+function redactText(text: string, secrets: readonly string[]): string {
+  let out = text;
+  for (const secret of secrets) if (secret !== "") out = out.split(secret).join("[redacted]");
+  return out;
+}
 
 /** Replace every secret in a value with `[redacted]` (a value that no longer parses becomes an error saying so). */
 function redact(result: McpCallResult, secrets: readonly string[]): McpCallResult {

@@ -97,6 +97,11 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
     return c;
   };
   const http = createServer(async (req, res) => {
+    // `<url>/reject`: a 401 whose body echoes the Authorization header, as a careless server would.
+    if (req.url?.endsWith("/reject")) {
+      res.writeHead(401, { "content-type": "text/plain" }).end(`bad token: ${String(req.headers.authorization)}`);
+      return;
+    }
     try {
       const chunks: Buffer[] = [];
       for await (const c of req) chunks.push(c as Buffer);

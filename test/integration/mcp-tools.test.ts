@@ -335,6 +335,30 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(JSON.stringify(requestsWith(marker))).not.toContain(SECRET);
   });
 
+  it("keeps the secret out of what the model and the events get when a server's error page echoes it", async () => {
+    const marker = "echoed secret marker";
+    scriptTools(marker, [{ id: "call-r", name: "rej__echo", args: { text: "x" } }]);
+    const id = await submit(marker, {
+      mcp_servers: [
+        {
+          name: "rej",
+          url: `${mcp.url}/reject`,
+          headers: { Authorization: { secret: "probe_token" } },
+          tools: ["echo"],
+        },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const [turn1, turn2] = requestsWith(marker);
+    expect(turn1?.body.tools[0].function.description).toContain("bad token: [redacted]");
+    const error = JSON.parse(toolMessage(turn2?.body, "call-r") ?? "{}").error;
+    expect(error.code).toBe("mcp_protocol_error");
+    expect(error.message).toContain("bad token: [redacted]");
+    expect(JSON.stringify(requestsWith(marker))).not.toContain(SECRET);
+    expect(JSON.stringify(await deliveredEvents(id))).not.toContain(SECRET);
+  });
+
   it("answers a secret this host does not hold as a tool error naming it, and never calls the server", async () => {
     const marker = "unknown secret marker";
     scriptTools(marker, [{ id: "call-u", name: "nokey__echo", args: { text: "x" } }]);

@@ -441,6 +441,8 @@ function AgentForm({
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
       response_format,
+      // The form does not edit MCP servers: a new version keeps the ones it was made from.
+      mcp_servers: base?.mcp_servers ?? [],
     };
     setBusy(true);
     try {

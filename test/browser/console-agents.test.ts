@@ -28,7 +28,8 @@ const SHOTS = process.env.CONSOLE_SCREENSHOTS;
 const SCHEMA = { type: "object", properties: { label: { type: "string" } }, required: ["label"] };
 
 describe.runIf(canRun)("web console: agents", () => {
-  const t = useStack({ hosts: 1 });
+  // MCP on at the gateway, so an agent with mcp_servers can be defined (no server is called here).
+  const t = useStack({ hosts: 1, gatewayVars: { MCP_ALLOWED_URLS: "https://mcp.example.com/" } });
   let chrome: BrowserHandle;
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
@@ -239,6 +240,28 @@ describe.runIf(canRun)("web console: agents", () => {
       .toMatch(/^conflict: /);
     expect(await page.locator("li.turn").nth(turns).getAttribute("data-job-id")).toBe("");
     await page.close();
+  });
+
+  it("keeps an agent's MCP servers in a version made with the console's form (which does not edit them)", async () => {
+    const name = `mcp-keep-${process.pid}`;
+    const mcp_servers = [
+      {
+        name: "tracker",
+        url: "https://mcp.example.com/tracker",
+        headers: {},
+        tools: ["search", { name: "close_issue", requires_approval: true }],
+        timeout_ms: 5000,
+      },
+    ];
+    const created = await api().call("POST", "/v1/agents", { name, model: "mock-model", mcp_servers });
+    expect(created.status).toBe(201);
+    const page = await open(`/agents/${name}`);
+    await page.getByRole("button", { name: "New version" }).click();
+    await page.getByLabel("Instructions", { exact: true }).fill("Now with instructions.");
+    await page.getByRole("button", { name: "Create version" }).click();
+    await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("2");
+    const v2 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(v2).toMatchObject({ version: 2, instructions: "Now with instructions.", mcp_servers });
   });
 
   it("pages the agent list with its cursor", async () => {

@@ -25,7 +25,7 @@ import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
-import { runTool } from "./tool-step";
+import { refuseTool, runTool } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
@@ -46,7 +46,11 @@ export async function runAgent(
     const prepared = await prepare(ctx, run, id, emit);
     if ("state" in prepared) return prepared;
     const { job, model, messages, tools, request, format, resume } = prepared;
-    const loop: LoopState = { maxTurns: prepared.maxTurns, repaired: false };
+    const loop: LoopState = {
+      maxTurns: prepared.maxTurns,
+      repaired: false,
+      offered: new Set((tools ?? []).map((t) => t.name)),
+    };
     let firstTurn = 1;
     if (resume) {
       // Continue the turn the last execution suspended in: the decided call, then the rest.
@@ -123,6 +127,8 @@ export async function runAgent(
 interface LoopState {
   maxTurns: number;
   repaired: boolean;
+  /** The tool names this run offered the model: a call of any other is refused, never run. */
+  offered: ReadonlySet<string>;
 }
 
 /**
@@ -150,6 +156,10 @@ async function runCalls(
     let result: { content: string } | FinalOutcome;
     if (decided && call.id === decided.callId) {
       result = await decidedCallResult(ctx, run, id, call, decided.decision, emit);
+    } else if (!loop.offered.has(call.name)) {
+      // A provider may return any name: a sandbox tool the agent does not list must not run
+      // just because this host has a sandbox.
+      result = refuseTool(call, emit, `tool "${call.name}" is not offered to this run`);
     } else {
       const wait = requiresApproval(definition, call.name);
       if (wait) {

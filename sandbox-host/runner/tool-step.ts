@@ -12,6 +12,14 @@ import { isRunFatal } from "../sandbox/errors";
 import { callSandboxTool, toolResultContent } from "../sandbox/tools";
 import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
 
+/** A call the run must not make: visible as a call and its failed result, which the model reads. */
+export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { content: string } {
+  emit("tool.call", { id: call.id, name: call.name, args: call.args });
+  const error = { code: "invalid_input", message };
+  emit("tool.result", { id: call.id, ok: false, output: error });
+  return { content: toolResultContent({ ok: false, error }) };
+}
+
 export async function runTool(
   ctx: RunContext,
   run: ActiveRun,

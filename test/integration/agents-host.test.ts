@@ -204,6 +204,24 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
     expect(body.response_format).toBeUndefined();
   });
 
+  it("refuses a call of a sandbox tool the agent does not offer: a tool error the model reads, nothing run", async () => {
+    const def = { model: "agent-model", tools: ["read_file"] } satisfies AgentDefinitionInput;
+    await defineAgent("reader-only", def);
+    p1.script = (_req, n) =>
+      n === 1
+        ? { kind: "stream", toolCalls: [{ id: "call-shell", name: "shell", args: { command: "echo pwned" } }] }
+        : textReply("done");
+    p1.reset();
+    const id = await submit("not offered marker", { name: "reader-only", version: 1, def });
+    const row = await ended(id);
+    expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "done" });
+    const [result] = await deliveredEvents(id, "tool.result");
+    expect(result?.payload).toMatchObject({ id: "call-shell", ok: false, output: { code: "invalid_input" } });
+    expect(eventsOf(id).map((e) => e.type)).not.toContain("sandbox.created");
+    const second = requestsWith(p1, "not offered marker")[1];
+    expect(JSON.stringify(second?.body.messages.at(-1))).toContain("not offered");
+  });
+
   it("keeps the version a run started with: a new version during the run does not reach its later turns", async () => {
     const v1 = { model: "agent-model", instructions: "INSTRUCTIONS ONE" } satisfies AgentDefinitionInput;
     await defineAgent("pinned", v1);

@@ -6,14 +6,21 @@
  * the job is no longer claimable (stale entry). A Redis read is never ownership.
  *
  * Poll cadence: 25 ms while the index has candidates, stretching ×1.5 per empty pass to 250 ms
- * when idle (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through the Upstash
- * REST bridge costs ~1.3 ms, so an idle host at 250 ms spends ~4 requests/s (≈0.5% of a core)
- * and picks up a job ~125 ms after enqueue on average; at a constant 25 ms it would be ~40
- * requests/s per host for a ~12 ms gain — paid only while there is work around.
+ * when the index is empty (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through
+ * the Upstash REST bridge costs ~1.3 ms, so a host polling at 250 ms spends ~4 requests/s (≈0.5%
+ * of a core) and picks up a job ~125 ms after enqueue on average; at a constant 25 ms it would be
+ * ~40 requests/s per host for a ~12 ms gain — paid only while there is work around. With the
+ * fleet idle it does not poll at all (below).
  *
  * Backstops: every ~1.5 s (jittered) a Postgres sweep claims jobs older than ~2 s that no index
  * entry pointed at (lost entries). When Redis is unreachable the loop polls Postgres instead
  * (SKIP LOCKED candidates, no age limit) and probes Redis once a second to go back.
+ *
+ * While the fleet is idle (lifecycle/activity.ts: nothing waiting, claimed or running anywhere at
+ * the last look, and LISTEN up) there is nothing to poll or sweep for: every new job is announced
+ * and tried at once through `hint`, and one the announcement missed is seen by the reaper's next
+ * look, which ends idleness and wakes this loop (its sweep then due). So an idle claimer sends
+ * nothing; it only wakes every HOST_IDLE_MS to check it is still idle.
  *
  * All claiming happens in this one loop, so the capacity check and the claims it admits can
  * never interleave with another claim pass of the same host.
@@ -27,6 +34,7 @@ import type { Claim } from "../../src/domain/identity";
 import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import type { FleetActivity } from "../lifecycle/activity";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
 import type { ClaimSource, HostMetrics } from "../metrics/metrics";
@@ -55,6 +63,8 @@ export interface ClaimerOptions {
   redisProbeMs?: number;
   /** Index entries read per pass beyond the free slots, to get past entries other hosts are taking. */
   extraCandidates?: number;
+  /** Whether the fleet is idle (no polling then); without it the claimer always polls. */
+  activity?: FleetActivity;
 }
 
 type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
@@ -64,6 +74,8 @@ export class Claimer implements Service {
   private stopped = true;
   private loop: Promise<void> | null = null;
   private wakeSleep: (() => void) | null = null;
+  /** A wake() that came while no sleep was pending (mid-pass): the next sleep returns at once. */
+  private wakePending = false;
   private delay: number;
   private nextSweepAt = 0;
   private redisState: RedisState = { up: true };
@@ -85,7 +97,12 @@ export class Claimer implements Service {
     if (!this.stopped) return;
     this.stopped = false;
     this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
-    this.unsubscribe = this.opts.runner.onSlotFreed(() => this.wake());
+    const unsubscribeSlots = this.opts.runner.onSlotFreed(() => this.wake());
+    const unsubscribeWork = this.opts.activity?.onWork(() => this.wake());
+    this.unsubscribe = () => {
+      unsubscribeSlots();
+      unsubscribeWork?.();
+    };
     this.loop = this.run();
   }
 
@@ -98,6 +115,7 @@ export class Claimer implements Service {
   }
 
   wake(): void {
+    this.wakePending = true;
     this.wakeSleep?.();
   }
 
@@ -110,7 +128,13 @@ export class Claimer implements Service {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
+      this.wakePending = false;
       let found = false;
+      const idle = this.opts.activity?.idle === true && this.hints.size === 0;
+      if (idle) {
+        await this.sleep(this.opts.activity?.idleMs ?? this.opts.idlePollMs);
+        continue;
+      }
       if (this.opts.runner.free > 0) {
         try {
           found = await this.pass();
@@ -127,12 +151,7 @@ export class Claimer implements Service {
 
   /** One claim pass. Returns whether there was anything to claim (keeps the short cadence). */
   private async pass(): Promise<boolean> {
-    if (Date.now() >= this.nextSweepAt) {
-      this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
-      if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
-    }
-    if (this.opts.runner.free === 0) return true;
-
+    // Announced jobs first: a wake-up from idle must not wait behind the sweep's statement.
     let hinted = false;
     while (this.hints.size > 0 && !this.stopped && this.opts.runner.free > 0) {
       const batch = [...this.hints].slice(0, this.opts.runner.free);
@@ -140,7 +159,11 @@ export class Claimer implements Service {
       hinted = true;
       await this.claimCandidates(batch, "notify");
     }
-    if (hinted && this.opts.runner.free === 0) return true;
+    if (Date.now() >= this.nextSweepAt) {
+      this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+      if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
+    }
+    if (this.opts.runner.free === 0) return true;
 
     const candidates = await this.readIndex();
     if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
@@ -206,6 +229,7 @@ export class Claimer implements Service {
     }
     if (candidates.length === 0) return;
     const won = await claimJobs(this.opts.db, this.opts.hostId, candidates);
+    if (won.size > 0) this.opts.activity?.noteWork();
     for (const c of candidates) {
       const epoch = won.get(c.jobId);
       this.opts.metrics.claims.inc({ source, result: epoch === undefined ? "lost" : "won" });
@@ -221,6 +245,7 @@ export class Claimer implements Service {
     if (free === 0 || this.stopped) return 0;
     const tokens = Array.from({ length: free }, () => randomUUID());
     const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
@@ -245,6 +270,7 @@ export class Claimer implements Service {
   }
 
   private sleep(ms: number): Promise<void> {
+    if (this.wakePending || this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {

@@ -48,9 +48,14 @@ export interface HostParts {
 export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
   // One connection per run slot (each run issues one statement at a time) plus the claimer,
   // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
+  // One connection stays open when unused: an idle host sends a statement a minute at most, so
+  // without it the first claim after a quiet spell would wait for a new connection on top of the
+  // claim (measured here: 26 ms for connect + SCRAM authentication + a query, 0.7 ms for the
+  // query on an open connection; TLS adds more on Neon). An open connection costs no statement.
   const pool = new pg.Pool({
     connectionString: config.databaseUrl,
     max: config.maxRuns + 4,
+    min: 1,
     idleTimeoutMillis: 30_000,
     connectionTimeoutMillis: 5_000,
   });

@@ -272,6 +272,9 @@ async function main(): Promise<void> {
       `\nenqueue→started on an idle host, ${JOBS} jobs one at a time: p50 ${pct(latencies, 50).toFixed(1)} ms, ` +
         `p95 ${pct(latencies, 95).toFixed(1)} ms, max ${Math.max(...latencies).toFixed(1)} ms; load average ${load()}`,
     );
+    // The first job came after the whole idle window: longer than the hosts' pool keeps an unused
+    // connection open (idleTimeoutMillis, host-parts.ts), so it shows what a long idle costs.
+    console.log(`  the first of them, after the ${MINUTES}-minute idle window: ${latencies[0]?.toFixed(1)} ms`);
     console.log(
       `\nsummary: ${Math.max(...pgRates).toFixed(3)} Postgres statements/s and ${Math.max(...redisRates).toFixed(3)} Redis commands/s per idle host (worst host); ` +
         `wake-up p95 ${pct(latencies, 95).toFixed(1)} ms`,

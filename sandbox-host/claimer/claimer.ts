@@ -19,8 +19,9 @@
  * While the fleet is idle (lifecycle/activity.ts: nothing waiting, claimed or running anywhere at
  * the last look, and LISTEN up) there is nothing to poll or sweep for: every new job is announced
  * and tried at once through `hint`, and one the announcement missed is seen by the reaper's next
- * look, which ends idleness and wakes this loop (its sweep then due). So an idle claimer sends
- * nothing; it only wakes every HOST_IDLE_MS to check it is still idle.
+ * look, which ends idleness and wakes this loop (its sweep follows one sweep period later). So an
+ * idle claimer sends nothing; it only wakes every HOST_IDLE_MS to check it is still idle. With
+ * work around, every pass is what it was before idleness existed.
  *
  * All claiming happens in this one loop, so the capacity check and the claims it admits can
  * never interleave with another claim pass of the same host.
@@ -74,8 +75,6 @@ export class Claimer implements Service {
   private stopped = true;
   private loop: Promise<void> | null = null;
   private wakeSleep: (() => void) | null = null;
-  /** A wake() that came while no sleep was pending (mid-pass): the next sleep returns at once. */
-  private wakePending = false;
   private delay: number;
   private nextSweepAt = 0;
   private redisState: RedisState = { up: true };
@@ -115,7 +114,6 @@ export class Claimer implements Service {
   }
 
   wake(): void {
-    this.wakePending = true;
     this.wakeSleep?.();
   }
 
@@ -128,11 +126,14 @@ export class Claimer implements Service {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      this.wakePending = false;
       let found = false;
-      const idle = this.opts.activity?.idle === true && this.hints.size === 0;
-      if (idle) {
-        await this.sleep(this.opts.activity?.idleMs ?? this.opts.idlePollMs);
+      // Idle: no pass. A hint never waits out an idle sleep: one added mid-pass is seen here, and
+      // the announcement that brought it had ended idleness before it was added.
+      if (this.opts.activity?.idle === true && this.hints.size === 0) {
+        // The sweep comes one period after the wake-up, not in the first pass: an announced job
+        // is claimed without a sweep statement before it.
+        this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+        await this.sleep(this.opts.activity.idleMs);
         continue;
       }
       if (this.opts.runner.free > 0) {
@@ -151,7 +152,12 @@ export class Claimer implements Service {
 
   /** One claim pass. Returns whether there was anything to claim (keeps the short cadence). */
   private async pass(): Promise<boolean> {
-    // Announced jobs first: a wake-up from idle must not wait behind the sweep's statement.
+    if (Date.now() >= this.nextSweepAt) {
+      this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+      if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
+    }
+    if (this.opts.runner.free === 0) return true;
+
     let hinted = false;
     while (this.hints.size > 0 && !this.stopped && this.opts.runner.free > 0) {
       const batch = [...this.hints].slice(0, this.opts.runner.free);
@@ -159,11 +165,7 @@ export class Claimer implements Service {
       hinted = true;
       await this.claimCandidates(batch, "notify");
     }
-    if (Date.now() >= this.nextSweepAt) {
-      this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
-      if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
-    }
-    if (this.opts.runner.free === 0) return true;
+    if (hinted && this.opts.runner.free === 0) return true;
 
     const candidates = await this.readIndex();
     if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
@@ -270,7 +272,7 @@ export class Claimer implements Service {
   }
 
   private sleep(ms: number): Promise<void> {
-    if (this.wakePending || this.stopped) return Promise.resolve();
+    if (this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {

@@ -159,7 +159,9 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
-  const janitor = sandbox ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs }) : null;
+  const janitor = sandbox
+    ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
+    : null;
   // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (config.ts decides).
   const listenTarget = listenDatabaseUrl(config);
   if (listenTarget.warning) log.warn(listenTarget.warning);

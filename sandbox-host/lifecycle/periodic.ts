@@ -8,8 +8,9 @@
  * run's own duration from the wait: for a loop whose period is a latency bound (how long a
  * cancel waits to be seen), a 40 ms check under load must not stretch 200 ms to 240 ms.
  *
- * A loop with an `idle` period waits that long instead while `idle.when()` holds (the fleet is
- * idle, lifecycle/activity.ts); `hurry()` cuts such a wait to one busy period when work appears.
+ * A loop with an `idle` period waits that long instead after a run during which `idle.when()`
+ * held (at its start and its end: the fleet is idle, lifecycle/activity.ts); `hurry()` cuts such a
+ * wait to one busy period when work appears.
  */
 import { jitter } from "../../src/domain/backoff";
 import type { Service } from "./service";
@@ -98,9 +99,12 @@ export class PeriodicTask implements Service {
     while (this.inFlight) await this.inFlight;
     if (!this.active) return;
     const started = Date.now();
+    // Idle only if it held when the run began too: a run that began busy may have seen work the
+    // fleet finished meanwhile (a sandbox whose run was still going), and the run after it acts on it.
+    const idleAtStart = this.opts.idle?.when() === true;
     await this.track(this.fn);
     if (!this.active) return;
-    const idle = this.opts.idle?.when() ? this.opts.idle : null;
+    const idle = idleAtStart && this.opts.idle?.when() ? this.opts.idle : null;
     const period = jitter(idle ? idle.everyMs : this.opts.everyMs, this.opts.spread);
     this.schedule(this.opts.fixedRate ? Math.max(0, period - (Date.now() - started)) : period);
   }

@@ -114,4 +114,24 @@ describe("PeriodicTask", () => {
     await task.stop();
     expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(299);
   });
+
+  it("a run that began busy is followed by a busy period even if the fleet went idle during it", async () => {
+    let idle = false;
+    const starts: number[] = [];
+    const task = new PeriodicTask(
+      { name: "t", everyMs: 30, spread: 0, firstDelayMs: 0, idle: { everyMs: 60_000, when: () => idle } },
+      async () => {
+        starts.push(performance.now());
+        idle = true; // the fleet goes idle while this (busy) run is in flight
+        await sleep(5);
+      },
+    );
+    task.start();
+    while (starts.length < 2) await sleep(5);
+    await sleep(200);
+    await task.stop();
+    // The second run (began idle) is followed by the idle period: exactly two runs.
+    expect(starts).toHaveLength(2);
+    expect(starts[1]! - starts[0]!).toBeLessThan(1000);
+  });
 });

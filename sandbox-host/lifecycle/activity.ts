@@ -11,10 +11,10 @@
  * listener connecting or dropping, a look that found work) ends idleness at once and hurries
  * every loop sleeping an idle period back to its busy one.
  *
- * While idle the host's only Postgres statements are the look itself and the retention purge,
- * one each per HOST_IDLE_MS (default 60 s), and it sends no Redis command at all: an idle host
- * measured 0.035 statements/s and 0 commands/s where it made 1.75 and 4.47 (docs/deploy.md,
- * "The cost of an idle host").
+ * While idle the host's only Postgres statements are the look itself and the retention purge
+ * (and the sandbox janitor's question when labelled sandboxes exist), one each per HOST_IDLE_MS
+ * (default 60 s), and it sends no Redis command at all; the measured before/after is in
+ * docs/deploy.md, "The cost of an idle host".
  * What a lost announcement costs is bounded by the look: a job nobody was told about is seen
  * waiting (or running) at the next look, at most HOST_IDLE_MS (+30 % jitter) later.
  *

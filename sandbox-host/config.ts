@@ -68,6 +68,15 @@ export const HostConfigSchema = z.object({
   pollMs: intFromEnv(1, 60_000).default(25),
   /** Poll interval once the index has been empty for a while. */
   idlePollMs: intFromEnv(1, 60_000).default(250),
+  /**
+   * The period of an idle host's loops (0 = never idle: the busy cadences always). Idle: no run
+   * here, LISTEN up, and the last look found nothing waiting, claimed or running anywhere
+   * (sandbox-host/lifecycle/activity.ts). It bounds how late a job whose announcement was lost
+   * is seen. 60 s: an idle host then sends ~2 statements a minute and no Redis command.
+   */
+  idleMs: intFromEnv(0, 3_600_000)
+    .refine((v) => v === 0 || v >= 1000, "must be 0 (never idle) or at least 1000 ms")
+    .default(60_000),
   /** Postgres sweep for jobs whose index entry was lost. */
   sweepMs: intFromEnv(50, 600_000).default(1500),
   sweepOlderThanMs: intFromEnv(0, 600_000).default(2000),
@@ -167,6 +176,7 @@ const ENV_NAMES: Record<string, string> = {
   queueDepthMs: "HOST_QUEUE_DEPTH_MS",
   pollMs: "HOST_POLL_MS",
   idlePollMs: "HOST_IDLE_POLL_MS",
+  idleMs: "HOST_IDLE_MS",
   sweepMs: "HOST_SWEEP_MS",
   sweepOlderThanMs: "HOST_SWEEP_OLDER_THAN_MS",
   heartbeatMs: "HOST_HEARTBEAT_MS",
@@ -230,6 +240,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     queueDepthMs: v("HOST_QUEUE_DEPTH_MS"),
     pollMs: v("HOST_POLL_MS"),
     idlePollMs: v("HOST_IDLE_POLL_MS"),
+    idleMs: v("HOST_IDLE_MS"),
     sweepMs: v("HOST_SWEEP_MS"),
     sweepOlderThanMs: v("HOST_SWEEP_OLDER_THAN_MS"),
     heartbeatMs: v("HOST_HEARTBEAT_MS"),

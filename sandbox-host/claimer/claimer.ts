@@ -6,14 +6,22 @@
  * the job is no longer claimable (stale entry). A Redis read is never ownership.
  *
  * Poll cadence: 25 ms while the index has candidates, stretching ×1.5 per empty pass to 250 ms
- * when idle (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through the Upstash
- * REST bridge costs ~1.3 ms, so an idle host at 250 ms spends ~4 requests/s (≈0.5% of a core)
- * and picks up a job ~125 ms after enqueue on average; at a constant 25 ms it would be ~40
- * requests/s per host for a ~12 ms gain — paid only while there is work around.
+ * when the index is empty (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through
+ * the Upstash REST bridge costs ~1.3 ms, so a host polling at 250 ms spends ~4 requests/s (≈0.5%
+ * of a core) and picks up a job ~125 ms after enqueue on average; at a constant 25 ms it would be
+ * ~40 requests/s per host for a ~12 ms gain — paid only while there is work around. With the
+ * fleet idle it does not poll at all (below).
  *
  * Backstops: every ~1.5 s (jittered) a Postgres sweep claims jobs older than ~2 s that no index
  * entry pointed at (lost entries). When Redis is unreachable the loop polls Postgres instead
  * (SKIP LOCKED candidates, no age limit) and probes Redis once a second to go back.
+ *
+ * While the fleet is idle (lifecycle/activity.ts: nothing waiting, claimed or running anywhere at
+ * the last look, and LISTEN up) there is nothing to poll or sweep for: every new job is announced
+ * and tried at once through `hint`, and one the announcement missed is seen by the reaper's next
+ * look, which ends idleness and wakes this loop (its sweep follows one sweep period later). So an
+ * idle claimer sends nothing; it only wakes every HOST_IDLE_MS to check it is still idle. With
+ * work around, every pass is what it was before idleness existed.
  *
  * All claiming happens in this one loop, so the capacity check and the claims it admits can
  * never interleave with another claim pass of the same host.
@@ -27,6 +35,7 @@ import type { Claim } from "../../src/domain/identity";
 import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import type { FleetActivity } from "../lifecycle/activity";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
 import type { ClaimSource, HostMetrics } from "../metrics/metrics";
@@ -55,6 +64,8 @@ export interface ClaimerOptions {
   redisProbeMs?: number;
   /** Index entries read per pass beyond the free slots, to get past entries other hosts are taking. */
   extraCandidates?: number;
+  /** Whether the fleet is idle (no polling then); without it the claimer always polls. */
+  activity?: FleetActivity;
 }
 
 type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
@@ -85,7 +96,12 @@ export class Claimer implements Service {
     if (!this.stopped) return;
     this.stopped = false;
     this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
-    this.unsubscribe = this.opts.runner.onSlotFreed(() => this.wake());
+    const unsubscribeSlots = this.opts.runner.onSlotFreed(() => this.wake());
+    const unsubscribeWork = this.opts.activity?.onWork(() => this.wake());
+    this.unsubscribe = () => {
+      unsubscribeSlots();
+      unsubscribeWork?.();
+    };
     this.loop = this.run();
   }
 
@@ -111,6 +127,15 @@ export class Claimer implements Service {
   private async run(): Promise<void> {
     while (!this.stopped) {
       let found = false;
+      // Idle: no pass. A hint never waits out an idle sleep: one added mid-pass is seen here, and
+      // the announcement that brought it had ended idleness before it was added.
+      if (this.opts.activity?.idle === true && this.hints.size === 0) {
+        // The sweep comes one period after the wake-up, not in the first pass: an announced job
+        // is claimed without a sweep statement before it.
+        this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
+        await this.sleep(this.opts.activity.idleMs);
+        continue;
+      }
       if (this.opts.runner.free > 0) {
         try {
           found = await this.pass();
@@ -206,6 +231,7 @@ export class Claimer implements Service {
     }
     if (candidates.length === 0) return;
     const won = await claimJobs(this.opts.db, this.opts.hostId, candidates);
+    if (won.size > 0) this.opts.activity?.noteWork();
     for (const c of candidates) {
       const epoch = won.get(c.jobId);
       this.opts.metrics.claims.inc({ source, result: epoch === undefined ? "lost" : "won" });
@@ -221,6 +247,7 @@ export class Claimer implements Service {
     if (free === 0 || this.stopped) return 0;
     const tokens = Array.from({ length: free }, () => randomUUID());
     const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
@@ -245,6 +272,7 @@ export class Claimer implements Service {
   }
 
   private sleep(ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {

@@ -29,6 +29,10 @@ export class ReadyListener implements Service {
       onReady: (jobId: string) => void;
       /** A cancel was requested for a job owned by the host named in the payload. */
       onCancel?: (ownerHostId: string) => void;
+      /** LISTEN is in place (after a start or a reconnect). */
+      onConnected?: () => void;
+      /** The connection dropped; a reconnect is scheduled. */
+      onDisconnected?: () => void;
     },
   ) {}
 
@@ -42,7 +46,12 @@ export class ReadyListener implements Service {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    const client = new pg.Client({ connectionString: this.opts.databaseUrl, connectionTimeoutMillis: 5000 });
+    const client = new pg.Client({
+      connectionString: this.opts.databaseUrl,
+      connectionTimeoutMillis: 5000,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 30_000,
+    });
     client.on("notification", (msg) => {
       if (msg.channel === READY_CHANNEL && msg.payload) this.opts.onReady(msg.payload);
       else if (msg.channel === CANCEL_CHANNEL && msg.payload) this.opts.onCancel?.(msg.payload);
@@ -62,6 +71,7 @@ export class ReadyListener implements Service {
       }
       this.client = client;
       this.attempt = 0;
+      this.opts.onConnected?.();
     } catch (err) {
       this.opts.log.warn("ready listener could not connect; retrying", errorFields(err));
       this.dropAndRetry(client);
@@ -69,7 +79,10 @@ export class ReadyListener implements Service {
   }
 
   private dropAndRetry(client: pg.Client): void {
-    if (this.client === client) this.client = null;
+    if (this.client === client) {
+      this.client = null;
+      this.opts.onDisconnected?.();
+    }
     client.end().catch(() => {});
     if (this.stopped || this.retryTimer) return;
     const delay = backoffDelay(this.attempt++, { baseMs: 200, maxMs: 5000 }) + 100;

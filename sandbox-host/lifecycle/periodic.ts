@@ -7,6 +7,10 @@
  * Fixed delay (the default) waits the full period after a run ends. Fixed rate subtracts the
  * run's own duration from the wait: for a loop whose period is a latency bound (how long a
  * cancel waits to be seen), a 40 ms check under load must not stretch 200 ms to 240 ms.
+ *
+ * A loop with an `idle` period waits that long instead after a run during which `idle.when()`
+ * held (at its start and its end: the fleet is idle, lifecycle/activity.ts); `hurry()` cuts such a
+ * wait to one busy period when work appears.
  */
 import { jitter } from "../../src/domain/backoff";
 import type { Service } from "./service";
@@ -23,11 +27,14 @@ export interface PeriodicOptions {
   firstDelayMs?: number;
   /** A run that threw (the loops catch their own errors; this is the backstop). */
   onError?: (err: unknown) => void;
+  /** The period while `when()` holds at the end of a run (jittered like `everyMs`). */
+  idle?: { everyMs: number; when: () => boolean };
 }
 
 export class PeriodicTask implements Service {
   readonly name: string;
   private timer: NodeJS.Timeout | undefined;
+  private dueAt = 0;
   private inFlight: Promise<void> | null = null;
   private active = false;
 
@@ -67,7 +74,20 @@ export class PeriodicTask implements Service {
     await this.track(fn);
   }
 
+  /**
+   * Work appeared: a wait longer than one busy period (an idle one) is cut to one busy period
+   * from now. A shorter wait is left alone, so a burst of calls never runs the loop more often.
+   */
+  hurry(): void {
+    if (!this.active || this.timer === undefined) return;
+    const busy = jitter(this.opts.everyMs, this.opts.spread);
+    if (this.dueAt - Date.now() <= busy) return;
+    clearTimeout(this.timer);
+    this.schedule(busy);
+  }
+
   private schedule(ms: number): void {
+    this.dueAt = Date.now() + ms;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.tick();
@@ -79,9 +99,13 @@ export class PeriodicTask implements Service {
     while (this.inFlight) await this.inFlight;
     if (!this.active) return;
     const started = Date.now();
+    // Idle only if it held when the run began too: a run that began busy may have seen work the
+    // fleet finished meanwhile (a sandbox whose run was still going), and the run after it acts on it.
+    const idleAtStart = this.opts.idle?.when() === true;
     await this.track(this.fn);
     if (!this.active) return;
-    const period = jitter(this.opts.everyMs, this.opts.spread);
+    const idle = idleAtStart && this.opts.idle?.when() ? this.opts.idle : null;
+    const period = jitter(idle ? idle.everyMs : this.opts.everyMs, this.opts.spread);
     this.schedule(this.opts.fixedRate ? Math.max(0, period - (Date.now() - started)) : period);
   }
 

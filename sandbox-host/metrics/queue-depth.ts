@@ -15,10 +15,15 @@
  *
  * Per-tenant series are capped at the TENANT_SERIES tenants with the most waiting jobs: every
  * series is repeated on every host, so an uncapped label would multiply tenants by hosts.
+ *
+ * While the fleet is idle (lifecycle/activity.ts) the host's last look found nothing waiting and
+ * nothing was announced since, so the numbers are known to be zero: they are set without a
+ * statement, every HOST_IDLE_MS. When work appears the next sample comes within one interval.
  */
 import { Counter, Gauge } from "prom-client";
 import type { Db } from "../../src/db/client";
 import { queueDepthByTenant } from "../../src/db/queue-depth-repo";
+import type { FleetActivity } from "../lifecycle/activity";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
@@ -72,20 +77,37 @@ export class QueueDepthSampler implements Service {
   readonly gauges: QueueDepthGauges;
   private readonly loop: PeriodicTask;
 
-  constructor(private readonly opts: { db: Db; registry: HostMetrics["registry"]; intervalMs: number; log: Logger }) {
+  constructor(
+    private readonly opts: {
+      db: Db;
+      registry: HostMetrics["registry"];
+      intervalMs: number;
+      log: Logger;
+      activity?: FleetActivity;
+    },
+  ) {
     this.gauges = registerQueueDepthGauges(opts.registry);
+    const activity = opts.activity;
     // The first sample at once, so /metrics has the numbers from the start; then every
     // intervalMs ±10% (hosts need not align: each reports the same global numbers).
-    this.loop = new PeriodicTask({ name: this.name, everyMs: opts.intervalMs, spread: 0.1, firstDelayMs: 0 }, () =>
-      this.sample(),
+    this.loop = new PeriodicTask(
+      {
+        name: this.name,
+        everyMs: opts.intervalMs,
+        spread: 0.1,
+        firstDelayMs: 0,
+        idle: activity ? { everyMs: Math.max(opts.intervalMs, activity.idleMs), when: () => activity.idle } : undefined,
+      },
+      () => this.sample(),
     );
+    activity?.onWork(() => this.loop.hurry());
   }
 
   /** One sample now (also the first one at start, so /metrics has the numbers from the beginning). */
   async sample(): Promise<void> {
     const g = this.gauges;
     try {
-      const rows = await queueDepthByTenant(this.opts.db);
+      const rows = this.opts.activity?.idle ? [] : await queueDepthByTenant(this.opts.db);
       g.waiting.set(rows.reduce((n, r) => n + r.waiting, 0));
       g.oldestAge.set(rows.reduce((a, r) => Math.max(a, r.oldestAgeSeconds), 0));
       const top = rows.sort((a, b) => b.waiting - a.waiting).slice(0, TENANT_SERIES);

@@ -12,14 +12,21 @@
  *    removes it);
  *  - every `purgeMs` (slower: retention is days, not seconds), deletes finished jobs older than
  *    the retention with their executions and inputs, leaving tombstones (src/db/retention-repo.ts).
+ *
+ * While the fleet is idle (lifecycle/activity.ts) a pass runs every HOST_IDLE_MS instead and
+ * starts with one look at the fleet's work: the reaping statements only touch claimed or running
+ * jobs and the rebuild only indexes waiting ones, so with none of them anywhere both are skipped
+ * (the Redis marker read included). A look that finds work runs them in the same pass and ends
+ * idleness. A host without runs in a busy fleet also looks now and then, to learn when it is over.
  */
 import type { Db } from "../../src/db/client";
-import { readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
+import { fleetWork, readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import { expireWaits } from "../../src/db/wait-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
+import type { FleetActivity, FleetWork } from "../lifecycle/activity";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
@@ -37,6 +44,8 @@ export interface ReaperOptions {
   purgeMs?: number;
   /** Finished jobs older than this are purged. */
   jobRetentionMs?: number;
+  /** Whether the fleet is idle; without it every pass is a busy one. */
+  activity?: FleetActivity;
   /** Called for each run this pass declared lost or timed out. */
   onReaped?: (r: { id: string; state: "lost" | "timed_out"; executionId: string }) => void;
 }
@@ -58,9 +67,11 @@ export class Reaper implements Service {
         spread: 0.3,
         firstDelayMs: 0,
         onError: (err) => opts.log.warn("reaper pass failed", errorFields(err)),
+        idle: opts.activity ? { everyMs: opts.activity.idleMs, when: () => opts.activity?.idle === true } : undefined,
       },
       () => this.pass(),
     );
+    opts.activity?.onWork(() => this.loop.hurry());
   }
 
   start(): void {
@@ -73,6 +84,34 @@ export class Reaper implements Service {
 
   /** One reaping pass; safe to run concurrently with other hosts' passes. */
   async pass(): Promise<void> {
+    const activity = this.opts.activity;
+    if (activity?.idle) {
+      const work = await this.look(activity);
+      // A failed look knows nothing: the pass runs in full.
+      if (work === null || work.claimed || work.running || work.expired) await this.reap();
+      if (work === null || work.waiting) await this.maybeRebuildIndex();
+      await this.maybePurge();
+      return;
+    }
+    await this.reap();
+    await this.maybeRebuildIndex();
+    await this.maybePurge();
+    if (activity?.shouldLook()) await this.look(activity);
+  }
+
+  private async look(activity: FleetActivity): Promise<FleetWork | null> {
+    const startedAt = activity.lookStarting();
+    try {
+      const work = await fleetWork(this.opts.db);
+      activity.looked(work, startedAt);
+      return work;
+    } catch (err) {
+      this.opts.log.warn("fleet work look failed", errorFields(err));
+      return null;
+    }
+  }
+
+  private async reap(): Promise<void> {
     const { db, log } = this.opts;
     try {
       const released = await releaseStaleClaims(db, this.opts.claimTimeoutMs);
@@ -96,8 +135,6 @@ export class Reaper implements Service {
     } catch (err) {
       log.warn("reaper pass failed", errorFields(err));
     }
-    await this.maybeRebuildIndex();
-    await this.maybePurge();
   }
 
   private async maybePurge(): Promise<void> {

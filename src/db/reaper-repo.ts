@@ -67,6 +67,31 @@ export async function reapRuns(
   return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
 }
 
+/**
+ * Whether any job anywhere waits for a claim, is claimed but not started, or runs: an idle host's
+ * one look at the fleet (sandbox-host/lifecycle/activity.ts). Three EXISTS probes, each the first
+ * entry of a partial index (jobs_ready_idx, jobs_tenant_queued_idx, jobs_running_owner_idx), so
+ * the job history never enters the plan.
+ */
+export async function fleetWork(
+  db: Db,
+): Promise<{ waiting: boolean; claimed: boolean; running: boolean; expired: boolean }> {
+  const [row] = resultRows<{ waiting: boolean; claimed: boolean; running: boolean; expired: boolean }>(
+    await db.execute(sql`
+      SELECT
+        EXISTS (SELECT 1 FROM jobs WHERE ${claimable()}) AS waiting,
+        EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner IS NOT NULL) AS claimed,
+        EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS running,
+        EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < now()) AS expired`),
+  );
+  return {
+    waiting: row?.waiting === true,
+    claimed: row?.claimed === true,
+    running: row?.running === true,
+    expired: row?.expired === true,
+  };
+}
+
 /** Queued, ownerless jobs (oldest first): what the ready index should hold. */
 export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: string; createdAt: Date }>> {
   const rows = resultRows<{ id: string; created_at: Date | string }>(

@@ -2,6 +2,7 @@
  * The one periodic-loop shape of the host (sandbox-host/lifecycle/periodic.ts): never two runs at
  * once, stop() resolves only after the run in flight, fixed rate keeps the period when a run is
  * slow, fixed delay adds the run's duration, and an extra run (runNow) waits for the scheduled one.
+ * With an idle period: it waits that long while idle, and hurry() cuts the wait to a busy period.
  */
 import { describe, expect, it } from "vitest";
 import { PeriodicTask } from "../../sandbox-host/lifecycle/periodic";
@@ -76,5 +77,61 @@ describe("PeriodicTask", () => {
       log.push("after stop");
     });
     expect(log).not.toContain("after stop");
+  });
+
+  it("waits the idle period while idle, and hurry() brings the next run within one busy period", async () => {
+    let idle = true;
+    const starts: number[] = [];
+    const task = new PeriodicTask(
+      { name: "t", everyMs: 30, spread: 0, firstDelayMs: 0, idle: { everyMs: 60_000, when: () => idle } },
+      async () => {
+        starts.push(performance.now());
+      },
+    );
+    task.start();
+    await sleep(200);
+    // The first run, then an idle wait of a minute: nothing more in 200 ms.
+    expect(starts).toHaveLength(1);
+    idle = false;
+    const hurried = performance.now();
+    task.hurry();
+    while (starts.length < 3) await sleep(5);
+    await task.stop();
+    // One busy period after hurry(), then busy periods again (idle no longer holds).
+    expect(starts[1]! - hurried).toBeLessThan(1000);
+    expect(starts[2]! - starts[1]!).toBeLessThan(1000);
+  });
+
+  it("hurry() never brings a busy loop's next run forward", async () => {
+    const starts: number[] = [];
+    const task = new PeriodicTask({ name: "t", everyMs: 300, spread: 0, firstDelayMs: 0 }, async () => {
+      starts.push(performance.now());
+    });
+    task.start();
+    while (starts.length < 1) await sleep(5);
+    for (let i = 0; i < 10; i++) task.hurry();
+    while (starts.length < 2) await sleep(5);
+    await task.stop();
+    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(299);
+  });
+
+  it("a run that began busy is followed by a busy period even if the fleet went idle during it", async () => {
+    let idle = false;
+    const starts: number[] = [];
+    const task = new PeriodicTask(
+      { name: "t", everyMs: 30, spread: 0, firstDelayMs: 0, idle: { everyMs: 60_000, when: () => idle } },
+      async () => {
+        starts.push(performance.now());
+        idle = true; // the fleet goes idle while this (busy) run is in flight
+        await sleep(5);
+      },
+    );
+    task.start();
+    while (starts.length < 2) await sleep(5);
+    await sleep(200);
+    await task.stop();
+    // The second run (began idle) is followed by the idle period: exactly two runs.
+    expect(starts).toHaveLength(2);
+    expect(starts[1]! - starts[0]!).toBeLessThan(1000);
   });
 });

@@ -37,7 +37,13 @@ async function checkBinariesReachable(): Promise<void> {
 }
 
 export async function startPostgres(
-  opts: { port?: number; dataDir?: string; quiet?: boolean } = {},
+  opts: {
+    port?: number;
+    dataDir?: string;
+    quiet?: boolean;
+    /** More `-c name=value` settings (e.g. a bench loading pg_stat_statements). */
+    settings?: Record<string, string>;
+  } = {},
 ): Promise<PostgresService> {
   await checkBinariesReachable();
   const port = opts.port ?? (await freePort());
@@ -57,7 +63,10 @@ export async function startPostgres(
     createPostgresUser: process.getuid?.() === 0,
     onLog: opts.quiet === false ? console.log : () => {},
     onError: opts.quiet === false ? console.error : () => {},
-    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off"],
+    postgresFlags: [
+      ...["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off"],
+      ...Object.entries(opts.settings ?? {}).flatMap(([k, v]) => ["-c", `${k}=${v}`]),
+    ],
   });
   try {
     await pg.initialise();

@@ -1,0 +1,118 @@
+/**
+ * Whether the fleet is idle, as one host knows it, so the host's periodic loops can stop asking
+ * Postgres and Redis about work that is not there. Idle means all of:
+ *  - no run on this host;
+ *  - its LISTEN connection is up, so every job that becomes claimable anywhere is announced to it
+ *    (ear_ready: inserted, or released by a reaper) without asking;
+ *  - its last look at Postgres (`fleetWork`, one statement) found no job waiting, claimed or
+ *    running anywhere, and nothing was announced, claimed or reconnected since that look began.
+ * Anything else is busy, and every loop keeps the cadence it had before idleness existed, so the
+ * recovery bounds where work runs are unchanged. `noteWork()` (an announcement, a claim, the
+ * listener connecting or dropping, a look that found work) ends idleness at once and hurries
+ * every loop sleeping an idle period back to its busy one.
+ *
+ * While idle the host's only Postgres statements are the look itself and the retention purge
+ * (and the sandbox janitor's question when labelled sandboxes exist), one each per HOST_IDLE_MS
+ * (default 60 s), and it sends no Redis command at all; the measured before/after is in
+ * docs/deploy.md, "The cost of an idle host".
+ * What a lost announcement costs is bounded by the look: a job nobody was told about is seen
+ * waiting (or running) at the next look, at most HOST_IDLE_MS (+30 % jitter) later.
+ *
+ * No leader: each host looks for itself. An election would cost statements of its own (a lease
+ * renewed, a lock polled) for a saving of one statement a minute per host, and would add a
+ * failure mode (a leader that stops looking) the per-host look does not have.
+ */
+
+/** What one look at Postgres found anywhere in the fleet (src/db/reaper-repo.ts, fleetWork). */
+export interface FleetWork {
+  /** Queued and unclaimed: a claimer should take it. */
+  waiting: boolean;
+  /** Claimed and not started: the reaper releases it if its claimant dies. */
+  claimed: boolean;
+  /** Running: the reaper calls it lost if its owner stops heartbeating. */
+  running: boolean;
+  /**
+   * A job in `waiting` past its approval deadline: the reaper ends the wait (denied and
+   * re-queued, which announces it, or failed). Jobs that merely wait are not work: no host holds them.
+   */
+  expired?: boolean;
+}
+
+/**
+ * A host without runs in a busy fleet looks at most this often to learn that the fleet went
+ * quiet (and at once when its own last run ends): one extra statement per 10 s while other hosts
+ * work, in exchange for going idle within ~10 s of the fleet's last run ending.
+ */
+export const BUSY_LOOK_GAP_MS = 10_000;
+
+export class FleetActivity {
+  private quiet = false;
+  /** Host start counts as news: nothing is known about the fleet yet. */
+  private lastWorkAt = Date.now();
+  private lastLookAt = Number.NEGATIVE_INFINITY;
+  private lastLocalEndAt = 0;
+  private readonly listeners = new Set<() => void>();
+
+  constructor(
+    private readonly opts: {
+      /** HOST_IDLE_MS; 0 = never idle (every loop keeps its busy cadence). */
+      idleMs: number;
+      localRuns: () => number;
+      /** The LISTEN connection is up (announcements reach this host). */
+      listening: () => boolean;
+    },
+  ) {}
+
+  get idleMs(): number {
+    return this.opts.idleMs;
+  }
+
+  get idle(): boolean {
+    return this.quiet && this.opts.localRuns() === 0 && this.opts.listening();
+  }
+
+  /** Call `fn` whenever idleness ends (a loop cuts an idle sleep short). */
+  onWork(fn: () => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  /**
+   * Work may exist: a job was announced or claimed, or the listener connected or dropped (what
+   * was announced meanwhile is unknown). Every input of `idle` that can turn it false without a
+   * look comes through here, so a loop scheduled on an idle period is always hurried.
+   */
+  noteWork(): void {
+    this.lastWorkAt = Date.now();
+    if (!this.quiet) return;
+    this.quiet = false;
+    for (const fn of this.listeners) fn();
+  }
+
+  /** This host's last run ended: look soon rather than after BUSY_LOOK_GAP_MS. */
+  localRunEnded(): void {
+    if (this.opts.localRuns() === 0) this.lastLocalEndAt = Date.now();
+  }
+
+  /** Whether a reaper pass should look at the fleet's work now. */
+  shouldLook(now = Date.now()): boolean {
+    if (this.opts.idleMs === 0 || this.opts.localRuns() > 0 || !this.opts.listening()) return false;
+    return this.quiet || now - this.lastLookAt >= BUSY_LOOK_GAP_MS || this.lastLocalEndAt > this.lastLookAt;
+  }
+
+  /** Before the look's statement: its start decides whether news arrived while it ran. */
+  lookStarting(): number {
+    this.lastLookAt = Date.now();
+    return this.lastLookAt;
+  }
+
+  looked(work: FleetWork, startedAt: number): void {
+    if (work.waiting || work.claimed || work.running) {
+      this.noteWork();
+      return;
+    }
+    // An announcement while the statement ran may name a job its snapshot did not see.
+    if (this.lastWorkAt >= startedAt) return;
+    this.quiet = true;
+  }
+}

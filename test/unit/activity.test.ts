@@ -1,0 +1,85 @@
+/**
+ * When a host calls the fleet idle (sandbox-host/lifecycle/activity.ts): only after a look that
+ * found nothing, with no run here and LISTEN up; never on a look that raced an announcement; and
+ * any news ends idleness at once, telling the loops to hurry.
+ */
+import { describe, expect, it } from "vitest";
+import { BUSY_LOOK_GAP_MS, FleetActivity } from "../../sandbox-host/lifecycle/activity";
+import { sleep } from "../../src/domain/async";
+
+const NONE = { waiting: false, claimed: false, running: false };
+
+function activity(over: { idleMs?: number } = {}) {
+  const state = { runs: 0, listening: true, hurried: 0 };
+  const a = new FleetActivity({
+    idleMs: over.idleMs ?? 60_000,
+    localRuns: () => state.runs,
+    listening: () => state.listening,
+  });
+  a.onWork(() => state.hurried++);
+  return { a, state };
+}
+
+describe("FleetActivity", () => {
+  it("is busy from start until a look finds nothing anywhere", async () => {
+    const { a } = activity();
+    expect(a.idle).toBe(false);
+    expect(a.shouldLook()).toBe(true);
+    await sleep(2);
+    a.looked({ ...NONE, running: true }, a.lookStarting());
+    expect(a.idle).toBe(false);
+    a.looked({ ...NONE, waiting: true }, a.lookStarting());
+    expect(a.idle).toBe(false);
+    // (Work found counts as news at that instant: the next look must start after it.)
+    await sleep(2);
+    a.looked(NONE, a.lookStarting());
+    expect(a.idle).toBe(true);
+  });
+
+  it("stays busy when news arrived while the look's statement ran", async () => {
+    const { a } = activity();
+    await sleep(2);
+    const started = a.lookStarting();
+    a.noteWork(); // an announcement between the statement's snapshot and its answer
+    a.looked(NONE, started);
+    expect(a.idle).toBe(false);
+  });
+
+  it("news ends idleness and hurries the loops once; runs here or LISTEN down mean busy", async () => {
+    const { a, state } = activity();
+    await sleep(2);
+    a.looked(NONE, a.lookStarting());
+    expect(a.idle).toBe(true);
+    a.noteWork();
+    a.noteWork();
+    expect(a.idle).toBe(false);
+    expect(state.hurried).toBe(1);
+
+    await sleep(2);
+    a.looked(NONE, a.lookStarting());
+    state.runs = 1;
+    expect(a.idle).toBe(false);
+    expect(a.shouldLook()).toBe(false);
+    state.runs = 0;
+    state.listening = false;
+    expect(a.idle).toBe(false);
+    expect(a.shouldLook()).toBe(false);
+  });
+
+  it("a host without runs in a busy fleet looks every BUSY_LOOK_GAP_MS, and at once when its last run ends", async () => {
+    const { a, state } = activity();
+    a.looked({ ...NONE, running: true }, a.lookStarting());
+    expect(a.shouldLook(Date.now() + 1)).toBe(false);
+    expect(a.shouldLook(Date.now() + BUSY_LOOK_GAP_MS)).toBe(true);
+    await sleep(2);
+    state.runs = 0;
+    a.localRunEnded();
+    expect(a.shouldLook()).toBe(true);
+  });
+
+  it("HOST_IDLE_MS = 0: never looks, never idle", () => {
+    const { a } = activity({ idleMs: 0 });
+    expect(a.shouldLook()).toBe(false);
+    expect(a.idle).toBe(false);
+  });
+});

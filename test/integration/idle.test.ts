@@ -224,6 +224,36 @@ describe.skipIf(!canRun)("an idle host", () => {
     expect(Date.now() - committed).toBeLessThan(bound + SLACK_MS);
   }, 60_000);
 
+  it("ends a wait past its approval deadline within the idle bound (waiting jobs are not work)", async () => {
+    const { name, pool } = await freshDb();
+    const config = hostConfig(name, { idleMs: 5000 });
+    const host = await launch(config);
+    await waitIdle(host);
+    // A job suspended by a host that is gone: nobody holds it, nothing announces its deadline
+    // (and its insert here announces nothing either, as a suspension would not).
+    await pool.query("ALTER TABLE jobs DISABLE TRIGGER jobs_ready_notify_insert");
+    const id = randomUUID();
+    await pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, state, epoch, wait_deadline_at, waiting_for)
+       VALUES ($1, $2, '{"messages":[]}', 'waiting', 1, now() + interval '1 second',
+         '{"kind":"approval","call_id":"c1","tool":"shell","on_deadline":"fail"}')`,
+      [id, TENANT],
+    );
+    const due = Date.now() + 1000;
+    await waitFor(
+      "the wait to end",
+      async () => {
+        const { rows } = await pool.query<{ state: string; error: { code: string } | null }>(
+          "SELECT state, error FROM jobs WHERE id = $1",
+          [id],
+        );
+        return rows[0]?.state === "failed" ? rows[0] : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 50 },
+    ).then((row) => expect(row.error?.code).toBe("approval_expired"));
+    expect(Date.now() - due).toBeLessThan(config.idleMs * 1.3 + config.reapMs * 1.3 + SLACK_MS);
+  }, 60_000);
+
   it("claims a job whose announcement and ready-index entry were both lost within the idle bound", async () => {
     const { name, pool, db } = await freshDb();
     const config = hostConfig(name, { idleMs: 5000 });

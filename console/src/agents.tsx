@@ -555,7 +555,7 @@ function AgentForm({
             </label>
           </div>
         ))}
-        <label class="check">
+        <label class="check wrap">
           <input
             type="checkbox"
             checked={askUser}

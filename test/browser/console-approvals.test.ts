@@ -264,6 +264,10 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
     await gate.check();
     await page.getByRole("checkbox", { name: /^ask_user/ }).check();
     await shoot(page, "agent-form-gates", true);
+    await page.setViewportSize({ width: 380, height: 900 });
+    await expectAccessible(page, "agent form with gates at 380px");
+    await shoot(page, "agent-form-gates-narrow", true);
+    await page.setViewportSize({ width: 1100, height: 900 });
     await page.getByRole("button", { name: "Create agent" }).click();
     await expect
       .poll(() => page.getByTestId("agent-definition").getAttribute("data-version"), { timeout: 10_000 })

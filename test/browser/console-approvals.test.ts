@@ -116,6 +116,11 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
       );
       expect(await card.locator("time").getAttribute("datetime")).toBe(wf?.deadline_at);
       await expect.poll(() => turn.locator(".state-waiting").textContent()).toBe("waiting");
+      // A reload while waiting rebuilds the same card from the log.
+      await page.reload();
+      await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+      await card.waitFor({ timeout: 20_000 });
+      expect(await card.getAttribute("data-call-id")).toBe(wf?.call_id);
       await shoot(page, "approval-card");
       await expectAccessible(page, "chat with an approval card at 1100px");
       await page.setViewportSize({ width: 380, height: 900 });

@@ -140,6 +140,16 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="tools">{toolList(agent.tools)}</td>
           </tr>
           <tr>
+            <th scope="row">ask_user</th>
+            <td data-field="ask_user">{agent.ask_user ? "yes: may ask and wait for an answer" : "no"}</td>
+          </tr>
+          <tr>
+            <th scope="row">waits</th>
+            <td data-field="approval">
+              decide within {agent.approval.deadline_s} s, then {agent.approval.on_deadline}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">max turns</th>
             <td data-field="max_turns">{agent.limits.max_turns}</td>
           </tr>
@@ -389,10 +399,11 @@ function AgentForm({
   const [description, setDescription] = useState(base?.description ?? "");
   const [instructions, setInstructions] = useState(base?.instructions ?? "");
   const [tools, setTools] = useState<string[]>((base?.tools ?? []).map(toolName));
-  // The form edits names only; a tool the base version gates keeps its gate in the next version.
-  const gated = new Set<string>(
+  // The tools whose calls wait for a person's approval (each checked tool's "needs approval").
+  const [gated, setGated] = useState<string[]>(
     (base?.tools ?? []).filter((t) => typeof t !== "string" && t.requires_approval).map(toolName),
   );
+  const [askUser, setAskUser] = useState(base?.ask_user ?? false);
   const [maxTurns, setMaxTurns] = useState(String(base?.limits.max_turns ?? ""));
   const [maxOutput, setMaxOutput] = useState(String(base?.limits.max_output_tokens ?? ""));
   const [timeout, setTimeoutS] = useState(String(base?.limits.timeout_s ?? ""));
@@ -432,7 +443,7 @@ function AgentForm({
       description,
       instructions,
       tools: tools.map((n) =>
-        gated.has(n) ? { name: n, requires_approval: true } : n,
+        gated.includes(n) ? { name: n, requires_approval: true } : n,
       ) as AgentDefinitionInput["tools"],
       limits: {
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
@@ -443,6 +454,9 @@ function AgentForm({
       response_format,
       // The form does not edit MCP servers: a new version keeps the ones it was made from.
       mcp_servers: base?.mcp_servers ?? [],
+      ask_user: askUser,
+      // The form does not edit the wait's deadline and its outcome: a new version keeps the base's.
+      ...(base ? { approval: base.approval } : {}),
     };
     setBusy(true);
     try {
@@ -518,17 +532,39 @@ function AgentForm({
       <fieldset class="field">
         <legend>Tools</legend>
         {TOOL_NAMES.map((t) => (
-          <label key={t} class="check">
-            <input
-              type="checkbox"
-              checked={tools.includes(t)}
-              onChange={(e) =>
-                setTools((e.target as HTMLInputElement).checked ? [...tools, t] : tools.filter((x) => x !== t))
-              }
-            />{" "}
-            {t}
-          </label>
+          <div key={t} class="tool-choice">
+            <label class="check">
+              <input
+                type="checkbox"
+                checked={tools.includes(t)}
+                onChange={(e) =>
+                  setTools((e.target as HTMLInputElement).checked ? [...tools, t] : tools.filter((x) => x !== t))
+                }
+              />{" "}
+              {t}
+            </label>
+            <label class="check gate">
+              <input
+                type="checkbox"
+                aria-label={`${t} needs approval`}
+                disabled={!tools.includes(t)}
+                checked={tools.includes(t) && gated.includes(t)}
+                onChange={(e) =>
+                  setGated((e.target as HTMLInputElement).checked ? [...gated, t] : gated.filter((x) => x !== t))
+                }
+              />{" "}
+              needs approval
+            </label>
+          </div>
         ))}
+        <label class="check wrap">
+          <input
+            type="checkbox"
+            checked={askUser}
+            onChange={(e) => setAskUser((e.target as HTMLInputElement).checked)}
+          />{" "}
+          ask_user: the agent may ask a question and wait for the answer
+        </label>
       </fieldset>
       <div class="field-row">
         {field(

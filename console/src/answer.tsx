@@ -58,7 +58,7 @@ export function OutputJson({ job }: { job: JobView }) {
  * A tool's arguments or output. An object is shown field by field, string fields as preformatted
  * text, so a shell's stdout reads as it was printed rather than as a JSON string with `\n`s.
  */
-function Value({ value }: { value: unknown }) {
+export function Value({ value }: { value: unknown }) {
   if (value !== null && typeof value === "object" && !Array.isArray(value)) {
     return (
       <dl class="tool-fields">

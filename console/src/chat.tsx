@@ -19,8 +19,9 @@ import {
   type LatencyView,
   type ServerFrame,
 } from "./api";
+import { ApprovalCard } from "./approval";
 import { DebugPanel } from "./debug-panel";
-import { foldRun, type OffsetEvent } from "./run";
+import { foldRun, type OffsetEvent, pendingWait } from "./run";
 
 type Policy = "queue" | "reject" | "interrupt";
 
@@ -147,6 +148,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
           t.lastOffset = f.offset;
           if (isTerminal(f.event.type)) {
             t.live = false;
+            void refreshJob(t);
+          } else if (f.event.type === "run.suspended" || f.event.type === "run.resumed") {
+            // The job view's state (`waiting`, then `queued`/`running`) for the footer's badge.
             void refreshJob(t);
           }
           break;
@@ -277,6 +281,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
       <ol class="turns" ref={logRef} aria-label="Messages">
         {turns.current.map((t) => {
           const run = t.events.length ? foldRun(t.events) : null;
+          const wait = run && t.jobId ? pendingWait(run) : null;
           const final = t.job ? isFinalState(t.job.state) : !t.live && t.historyText !== undefined;
           const latency = t.job && isFinalState(t.job.state) ? t.job.latency : (t.historyLatency ?? null);
           return (
@@ -285,8 +290,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
               <article class="msg answer" aria-busy={t.live} data-testid="answer" data-state={t.job?.state ?? ""}>
                 <div class="answer-text" data-testid="answer-text">
                   {run ? <AnswerBody segments={run.segments} /> : (t.historyText ?? "")}
-                  {t.live && <span class="cursor" aria-hidden="true" />}
+                  {t.live && !wait && <span class="cursor" aria-hidden="true" />}
                 </div>
+                {wait && t.jobId && <ApprovalCard key={wait.call_id} jobId={t.jobId} wait={wait} />}
                 {t.queuedAt !== undefined && !t.jobId && <p class="muted">queued, position {t.queuedAt}</p>}
                 {t.error && (
                   <p class="error" role="alert">

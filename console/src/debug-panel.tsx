@@ -1,7 +1,8 @@
 /**
  * One run's facts for debugging: the five timing facts and the latencies derived from them (as
- * the API reports them, never recomputed here), execution id and epoch, quota waits, sandbox
- * events, and the raw event timeline with offsets and per-execution seq numbers.
+ * the API reports them, never recomputed here), execution id and epoch, quota waits, waits for a
+ * person (the execution that suspended and the one that resumed), sandbox events, and the raw
+ * event timeline with offsets and per-execution seq numbers.
  */
 import type { JobView } from "./api";
 import { foldRun, type OffsetEvent, payloadSummary } from "./run";
@@ -86,7 +87,9 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
                 <th scope="row" class="nowrap">
                   executions seen
                 </th>
-                <td>{run.executions.map((x) => `${x.execution_id.slice(0, 8)}@${x.epoch}`).join(", ")}</td>
+                <td data-testid="executions-seen">
+                  {run.executions.map((x) => `${x.execution_id.slice(0, 8)}@${x.epoch}`).join(", ")}
+                </td>
               </tr>
             )}
             {job?.error && (
@@ -112,6 +115,31 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
               #{q.offset} {q.ts}: {q.reason}
               {q.key ? ` on ${q.key}` : ""}
               {q.ahead !== null ? `, ${q.ahead} ahead` : ""}
+            </li>
+          ))}
+        </ul>
+      )}
+      <h4>Waits for a person</h4>
+      {run.waits.length === 0 ? (
+        <p class="muted">none</p>
+      ) : (
+        <ul data-testid="waits">
+          {run.waits.map((w) => (
+            <li
+              key={w.offset}
+              data-suspended={`${w.suspendedIn.execution_id}@${w.suspendedIn.epoch}`}
+              data-resumed={w.resumedIn ? `${w.resumedIn.execution_id}@${w.resumedIn.epoch}` : ""}
+            >
+              #{w.offset} {w.kind} for <code>{w.tool}</code>: suspended execution{" "}
+              <code>{w.suspendedIn.execution_id.slice(0, 8)}</code> (epoch {w.suspendedIn.epoch})
+              {w.resolved && w.resumedIn ? (
+                <>
+                  , {w.resolved.decision} by {w.resolved.by} after {w.resolved.waited_ms} ms, resumed as execution{" "}
+                  <code>{w.resumedIn.execution_id.slice(0, 8)}</code> (epoch {w.resumedIn.epoch})
+                </>
+              ) : (
+                ", still waiting"
+              )}
             </li>
           ))}
         </ul>

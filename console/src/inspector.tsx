@@ -6,8 +6,9 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import { client, isTerminal, type JobView } from "./api";
+import { ApprovalCard } from "./approval";
 import { DebugPanel } from "./debug-panel";
-import { foldRun, type OffsetEvent } from "./run";
+import { foldRun, type OffsetEvent, pendingWait } from "./run";
 
 export function Inspector({ jobId }: { jobId: string }) {
   const [job, setJob] = useState<JobView | null>(null);
@@ -32,7 +33,9 @@ export function Inspector({ jobId }: { jobId: string }) {
       for await (const { id, event } of client.events(jobId, { signal: ctl.signal })) {
         got.push({ offset: id, event });
         setEvents([...got]);
-        if (isTerminal(event.type)) void client.get(jobId).then(setJob, () => {});
+        // The job view changes at the end, and at a wait (`waiting_for`) and its resume.
+        if (isTerminal(event.type) || event.type === "run.suspended" || event.type === "run.resumed")
+          void client.get(jobId).then(setJob, () => {});
       }
     })().catch((err) => ctl.signal.aborted || setError(`events: ${(err as Error).message}`));
     return () => ctl.abort();
@@ -42,6 +45,8 @@ export function Inspector({ jobId }: { jobId: string }) {
 
   const shown = upTo === null ? events : events.slice(0, upTo);
   const run = foldRun(shown);
+  // Deciding is offered on the whole log only, never on a replayed prefix.
+  const wait = upTo === null ? pendingWait(run) : null;
   const play = () => {
     clearInterval(timer.current);
     setPlaying(true);
@@ -86,6 +91,14 @@ export function Inspector({ jobId }: { jobId: string }) {
           <RunFacts job={job} />
         </p>
       )}
+      {job?.waiting_for && (
+        <p class="meta" data-testid="waiting-for">
+          waiting for {job.waiting_for.kind === "approval" ? "an approval of" : "an answer to"}{" "}
+          <code>{job.waiting_for.tool}</code> (call <code>{job.waiting_for.call_id}</code>) since{" "}
+          {job.waiting_for.since}, until {job.waiting_for.deadline_at}, then {job.waiting_for.on_deadline}
+        </p>
+      )}
+      {wait && <ApprovalCard key={wait.call_id} jobId={jobId} wait={wait} />}
       <div class="toolbar">
         <label for="replay">Replay to event</label>
         <input

@@ -90,6 +90,12 @@ export function Jobs() {
                   </td>
                   <td>
                     <span class={`state state-${j.state}`}>{j.state}</span>
+                    {j.waiting_for && (
+                      <span class="muted" data-testid="waiting-for">
+                        {" "}
+                        {j.waiting_for.kind === "approval" ? "approve" : "answer"} <code>{j.waiting_for.tool}</code>
+                      </span>
+                    )}
                   </td>
                   <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
                   <td>

@@ -23,8 +23,31 @@ export interface RunFold {
   sandbox: Array<{ offset: number; ts: string; type: string; detail: string }>;
   terminal: { type: string; offset: number; error: { code: string; message: string } | null } | null;
   executions: Array<{ execution_id: string; epoch: number }>;
+  /** Every waitpoint the run reached, in order; `resolved` is null while it still waits. */
+  waits: Wait[];
   lastOffset: number;
 }
+
+/** A tool call that waited for a person: an approval gate, or an `ask_user` question. */
+export interface Wait {
+  offset: number;
+  kind: "approval" | "input";
+  call_id: string;
+  tool: string;
+  arguments: unknown;
+  question: string | null;
+  deadline_at: string;
+  resolved: { decision: "approve" | "deny" | "input"; by: "api" | "deadline"; waited_ms: number } | null;
+  /** The execution that reached the waitpoint and ended `suspended`, and the one that resumed from it. */
+  suspendedIn: { execution_id: string; epoch: number };
+  resumedIn: { execution_id: string; epoch: number } | null;
+}
+
+/** The wait still open at the end of the fold (the card to decide on), if any. */
+export const pendingWait = (f: RunFold): Wait | null => {
+  const w = f.waits.at(-1);
+  return w && !w.resolved && !f.terminal ? w : null;
+};
 
 export function foldRun(events: readonly OffsetEvent[]): RunFold {
   const f: RunFold = {
@@ -34,6 +57,7 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
     sandbox: [],
     terminal: null,
     executions: [],
+    waits: [],
     lastOffset: 0,
   };
   const tools = new Map<string, Extract<Segment, { kind: "tool" }>>();
@@ -68,6 +92,42 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
         const seg = tools.get(e.payload.id);
         if (seg) seg.result = { ok: e.payload.ok, output: e.payload.output };
         f.sandbox.push({ offset, ts: e.ts, type: e.type, detail: e.payload.ok ? "ok" : "error" });
+        break;
+      }
+      case "tool.approval_requested":
+        f.waits.push({
+          offset,
+          kind: "approval",
+          call_id: e.payload.call_id,
+          tool: e.payload.tool,
+          arguments: e.payload.arguments,
+          question: null,
+          deadline_at: e.payload.deadline_at,
+          resolved: null,
+          suspendedIn: { execution_id: e.execution_id, epoch: e.epoch },
+          resumedIn: null,
+        });
+        break;
+      case "input.requested":
+        f.waits.push({
+          offset,
+          kind: "input",
+          call_id: e.payload.call_id,
+          tool: "ask_user",
+          arguments: { question: e.payload.question },
+          question: e.payload.question,
+          deadline_at: e.payload.deadline_at,
+          resolved: null,
+          suspendedIn: { execution_id: e.execution_id, epoch: e.epoch },
+          resumedIn: null,
+        });
+        break;
+      case "run.resumed": {
+        const w = f.waits.find((x) => x.call_id === e.payload.call_id);
+        if (w) {
+          w.resolved = { decision: e.payload.decision, by: e.payload.by, waited_ms: e.payload.waited_ms };
+          w.resumedIn = { execution_id: e.execution_id, epoch: e.epoch };
+        }
         break;
       }
       case "sandbox.created":

@@ -3,7 +3,7 @@
  * the inspector's replay show is computed here, so its order and pairing rules are pinned.
  */
 import { describe, expect, it } from "vitest";
-import { foldRun, type OffsetEvent } from "../../console/src/run";
+import { foldRun, type OffsetEvent, pendingWait } from "../../console/src/run";
 import type { EventEnvelope } from "../../src/contracts/events";
 
 const JOB = "00000000-0000-4000-8000-000000000001";
@@ -104,5 +104,58 @@ describe("foldRun", () => {
     ]);
     expect(f.executions).toEqual([]);
     expect(f.terminal?.error?.code).toBe("lost");
+  });
+  it("a waitpoint is pending from its request until the run.resumed of its call, with the executions on each side", () => {
+    seq = 0;
+    const deadline = "2026-01-02T00:00:00.000Z";
+    const before = [
+      ev("run.started", {}),
+      ev("tool.approval_requested", {
+        call_id: "c1",
+        tool: "shell",
+        arguments: { command: "ls" },
+        deadline_at: deadline,
+      }),
+      ev("run.suspended", { waiting_for: { kind: "approval", call_id: "c1", tool: "shell" } }),
+    ];
+    const waiting = foldRun(before);
+    expect(pendingWait(waiting)).toEqual({
+      offset: 2,
+      kind: "approval",
+      call_id: "c1",
+      tool: "shell",
+      arguments: { command: "ls" },
+      question: null,
+      deadline_at: deadline,
+      resolved: null,
+      suspendedIn: { execution_id: "exec-a", epoch: 1 },
+      resumedIn: null,
+    });
+    const after = [
+      ...before,
+      ev("run.resumed", { call_id: "c1", decision: "approve", by: "api", waited_ms: 1200 }, "exec-b", 2),
+      ev("model.delta", { text: "ok" }, "exec-b", 2),
+    ];
+    const resumed = foldRun(after);
+    expect(pendingWait(resumed)).toBeNull();
+    expect(resumed.waits[0]).toMatchObject({
+      resolved: { decision: "approve", by: "api", waited_ms: 1200 },
+      resumedIn: { execution_id: "exec-b", epoch: 2 },
+    });
+    expect(resumed.executions).toEqual([
+      { execution_id: "exec-a", epoch: 1 },
+      { execution_id: "exec-b", epoch: 2 },
+    ]);
+    expect(resumed.text).toBe("ok");
+  });
+
+  it("an ask_user question is an input wait, and a run that ended while waiting (cancelled) has nothing pending", () => {
+    seq = 0;
+    const asked = [
+      ev("input.requested", { call_id: "q1", question: "which colour?", deadline_at: "2026-01-02T00:00:00.000Z" }),
+      ev("run.suspended", { waiting_for: { kind: "input", call_id: "q1", tool: "ask_user" } }),
+    ];
+    expect(pendingWait(foldRun(asked))).toMatchObject({ kind: "input", tool: "ask_user", question: "which colour?" });
+    expect(pendingWait(foldRun([...asked, ev("run.cancelled", {}, "projector", 1)]))).toBeNull();
   });
 });

@@ -32,10 +32,11 @@ export interface FleetWork {
   /** Running: the reaper calls it lost if its owner stops heartbeating. */
   running: boolean;
   /**
-   * A job in `waiting` past its approval deadline: the reaper ends the wait (denied and
-   * re-queued, which announces it, or failed). Jobs that merely wait are not work: no host holds them.
+   * A job in `waiting` whose approval deadline falls before the next idle look: the reaper must
+   * end that wait on time (denied and re-queued, or failed), so the fleet stays busy until it has.
+   * Jobs that merely wait are not work: no host holds them.
    */
-  expired?: boolean;
+  expiring?: boolean;
 }
 
 /**
@@ -107,7 +108,7 @@ export class FleetActivity {
   }
 
   looked(work: FleetWork, startedAt: number): void {
-    if (work.waiting || work.claimed || work.running) {
+    if (work.waiting || work.claimed || work.running || work.expiring) {
       this.noteWork();
       return;
     }

@@ -88,7 +88,7 @@ export class Reaper implements Service {
     if (activity?.idle) {
       const work = await this.look(activity);
       // A failed look knows nothing: the pass runs in full.
-      if (work === null || work.claimed || work.running || work.expired) await this.reap();
+      if (work === null || work.claimed || work.running || work.expiring) await this.reap();
       if (work === null || work.waiting) await this.maybeRebuildIndex();
       await this.maybePurge();
       return;
@@ -102,7 +102,8 @@ export class Reaper implements Service {
   private async look(activity: FleetActivity): Promise<FleetWork | null> {
     const startedAt = activity.lookStarting();
     try {
-      const work = await fleetWork(this.opts.db);
+      // The next look may come 1.3 × HOST_IDLE_MS from now (its jitter): a deadline before then is work.
+      const work = await fleetWork(this.opts.db, activity.idleMs * 1.3);
       activity.looked(work, startedAt);
       return work;
     } catch (err) {

@@ -159,7 +159,7 @@ async function runCalls(
     } else if (!loop.offered.has(call.name)) {
       // A provider may return any name: a sandbox tool the agent does not list must not run
       // just because this host has a sandbox.
-      result = refuseTool(call, emit, `tool "${call.name}" is not offered to this run`);
+      result = refuseTool(call, emit, `unknown tool "${call.name}"`);
     } else {
       const wait = requiresApproval(definition, call.name);
       if (wait) {

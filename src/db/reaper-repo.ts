@@ -75,20 +75,23 @@ export async function reapRuns(
  */
 export async function fleetWork(
   db: Db,
-): Promise<{ waiting: boolean; claimed: boolean; running: boolean; expired: boolean }> {
-  const [row] = resultRows<{ waiting: boolean; claimed: boolean; running: boolean; expired: boolean }>(
+  /** A wait whose deadline falls within this many ms counts as work (`expiring`). */
+  deadlineHorizonMs = 0,
+): Promise<{ waiting: boolean; claimed: boolean; running: boolean; expiring: boolean }> {
+  const [row] = resultRows<{ waiting: boolean; claimed: boolean; running: boolean; expiring: boolean }>(
     await db.execute(sql`
       SELECT
         EXISTS (SELECT 1 FROM jobs WHERE ${claimable()}) AS waiting,
         EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner IS NOT NULL) AS claimed,
         EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS running,
-        EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < now()) AS expired`),
+        EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting'
+          AND wait_deadline_at < now() + make_interval(secs => ${deadlineHorizonMs / 1000})) AS expiring`),
   );
   return {
     waiting: row?.waiting === true,
     claimed: row?.claimed === true,
     running: row?.running === true,
-    expired: row?.expired === true,
+    expiring: row?.expiring === true,
   };
 }
 

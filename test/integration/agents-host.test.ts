@@ -219,7 +219,7 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
     expect(result?.payload).toMatchObject({ id: "call-shell", ok: false, output: { code: "invalid_input" } });
     expect(eventsOf(id).map((e) => e.type)).not.toContain("sandbox.created");
     const second = requestsWith(p1, "not offered marker")[1];
-    expect(JSON.stringify(second?.body.messages.at(-1))).toContain("not offered");
+    expect(JSON.stringify(second?.body.messages.at(-1))).toContain("unknown tool");
   });
 
   it("keeps the version a run started with: a new version during the run does not reach its later turns", async () => {

@@ -25,7 +25,8 @@ export interface PurgeOptions {
   maxBatches?: number;
 }
 
-const FINAL = sql.raw(`(${FINAL_STATES.map((s) => `'${s}'`).join(",")})`);
+/** `('completed',…)`: the final states as SQL (constants of this repo, never input). */
+export const FINAL_STATES_SQL = sql.raw(`(${FINAL_STATES.map((s) => `'${s}'`).join(",")})`);
 
 /**
  * Delete finished jobs older than `olderThanMs` (oldest first), their executions, job_inputs and job_waits,
@@ -47,7 +48,7 @@ export async function purgeFinishedJobs(
       await db.execute(sql`
         WITH doomed AS (
           SELECT id, tenant_id FROM jobs
-          WHERE state IN ${FINAL} AND finished_at < now() - make_interval(secs => ${olderThanMs / 1000})
+          WHERE state IN ${FINAL_STATES_SQL} AND finished_at < now() - make_interval(secs => ${olderThanMs / 1000})
             AND NOT cleanup_pending
           ORDER BY finished_at
           LIMIT ${batchSize}

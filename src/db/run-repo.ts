@@ -8,6 +8,7 @@ import type { AgentDefinition } from "../contracts/agent";
 import type { ChatMessage, ToolName } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
 import type { Db } from "./client";
+import { FINAL_STATES_SQL } from "./retention-repo";
 import { agentVersions, jobs } from "./schema";
 
 /** What an execution runs: the conversation, the model it asked for, the tools it allows, its agent. */
@@ -87,11 +88,13 @@ export interface CallUsage {
  * Record one model call's usage: its model_usage row and the job's running sums, in one
  * statement, as soon as the call ends (a host dying later loses none of it).
  *
- * Deliberately NOT fenced by the execution identity, unlike every other write a run makes: the
- * fence protects the job's state from a run that no longer owns it, but tokens are a cost fact
- * of the provider's — they were spent (and billed) whether or not this execution still owns the
- * job, so dropping them when a heartbeat raced a lost claim would under-count what the tenant
- * used. The job is matched by id alone; the execution id on the row says which run spent them.
+ * The ledger row is deliberately NOT fenced by the execution identity, unlike every other write
+ * a run makes: the fence protects the job's state from a run that no longer owns it, but tokens
+ * are a cost fact of the provider's — they were spent (and billed) whether or not this execution
+ * still owns the job, so dropping them when a heartbeat raced a lost claim would under-count what
+ * the tenant used (GET /v1/usage reads the ledger). The job's sums move only while the job is not
+ * final: a final row is never written again (the chaos checker counts any later write as a stale
+ * one), so a call a stale owner finished after its job was called lost is in the ledger only.
  */
 export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: CallUsage): Promise<void> {
   await db.execute(sql`
@@ -105,5 +108,5 @@ export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: Cal
       completion_tokens = jobs.completion_tokens + used.completion_tokens,
       model_calls = jobs.model_calls + 1,
       usage_estimated = jobs.usage_estimated OR used.estimated
-    FROM used WHERE jobs.id = used.job_id`);
+    FROM used WHERE jobs.id = used.job_id AND jobs.state NOT IN ${FINAL_STATES_SQL}`);
 }

@@ -13,7 +13,7 @@
  *   model turn outlasts several renewals keeps its lease.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { createServer, type Server } from "node:http";
+import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
@@ -26,6 +26,7 @@ import { createSandboxManager, LABEL_RUN } from "../../sandbox-host/sandbox/mana
 import type { IngestBatch } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { MOCK_MODEL_NAME } from "../../tools/mock-model";
+import { startAckingIngest } from "../../tools/services/acking-ingest";
 import { waitFor } from "../../tools/services/ports";
 import type { TestDb } from "../helpers/db";
 import { removeHostObjects, requireDocker, TEST_IMAGE, testHostId } from "../helpers/docker";
@@ -56,41 +57,13 @@ if (canRun) {
   });
 }
 
-/** An ingest that acks like the projector and keeps every event, by job. */
+/** The acking ingest, keeping each job's first-delivered events. */
 async function recordingIngest(): Promise<{ url: string; events: Map<string, IngestBatch["events"]>; close(): void }> {
   const events = new Map<string, IngestBatch["events"]>();
-  const acked = new Map<string, number>();
-  const server: Server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const { batches } = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { batches: IngestBatch[] };
-    const results = batches.map((batch) => {
-      let seq = 0;
-      for (const e of batch.events) {
-        const have = acked.get(e.execution_id) ?? 0;
-        if (e.seq === have + 1) {
-          acked.set(e.execution_id, e.seq);
-          events.set(batch.job_id, [...(events.get(batch.job_id) ?? []), e]);
-        }
-        seq = acked.get(e.execution_id) ?? 0;
-      }
-      return {
-        job_id: batch.job_id,
-        status: 200,
-        ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 },
-      };
-    });
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
+  const ingest = await startAckingIngest({
+    onEvent: (e, jobId) => events.set(jobId, [...(events.get(jobId) ?? []), e]),
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    events,
-    close: () => {
-      server.closeAllConnections();
-      server.close();
-    },
-  };
+  return { url: ingest.url, events, close: () => void ingest.close() };
 }
 
 /** The longest stretch during which more than `n` of the intervals overlapped, and how many did. */

@@ -23,7 +23,6 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { connect, createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { loadavg } from "node:os";
@@ -35,12 +34,12 @@ import { Redis as IORedis } from "ioredis";
 import pg from "pg";
 import { connectDocker } from "../../sandbox-host/sandbox/docker";
 import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
-import type { IngestBatch } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { buildHost } from "../build/host";
 import { applyMigrations } from "../migrate";
 import { MOCK_MODEL_NAME } from "../mock-model";
 import { LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
+import { startAckingIngest } from "../services/acking-ingest";
 import { startPostgres } from "../services/postgres";
 import { killOnExit, stopProcessGroup } from "../services/process";
 import { startRedis } from "../services/redis";
@@ -154,45 +153,23 @@ async function countingPgProxy(target: { host: string; port: number }) {
 
 /** Acks like the projector; resolves a job's waiter on its terminal event; counts requests. */
 async function ingestServer() {
-  const acked = new Map<string, number>();
   const waiters = new Map<string, (at: number) => void>();
   const stats = { requests: 0, events: 0 };
-  const server: Server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    stats.requests++;
-    const { batches } = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { batches: IngestBatch[] };
-    const results = batches.map((batch) => {
-      let seq = 0;
-      for (const e of batch.events) {
-        const have = acked.get(e.execution_id) ?? 0;
-        if (e.seq === have + 1) {
-          acked.set(e.execution_id, e.seq);
-          stats.events++;
-          if (e.type.startsWith("run.") && !["run.started", "run.prepared"].includes(e.type)) {
-            waiters.get(batch.job_id)?.(performance.now());
-            waiters.delete(batch.job_id);
-          }
-        }
-        seq = acked.get(e.execution_id) ?? 0;
+  const ingest = await startAckingIngest({
+    onRequest: () => stats.requests++,
+    onEvent: (e, jobId) => {
+      stats.events++;
+      if (e.type.startsWith("run.") && !["run.started", "run.prepared"].includes(e.type)) {
+        waiters.get(jobId)?.(performance.now());
+        waiters.delete(jobId);
       }
-      return {
-        job_id: batch.job_id,
-        status: 200,
-        ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 },
-      };
-    });
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
+    },
   });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: ingest.url,
     stats,
     terminal: (jobId: string) => new Promise<number>((r) => waiters.set(jobId, r)),
-    close: () => {
-      server.closeAllConnections();
-      server.close();
-    },
+    close: () => void ingest.close(),
   };
 }
 

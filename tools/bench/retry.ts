@@ -14,8 +14,6 @@
  *   npm run bench:retry -- [--jobs 200] [--fail-rate 0.2] [--max-runs 16] [--json]
  */
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
 import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { eq, sql } from "drizzle-orm";
@@ -25,12 +23,12 @@ import { HostConfigSchema } from "../../sandbox-host/config";
 import { startHost } from "../../sandbox-host/host";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
-import type { EventEnvelope, IngestBatch } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { dist } from "../load/stats";
 import { applyMigrations } from "../migrate";
 import { MOCK_MODEL_NAME, startMockModel } from "../mock-model";
+import { startAckingIngest } from "../services/acking-ingest";
 import { startPostgres } from "../services/postgres";
 import { startRedis } from "../services/redis";
 import { startUpstashBridge } from "../upstash-bridge";
@@ -47,38 +45,6 @@ const JOBS = Number(args.jobs);
 const FAIL_RATE = Number(args["fail-rate"]);
 const MAX_RUNS = Number(args["max-runs"]);
 const TENANT = "bench-retry";
-
-/** Acknowledges every batch the way the projector does and keeps the events. */
-async function recordingIngest() {
-  const acked = new Map<string, number>();
-  const events: EventEnvelope[] = [];
-  const server = createServer(async (req, res) => {
-    const parts: Buffer[] = [];
-    for await (const p of req) parts.push(p as Buffer);
-    const { batches } = JSON.parse(Buffer.concat(parts).toString("utf8")) as { batches: IngestBatch[] };
-    const results = batches.map((batch) => {
-      for (const e of batch.events) {
-        if (e.seq === (acked.get(e.execution_id) ?? 0) + 1) {
-          acked.set(e.execution_id, e.seq);
-          events.push(e);
-        }
-      }
-      const seq = acked.get(batch.events[0]?.execution_id ?? "") ?? 0;
-      return {
-        job_id: batch.job_id,
-        status: 200,
-        ack: { acked_seq: seq, accepted: batch.events.length, duplicates: 0 },
-      };
-    });
-    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results }));
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    events,
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-}
 
 async function main(): Promise<void> {
   const stops: Array<() => Promise<unknown>> = [];
@@ -98,7 +64,7 @@ async function main(): Promise<void> {
       defaultTokensPerS: 400,
     });
     stops.push(() => mock.close());
-    const ingest = await recordingIngest();
+    const ingest = await startAckingIngest();
     stops.push(() => ingest.close());
 
     const pool = new pg.Pool({ connectionString: postgres.url, max: 4 });

@@ -13,12 +13,19 @@ export interface AckingIngest {
   close(): Promise<void>;
 }
 
-export async function startAckingIngest(): Promise<AckingIngest> {
+/**
+ * `onEvent` sees each event once, at its first delivery, with its batch's job id; `onRequest`
+ * each ingest request (a host's whole flush).
+ */
+export async function startAckingIngest(
+  opts: { onEvent?: (event: EventEnvelope, jobId: string) => void; onRequest?: () => void } = {},
+): Promise<AckingIngest> {
   const acked = new Map<string, number>();
   const events: EventEnvelope[] = [];
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    opts.onRequest?.();
     // A host sends its whole flush as `{batches}`; each job's batch is answered apiece.
     const { batches } = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { batches: IngestBatch[] };
     const results = batches.map((batch) => {
@@ -28,6 +35,7 @@ export async function startAckingIngest(): Promise<AckingIngest> {
         if (e.seq === have + 1) {
           acked.set(e.execution_id, e.seq);
           events.push(e);
+          opts.onEvent?.(e, batch.job_id);
         }
         seq = acked.get(e.execution_id) ?? 0;
       }

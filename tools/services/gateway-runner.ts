@@ -17,8 +17,8 @@
  * show up in `ps`. It prints `ready <url>` once the Worker answers.
  */
 import { spawn } from "node:child_process";
-import { createServer } from "node:http";
 import { watch } from "node:fs/promises";
+import { createServer } from "node:http";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";

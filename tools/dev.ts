@@ -153,7 +153,6 @@ edge agent runtime: local stack ready in ${seconds} s
   console   ${consoleUrl(stack)}   (opens signed in)
   api key   ${stack.apiKey}   (tenant "${stack.tenantId}")
   model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
-  cron      curl '${stack.cronUrl}?cron=*+*+*+*+*'   (runs the gateway's cron backstop once)
   hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}
   details   .dev/stack.json
 

@@ -63,8 +63,6 @@ export interface HostHandle {
 
 export interface Stack {
   gatewayUrl: string;
-  /** Runs the gateway's cron backstop once: `GET ${cronUrl}?cron=<expr>` (200 "ok" or 500). */
-  cronUrl: string;
   apiKey: string;
   tenantId: string;
   databaseUrl: string;
@@ -214,7 +212,6 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
 
     const stack: Stack = {
       gatewayUrl: gateway.url,
-      cronUrl: gateway.cronUrl,
       apiKey,
       tenantId,
       databaseUrl,
@@ -231,7 +228,6 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       stop: stopAll,
       describe: () => ({
         gateway_url: gateway.url,
-        cron_url: gateway.cronUrl,
         api_key: apiKey,
         tenant_id: tenantId,
         database_url: databaseUrl,

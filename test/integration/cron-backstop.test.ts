@@ -48,7 +48,7 @@ describe("the cron backstop with zero hosts", () => {
     return Object.fromEntries(r.rows.map((row) => [row.id, { state: row.state, owner: row.owner, error: row.error }]));
   }
 
-  const fire = () => fetch(`${t.stack.cronUrl}?cron=${encodeURIComponent("* * * * *")}`);
+  const fire = () => fetch(`${t.stack.gatewayUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent("* * * * *")}`);
 
   it("marks the silent run lost, the overdue run timed_out, releases the stale claim, leaves a live run alone, and a watcher sees run.lost", async () => {
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;

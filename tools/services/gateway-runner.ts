@@ -37,8 +37,6 @@ interface RunnerSettings {
   inspectorPort?: number;
   /** Where the Worker bundle goes; created, owned and removed by tools/services/gateway.ts. */
   outdir: string;
-  /** Loopback port of the cron trigger (see `serveCronTrigger`). */
-  cronPort?: number;
 }
 
 const require = createRequire(import.meta.url);
@@ -90,8 +88,9 @@ function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, o
     bindings: { ...workerOptions.bindings, ...s.vars },
     durableObjectsPersist: s.persistTo,
     ...(s.inspectorPort ? { inspectorPort: s.inspectorPort } : {}),
-    // Miniflare 4 has no cron timer of its own, so nothing fires wrangler.toml's triggers here
-    // unless asked: `serveCronTrigger` (below) is how (docs/deploy.md).
+    // `GET /cdn-cgi/handler/scheduled?cron=…` runs the Worker's scheduled handler and answers 200
+    // or 500 once it has finished; `wrangler dev` always exposes it. Miniflare 4 has no cron timer
+    // of its own, so nothing fires wrangler.toml's triggers here unless asked (docs/deploy.md).
     unsafeTriggerHandlers: true,
     log: new Log(LogLevel.WARN),
   } as MiniflareOptions;
@@ -115,7 +114,6 @@ async function main(): Promise<void> {
   const scriptPath = await bundle(root, outdir);
   mf = new Miniflare(miniflareOptions(root, s, scriptPath, outdir));
   const url = await mf.ready;
-  if (s.cronPort) await serveCronTrigger(() => mf, s.cronPort);
   console.log(`ready ${url.origin}`);
 
   if (s.watch)
@@ -126,35 +124,6 @@ async function main(): Promise<void> {
       await mf?.setOptions(miniflareOptions(root, s, scriptPath, outdir));
       console.log(`reloaded the gateway in ${Date.now() - started} ms`);
     });
-}
-
-/**
- * `GET /cdn-cgi/handler/scheduled?cron=…` on its own loopback port runs the Worker's scheduled
- * handler and answers 200 or 500 once it finished. Miniflare's own trigger route on the gateway
- * port fails with "exception" as soon as the Worker has `[assets]` (its asset router does not
- * forward scheduled events: workers-sdk #9882, fixed in a Miniflare newer than the last wrangler
- * for Node 20), so the runner calls the Worker's handler directly instead.
- */
-async function serveCronTrigger(current: () => Miniflare | null, port: number): Promise<void> {
-  const server = createServer((req, res) => {
-    const url = new URL(req.url ?? "/", "http://127.0.0.1");
-    if (url.pathname !== "/cdn-cgi/handler/scheduled") {
-      res.writeHead(404).end("not found");
-      return;
-    }
-    const run = async () => {
-      const mf = current();
-      if (!mf) throw new Error("the gateway is not running");
-      const worker = await mf.getWorker();
-      const result = await worker.scheduled({ cron: url.searchParams.get("cron") ?? "", scheduledTime: new Date() });
-      return result.outcome;
-    };
-    run().then(
-      (outcome) => res.writeHead(outcome === "ok" ? 200 : 500).end(outcome === "ok" ? "ok" : "exception"),
-      (err: unknown) => res.writeHead(500).end(err instanceof Error ? err.message : String(err)),
-    );
-  });
-  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
 }
 
 /** Rebuild after a quiet 150 ms following any change; one rebuild at a time. */

@@ -29,11 +29,6 @@ export type GatewayRunner = "miniflare" | "wrangler";
 export interface GatewayService {
   url: string;
   port: number;
-  /**
-   * Runs the Worker's scheduled handler once (`GET …?cron=<expr>`; 200 "ok" or 500): the cron
-   * trigger, which nothing fires on a timer locally.
-   */
-  cronUrl: string;
   runner: GatewayRunner;
   process: ChildProcess;
   stop(): Promise<void>;
@@ -85,13 +80,7 @@ async function wranglerDev(root: string, port: number, opts: GatewayOptions): Pr
   });
 }
 
-function miniflareRunner(
-  root: string,
-  port: number,
-  opts: GatewayOptions,
-  outdir: string,
-  cronPort: number,
-): ChildProcess {
+function miniflareRunner(root: string, port: number, opts: GatewayOptions, outdir: string): ChildProcess {
   const runner = fileURLToPath(new URL("./gateway-runner.ts", import.meta.url));
   const inspector = process.env.GATEWAY_INSPECTOR_PORT;
   const settings = {
@@ -103,7 +92,6 @@ function miniflareRunner(
     root,
     inspectorPort: inspector ? Number(inspector) : undefined,
     outdir,
-    cronPort,
   };
   return spawn(process.execPath, ["--import", "tsx", runner], {
     cwd: root,
@@ -125,11 +113,8 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   // the temp folder), so it is removed here once the runner has exited.
   const outdir = runner === "miniflare" ? await makeOwnedTempDir("ear-gateway-bundle-") : null;
   const removeOutdir = () => (outdir ? removeOwnedTempDir(outdir) : Promise.resolve());
-  const cronPort = await freePort();
   const child =
-    runner === "wrangler"
-      ? await wranglerDev(root, port, opts)
-      : miniflareRunner(root, port, opts, outdir as string, cronPort);
+    runner === "wrangler" ? await wranglerDev(root, port, opts) : miniflareRunner(root, port, opts, outdir as string);
   killOnExit(child, { group: true });
   const tail: string[] = [];
   const onData = (buf: Buffer) => {
@@ -162,11 +147,6 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   return {
     url,
     port,
-    // wrangler dev answers the trigger route itself; the Miniflare runner serves it on its own port.
-    cronUrl:
-      runner === "wrangler"
-        ? `${url}/cdn-cgi/handler/scheduled`
-        : `http://127.0.0.1:${cronPort}/cdn-cgi/handler/scheduled`,
     runner,
     process: child,
     stop: async () => {

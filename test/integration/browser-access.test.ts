@@ -257,4 +257,38 @@ describe.skipIf(!canRun)("browser access end to end", () => {
     expect(expired).toBeInstanceOf(ApiClientError);
     expect(expired).toMatchObject({ status: 401, code: "unauthorized" });
   });
+
+  it("a POST refused before its body is read leaves the connection usable for the next request", async () => {
+    // Two requests on one TCP connection, as a keep-alive pool (undici's, a browser's) sends
+    // them: a POST refused at authentication with its JSON body unread, then a GET. The
+    // connection must carry the second answer; when workerd closed it instead (without saying
+    // `Connection: close`), the client's next request on the pooled socket failed with
+    // ECONNRESET whenever it raced the close.
+    const url = new URL(t.stack.gatewayUrl);
+    const socket = connect(Number(url.port), url.hostname);
+    await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+    let received = "";
+    socket.on("data", (d: Buffer) => {
+      received += d.toString("utf8");
+    });
+    const closed = new Promise<void>((r) => socket.once("close", () => r()));
+    const answers = () => received.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+    const waitFor = async (n: number) => {
+      for (const until = Date.now() + 10_000; answers().length < n && !socket.destroyed && Date.now() < until; )
+        await Promise.race([new Promise((r) => setTimeout(r, 20)), closed]);
+    };
+    const body = JSON.stringify({ scope: "write" });
+    socket.write(
+      `POST /v1/tokens HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer not-a-key\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    await waitFor(1);
+    expect(answers()).toEqual(["HTTP/1.1 401"]);
+    // Give a closing server time to close, as a pooled socket sits idle between requests.
+    await new Promise((r) => setTimeout(r, 300));
+    if (!socket.destroyed) socket.write(`GET /healthz HTTP/1.1\r\nHost: ${url.host}\r\n\r\n`);
+    await waitFor(2);
+    socket.destroy();
+    expect(answers()).toEqual(["HTTP/1.1 401", "HTTP/1.1 200"]);
+  });
 });

@@ -9,6 +9,7 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
+import { LABEL_HOST, LABEL_SANDBOX } from "../../sandbox-host/sandbox/manager";
 import { type BaselineOptions, type BaselineResult, runBaseline } from "./baseline";
 import { Progress } from "./progress";
 import { renderReport } from "./report";
@@ -98,6 +99,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
   const runs: RunRecord[] = [];
   let baselineResult: BaselineResult | null = null;
   let settle: LoadResults["settle"] = { ok: false, waited_ms: 0, readyz: null, checks: [] };
+  let stackHostIds: string[] = [];
   try {
     progress.note(`load run ${runId} against ${target.gatewayUrl} (${target.source}); results in ${dir}`);
     await resolved.refresh();
@@ -130,13 +132,14 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
     notes.push(...sampler.notes);
     await sampler.close();
     if (resolved.stack) {
+      stackHostIds = target.hosts().map((h) => h.id);
       progress.note("stopping the self-started stack…");
       await resolved.close();
     }
   }
   if (resolved.stack) {
     // Containers/networks are removed by the hosts as they stop; confirm nothing of ours is left.
-    const leftovers = await dockerLeftovers();
+    const leftovers = await dockerLeftovers(stackHostIds);
     if (leftovers) {
       notes.push(`after stopping the stack: ${leftovers}`);
       settle.ok = false;
@@ -323,15 +326,23 @@ async function settleCheck(
   return { ok, waited_ms: Date.now() - t0, readyz, checks };
 }
 
-async function dockerLeftovers(): Promise<string | null> {
+/**
+ * Sandboxes of the stopped stack's hosts still on the Docker engine. Only theirs: the engine is
+ * shared with whatever else runs on the machine (the integration suite runs two files at once,
+ * other checkouts test too), whose sandboxes are not this run's leftovers.
+ */
+async function dockerLeftovers(hostIds: string[]): Promise<string | null> {
   try {
     const Docker = (await import("dockerode")).default;
     const docker = new Docker();
-    const filters = { label: ["ear.sandbox"] };
-    const [cs, ns] = await Promise.all([
+    const filters = { label: [`${LABEL_SANDBOX}=1`] };
+    const [allCs, allNs] = await Promise.all([
       docker.listContainers({ all: true, filters }),
       docker.listNetworks({ filters }),
     ]);
+    const ours = (labels: Record<string, string> | undefined) => hostIds.includes(labels?.[LABEL_HOST] ?? "");
+    const cs = allCs.filter((c) => ours(c.Labels));
+    const ns = allNs.filter((n) => ours(n.Labels));
     return cs.length || ns.length ? `${cs.length} sandbox containers and ${ns.length} networks left` : null;
   } catch {
     return null;

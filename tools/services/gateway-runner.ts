@@ -92,6 +92,11 @@ function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, o
     // or 500 once it has finished; `wrangler dev` always exposes it. Miniflare 4 has no cron timer
     // of its own, so nothing fires wrangler.toml's triggers here unless asked (docs/deploy.md).
     unsafeTriggerHandlers: true,
+    // With [assets] in wrangler.toml, Miniflare (4.20260426) hands every request without a
+    // matching route to the assets' RPC proxy Worker, which has no scheduled handler: the
+    // trigger route answered 500 "exception" without running ours. A route for the trigger path
+    // alone sends it to the Worker itself; every other path still goes through the assets.
+    routes: [...(workerOptions.routes ?? []), "*/cdn-cgi/handler/scheduled*"],
     log: new Log(LogLevel.WARN),
   } as MiniflareOptions;
 }

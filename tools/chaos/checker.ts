@@ -124,19 +124,7 @@ export function judgeChange(c: JobChange): ChangeJudgement {
   const sameIdentity =
     c.oldOwner === c.newOwner && c.oldEpoch === c.newEpoch && c.oldToken === c.newToken && c.oldExec === c.newExec;
   if (c.newEpoch < c.oldEpoch) return { stale: `epoch went back ${c.oldEpoch}→${c.newEpoch}` };
-  if (isFinalState(c.oldState)) {
-    // Tokens a run spent are recorded whether or not it still owns the job (recordModelUsage
-    // says why), so a run declared lost may still add its last call's usage: that write moves
-    // the usage sums and nothing the fence protects. Anything else after the end is stale.
-    const usageOnly =
-      c.usageMoved &&
-      c.newState === c.oldState &&
-      sameIdentity &&
-      !c.heartbeatMoved &&
-      !c.timingMoved &&
-      !c.outputMoved;
-    return usageOnly ? {} : { stale: "a write after the terminal state was accepted" };
-  }
+  if (isFinalState(c.oldState)) return { stale: "a write after the terminal state was accepted" };
 
   if (c.oldState === "queued" && c.newState === "queued") {
     if (c.oldOwner === null && c.newOwner !== null) {

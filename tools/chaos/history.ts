@@ -17,9 +17,8 @@ CREATE TABLE IF NOT EXISTS chaos_job_history (
   old_epoch int, new_epoch int,
   old_token uuid, new_token uuid,
   old_exec uuid, new_exec uuid,
-  heartbeat_moved boolean, timing_moved boolean, output_moved boolean, usage_moved boolean
+  heartbeat_moved boolean, timing_moved boolean, output_moved boolean
 );
-ALTER TABLE chaos_job_history ADD COLUMN IF NOT EXISTS usage_moved boolean;
 CREATE TABLE IF NOT EXISTS chaos_execution_history (
   seq bigserial PRIMARY KEY,
   at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -29,14 +28,12 @@ CREATE TABLE IF NOT EXISTS chaos_execution_history (
 CREATE OR REPLACE FUNCTION chaos_job_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO chaos_job_history (job_id, old_state, new_state, old_owner, new_owner, old_epoch, new_epoch,
-    old_token, new_token, old_exec, new_exec, heartbeat_moved, timing_moved, output_moved, usage_moved)
+    old_token, new_token, old_exec, new_exec, heartbeat_moved, timing_moved, output_moved)
   VALUES (NEW.id, OLD.state, NEW.state, OLD.owner, NEW.owner, OLD.epoch, NEW.epoch,
     OLD.token, NEW.token, OLD.execution_id, NEW.execution_id,
     OLD.heartbeat_at IS DISTINCT FROM NEW.heartbeat_at,
     OLD.prepared_at IS DISTINCT FROM NEW.prepared_at OR OLD.first_output_at IS DISTINCT FROM NEW.first_output_at,
-    OLD.output IS DISTINCT FROM NEW.output,
-    OLD.model_calls IS DISTINCT FROM NEW.model_calls OR OLD.prompt_tokens IS DISTINCT FROM NEW.prompt_tokens
-      OR OLD.completion_tokens IS DISTINCT FROM NEW.completion_tokens);
+    OLD.output IS DISTINCT FROM NEW.output);
   RETURN NULL;
 END $$;
 CREATE OR REPLACE FUNCTION chaos_execution_audit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -84,8 +81,6 @@ export interface JobChange {
   heartbeatMoved: boolean;
   timingMoved: boolean;
   outputMoved: boolean;
-  /** The job's model usage sums moved (recordModelUsage, deliberately not fenced). */
-  usageMoved: boolean;
 }
 
 export interface ExecutionChange {
@@ -157,7 +152,6 @@ export async function readHistory(pool: pg.Pool, jobIds?: string[]): Promise<His
         heartbeatMoved: r.heartbeat_moved,
         timingMoved: r.timing_moved,
         outputMoved: r.output_moved,
-        usageMoved: r.usage_moved === true,
       })),
       executionChanges: execChanges.rows.map((r) => ({
         seq: Number(r.seq),

@@ -18,7 +18,6 @@
  */
 import { spawn } from "node:child_process";
 import { watch } from "node:fs/promises";
-import { createServer } from "node:http";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";

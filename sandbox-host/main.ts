@@ -12,29 +12,21 @@ import { McpConfigError, type McpHostConfig, mcpConfigFromEnv } from "./mcp/conf
 import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/config";
 import { createModelRouter } from "./model/router";
 
-/** The registry file's text, read once here at startup (never again: a host's models are fixed for its life). */
-function registryFileText(env: Record<string, string | undefined>): string | undefined {
-  const path = env.MODEL_REGISTRY_FILE?.trim();
+/**
+ * The text of the file an env variable names, read once here at startup (never again: a host's
+ * models and MCP secrets are fixed for its life); undefined when the variable is unset.
+ */
+function configFileText(
+  env: Record<string, string | undefined>,
+  name: "MODEL_REGISTRY_FILE" | "MCP_SECRETS_FILE",
+  fail: (message: string) => Error,
+): string | undefined {
+  const path = env[name]?.trim();
   if (!path) return undefined;
   try {
     return readFileSync(path, "utf8");
   } catch (err) {
-    throw new ModelConfigError(
-      `invalid model configuration: MODEL_REGISTRY_FILE (${path}) cannot be read: ${err instanceof Error ? err.message : String(err)}`,
-    );
-  }
-}
-
-/** The MCP secrets file's text, read once here at startup (its secrets are fixed for the host's life). */
-function mcpSecretsFileText(env: Record<string, string | undefined>): string | undefined {
-  const path = env.MCP_SECRETS_FILE?.trim();
-  if (!path) return undefined;
-  try {
-    return readFileSync(path, "utf8");
-  } catch (err) {
-    throw new McpConfigError(
-      `invalid MCP configuration: MCP_SECRETS_FILE (${path}) cannot be read: ${err instanceof Error ? err.message : String(err)}`,
-    );
+    throw fail(`${name} (${path}) cannot be read: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 
@@ -45,8 +37,14 @@ async function main(): Promise<void> {
   let mcp: McpHostConfig;
   try {
     config = hostConfigFromEnv(env);
-    models = hostModelsFromEnv(env, registryFileText(env));
-    mcp = mcpConfigFromEnv(env, mcpSecretsFileText(env));
+    models = hostModelsFromEnv(
+      env,
+      configFileText(env, "MODEL_REGISTRY_FILE", (m) => new ModelConfigError(`invalid model configuration: ${m}`)),
+    );
+    mcp = mcpConfigFromEnv(
+      env,
+      configFileText(env, "MCP_SECRETS_FILE", (m) => new McpConfigError(`invalid MCP configuration: ${m}`)),
+    );
   } catch (err) {
     if (err instanceof HostConfigError || err instanceof ModelConfigError || err instanceof McpConfigError) {
       process.stderr.write(`sandbox-host: ${err.message}\n`);

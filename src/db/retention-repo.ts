@@ -8,10 +8,9 @@
  * (a 500-job batch deletes in milliseconds; see docs/architecture.md "Retention").
  */
 import { and, eq, sql } from "drizzle-orm";
-import { FINAL_STATES } from "../contracts/job-state";
 import type { Db } from "./client";
 import { resultRows } from "./client";
-import { purgedJobs } from "./schema";
+import { FINAL_STATES_SQL, purgedJobs } from "./schema";
 
 /** Finished jobs kept by default: a month of history for GET /v1/jobs and the conversation views. */
 export const JOB_RETENTION_DEFAULT_S = 30 * 24 * 3600;
@@ -24,9 +23,6 @@ export interface PurgeOptions {
   /** Statements per call: bounds one call's work, the next call continues. */
   maxBatches?: number;
 }
-
-/** `('completed',…)`: the final states as SQL (constants of this repo, never input). */
-export const FINAL_STATES_SQL = sql.raw(`(${FINAL_STATES.map((s) => `'${s}'`).join(",")})`);
 
 /**
  * Delete finished jobs older than `olderThanMs` (oldest first), their executions, job_inputs and job_waits,

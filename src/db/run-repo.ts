@@ -8,8 +8,7 @@ import type { AgentDefinition } from "../contracts/agent";
 import type { ChatMessage, ToolName } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
 import type { Db } from "./client";
-import { FINAL_STATES_SQL } from "./retention-repo";
-import { agentVersions, jobs } from "./schema";
+import { agentVersions, FINAL_STATES_SQL, jobs } from "./schema";
 
 /** What an execution runs: the conversation, the model it asked for, the tools it allows, its agent. */
 export interface RunnableJob {

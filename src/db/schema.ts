@@ -29,6 +29,9 @@ const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date
 /** `('a','b',…)` from a contract's list of values (constants of this repo, never input). */
 const sqlList = (values: readonly string[]) => sql.raw(`(${values.map((v) => `'${v}'`).join(",")})`);
 
+/** `('completed',…)`: the final states, for statements that must leave finished jobs alone. */
+export const FINAL_STATES_SQL = sqlList(FINAL_STATES);
+
 export const tenants = pgTable("tenants", {
   id: text("id").primaryKey(),
   name: text("name").notNull(),

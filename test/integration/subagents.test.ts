@@ -1,0 +1,160 @@
+/**
+ * Sub-agents end to end on the real stack (gateway in workerd, Postgres, Redis, three host
+ * processes with one run slot each, the mock model): a delegate call creates a child job, the
+ * parent waits holding no slot, parallel delegate calls run as parallel children on different
+ * hosts, and the parent resumes with each child's answer, or its failure (state and code) when
+ * the child fails or its host is SIGKILLed; the depth limit is a tool error the model reads.
+ */
+import { describe, expect, it } from "vitest";
+import { waitFor } from "../../tools/services/ports";
+import { apiClient } from "../helpers/api";
+import { requireBinary } from "../helpers/require";
+import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+interface JobView {
+  id: string;
+  state: string;
+  output: string | null;
+  error: { code: string; message: string } | null;
+}
+
+const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
+const delegateCalls = (agent: string, inputs: string[]) =>
+  mock({ tool_calls: inputs.map((input) => ({ name: `delegate_${agent}`, args: { input } })) });
+
+describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the parent waits for", () => {
+  const t = useStack({
+    hosts: 3,
+    mockModel: { ttftMs: 5, tokensPerS: 2000 },
+    hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_MAX_RUNS: "1", HOST_CLAIM_TIMEOUT_MS: "3000" },
+  });
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const defineAgent = async (name: string, def: Record<string, unknown>) => {
+    const r = await api().call("POST", "/v1/agents", { name, model: t.stack.modelName, ...def });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+  };
+  const submit = async (agent: string, content: string) => {
+    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      agent,
+      input: { messages: [{ role: "user", content }] },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    return r.body.job.id;
+  };
+  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const finished = (id: string, timeoutMs = 60_000) =>
+    waitFor(
+      `job ${id} to finish`,
+      async () => {
+        const j = await job(id);
+        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
+      },
+      { timeoutMs, intervalMs: 100 },
+    );
+  const children = async (parent: string) =>
+    (
+      await t.pool.query<{
+        id: string;
+        state: string;
+        depth: number;
+        root_job_id: string;
+        parent_call_id: string;
+        tenant_id: string;
+        output: string | null;
+      }>(
+        "select id, state, depth, root_job_id, parent_call_id, tenant_id, output from jobs where parent_job_id = $1 order by created_at",
+        [parent],
+      )
+    ).rows;
+
+  it("three parallel delegate calls run as three children on three hosts; the parent resumes with their answers", async () => {
+    await defineAgent("worker", { description: "Does one task." });
+    await defineAgent("boss", { delegates: ["worker"] });
+    const id = await submit("boss", delegateCalls("worker", ["task-alpha", "task-beta", "task-gamma"]));
+    const done = await finished(id);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    for (const task of ["task-alpha", "task-beta", "task-gamma"]) expect(done.output).toContain(`Echo: ${task}`);
+    const kids = await children(id);
+    expect(kids).toHaveLength(3);
+    const parentTenant = (await t.pool.query("select tenant_id from jobs where id = $1", [id])).rows[0]?.tenant_id;
+    for (const k of kids) {
+      expect(k).toMatchObject({ state: "completed", depth: 1, root_job_id: id, tenant_id: parentTenant });
+    }
+    // One slot per host and the parent holding none while it waits: three hosts ran the three.
+    const hosts = await t.pool.query<{ host: string }>(
+      "select distinct e.host from executions e join jobs j on j.id = e.job_id where j.parent_job_id = $1",
+      [id],
+    );
+    expect(hosts.rows).toHaveLength(3);
+    const outcomes = await t.pool.query<{ outcome: string }>(
+      "select outcome from executions where job_id = $1 order by epoch",
+      [id],
+    );
+    expect(outcomes.rows.map((r) => r.outcome)).toEqual(["suspended", "completed"]);
+    const types = (await api().events(id)).map((e) => e.event);
+    expect(types.filter((x) => x === "child.created")).toHaveLength(3);
+    expect(types.filter((x) => x === "child.finished")).toHaveLength(3);
+    expect(types).toContain("run.resumed");
+  }, 120_000);
+
+  it("a failing child is the parent's tool error with the child's state and code", async () => {
+    await defineAgent("flaky", {});
+    await defineAgent("boss-flaky", { delegates: ["flaky"] });
+    const id = await submit("boss-flaky", delegateCalls("flaky", [mock({ error: { status: 400, message: "bad" } })]));
+    const done = await finished(id);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const [kid] = await children(id);
+    expect(kid?.state).toBe("failed");
+    expect(done.output).toContain('"state":"failed"');
+    expect(done.output).toContain(kid?.id as string);
+  }, 120_000);
+
+  it("the depth limit (3) is a tool error the deepest agent reads; the tree still completes", async () => {
+    await defineAgent("d4", {});
+    await defineAgent("d3", { delegates: ["d4"] });
+    await defineAgent("d2", { delegates: ["d3"] });
+    await defineAgent("d1", { delegates: ["d2"] });
+    await defineAgent("d0", { delegates: ["d1"] });
+    // Each level's input scripts one delegate call with the next level's input.
+    let input = "leaf";
+    for (const agent of ["d4", "d3", "d2", "d1"]) input = delegateCalls(agent, [input]);
+    const id = await submit("d0", input);
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    expect(done.output).toContain("delegation_depth");
+    const depths = await t.pool.query<{ depth: number }>(
+      "select depth from jobs where root_job_id = $1 order by depth",
+      [id],
+    );
+    expect(depths.rows.map((r) => r.depth)).toEqual([1, 2, 3]);
+  }, 120_000);
+
+  it("SIGKILL the host running a child: the child becomes lost and the parent resumes with that error", async () => {
+    await defineAgent("slow", {});
+    await defineAgent("boss-slow", { delegates: ["slow"] });
+    const id = await submit("boss-slow", delegateCalls("slow", [mock({ reply: "never", ttft_ms: 60_000 })]));
+    const kid = await waitFor(
+      "the child to run",
+      async () => {
+        const r = await t.pool.query<{ id: string; owner: string | null; state: string }>(
+          "select id, owner, state from jobs where parent_job_id = $1",
+          [id],
+        );
+        const k = r.rows[0];
+        return k?.state === "running" && k.owner ? k : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    const host = t.stack.hosts.find((h) => h.id === kid.owner);
+    expect(host, `owner ${kid.owner} is one of this stack's hosts`).toBeDefined();
+    host?.process.kill("SIGKILL");
+    t.stack.hosts.splice(t.stack.hosts.indexOf(host as (typeof t.stack.hosts)[number]), 1);
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    expect((await children(id))[0]?.state).toBe("lost");
+    expect(done.output).toContain('"state":"lost"');
+    await t.stack.addHost();
+  }, 120_000);
+});

@@ -5,6 +5,7 @@
  * hosts, and the parent resumes with each child's answer, or its failure (state and code) when
  * the child fails or its host is SIGKILLed; the depth limit is a tool error the model reads.
  */
+import { loadavg } from "node:os";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
@@ -157,4 +158,53 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(done.output).toContain('"state":"lost"');
     await t.stack.addHost();
   }, 120_000);
+
+  it("cancelling the root converges on every descendant (1 + 10 children over 3 hosts, 20 trees: p50/p95)", async () => {
+    await defineAgent("sleeper", {});
+    await defineAgent("boss-many", { delegates: ["sleeper"] });
+    const tasks = Array.from({ length: 10 }, (_, i) => mock({ reply: `never-${i}`, ttft_ms: 60_000 }));
+    const ms: number[] = [];
+    for (let tree = 0; tree < 20; tree++) {
+      const id = await submit("boss-many", delegateCalls("sleeper", tasks));
+      // Wait until three children run (one per host), so the cancel must reach running hosts.
+      await waitFor(
+        "three children running",
+        async () => {
+          const r = await t.pool.query<{ n: string }>(
+            "select count(*) as n from jobs where parent_job_id = $1 and state = 'running'",
+            [id],
+          );
+          return Number(r.rows[0]?.n) >= 3 ? true : null;
+        },
+        { timeoutMs: 30_000, intervalMs: 20 },
+      );
+      const t0 = performance.now();
+      const c = await api().call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
+      expect(c.status).toBeLessThan(300);
+      await waitFor(
+        "every descendant final",
+        async () => {
+          const r = await t.pool.query<{ n: string }>(
+            "select count(*) as n from jobs where (root_job_id = $1 or id = $1) and state in ('queued','running','waiting')",
+            [id],
+          );
+          return Number(r.rows[0]?.n) === 0 ? true : null;
+        },
+        { timeoutMs: 30_000, intervalMs: 10 },
+      );
+      ms.push(performance.now() - t0);
+      const states = await t.pool.query<{ state: string }>("select state from jobs where root_job_id = $1 or id = $1", [
+        id,
+      ]);
+      expect(states.rows).toHaveLength(11);
+      expect(new Set(states.rows.map((r) => r.state))).toEqual(new Set(["cancelled"]));
+    }
+    ms.sort((a, b) => a - b);
+    const pct = (p: number) => ms[Math.min(ms.length - 1, Math.ceil((p / 100) * ms.length) - 1)] as number;
+    console.log(
+      `tree cancel convergence (1 + 10 children, 3 hosts, 20 trees): p50 ${pct(50).toFixed(0)} ms, p95 ${pct(95).toFixed(0)} ms, max ${ms.at(-1)?.toFixed(0)} ms; loadavg ${loadavg()
+        .map((l) => l.toFixed(1))
+        .join(" ")}`,
+    );
+  }, 300_000);
 });

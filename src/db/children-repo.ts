@@ -7,6 +7,8 @@
  */
 import { sql } from "drizzle-orm";
 import type { JobError } from "../contracts/job";
+import type { TreeNode } from "../contracts/tree";
+import { isUuid } from "../domain/uuid";
 import { type Db, resultRows } from "./client";
 
 export interface TreePlace {
@@ -65,4 +67,71 @@ export async function childrenOf(db: Db, parentJobId: string, parentExecutionId:
     outputJson: r.output_json,
     error: r.error,
   }));
+}
+
+/**
+ * A job and its descendants as a nested tree, tenant-scoped, in one recursive read (null when
+ * the tenant has no such job). Children are ordered by creation; subtree usage is summed here.
+ */
+export async function getTree(db: Db, tenantId: string, jobId: string): Promise<TreeNode | null> {
+  if (!isUuid(jobId)) return null;
+  const rows = resultRows<{
+    id: string;
+    agent_name: string | null;
+    agent_version: number | null;
+    state: TreeNode["state"];
+    depth: number;
+    parent_job_id: string | null;
+    parent_call_id: string | null;
+    created_at: string | Date;
+    started_at: string | Date | null;
+    finished_at: string | Date | null;
+    prompt_tokens: string | number;
+    completion_tokens: string | number;
+    model_calls: number;
+  }>(
+    await db.execute(sql`
+      WITH RECURSIVE tree AS (
+        SELECT id FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId}
+        UNION ALL
+        SELECT c.id FROM jobs c JOIN tree ON c.parent_job_id = tree.id
+      )
+      SELECT j.id, j.agent_name, j.agent_version, j.state, j.depth, j.parent_job_id, j.parent_call_id,
+        j.created_at, j.started_at, j.finished_at, j.prompt_tokens, j.completion_tokens, j.model_calls
+      FROM jobs j JOIN tree USING (id) ORDER BY j.depth, j.created_at, j.id`),
+  );
+  const iso = (v: string | Date | null) => (v === null ? null : new Date(v).toISOString());
+  const nodes = new Map<string, TreeNode>();
+  for (const r of rows) {
+    const usage = {
+      prompt_tokens: Number(r.prompt_tokens),
+      completion_tokens: Number(r.completion_tokens),
+      model_calls: Number(r.model_calls),
+    };
+    nodes.set(r.id, {
+      id: r.id,
+      agent: r.agent_name === null ? null : `${r.agent_name}@${r.agent_version}`,
+      state: r.state,
+      depth: r.depth,
+      parent_job_id: r.id === jobId ? null : r.parent_job_id,
+      parent_call_id: r.id === jobId ? null : r.parent_call_id,
+      created_at: iso(r.created_at) as string,
+      started_at: iso(r.started_at),
+      finished_at: iso(r.finished_at),
+      usage,
+      subtree_usage: { ...usage },
+      children: [],
+    });
+  }
+  // Rows come by depth, so a parent is always placed before its children; sums go bottom-up.
+  const ordered = [...nodes.values()];
+  for (const n of ordered) if (n.parent_job_id) nodes.get(n.parent_job_id)?.children.push(n);
+  for (const n of ordered.reverse()) {
+    const parent = n.parent_job_id ? nodes.get(n.parent_job_id) : undefined;
+    if (!parent) continue;
+    parent.subtree_usage.prompt_tokens += n.subtree_usage.prompt_tokens;
+    parent.subtree_usage.completion_tokens += n.subtree_usage.completion_tokens;
+    parent.subtree_usage.model_calls += n.subtree_usage.model_calls;
+  }
+  return nodes.get(jobId) ?? null;
 }

@@ -5,6 +5,7 @@
  * hosts, and the parent resumes with each child's answer, or its failure (state and code) when
  * the child fails or its host is SIGKILLed; the depth limit is a tool error the model reads.
  */
+import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "../../tools/services/ports";
@@ -19,6 +20,19 @@ interface JobView {
   state: string;
   output: string | null;
   error: { code: string; message: string } | null;
+}
+
+interface TreeNode {
+  id: string;
+  agent: string | null;
+  state: string;
+  depth: number;
+  parent_job_id: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
+  subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
+  children: TreeNode[];
 }
 
 const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
@@ -98,6 +112,31 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(types.filter((x) => x === "child.created")).toHaveLength(3);
     expect(types.filter((x) => x === "child.finished")).toHaveLength(3);
     expect(types).toContain("run.resumed");
+
+    // The tree: the root and its three children, states, timing, usage summed per subtree.
+    const tree = await api().call<{ tree: TreeNode }>("GET", `/v1/jobs/${id}/tree`);
+    expect(tree.status).toBe(200);
+    const root = tree.body.tree;
+    expect(root).toMatchObject({ id, state: "completed", depth: 0, parent_job_id: null, agent: "boss@1" });
+    expect(root.children.map((c) => c.id).sort()).toEqual(kids.map((k) => k.id).sort());
+    for (const c of root.children) {
+      expect(c).toMatchObject({ state: "completed", depth: 1, parent_job_id: id, agent: "worker@1", children: [] });
+      expect(c.started_at).not.toBeNull();
+      expect(c.finished_at).not.toBeNull();
+      expect(c.usage.model_calls).toBe(1);
+    }
+    const sum = (k: keyof TreeNode["usage"]) =>
+      root.usage[k] + root.children.reduce((acc, c) => acc + c.subtree_usage[k], 0);
+    expect(root.usage.model_calls).toBe(2);
+    expect(root.subtree_usage).toEqual({
+      prompt_tokens: sum("prompt_tokens"),
+      completion_tokens: sum("completion_tokens"),
+      model_calls: 5,
+    });
+    const missing = await api().call("GET", `/v1/jobs/${randomUUID()}/tree`);
+    expect(missing.status).toBe(404);
+    const bad = await api().call("GET", "/v1/jobs/not-a-uuid/tree");
+    expect(bad.status).toBe(404);
   }, 120_000);
 
   it("a failing child is the parent's tool error with the child's state and code", async () => {

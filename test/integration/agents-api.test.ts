@@ -99,6 +99,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       response_format: null,
       approval: { deadline_s: 86_400, on_deadline: "deny" },
       ask_user: false,
+      delegates: [],
       archived_at: null,
     });
     expect(Number.isNaN(Date.parse(r.body.agent.created_at))).toBe(false);

@@ -412,6 +412,14 @@ const OPERATIONS: Operation[] = [
         description: "Resume after this event id, when the client cannot set Last-Event-ID.",
         schema: { type: "string" },
       },
+      {
+        name: "include",
+        in: "query",
+        required: false,
+        description:
+          "`descendants`: one stream of the job and every child job its delegate calls created (and theirs), interleaved; each `data` is that job's envelope (its `job_id`), each `id` a composite cursor (`t1.…`) to resume the whole tree with.",
+        schema: { type: "string", enum: ["descendants"] },
+      },
     ],
     responses: [
       {

@@ -8,6 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
 import { describe, expect, it } from "vitest";
+import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
@@ -246,4 +247,66 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
         .join(" ")}`,
     );
   }, 300_000);
+
+  it("?include=descendants interleaves the tree's events and resumes after a reconnect with no gap or duplicate", async () => {
+    await defineAgent("talker", {});
+    await defineAgent("boss-talk", { delegates: ["talker"] });
+    const talk = (i: number) => mock({ tokens: 60, tokens_per_s: 60, ttft_ms: 200 + i * 50 });
+    const id = await submit("boss-talk", delegateCalls("talker", [talk(0), talk(1), talk(2)]));
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${id}/events?include=descendants`;
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const first: SseEvent[] = [];
+    const ac = new AbortController();
+    // Cut the stream in the middle of the children's output.
+    for await (const ev of readSse(url, {
+      headers,
+      signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+    })) {
+      first.push(ev);
+      if (first.filter((e) => e.event === "model.delta").length >= 12) break;
+    }
+    ac.abort();
+    const cursor = first.at(-1)?.id as string;
+    expect(cursor.startsWith("t1.")).toBe(true);
+    const rest: SseEvent[] = [];
+    for await (const ev of readSse(url, {
+      headers: { ...headers, "last-event-id": cursor },
+      signal: AbortSignal.timeout(60_000),
+    })) {
+      rest.push(ev);
+    }
+    const key = (e: SseEvent) => {
+      const d = JSON.parse(e.data) as { job_id: string; execution_id: string; seq: number };
+      return `${d.job_id}/${d.execution_id}/${d.seq}`;
+    };
+    expect(rest.length, "the cut left events for the reconnect").toBeGreaterThan(0);
+    const merged = [...first, ...rest].map(key);
+    expect(new Set(merged).size, "no duplicate").toBe(merged.length);
+    // Every job's own stream, read whole: the merged stream holds exactly these events.
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    const kids = await children(id);
+    expect(kids).toHaveLength(3);
+    const own: string[] = [];
+    for (const jobId of [id, ...kids.map((k) => k.id)]) own.push(...(await api().events(jobId)).map(key));
+    expect([...merged].sort()).toEqual([...own].sort());
+    // Interleaved: children's events come between the parent's child.created and its run.resumed.
+    const all = [...first, ...rest];
+    const jobsSeen = all.map((e) => (JSON.parse(e.data) as { job_id: string }).job_id);
+    expect(new Set(jobsSeen).size).toBe(4);
+    const firstChildEvent = jobsSeen.findIndex((j) => j !== id);
+    expect(firstChildEvent).toBeGreaterThan(all.findIndex((e) => e.event === "child.created"));
+    expect(firstChildEvent).toBeLessThan(all.findIndex((e) => e.event === "run.resumed"));
+    // Per job, in offset order (the resume repeated nothing and skipped nothing within a job).
+    for (const jobId of new Set(jobsSeen)) {
+      const seqs = [...first, ...rest]
+        .filter((e) => (JSON.parse(e.data) as { job_id: string }).job_id === jobId)
+        .map((e) => key(e));
+      expect(seqs).toEqual(own.filter((k) => k.startsWith(`${jobId}/`)));
+    }
+    const bad = await api().call("GET", `/v1/jobs/${id}/events?include=descendants&after=12`);
+    expect(bad.status).toBe(400);
+    const other = await api().call("GET", `/v1/jobs/${id}/events?include=everything`);
+    expect(other.status).toBe(400);
+  }, 120_000);
 });

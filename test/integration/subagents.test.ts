@@ -172,6 +172,21 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(depths.rows.map((r) => r.depth)).toEqual([1, 2, 3]);
   }, 120_000);
 
+  it("children per job (16): a turn of 17 delegate calls gets 16 children and one delegation_limit tool error", async () => {
+    await defineAgent("quick", {});
+    await defineAgent("boss-wide", { delegates: ["quick"] });
+    const inputs = Array.from({ length: 17 }, (_, i) => `wide-${i}`);
+    const id = await submit("boss-wide", delegateCalls("quick", inputs));
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const kids = await children(id);
+    expect(kids).toHaveLength(16);
+    expect(kids.every((k) => k.state === "completed")).toBe(true);
+    for (const i of inputs.slice(0, 16)) expect(done.output).toContain(`Echo: ${i}`);
+    expect(done.output).not.toContain("Echo: wide-16");
+    expect(done.output).toContain("delegation_limit");
+  }, 120_000);
+
   it("SIGKILL the host running a child: the child becomes lost and the parent resumes with that error", async () => {
     await defineAgent("slow", {});
     await defineAgent("boss-slow", { delegates: ["slow"] });

@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
+import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
 
@@ -233,6 +234,18 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
         },
         { timeoutMs: 30_000, intervalMs: 20 },
       );
+      if (tree === 0) {
+        // What a 10-child tree holds: the waiting parent no owner and no slot; the run slots in
+        // use are exactly the running children's (one per host).
+        const parent = (await t.pool.query("select state, owner, execution_id from jobs where id = $1", [id])).rows[0];
+        expect(parent).toMatchObject({ state: "waiting", owner: null, execution_id: null });
+        const slots = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "runs_active")));
+        expect(slots.reduce((a, b) => a + b, 0)).toBe(3);
+        const leases = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "quota_leases_held")));
+        console.log(
+          `10-child tree: runs_active per host ${slots.join(", ")} (3 running children, the parent none); quota_leases_held ${leases.join(", ")}`,
+        );
+      }
       const t0 = performance.now();
       const c = await api().call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
       expect(c.status).toBeLessThan(300);

@@ -135,6 +135,19 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       completion_tokens: sum("completion_tokens"),
       model_calls: 5,
     });
+    // A delegate call is not an approval: deciding it is refused, before and after the resume.
+    const delegateCall = (
+      await t.pool.query<{ call_id: string; kind: string }>("select call_id, kind from job_waits where job_id = $1", [
+        id,
+      ])
+    ).rows[0]?.call_id as string;
+    const decided = await api().call<{ error: { code: string; message: string } }>(
+      "POST",
+      `/v1/jobs/${id}/approvals/${encodeURIComponent(delegateCall)}`,
+      { decision: "deny" },
+    );
+    expect(decided.status, JSON.stringify(decided.body)).toBe(409);
+    expect(decided.body.error.message).toContain("delegate");
     const missing = await api().call("GET", `/v1/jobs/${randomUUID()}/tree`);
     expect(missing.status).toBe(404);
     const bad = await api().call("GET", "/v1/jobs/not-a-uuid/tree");
@@ -240,7 +253,7 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
         const parent = (await t.pool.query("select state, owner, execution_id from jobs where id = $1", [id])).rows[0];
         expect(parent).toMatchObject({ state: "waiting", owner: null, execution_id: null });
         const slots = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "runs_active")));
-        expect(slots.reduce((a, b) => a + b, 0)).toBe(3);
+        expect(slots.reduce((a: number, b) => a + (b ?? 0), 0)).toBe(3);
         const leases = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "quota_leases_held")));
         console.log(
           `10-child tree: runs_active per host ${slots.join(", ")} (3 running children, the parent none); quota_leases_held ${leases.join(", ")}`,

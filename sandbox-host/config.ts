@@ -5,6 +5,7 @@
  */
 import { hostname } from "node:os";
 import { z } from "zod";
+import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
@@ -144,6 +145,11 @@ export const HostConfigSchema = z.object({
    */
   sandboxCreateQueue: intFromEnv(1, 4096).default(8),
   /**
+   * The gateway's queued-jobs limit per tenant, which the host applies to the child jobs a
+   * delegating run creates (set it to the gateway's value; 0 turns it off, as there).
+   */
+  maxQueuedJobsPerTenant: intFromEnv(0, 10_000_000).default(LIMIT_DEFAULTS.maxQueuedJobsPerTenant),
+  /**
    * How often (jittered) the host removes sandboxes on its Docker engine whose run Postgres says
    * is over, whichever host made them (a host that died and never came back leaves some).
    */
@@ -202,6 +208,7 @@ const ENV_NAMES: Record<string, string> = {
   sandboxImage: "SANDBOX_IMAGE",
   sandboxCreateConcurrency: "SANDBOX_CREATE_CONCURRENCY",
   sandboxCreateQueue: "SANDBOX_CREATE_QUEUE",
+  maxQueuedJobsPerTenant: "MAX_QUEUED_JOBS_PER_TENANT",
   sandboxJanitorMs: "SANDBOX_JANITOR_MS",
   deltaCoalesceMs: "HOST_DELTA_COALESCE_MS",
 };
@@ -266,6 +273,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     sandboxImage: v("SANDBOX_IMAGE"),
     sandboxCreateConcurrency: v("SANDBOX_CREATE_CONCURRENCY"),
     sandboxCreateQueue: v("SANDBOX_CREATE_QUEUE"),
+    maxQueuedJobsPerTenant: v("MAX_QUEUED_JOBS_PER_TENANT"),
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };

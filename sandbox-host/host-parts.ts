@@ -112,6 +112,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
     sandboxQueueLimit: config.sandboxCreateQueue,
+    maxQueuedJobsPerTenant: config.maxQueuedJobsPerTenant,
     models,
     mcp: deps.mcp,
     retry: {

@@ -10,6 +10,9 @@ import { ApprovalCard } from "./approval";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
 
+/** How the inspector names what a waiting job waits for, by wait kind. */
+const WAITING_FOR = { approval: "an approval of", input: "an answer to", children: "the child jobs of" } as const;
+
 export function Inspector({ jobId }: { jobId: string }) {
   const [job, setJob] = useState<JobView | null>(null);
   const [events, setEvents] = useState<OffsetEvent[]>([]);
@@ -82,6 +85,12 @@ export function Inspector({ jobId }: { jobId: string }) {
               conversation <a href={`#/chat/${job.conversation_id}`}>{job.conversation_id}</a> ·{" "}
             </>
           )}
+          {job.parent_job_id && (
+            <>
+              delegated by <a href={`#/jobs/${job.parent_job_id}`}>{job.parent_job_id.slice(0, 8)}</a> (depth{" "}
+              {job.depth}) ·{" "}
+            </>
+          )}
           model {job.model ?? "default"} · tools {job.tools.length ? job.tools.join(", ") : "none"}
           {job && !isFinalState(job.state) && " · live"}
         </p>
@@ -93,10 +102,33 @@ export function Inspector({ jobId }: { jobId: string }) {
       )}
       {job?.waiting_for && (
         <p class="meta" data-testid="waiting-for">
-          waiting for {job.waiting_for.kind === "approval" ? "an approval of" : "an answer to"}{" "}
-          <code>{job.waiting_for.tool}</code> (call <code>{job.waiting_for.call_id}</code>) since{" "}
-          {job.waiting_for.since}, until {job.waiting_for.deadline_at}, then {job.waiting_for.on_deadline}
+          waiting for {WAITING_FOR[job.waiting_for.kind]} <code>{job.waiting_for.tool}</code> (call{" "}
+          <code>{job.waiting_for.call_id}</code>) since {job.waiting_for.since}, until {job.waiting_for.deadline_at},
+          then {job.waiting_for.on_deadline}
         </p>
+      )}
+      {run.children.length > 0 && (
+        <section class="children" data-testid="inspector-children">
+          <h3>Child jobs</h3>
+          <ul>
+            {run.children.map((c) => (
+              <li key={c.job_id} data-job-id={c.job_id}>
+                <a href={`#/jobs/${c.job_id}`}>
+                  <code>{c.job_id.slice(0, 8)}</code>
+                </a>{" "}
+                agent <code>{c.agent}</code> for call <code>{c.call_id}</code>:{" "}
+                {c.finished ? (
+                  <span class={`state state-${c.finished.state}`}>{c.finished.state}</span>
+                ) : (
+                  <span class="muted">running</span>
+                )}
+                {c.finished?.error && (
+                  <span class="error"> {`${c.finished.error.code}: ${c.finished.error.message}`}</span>
+                )}
+              </li>
+            ))}
+          </ul>
+        </section>
       )}
       {wait && <ApprovalCard key={wait.call_id} jobId={jobId} wait={wait} />}
       <div class="toolbar">

@@ -5,6 +5,8 @@ import { client, type JobView } from "./api";
 import { ms } from "./debug-panel";
 
 const PAGE = 20;
+/** The jobs table's word for what a waiting job waits for, by wait kind. */
+const WAIT_VERB = { approval: "approve", input: "answer", children: "children of" } as const;
 
 export function Jobs() {
   const [state, setState] = useState<JobState | "">("");
@@ -93,7 +95,7 @@ export function Jobs() {
                     {j.waiting_for && (
                       <span class="muted" data-testid="waiting-for">
                         {" "}
-                        {j.waiting_for.kind === "approval" ? "approve" : "answer"} <code>{j.waiting_for.tool}</code>
+                        {WAIT_VERB[j.waiting_for.kind]} <code>{j.waiting_for.tool}</code>
                       </span>
                     )}
                   </td>

@@ -4,7 +4,7 @@
  * outcome. Pure, so the chat, the inspector's replay (a prefix of the events) and the unit tests
  * share it.
  */
-import type { EventEnvelope } from "../../src/contracts/events";
+import type { EventEnvelope, EventPayload } from "../../src/contracts/events";
 
 export interface OffsetEvent {
   offset: number;
@@ -25,7 +25,18 @@ export interface RunFold {
   executions: Array<{ execution_id: string; epoch: number }>;
   /** Every waitpoint the run reached, in order; `resolved` is null while it still waits. */
   waits: Wait[];
+  /** The child jobs the run's delegate calls created, in order, with how each ended once known. */
+  children: Child[];
   lastOffset: number;
+}
+
+/** A child job a delegate call created (child.created), and its end (child.finished) once the parent resumed. */
+export interface Child {
+  offset: number;
+  job_id: string;
+  call_id: string;
+  agent: string;
+  finished: { state: string; error: { code: string; message: string } | null } | null;
 }
 
 /** A tool call that waited for a person: an approval gate, or an `ask_user` question. */
@@ -37,7 +48,7 @@ export interface Wait {
   arguments: unknown;
   question: string | null;
   deadline_at: string;
-  resolved: { decision: "approve" | "deny" | "input"; by: "api" | "deadline"; waited_ms: number } | null;
+  resolved: Pick<EventPayload<"run.resumed">, "decision" | "by" | "waited_ms"> | null;
   /** The execution that reached the waitpoint and ended `suspended`, and the one that resumed from it. */
   suspendedIn: { execution_id: string; epoch: number };
   resumedIn: { execution_id: string; epoch: number } | null;
@@ -58,6 +69,7 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
     terminal: null,
     executions: [],
     waits: [],
+    children: [],
     lastOffset: 0,
   };
   const tools = new Map<string, Extract<Segment, { kind: "tool" }>>();
@@ -128,6 +140,20 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
           w.resolved = { decision: e.payload.decision, by: e.payload.by, waited_ms: e.payload.waited_ms };
           w.resumedIn = { execution_id: e.execution_id, epoch: e.epoch };
         }
+        break;
+      }
+      case "child.created":
+        f.children.push({
+          offset,
+          job_id: e.payload.job_id,
+          call_id: e.payload.call_id,
+          agent: e.payload.agent,
+          finished: null,
+        });
+        break;
+      case "child.finished": {
+        const c = f.children.find((x) => x.job_id === e.payload.job_id);
+        if (c) c.finished = { state: e.payload.state, error: e.payload.error ?? null };
         break;
       }
       case "sandbox.created":

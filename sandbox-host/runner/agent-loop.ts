@@ -21,6 +21,7 @@ import { MCP_DISABLED } from "../mcp/config";
 import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
+import { childResults, delegateSpecs, delegateTarget, planChildren } from "./delegate";
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
@@ -60,7 +61,14 @@ export async function runAgent(
       loop.repaired = checkpoint.repaired;
       firstTurn = checkpoint.turn + 1;
       const calls = [checkpoint.pending, ...checkpoint.remaining];
-      const ran = await runCalls(ctx, run, id, emit, job, messages, calls, checkpoint.turn, text, loop, decision);
+      // A children wait: every delegate call of the turn gets its child's end as its result.
+      const delegated = checkpoint.children
+        ? await childResults(ctx, id.jobId, checkpoint.children, emit)
+        : new Map<string, string>();
+      const ran = await runCalls(ctx, run, id, emit, job, messages, calls, checkpoint.turn, text, loop, {
+        decided: checkpoint.children ? null : decision,
+        delegated,
+      });
       if (ran) return ran;
     }
 
@@ -85,7 +93,10 @@ export async function runAgent(
         }
         if (turn >= loop.maxTurns) return failed("too_many_turns", `the agent used ${loop.maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
-        const ran = await runCalls(ctx, run, id, emit, job, messages, calls, turn, text, loop, null);
+        const ran = await runCalls(ctx, run, id, emit, job, messages, calls, turn, text, loop, {
+          decided: null,
+          delegated: new Map(),
+        });
         if (ran) return ran;
         continue;
       }
@@ -136,6 +147,9 @@ interface LoopState {
  * check (`requiresApproval`, src/domain/approval.ts) gates ends the execution here as a wait,
  * with the checkpoint: the calls before it have run and their results are in the conversation.
  * `decided` is the call a resuming execution continues from: its result comes from the decision.
+ * A delegate call with no result yet ends the execution as a `children` wait: it and every other
+ * unresolved delegate call of the turn create their children together (parallel children), and
+ * the resuming execution finds their results in `delegated`.
  * Returns null when every call ran, else the outcome that ends the execution.
  */
 async function runCalls(
@@ -149,12 +163,50 @@ async function runCalls(
   turn: number,
   text: string,
   loop: LoopState,
-  decided: { callId: string; decision: ResumeDecision } | null,
+  resumed: {
+    decided: { callId: string; decision: ResumeDecision } | null;
+    delegated: Map<string, string>;
+  },
 ): Promise<FinalOutcome | WaitOutcome | null> {
   const definition = job.agent?.definition ?? null;
+  const { decided, delegated } = resumed;
   for (const [i, call] of calls.entries()) {
     let result: { content: string } | FinalOutcome;
-    if (decided && call.id === decided.callId) {
+    const known = delegated.get(call.id);
+    if (known !== undefined) {
+      result = { content: known };
+    } else if (delegateTarget(definition, call.name) !== null) {
+      const batch = calls.slice(i).filter((c) => delegateTarget(definition, c.name) !== null && !delegated.has(c.id));
+      const plan = await planChildren(ctx, job.tenantId, id, definition, batch, emit);
+      if (plan.children.length > 0) {
+        return {
+          state: "waiting",
+          kind: "children",
+          // The children's own timeouts end them; this deadline only bounds a wait that something
+          // outside the tree broke (a child row deleted by hand), and it fails the parent.
+          approval: { deadline_s: AGENT_LIMITS.maxApprovalDeadlineS, on_deadline: "fail" },
+          children: plan.children,
+          checkpoint: {
+            v: 1,
+            messages: [...messages],
+            text,
+            turn,
+            maxTurns: loop.maxTurns,
+            repaired: loop.repaired,
+            pending: call,
+            remaining: calls.slice(i + 1),
+            children: plan.checkpoint,
+          },
+        };
+      }
+      // Every call of the batch was refused (limits, arguments): the errors are their results.
+      for (const [callId, refused] of Object.entries(plan.checkpoint.calls)) {
+        const output = "error" in refused ? refused.error : null;
+        emit("tool.result", { id: callId, ok: false, output });
+        delegated.set(callId, JSON.stringify({ error: output }));
+      }
+      result = { content: delegated.get(call.id) as string };
+    } else if (decided && call.id === decided.callId) {
       result = await decidedCallResult(ctx, run, id, call, decided.decision, emit);
     } else if (!loop.offered.has(call.name)) {
       // A provider may return any name: a sandbox tool the agent does not list must not run
@@ -272,8 +324,12 @@ async function prepare(
     run.mcp = await McpToolset.open(servers, ctx.mcp ?? MCP_DISABLED, id, run.abort.signal, ctx.log);
   }
   const mcpTools = run.mcp?.specs ?? [];
-  const offered =
-    agent?.ask_user === true ? [...sandboxTools, ...mcpTools, ASK_USER_SPEC] : [...sandboxTools, ...mcpTools];
+  const offered = [
+    ...sandboxTools,
+    ...mcpTools,
+    ...(agent?.ask_user === true ? [ASK_USER_SPEC] : []),
+    ...(await delegateSpecs(ctx, job.tenantId, agent)),
+  ];
   const tools = offered.length > 0 ? offered : undefined;
   const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
   // A resumed conversation ends with the assistant's tool calls, whose results must come next:

@@ -57,6 +57,11 @@ export interface RunContext {
   retry: RetryPolicy;
   /** The URLs MCP calls may go to and the secrets their headers may name; absent = MCP off. */
   mcp?: McpHostConfig;
+  /**
+   * The tenant queued-jobs limit the gateway applies at submit (MAX_QUEUED_JOBS_PER_TENANT),
+   * applied here to the children a turn's delegate calls would queue; 0 or absent: no check.
+   */
+  maxQueuedJobsPerTenant?: number;
 }
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */

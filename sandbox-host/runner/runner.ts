@@ -58,6 +58,8 @@ export interface RunnerOptions {
   retry?: RetryPolicy;
   /** MCP's allowed URLs and secrets (default: MCP off). */
   mcp?: McpHostConfig;
+  /** Child jobs a delegating run may queue while its tenant has this many queued (0 or absent: no check). */
+  maxQueuedJobsPerTenant?: number;
 }
 
 const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
@@ -99,6 +101,7 @@ export class Runner {
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,
       mcp: opts.mcp,
+      maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
       quota: opts.quota
         ? {
             ...opts.quota,

@@ -8,10 +8,11 @@
 import type { AgentApproval } from "../../src/contracts/agent";
 import type { WaitKind } from "../../src/contracts/wait";
 import { applyAnswerInput } from "../../src/db/ownership-repo";
-import { type ResumeDecision, suspendJob } from "../../src/db/wait-repo";
+import { type ChildJob, type ResumeDecision, suspendJob } from "../../src/db/wait-repo";
 import { ASK_USER_TOOL } from "../../src/domain/approval";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelMessage, ModelToolCall, ModelToolSpec } from "../model/types";
+import type { ChildrenCheckpoint } from "./delegate";
 import { type ActiveRun, type Emit, failed, type RunContext, runFields } from "./run-context";
 import { destroySandbox, runTool } from "./tool-step";
 
@@ -44,6 +45,8 @@ export interface RunCheckpoint {
   repaired: boolean;
   pending: ModelToolCall;
   remaining: ModelToolCall[];
+  /** Kind `children`: the turn's delegate calls and the child each created (delegate.ts). */
+  children?: ChildrenCheckpoint;
 }
 
 /** The agent loop's outcome when a call must wait: what runJob suspends with. */
@@ -52,6 +55,8 @@ export interface WaitOutcome {
   kind: WaitKind;
   checkpoint: RunCheckpoint;
   approval: AgentApproval;
+  /** Kind `children`: the child jobs the suspend statement creates. */
+  children?: ChildJob[];
 }
 
 /** What a checkpoint's JSON must look like to be resumed from (a broken one fails the run, never loops). */
@@ -103,13 +108,18 @@ export async function suspendRun(
     onDeadline: wait.approval.on_deadline,
     checkpoint: wait.checkpoint as unknown as Record<string, unknown>,
     facts: run.pendingFacts(),
+    children: wait.children,
   });
   if (!result.suspended) {
     if (result.cancelRequested) return "cancel_requested";
     run.owned = false;
     return "ownership_lost";
   }
-  if (wait.kind === "approval") {
+  if (wait.kind === "children") {
+    for (const child of wait.children ?? []) {
+      emit("child.created", { job_id: child.id, call_id: child.callId, agent: child.agentName });
+    }
+  } else if (wait.kind === "approval") {
     emit("tool.approval_requested", {
       call_id: call.id,
       tool: call.name,

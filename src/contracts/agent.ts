@@ -33,6 +33,26 @@ export const AGENT_LIMITS = {
   maxApprovalDeadlineS: 30 * 86_400,
 } as const;
 
+/**
+ * Delegation (sub-agents): how deep a tree may grow (a submitted job is depth 0, its children
+ * depth 1, …), how many children one job may create over its life, and how many jobs a whole
+ * tree may hold below its root. A delegate call past a limit is a tool error the model reads.
+ * Bounded so one tenant's tree cannot fill the queue for everyone (children are jobs of the
+ * same tenant and draw from the same model and tenant limits).
+ */
+export const DELEGATION_LIMITS = {
+  maxDepth: 3,
+  maxChildrenPerJob: 16,
+  maxChildrenPerTree: 64,
+  /** The most agents one definition may list under `delegates`. */
+  maxDelegates: 16,
+  /** Tool names are at most 64 characters: `delegate_` + the name. */
+  maxDelegateNameChars: 55,
+} as const;
+
+/** The tool the model calls to delegate to agent `name`. */
+export const DELEGATE_TOOL_PREFIX = "delegate_";
+
 /** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
 export const AGENT_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
 const agentName = text().regex(AGENT_NAME_RE, "must be 1-63 of a-z 0-9 _ - and start with a letter or digit");
@@ -222,6 +242,20 @@ const agentDefinitionFields = {
   approval: AgentApprovalSchema.default(AgentApprovalSchema.parse({})),
   /** Offer the model an `ask_user` tool (argument `question`): the run waits for POST /v1/jobs/{id}/input. */
   ask_user: z.boolean().default(false),
+  /**
+   * Agents (of the same tenant, by name: the latest version when the call is made) this agent
+   * may delegate to. The model gets one tool `delegate_<name>` per entry, argument `input`; each
+   * call creates a child job, and the run waits (holding no slot) until the turn's children end.
+   */
+  delegates: z
+    .array(
+      text()
+        .regex(AGENT_NAME_RE, "must be an agent name")
+        .max(DELEGATION_LIMITS.maxDelegateNameChars, "tool names are at most 64 characters with the delegate_ prefix"),
+    )
+    .max(DELEGATION_LIMITS.maxDelegates)
+    .refine((d) => new Set(d).size === d.length, { message: "lists an agent twice" })
+    .default([]),
   limits: AgentLimitsSchema.default(AgentLimitsSchema.parse({})),
   sampling: AgentSamplingSchema.default(AgentSamplingSchema.parse({})),
   sandbox_profile: z.enum(SANDBOX_PROFILES).default("default"),

@@ -3,6 +3,7 @@
  * `seq` counts per execution from 1; the projector assigns the per-job `offset` clients resume by.
  */
 import { z } from "zod";
+import { WAIT_DECISIONS, WAIT_KINDS } from "./wait";
 
 export const TERMINAL_EVENT_TYPES = [
   "run.completed",
@@ -29,6 +30,8 @@ export const EVENT_TYPES = [
   "sandbox.created",
   "input.accepted",
   "cancel.accepted",
+  "child.created",
+  "child.finished",
   ...TERMINAL_EVENT_TYPES,
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
@@ -107,16 +110,17 @@ export const EVENT_PAYLOAD_SCHEMAS = {
   "input.requested": z.looseObject({ call_id: z.string(), question: z.string(), deadline_at: z.string() }),
   /** The execution ended cleanly at a waitpoint; the job is `waiting` and no host holds it. */
   "run.suspended": z.looseObject({
-    waiting_for: z.looseObject({ kind: z.enum(["approval", "input"]), call_id: z.string(), tool: z.string() }),
+    waiting_for: z.looseObject({ kind: z.enum(WAIT_KINDS), call_id: z.string(), tool: z.string() }),
   }),
   /**
    * The first event of the execution that resumes from the checkpoint: how the wait ended
-   * (`approve`, `deny`, `input`; `by: "deadline"` when nobody answered in time) and how long it was.
+   * (`approve`, `deny`, `input`; `by: "deadline"` when nobody answered in time; `children`, by
+   * `children`, when the turn's last child job ended) and how long it was.
    */
   "run.resumed": z.looseObject({
     call_id: z.string(),
-    decision: z.enum(["approve", "deny", "input"]),
-    by: z.enum(["api", "deadline"]),
+    decision: z.enum(WAIT_DECISIONS),
+    by: z.enum(["api", "deadline", "children"]),
     waited_ms: z.number().int().min(0),
   }),
   /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
@@ -125,6 +129,18 @@ export const EVENT_PAYLOAD_SCHEMAS = {
   "input.accepted": z.looseObject({ input_id: z.string(), content: z.string() }),
   /** How the host learned of the cancel (null: it was not told which way). */
   "cancel.accepted": z.looseObject({ via: z.enum(["hint", "durable"]).nullable() }),
+  /** A delegate call created child job `job_id` (agent `agent`); the run waits for the turn's children. */
+  "child.created": z.looseObject({ job_id: z.string(), call_id: z.string(), agent: z.string() }),
+  /**
+   * A child of the turn ended (written by the execution that resumes, so every child.finished of
+   * a turn comes right after run.resumed): its state, and its error when it did not complete.
+   */
+  "child.finished": z.looseObject({
+    job_id: z.string(),
+    call_id: z.string(),
+    state: z.string(),
+    error: eventJobError.nullable(),
+  }),
   "run.completed": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
   "run.failed": z.union([z.looseObject({ error: eventJobError }), projected]),
   /** The partial text, or null. */
@@ -164,6 +180,8 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),
   envelopeOf("cancel.accepted"),
+  envelopeOf("child.created"),
+  envelopeOf("child.finished"),
   envelopeOf("run.completed"),
   envelopeOf("run.failed"),
   envelopeOf("run.cancelled"),

@@ -156,6 +156,12 @@ export const JobViewSchema = z.object({
   output_json: z.unknown().nullable(),
   /** What a `waiting` job waits for (an approval of a tool call, or an answer to ask_user); null in every other state. */
   waiting_for: WaitingForSchema.nullable(),
+  /** The job whose delegate call created this one (a sub-agent's child job), else null. */
+  parent_job_id: z.uuid().nullable(),
+  /** The top of this job's delegation tree (null for a job nobody delegated: it is its own root). */
+  root_job_id: z.uuid().nullable(),
+  /** How deep in its tree: 0 for a submitted job, 1 for its children, … */
+  depth: z.number().int().min(0),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

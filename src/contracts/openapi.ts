@@ -52,6 +52,7 @@ import {
 } from "./job";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
 import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
+import { JobTreeSchema } from "./tree";
 import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 
 type JsonSchema = Record<string, unknown>;
@@ -83,6 +84,7 @@ const RESPONSE_SCHEMAS = {
   InputAnswer: InputAnswerSchema,
   InputList: InputListSchema,
   ApprovalAnswer: ApprovalAnswerSchema,
+  JobTree: JobTreeSchema,
   EventEnvelope: EventEnvelopeSchema,
   ConversationMessages: ConversationMessagesSchema,
   ServerFrame: ServerFrameSchema,
@@ -364,6 +366,19 @@ const OPERATIONS: Operation[] = [
   },
   {
     method: "get",
+    path: "/v1/jobs/{id}/tree",
+    operationId: "getJobTree",
+    tag: "jobs",
+    summary: "A job and the child jobs its delegate calls created, nested",
+    description:
+      "Every descendant with its state, timing facts and usage, and the usage summed over each subtree. A child's `parent_call_id` is the delegate call it answers.",
+    auth: "bearer",
+    parameters: [jobIdParam],
+    responses: [{ status: 200, description: "The tree.", schema: ref("JobTree") }],
+    errors: ["not_found", "gone", ...V1_ERRORS],
+  },
+  {
+    method: "get",
     path: "/v1/jobs/{id}/inputs",
     operationId: "listJobInputs",
     tag: "jobs",
@@ -396,6 +411,14 @@ const OPERATIONS: Operation[] = [
         required: false,
         description: "Resume after this event id, when the client cannot set Last-Event-ID.",
         schema: { type: "string" },
+      },
+      {
+        name: "include",
+        in: "query",
+        required: false,
+        description:
+          "`descendants`: one stream of the job and every child job its delegate calls created (and theirs), interleaved; each `data` is that job's envelope (its `job_id`), each `id` a composite cursor (`t1.…`) to resume the whole tree with.",
+        schema: { type: "string", enum: ["descendants"] },
       },
     ],
     responses: [

@@ -5,12 +5,15 @@
 import { z } from "zod";
 import { text } from "./text";
 
-/** `approval`: a gated tool call waits for approve/deny; `input`: ask_user waits for POST …/input. */
-export const WAIT_KINDS = ["approval", "input"] as const;
+/**
+ * `approval`: a gated tool call waits for approve/deny; `input`: ask_user waits for POST …/input;
+ * `children`: the turn's delegate calls wait for the child jobs they created to end.
+ */
+export const WAIT_KINDS = ["approval", "input", "children"] as const;
 export type WaitKind = (typeof WAIT_KINDS)[number];
 
-/** How a wait ended: the two approval decisions, or the user's answer to ask_user. */
-export const WAIT_DECISIONS = ["approve", "deny", "input"] as const;
+/** How a wait ended: the two approval decisions, the user's answer to ask_user, or every child ended. */
+export const WAIT_DECISIONS = ["approve", "deny", "input", "children"] as const;
 export type WaitDecision = (typeof WAIT_DECISIONS)[number];
 
 /** The longest note a decision may carry (it becomes the tool result the model reads). */

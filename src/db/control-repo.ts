@@ -21,11 +21,31 @@ const CANCELLED_WHILE_WAITING = jobErrorSql("cancelled", "cancelled while waitin
 export type CancelStatus = CancelOutcome | "not_found";
 
 export async function requestCancel(db: Db, tenantId: string, jobId: string): Promise<CancelStatus> {
-  if (!isJobId(jobId)) return "not_found";
-  const rows = resultRows<{ outcome: CancelStatus }>(
+  return (await requestTreeCancel(db, tenantId, jobId)).status;
+}
+
+/**
+ * The cancel of a job and its whole subtree (its children, theirs, …) in one statement, so the
+ * durable fact covers every descendant at once whichever hosts run them: each row is cancelled
+ * or flagged by the same rule as the job itself. `status` is the job's own; `requested` lists
+ * every row (the job or a descendant) whose owner must be told (the caller's hints). A child
+ * cancelled here ends before its parent could read it: the parent is cancelled in the same
+ * statement, so nothing resumes it and the child's result is never delivered.
+ */
+export async function requestTreeCancel(
+  db: Db,
+  tenantId: string,
+  jobId: string,
+): Promise<{ status: CancelStatus; requested: string[] }> {
+  if (!isJobId(jobId)) return { status: "not_found", requested: [] };
+  const rows = resultRows<{ kind: "job" | "hint"; outcome: CancelStatus | null; id: string | null }>(
     await db.execute(sql`
-      WITH target AS (
-        SELECT id, state, owner FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
+      WITH RECURSIVE tree AS (
+        SELECT id FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId}
+        UNION ALL
+        SELECT c.id FROM jobs c JOIN tree ON c.parent_job_id = tree.id
+      ), target AS (
+        SELECT j.id, j.state, j.owner FROM jobs j JOIN tree ON tree.id = j.id ORDER BY j.depth FOR UPDATE OF j
       ), cancelled AS (
         UPDATE jobs SET state = 'cancelled', cancel_requested_at = coalesce(jobs.cancel_requested_at, now()),
           finished_at = now(), waiting_for = NULL, wait_deadline_at = NULL,
@@ -39,13 +59,16 @@ export async function requestCancel(db: Db, tenantId: string, jobId: string): Pr
           AND (target.state = 'running' OR (target.state = 'queued' AND target.owner IS NOT NULL))
         RETURNING jobs.id
       )
-      SELECT CASE
-        WHEN EXISTS (SELECT 1 FROM cancelled) THEN 'cancelled'
-        WHEN EXISTS (SELECT 1 FROM requested) THEN 'requested'
-        WHEN EXISTS (SELECT 1 FROM target) THEN 'already_finished'
-        ELSE 'not_found' END AS outcome`),
+      SELECT 'job' AS kind, CASE
+        WHEN EXISTS (SELECT 1 FROM cancelled WHERE id = ${jobId}) THEN 'cancelled'
+        WHEN EXISTS (SELECT 1 FROM requested WHERE id = ${jobId}) THEN 'requested'
+        WHEN EXISTS (SELECT 1 FROM target WHERE id = ${jobId}) THEN 'already_finished'
+        ELSE 'not_found' END AS outcome, NULL AS id
+      UNION ALL
+      SELECT 'hint', NULL, id FROM requested`),
   );
-  return rows[0]?.outcome ?? "not_found";
+  const status = rows.find((r) => r.kind === "job")?.outcome ?? "not_found";
+  return { status, requested: rows.filter((r) => r.kind === "hint").map((r) => r.id as string) };
 }
 
 export type { InputStatus };

@@ -39,5 +39,8 @@ export function toJobView(row: JobRow): JobView {
     },
     output_json: row.outputJson ?? null,
     waiting_for: row.state === "waiting" ? (row.waitingFor ?? null) : null,
+    parent_job_id: row.parentJobId,
+    root_job_id: row.rootJobId,
+    depth: row.depth,
   };
 }

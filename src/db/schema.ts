@@ -113,6 +113,14 @@ export const jobs = pgTable(
     waitingFor: jsonb("waiting_for").$type<WaitingFor>(),
     waitDeadlineAt: tstz("wait_deadline_at"),
     checkpoint: jsonb("checkpoint").$type<Record<string, unknown>>(),
+    // Sub-agents: a child job made by a parent's delegate call (null on a submitted job). The
+    // parent execution and call say which turn and which call the child answers; the root and
+    // depth make the subtree one indexed read (cancel, tree, limits).
+    parentJobId: uuid("parent_job_id"),
+    parentExecutionId: uuid("parent_execution_id"),
+    parentCallId: text("parent_call_id"),
+    rootJobId: uuid("root_job_id"),
+    depth: integer("depth").notNull().default(0),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -133,6 +141,9 @@ export const jobs = pgTable(
     index("jobs_tenant_queued_idx").on(t.tenantId).where(sql`${t.state} = 'queued'`),
     // Hosts' reapers and the cron backstop end waits past their deadline.
     index("jobs_waiting_deadline_idx").on(t.waitDeadlineAt).where(sql`${t.state} = 'waiting'`),
+    // A parent's children (its resume trigger, drizzle/0010) and a root's tree (cancel, GET …/tree).
+    index("jobs_parent_idx").on(t.parentJobId).where(sql`${t.parentJobId} is not null`),
+    index("jobs_root_idx").on(t.rootJobId).where(sql`${t.rootJobId} is not null`),
     // The retention purge (retention-repo.ts) takes the oldest finished jobs first; without it
     // each batch would scan every job.
     index("jobs_finished_idx")
@@ -215,12 +226,12 @@ export const jobWaits = pgTable(
     executionId: uuid("execution_id").notNull(),
     requestedAt: tstz("requested_at").notNull().defaultNow(),
     deadlineAt: tstz("deadline_at").notNull(),
-    /** approve | deny | input; null while undecided. */
+    /** approve | deny | input | children (every child of the turn ended); null while undecided. */
     decision: text("decision"),
     note: text("note"),
     /** The job_inputs row that answered an ask_user call. */
     inputId: uuid("input_id"),
-    /** api | deadline. */
+    /** api | deadline | children. */
     decidedBy: text("decided_by"),
     decidedAt: tstz("decided_at"),
   },

@@ -12,6 +12,7 @@ import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
 import { type Db, resultRows } from "./client";
 import { FACTS_SET, factAges, jobErrorSql, type PendingFacts } from "./ownership-repo";
+import { jobs } from "./schema";
 
 /** ISO 8601 UTC with milliseconds, the API's timestamp form. */
 const iso = (expr: ReturnType<typeof sql>) =>
@@ -33,6 +34,23 @@ export interface Suspension {
    * otherwise leave prepared_at and first_output_at to the resumed execution, too late).
    */
   facts?: PendingFacts;
+  /** Kind `children`: the child jobs the turn's delegate calls create, inserted in the same statement. */
+  children?: ChildJob[];
+}
+
+/** A child job a delegate call creates: queued like a submitted job, same tenant, its agent pinned. */
+export interface ChildJob {
+  id: string;
+  /** The delegate call it answers. */
+  callId: string;
+  agentName: string;
+  agentVersion: number;
+  model: string;
+  tools: string[];
+  /** The agent's limits.timeout_s in ms; null: the jobs table's default. */
+  timeoutMs: number | null;
+  /** The delegate call's `input`: the child's one user message. */
+  input: string;
 }
 
 export type SuspendResult =
@@ -52,7 +70,7 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): 
   const rows = resultRows<{ kind: "suspended" | "cancel"; deadline_at: string | null }>(
     await db.execute(sql`
       WITH target AS (
-        SELECT id, cancel_requested_at FROM jobs
+        SELECT id, cancel_requested_at, tenant_id, root_job_id, depth FROM jobs
         WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
           AND execution_id = ${id.executionId} AND state = 'running'
       ), waited AS (
@@ -74,7 +92,7 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): 
         INSERT INTO job_waits (job_id, call_id, kind, tool, execution_id, deadline_at)
         SELECT id, ${s.callId}, ${s.kind}, ${s.tool}, ${id.executionId}::uuid, wait_deadline_at FROM waited
         ON CONFLICT (job_id, call_id) DO NOTHING
-      )
+      )${childrenSql(id, s.children ?? [])}
       SELECT 'suspended' AS kind, ${iso(sql`wait_deadline_at`)} AS deadline_at FROM waited
       UNION ALL
       SELECT 'cancel', NULL FROM target WHERE target.cancel_requested_at IS NOT NULL`),
@@ -82,6 +100,34 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): 
   const row = rows[0];
   if (row?.kind === "suspended") return { suspended: true, deadlineAt: row.deadline_at as string };
   return { suspended: false, cancelRequested: row?.kind === "cancel" };
+}
+
+/**
+ * The children's insert, a CTE of the suspend: only when the suspend itself happened (so a
+ * fenced-out or cancelled parent creates none). A child gets the parent's tenant, the root of
+ * the parent's tree (the parent itself when it is a root), depth + 1, and which execution and
+ * call of the parent it answers. The insert trigger announces each on ear_ready like a submit.
+ */
+function childrenSql(id: ExecutionIdentity, children: ChildJob[]) {
+  if (children.length === 0) return sql``;
+  const rows = sql.join(
+    children.map(
+      (c) =>
+        sql`(${c.id}::uuid, ${c.callId}::text, ${c.agentName}::text, ${c.agentVersion}::int, ${c.model}::text,
+          ${JSON.stringify(c.tools)}::jsonb, ${c.timeoutMs ?? (jobs.timeoutMs.default as number)}::int,
+          ${JSON.stringify({ messages: [{ role: "user", content: c.input }] })}::jsonb)`,
+    ),
+    sql`, `,
+  );
+  return sql`, spawned AS (
+        INSERT INTO jobs (id, tenant_id, input, model, tools, agent_name, agent_version, timeout_ms,
+          parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
+        SELECT v.id, t.tenant_id, v.input, v.model, v.tools, v.agent_name, v.agent_version,
+          v.timeout_ms,
+          t.id, ${id.executionId}::uuid, v.call_id, coalesce(t.root_job_id, t.id), t.depth + 1
+        FROM waited JOIN target t ON t.id = waited.id,
+          (VALUES ${rows}) AS v(id, call_id, agent_name, agent_version, model, tools, timeout_ms, input)
+      )`;
 }
 
 export interface RecordedDecision {
@@ -221,7 +267,7 @@ export interface ResumeDecision {
   kind: WaitKind;
   decision: WaitDecision;
   note: string | null;
-  decidedBy: "api" | "deadline";
+  decidedBy: "api" | "deadline" | "children";
   /** From the suspend to the decision. */
   waitedMs: number;
   /** The answer to ask_user (its job_inputs row), when the decision is `input`. */
@@ -234,7 +280,7 @@ export async function resumeDecision(db: Db, jobId: string, callId: string): Pro
     kind: WaitKind;
     decision: WaitDecision | null;
     note: string | null;
-    decided_by: "api" | "deadline";
+    decided_by: "api" | "deadline" | "children";
     waited_ms: string | number;
     input_id: string | null;
     content: string | null;

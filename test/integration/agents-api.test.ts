@@ -100,6 +100,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       approval: { deadline_s: 86_400, on_deadline: "deny" },
       ask_user: false,
       mcp_servers: [],
+      delegates: [],
       archived_at: null,
     });
     expect(Number.isNaN(Date.parse(r.body.agent.created_at))).toBe(false);

@@ -43,6 +43,22 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["run.resumed", { call_id: "c3", decision: "deny", by: "deadline", waited_ms: 86_400_000 }],
   ["cancel.accepted", { via: "hint" }],
   ["cancel.accepted", { via: null }],
+  ["run.suspended", { waiting_for: { kind: "children", call_id: "c4", tool: "delegate_worker" } }],
+  ["run.resumed", { call_id: "c4", decision: "children", by: "children", waited_ms: 900 }],
+  ["child.created", { job_id: "0b9f7a4e-5c1d-4a57-9d43-2f0e8f3c6a11", call_id: "c4", agent: "worker" }],
+  [
+    "child.finished",
+    { job_id: "0b9f7a4e-5c1d-4a57-9d43-2f0e8f3c6a11", call_id: "c4", state: "completed", error: null },
+  ],
+  [
+    "child.finished",
+    {
+      job_id: "0b9f7a4e-5c1d-4a57-9d43-2f0e8f3c6a11",
+      call_id: "c5",
+      state: "lost",
+      error: { code: "lost", message: "the host running the job stopped" },
+    },
+  ],
   ["run.completed", { output: "done" }],
   ["run.failed", { error: { code: "rate_limited", message: "slow down" } }],
   ["run.cancelled", { output: null }],

@@ -104,6 +104,9 @@ describe("OpenAPI document", () => {
       completionTokens: 8,
       modelCalls: 2,
       usageEstimated: false,
+      parentJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
+      rootJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
+      depth: 1,
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);

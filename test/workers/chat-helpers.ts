@@ -51,6 +51,9 @@ export class FakeChatBackend implements ChatBackend {
       usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
       output_json: null,
       waiting_for: null,
+      parent_job_id: null,
+      root_job_id: null,
+      depth: 0,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

@@ -4,7 +4,7 @@
  * hint its host polls every ~200 ms. The hint is an accelerator: if Redis is down the host still
  * sees `cancel_requested_at` on its ~1 s Postgres check, so a failed SET is logged, not raised.
  */
-import { type CancelStatus, requestCancel } from "../../src/db/control-repo";
+import { type CancelStatus, requestTreeCancel } from "../../src/db/control-repo";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";
 import { accelerate } from "./redis-accelerator";
@@ -24,12 +24,19 @@ export async function cancelJob(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CancelStatus> {
   const db = deps.db();
-  const status = await callDependency("postgres", () => requestCancel(db, tenantId, jobId));
-  if (status === "requested") {
+  // The whole subtree is cancelled durably in that one statement; every running descendant's
+  // owner (and the job's) gets a hint, in one round trip.
+  const { status, requested } = await callDependency("postgres", () => requestTreeCancel(db, tenantId, jobId));
+  if (requested.length > 0) {
+    const now = String(Date.now());
     await accelerate(
       deps,
-      (redis) => redis.set(keys.cancelHint(jobId), String(Date.now()), { ex: CANCEL_HINT_TTL_S }),
-      { msg: "cancel hint SET failed; the host will see Postgres", fields: { jobId } },
+      (redis) => {
+        const p = redis.pipeline();
+        for (const id of requested) p.set(keys.cancelHint(id), now, { ex: CANCEL_HINT_TTL_S });
+        return p.exec();
+      },
+      { msg: "cancel hint SET failed; the host will see Postgres", fields: { jobId, hints: requested.length } },
       defer,
     );
   }

@@ -52,6 +52,12 @@ export async function decide(
   );
   if (result.status === "not_found") return null;
   if (result.status === "unknown_call") throw new ApiError("not_found", `job ${jobId} never waited on call ${callId}`);
+  // A delegate call waits for its child jobs: nobody decides it (its waitpoint row only records
+  // when the children ended), so it is refused whether the children are still running or not.
+  const kind = result.status === "not_waiting" ? result.kind : result.decision.kind;
+  if (kind === "children") {
+    throw new ApiError("conflict", `call ${callId} is a delegate call: it waits for its child jobs, not a decision`);
+  }
   if (result.status === "not_waiting") {
     throw new ApiError(
       "conflict",

@@ -10,6 +10,7 @@ import { tenantJobId } from "../../src/db/jobs-repo";
 import { callDependency, callDurableObject } from "../deps";
 import type { GatewayEnv } from "../types";
 import { missingJob } from "./jobs";
+import { parseTreeCursor, treeEventStream } from "./tree-events";
 
 export function parseEventCursor(lastEventId: string | undefined, after: string | undefined): number {
   const raw = lastEventId ?? after;
@@ -23,7 +24,13 @@ export function parseEventCursor(lastEventId: string | undefined, after: string 
 }
 
 export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c) => {
-  const after = parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
+  const include = c.req.query("include");
+  if (include !== undefined && include !== "descendants") {
+    throw new ApiError("invalid_request", 'include: the only value is "descendants"');
+  }
+  const tree = include === "descendants";
+  const after = tree ? 0 : parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
+  const treeCursor = tree ? parseTreeCursor(c.req.header("last-event-id"), c.req.query("after")) : null;
   const db = c.get("deps").db();
   const job = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
   if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
@@ -41,5 +48,8 @@ export const jobEventRoutes = new Hono<GatewayEnv>().get("/:id/events", async (c
   const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(jobId));
   // The object takes the tenant's stream slot before it subscribes (429 past the cap).
   const counted = `tenant_id=${encodeURIComponent(c.get("tenantId"))}&stream_cap=${c.get("config").limits.maxStreamsPerTenant}`;
+  if (treeCursor) {
+    return callDurableObject(() => treeEventStream(c.env, db, c.get("tenantId"), jobId, treeCursor, counted));
+  }
   return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}&${counted}`));
 });

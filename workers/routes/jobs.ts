@@ -2,6 +2,7 @@
 import { Hono } from "hono";
 import { ApiError } from "../../src/contracts/errors";
 import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { getTree } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
 import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo";
@@ -55,4 +56,10 @@ export const jobRoutes = new Hono<GatewayEnv>()
     const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
     if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
     return c.json({ job: toJobView(job) });
+  })
+  .get("/:id/tree", async (c) => {
+    const db = c.get("deps").db();
+    const tree = await callDependency("postgres", () => getTree(db, c.get("tenantId"), c.req.param("id")));
+    if (!tree) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+    return c.json({ tree });
   });

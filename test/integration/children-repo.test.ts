@@ -1,0 +1,179 @@
+/**
+ * Sub-agents' statements on a real Postgres: the suspend that creates a turn's children (only
+ * when the suspend happens), the trigger that re-queues the parent when the turn's last child
+ * ends (exactly once when siblings end at the same moment, never for a parent that is no longer
+ * waiting), and the subtree cancel in one statement.
+ */
+import { randomUUID } from "node:crypto";
+import { eq } from "drizzle-orm";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { planChildren } from "../../sandbox-host/runner/delegate";
+import type { RunContext } from "../../sandbox-host/runner/run-context";
+import { AgentDefinitionSchema } from "../../src/contracts/agent";
+import { createAgent } from "../../src/db/agents-repo";
+import { requestTreeCancel } from "../../src/db/control-repo";
+import { claimJob, markStarted } from "../../src/db/ownership-repo";
+import { jobs, jobWaits, tenants } from "../../src/db/schema";
+import { type ChildJob, suspendJob } from "../../src/db/wait-repo";
+import type { ExecutionIdentity } from "../../src/domain/identity";
+import { startTestPostgres, type TestDb } from "../helpers/db";
+
+let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+let t: TestDb;
+beforeAll(async () => {
+  pgs = await startTestPostgres();
+  t = await pgs.freshDb(8);
+  await t.db.insert(tenants).values([{ id: "s1", name: "s1" }]);
+}, 60_000);
+afterAll(async () => pgs?.stop(), 30_000);
+
+async function start(jobId: string): Promise<ExecutionIdentity> {
+  const token = randomUUID();
+  const epoch = (await claimJob(t.db, jobId, "h", token)) as number;
+  const id = { jobId, host: "h", epoch, token, executionId: randomUUID() };
+  expect(await markStarted(t.db, id)).toBe(true);
+  return id;
+}
+async function runningJob(): Promise<ExecutionIdentity> {
+  const jobId = randomUUID();
+  await t.db.insert(jobs).values({ id: jobId, tenantId: "s1", input: { messages: [{ role: "user", content: "x" }] } });
+  return start(jobId);
+}
+const child = (callId: string): ChildJob => ({
+  id: randomUUID(),
+  callId,
+  agentName: "worker",
+  agentVersion: 1,
+  model: "m",
+  tools: [],
+  timeoutMs: null,
+  input: `task ${callId}`,
+});
+const delegate = (children: ChildJob[]) => ({
+  kind: "children" as const,
+  callId: children[0]?.callId as string,
+  tool: "delegate_worker",
+  arguments: { input: "x" },
+  question: null,
+  deadlineS: 3600,
+  onDeadline: "fail" as const,
+  checkpoint: { v: 1 },
+  children,
+});
+const row = async (id: string) => (await t.db.select().from(jobs).where(eq(jobs.id, id)))[0];
+
+describe("sub-agents in Postgres", () => {
+  it("the suspend inserts the turn's children (tenant, root, depth, parent execution); a fenced-out one inserts none", async () => {
+    const parent = await runningJob();
+    const stale = [child("s1")];
+    expect((await suspendJob(t.db, { ...parent, token: randomUUID() }, delegate(stale))).suspended).toBe(false);
+    expect(await row(stale[0]?.id as string)).toBeUndefined();
+    const kids = [child("a"), child("b")];
+    expect((await suspendJob(t.db, parent, delegate(kids))).suspended).toBe(true);
+    for (const k of kids) {
+      expect(await row(k.id)).toMatchObject({
+        state: "queued",
+        tenantId: "s1",
+        parentJobId: parent.jobId,
+        parentExecutionId: parent.executionId,
+        parentCallId: k.callId,
+        rootJobId: parent.jobId,
+        depth: 1,
+        agentName: "worker",
+        timeoutMs: 900_000,
+      });
+    }
+    expect((await row(parent.jobId))?.state).toBe("waiting");
+  });
+
+  it("siblings ending at the same moment re-queue the parent exactly once, after the last", async () => {
+    for (let round = 0; round < 10; round++) {
+      const parent = await runningJob();
+      const kids = [child("a"), child("b"), child("c")];
+      await suspendJob(t.db, parent, delegate(kids));
+      const ids = [];
+      for (const k of kids) ids.push(await start(k.id));
+      // The first ends alone; the last two end in concurrent transactions.
+      await t.pool.query("update jobs set state = 'completed', finished_at = now() where id = $1", [kids[0]?.id]);
+      expect((await row(parent.jobId))?.state).toBe("waiting");
+      const [c1, c2] = [await t.pool.connect(), await t.pool.connect()];
+      try {
+        await c1.query("begin");
+        await c2.query("begin");
+        await c1.query("update jobs set state = 'completed', finished_at = now() where id = $1", [kids[1]?.id]);
+        const second = c2.query("update jobs set state = 'failed', finished_at = now() where id = $1", [kids[2]?.id]);
+        await new Promise((r) => setTimeout(r, 50));
+        await c1.query("commit");
+        await second;
+        await c2.query("commit");
+      } finally {
+        c1.release();
+        c2.release();
+      }
+      const p = await row(parent.jobId);
+      expect(p?.state, `round ${round}`).toBe("queued");
+      const waits = await t.db.select().from(jobWaits).where(eq(jobWaits.jobId, parent.jobId));
+      expect(waits).toHaveLength(1);
+      expect(waits[0]).toMatchObject({ kind: "children", decision: "children", decidedBy: "children" });
+    }
+  });
+
+  it("a child ending after its parent was cancelled is not delivered: the parent stays cancelled", async () => {
+    const parent = await runningJob();
+    const kids = [child("a")];
+    await suspendJob(t.db, parent, delegate(kids));
+    const k = await start(kids[0]?.id as string);
+    expect(await requestTreeCancel(t.db, "s1", parent.jobId)).toEqual({ status: "cancelled", requested: [k.jobId] });
+    expect((await row(k.jobId))?.cancelRequestedAt).not.toBeNull();
+    // The child's host finished before it saw the cancel.
+    await t.pool.query("update jobs set state = 'completed', output = 'late', finished_at = now() where id = $1", [
+      k.jobId,
+    ]);
+    expect((await row(parent.jobId))?.state).toBe("cancelled");
+    expect((await row(k.jobId))?.output).toBe("late");
+    const waits = await t.db.select().from(jobWaits).where(eq(jobWaits.jobId, parent.jobId));
+    expect(waits[0]?.decision).toBeNull();
+  });
+
+  it("the subtree cancel covers grandchildren in one statement: queued ones cancelled, running ones requested", async () => {
+    const root = await runningJob();
+    const kids = [child("a"), child("b")];
+    await suspendJob(t.db, root, delegate(kids));
+    const mid = await start(kids[0]?.id as string);
+    const grand = [child("g")];
+    await suspendJob(t.db, mid, delegate(grand));
+    const g = await start(grand[0]?.id as string);
+    expect(await row(g.jobId)).toMatchObject({ depth: 2, rootJobId: root.jobId });
+    const r = await requestTreeCancel(t.db, "s1", root.jobId);
+    expect(r).toEqual({ status: "cancelled", requested: [g.jobId] });
+    expect((await row(kids[1]?.id as string))?.state).toBe("cancelled");
+    expect((await row(mid.jobId))?.state).toBe("cancelled");
+    expect((await row(g.jobId))?.state).toBe("running");
+    expect(await requestTreeCancel(t.db, "other", root.jobId)).toEqual({ status: "not_found", requested: [] });
+  });
+
+  it("a delegate call that would queue past the tenant's queued-jobs limit is a rate_limited tool error", async () => {
+    await t.pool.query("insert into tenants (id, name) values ('q1', 'q1')");
+    const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
+    await createAgent(t.db, "q1", "worker", AgentDefinitionSchema.parse({ model: "m" }));
+    const jobId = randomUUID();
+    await t.db.insert(jobs).values({ id: jobId, tenantId: "q1", input: { messages: [] } });
+    const parent = await start(jobId);
+    // Two of the tenant's jobs already wait in the queue; the limit is 4, so two children fit.
+    for (let i = 0; i < 2; i++) {
+      await t.db.insert(jobs).values({ id: randomUUID(), tenantId: "q1", input: { messages: [] } });
+    }
+    const ctx = { db: t.db, models: { entries: [{ name: "m" }] }, maxQueuedJobsPerTenant: 4 } as unknown as RunContext;
+    const calls = ["c1", "c2", "c3"].map((id) => ({ id, name: "delegate_worker", args: { input: `task ${id}` } }));
+    const emitted: string[] = [];
+    const plan = await planChildren(ctx, "q1", parent, definition, calls, (type) => void emitted.push(type));
+    expect(plan.children.map((c) => c.callId)).toEqual(["c1", "c2"]);
+    expect(plan.checkpoint.calls.c3).toEqual({
+      error: { code: "rate_limited", message: "this tenant already has 4 queued jobs (the limit)" },
+    });
+    expect(emitted).toEqual(["tool.call", "tool.call", "tool.call"]);
+    // 0 turns the check off, as on the gateway.
+    const open = await planChildren({ ...ctx, maxQueuedJobsPerTenant: 0 }, "q1", parent, definition, calls, () => {});
+    expect(open.children).toHaveLength(3);
+  });
+});

@@ -1,0 +1,353 @@
+/**
+ * Sub-agents end to end on the real stack (gateway in workerd, Postgres, Redis, three host
+ * processes with one run slot each, the mock model): a delegate call creates a child job, the
+ * parent waits holding no slot, parallel delegate calls run as parallel children on different
+ * hosts, and the parent resumes with each child's answer, or its failure (state and code) when
+ * the child fails or its host is SIGKILLed; the depth limit is a tool error the model reads.
+ */
+import { randomUUID } from "node:crypto";
+import { loadavg } from "node:os";
+import { describe, expect, it } from "vitest";
+import { readSse, type SseEvent } from "../../tools/lib/sse";
+import { waitFor } from "../../tools/services/ports";
+import { apiClient } from "../helpers/api";
+import { sampleValue } from "../helpers/metrics";
+import { requireBinary } from "../helpers/require";
+import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+interface JobView {
+  id: string;
+  state: string;
+  output: string | null;
+  error: { code: string; message: string } | null;
+}
+
+interface TreeNode {
+  id: string;
+  agent: string | null;
+  state: string;
+  depth: number;
+  parent_job_id: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
+  subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
+  children: TreeNode[];
+}
+
+const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
+const delegateCalls = (agent: string, inputs: string[]) =>
+  mock({ tool_calls: inputs.map((input) => ({ name: `delegate_${agent}`, args: { input } })) });
+
+describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the parent waits for", () => {
+  const t = useStack({
+    hosts: 3,
+    mockModel: { ttftMs: 5, tokensPerS: 2000 },
+    hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_MAX_RUNS: "1", HOST_CLAIM_TIMEOUT_MS: "3000" },
+  });
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const defineAgent = async (name: string, def: Record<string, unknown>) => {
+    const r = await api().call("POST", "/v1/agents", { name, model: t.stack.modelName, ...def });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+  };
+  const submit = async (agent: string, content: string) => {
+    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      agent,
+      input: { messages: [{ role: "user", content }] },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    return r.body.job.id;
+  };
+  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const finished = (id: string, timeoutMs = 60_000) =>
+    waitFor(
+      `job ${id} to finish`,
+      async () => {
+        const j = await job(id);
+        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
+      },
+      { timeoutMs, intervalMs: 100 },
+    );
+  const children = async (parent: string) =>
+    (
+      await t.pool.query<{
+        id: string;
+        state: string;
+        depth: number;
+        root_job_id: string;
+        parent_call_id: string;
+        tenant_id: string;
+        output: string | null;
+      }>(
+        "select id, state, depth, root_job_id, parent_call_id, tenant_id, output from jobs where parent_job_id = $1 order by created_at",
+        [parent],
+      )
+    ).rows;
+
+  it("three parallel delegate calls run as three children on three hosts; the parent resumes with their answers", async () => {
+    await defineAgent("worker", { description: "Does one task." });
+    await defineAgent("boss", { delegates: ["worker"] });
+    const id = await submit("boss", delegateCalls("worker", ["task-alpha", "task-beta", "task-gamma"]));
+    const done = await finished(id);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    for (const task of ["task-alpha", "task-beta", "task-gamma"]) expect(done.output).toContain(`Echo: ${task}`);
+    const kids = await children(id);
+    expect(kids).toHaveLength(3);
+    const parentTenant = (await t.pool.query("select tenant_id from jobs where id = $1", [id])).rows[0]?.tenant_id;
+    for (const k of kids) {
+      expect(k).toMatchObject({ state: "completed", depth: 1, root_job_id: id, tenant_id: parentTenant });
+    }
+    // One slot per host and the parent holding none while it waits: three hosts ran the three.
+    const hosts = await t.pool.query<{ host: string }>(
+      "select distinct e.host from executions e join jobs j on j.id = e.job_id where j.parent_job_id = $1",
+      [id],
+    );
+    expect(hosts.rows).toHaveLength(3);
+    const outcomes = await t.pool.query<{ outcome: string }>(
+      "select outcome from executions where job_id = $1 order by epoch",
+      [id],
+    );
+    expect(outcomes.rows.map((r) => r.outcome)).toEqual(["suspended", "completed"]);
+    const types = (await api().events(id)).map((e) => e.event);
+    expect(types.filter((x) => x === "child.created")).toHaveLength(3);
+    expect(types.filter((x) => x === "child.finished")).toHaveLength(3);
+    expect(types).toContain("run.resumed");
+
+    // The tree: the root and its three children, states, timing, usage summed per subtree.
+    const tree = await api().call<{ tree: TreeNode }>("GET", `/v1/jobs/${id}/tree`);
+    expect(tree.status).toBe(200);
+    const root = tree.body.tree;
+    expect(root).toMatchObject({ id, state: "completed", depth: 0, parent_job_id: null, agent: "boss@1" });
+    expect(root.children.map((c) => c.id).sort()).toEqual(kids.map((k) => k.id).sort());
+    for (const c of root.children) {
+      expect(c).toMatchObject({ state: "completed", depth: 1, parent_job_id: id, agent: "worker@1", children: [] });
+      expect(c.started_at).not.toBeNull();
+      expect(c.finished_at).not.toBeNull();
+      expect(c.usage.model_calls).toBe(1);
+    }
+    const sum = (k: keyof TreeNode["usage"]) =>
+      root.usage[k] + root.children.reduce((acc, c) => acc + c.subtree_usage[k], 0);
+    expect(root.usage.model_calls).toBe(2);
+    expect(root.subtree_usage).toEqual({
+      prompt_tokens: sum("prompt_tokens"),
+      completion_tokens: sum("completion_tokens"),
+      model_calls: 5,
+    });
+    // A delegate call is not an approval: deciding it is refused, before and after the resume.
+    const delegateCall = (
+      await t.pool.query<{ call_id: string; kind: string }>("select call_id, kind from job_waits where job_id = $1", [
+        id,
+      ])
+    ).rows[0]?.call_id as string;
+    const decided = await api().call<{ error: { code: string; message: string } }>(
+      "POST",
+      `/v1/jobs/${id}/approvals/${encodeURIComponent(delegateCall)}`,
+      { decision: "deny" },
+    );
+    expect(decided.status, JSON.stringify(decided.body)).toBe(409);
+    expect(decided.body.error.message).toContain("delegate");
+    const missing = await api().call("GET", `/v1/jobs/${randomUUID()}/tree`);
+    expect(missing.status).toBe(404);
+    const bad = await api().call("GET", "/v1/jobs/not-a-uuid/tree");
+    expect(bad.status).toBe(404);
+  }, 120_000);
+
+  it("a failing child is the parent's tool error with the child's state and code", async () => {
+    await defineAgent("flaky", {});
+    await defineAgent("boss-flaky", { delegates: ["flaky"] });
+    const id = await submit("boss-flaky", delegateCalls("flaky", [mock({ error: { status: 400, message: "bad" } })]));
+    const done = await finished(id);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const [kid] = await children(id);
+    expect(kid?.state).toBe("failed");
+    expect(done.output).toContain('"state":"failed"');
+    expect(done.output).toContain(kid?.id as string);
+  }, 120_000);
+
+  it("the depth limit (3) is a tool error the deepest agent reads; the tree still completes", async () => {
+    await defineAgent("d4", {});
+    await defineAgent("d3", { delegates: ["d4"] });
+    await defineAgent("d2", { delegates: ["d3"] });
+    await defineAgent("d1", { delegates: ["d2"] });
+    await defineAgent("d0", { delegates: ["d1"] });
+    // Each level's input scripts one delegate call with the next level's input.
+    let input = "leaf";
+    for (const agent of ["d4", "d3", "d2", "d1"]) input = delegateCalls(agent, [input]);
+    const id = await submit("d0", input);
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    expect(done.output).toContain("delegation_depth");
+    const depths = await t.pool.query<{ depth: number }>(
+      "select depth from jobs where root_job_id = $1 order by depth",
+      [id],
+    );
+    expect(depths.rows.map((r) => r.depth)).toEqual([1, 2, 3]);
+  }, 120_000);
+
+  it("children per job (16): a turn of 17 delegate calls gets 16 children and one delegation_limit tool error", async () => {
+    await defineAgent("quick", {});
+    await defineAgent("boss-wide", { delegates: ["quick"] });
+    const inputs = Array.from({ length: 17 }, (_, i) => `wide-${i}`);
+    const id = await submit("boss-wide", delegateCalls("quick", inputs));
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const kids = await children(id);
+    expect(kids).toHaveLength(16);
+    expect(kids.every((k) => k.state === "completed")).toBe(true);
+    for (const i of inputs.slice(0, 16)) expect(done.output).toContain(`Echo: ${i}`);
+    expect(done.output).not.toContain("Echo: wide-16");
+    expect(done.output).toContain("delegation_limit");
+  }, 120_000);
+
+  it("SIGKILL the host running a child: the child becomes lost and the parent resumes with that error", async () => {
+    await defineAgent("slow", {});
+    await defineAgent("boss-slow", { delegates: ["slow"] });
+    const id = await submit("boss-slow", delegateCalls("slow", [mock({ reply: "never", ttft_ms: 60_000 })]));
+    const kid = await waitFor(
+      "the child to run",
+      async () => {
+        const r = await t.pool.query<{ id: string; owner: string | null; state: string }>(
+          "select id, owner, state from jobs where parent_job_id = $1",
+          [id],
+        );
+        const k = r.rows[0];
+        return k?.state === "running" && k.owner ? k : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    const host = t.stack.hosts.find((h) => h.id === kid.owner);
+    expect(host, `owner ${kid.owner} is one of this stack's hosts`).toBeDefined();
+    host?.process.kill("SIGKILL");
+    t.stack.hosts.splice(t.stack.hosts.indexOf(host as (typeof t.stack.hosts)[number]), 1);
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    expect((await children(id))[0]?.state).toBe("lost");
+    expect(done.output).toContain('"state":"lost"');
+    await t.stack.addHost();
+  }, 120_000);
+
+  it("cancelling the root converges on every descendant (1 + 10 children over 3 hosts, 20 trees: p50/p95)", async () => {
+    await defineAgent("sleeper", {});
+    await defineAgent("boss-many", { delegates: ["sleeper"] });
+    const tasks = Array.from({ length: 10 }, (_, i) => mock({ reply: `never-${i}`, ttft_ms: 60_000 }));
+    const ms: number[] = [];
+    for (let tree = 0; tree < 20; tree++) {
+      const id = await submit("boss-many", delegateCalls("sleeper", tasks));
+      // Wait until three children run (one per host), so the cancel must reach running hosts.
+      await waitFor(
+        "three children running",
+        async () => {
+          const r = await t.pool.query<{ n: string }>(
+            "select count(*) as n from jobs where parent_job_id = $1 and state = 'running'",
+            [id],
+          );
+          return Number(r.rows[0]?.n) >= 3 ? true : null;
+        },
+        { timeoutMs: 30_000, intervalMs: 20 },
+      );
+      if (tree === 0) {
+        // What a 10-child tree holds: the waiting parent no owner and no slot; the run slots in
+        // use are exactly the running children's (one per host).
+        const parent = (await t.pool.query("select state, owner, execution_id from jobs where id = $1", [id])).rows[0];
+        expect(parent).toMatchObject({ state: "waiting", owner: null, execution_id: null });
+        const slots = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "runs_active")));
+        expect(slots.reduce((a: number, b) => a + (b ?? 0), 0)).toBe(3);
+        const leases = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "quota_leases_held")));
+        console.log(
+          `10-child tree: runs_active per host ${slots.join(", ")} (3 running children, the parent none); quota_leases_held ${leases.join(", ")}`,
+        );
+      }
+      const t0 = performance.now();
+      const c = await api().call<{ status: string }>("POST", `/v1/jobs/${id}/cancel`);
+      expect(c.status).toBeLessThan(300);
+      await waitFor(
+        "every descendant final",
+        async () => {
+          const r = await t.pool.query<{ n: string }>(
+            "select count(*) as n from jobs where (root_job_id = $1 or id = $1) and state in ('queued','running','waiting')",
+            [id],
+          );
+          return Number(r.rows[0]?.n) === 0 ? true : null;
+        },
+        { timeoutMs: 30_000, intervalMs: 10 },
+      );
+      ms.push(performance.now() - t0);
+      const states = await t.pool.query<{ state: string }>("select state from jobs where root_job_id = $1 or id = $1", [
+        id,
+      ]);
+      expect(states.rows).toHaveLength(11);
+      expect(new Set(states.rows.map((r) => r.state))).toEqual(new Set(["cancelled"]));
+    }
+    ms.sort((a, b) => a - b);
+    const pct = (p: number) => ms[Math.min(ms.length - 1, Math.ceil((p / 100) * ms.length) - 1)] as number;
+    console.log(
+      `tree cancel convergence (1 + 10 children, 3 hosts, 20 trees): p50 ${pct(50).toFixed(0)} ms, p95 ${pct(95).toFixed(0)} ms, max ${ms.at(-1)?.toFixed(0)} ms; loadavg ${loadavg()
+        .map((l) => l.toFixed(1))
+        .join(" ")}`,
+    );
+  }, 300_000);
+
+  it("?include=descendants interleaves the tree's events and resumes after a reconnect with no gap or duplicate", async () => {
+    await defineAgent("talker", {});
+    await defineAgent("boss-talk", { delegates: ["talker"] });
+    const talk = (i: number) => mock({ tokens: 60, tokens_per_s: 60, ttft_ms: 200 + i * 50 });
+    const id = await submit("boss-talk", delegateCalls("talker", [talk(0), talk(1), talk(2)]));
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${id}/events?include=descendants`;
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const first: SseEvent[] = [];
+    const ac = new AbortController();
+    // Cut the stream in the middle of the children's output.
+    for await (const ev of readSse(url, {
+      headers,
+      signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+    })) {
+      first.push(ev);
+      if (first.filter((e) => e.event === "model.delta").length >= 12) break;
+    }
+    ac.abort();
+    const cursor = first.at(-1)?.id as string;
+    expect(cursor.startsWith("t1.")).toBe(true);
+    const rest: SseEvent[] = [];
+    for await (const ev of readSse(url, {
+      headers: { ...headers, "last-event-id": cursor },
+      signal: AbortSignal.timeout(60_000),
+    })) {
+      rest.push(ev);
+    }
+    const key = (e: SseEvent) => {
+      const d = JSON.parse(e.data) as { job_id: string; execution_id: string; seq: number };
+      return `${d.job_id}/${d.execution_id}/${d.seq}`;
+    };
+    expect(rest.length, "the cut left events for the reconnect").toBeGreaterThan(0);
+    const merged = [...first, ...rest].map(key);
+    expect(new Set(merged).size, "no duplicate").toBe(merged.length);
+    // Every job's own stream, read whole: the merged stream holds exactly these events.
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    const kids = await children(id);
+    expect(kids).toHaveLength(3);
+    const own: string[] = [];
+    for (const jobId of [id, ...kids.map((k) => k.id)]) own.push(...(await api().events(jobId)).map(key));
+    expect([...merged].sort()).toEqual([...own].sort());
+    // Interleaved: children's events come between the parent's child.created and its run.resumed.
+    const all = [...first, ...rest];
+    const jobsSeen = all.map((e) => (JSON.parse(e.data) as { job_id: string }).job_id);
+    expect(new Set(jobsSeen).size).toBe(4);
+    const firstChildEvent = jobsSeen.findIndex((j) => j !== id);
+    expect(firstChildEvent).toBeGreaterThan(all.findIndex((e) => e.event === "child.created"));
+    expect(firstChildEvent).toBeLessThan(all.findIndex((e) => e.event === "run.resumed"));
+    // Per job, in offset order (the resume repeated nothing and skipped nothing within a job).
+    for (const jobId of new Set(jobsSeen)) {
+      const seqs = [...first, ...rest]
+        .filter((e) => (JSON.parse(e.data) as { job_id: string }).job_id === jobId)
+        .map((e) => key(e));
+      expect(seqs).toEqual(own.filter((k) => k.startsWith(`${jobId}/`)));
+    }
+    const bad = await api().call("GET", `/v1/jobs/${id}/events?include=descendants&after=12`);
+    expect(bad.status).toBe(400);
+    const other = await api().call("GET", `/v1/jobs/${id}/events?include=everything`);
+    expect(other.status).toBe(400);
+  }, 120_000);
+});

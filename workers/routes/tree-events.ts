@@ -1,0 +1,193 @@
+/**
+ * GET /v1/jobs/:id/events?include=descendants — one SSE stream of a job and every descendant
+ * its delegate calls created (and theirs), interleaved in arrival order. Each event is the job's
+ * own envelope, so `data.job_id` says whose it is.
+ *
+ * The cursor is composite: every event's `id` is `t1.` + base64url of `{job id: offset}` for
+ * every job of the tree seen so far, covering exactly the events written up to that one. A
+ * reconnect with it replays each job from its own offset, so nothing is missed or repeated. We
+ * chose this over a merged per-root sequence kept by the root's JobEvents object because each
+ * job's log already is the durable, ordered record: a merged sequence would need every child's
+ * ingest to be forwarded to (and durably stored again by) the root's object, a second write per
+ * event and a cross-object ordering problem. The price is the cursor's size: ~50 bytes per job,
+ * at most ~4 KB for the largest tree (DELEGATION_LIMITS: 64 jobs below the root).
+ *
+ * The gateway joins one JobEvents stream per job: those it finds in Postgres at connect, and
+ * each child a `child.created` event announces later. The root's stream holds the tenant's
+ * stream slot (one per tree stream); the others are followed uncounted.
+ */
+import { ApiError } from "../../src/contracts/errors";
+import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
+import type { TreeNode } from "../../src/contracts/tree";
+import { getTree } from "../../src/db/children-repo";
+import type { Db } from "../../src/db/client";
+import { SSE_HEADERS } from "../durable-objects/sse-fanout";
+import { log } from "../log";
+import type { GatewayEnv } from "../types";
+
+export const TREE_CURSOR_PREFIX = "t1.";
+/** A cursor longer than this cannot come from a tree within the delegation limits. */
+const MAX_TREE_CURSOR_CHARS = 8_192;
+
+export type TreeCursor = Record<string, number>;
+
+export function encodeTreeCursor(c: TreeCursor): string {
+  const b64 = btoa(JSON.stringify(c));
+  return TREE_CURSOR_PREFIX + b64.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+/** Last-Event-ID (else `after`) as a tree cursor; empty means from the start. Bad input is a 400. */
+export function parseTreeCursor(lastEventId: string | undefined, after: string | undefined): TreeCursor {
+  const raw = (lastEventId ?? after ?? "").trim();
+  if (raw === "" || raw === "0") return {};
+  const field = lastEventId !== undefined ? "Last-Event-ID" : "after";
+  const bad = () =>
+    new ApiError("invalid_request", `${field}: must be an event id of this stream (include=descendants: "t1.…")`);
+  if (!raw.startsWith(TREE_CURSOR_PREFIX) || raw.length > MAX_TREE_CURSOR_CHARS) throw bad();
+  let parsed: unknown;
+  try {
+    const b64 = raw.slice(TREE_CURSOR_PREFIX.length).replaceAll("-", "+").replaceAll("_", "/");
+    parsed = JSON.parse(atob(b64));
+  } catch {
+    throw bad();
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw bad();
+  const out: TreeCursor = {};
+  for (const [k, v] of Object.entries(parsed)) {
+    if (!/^[0-9a-f-]{36}$/.test(k) || !Number.isSafeInteger(v) || (v as number) < 0) throw bad();
+    out[k] = v as number;
+  }
+  return out;
+}
+
+function treeIds(node: TreeNode, out: string[] = []): string[] {
+  out.push(node.id);
+  for (const c of node.children) treeIds(c, out);
+  return out;
+}
+
+interface Frame {
+  id: string | null;
+  event: string | null;
+  data: string | null;
+  comment: boolean;
+}
+
+/** The frames of an SSE body, as they arrive (our JobEvents objects write `\n` line ends). */
+async function* frames(body: ReadableStream<Uint8Array>): AsyncGenerator<Frame> {
+  const decoder = new TextDecoder();
+  let buf = "";
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    buf += decoder.decode(chunk, { stream: true });
+    for (let end = buf.indexOf("\n\n"); end >= 0; end = buf.indexOf("\n\n")) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      const f: Frame = { id: null, event: null, data: null, comment: false };
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) f.comment = true;
+        else if (line.startsWith("id: ")) f.id = line.slice(4);
+        else if (line.startsWith("event: ")) f.event = line.slice(7);
+        else if (line.startsWith("data: ")) f.data = f.data === null ? line.slice(6) : `${f.data}\n${line.slice(6)}`;
+      }
+      yield f;
+    }
+  }
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * The merged stream. Every job's first request is made before answering, so a finished tree
+ * with nothing after the cursor answers 204 (the status that stops an EventSource) like a
+ * single job's stream does.
+ */
+export async function treeEventStream(
+  env: GatewayEnv["Bindings"],
+  db: Db,
+  tenantId: string,
+  rootId: string,
+  cursor: TreeCursor,
+  counted: string,
+): Promise<Response> {
+  const tree = await getTree(db, tenantId, rootId);
+  if (!tree) throw new ApiError("not_found", "job not found");
+  const state: TreeCursor = { ...cursor };
+  const open = (jobId: string) => {
+    const stub = env.JOB_EVENTS.get(env.JOB_EVENTS.idFromName(jobId));
+    const extra = jobId === rootId ? `&${counted}` : "";
+    return stub.fetch(`https://job-events/events?after=${state[jobId] ?? 0}&job_id=${jobId}${extra}`);
+  };
+  const ids = treeIds(tree);
+  const first = await Promise.all(ids.map(open));
+  // The root's own refusal (the tenant's stream cap, an expired log) is the answer.
+  const rootAnswer = first[0] as Response;
+  if (!rootAnswer.ok && rootAnswer.status !== SSE_FINISHED_STATUS) {
+    for (const r of first.slice(1)) await r.body?.cancel();
+    return rootAnswer;
+  }
+  if (first.every((r) => r.status === SSE_FINISHED_STATUS)) return new Response(null, { status: SSE_FINISHED_STATUS });
+
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const writer = writable.getWriter();
+  const following = new Set<string>();
+  const bodies = new Set<ReadableStream<Uint8Array>>();
+  let live = 0;
+  let closed = false;
+  const stop = () => {
+    if (closed) return;
+    closed = true;
+    for (const b of bodies) b.cancel().catch(() => {});
+    writer.close().catch(() => {});
+  };
+  const write = async (text: string) => {
+    if (closed) return;
+    try {
+      await writer.write(encoder.encode(text));
+    } catch {
+      stop(); // the client went away: stop following every job
+    }
+  };
+  const follow = (jobId: string, response: Response | Promise<Response>) => {
+    if (following.has(jobId)) return;
+    following.add(jobId);
+    live++;
+    void (async () => {
+      try {
+        const res = await response;
+        if (res.status !== 200 || !res.body) {
+          if (res.status !== SSE_FINISHED_STATUS) log.warn("descendant stream refused", { jobId, status: res.status });
+          await res.body?.cancel();
+          return;
+        }
+        bodies.add(res.body);
+        for await (const f of frames(res.body)) {
+          if (closed) break;
+          if (f.comment) {
+            await write(": keepalive\n\n");
+            continue;
+          }
+          if (f.id === null || f.event === null || f.data === null) continue;
+          const offset = Number(f.id);
+          if (!(offset > (state[jobId] ?? 0))) continue;
+          // Updated right before its frame is queued: the cursor in each frame covers exactly the
+          // frames queued before it, whichever job they came from.
+          state[jobId] = offset;
+          await write(`id: ${encodeTreeCursor(state)}\nevent: ${f.event}\ndata: ${f.data}\n\n`);
+          if (f.event === "child.created") {
+            const child = (JSON.parse(f.data) as { payload?: { job_id?: unknown } }).payload?.job_id;
+            if (typeof child === "string") follow(child, open(child));
+          }
+        }
+      } catch (err) {
+        if (!closed) log.warn("descendant stream failed", { jobId, error: err });
+      } finally {
+        live--;
+        if (live === 0) stop();
+      }
+    })();
+  };
+  // Not awaited: nothing reads the stream before the response is returned. Writes keep their order.
+  void write(`retry: ${SSE_RETRY_MS}\n\n`);
+  for (const [i, id] of ids.entries()) follow(id, first[i] as Response);
+  return new Response(readable, { headers: SSE_HEADERS });
+}

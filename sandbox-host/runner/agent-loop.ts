@@ -170,6 +170,17 @@ async function runCalls(
 ): Promise<FinalOutcome | WaitOutcome | null> {
   const definition = job.agent?.definition ?? null;
   const { decided, delegated } = resumed;
+  // What a waitpoint at call i keeps: the conversation so far, the call that waits, the rest of the turn.
+  const checkpointAt = (i: number, call: ModelToolCall) => ({
+    v: 1 as const,
+    messages: [...messages],
+    text,
+    turn,
+    maxTurns: loop.maxTurns,
+    repaired: loop.repaired,
+    pending: call,
+    remaining: calls.slice(i + 1),
+  });
   for (const [i, call] of calls.entries()) {
     let result: { content: string } | FinalOutcome;
     const known = delegated.get(call.id);
@@ -186,17 +197,7 @@ async function runCalls(
           // outside the tree broke (a child row deleted by hand), and it fails the parent.
           approval: { deadline_s: AGENT_LIMITS.maxApprovalDeadlineS, on_deadline: "fail" },
           children: plan.children,
-          checkpoint: {
-            v: 1,
-            messages: [...messages],
-            text,
-            turn,
-            maxTurns: loop.maxTurns,
-            repaired: loop.repaired,
-            pending: call,
-            remaining: calls.slice(i + 1),
-            children: plan.checkpoint,
-          },
+          checkpoint: { ...checkpointAt(i, call), children: plan.checkpoint },
         };
       }
       // Every call of the batch was refused (limits, arguments): the errors are their results.
@@ -219,16 +220,7 @@ async function runCalls(
           state: "waiting",
           kind: wait,
           approval: approvalSettings(definition),
-          checkpoint: {
-            v: 1,
-            messages: [...messages],
-            text,
-            turn,
-            maxTurns: loop.maxTurns,
-            repaired: loop.repaired,
-            pending: call,
-            remaining: calls.slice(i + 1),
-          },
+          checkpoint: checkpointAt(i, call),
         };
       }
       result = await runTool(ctx, run, id, call, emit);

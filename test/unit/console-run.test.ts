@@ -158,4 +158,51 @@ describe("foldRun", () => {
     expect(pendingWait(foldRun(asked))).toMatchObject({ kind: "input", tool: "ask_user", question: "which colour?" });
     expect(pendingWait(foldRun([...asked, ev("run.cancelled", {}, "projector", 1)]))).toBeNull();
   });
+
+  it("child jobs: each child.created adds one in order, its child.finished (matched by job id) gives its end; a prefix shows it unfinished", () => {
+    seq = 0;
+    const A = "00000000-0000-4000-8000-00000000000a";
+    const B = "00000000-0000-4000-8000-00000000000b";
+    const events = [
+      ev("run.started", {}),
+      ev("tool.call", { id: "d1", name: "delegate_worker", args: { input: "task-a" } }),
+      ev("tool.call", { id: "d2", name: "delegate_worker", args: { input: "task-b" } }),
+      ev("child.created", { job_id: A, call_id: "d1", agent: "worker@1" }),
+      ev("child.created", { job_id: B, call_id: "d2", agent: "worker@1" }),
+      ev("run.suspended", { waiting_for: { kind: "children", call_id: "d1", tool: "delegate_worker" } }),
+      ev("run.resumed", { call_id: "d1", decision: "children", by: "children", waited_ms: 40 }, "exec-b", 2),
+      // Finished in the other order than created: pairing is by job id, the list keeps creation order.
+      ev(
+        "child.finished",
+        { job_id: B, call_id: "d2", state: "failed", error: { code: "model_error", message: "boom" } },
+        "exec-b",
+        2,
+      ),
+      ev("child.finished", { job_id: A, call_id: "d1", state: "completed", error: null }, "exec-b", 2),
+      // A child.finished naming no child of this run changes nothing.
+      ev("child.finished", { job_id: JOB, call_id: "dx", state: "completed", error: null }, "exec-b", 2),
+      ev("run.completed", { output: "done" }, "exec-b", 2),
+    ];
+    const f = foldRun(events);
+    expect(f.children).toEqual([
+      { offset: 4, job_id: A, call_id: "d1", agent: "worker@1", finished: { state: "completed", error: null } },
+      {
+        offset: 5,
+        job_id: B,
+        call_id: "d2",
+        agent: "worker@1",
+        finished: { state: "failed", error: { code: "model_error", message: "boom" } },
+      },
+    ]);
+    // A delegate wait is no person's to decide: nothing pending while the parent waits for its children.
+    const waiting = foldRun(events.slice(0, 6));
+    expect(pendingWait(waiting)).toBeNull();
+    expect(waiting.children.map((c) => [c.job_id, c.finished])).toEqual([
+      [A, null],
+      [B, null],
+    ]);
+    // Replayed to between the two child.finished: only B has ended.
+    expect(foldRun(events.slice(0, 8)).children.map((c) => c.finished?.state ?? null)).toEqual([null, "failed"]);
+    expect(foldRun(events.slice(0, 3)).children).toEqual([]);
+  });
 });

@@ -23,8 +23,6 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile } from "node:fs/promises";
-import type { AddressInfo } from "node:net";
-import { connect, createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
@@ -36,6 +34,7 @@ import { connectDocker } from "../../sandbox-host/sandbox/docker";
 import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import * as schema from "../../src/db/schema";
 import { buildHost } from "../build/host";
+import { countingPgProxy } from "../lib/pg-counting-proxy";
 import { applyMigrations } from "../migrate";
 import { MOCK_MODEL_NAME } from "../mock-model";
 import { LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
@@ -94,61 +93,6 @@ async function cpuMs(pid: number): Promise<number> {
 async function rssMiB(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, "utf8");
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
-}
-
-/** A TCP proxy to Postgres that counts what the host sends: statements and round trips. */
-async function countingPgProxy(target: { host: string; port: number }) {
-  const counts = { statements: 0, trips: 0 };
-  /** Statements by their text's start (Parse and simple Query messages carry the SQL). */
-  const byText = new Map<string, number>();
-  const note = (sql: string) => {
-    const key = sql.replace(/\s+/g, " ").trim().slice(0, 60);
-    byText.set(key, (byText.get(key) ?? 0) + 1);
-  };
-  const server: TcpServer = createTcpServer((client: Socket) => {
-    const upstream = connect(target.port, target.host);
-    let buf = Buffer.alloc(0);
-    let started = false;
-    client.on("data", (chunk: Buffer) => {
-      upstream.write(chunk);
-      buf = Buffer.concat([buf, chunk]);
-      // The startup message has no type byte; every later frontend message is type + int32 length.
-      if (!started) {
-        if (buf.length < 4) return;
-        const len = buf.readInt32BE(0);
-        if (buf.length < len) return;
-        buf = buf.subarray(len);
-        started = true;
-      }
-      while (buf.length >= 5) {
-        const len = buf.readInt32BE(1);
-        if (buf.length < 1 + len) break;
-        const type = String.fromCharCode(buf[0] as number);
-        if (type === "Q") {
-          counts.statements++;
-          counts.trips++;
-          note(buf.toString("utf8", 5, 1 + len - 1));
-        } else if (type === "P") {
-          // Parse: statement name, NUL, the SQL, NUL, …
-          const nameEnd = buf.indexOf(0, 5);
-          note(buf.toString("utf8", nameEnd + 1, buf.indexOf(0, nameEnd + 1)));
-        } else if (type === "E") counts.statements++;
-        else if (type === "S") counts.trips++;
-        buf = buf.subarray(1 + len);
-      }
-    });
-    upstream.on("data", (c) => client.write(c));
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", end);
-    upstream.on("error", end);
-    client.on("close", end);
-    upstream.on("close", end);
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { port: (server.address() as AddressInfo).port, counts, byText, close: () => server.close() };
 }
 
 /** Acks like the projector; resolves a job's waiter on its terminal event; counts requests. */

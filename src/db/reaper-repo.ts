@@ -6,7 +6,7 @@
 import { sql } from "drizzle-orm";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
-import { resultRows } from "./client";
+import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
@@ -46,8 +46,10 @@ export async function reapRuns(
   db: Db,
   heartbeatTimeoutMs: number,
 ): Promise<Array<{ id: string; state: "lost" | "timed_out"; executionId: string }>> {
+  // Retried on deadlock: marking many runs ends children of several parents (the resume trigger).
   const rows = resultRows<{ id: string; state: "lost" | "timed_out"; execution_id: string }>(
-    await db.execute(sql`
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       WITH reaped AS (
         UPDATE jobs SET
           state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
@@ -63,6 +65,7 @@ export async function reapRuns(
         FROM reaped WHERE executions.id = reaped.execution_id AND executions.finished_at IS NULL
       )
       SELECT id, state, execution_id FROM reaped`),
+    ),
   );
   return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
 }

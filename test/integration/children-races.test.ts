@@ -11,6 +11,7 @@ import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Db } from "../../src/db/client";
 import { requestTreeCancel, submitInput } from "../../src/db/control-repo";
 import { claimJob, type Finish, finishJobsMany, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
@@ -120,7 +121,7 @@ const pgDeadlocks = async () =>
 describe("the locks around a parent waiting on its children", () => {
   // Each holds the waiting parent's row lock in an open transaction, as the real statement does
   // for as long as its transaction lasts, while the last child ends on another connection.
-  const lockers: Array<[string, (tx: ReturnType<typeof drizzle<typeof schema>>, parentId: string) => Promise<void>]> = [
+  const lockers: Array<[string, (tx: Db, parentId: string) => Promise<void>]> = [
     [
       "an input to the parent (POST …/input)",
       async (tx, parentId) => {
@@ -200,9 +201,9 @@ describe("the locks around a parent waiting on its children", () => {
     for (let round = 0; round < rounds; round++) {
       // Parents with one child on each host; every host ends its children in one batch, in
       // its own order, at the same moment as the others.
-      const trees = [];
+      const trees: Array<Awaited<ReturnType<typeof waitingParent>>> = [];
       for (let p = 0; p < parents; p++) trees.push(await waitingParent(hosts.length, (i) => hosts[i] as string));
-      const batches = hosts.map((h, i) => shuffled(trees.map((tr) => completed(tr.kids[i] as ExecutionIdentity))));
+      const batches = hosts.map((_h, i) => shuffled(trees.map((tr) => completed(tr.kids[i] as ExecutionIdentity))));
       const results = await Promise.allSettled(batches.map((b, i) => finishJobsMany(db(), hosts[i] as string, b)));
       for (const r of results) {
         if (r.status === "rejected") {

@@ -23,7 +23,9 @@ export async function releaseStaleClaims(
 ): Promise<Array<{ id: string; createdAt: Date }>> {
   // A stale claim whose job was asked to cancel ends `cancelled` instead of going back to the queue.
   const rows = resultRows<{ id: string; created_at: Date | string; state: string }>(
-    await db.execute(sql`
+    // Retried on deadlock: the stale claims it cancels may be children (the resume trigger).
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       UPDATE jobs SET owner = NULL, claimed_at = NULL, token = NULL,
         state = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
         finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
@@ -33,6 +35,7 @@ export async function releaseStaleClaims(
         AND claimed_at < now() - make_interval(secs => ${claimTimeoutMs / 1000})
         AND execution_id IS NULL AND execution_started_at IS NULL
       RETURNING id, created_at, state`),
+    ),
   );
   return rows.filter((r) => r.state === "queued").map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
 }

@@ -188,6 +188,51 @@ describe("the locks around a parent waiting on its children", () => {
     expect((await pgDeadlocks()) - before).toBe(0);
   });
 
+  it("two group commits resuming the same two parents in opposite orders while an input holds one: the deadlock is retried, both parents resume once", async () => {
+    // Lined up deterministically: an input holds P1's row; host h1 ends [a1 of P1, b1 of P2] and
+    // waits for P1; h2 ends [b2 of P2, a2 of P1], takes P2 and waits for P1 behind h1. When the
+    // input commits, h1 takes P1 and waits for P2, which h2 holds while it waits for P1.
+    const before = await pgDeadlocks();
+    const p1 = await waitingParent(2, (i) => `h${i + 1}`);
+    const p2 = await waitingParent(2, (i) => `h${i + 1}`);
+    const c = await pool.connect();
+    let h1: Promise<Array<{ written: boolean }>> | undefined;
+    let h2: typeof h1;
+    try {
+      await c.query("begin");
+      expect((await submitInput(drizzle(c, { schema }), "r1", p1.parent.jobId, "hello", null))?.resumed).toBe(false);
+      h1 = finishJobsMany(db(), "h1", [
+        completed(p1.kids[0] as ExecutionIdentity),
+        completed(p2.kids[0] as ExecutionIdentity),
+      ]);
+      await sleep(100);
+      h2 = finishJobsMany(db(), "h2", [
+        completed(p2.kids[1] as ExecutionIdentity),
+        completed(p1.kids[1] as ExecutionIdentity),
+      ]);
+      await sleep(100);
+      await c.query("commit");
+    } finally {
+      c.release();
+    }
+    const [r1, r2] = await Promise.allSettled([h1, h2]);
+    expect(r1).toEqual({
+      status: "fulfilled",
+      value: [expect.objectContaining({ written: true }), expect.objectContaining({ written: true })],
+    });
+    expect(r2).toEqual({
+      status: "fulfilled",
+      value: [expect.objectContaining({ written: true }), expect.objectContaining({ written: true })],
+    });
+    for (const p of [p1, p2]) {
+      expect(await stateOf(p.parent.jobId)).toBe("queued");
+      expect(await resumes(p.parent.jobId)).toBe(1);
+    }
+    const detected = (await pgDeadlocks()) - before;
+    console.log(`opposite orders behind an input: deadlocks detected by Postgres ${detected}, surfaced 0`);
+    expect(detected, "the interleaving this test lines up deadlocks once; the retry absorbs it").toBe(1);
+  });
+
   it("hosts group-committing children of the same parents in opposite orders: no deadlock reaches a run, every parent resumes once", async () => {
     const before = await pgDeadlocks();
     const hosts = ["h1", "h2", "h3", "h4"];

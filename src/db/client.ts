@@ -19,3 +19,33 @@ export function resultCount(result: unknown): number {
   if (Array.isArray(r)) return r.length;
   return r.rowCount ?? r.rows?.length ?? 0;
 }
+
+/** SQLSTATE 40P01: Postgres aborted this transaction to break a cycle of lock waits. */
+export function isDeadlock(err: unknown): boolean {
+  // Drivers wrap the server's error (drizzle's DrizzleQueryError keeps it as `cause`).
+  for (let e = err as { code?: unknown; cause?: unknown } | null | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.code === "40P01") return true;
+    e = e.cause as typeof e;
+  }
+  return false;
+}
+
+/**
+ * Run a single-statement write again when Postgres aborts it as a deadlock victim. Statements
+ * that end many jobs at once fire the child-resume trigger (drizzle/0011) once per child, in row
+ * order, and each firing holds its parent's row lock to the commit: two such statements ending
+ * children of the same parents in opposite orders can deadlock, and Postgres aborts one of them
+ * after deadlock_timeout. The victim rolled back whole (one statement, its own transaction), so
+ * running it again is its first attempt once more, re-checking every condition it acts on; the
+ * other one always commits, so the cycle does not recur between the same two. Only for a `run`
+ * that is one statement outside any transaction: inside one, the abort ends the transaction.
+ */
+export async function retryOnDeadlock<T>(run: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await run();
+    } catch (err) {
+      if (i >= attempts || !isDeadlock(err)) throw err;
+    }
+  }
+}

@@ -11,7 +11,7 @@ import { ApiError } from "../contracts/errors";
 import { type CancelOutcome, type InputStatus, LIMITS } from "../contracts/job";
 import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
-import { resultRows } from "./client";
+import { resultRows, retryOnDeadlock } from "./client";
 import { idempotencyMismatch, isJobId } from "./jobs-repo";
 import { CANCELLED_BEFORE_START, jobErrorSql } from "./ownership-repo";
 
@@ -38,14 +38,19 @@ export async function requestTreeCancel(
   jobId: string,
 ): Promise<{ status: CancelStatus; requested: string[] }> {
   if (!isJobId(jobId)) return { status: "not_found", requested: [] };
+  // Rows are locked deepest first (a child before its parent), the order the child-resume
+  // trigger takes them in (a child's terminal write holds the child, then waits for the parent),
+  // so the two cannot deadlock; rows of one depth by id, so two cancels take them alike. A
+  // deadlock with a statement ending many runs in its own row order is still possible: retried.
   const rows = resultRows<{ kind: "job" | "hint"; outcome: CancelStatus | null; id: string | null }>(
-    await db.execute(sql`
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       WITH RECURSIVE tree AS (
         SELECT id FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId}
         UNION ALL
         SELECT c.id FROM jobs c JOIN tree ON c.parent_job_id = tree.id
       ), target AS (
-        SELECT j.id, j.state, j.owner FROM jobs j JOIN tree ON tree.id = j.id ORDER BY j.depth FOR UPDATE OF j
+        SELECT j.id, j.state, j.owner FROM jobs j JOIN tree ON tree.id = j.id ORDER BY j.depth DESC, j.id FOR UPDATE OF j
       ), cancelled AS (
         UPDATE jobs SET state = 'cancelled', cancel_requested_at = coalesce(jobs.cancel_requested_at, now()),
           finished_at = now(), waiting_for = NULL, wait_deadline_at = NULL,
@@ -66,6 +71,7 @@ export async function requestTreeCancel(
         ELSE 'not_found' END AS outcome, NULL AS id
       UNION ALL
       SELECT 'hint', NULL, id FROM requested`),
+    ),
   );
   const status = rows.find((r) => r.kind === "job")?.outcome ?? "not_found";
   return { status, requested: rows.filter((r) => r.kind === "hint").map((r) => r.id as string) };

@@ -11,7 +11,7 @@ import type { JobError } from "../contracts/job";
 import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
-import { resultCount, resultRows } from "./client";
+import { resultCount, resultRows, retryOnDeadlock } from "./client";
 
 /**
  * The statements of every run's lifecycle (the claims, the started CAS, the heartbeat, the
@@ -284,7 +284,9 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
     first_output_at: Date | string | null;
     finished_at: Date | string | null;
   }>(
-    await db.execute(sql`${named("ear_finish")}
+    // Retried on deadlock: the batch ends children of several parents (the resume trigger).
+    await retryOnDeadlock(() =>
+      db.execute(sql`${named("ear_finish")}
     WITH done AS (
       UPDATE jobs SET state = m.state, output = m.output, error = m.error, output_json = m.output_json,
         finished_at = now(), checkpoint = NULL, ${FACTS_SET}
@@ -311,6 +313,7 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
     FROM done WHERE executions.id = done.execution_id
     RETURNING executions.id, done.cancel_lag, done.created_at, done.started_at, done.prepared_at,
       done.first_output_at, done.finished_at`),
+    ),
   );
   const byExecution = new Map(rows.map((r) => [r.id, r]));
   return batch.map(({ id }) => {

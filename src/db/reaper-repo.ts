@@ -6,7 +6,7 @@
 import { sql } from "drizzle-orm";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
-import { resultRows } from "./client";
+import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
@@ -23,7 +23,9 @@ export async function releaseStaleClaims(
 ): Promise<Array<{ id: string; createdAt: Date }>> {
   // A stale claim whose job was asked to cancel ends `cancelled` instead of going back to the queue.
   const rows = resultRows<{ id: string; created_at: Date | string; state: string }>(
-    await db.execute(sql`
+    // Retried on deadlock: the stale claims it cancels may be children (the resume trigger).
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       UPDATE jobs SET owner = NULL, claimed_at = NULL, token = NULL,
         state = CASE WHEN cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
         finished_at = CASE WHEN cancel_requested_at IS NULL THEN NULL ELSE now() END,
@@ -33,6 +35,7 @@ export async function releaseStaleClaims(
         AND claimed_at < now() - make_interval(secs => ${claimTimeoutMs / 1000})
         AND execution_id IS NULL AND execution_started_at IS NULL
       RETURNING id, created_at, state`),
+    ),
   );
   return rows.filter((r) => r.state === "queued").map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
 }
@@ -46,8 +49,10 @@ export async function reapRuns(
   db: Db,
   heartbeatTimeoutMs: number,
 ): Promise<Array<{ id: string; state: "lost" | "timed_out"; executionId: string }>> {
+  // Retried on deadlock: marking many runs ends children of several parents (the resume trigger).
   const rows = resultRows<{ id: string; state: "lost" | "timed_out"; execution_id: string }>(
-    await db.execute(sql`
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       WITH reaped AS (
         UPDATE jobs SET
           state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
@@ -63,6 +68,7 @@ export async function reapRuns(
         FROM reaped WHERE executions.id = reaped.execution_id AND executions.finished_at IS NULL
       )
       SELECT id, state, execution_id FROM reaped`),
+    ),
   );
   return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
 }

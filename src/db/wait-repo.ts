@@ -10,7 +10,7 @@ import { sql } from "drizzle-orm";
 import type { WaitDecision, WaitKind } from "../contracts/wait";
 import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
-import { type Db, resultRows } from "./client";
+import { type Db, resultRows, retryOnDeadlock } from "./client";
 import { FACTS_SET, factAges, jobErrorSql, type PendingFacts } from "./ownership-repo";
 import { jobs } from "./schema";
 
@@ -237,7 +237,9 @@ export async function expireWaits(
   limit = 500,
 ): Promise<{ requeued: Array<{ id: string; createdAt: Date }>; failed: string[] }> {
   const rows = resultRows<{ id: string; created_at: string | Date; state: string }>(
-    await db.execute(sql`
+    // Retried on deadlock: the waits it fails may be children's (the resume trigger).
+    await retryOnDeadlock(() =>
+      db.execute(sql`
       WITH due AS (
         SELECT id, waiting_for FROM jobs WHERE state = 'waiting' AND wait_deadline_at < now()
         ORDER BY wait_deadline_at LIMIT ${limit} FOR UPDATE SKIP LOCKED
@@ -255,6 +257,7 @@ export async function expireWaits(
           AND job_waits.decision IS NULL
       )
       SELECT id, created_at, state FROM ended`),
+    ),
   );
   return {
     requeued: rows.filter((r) => r.state === "queued").map((r) => ({ id: r.id, createdAt: new Date(r.created_at) })),

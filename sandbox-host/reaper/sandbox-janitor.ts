@@ -7,6 +7,13 @@
  * A sandbox whose run Postgres does not know (another deployment on the same engine) or that is
  * still running anywhere is never touched.
  *
+ * Every pass converges: a fence is cleared by the pass that removed the sandbox, or, when that
+ * clear could not happen (the statement failed, or the run was still `running` because the host
+ * removed its previous process's sandboxes at start, before the reaper declared the run lost),
+ * by a later pass. Such runs are kept in `settle` until Postgres confirms their fence is clear:
+ * once a sandbox is gone no listing finds it again, so nothing else would ever clear the fence,
+ * and a fenced job is never purged (retention keeps it for ever).
+ *
  * While the fleet is idle (lifecycle/activity.ts) the pass runs every HOST_IDLE_MS instead: the
  * Docker listing costs nothing billed, but each pass that finds labelled sandboxes asks Postgres
  * about them, and sandboxes it may not remove (another deployment's) are found on every pass
@@ -56,15 +63,44 @@ export class SandboxJanitor implements Service {
     return this.loop.stop();
   }
 
+  /**
+   * Runs whose sandboxes are gone but whose fences are not yet known to be clear (see above).
+   * Bounded by the sandboxes this host removed whose clear did not land yet.
+   */
+  private readonly unsettled = new Set<string>();
+
+  /** These runs' sandboxes are gone (removed at host start): clear their fences once they are over. */
+  settle(runIds: Iterable<string>): void {
+    for (const id of runIds) this.unsettled.add(id);
+  }
+
+  /** Runs whose fence clear is still owed (for tests and the log). */
+  owed(): string[] {
+    return [...this.unsettled];
+  }
+
   /** One pass; returns the runs whose sandboxes were removed. Never throws. */
   async once(): Promise<string[]> {
+    let runs: string[] = [];
     try {
-      const { runs } = await this.opts.sandbox.removeFinished((ids) => finishedExecutions(this.opts.db, ids));
-      if (runs.length > 0) await clearCleanupFences(this.opts.db, runs);
-      return runs;
+      const removed = await this.opts.sandbox.removeFinished((ids) => finishedExecutions(this.opts.db, ids));
+      runs = removed.runs;
+      for (const err of removed.failed) this.opts.log.warn("sandbox janitor removal failed", errorFields(err));
     } catch (err) {
       this.opts.log.warn("sandbox janitor pass failed", errorFields(err));
-      return [];
     }
+    // Whatever went wrong above, the runs whose sandboxes are gone get their fences cleared.
+    this.settle(runs);
+    if (this.unsettled.size > 0) {
+      try {
+        const asked = [...this.unsettled];
+        const { running } = await clearCleanupFences(this.opts.db, asked);
+        for (const id of asked) this.unsettled.delete(id);
+        this.settle(running);
+      } catch (err) {
+        this.opts.log.warn("sandbox janitor fence clear failed", { runs: this.unsettled.size, ...errorFields(err) });
+      }
+    }
+    return runs;
   }
 }

@@ -112,6 +112,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    // Called only by runs, which start after every part is built (the janitor is declared below).
+    fenceOwed: (run) => janitor?.settle([run]),
     sandboxQueueLimit: config.sandboxCreateQueue,
     maxQueuedJobsPerTenant: config.maxQueuedJobsPerTenant,
     models,

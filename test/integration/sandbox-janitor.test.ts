@@ -5,12 +5,15 @@
  * removing pass left set stayed set for ever before (and a fenced job is never purged).
  *
  * The failures are real, not simulated: a network the engine refuses to remove because another
- * container is still attached to it, and a Postgres trigger that rejects the fence clear.
+ * container is still attached to it, and a Postgres trigger that rejects the fence clear (of the
+ * janitor's pass, or of the owner's own end of run).
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxJanitor } from "../../sandbox-host/reaper/sandbox-janitor";
+import type { RunContext } from "../../sandbox-host/runner/run-context";
+import { destroySandbox } from "../../sandbox-host/runner/tool-step";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
 import type { Db } from "../../src/db/client";
@@ -117,35 +120,66 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
     });
   }, 60_000);
 
-  it("a fence clear that Postgres rejects after the removal is retried by the next pass", async () => {
-    const c = await lostRunWithSandbox();
-    // A real statement failure for the clear, once: the trigger raises while the flag row exists.
+  /**
+   * A real statement failure for every fence clear while it is in place: a trigger raises on it.
+   * Returns the function that lifts it.
+   */
+  async function rejectFenceClears(): Promise<() => Promise<void>> {
     await t.pool.query(`
-      CREATE TABLE fail_fence_clear (x int);
-      INSERT INTO fail_fence_clear VALUES (1);
-      CREATE FUNCTION fail_fence_clear() RETURNS trigger LANGUAGE plpgsql AS $$
+      CREATE FUNCTION reject_fence_clear() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
-        IF OLD.cleanup_pending AND NOT NEW.cleanup_pending AND EXISTS (SELECT 1 FROM fail_fence_clear) THEN
+        IF OLD.cleanup_pending AND NOT NEW.cleanup_pending THEN
           RAISE EXCEPTION 'injected: fence clear rejected';
         END IF;
         RETURN NEW;
       END $$;
-      CREATE TRIGGER fail_fence_clear BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION fail_fence_clear();`);
+      CREATE TRIGGER reject_fence_clear BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION reject_fence_clear();`);
+    return async () => {
+      await t.pool.query(
+        "DROP TRIGGER IF EXISTS reject_fence_clear ON jobs; DROP FUNCTION IF EXISTS reject_fence_clear()",
+      );
+    };
+  }
+
+  it("a fence clear that Postgres rejects after the removal is retried by the next pass", async () => {
+    const c = await lostRunWithSandbox();
+    const lift = await rejectFenceClears();
     try {
       await janitor.once();
       // The sandbox is gone, the clear failed: the fence is still set.
       expect(await countHostObjects(d, deadHost)).toEqual({ containers: 0, networks: 0 });
       expect(await fence(c.jobId)).toBe(true);
-      await t.pool.query("DELETE FROM fail_fence_clear");
-      // No sandbox is left for any listing to find; the next pass still clears the fence.
-      await janitor.once();
-      expect(await fence(c.jobId)).toBe(false);
-      expect(janitor.owed()).toEqual([]);
     } finally {
-      await t.pool.query(
-        "DROP TRIGGER IF EXISTS fail_fence_clear ON jobs; DROP FUNCTION IF EXISTS fail_fence_clear(); DROP TABLE IF EXISTS fail_fence_clear",
-      );
+      await lift();
     }
+    // No sandbox is left for any listing to find; the next pass still clears the fence.
+    await janitor.once();
+    expect(await fence(c.jobId)).toBe(false);
+    expect(janitor.owed()).toEqual([]);
+  }, 60_000);
+
+  it("a run that removed its own sandbox but could not clear its fence has it cleared by the janitor", async () => {
+    // The owner's end of run (run-job.ts): the terminal state is written, then destroySandbox.
+    const { jobId, runId } = await lostRunWithSandbox();
+    await t.pool.query("UPDATE jobs SET state = 'completed', error = NULL WHERE id = $1", [jobId]);
+    const { epoch, token } = (await t.pool.query("select epoch, token from jobs where id = $1", [jobId])).rows[0];
+    const id = { jobId, executionId: runId, host: deadHost, epoch, token };
+    const ctx = {
+      db,
+      sandbox: made,
+      log: { info() {}, warn() {}, error() {} },
+      fenceOwed: (run: string) => janitor.settle([run]),
+    } as unknown as RunContext;
+    const lift = await rejectFenceClears();
+    try {
+      await destroySandbox(ctx, id);
+      expect(await countHostObjects(d, deadHost)).toEqual({ containers: 0, networks: 0 });
+      expect(await fence(jobId)).toBe(true);
+    } finally {
+      await lift();
+    }
+    await janitor.once();
+    expect(await fence(jobId)).toBe(false);
   }, 60_000);
 
   it("a run whose sandbox was removed while the run still counted as running is cleared once it is over", async () => {

@@ -29,7 +29,7 @@ import type { SandboxManager } from "../sandbox/manager";
 
 export interface SandboxJanitorOptions {
   db: Db;
-  sandbox: Pick<SandboxManager, "removeFinished">;
+  sandbox: Pick<SandboxManager, "removeFinished" | "listAll">;
   log: Logger;
   intervalMs: number;
   /** Whether the fleet is idle; without it every pass keeps `intervalMs`. */
@@ -69,6 +69,14 @@ export class SandboxJanitor implements Service {
    */
   private readonly unsettled = new Set<string>();
 
+  /**
+   * Runs whose removal failed. Their objects usually stay and the next pass removes them again,
+   * but a removal that failed because another host removed the same objects at the same moment
+   * (two janitors on one engine, or the owner's own end of run) leaves nothing to list: such a
+   * run is owed its fence clear once a listing no longer finds it.
+   */
+  private readonly failed = new Set<string>();
+
   /** These runs' sandboxes are gone (removed at host start): clear their fences once they are over. */
   settle(runIds: Iterable<string>): void {
     for (const id of runIds) this.unsettled.add(id);
@@ -83,9 +91,20 @@ export class SandboxJanitor implements Service {
   async once(): Promise<string[]> {
     let runs: string[] = [];
     try {
+      if (this.failed.size > 0) {
+        // A Docker listing costs nothing billed, and only follows a failed removal.
+        const present = new Set((await this.opts.sandbox.listAll()).map((x) => x.run));
+        for (const run of this.failed) {
+          if (!present.has(run)) this.settle([run]);
+        }
+        this.failed.clear();
+      }
       const removed = await this.opts.sandbox.removeFinished((ids) => finishedExecutions(this.opts.db, ids));
       runs = removed.runs;
-      for (const err of removed.failed) this.opts.log.warn("sandbox janitor removal failed", errorFields(err));
+      for (const { run, error } of removed.failed) {
+        this.failed.add(run);
+        this.opts.log.warn("sandbox janitor removal failed", { run_id: run, ...errorFields(error) });
+      }
     } catch (err) {
       this.opts.log.warn("sandbox janitor pass failed", errorFields(err));
     }

@@ -145,11 +145,12 @@ export interface SandboxManager {
    * Removes sandboxes of any host on this engine whose run `isFinished` confirms is over (the
    * caller asks Postgres). Runs it cannot confirm — unknown ids, another deployment's — stay.
    * One run's failed removal does not hide the others': `runs` are the runs whose sandboxes are
-   * gone, `failed` the errors of the rest (their objects stay for the next pass).
+   * gone, `failed` the rest with their errors (their objects may stay for the next pass, or be
+   * gone all the same when another host removed them at the same moment).
    */
   removeFinished(
     isFinished: (runIds: string[]) => Promise<ReadonlySet<string>>,
-  ): Promise<{ runs: string[]; failed: unknown[] }>;
+  ): Promise<{ runs: string[]; failed: Array<{ run: string; error: unknown }> }>;
   active(): Sandbox[];
   readonly profile: ResolvedProfile;
 }
@@ -438,15 +439,12 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       // another's failed, or its fence is never cleared (its objects are gone, so no later
       // listing finds it again).
       const results = await Promise.allSettled(doomed.map((x) => destroy(x.run, x.host)));
-      const failed: unknown[] = [];
-      const failedRuns = new Set<string>();
+      const failed: Array<{ run: string; error: unknown }> = [];
       results.forEach((r, i) => {
-        if (r.status === "rejected") {
-          failed.push(r.reason);
-          failedRuns.add(doomed[i]?.run ?? "");
-        }
+        const run = doomed[i]?.run;
+        if (r.status === "rejected" && run !== undefined) failed.push({ run, error: r.reason });
       });
-      const runs = [...new Set(doomed.map((x) => x.run))].filter((run) => !failedRuns.has(run));
+      const runs = [...new Set(doomed.map((x) => x.run))].filter((run) => !failed.some((f) => f.run === run));
       if (runs.length) log.info("finished runs' sandboxes removed", { runs: runs.length, failed: failed.length });
       return { runs, failed };
     },

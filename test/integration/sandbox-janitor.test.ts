@@ -83,13 +83,10 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
   const fence = async (jobId: string): Promise<boolean> =>
     (await t.pool.query("select cleanup_pending from jobs where id = $1", [jobId])).rows[0].cleanup_pending;
 
-  it("a pass where one run's removal fails still clears the fence of the run it removed, and the next pass the other", async () => {
-    const a = await lostRunWithSandbox();
-    const b = await lostRunWithSandbox();
-    // Another container on b's network: the engine refuses to remove the network ("active
-    // endpoints"), so b's removal fails while a's succeeds in the same pass.
-    const netName = (await d.listNetworks({ filters: JSON.stringify({ label: [`ear.sandbox.run=${b.runId}`] }) }))[0]
-      ?.Name as string;
+  /** A plain container attached to the run's sandbox network: the engine refuses to remove that network. */
+  async function blockNetworkOf(runId: string) {
+    const filters = JSON.stringify({ label: [`ear.sandbox.run=${runId}`] });
+    const netName = (await d.listNetworks({ filters }))[0]?.Name as string;
     const blocker = await d.createContainer({
       Image: TEST_IMAGE,
       Cmd: ["/bin/sh", "-c", "sleep 600"],
@@ -97,6 +94,15 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
     });
     blockers.push(blocker.id);
     await blocker.start();
+    return blocker;
+  }
+
+  it("a pass where one run's removal fails still clears the fence of the run it removed, and the next pass the other", async () => {
+    const a = await lostRunWithSandbox();
+    const b = await lostRunWithSandbox();
+    // Another container on b's network: the engine refuses to remove the network ("active
+    // endpoints"), so b's removal fails while a's succeeds in the same pass.
+    const blocker = await blockNetworkOf(b.runId);
     let afterFirst: { removed: string[]; a: boolean; b: boolean; objects: object };
     try {
       const removed = await janitor.once();
@@ -118,6 +124,22 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
       afterFirst: { removed: [a.runId], a: false, b: true, objects: { containers: 0, networks: 1 } },
       afterSecond: { removed: [b.runId], a: false, b: false },
     });
+  }, 60_000);
+
+  it("a run whose removal failed while another remover finished it is cleared by the next pass", async () => {
+    const e = await lostRunWithSandbox();
+    const blocker = await blockNetworkOf(e.runId);
+    try {
+      expect(await janitor.once()).toEqual([]); // the engine refused e's network
+    } finally {
+      await blocker.remove({ force: true });
+    }
+    expect(await fence(e.jobId)).toBe(true);
+    // Someone else (another host's janitor on the same engine) removes what was left, so no
+    // listing will find e again.
+    await removeHostObjects(d, deadHost);
+    await janitor.once();
+    expect(await fence(e.jobId)).toBe(false);
   }, 60_000);
 
   /**

@@ -10,7 +10,7 @@
  * Every pass converges: a fence is cleared by the pass that removed the sandbox, or, when that
  * clear could not happen (the statement failed, or the run was still `running` because the host
  * removed its previous process's sandboxes at start, before the reaper declared the run lost),
- * by a later pass. Such runs are kept in `settle` until Postgres confirms their fence is clear:
+ * by a later pass. Such runs are kept (in memory) until Postgres confirms their fence is clear:
  * once a sandbox is gone no listing finds it again, so nothing else would ever clear the fence,
  * and a fenced job is never purged (retention keeps it for ever).
  *

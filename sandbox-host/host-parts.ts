@@ -86,7 +86,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
           breaker: { onChange: (b) => metrics.quotaBreakerOpen.set(b.state === "open" ? 1 : 0) },
         })
       : null;
-  const sandbox = deps.sandbox !== undefined ? deps.sandbox : await startSandboxes(config, log, metrics);
+  const started = deps.sandbox !== undefined ? null : await startSandboxes(config, log, metrics);
+  const sandbox = deps.sandbox !== undefined ? deps.sandbox : (started?.manager ?? null);
   if (sandbox) metrics.watchSandboxCreateQueue(() => sandbox.creationLoad().queued);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
   const outbox = new Outbox({
@@ -111,6 +112,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    // Called only by runs, which start after every part is built (the janitor is declared below).
+    fenceOwed: (run) => janitor?.settle([run]),
     sandboxQueueLimit: config.sandboxCreateQueue,
     maxQueuedJobsPerTenant: config.maxQueuedJobsPerTenant,
     models,
@@ -177,6 +180,9 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   const janitor = sandbox
     ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
     : null;
+  // The sandboxes the previous process left are gone now; their runs' fences are cleared by the
+  // janitor once the reaper has declared those runs over (nothing else would: no listing finds them).
+  janitor?.settle(started?.orphanRuns ?? []);
   // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (config.ts decides).
   const listenTarget = listenDatabaseUrl(config);
   if (listenTarget.warning) log.warn(listenTarget.warning);
@@ -210,7 +216,11 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
  * model calls a tool then fails with tools_unavailable (never a fallback to the host). Orphans of
  * this host id (a previous process that died) are removed before any run starts here.
  */
-async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetrics): Promise<SandboxManager | null> {
+async function startSandboxes(
+  config: HostConfig,
+  log: Logger,
+  metrics: HostMetrics,
+): Promise<{ manager: SandboxManager; orphanRuns: string[] } | null> {
   if (!config.sandboxEnabled) return null;
   const docker = connectDocker();
   try {
@@ -231,10 +241,11 @@ async function startSandboxes(config: HostConfig, log: Logger, metrics: HostMetr
       deleted: (seconds, outcome) => metrics.sandboxDelete.observe({ outcome }, seconds),
     },
   });
+  let orphanRuns: string[] = [];
   try {
-    await manager.removeOrphans(new Set());
+    orphanRuns = (await manager.removeOrphans(new Set())).runs;
   } catch (err) {
     log.warn("orphan sandbox removal failed", errorFields(err));
   }
-  return manager;
+  return { manager, orphanRuns };
 }

@@ -7,6 +7,13 @@
  * A sandbox whose run Postgres does not know (another deployment on the same engine) or that is
  * still running anywhere is never touched.
  *
+ * Every pass converges: a fence is cleared by the pass that removed the sandbox, or, when that
+ * clear could not happen (the statement failed, or the run was still `running` because the host
+ * removed its previous process's sandboxes at start, before the reaper declared the run lost),
+ * by a later pass. Such runs are kept (in memory) until Postgres confirms their fence is clear:
+ * once a sandbox is gone no listing finds it again, so nothing else would ever clear the fence,
+ * and a fenced job is never purged (retention keeps it for ever).
+ *
  * While the fleet is idle (lifecycle/activity.ts) the pass runs every HOST_IDLE_MS instead: the
  * Docker listing costs nothing billed, but each pass that finds labelled sandboxes asks Postgres
  * about them, and sandboxes it may not remove (another deployment's) are found on every pass
@@ -22,7 +29,7 @@ import type { SandboxManager } from "../sandbox/manager";
 
 export interface SandboxJanitorOptions {
   db: Db;
-  sandbox: Pick<SandboxManager, "removeFinished">;
+  sandbox: Pick<SandboxManager, "removeFinished" | "listAll">;
   log: Logger;
   intervalMs: number;
   /** Whether the fleet is idle; without it every pass keeps `intervalMs`. */
@@ -56,15 +63,63 @@ export class SandboxJanitor implements Service {
     return this.loop.stop();
   }
 
+  /**
+   * Runs whose sandboxes are gone but whose fences are not yet known to be clear (see above).
+   * Bounded by the sandboxes this host removed whose clear did not land yet.
+   */
+  private readonly unsettled = new Set<string>();
+
+  /**
+   * Runs whose removal failed. Their objects usually stay and the next pass removes them again,
+   * but a removal that failed because another host removed the same objects at the same moment
+   * (two janitors on one engine, or the owner's own end of run) leaves nothing to list: such a
+   * run is owed its fence clear once a listing no longer finds it.
+   */
+  private readonly failed = new Set<string>();
+
+  /** These runs' sandboxes are gone (removed at host start): clear their fences once they are over. */
+  settle(runIds: Iterable<string>): void {
+    for (const id of runIds) this.unsettled.add(id);
+  }
+
+  /** Runs whose fence clear is still owed (for tests and the log). */
+  owed(): string[] {
+    return [...this.unsettled];
+  }
+
   /** One pass; returns the runs whose sandboxes were removed. Never throws. */
   async once(): Promise<string[]> {
+    let runs: string[] = [];
     try {
-      const { runs } = await this.opts.sandbox.removeFinished((ids) => finishedExecutions(this.opts.db, ids));
-      if (runs.length > 0) await clearCleanupFences(this.opts.db, runs);
-      return runs;
+      if (this.failed.size > 0) {
+        // A Docker listing costs nothing billed, and only follows a failed removal.
+        const present = new Set((await this.opts.sandbox.listAll()).map((x) => x.run));
+        for (const run of this.failed) {
+          if (!present.has(run)) this.settle([run]);
+        }
+        this.failed.clear();
+      }
+      const removed = await this.opts.sandbox.removeFinished((ids) => finishedExecutions(this.opts.db, ids));
+      runs = removed.runs;
+      for (const { run, error } of removed.failed) {
+        this.failed.add(run);
+        this.opts.log.warn("sandbox janitor removal failed", { run_id: run, ...errorFields(error) });
+      }
     } catch (err) {
       this.opts.log.warn("sandbox janitor pass failed", errorFields(err));
-      return [];
     }
+    // Whatever went wrong above, the runs whose sandboxes are gone get their fences cleared.
+    this.settle(runs);
+    if (this.unsettled.size > 0) {
+      try {
+        const asked = [...this.unsettled];
+        const { running } = await clearCleanupFences(this.opts.db, asked);
+        for (const id of asked) this.unsettled.delete(id);
+        this.settle(running);
+      } catch (err) {
+        this.opts.log.warn("sandbox janitor fence clear failed", { runs: this.unsettled.size, ...errorFields(err) });
+      }
+    }
+    return runs;
   }
 }

@@ -51,6 +51,11 @@ export interface RunContext {
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;
+  /**
+   * A run's sandbox is gone but its cleanup fence could not be cleared: the janitor clears it
+   * later (`SandboxJanitor.settle`). No listing would ever find the sandbox again.
+   */
+  fenceOwed?: (executionId: string) => void;
   /** The models jobs may run on, the default first; a job naming another one fails unrun. */
   models: ModelCatalog;
   /** Which failed model calls are tried again, and how long a turn may spend on it. */

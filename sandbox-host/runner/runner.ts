@@ -46,6 +46,8 @@ export interface RunnerOptions {
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
+  /** See RunContext.fenceOwed. */
+  fenceOwed?: (executionId: string) => void;
   /**
    * Admission headroom for sandboxes: while this many sandbox creations wait for a turn, the
    * host claims nothing more (default: no bound). Work already admitted is served first, and a
@@ -98,6 +100,7 @@ export class Runner {
       coalesceMs: opts.coalesceMs ?? 5,
       metrics: opts.metrics,
       sandbox: opts.sandbox,
+      fenceOwed: opts.fenceOwed,
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,
       mcp: opts.mcp,

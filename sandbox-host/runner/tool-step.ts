@@ -99,9 +99,18 @@ async function runMcpTool(
 export async function destroySandbox(ctx: RunContext, id: ExecutionIdentity): Promise<void> {
   try {
     await ctx.sandbox?.destroy(id.executionId);
-    await setCleanupPending(ctx.db, id, false);
   } catch (err) {
-    // The fence stays set; orphan removal at the next host start finishes the job.
+    // The sandbox and the fence stay: the janitor removes it once the run is over, then clears it.
     ctx.log.error("sandbox cleanup failed", { ...runFields(id), ...errorFields(err) });
+    return;
+  }
+  // The sandbox is gone, so no janitor listing will find it again: a fence this write misses
+  // (the statement failed, or the row is no longer this execution's to write) is handed to the
+  // janitor, which clears it once the job no longer runs under this execution.
+  try {
+    if (!(await setCleanupPending(ctx.db, id, false))) ctx.fenceOwed?.(id.executionId);
+  } catch (err) {
+    ctx.log.error("sandbox cleanup fence not cleared", { ...runFields(id), ...errorFields(err) });
+    ctx.fenceOwed?.(id.executionId);
   }
 }

@@ -131,7 +131,10 @@ export interface SandboxManager {
   ): Promise<files.ListDirResult>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
-  /** Removes this host's labelled containers/networks whose run is not in `liveRunIds`. */
+  /**
+   * Removes this host's labelled containers/networks whose run is not in `liveRunIds`; `runs` are
+   * those removed (a run whose removal failed is logged and left for the janitor).
+   */
   removeOrphans(liveRunIds: ReadonlySet<string>): Promise<DestroyResult & { runs: string[] }>;
   /**
    * Every labelled sandbox on this engine, whichever host made it, so a live host can remove
@@ -141,8 +144,13 @@ export interface SandboxManager {
   /**
    * Removes sandboxes of any host on this engine whose run `isFinished` confirms is over (the
    * caller asks Postgres). Runs it cannot confirm — unknown ids, another deployment's — stay.
+   * One run's failed removal does not hide the others': `runs` are the runs whose sandboxes are
+   * gone, `failed` the rest with their errors (their objects may stay for the next pass, or be
+   * gone all the same when another host removed them at the same moment).
    */
-  removeFinished(isFinished: (runIds: string[]) => Promise<ReadonlySet<string>>): Promise<{ runs: string[] }>;
+  removeFinished(
+    isFinished: (runIds: string[]) => Promise<ReadonlySet<string>>,
+  ): Promise<{ runs: string[]; failed: Array<{ run: string; error: unknown }> }>;
   active(): Sandbox[];
   readonly profile: ResolvedProfile;
 }
@@ -398,7 +406,17 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       const runs = new Set(
         (await listAll()).filter((x) => x.host === opts.hostId && !liveRunIds.has(x.run)).map((x) => x.run),
       );
-      const results = await Promise.all([...runs].map((run) => destroy(run)));
+      // Settled like removeFinished: the runs removed are reported even if another's removal
+      // failed (the caller clears their fences); a failed one stays for the janitor.
+      const settled = await Promise.allSettled([...runs].map(async (run) => ({ run, removed: await destroy(run) })));
+      const results: DestroyResult[] = [];
+      const removedRuns: string[] = [];
+      for (const r of settled) {
+        if (r.status === "fulfilled") {
+          results.push(r.value.removed);
+          removedRuns.push(r.value.run);
+        } else log.warn("sandbox orphan removal failed", { error: errorText(r.reason) });
+      }
       const total = results.reduce(
         (a, r) => ({ containers: a.containers + r.containers, networks: a.networks + r.networks }),
         {
@@ -406,20 +424,29 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
           networks: 0,
         },
       );
-      if (runs.size) log.info("sandbox orphans removed", { runs: runs.size, ...total });
-      return { ...total, runs: [...runs] };
+      if (removedRuns.length) log.info("sandbox orphans removed", { runs: removedRuns.length, ...total });
+      return { ...total, runs: removedRuns };
     },
 
     listAll,
 
     async removeFinished(isFinished) {
       const all = await listAll();
-      if (all.length === 0) return { runs: [] };
+      if (all.length === 0) return { runs: [], failed: [] };
       const finished = await isFinished([...new Set(all.map((x) => x.run))]);
       const doomed = all.filter((x) => finished.has(x.run));
-      await Promise.all(doomed.map((x) => destroy(x.run, x.host)));
-      if (doomed.length) log.info("finished runs' sandboxes removed", { runs: doomed.length });
-      return { runs: [...new Set(doomed.map((x) => x.run))] };
+      // Settled, not Promise.all: a run whose removal succeeded must be reported even when
+      // another's failed, or its fence is never cleared (its objects are gone, so no later
+      // listing finds it again).
+      const results = await Promise.allSettled(doomed.map((x) => destroy(x.run, x.host)));
+      const failed: Array<{ run: string; error: unknown }> = [];
+      results.forEach((r, i) => {
+        const run = doomed[i]?.run;
+        if (r.status === "rejected" && run !== undefined) failed.push({ run, error: r.reason });
+      });
+      const runs = [...new Set(doomed.map((x) => x.run))].filter((run) => !failed.some((f) => f.run === run));
+      if (runs.length) log.info("finished runs' sandboxes removed", { runs: runs.length, failed: failed.length });
+      return { runs, failed };
     },
   };
 }

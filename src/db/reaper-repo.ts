@@ -130,16 +130,32 @@ export async function finishedExecutions(db: Db, executionIds: string[]): Promis
   return new Set(rows.map((r) => r.id));
 }
 
-/** The sandboxes of these finished executions are gone: clear their jobs' cleanup fences. */
-export async function clearCleanupFences(db: Db, executionIds: string[]): Promise<number> {
+/**
+ * The sandboxes of these executions are gone: clear their jobs' cleanup fences where the job no
+ * longer runs under them. Returns the ids whose job still runs under them (a sandbox removed at
+ * host start before the reaper declared the run lost): their fences can only be cleared once the
+ * run is over, so the caller asks again later. Every other id is settled: cleared now, already
+ * clear, its job moved on to another execution, or unknown here.
+ */
+export async function clearCleanupFences(
+  db: Db,
+  executionIds: string[],
+): Promise<{ cleared: number; running: string[] }> {
   const ids = executionIds.filter(isUuid);
-  if (ids.length === 0) return 0;
-  const rows = resultRows<{ id: string }>(
+  if (ids.length === 0) return { cleared: 0, running: [] };
+  const list = sql`string_to_array(${ids.join(",")}, ',')::uuid[]`;
+  // One statement: the SELECT sees the snapshot from before the UPDATE, which changes no state.
+  const rows = resultRows<{ id: string; running: boolean }>(
     await db.execute(sql`
-      UPDATE jobs SET cleanup_pending = false
-      WHERE execution_id = ANY(string_to_array(${ids.join(",")}, ',')::uuid[])
-        AND state <> 'running' AND cleanup_pending
-      RETURNING id`),
+      WITH cleared AS (
+        UPDATE jobs SET cleanup_pending = false
+        WHERE execution_id = ANY(${list}) AND state <> 'running' AND cleanup_pending
+        RETURNING id
+      )
+      SELECT id::text AS id, false AS running FROM cleared
+      UNION ALL
+      SELECT execution_id::text AS id, true AS running FROM jobs
+      WHERE execution_id = ANY(${list}) AND state = 'running'`),
   );
-  return rows.length;
+  return { cleared: rows.filter((r) => !r.running).length, running: rows.filter((r) => r.running).map((r) => r.id) };
 }

@@ -12,9 +12,14 @@
  * event and a cross-object ordering problem. The price is the cursor's size: ~50 bytes per job,
  * at most ~4 KB for the largest tree (DELEGATION_LIMITS: 64 jobs below the root).
  *
- * The gateway joins one JobEvents stream per job: those it finds in Postgres at connect, and
- * each child a `child.created` event announces later. The root's stream holds the tenant's
- * stream slot (one per tree stream); the others are followed uncounted.
+ * The gateway joins one JobEvents stream per job: the root's at once, and each child once its
+ * parent's stream has delivered the `child.created` that announces it, so a child's events never
+ * come before its announcement, even for a client that connects when the tree is already grown
+ * (the children found in Postgres at connect wait for their parent's replay to reach them). A
+ * child the cursor already holds was announced before it and is followed at once; a child whose
+ * announcement never comes (its parent's host died before delivering it) is followed when its
+ * parent's stream ends. The root's stream holds the tenant's stream slot (one per tree stream);
+ * the others are followed uncounted.
  */
 import { ApiError } from "../../src/contracts/errors";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
@@ -60,9 +65,10 @@ export function parseTreeCursor(lastEventId: string | undefined, after: string |
   return out;
 }
 
-function treeIds(node: TreeNode, out: string[] = []): string[] {
-  out.push(node.id);
-  for (const c of node.children) treeIds(c, out);
+/** Every job of the tree, root first, each with its parent (null for the root). */
+function treeJobs(node: TreeNode, parent: string | null = null, out: Array<[string, string | null]> = []) {
+  out.push([node.id, parent]);
+  for (const c of node.children) treeJobs(c, node.id, out);
   return out;
 }
 
@@ -117,8 +123,8 @@ export async function treeEventStream(
     const extra = jobId === rootId ? `&${counted}` : "";
     return stub.fetch(`https://job-events/events?after=${state[jobId] ?? 0}&job_id=${jobId}${extra}`);
   };
-  const ids = treeIds(tree);
-  const first = await Promise.all(ids.map(open));
+  const jobs = treeJobs(tree);
+  const first = await Promise.all(jobs.map(([id]) => open(id)));
   // The root's own refusal (the tenant's stream cap, an expired log) is the answer.
   const rootAnswer = first[0] as Response;
   if (!rootAnswer.ok && rootAnswer.status !== SSE_FINISHED_STATUS) {
@@ -130,6 +136,8 @@ export async function treeEventStream(
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
   const writer = writable.getWriter();
   const following = new Set<string>();
+  /** Children found at connect that wait for their announcement: child → parent. */
+  const unannounced = new Map<string, string>();
   const bodies = new Set<ReadableStream<Uint8Array>>();
   let live = 0;
   let closed = false;
@@ -172,15 +180,30 @@ export async function treeEventStream(
           // Updated right before its frame is queued: the cursor in each frame covers exactly the
           // frames queued before it, whichever job they came from.
           state[jobId] = offset;
+          const child =
+            f.event === "child.created"
+              ? (JSON.parse(f.data) as { payload?: { job_id?: unknown } }).payload?.job_id
+              : undefined;
+          // The announced child enters the cursor (at offset 0) with its announcement, so a
+          // reconnect from here or later follows it at once instead of waiting for a replay
+          // that the cursor has already passed.
+          if (typeof child === "string") state[child] ??= 0;
           await write(`id: ${encodeTreeCursor(state)}\nevent: ${f.event}\ndata: ${f.data}\n\n`);
-          if (f.event === "child.created") {
-            const child = (JSON.parse(f.data) as { payload?: { job_id?: unknown } }).payload?.job_id;
-            if (typeof child === "string") follow(child, open(child));
+          if (typeof child === "string") {
+            unannounced.delete(child);
+            follow(child, open(child));
           }
         }
       } catch (err) {
         if (!closed) log.warn("descendant stream failed", { jobId, error: err });
       } finally {
+        // Children this stream never announced (their parent's host died before delivering it)
+        // are followed now rather than never.
+        for (const [child, parent] of unannounced) {
+          if (parent !== jobId || closed) continue;
+          unannounced.delete(child);
+          follow(child, open(child));
+        }
         live--;
         if (live === 0) stop();
       }
@@ -188,6 +211,12 @@ export async function treeEventStream(
   };
   // Not awaited: nothing reads the stream before the response is returned. Writes keep their order.
   void write(`retry: ${SSE_RETRY_MS}\n\n`);
-  for (const [i, id] of ids.entries()) follow(id, first[i] as Response);
+  // All the waiting children are known before any stream is read, so an announcement always finds its child here.
+  for (const [id, parent] of jobs) if (parent !== null && cursor[id] === undefined) unannounced.set(id, parent);
+  for (const [i, [id]] of jobs.entries()) {
+    const res = first[i] as Response;
+    if (unannounced.has(id)) res.body?.cancel().catch(() => {});
+    else follow(id, res);
+  }
   return new Response(readable, { headers: SSE_HEADERS });
 }

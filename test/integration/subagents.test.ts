@@ -89,10 +89,15 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
   it("three parallel delegate calls run as three children on three hosts; the parent resumes with their answers", async () => {
     await defineAgent("worker", { description: "Does one task." });
     await defineAgent("boss", { delegates: ["worker"] });
-    const id = await submit("boss", delegateCalls("worker", ["task-alpha", "task-beta", "task-gamma"]));
+    // Each child takes 1.5 s before its first token, so the three overlap and no host can end
+    // one and claim the next before the other two hosts have claimed theirs (a CI run at load 13
+    // saw two hosts share three children answering in 5 ms).
+    const tasks = ["task-alpha", "task-beta", "task-gamma"];
+    const slowTask = (task: string) => mock({ reply: `answer-${task}`, ttft_ms: 1500 });
+    const id = await submit("boss", delegateCalls("worker", tasks.map(slowTask)));
     const done = await finished(id);
     expect(done.state, JSON.stringify(done)).toBe("completed");
-    for (const task of ["task-alpha", "task-beta", "task-gamma"]) expect(done.output).toContain(`Echo: ${task}`);
+    for (const task of tasks) expect(done.output).toContain(`answer-${task}`);
     const kids = await children(id);
     expect(kids).toHaveLength(3);
     const parentTenant = (await t.pool.query("select tenant_id from jobs where id = $1", [id])).rows[0]?.tenant_id;
@@ -349,5 +354,44 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(bad.status).toBe(400);
     const other = await api().call("GET", `/v1/jobs/${id}/events?include=everything`);
     expect(other.status).toBe(400);
+  }, 120_000);
+
+  it("a client that connects to a grown tree gets each child's events only after the child.created announcing it", async () => {
+    await defineAgent("late-talker", {});
+    await defineAgent("boss-late", { delegates: ["late-talker"] });
+    const talk = mock({ tokens: 40, tokens_per_s: 40, ttft_ms: 100 });
+    const id = await submit("boss-late", delegateCalls("late-talker", [talk, talk, talk]));
+    // Connect only once every child runs and has streamed: the gateway finds the whole tree in
+    // Postgres, and each child's log already holds events when the parent's replay starts.
+    await waitFor(
+      "3 children streaming",
+      async () => {
+        const kids = await children(id);
+        if (kids.length < 3) return null;
+        const counts = await Promise.all(kids.map(async (k) => (await api().events(k.id)).length));
+        return counts.every((n) => n >= 3) ? true : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    const all: SseEvent[] = [];
+    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${id}/events?include=descendants`, {
+      headers: { authorization: `Bearer ${t.stack.apiKey}` },
+      signal: AbortSignal.timeout(60_000),
+    })) {
+      all.push(ev);
+    }
+    const data = all.map((e) => JSON.parse(e.data) as { job_id: string; payload: { job_id?: string } });
+    const kids = (await children(id)).map((k) => k.id);
+    expect(kids).toHaveLength(3);
+    for (const kid of kids) {
+      const announced = all.findIndex((e, i) => e.event === "child.created" && data[i]?.payload.job_id === kid);
+      const firstOwn = data.findIndex((d) => d.job_id === kid);
+      expect(announced, `child.created of ${kid}`).toBeGreaterThanOrEqual(0);
+      expect(firstOwn, `${kid}'s first event comes after its announcement`).toBeGreaterThan(announced);
+    }
+    // Nothing was lost by waiting: each child's whole log is in the merged stream.
+    for (const kid of kids) {
+      expect(data.filter((d) => d.job_id === kid).length).toBe((await api().events(kid)).length);
+    }
   }, 120_000);
 });

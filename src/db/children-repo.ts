@@ -86,8 +86,11 @@ export async function childrenOf(db: Db, parentJobId: string, parentExecutionId:
  * A job and its descendants as a nested tree, tenant-scoped, in one recursive read (null when
  * the tenant has no such job). Children are ordered by creation; subtree usage is summed here.
  */
-export async function getTree(db: Db, tenantId: string, jobId: string): Promise<TreeNode | null> {
-  if (!isUuid(jobId)) return null;
+export async function getTree(db: Db, tenantId: string, requestedId: string): Promise<TreeNode | null> {
+  if (!isUuid(requestedId)) return null;
+  // Postgres answers ids in lower case and an upper-case UUID names the same job on every job
+  // route, so the node asked for is found (and made the top) by the id as Postgres spells it.
+  const jobId = requestedId.toLowerCase();
   const rows = resultRows<{
     id: string;
     agent_name: string | null;

@@ -86,6 +86,18 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       )
     ).rows;
 
+  /** The parent's tool.result payloads, and its child.finished ones, from its event log. */
+  const resultsOf = async (id: string) => {
+    const evs = (await api().events(id)).map((e) => ({ type: e.event, ...(JSON.parse(e.data) as { payload: any }) }));
+    return {
+      toolResults: evs.filter((e) => e.type === "tool.result").map((e) => e.payload),
+      childFinished: evs.filter((e) => e.type === "child.finished").map((e) => e.payload),
+    };
+  };
+  const errorOf = async (jobId: string) =>
+    (await t.pool.query<{ error: { code: string; message: string } }>("select error from jobs where id = $1", [jobId]))
+      .rows[0]?.error;
+
   it("three parallel delegate calls run as three children on three hosts; the parent resumes with their answers", async () => {
     await defineAgent("worker", { description: "Does one task." });
     await defineAgent("boss", { delegates: ["worker"] });
@@ -164,6 +176,19 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(kid?.state).toBe("failed");
     expect(done.output).toContain('"state":"failed"');
     expect(done.output).toContain(kid?.id as string);
+    // The tool result is exactly the child's end: its own error code and message, state and id
+    // (a fixed code like "child_failed" would hide why the child failed from the parent's model).
+    const kidError = await errorOf(kid?.id as string);
+    expect(kidError?.code).toBeTruthy();
+    const { toolResults, childFinished } = await resultsOf(id);
+    expect(toolResults).toEqual([
+      expect.objectContaining({
+        ok: false,
+        output: { code: kidError?.code, message: kidError?.message, state: "failed", job_id: kid?.id },
+      }),
+    ]);
+    expect(childFinished).toEqual([expect.objectContaining({ job_id: kid?.id, state: "failed", error: kidError })]);
+    expect(done.output).toContain(`"code":"${kidError?.code}"`);
   }, 120_000);
 
   it("the depth limit (3) is a tool error the deepest agent reads; the tree still completes", async () => {
@@ -223,8 +248,14 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     t.stack.hosts.splice(t.stack.hosts.indexOf(host as (typeof t.stack.hosts)[number]), 1);
     const done = await finished(id, 90_000);
     expect(done.state, JSON.stringify(done)).toBe("completed");
-    expect((await children(id))[0]?.state).toBe("lost");
+    const [lost] = await children(id);
+    expect(lost?.state).toBe("lost");
     expect(done.output).toContain('"state":"lost"');
+    const lostError = await errorOf(lost?.id as string);
+    const { toolResults } = await resultsOf(id);
+    expect(toolResults.map((r) => r.output)).toEqual([
+      { code: lostError?.code, message: lostError?.message, state: "lost", job_id: lost?.id },
+    ]);
     await t.stack.addHost();
   }, 120_000);
 

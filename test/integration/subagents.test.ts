@@ -7,7 +7,10 @@
  */
 import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
+import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
@@ -88,7 +91,7 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
 
   /** The parent's tool.result payloads, and its child.finished ones, from its event log. */
   const resultsOf = async (id: string) => {
-    const evs = (await api().events(id)).map((e) => ({ type: e.event, ...(JSON.parse(e.data) as { payload: any }) }));
+    const evs = (await api().events(id)).map((e) => ({ type: e.event, ...(JSON.parse(e.data) as { payload: Record<string, unknown> }) }));
     return {
       toolResults: evs.filter((e) => e.type === "tool.result").map((e) => e.payload),
       childFinished: evs.filter((e) => e.type === "child.finished").map((e) => e.payload),
@@ -380,5 +383,99 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(bad.status).toBe(400);
     const other = await api().call("GET", `/v1/jobs/${id}/events?include=everything`);
     expect(other.status).toBe(400);
+  }, 120_000);
+  it("the tree routes' bad input: another tenant's ids are 404, malformed ids 404, a garbage cursor or include 400, a finished tree at its last cursor 204", async () => {
+    await defineAgent("probe-kid", {});
+    await defineAgent("probe-boss", { delegates: ["probe-kid"] });
+    const id = await submit("probe-boss", delegateCalls("probe-kid", ["probe"]));
+    expect((await finished(id)).state).toBe("completed");
+    const [kid] = await children(id);
+    const kidId = kid?.id as string;
+    await createTenant(drizzle(t.pool, { schema }), "probe-other");
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(drizzle(t.pool, { schema }), "probe-other")).key);
+    type ErrorBody = { error: { code: string; message: string } };
+
+    // Another tenant: neither the root nor a node inside the tree, on either tree route.
+    for (const path of [`/v1/jobs/${id}/tree`, `/v1/jobs/${kidId}/tree`, `/v1/jobs/${id}/events?include=descendants`]) {
+      const r = await other.call<ErrorBody>("GET", path);
+      expect(r.status, path).toBe(404);
+      expect(r.body.error.code, path).toBe("not_found");
+    }
+    // Malformed ids answer as the other job routes do (GET /v1/jobs/{id}: 404 not_found).
+    for (const bad of ["not-a-uuid", "1", `${id}x`, "%20"]) {
+      for (const path of [`/v1/jobs/${bad}/tree`, `/v1/jobs/${bad}/events?include=descendants`]) {
+        const r = await api().call<ErrorBody>("GET", path);
+        expect(r.status, path).toBe(404);
+        expect(r.body.error.code, path).toBe("not_found");
+      }
+    }
+    // An upper-case UUID names the same job here as on GET /v1/jobs/{id}.
+    expect((await api().call("GET", `/v1/jobs/${id.toUpperCase()}`)).status).toBe(200);
+    const upper = await api().call<{ tree: TreeNode }>("GET", `/v1/jobs/${id.toUpperCase()}/tree`);
+    expect(upper.status).toBe(200);
+    expect(upper.body.tree).toMatchObject({ id, parent_job_id: null, children: [{ id: kidId }] });
+
+    // include: only "descendants".
+    for (const q of ["include=bogus", "include=", "include=DESCENDANTS"]) {
+      const r = await api().call<ErrorBody>("GET", `/v1/jobs/${id}/events?${q}`);
+      expect(r.status, q).toBe(400);
+      expect(r.body.error.code, q).toBe("invalid_request");
+    }
+    // Garbage cursors, as Last-Event-ID and as ?after=: a clear 400, never a 500.
+    const b64 = (v: string) => Buffer.from(v).toString("base64url");
+    const garbage = [
+      "garbage",
+      "12",
+      "-1",
+      "t1.",
+      "t1.!!!!",
+      "t1.%%%",
+      `t1.${b64("not json")}`,
+      `t1.${b64("null")}`,
+      `t1.${b64("[1,2]")}`,
+      `t1.${b64("7")}`,
+      `t1.${b64(JSON.stringify({ x: 1 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: -1 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: 1.5 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: "3" }))}`,
+      `t1.${b64(`{"${id}":1e400}`)}`,
+      `t1.${b64(JSON.stringify({ [id.toUpperCase()]: 1 }))}`,
+      `t1.${"A".repeat(9_000)}`,
+    ];
+    for (const cursor of garbage) {
+      const viaHeader = await api().call<ErrorBody>("GET", `/v1/jobs/${id}/events?include=descendants`, undefined, {
+        "last-event-id": cursor,
+      });
+      expect(viaHeader.status, `Last-Event-ID ${cursor.slice(0, 40)}`).toBe(400);
+      expect(viaHeader.body.error.code).toBe("invalid_request");
+      expect(viaHeader.body.error.message).toContain("Last-Event-ID");
+      const viaQuery = await api().call<ErrorBody>(
+        "GET",
+        `/v1/jobs/${id}/events?include=descendants&after=${encodeURIComponent(cursor)}`,
+      );
+      expect(viaQuery.status, `after ${cursor.slice(0, 40)}`).toBe(400);
+      expect(viaQuery.body.error.message).toContain("after");
+    }
+
+    // The whole finished tree, then its last cursor: 204, the status that stops an EventSource
+    // (a 200 that replays nothing would have it reconnect forever).
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${id}/events?include=descendants`;
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const all: SseEvent[] = [];
+    for await (const ev of readSse(url, { headers, signal: AbortSignal.timeout(30_000) })) all.push(ev);
+    const jobsSeen = new Set(all.map((e) => (JSON.parse(e.data) as { job_id: string }).job_id));
+    expect(jobsSeen).toEqual(new Set([id, kidId]));
+    const last = all.at(-1)?.id as string;
+    const end = await fetch(url, { headers: { ...headers, "last-event-id": last } });
+    expect(end.status).toBe(204);
+    // A cursor naming a job outside the tree (another tenant's, say) opens nothing of it.
+    const foreign = await other.call<{ job: { id: string } }>("POST", "/v1/jobs", {
+      model: t.stack.modelName,
+      input: { messages: [{ role: "user", content: "foreign" }] },
+    });
+    expect(foreign.status, JSON.stringify(foreign.body)).toBe(202);
+    const mixed = `t1.${b64(JSON.stringify({ ...JSON.parse(Buffer.from(last.slice(3), "base64url").toString()), [foreign.body.job.id]: 0 }))}`;
+    const stillDone = await fetch(url, { headers: { ...headers, "last-event-id": mixed } });
+    expect(stillDone.status).toBe(204);
   }, 120_000);
 });

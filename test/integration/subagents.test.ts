@@ -91,7 +91,10 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
 
   /** The parent's tool.result payloads, and its child.finished ones, from its event log. */
   const resultsOf = async (id: string) => {
-    const evs = (await api().events(id)).map((e) => ({ type: e.event, ...(JSON.parse(e.data) as { payload: Record<string, unknown> }) }));
+    const evs = (await api().events(id)).map((e) => ({
+      type: e.event,
+      ...(JSON.parse(e.data) as { payload: Record<string, unknown> }),
+    }));
     return {
       toolResults: evs.filter((e) => e.type === "tool.result").map((e) => e.payload),
       childFinished: evs.filter((e) => e.type === "child.finished").map((e) => e.payload),

@@ -11,6 +11,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
+import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../src/domain/signing";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
@@ -481,4 +482,103 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     const stillDone = await fetch(url, { headers: { ...headers, "last-event-id": mixed } });
     expect(stillDone.status).toBe(204);
   }, 120_000);
+  it("a child whose events were written before the tree stream joins it (its child.created comes later) is streamed from its first event", async () => {
+    // Deterministic order, which real hosts only sometimes produce: the stream is open on the
+    // parent alone, the child has already written events, then the parent's child.created joins
+    // it. The events come through the gateway's own ingest route, signed as a host signs them.
+    const running = async (parent: string | null) => {
+      const jobId = randomUUID();
+      const executionId = randomUUID();
+      const token = randomUUID();
+      await t.pool.query(
+        `insert into jobs (id, tenant_id, input, state, owner, epoch, token, execution_id, claimed_at, execution_started_at,
+           heartbeat_at, parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
+         values ($1, $2, '{"messages":[]}', 'running', 'test-host', 1, $3, $4, now(), now(), now(), $5, $6, $7, $5, $8)`,
+        [
+          jobId,
+          t.stack.tenantId,
+          token,
+          executionId,
+          parent,
+          parent ? randomUUID() : null,
+          parent ? "call-1" : null,
+          parent ? 1 : 0,
+        ],
+      );
+      await t.pool.query(
+        "insert into executions (id, job_id, host, epoch, token) values ($1, $2, 'test-host', 1, $3)",
+        [executionId, jobId, token],
+      );
+      let seq = 0;
+      const key = await importIngestKey(await ingestKeyHex(token, executionId));
+      const emit = async (type: string, payload: Record<string, unknown>) => {
+        const events = [
+          {
+            job_id: jobId,
+            execution_id: executionId,
+            epoch: 1,
+            seq: ++seq,
+            type,
+            payload,
+            ts: new Date().toISOString(),
+          },
+        ];
+        const nonce = randomUUID();
+        const body = JSON.stringify({
+          job_id: jobId,
+          events,
+          mac: await batchMac(key, nonce, jobId, JSON.stringify(events)),
+        });
+        const r = await fetch(`${t.stack.gatewayUrl}/internal/events`, {
+          method: "POST",
+          headers: await signedHeaders(t.stack.signingSecret, "POST", "/internal/events", body, nonce),
+          body,
+        });
+        expect(r.status, await r.text()).toBe(200);
+      };
+      return { jobId, emit };
+    };
+    const parent = await running(null);
+    await parent.emit("run.started", {});
+    const seen: Array<{ job_id: string; seq: number; type: string }> = [];
+    const ac = new AbortController();
+    const reading = (async () => {
+      for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`, {
+        headers: { authorization: `Bearer ${t.stack.apiKey}` },
+        signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+      })) {
+        seen.push(JSON.parse(ev.data) as { job_id: string; seq: number; type: string });
+      }
+    })().catch((err: unknown) => {
+      if (!ac.signal.aborted) throw err;
+    });
+    await waitFor("the parent's first event on the tree stream", async () => (seen.length >= 1 ? true : null), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    // The child exists only now (not in the tree the stream read at connect) and writes 4 events.
+    const kid = await running(parent.jobId);
+    await kid.emit("run.started", {});
+    for (const text of ["one", "two", "three"]) await kid.emit("model.delta", { text });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(
+      seen.filter((e) => e.job_id === kid.jobId),
+      "not joined before child.created",
+    ).toEqual([]);
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    await kid.emit("model.delta", { text: "four" });
+    await waitFor(
+      "the child's fifth event on the tree stream",
+      async () => (seen.some((e) => e.job_id === kid.jobId && e.seq === 5) ? true : null),
+      { timeoutMs: 10_000, intervalMs: 20 },
+    );
+    ac.abort();
+    await reading;
+    expect(seen.filter((e) => e.job_id === kid.jobId).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+    expect(seen.filter((e) => e.job_id === parent.jobId).map((e) => e.type)).toEqual(["run.started", "child.created"]);
+    // Leave nothing running for the hosts' reapers to find mid-suite.
+    await t.pool.query("update jobs set state = 'cancelled', finished_at = now() where id = any($1)", [
+      [parent.jobId, kid.jobId],
+    ]);
+  }, 60_000);
 });

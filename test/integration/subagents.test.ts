@@ -581,4 +581,37 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       [parent.jobId, kid.jobId],
     ]);
   }, 60_000);
+  it("delegates as defined: a repeat is 400; itself and an unknown agent are accepted, the unknown one is agent_unavailable at the call and self-delegation stops at the depth limit", async () => {
+    const dup = await api().call<{ error: { code: string; message: string } }>("POST", "/v1/agents", {
+      name: "twice",
+      model: t.stack.modelName,
+      delegates: ["worker", "worker"],
+    });
+    expect(dup.status).toBe(400);
+    expect(dup.body.error.message).toContain("delegates");
+    // Names are not resolved when the definition is saved (the delegate may be created later,
+    // or archived later): an unknown one is refused at the call, as the model's tool error.
+    await defineAgent("selfish", { delegates: ["selfish", "ghost"] });
+    let nested = "leaf";
+    for (let i = 0; i < 3; i++) nested = delegateCalls("selfish", [nested]);
+    const id = await submit(
+      "selfish",
+      mock({
+        tool_calls: [
+          { name: "delegate_ghost", args: { input: "anyone there?" } },
+          { name: "delegate_selfish", args: { input: nested } },
+        ],
+      }),
+    );
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const { toolResults } = await resultsOf(id);
+    expect(toolResults[0]).toMatchObject({ ok: false, output: { code: "agent_unavailable" } });
+    expect(done.output).toContain("delegation_depth");
+    const tree = await t.pool.query<{ depth: number; agent_name: string; state: string }>(
+      "select depth, agent_name, state from jobs where root_job_id = $1 order by depth",
+      [id],
+    );
+    expect(tree.rows).toEqual([1, 2, 3].map((depth) => ({ depth, agent_name: "selfish", state: "completed" })));
+  }, 120_000);
 });

@@ -8,12 +8,14 @@
 import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
+import type pg from "pg";
 import { describe, expect, it } from "vitest";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../src/domain/signing";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
+import type { Stack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
@@ -39,6 +41,64 @@ interface TreeNode {
   usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
   subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
   children: TreeNode[];
+}
+
+/**
+ * A job row in `running` with its execution, and a signed emitter for its events through the
+ * gateway's own ingest route (as a host signs them): for orders real hosts only sometimes produce.
+ */
+async function fakeRun(stack: Stack, pool: pg.Pool, parent: string | null) {
+  const jobId = randomUUID();
+  const executionId = randomUUID();
+  const token = randomUUID();
+  await pool.query(
+    `insert into jobs (id, tenant_id, input, state, owner, epoch, token, execution_id, claimed_at, execution_started_at,
+       heartbeat_at, parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
+     values ($1, $2, '{"messages":[]}', 'running', 'test-host', 1, $3, $4, now(), now(), now(), $5, $6, $7, $5, $8)`,
+    [
+      jobId,
+      stack.tenantId,
+      token,
+      executionId,
+      parent,
+      parent ? randomUUID() : null,
+      parent ? "call-1" : null,
+      parent ? 1 : 0,
+    ],
+  );
+  await pool.query("insert into executions (id, job_id, host, epoch, token) values ($1, $2, 'test-host', 1, $3)", [
+    executionId,
+    jobId,
+    token,
+  ]);
+  let seq = 0;
+  const key = await importIngestKey(await ingestKeyHex(token, executionId));
+  const emit = async (type: string, payload: Record<string, unknown>) => {
+    const events = [
+      {
+        job_id: jobId,
+        execution_id: executionId,
+        epoch: 1,
+        seq: ++seq,
+        type,
+        payload,
+        ts: new Date().toISOString(),
+      },
+    ];
+    const nonce = randomUUID();
+    const body = JSON.stringify({
+      job_id: jobId,
+      events,
+      mac: await batchMac(key, nonce, jobId, JSON.stringify(events)),
+    });
+    const r = await fetch(`${stack.gatewayUrl}/internal/events`, {
+      method: "POST",
+      headers: await signedHeaders(stack.signingSecret, "POST", "/internal/events", body, nonce),
+      body,
+    });
+    expect(r.status, await r.text()).toBe(200);
+  };
+  return { jobId, emit };
 }
 
 const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
@@ -486,58 +546,7 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     // Deterministic order, which real hosts only sometimes produce: the stream is open on the
     // parent alone, the child has already written events, then the parent's child.created joins
     // it. The events come through the gateway's own ingest route, signed as a host signs them.
-    const running = async (parent: string | null) => {
-      const jobId = randomUUID();
-      const executionId = randomUUID();
-      const token = randomUUID();
-      await t.pool.query(
-        `insert into jobs (id, tenant_id, input, state, owner, epoch, token, execution_id, claimed_at, execution_started_at,
-           heartbeat_at, parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
-         values ($1, $2, '{"messages":[]}', 'running', 'test-host', 1, $3, $4, now(), now(), now(), $5, $6, $7, $5, $8)`,
-        [
-          jobId,
-          t.stack.tenantId,
-          token,
-          executionId,
-          parent,
-          parent ? randomUUID() : null,
-          parent ? "call-1" : null,
-          parent ? 1 : 0,
-        ],
-      );
-      await t.pool.query(
-        "insert into executions (id, job_id, host, epoch, token) values ($1, $2, 'test-host', 1, $3)",
-        [executionId, jobId, token],
-      );
-      let seq = 0;
-      const key = await importIngestKey(await ingestKeyHex(token, executionId));
-      const emit = async (type: string, payload: Record<string, unknown>) => {
-        const events = [
-          {
-            job_id: jobId,
-            execution_id: executionId,
-            epoch: 1,
-            seq: ++seq,
-            type,
-            payload,
-            ts: new Date().toISOString(),
-          },
-        ];
-        const nonce = randomUUID();
-        const body = JSON.stringify({
-          job_id: jobId,
-          events,
-          mac: await batchMac(key, nonce, jobId, JSON.stringify(events)),
-        });
-        const r = await fetch(`${t.stack.gatewayUrl}/internal/events`, {
-          method: "POST",
-          headers: await signedHeaders(t.stack.signingSecret, "POST", "/internal/events", body, nonce),
-          body,
-        });
-        expect(r.status, await r.text()).toBe(200);
-      };
-      return { jobId, emit };
-    };
+    const running = (parent: string | null) => fakeRun(t.stack, t.pool, parent);
     const parent = await running(null);
     await parent.emit("run.started", {});
     const seen: Array<{ job_id: string; seq: number; type: string }> = [];
@@ -614,4 +623,42 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     );
     expect(tree.rows).toEqual([1, 2, 3].map((depth) => ({ depth, agent_name: "selfish", state: "completed" })));
   }, 120_000);
+});
+
+describe.skipIf(!canRun)("sub-agents: a tree whose children's event logs outlived the retention", () => {
+  // The shortest retention the gateway takes (60 s), so a child's log is deleted while its
+  // parent's, finished later, is still kept: what a tree looks like for a while after any child
+  // finished a retention before its root.
+  const t = useStack({ hosts: 0, gatewayVars: { JOB_EVENTS_RETENTION_S: "60" } });
+
+  it("a descendant's deleted log is nothing to replay: the finished tree at its last cursor answers 204, never an empty 200 an EventSource reconnects to forever", async () => {
+    const parent = await fakeRun(t.stack, t.pool, null);
+    const kid = await fakeRun(t.stack, t.pool, parent.jobId);
+    await parent.emit("run.started", {});
+    await kid.emit("run.started", {});
+    // The row first, as a host writes it: a terminal event must agree with a terminal row.
+    await t.pool.query("update jobs set state = 'completed', output = 'done', finished_at = now() where id = $1", [
+      kid.jobId,
+    ]);
+    await kid.emit("run.completed", { output: "done" });
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`;
+    // Wait out the child's retention (its object deletes its log at terminal + 60 s).
+    await waitFor(
+      "the child's event log deleted",
+      async () =>
+        (await fetch(`${t.stack.gatewayUrl}/v1/jobs/${kid.jobId}/events`, { headers })).status === 410 ? true : null,
+      { timeoutMs: 90_000, intervalMs: 1000 },
+    );
+    await t.pool.query("update jobs set state = 'completed', output = 'all done', finished_at = now() where id = $1", [
+      parent.jobId,
+    ]);
+    await parent.emit("run.completed", { output: "all done" });
+    const all: SseEvent[] = [];
+    for await (const ev of readSse(url, { headers, signal: AbortSignal.timeout(30_000) })) all.push(ev);
+    expect(all.map((e) => e.event)).toEqual(["run.started", "child.created", "run.completed"]);
+    const end = await fetch(url, { headers: { ...headers, "last-event-id": all.at(-1)?.id as string } });
+    expect(end.status).toBe(204);
+  }, 150_000);
 });

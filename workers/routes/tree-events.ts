@@ -16,7 +16,7 @@
  * each child a `child.created` event announces later. The root's stream holds the tenant's
  * stream slot (one per tree stream); the others are followed uncounted.
  */
-import { ApiError } from "../../src/contracts/errors";
+import { ApiError, ERROR_STATUS } from "../../src/contracts/errors";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import type { TreeNode } from "../../src/contracts/tree";
 import { getTree } from "../../src/db/children-repo";
@@ -28,6 +28,8 @@ import type { GatewayEnv } from "../types";
 export const TREE_CURSOR_PREFIX = "t1.";
 /** A cursor longer than this cannot come from a tree within the delegation limits. */
 const MAX_TREE_CURSOR_CHARS = 8_192;
+/** A JobEvents object's answer once its log was deleted after the retention. */
+const GONE_STATUS = ERROR_STATUS.events_expired;
 
 export type TreeCursor = Record<string, number>;
 
@@ -125,7 +127,15 @@ export async function treeEventStream(
     for (const r of first.slice(1)) await r.body?.cancel();
     return rootAnswer;
   }
-  if (first.every((r) => r.status === SSE_FINISHED_STATUS)) return new Response(null, { status: SSE_FINISHED_STATUS });
+  // A descendant whose log passed the retention (410) has nothing left to replay, like a finished
+  // one (204): a child usually finishes before its root, so its log goes first. Counting it as
+  // "more to come" answered a finished tree with a 200 that closes at once, which an EventSource
+  // reconnects to every `retry:` until the root's own log expires.
+  const done = (r: Response, i: number) => r.status === SSE_FINISHED_STATUS || (i > 0 && r.status === GONE_STATUS);
+  if (first.every(done)) {
+    for (const r of first) await r.body?.cancel();
+    return new Response(null, { status: SSE_FINISHED_STATUS });
+  }
 
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
   const writer = writable.getWriter();
@@ -155,7 +165,8 @@ export async function treeEventStream(
       try {
         const res = await response;
         if (res.status !== 200 || !res.body) {
-          if (res.status !== SSE_FINISHED_STATUS) log.warn("descendant stream refused", { jobId, status: res.status });
+          if (res.status !== SSE_FINISHED_STATUS && res.status !== GONE_STATUS)
+            log.warn("descendant stream refused", { jobId, status: res.status });
           await res.body?.cancel();
           return;
         }

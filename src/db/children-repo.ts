@@ -83,6 +83,19 @@ export async function childrenOf(db: Db, parentJobId: string, parentExecutionId:
 }
 
 /**
+ * Whether `childId` is the tenant's job and a child of `parentId`: the tree stream's check before
+ * it follows a job a `child.created` event names (a payload is a host's word, not a tenant check).
+ */
+export async function isChildOf(db: Db, tenantId: string, childId: string, parentId: string): Promise<boolean> {
+  if (!isUuid(childId) || !isUuid(parentId)) return false;
+  const rows = resultRows<{ ok: number }>(
+    await db.execute(sql`
+      SELECT 1 AS ok FROM jobs WHERE id = ${childId} AND tenant_id = ${tenantId} AND parent_job_id = ${parentId}`),
+  );
+  return rows.length > 0;
+}
+
+/**
  * A job and its descendants as a nested tree, tenant-scoped, in one recursive read (null when
  * the tenant has no such job). Children are ordered by creation; subtree usage is summed here.
  */

@@ -47,7 +47,7 @@ interface TreeNode {
  * A job row in `running` with its execution, and a signed emitter for its events through the
  * gateway's own ingest route (as a host signs them): for orders real hosts only sometimes produce.
  */
-async function fakeRun(stack: Stack, pool: pg.Pool, parent: string | null) {
+async function fakeRun(stack: Stack, pool: pg.Pool, parent: string | null, tenantId = stack.tenantId) {
   const jobId = randomUUID();
   const executionId = randomUUID();
   const token = randomUUID();
@@ -57,7 +57,7 @@ async function fakeRun(stack: Stack, pool: pg.Pool, parent: string | null) {
      values ($1, $2, '{"messages":[]}', 'running', 'test-host', 1, $3, $4, now(), now(), now(), $5, $6, $7, $5, $8)`,
     [
       jobId,
-      stack.tenantId,
+      tenantId,
       token,
       executionId,
       parent,
@@ -590,6 +590,47 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       [parent.jobId, kid.jobId],
     ]);
   }, 60_000);
+  it("a child.created naming a job that is not this job's child (another tenant's) joins nothing to the tree stream", async () => {
+    // The gateway follows what an event names only after Postgres says it is the tenant's job and
+    // a child of the job whose log named it: an event's payload is a host's word, not a tenant check.
+    await t.pool.query("insert into tenants (id, name) values ('foreign', 'foreign') on conflict do nothing");
+    const stranger = await fakeRun(t.stack, t.pool, null, "foreign");
+    await stranger.emit("run.started", {});
+    await stranger.emit("model.delta", { text: "another tenant's secret" });
+    const parent = await fakeRun(t.stack, t.pool, null);
+    await parent.emit("run.started", {});
+    const kid = await fakeRun(t.stack, t.pool, parent.jobId);
+    await kid.emit("run.started", {});
+    const seen: Array<{ job_id: string; type: string }> = [];
+    const ac = new AbortController();
+    const reading = (async () => {
+      for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`, {
+        headers: { authorization: `Bearer ${t.stack.apiKey}` },
+        signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+      })) {
+        seen.push(JSON.parse(ev.data) as { job_id: string; type: string });
+      }
+    })().catch((err: unknown) => {
+      if (!ac.signal.aborted) throw err;
+    });
+    await parent.emit("child.created", { job_id: stranger.jobId, call_id: "call-x", agent: "worker" });
+    // The real child afterwards: once its events arrive, the stranger's would have too.
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    await waitFor("the real child's event", async () => (seen.some((e) => e.job_id === kid.jobId) ? true : null), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    await stranger.emit("model.delta", { text: "more" });
+    await new Promise((r) => setTimeout(r, 300));
+    ac.abort();
+    await reading;
+    expect(seen.filter((e) => e.job_id === stranger.jobId)).toEqual([]);
+    expect(new Set(seen.map((e) => e.job_id))).toEqual(new Set([parent.jobId, kid.jobId]));
+    await t.pool.query("update jobs set state = 'cancelled', finished_at = now() where id = any($1)", [
+      [parent.jobId, kid.jobId, stranger.jobId],
+    ]);
+  }, 60_000);
+
   it("delegates as defined: a repeat is 400; itself and an unknown agent are accepted, the unknown one is agent_unavailable at the call and self-delegation stops at the depth limit", async () => {
     const dup = await api().call<{ error: { code: string; message: string } }>("POST", "/v1/agents", {
       name: "twice",

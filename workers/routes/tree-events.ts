@@ -19,7 +19,7 @@
 import { ApiError, ERROR_STATUS } from "../../src/contracts/errors";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import type { TreeNode } from "../../src/contracts/tree";
-import { getTree } from "../../src/db/children-repo";
+import { getTree, isChildOf } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
 import { SSE_HEADERS } from "../durable-objects/sse-fanout";
 import { log } from "../log";
@@ -186,7 +186,7 @@ export async function treeEventStream(
           await write(`id: ${encodeTreeCursor(state)}\nevent: ${f.event}\ndata: ${f.data}\n\n`);
           if (f.event === "child.created") {
             const child = (JSON.parse(f.data) as { payload?: { job_id?: unknown } }).payload?.job_id;
-            if (typeof child === "string") follow(child, open(child));
+            if (typeof child === "string" && !following.has(child)) void join(jobId, child);
           }
         }
       } catch (err) {
@@ -196,6 +196,24 @@ export async function treeEventStream(
         if (live === 0) stop();
       }
     })();
+  };
+  /**
+   * Follow a child a `child.created` of `parentId` names, once Postgres says it is the tenant's
+   * and that job's child. If Postgres cannot answer, the stream ends: the client reconnects with
+   * its cursor and the reconnect's tree read finds the child, so nothing is lost.
+   */
+  const join = async (parentId: string, child: string) => {
+    live++; // held while the check runs, so the stream cannot end before the child is followed
+    try {
+      if (await isChildOf(db, tenantId, child, parentId)) follow(child, open(child));
+      else log.warn("child.created names a job that is not this job's child", { jobId: parentId, child });
+    } catch (err) {
+      log.warn("cannot check a child of the tree; ending the stream for a reconnect", { jobId: parentId, error: err });
+      stop();
+    } finally {
+      live--;
+      if (live === 0) stop();
+    }
   };
   // Not awaited: nothing reads the stream before the response is returned. Writes keep their order.
   void write(`retry: ${SSE_RETRY_MS}\n\n`);

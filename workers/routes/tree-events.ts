@@ -13,7 +13,8 @@
  * at most ~4 KB for the largest tree (DELEGATION_LIMITS: 64 jobs below the root).
  *
  * The gateway joins one JobEvents stream per job: those it finds in Postgres at connect, and
- * each child a `child.created` event announces later. The root's stream holds the tenant's
+ * each child a `child.created` event announces later, once Postgres confirms it is the tenant's
+ * job and that job's child. The root's stream holds the tenant's
  * stream slot (one per tree stream); the others are followed uncounted.
  */
 import { ApiError, ERROR_STATUS } from "../../src/contracts/errors";

@@ -83,11 +83,27 @@ export async function childrenOf(db: Db, parentJobId: string, parentExecutionId:
 }
 
 /**
+ * Whether `childId` is the tenant's job and a child of `parentId`: the tree stream's check before
+ * it follows a job a `child.created` event names (a payload is a host's word, not a tenant check).
+ */
+export async function isChildOf(db: Db, tenantId: string, childId: string, parentId: string): Promise<boolean> {
+  if (!isUuid(childId) || !isUuid(parentId)) return false;
+  const rows = resultRows<{ ok: number }>(
+    await db.execute(sql`
+      SELECT 1 AS ok FROM jobs WHERE id = ${childId} AND tenant_id = ${tenantId} AND parent_job_id = ${parentId}`),
+  );
+  return rows.length > 0;
+}
+
+/**
  * A job and its descendants as a nested tree, tenant-scoped, in one recursive read (null when
  * the tenant has no such job). Children are ordered by creation; subtree usage is summed here.
  */
-export async function getTree(db: Db, tenantId: string, jobId: string): Promise<TreeNode | null> {
-  if (!isUuid(jobId)) return null;
+export async function getTree(db: Db, tenantId: string, requestedId: string): Promise<TreeNode | null> {
+  if (!isUuid(requestedId)) return null;
+  // Postgres answers ids in lower case and an upper-case UUID names the same job on every job
+  // route, so the node asked for is found (and made the top) by the id as Postgres spells it.
+  const jobId = requestedId.toLowerCase();
   const rows = resultRows<{
     id: string;
     agent_name: string | null;

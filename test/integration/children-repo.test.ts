@@ -11,6 +11,7 @@ import { planChildren } from "../../sandbox-host/runner/delegate";
 import type { RunContext } from "../../sandbox-host/runner/run-context";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import { createAgent } from "../../src/db/agents-repo";
+import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
@@ -86,6 +87,25 @@ describe("sub-agents in Postgres", () => {
     expect((await row(parent.jobId))?.state).toBe("waiting");
   });
 
+  it("a suspend refused because a cancel was requested first inserts no children (the owner still holds the fence)", async () => {
+    // The fence matches here (unlike a stale token above): only the cancel keeps the suspend
+    // from happening, so this is what tells "children only when the suspend happened" from
+    // "children whenever the owner's identity matches".
+    const parent = await runningJob();
+    expect(await requestTreeCancel(t.db, "s1", parent.jobId)).toEqual({
+      status: "requested",
+      requested: [parent.jobId],
+    });
+    const kids = [child("a"), child("b")];
+    expect(await suspendJob(t.db, parent, delegate(kids))).toEqual({ suspended: false, cancelRequested: true });
+    for (const k of kids) expect(await row(k.id), `child ${k.callId}`).toBeUndefined();
+    const n = await t.pool.query<{ n: string }>("select count(*) as n from jobs where parent_job_id = $1", [
+      parent.jobId,
+    ]);
+    expect(Number(n.rows[0]?.n)).toBe(0);
+    expect((await row(parent.jobId))?.state).toBe("running");
+  });
+
   it("siblings ending at the same moment re-queue the parent exactly once, after the last", async () => {
     for (let round = 0; round < 10; round++) {
       const parent = await runningJob();
@@ -150,6 +170,28 @@ describe("sub-agents in Postgres", () => {
     expect((await row(mid.jobId))?.state).toBe("cancelled");
     expect((await row(g.jobId))?.state).toBe("running");
     expect(await requestTreeCancel(t.db, "other", root.jobId)).toEqual({ status: "not_found", requested: [] });
+  });
+
+  it("getTree is the tenant's: another tenant asking for its root or a node inside it gets null; any case of the id names the node", async () => {
+    const root = await runningJob();
+    const kids = [child("a")];
+    await suspendJob(t.db, root, delegate(kids));
+    const mid = await start(kids[0]?.id as string);
+    const grand = [child("g")];
+    await suspendJob(t.db, mid, delegate(grand));
+    const tree = await getTree(t.db, "s1", root.jobId);
+    expect(tree?.children.map((c) => c.id)).toEqual([mid.jobId]);
+    expect(tree?.children[0]?.children.map((c) => c.id)).toEqual([grand[0]?.id]);
+    // Another tenant: its own job ids only, at every level (the recursion starts from a row it owns).
+    await t.pool.query("insert into tenants (id, name) values ('s2', 's2') on conflict do nothing");
+    for (const id of [root.jobId, mid.jobId, grand[0]?.id as string]) {
+      expect(await getTree(t.db, "s2", id), id).toBeNull();
+    }
+    // An upper-case UUID names the same job on every job route (tenantJobId, getJob): here too,
+    // with the node asked for as the top (no parent) and its subtree under it.
+    const upper = await getTree(t.db, "s1", mid.jobId.toUpperCase());
+    expect(upper).toMatchObject({ id: mid.jobId, parent_job_id: null, parent_call_id: null, depth: 1 });
+    expect(upper?.children.map((c) => c.id)).toEqual([grand[0]?.id]);
   });
 
   it("a delegate call that would queue past the tenant's queued-jobs limit is a rate_limited tool error", async () => {

@@ -7,9 +7,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
+import { drizzle } from "drizzle-orm/node-postgres";
+import type pg from "pg";
 import { describe, expect, it } from "vitest";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
+import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../src/domain/signing";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
+import type { Stack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
@@ -35,6 +41,64 @@ interface TreeNode {
   usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
   subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
   children: TreeNode[];
+}
+
+/**
+ * A job row in `running` with its execution, and a signed emitter for its events through the
+ * gateway's own ingest route (as a host signs them): for orders real hosts only sometimes produce.
+ */
+async function fakeRun(stack: Stack, pool: pg.Pool, parent: string | null, tenantId = stack.tenantId) {
+  const jobId = randomUUID();
+  const executionId = randomUUID();
+  const token = randomUUID();
+  await pool.query(
+    `insert into jobs (id, tenant_id, input, state, owner, epoch, token, execution_id, claimed_at, execution_started_at,
+       heartbeat_at, parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
+     values ($1, $2, '{"messages":[]}', 'running', 'test-host', 1, $3, $4, now(), now(), now(), $5, $6, $7, $5, $8)`,
+    [
+      jobId,
+      tenantId,
+      token,
+      executionId,
+      parent,
+      parent ? randomUUID() : null,
+      parent ? "call-1" : null,
+      parent ? 1 : 0,
+    ],
+  );
+  await pool.query("insert into executions (id, job_id, host, epoch, token) values ($1, $2, 'test-host', 1, $3)", [
+    executionId,
+    jobId,
+    token,
+  ]);
+  let seq = 0;
+  const key = await importIngestKey(await ingestKeyHex(token, executionId));
+  const emit = async (type: string, payload: Record<string, unknown>) => {
+    const events = [
+      {
+        job_id: jobId,
+        execution_id: executionId,
+        epoch: 1,
+        seq: ++seq,
+        type,
+        payload,
+        ts: new Date().toISOString(),
+      },
+    ];
+    const nonce = randomUUID();
+    const body = JSON.stringify({
+      job_id: jobId,
+      events,
+      mac: await batchMac(key, nonce, jobId, JSON.stringify(events)),
+    });
+    const r = await fetch(`${stack.gatewayUrl}/internal/events`, {
+      method: "POST",
+      headers: await signedHeaders(stack.signingSecret, "POST", "/internal/events", body, nonce),
+      body,
+    });
+    expect(r.status, await r.text()).toBe(200);
+  };
+  return { jobId, emit };
 }
 
 const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
@@ -85,6 +149,21 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
         [parent],
       )
     ).rows;
+
+  /** The parent's tool.result payloads, and its child.finished ones, from its event log. */
+  const resultsOf = async (id: string) => {
+    const evs = (await api().events(id)).map((e) => ({
+      type: e.event,
+      ...(JSON.parse(e.data) as { payload: Record<string, unknown> }),
+    }));
+    return {
+      toolResults: evs.filter((e) => e.type === "tool.result").map((e) => e.payload),
+      childFinished: evs.filter((e) => e.type === "child.finished").map((e) => e.payload),
+    };
+  };
+  const errorOf = async (jobId: string) =>
+    (await t.pool.query<{ error: { code: string; message: string } }>("select error from jobs where id = $1", [jobId]))
+      .rows[0]?.error;
 
   it("three parallel delegate calls run as three children on three hosts; the parent resumes with their answers", async () => {
     await defineAgent("worker", { description: "Does one task." });
@@ -169,6 +248,19 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(kid?.state).toBe("failed");
     expect(done.output).toContain('"state":"failed"');
     expect(done.output).toContain(kid?.id as string);
+    // The tool result is exactly the child's end: its own error code and message, state and id
+    // (a fixed code like "child_failed" would hide why the child failed from the parent's model).
+    const kidError = await errorOf(kid?.id as string);
+    expect(kidError?.code).toBeTruthy();
+    const { toolResults, childFinished } = await resultsOf(id);
+    expect(toolResults).toEqual([
+      expect.objectContaining({
+        ok: false,
+        output: { code: kidError?.code, message: kidError?.message, state: "failed", job_id: kid?.id },
+      }),
+    ]);
+    expect(childFinished).toEqual([expect.objectContaining({ job_id: kid?.id, state: "failed", error: kidError })]);
+    expect(done.output).toContain(`"code":"${kidError?.code}"`);
   }, 120_000);
 
   it("the depth limit (3) is a tool error the deepest agent reads; the tree still completes", async () => {
@@ -228,8 +320,14 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     t.stack.hosts.splice(t.stack.hosts.indexOf(host as (typeof t.stack.hosts)[number]), 1);
     const done = await finished(id, 90_000);
     expect(done.state, JSON.stringify(done)).toBe("completed");
-    expect((await children(id))[0]?.state).toBe("lost");
+    const [lost] = await children(id);
+    expect(lost?.state).toBe("lost");
     expect(done.output).toContain('"state":"lost"');
+    const lostError = await errorOf(lost?.id as string);
+    const { toolResults } = await resultsOf(id);
+    expect(toolResults.map((r) => r.output)).toEqual([
+      { code: lostError?.code, message: lostError?.message, state: "lost", job_id: lost?.id },
+    ]);
     await t.stack.addHost();
   }, 120_000);
 
@@ -394,4 +492,258 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       expect(data.filter((d) => d.job_id === kid).length).toBe((await api().events(kid)).length);
     }
   }, 120_000);
+  it("the tree routes' bad input: another tenant's ids are 404, malformed ids 404, a garbage cursor or include 400, a finished tree at its last cursor 204", async () => {
+    await defineAgent("probe-kid", {});
+    await defineAgent("probe-boss", { delegates: ["probe-kid"] });
+    const id = await submit("probe-boss", delegateCalls("probe-kid", ["probe"]));
+    expect((await finished(id)).state).toBe("completed");
+    const [kid] = await children(id);
+    const kidId = kid?.id as string;
+    await createTenant(drizzle(t.pool, { schema }), "probe-other");
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(drizzle(t.pool, { schema }), "probe-other")).key);
+    type ErrorBody = { error: { code: string; message: string } };
+
+    // Another tenant: neither the root nor a node inside the tree, on either tree route.
+    for (const path of [`/v1/jobs/${id}/tree`, `/v1/jobs/${kidId}/tree`, `/v1/jobs/${id}/events?include=descendants`]) {
+      const r = await other.call<ErrorBody>("GET", path);
+      expect(r.status, path).toBe(404);
+      expect(r.body.error.code, path).toBe("not_found");
+    }
+    // Malformed ids answer as the other job routes do (GET /v1/jobs/{id}: 404 not_found).
+    for (const bad of ["not-a-uuid", "1", `${id}x`, "%20"]) {
+      for (const path of [`/v1/jobs/${bad}/tree`, `/v1/jobs/${bad}/events?include=descendants`]) {
+        const r = await api().call<ErrorBody>("GET", path);
+        expect(r.status, path).toBe(404);
+        expect(r.body.error.code, path).toBe("not_found");
+      }
+    }
+    // An upper-case UUID names the same job here as on GET /v1/jobs/{id}.
+    expect((await api().call("GET", `/v1/jobs/${id.toUpperCase()}`)).status).toBe(200);
+    const upper = await api().call<{ tree: TreeNode }>("GET", `/v1/jobs/${id.toUpperCase()}/tree`);
+    expect(upper.status).toBe(200);
+    expect(upper.body.tree).toMatchObject({ id, parent_job_id: null, children: [{ id: kidId }] });
+
+    // include: only "descendants".
+    for (const q of ["include=bogus", "include=", "include=DESCENDANTS"]) {
+      const r = await api().call<ErrorBody>("GET", `/v1/jobs/${id}/events?${q}`);
+      expect(r.status, q).toBe(400);
+      expect(r.body.error.code, q).toBe("invalid_request");
+    }
+    // Garbage cursors, as Last-Event-ID and as ?after=: a clear 400, never a 500.
+    const b64 = (v: string) => Buffer.from(v).toString("base64url");
+    const garbage = [
+      "garbage",
+      "12",
+      "-1",
+      "t1.",
+      "t1.!!!!",
+      "t1.%%%",
+      `t1.${b64("not json")}`,
+      `t1.${b64("null")}`,
+      `t1.${b64("[1,2]")}`,
+      `t1.${b64("7")}`,
+      `t1.${b64(JSON.stringify({ x: 1 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: -1 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: 1.5 }))}`,
+      `t1.${b64(JSON.stringify({ [id]: "3" }))}`,
+      `t1.${b64(`{"${id}":1e400}`)}`,
+      `t1.${b64(JSON.stringify({ [id.toUpperCase()]: 1 }))}`,
+      `t1.${"A".repeat(9_000)}`,
+    ];
+    for (const cursor of garbage) {
+      const viaHeader = await api().call<ErrorBody>("GET", `/v1/jobs/${id}/events?include=descendants`, undefined, {
+        "last-event-id": cursor,
+      });
+      expect(viaHeader.status, `Last-Event-ID ${cursor.slice(0, 40)}`).toBe(400);
+      expect(viaHeader.body.error.code).toBe("invalid_request");
+      expect(viaHeader.body.error.message).toContain("Last-Event-ID");
+      const viaQuery = await api().call<ErrorBody>(
+        "GET",
+        `/v1/jobs/${id}/events?include=descendants&after=${encodeURIComponent(cursor)}`,
+      );
+      expect(viaQuery.status, `after ${cursor.slice(0, 40)}`).toBe(400);
+      expect(viaQuery.body.error.message).toContain("after");
+    }
+
+    // The whole finished tree, then its last cursor: 204, the status that stops an EventSource
+    // (a 200 that replays nothing would have it reconnect forever).
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${id}/events?include=descendants`;
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const all: SseEvent[] = [];
+    for await (const ev of readSse(url, { headers, signal: AbortSignal.timeout(30_000) })) all.push(ev);
+    const jobsSeen = new Set(all.map((e) => (JSON.parse(e.data) as { job_id: string }).job_id));
+    expect(jobsSeen).toEqual(new Set([id, kidId]));
+    const last = all.at(-1)?.id as string;
+    const end = await fetch(url, { headers: { ...headers, "last-event-id": last } });
+    expect(end.status).toBe(204);
+    // A cursor naming a job outside the tree (another tenant's, say) opens nothing of it.
+    const foreign = await other.call<{ job: { id: string } }>("POST", "/v1/jobs", {
+      model: t.stack.modelName,
+      input: { messages: [{ role: "user", content: "foreign" }] },
+    });
+    expect(foreign.status, JSON.stringify(foreign.body)).toBe(202);
+    const mixed = `t1.${b64(JSON.stringify({ ...JSON.parse(Buffer.from(last.slice(3), "base64url").toString()), [foreign.body.job.id]: 0 }))}`;
+    const stillDone = await fetch(url, { headers: { ...headers, "last-event-id": mixed } });
+    expect(stillDone.status).toBe(204);
+  }, 120_000);
+  it("a child whose events were written before the tree stream joins it (its child.created comes later) is streamed from its first event", async () => {
+    // Deterministic order, which real hosts only sometimes produce: the stream is open on the
+    // parent alone, the child has already written events, then the parent's child.created joins
+    // it. The events come through the gateway's own ingest route, signed as a host signs them.
+    const running = (parent: string | null) => fakeRun(t.stack, t.pool, parent);
+    const parent = await running(null);
+    await parent.emit("run.started", {});
+    const seen: Array<{ job_id: string; seq: number; type: string }> = [];
+    const ac = new AbortController();
+    const reading = (async () => {
+      for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`, {
+        headers: { authorization: `Bearer ${t.stack.apiKey}` },
+        signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+      })) {
+        seen.push(JSON.parse(ev.data) as { job_id: string; seq: number; type: string });
+      }
+    })().catch((err: unknown) => {
+      if (!ac.signal.aborted) throw err;
+    });
+    await waitFor("the parent's first event on the tree stream", async () => (seen.length >= 1 ? true : null), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    // The child exists only now (not in the tree the stream read at connect) and writes 4 events.
+    const kid = await running(parent.jobId);
+    await kid.emit("run.started", {});
+    for (const text of ["one", "two", "three"]) await kid.emit("model.delta", { text });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(
+      seen.filter((e) => e.job_id === kid.jobId),
+      "not joined before child.created",
+    ).toEqual([]);
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    await kid.emit("model.delta", { text: "four" });
+    await waitFor(
+      "the child's fifth event on the tree stream",
+      async () => (seen.some((e) => e.job_id === kid.jobId && e.seq === 5) ? true : null),
+      { timeoutMs: 10_000, intervalMs: 20 },
+    );
+    ac.abort();
+    await reading;
+    expect(seen.filter((e) => e.job_id === kid.jobId).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+    expect(seen.filter((e) => e.job_id === parent.jobId).map((e) => e.type)).toEqual(["run.started", "child.created"]);
+    // Leave nothing running for the hosts' reapers to find mid-suite.
+    await t.pool.query("update jobs set state = 'cancelled', finished_at = now() where id = any($1)", [
+      [parent.jobId, kid.jobId],
+    ]);
+  }, 60_000);
+  it("a child.created naming a job that is not this job's child (another tenant's) joins nothing to the tree stream", async () => {
+    // The gateway follows what an event names only after Postgres says it is the tenant's job and
+    // a child of the job whose log named it: an event's payload is a host's word, not a tenant check.
+    await t.pool.query("insert into tenants (id, name) values ('foreign', 'foreign') on conflict do nothing");
+    const stranger = await fakeRun(t.stack, t.pool, null, "foreign");
+    await stranger.emit("run.started", {});
+    await stranger.emit("model.delta", { text: "another tenant's secret" });
+    const parent = await fakeRun(t.stack, t.pool, null);
+    await parent.emit("run.started", {});
+    const kid = await fakeRun(t.stack, t.pool, parent.jobId);
+    await kid.emit("run.started", {});
+    const seen: Array<{ job_id: string; type: string }> = [];
+    const ac = new AbortController();
+    const reading = (async () => {
+      for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`, {
+        headers: { authorization: `Bearer ${t.stack.apiKey}` },
+        signal: AbortSignal.any([ac.signal, AbortSignal.timeout(30_000)]),
+      })) {
+        seen.push(JSON.parse(ev.data) as { job_id: string; type: string });
+      }
+    })().catch((err: unknown) => {
+      if (!ac.signal.aborted) throw err;
+    });
+    await parent.emit("child.created", { job_id: stranger.jobId, call_id: "call-x", agent: "worker" });
+    // The real child afterwards: once its events arrive, the stranger's would have too.
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    await waitFor("the real child's event", async () => (seen.some((e) => e.job_id === kid.jobId) ? true : null), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    await stranger.emit("model.delta", { text: "more" });
+    await new Promise((r) => setTimeout(r, 300));
+    ac.abort();
+    await reading;
+    expect(seen.filter((e) => e.job_id === stranger.jobId)).toEqual([]);
+    expect(new Set(seen.map((e) => e.job_id))).toEqual(new Set([parent.jobId, kid.jobId]));
+    await t.pool.query("update jobs set state = 'cancelled', finished_at = now() where id = any($1)", [
+      [parent.jobId, kid.jobId, stranger.jobId],
+    ]);
+  }, 60_000);
+
+  it("delegates as defined: a repeat is 400; itself and an unknown agent are accepted, the unknown one is agent_unavailable at the call and self-delegation stops at the depth limit", async () => {
+    const dup = await api().call<{ error: { code: string; message: string } }>("POST", "/v1/agents", {
+      name: "twice",
+      model: t.stack.modelName,
+      delegates: ["worker", "worker"],
+    });
+    expect(dup.status).toBe(400);
+    expect(dup.body.error.message).toContain("delegates");
+    // Names are not resolved when the definition is saved (the delegate may be created later,
+    // or archived later): an unknown one is refused at the call, as the model's tool error.
+    await defineAgent("selfish", { delegates: ["selfish", "ghost"] });
+    let nested = "leaf";
+    for (let i = 0; i < 3; i++) nested = delegateCalls("selfish", [nested]);
+    const id = await submit(
+      "selfish",
+      mock({
+        tool_calls: [
+          { name: "delegate_ghost", args: { input: "anyone there?" } },
+          { name: "delegate_selfish", args: { input: nested } },
+        ],
+      }),
+    );
+    const done = await finished(id, 90_000);
+    expect(done.state, JSON.stringify(done)).toBe("completed");
+    const { toolResults } = await resultsOf(id);
+    expect(toolResults[0]).toMatchObject({ ok: false, output: { code: "agent_unavailable" } });
+    expect(done.output).toContain("delegation_depth");
+    const tree = await t.pool.query<{ depth: number; agent_name: string; state: string }>(
+      "select depth, agent_name, state from jobs where root_job_id = $1 order by depth",
+      [id],
+    );
+    expect(tree.rows).toEqual([1, 2, 3].map((depth) => ({ depth, agent_name: "selfish", state: "completed" })));
+  }, 120_000);
+});
+
+describe.skipIf(!canRun)("sub-agents: a tree whose children's event logs outlived the retention", () => {
+  // The shortest retention the gateway takes (60 s), so a child's log is deleted while its
+  // parent's, finished later, is still kept: what a tree looks like for a while after any child
+  // finished a retention before its root.
+  const t = useStack({ hosts: 0, gatewayVars: { JOB_EVENTS_RETENTION_S: "60" } });
+
+  it("a descendant's deleted log is nothing to replay: the finished tree at its last cursor answers 204, never an empty 200 an EventSource reconnects to forever", async () => {
+    const parent = await fakeRun(t.stack, t.pool, null);
+    const kid = await fakeRun(t.stack, t.pool, parent.jobId);
+    await parent.emit("run.started", {});
+    await kid.emit("run.started", {});
+    // The row first, as a host writes it: a terminal event must agree with a terminal row.
+    await t.pool.query("update jobs set state = 'completed', output = 'done', finished_at = now() where id = $1", [
+      kid.jobId,
+    ]);
+    await kid.emit("run.completed", { output: "done" });
+    await parent.emit("child.created", { job_id: kid.jobId, call_id: "call-1", agent: "worker" });
+    const headers = { authorization: `Bearer ${t.stack.apiKey}` };
+    const url = `${t.stack.gatewayUrl}/v1/jobs/${parent.jobId}/events?include=descendants`;
+    // Wait out the child's retention (its object deletes its log at terminal + 60 s).
+    await waitFor(
+      "the child's event log deleted",
+      async () =>
+        (await fetch(`${t.stack.gatewayUrl}/v1/jobs/${kid.jobId}/events`, { headers })).status === 410 ? true : null,
+      { timeoutMs: 90_000, intervalMs: 1000 },
+    );
+    await t.pool.query("update jobs set state = 'completed', output = 'all done', finished_at = now() where id = $1", [
+      parent.jobId,
+    ]);
+    await parent.emit("run.completed", { output: "all done" });
+    const all: SseEvent[] = [];
+    for await (const ev of readSse(url, { headers, signal: AbortSignal.timeout(30_000) })) all.push(ev);
+    expect(all.map((e) => e.event)).toEqual(["run.started", "child.created", "run.completed"]);
+    const end = await fetch(url, { headers: { ...headers, "last-event-id": all.at(-1)?.id as string } });
+    expect(end.status).toBe(204);
+  }, 150_000);
 });

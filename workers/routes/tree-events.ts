@@ -18,13 +18,14 @@
  * (the children found in Postgres at connect wait for their parent's replay to reach them). A
  * child the cursor already holds was announced before it and is followed at once; a child whose
  * announcement never comes (its parent's host died before delivering it) is followed when its
- * parent's stream ends. The root's stream holds the tenant's stream slot (one per tree stream);
- * the others are followed uncounted.
+ * parent's stream ends. A child the tree read at connect did not know is followed only once
+ * Postgres confirms it is the tenant's job and that job's child. The root's stream holds the
+ * tenant's stream slot (one per tree stream); the others are followed uncounted.
  */
-import { ApiError } from "../../src/contracts/errors";
+import { ApiError, ERROR_STATUS } from "../../src/contracts/errors";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import type { TreeNode } from "../../src/contracts/tree";
-import { getTree } from "../../src/db/children-repo";
+import { getTree, isChildOf } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
 import { SSE_HEADERS } from "../durable-objects/sse-fanout";
 import { log } from "../log";
@@ -33,8 +34,12 @@ import type { GatewayEnv } from "../types";
 export const TREE_CURSOR_PREFIX = "t1.";
 /** A cursor longer than this cannot come from a tree within the delegation limits. */
 const MAX_TREE_CURSOR_CHARS = 8_192;
+/** A JobEvents object's answer once its log was deleted after the retention. */
+const GONE_STATUS = ERROR_STATUS.events_expired;
 
 export type TreeCursor = Record<string, number>;
+/** A job id as cursors hold it (lower-case, as Postgres writes uuids). */
+const CURSOR_JOB_RE = /^[0-9a-f-]{36}$/;
 
 export function encodeTreeCursor(c: TreeCursor): string {
   const b64 = btoa(JSON.stringify(c));
@@ -59,7 +64,7 @@ export function parseTreeCursor(lastEventId: string | undefined, after: string |
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw bad();
   const out: TreeCursor = {};
   for (const [k, v] of Object.entries(parsed)) {
-    if (!/^[0-9a-f-]{36}$/.test(k) || !Number.isSafeInteger(v) || (v as number) < 0) throw bad();
+    if (!CURSOR_JOB_RE.test(k) || !Number.isSafeInteger(v) || (v as number) < 0) throw bad();
     out[k] = v as number;
   }
   return out;
@@ -131,7 +136,15 @@ export async function treeEventStream(
     for (const r of first.slice(1)) await r.body?.cancel();
     return rootAnswer;
   }
-  if (first.every((r) => r.status === SSE_FINISHED_STATUS)) return new Response(null, { status: SSE_FINISHED_STATUS });
+  // A descendant whose log passed the retention (410) has nothing left to replay, like a finished
+  // one (204): a child usually finishes before its root, so its log goes first. Counting it as
+  // "more to come" answered a finished tree with a 200 that closes at once, which an EventSource
+  // reconnects to every `retry:` until the root's own log expires.
+  const done = (r: Response, i: number) => r.status === SSE_FINISHED_STATUS || (i > 0 && r.status === GONE_STATUS);
+  if (first.every(done)) {
+    for (const r of first) await r.body?.cancel();
+    return new Response(null, { status: SSE_FINISHED_STATUS });
+  }
 
   const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
   const writer = writable.getWriter();
@@ -163,7 +176,8 @@ export async function treeEventStream(
       try {
         const res = await response;
         if (res.status !== 200 || !res.body) {
-          if (res.status !== SSE_FINISHED_STATUS) log.warn("descendant stream refused", { jobId, status: res.status });
+          if (res.status !== SSE_FINISHED_STATUS && res.status !== GONE_STATUS)
+            log.warn("descendant stream refused", { jobId, status: res.status });
           await res.body?.cancel();
           return;
         }
@@ -187,11 +201,14 @@ export async function treeEventStream(
           // The announced child enters the cursor (at offset 0) with its announcement, so a
           // reconnect from here or later follows it at once instead of waiting for a replay
           // that the cursor has already passed.
-          if (typeof child === "string") state[child] ??= 0;
+          if (typeof child === "string" && CURSOR_JOB_RE.test(child)) state[child] ??= 0;
           await write(`id: ${encodeTreeCursor(state)}\nevent: ${f.event}\ndata: ${f.data}\n\n`);
-          if (typeof child === "string") {
-            unannounced.delete(child);
-            follow(child, open(child));
+          if (typeof child === "string" && !following.has(child)) {
+            // A child the tree read at connect found under this job is known to be the tenant's.
+            if (unannounced.get(child) === jobId) {
+              unannounced.delete(child);
+              follow(child, open(child));
+            } else void join(jobId, child);
           }
         }
       } catch (err) {
@@ -208,6 +225,24 @@ export async function treeEventStream(
         if (live === 0) stop();
       }
     })();
+  };
+  /**
+   * Follow a child a `child.created` of `parentId` names, once Postgres says it is the tenant's
+   * and that job's child. If Postgres cannot answer, the stream ends: the client reconnects with
+   * its cursor and the reconnect's tree read finds the child, so nothing is lost.
+   */
+  const join = async (parentId: string, child: string) => {
+    live++; // held while the check runs, so the stream cannot end before the child is followed
+    try {
+      if (await isChildOf(db, tenantId, child, parentId)) follow(child, open(child));
+      else log.warn("child.created names a job that is not this job's child", { jobId: parentId, child });
+    } catch (err) {
+      log.warn("cannot check a child of the tree; ending the stream for a reconnect", { jobId: parentId, error: err });
+      stop();
+    } finally {
+      live--;
+      if (live === 0) stop();
+    }
   };
   // Not awaited: nothing reads the stream before the response is returned. Writes keep their order.
   void write(`retry: ${SSE_RETRY_MS}\n\n`);

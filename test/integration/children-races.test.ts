@@ -230,7 +230,9 @@ describe("the locks around a parent waiting on its children", () => {
     }
     const detected = (await pgDeadlocks()) - before;
     console.log(`opposite orders behind an input: deadlocks detected by Postgres ${detected}, surfaced 0`);
-    expect(detected, "the interleaving this test lines up deadlocks once; the retry absorbs it").toBe(1);
+    // At least once: pg_stat_database is flushed asynchronously (up to ~1 s late), so a deadlock
+    // of the test before can land in this window (a CI-like run at load 13 read 2 here).
+    expect(detected, "the interleaving this test lines up deadlocks; the retry absorbs it").toBeGreaterThanOrEqual(1);
   });
 
   it("hosts group-committing children of the same parents in opposite orders: no deadlock reaches a run, every parent resumes once", async () => {

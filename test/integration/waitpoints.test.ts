@@ -20,7 +20,7 @@ import { apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
-import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
+import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
@@ -51,7 +51,12 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
   const t = useStack({
     hosts: 2,
     mockModel: { ttftMs: 5, tokensPerS: 2000 },
-    hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_CLAIM_TIMEOUT_MS: "3000" },
+    // Not FAST_LOSS_HOST_ENV: its 300 ms heartbeat also makes every quota lease 900 ms (3 ×
+    // HOST_HEARTBEAT_MS), and on a loaded CI machine one acquire through the REST bridge took
+    // 1.1-1.3 s when 16 runs asked at once, so leases arrived already past their local deadline
+    // and runs failed quota_lease_lost instead of reaching their waitpoint. The default heartbeat
+    // (2 s: 6 s leases, a silent run lost after 8 s) is what the SIGKILL test can afford.
+    hostEnv: { HOST_REAP_MS: "200", HOST_CLAIM_TIMEOUT_MS: "3000" },
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
 

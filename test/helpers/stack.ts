@@ -8,7 +8,12 @@ import { afterAll, beforeAll } from "vitest";
 import { type Stack, type StackOptions, startStack } from "../../tools/stack";
 import { testPool } from "./db";
 
-/** Hosts that declare a silent run lost within ~1.5 s (heartbeats every 300 ms, reaper every 200 ms). */
+/**
+ * Hosts that declare a silent run lost within ~1.5 s (heartbeats every 300 ms, reaper every 200 ms).
+ * The heartbeat also paces quota leases (3 × heartbeat = 900 ms here): under heavy load a Redis
+ * round trip can outlast one, and the run fails quota_lease_lost. Use it only where a test needs
+ * a run declared lost quickly.
+ */
 export const FAST_LOSS_HOST_ENV = { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" };
 
 export interface StackHandle {

@@ -20,7 +20,7 @@ import { apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
-import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
+import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
@@ -51,7 +51,12 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
   const t = useStack({
     hosts: 2,
     mockModel: { ttftMs: 5, tokensPerS: 2000 },
-    hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_CLAIM_TIMEOUT_MS: "3000" },
+    // Not FAST_LOSS_HOST_ENV: its 300 ms heartbeat also makes every quota lease 900 ms (3 ×
+    // HOST_HEARTBEAT_MS), and on a loaded CI machine one acquire through the REST bridge took
+    // 1.1-1.3 s when 16 runs asked at once, so leases arrived already past their local deadline
+    // and runs failed quota_lease_lost instead of reaching their waitpoint. The default heartbeat
+    // (2 s: 6 s leases, a silent run lost after 8 s) is what the SIGKILL test can afford.
+    hostEnv: { HOST_REAP_MS: "200", HOST_CLAIM_TIMEOUT_MS: "3000" },
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
 
@@ -86,6 +91,39 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
       { timeoutMs, intervalMs: 100 },
     );
   const events = (id: string) => api().events(id);
+  /**
+   * Where a set of jobs is, for a failure message: how many per state, owner and error code, the
+   * ready index's size, and each host's view (run slots, idleness, sandbox creations queued,
+   * claims, quota leases lost). A count of "waiting" alone said nothing when such a wait failed.
+   */
+  const whereJobsAre = async (ids: string[]) => {
+    const jobs = (
+      await t.pool.query(
+        `select state, owner, error->>'code' as error, count(*)::int as n from jobs where id = any($1)
+         group by 1, 2, 3 order by 1, 2, 3`,
+        [ids],
+      )
+    ).rows;
+    const names = [
+      "runs_active",
+      "host_fleet_idle",
+      "sandbox_create_queued",
+      "claims_total",
+      "quota_leases_lost_total",
+    ];
+    const hosts = await Promise.all(
+      t.stack.hosts.map(async (h) => {
+        const text = await fetch(h.metricsUrl)
+          .then((r) => r.text())
+          .catch((e: unknown) => String(e));
+        return text.split("\n").filter((l) => names.some((n) => l.startsWith(`${n}{`) || l.startsWith(`${n} `)));
+      }),
+    );
+    const readyIndex = await createRedisClient(t.stack.upstash)
+      .zcard(redisKeys().readyIndex())
+      .catch((e: unknown) => String(e));
+    return JSON.stringify({ jobs, ready_index: readyIndex, hosts }, null, 1);
+  };
   const executions = async (id: string) =>
     (
       await t.pool.query<{ id: string; outcome: string | null; epoch: number; host: string }>(
@@ -239,16 +277,26 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
   it("50 waiting jobs hold no run slot and no quota lease", async () => {
     await defineAgent("gated-many", { tools: [{ name: "shell", requires_approval: true }] });
     const ids = await Promise.all(Array.from({ length: 50 }, () => submit("gated-many", shellCall("echo many"))));
-    await waitFor(
+    // Done when all 50 wait, or as soon as one has ended: a job that failed never comes to wait,
+    // and counting only the waiting ones turned such a failure into a 60 s timeout saying nothing.
+    const settled = await waitFor(
       "50 jobs waiting",
       async () => {
-        const r = await t.pool.query("select count(*)::int as n from jobs where id = any($1) and state = 'waiting'", [
-          ids,
-        ]);
-        return r.rows[0].n === 50;
+        const r = await t.pool.query<{ waiting: number; ended: number }>(
+          `select count(*) filter (where state = 'waiting')::int as waiting,
+             count(*) filter (where state not in ('queued', 'running', 'waiting'))::int as ended
+           from jobs where id = any($1)`,
+          [ids],
+        );
+        const row = r.rows[0];
+        return row && (row.waiting === 50 || row.ended > 0) ? row : null;
       },
       { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    ).catch(async (err: unknown) => {
+      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await whereJobsAre(ids)}`);
+    });
+    if (settled.ended > 0)
+      expect.fail(`${settled.ended} of the 50 jobs ended instead of waiting:\n${await whereJobsAre(ids)}`);
     const slots = await Promise.all(t.stack.hosts.map((h) => sampleValue(h.metricsUrl, "runs_active")));
     expect(slots).toEqual(t.stack.hosts.map(() => 0));
     const ready = await Promise.all(

@@ -9,12 +9,13 @@ import { type Stack, type StackOptions, startStack } from "../../tools/stack";
 import { testPool } from "./db";
 
 /**
- * Hosts that declare a silent run lost within ~1.5 s (heartbeats every 300 ms, reaper every 200 ms).
- * The heartbeat also paces quota leases (3 × heartbeat = 900 ms here): under heavy load a Redis
- * round trip can outlast one, and the run fails quota_lease_lost. Use it only where a test needs
- * a run declared lost quickly.
+ * Hosts that declare a silent run lost within ~4 s (heartbeats every 1 s, reaper every 200 ms).
+ * The heartbeat also paces quota leases (3 × heartbeat = 3 s here). Not faster: at 300 ms
+ * heartbeats (900 ms leases) a loaded CI machine's Redis round trips (1.1–1.5 s measured at load
+ * 13) outlasted leases, and runs failed quota_lease_lost. Use it only where a test needs a run
+ * declared lost quickly.
  */
-export const FAST_LOSS_HOST_ENV = { HOST_HEARTBEAT_MS: "300", HOST_RUN_LOST_AFTER_MS: "1500", HOST_REAP_MS: "200" };
+export const FAST_LOSS_HOST_ENV = { HOST_HEARTBEAT_MS: "1000", HOST_RUN_LOST_AFTER_MS: "4000", HOST_REAP_MS: "200" };
 
 export interface StackHandle {
   readonly stack: Stack;

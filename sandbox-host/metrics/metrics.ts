@@ -137,7 +137,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   });
   const quotaLeasesLost = new Counter({
     name: "quota_leases_lost_total",
-    help: "Leases found purged on renewal (the holder stopped its model calls); nonzero means heartbeats were late",
+    help: "Leases lost while held: found purged on renewal, or past their local deadline at a model call (the holder stopped its model calls); nonzero means heartbeats or Redis were late",
     registers: [registry],
   });
   const sandboxesActive = new Gauge({

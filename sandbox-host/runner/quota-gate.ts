@@ -92,6 +92,9 @@ export function leaseRanOut(ctx: RunContext, run: ActiveRun, id: ExecutionIdenti
     ...runFields(id),
     holder: lease.holder,
   });
+  // Counted like a lease a renewal found purged (docs/observability.md): an acquire that came
+  // back past its deadline under load failed runs with this counter still at 0.
+  ctx.metrics?.quotaLeasesLost?.inc();
   run.loseLease();
   return true;
 }

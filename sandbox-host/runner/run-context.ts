@@ -45,6 +45,7 @@ export interface RunContext {
         | "modelRetryDelay"
         | "waitsStarted"
         | "waitDuration"
+        | "quotaLeasesLost"
       >
     >;
   /** Global model quota (named leases shared by every host); absent = no quota. */

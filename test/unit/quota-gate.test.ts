@@ -1,0 +1,50 @@
+/**
+ * The holder-side lease rule at a model call: a lease past its local deadline stops the run and
+ * is counted in quota_leases_lost_total, like one a renewal found purged (docs/observability.md
+ * documents both). An acquire answered past the deadline on a loaded machine once failed runs
+ * `quota_lease_lost` while that counter stayed 0.
+ */
+import { Counter, Registry } from "prom-client";
+import { describe, expect, it } from "vitest";
+import { leaseRanOut } from "../../sandbox-host/runner/quota-gate";
+import { ActiveRun, type RunContext } from "../../sandbox-host/runner/run-context";
+import type { ExecutionIdentity } from "../../src/domain/identity";
+
+const id: ExecutionIdentity = { jobId: "j", host: "h", epoch: 1, token: "t", executionId: "e" };
+const lease = { holder: "e:1" } as never;
+
+function setup(valid: boolean) {
+  const registry = new Registry();
+  const lost = new Counter({ name: "quota_leases_lost_total", help: "h", registers: [registry] });
+  const warnings: string[] = [];
+  const ctx = {
+    quota: { store: { isValid: () => valid } },
+    metrics: { quotaLeasesLost: lost },
+    log: { warn: (m: string) => warnings.push(m) },
+  } as unknown as RunContext;
+  const run = new ActiveRun({} as never);
+  return { ctx, run, registry, warnings };
+}
+
+const counted = async (registry: Registry) =>
+  (await registry.getSingleMetric("quota_leases_lost_total")?.get())?.values[0]?.value ?? 0;
+
+describe("leaseRanOut", () => {
+  it("a lease past its deadline stops the run's model calls and is counted as lost", async () => {
+    const { ctx, run, registry, warnings } = setup(false);
+    expect(leaseRanOut(ctx, run, id, lease)).toBe(true);
+    expect(run.abortReason).toBe("quota_lease_lost");
+    expect(run.abort.signal.aborted).toBe(true);
+    expect(await counted(registry)).toBe(1);
+    expect(warnings).toHaveLength(1);
+  });
+
+  it("a valid lease, no lease, or no quota at all: nothing stops and nothing is counted", async () => {
+    const { ctx, run, registry } = setup(true);
+    expect(leaseRanOut(ctx, run, id, lease)).toBe(false);
+    expect(leaseRanOut(ctx, run, id, null)).toBe(false);
+    expect(leaseRanOut({ ...ctx, quota: undefined }, run, id, lease)).toBe(false);
+    expect(run.abortReason).toBeNull();
+    expect(await counted(registry)).toBe(0);
+  });
+});

@@ -15,6 +15,7 @@ import { createInterface } from "node:readline";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { connectDocker } from "../sandbox-host/sandbox/docker";
+import { LABEL_HOST, LABEL_SANDBOX } from "../sandbox-host/sandbox/manager";
 import * as schema from "../src/db/schema";
 import { createApiKey, createTenant } from "../src/db/tenants-repo";
 import { applyMigrations } from "./migrate";
@@ -202,8 +203,17 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...extra,
     });
     const hosts: HostHandle[] = [];
+    // Runs after every host stopped (cleanups run in reverse): the sandboxes a host left behind
+    // when a test SIGKILLed it mid tool call. In production the restarted host or the janitor
+    // removes them; a test's stack goes away before either gets the chance.
+    const spawned = new Set<string>();
+    cleanups.push(async () => {
+      const left = await removeSandboxesOf(spawned);
+      if (left > 0) log("stack", `removed ${left} sandbox container(s) and network(s) left by killed hosts`);
+    });
     const addHost = async (extraEnv: Record<string, string> = {}) => {
       const h = await spawnHost(root, hostEnv(extraEnv), log);
+      spawned.add(h.id);
       hosts.push(h);
       cleanups.push(() => h.stop());
       return h;
@@ -323,6 +333,41 @@ async function scratchDir(): Promise<string> {
   } catch {
     return tmpdir();
   }
+}
+
+/** Remove every sandbox container and network labelled with one of `hostIds`; how many went. */
+async function removeSandboxesOf(hostIds: ReadonlySet<string>): Promise<number> {
+  if (hostIds.size === 0) return 0;
+  const docker = connectDocker();
+  const filters = JSON.stringify({ label: [`${LABEL_SANDBOX}=1`] });
+  let containers: Awaited<ReturnType<typeof docker.listContainers>>;
+  try {
+    containers = await docker.listContainers({ all: true, filters });
+  } catch {
+    return 0; // no Docker engine: no sandboxes either
+  }
+  const ours = (labels: Record<string, string> | undefined) => hostIds.has(labels?.[LABEL_HOST] ?? "");
+  let removed = 0;
+  for (const c of containers.filter((x) => ours(x.Labels))) {
+    await docker
+      .getContainer(c.Id)
+      .remove({ force: true })
+      .then(
+        () => removed++,
+        () => {},
+      );
+  }
+  const networks = await docker.listNetworks({ filters }).catch(() => []);
+  for (const n of networks.filter((x) => ours(x.Labels))) {
+    await docker
+      .getNetwork(n.Id)
+      .remove()
+      .then(
+        () => removed++,
+        () => {},
+      );
+  }
+  return removed;
 }
 
 async function ensureSandboxImage(log: (source: string, line: string) => void): Promise<void> {

@@ -110,7 +110,13 @@ export const mcpToolEntryName = (t: McpToolEntry): string => (typeof t === "stri
  */
 export const McpServerSchema = z
   .object({
-    name: text().regex(MCP_SERVER_NAME_RE, "must be 1-31 of a-z 0-9 _ - and start with a letter or digit"),
+    name: text()
+      .regex(MCP_SERVER_NAME_RE, "must be 1-31 of a-z 0-9 _ - and start with a letter or digit")
+      // `delegate_x` with a tool `t` is offered as `delegate_x__t`, which is also the delegate
+      // tool of an agent named `x__t`: the prefix belongs to the delegate tools.
+      .refine((n) => !n.startsWith(DELEGATE_TOOL_PREFIX), {
+        message: `must not start with "${DELEGATE_TOOL_PREFIX}" (the delegate tools' prefix)`,
+      }),
     url: text()
       .max(2048)
       .refine(

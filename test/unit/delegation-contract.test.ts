@@ -25,4 +25,16 @@ describe("agent definition: delegates", () => {
     expect(`${DELEGATE_TOOL_PREFIX}${longest}`.length).toBeLessThanOrEqual(64);
     expect(parse([`${longest}a`]).success).toBe(false);
   });
+
+  it("refuses an MCP server named with the delegate tools' prefix (its tools would shadow or be shadowed by a delegate)", () => {
+    const withServer = (name: string) =>
+      AgentDefinitionSchema.safeParse({
+        model: "m",
+        mcp_servers: [{ name, url: "https://mcp.example/mcp", tools: ["t"] }],
+      });
+    expect(withServer("delegate_x").success).toBe(false);
+    expect(withServer("delegate_x").error?.issues[0]?.message).toContain("delegate_");
+    expect(withServer("delegates-db").success).toBe(true);
+    expect(withServer("x").success).toBe(true);
+  });
 });

@@ -72,21 +72,23 @@ const child = (callId: string): ChildJob => ({
   timeoutMs: null,
   input: `task ${callId}`,
 });
+/** The suspension of a turn whose delegate calls create `children` (the first call is the wait's). */
+const delegateWait = (children: ChildJob[]) => ({
+  kind: "children" as const,
+  callId: children[0]?.callId as string,
+  tool: "delegate_worker",
+  arguments: { input: "x" },
+  question: null,
+  deadlineS: 3600,
+  onDeadline: "fail" as const,
+  checkpoint: { v: 1 },
+  children,
+});
 /** A running parent that suspends on `n` delegate calls; its children are claimed and started on `hosts`. */
 async function waitingParent(n: number, hosts: (i: number) => string = () => "h") {
   const parent = await runningJob();
   const kids = Array.from({ length: n }, (_, i) => child(`call${i}`));
-  const s = await suspendJob(db(), parent, {
-    kind: "children",
-    callId: "call0",
-    tool: "delegate_worker",
-    arguments: { input: "x" },
-    question: null,
-    deadlineS: 3600,
-    onDeadline: "fail",
-    checkpoint: { v: 1 },
-    children: kids,
-  });
+  const s = await suspendJob(db(), parent, delegateWait(kids));
   expect(s.suspended).toBe(true);
   const running: ExecutionIdentity[] = [];
   for (const [i, k] of kids.entries()) running.push(await start(k.id, hosts(i)));
@@ -302,17 +304,7 @@ describe("the locks around a parent waiting on its children", () => {
       const root = await waitingParent(3);
       const mid = root.kids[0] as ExecutionIdentity;
       const kids = [child("g0"), child("g1"), child("g2")];
-      const s = await suspendJob(db(), mid, {
-        kind: "children",
-        callId: "g0",
-        tool: "delegate_worker",
-        arguments: { input: "x" },
-        question: null,
-        deadlineS: 3600,
-        onDeadline: "fail",
-        checkpoint: { v: 1 },
-        children: kids,
-      });
+      const s = await suspendJob(db(), mid, delegateWait(kids));
       expect(s.suspended).toBe(true);
       const leaves = [...root.kids.slice(1)];
       for (const k of kids) leaves.push(await start(k.id));

@@ -28,9 +28,14 @@ export function Inspector({ jobId }: { jobId: string }) {
     setError(null);
     setUpTo(null);
     const got: OffsetEvent[] = [];
+    // Every job read of this effect is bound to its signal and checked after it: a read of the
+    // job shown before (its terminal event's refresh) that answered after a click to another job
+    // put that job's view under this one's heading (a browser test saw a child inspector showing
+    // its parent's facts).
+    const show = (v: JobView) => ctl.signal.aborted || setJob(v);
     client
       .get(jobId, { signal: ctl.signal })
-      .then(setJob)
+      .then(show)
       .catch((err) => ctl.signal.aborted || setError((err as Error).message));
     (async () => {
       for await (const { id, event } of client.events(jobId, { signal: ctl.signal })) {
@@ -38,7 +43,7 @@ export function Inspector({ jobId }: { jobId: string }) {
         setEvents([...got]);
         // The job view changes at the end, and at a wait (`waiting_for`) and its resume.
         if (isTerminal(event.type) || event.type === "run.suspended" || event.type === "run.resumed")
-          void client.get(jobId).then(setJob, () => {});
+          void client.get(jobId, { signal: ctl.signal }).then(show, () => {});
       }
     })().catch((err) => ctl.signal.aborted || setError(`events: ${(err as Error).message}`));
     return () => ctl.abort();

@@ -124,7 +124,7 @@ describe.runIf(canRun)("web console: sub-agents in the run inspector", () => {
     await expect.poll(() => page.locator("h2 code").textContent(), { timeout: 20_000 }).toBe(childId);
     await expect.poll(() => page.getByTestId("inspector-state").textContent(), { timeout: 20_000 }).toBe("completed");
     const meta = page.getByTestId("inspector-state").locator("xpath=..");
-    expect(await meta.textContent()).toContain(`delegated by ${parentId.slice(0, 8)} (depth 1)`);
+    await expect.poll(() => meta.textContent()).toContain(`delegated by ${parentId.slice(0, 8)} (depth 1)`);
     const back = meta.getByRole("link", { name: parentId.slice(0, 8) });
     expect(await back.getAttribute("href")).toBe(`#/jobs/${parentId}`);
     // A leaf has no child jobs.

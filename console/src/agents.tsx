@@ -8,47 +8,9 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { TOOL_NAMES } from "../../src/contracts/tools";
 import { type AgentDefinitionInput, type AgentView, client, type ModelView, newConversationId } from "./api";
 import { setConversationAgent } from "./chat";
+import { day, usePaged } from "./list";
 
 const PAGE = 20;
-
-/** Cursor paging as in the jobs list: the cursors of the pages so far, null for the first. */
-function usePaged<T>(
-  load: (cursor: string | undefined) => Promise<{ items: T[]; next_cursor: string | null }>,
-  deps: unknown[],
-) {
-  const [cursors, setCursors] = useState<Array<string | null>>([null]);
-  const [page, setPage] = useState<{ items: T[]; next_cursor: string | null } | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const cursor = cursors.at(-1) ?? null;
-  useEffect(() => setCursors([null]), deps);
-  useEffect(() => {
-    let live = true;
-    setPage(null);
-    setError(null);
-    load(cursor ?? undefined)
-      .then((p) => live && setPage(p))
-      .catch((err) => live && setError((err as Error).message));
-    return () => {
-      live = false;
-    };
-  }, [cursor, ...deps]);
-  const pager = (
-    <>
-      <button type="button" disabled={cursors.length < 2} onClick={() => setCursors(cursors.slice(0, -1))}>
-        Previous
-      </button>
-      <button
-        type="button"
-        disabled={!page?.next_cursor}
-        onClick={() => page?.next_cursor && setCursors([...cursors, page.next_cursor])}
-      >
-        Next
-      </button>
-      <span class="muted">page {cursors.length}</span>
-    </>
-  );
-  return { page, error, pager };
-}
 
 type AgentTools = AgentView["tools"];
 /** A tool entry is a name or `{name, requires_approval}` (the approval gate, docs/api.md). */
@@ -56,8 +18,6 @@ const toolName = (t: AgentTools[number]) => (typeof t === "string" ? t : t.name)
 const toolLabel = (t: AgentTools[number]) =>
   typeof t !== "string" && t.requires_approval ? `${t.name} (needs approval)` : toolName(t);
 const toolList = (tools: AgentTools) => (tools.length ? tools.map(toolLabel).join(", ") : "none");
-
-const day = (iso: string) => iso.replace("T", " ").slice(0, 19);
 
 export function Agents() {
   const { page, error, pager } = usePaged<AgentView>(

@@ -1,8 +1,9 @@
 /** The tenant's jobs, newest first, with a state filter and cursor paging (GET /v1/jobs). */
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { JOB_STATES, type JobState } from "../../src/contracts/job-state";
 import { client, type JobView } from "./api";
 import { ms } from "./debug-panel";
+import { day, usePaged } from "./list";
 
 const PAGE = 20;
 /** The jobs table's word for what a waiting job waits for, by wait kind. */
@@ -10,24 +11,14 @@ const WAIT_VERB = { approval: "approve", input: "answer", children: "children of
 
 export function Jobs() {
   const [state, setState] = useState<JobState | "">("");
-  // The cursors of the pages before this one, so "Newer" can go back; null is the first page.
-  const [cursors, setCursors] = useState<Array<string | null>>([null]);
-  const [page, setPage] = useState<{ jobs: JobView[]; next_cursor: string | null } | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const cursor = cursors.at(-1) ?? null;
-
-  useEffect(() => {
-    let live = true;
-    setPage(null);
-    setError(null);
-    client
-      .list({ state: state || undefined, limit: PAGE, cursor: cursor ?? undefined })
-      .then((p) => live && setPage(p))
-      .catch((err) => live && setError((err as Error).message));
-    return () => {
-      live = false;
-    };
-  }, [state, cursor]);
+  const { page, error, pager } = usePaged<JobView>(
+    (cursor) =>
+      client
+        .list({ state: state || undefined, limit: PAGE, cursor })
+        .then((p) => ({ items: p.jobs, next_cursor: p.next_cursor })),
+    [state],
+    { back: "Newer", forward: "Older" },
+  );
 
   return (
     <div class="jobs">
@@ -38,10 +29,7 @@ export function Jobs() {
           <select
             data-testid="state-filter"
             value={state}
-            onChange={(e) => {
-              setState((e.target as HTMLSelectElement).value as JobState | "");
-              setCursors([null]);
-            }}
+            onChange={(e) => setState((e.target as HTMLSelectElement).value as JobState | "")}
           >
             <option value="">all</option>
             {JOB_STATES.map((s) => (
@@ -51,17 +39,7 @@ export function Jobs() {
             ))}
           </select>
         </label>
-        <button type="button" disabled={cursors.length < 2} onClick={() => setCursors(cursors.slice(0, -1))}>
-          Newer
-        </button>
-        <button
-          type="button"
-          disabled={!page?.next_cursor}
-          onClick={() => page?.next_cursor && setCursors([...cursors, page.next_cursor])}
-        >
-          Older
-        </button>
-        <span class="muted">page {cursors.length}</span>
+        {pager}
       </div>
       {error && (
         <p class="error" role="alert">
@@ -69,8 +47,8 @@ export function Jobs() {
         </p>
       )}
       {!page && !error && <p class="muted">loading…</p>}
-      {page && page.jobs.length === 0 && <p class="muted">no jobs</p>}
-      {page && page.jobs.length > 0 && (
+      {page && page.items.length === 0 && <p class="muted">no jobs</p>}
+      {page && page.items.length > 0 && (
         <div class="scroll">
           <table class="list" data-testid="jobs-table">
             <thead>
@@ -83,7 +61,7 @@ export function Jobs() {
               </tr>
             </thead>
             <tbody>
-              {page.jobs.map((j) => (
+              {page.items.map((j) => (
                 <tr key={j.id} data-job-id={j.id}>
                   <td>
                     <a href={`#/jobs/${j.id}`}>
@@ -101,7 +79,7 @@ export function Jobs() {
                   </td>
                   <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
                   <td>
-                    <time dateTime={j.created_at}>{j.created_at.replace("T", " ").slice(0, 19)}</time>
+                    <time dateTime={j.created_at}>{day(j.created_at)}</time>
                   </td>
                   <td>{ms(j.latency.total_latency_ms)}</td>
                 </tr>

@@ -15,9 +15,10 @@ import type { Db } from "../../src/db/client";
 import { requestTreeCancel, submitInput } from "../../src/db/control-repo";
 import { claimJob, type Finish, finishJobsMany, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
-import { type ChildJob, decideApproval, suspendJob } from "../../src/db/wait-repo";
+import { decideApproval, suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { startTestPostgres, type TestDb, testPool } from "../helpers/db";
+import { childJob, delegateWait } from "../helpers/delegation";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
 let t: TestDb;
@@ -62,32 +63,10 @@ async function runningJob(): Promise<ExecutionIdentity> {
   ]);
   return start(jobId);
 }
-const child = (callId: string): ChildJob => ({
-  id: randomUUID(),
-  callId,
-  agentName: "worker",
-  agentVersion: 1,
-  model: "m",
-  tools: [],
-  timeoutMs: null,
-  input: `task ${callId}`,
-});
-/** The suspension of a turn whose delegate calls create `children` (the first call is the wait's). */
-const delegateWait = (children: ChildJob[]) => ({
-  kind: "children" as const,
-  callId: children[0]?.callId as string,
-  tool: "delegate_worker",
-  arguments: { input: "x" },
-  question: null,
-  deadlineS: 3600,
-  onDeadline: "fail" as const,
-  checkpoint: { v: 1 },
-  children,
-});
 /** A running parent that suspends on `n` delegate calls; its children are claimed and started on `hosts`. */
 async function waitingParent(n: number, hosts: (i: number) => string = () => "h") {
   const parent = await runningJob();
-  const kids = Array.from({ length: n }, (_, i) => child(`call${i}`));
+  const kids = Array.from({ length: n }, (_, i) => childJob(`call${i}`));
   const s = await suspendJob(db(), parent, delegateWait(kids));
   expect(s.suspended).toBe(true);
   const running: ExecutionIdentity[] = [];
@@ -303,7 +282,7 @@ describe("the locks around a parent waiting on its children", () => {
       // running leaves end in one batch of one host while the root's tree is cancelled.
       const root = await waitingParent(3);
       const mid = root.kids[0] as ExecutionIdentity;
-      const kids = [child("g0"), child("g1"), child("g2")];
+      const kids = [childJob("g0"), childJob("g1"), childJob("g2")];
       const s = await suspendJob(db(), mid, delegateWait(kids));
       expect(s.suspended).toBe(true);
       const leaves = [...root.kids.slice(1)];

@@ -15,9 +15,10 @@ import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
-import { type ChildJob, suspendJob } from "../../src/db/wait-repo";
+import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { startTestPostgres, type TestDb } from "../helpers/db";
+import { childJob, delegateWait } from "../helpers/delegation";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
 let t: TestDb;
@@ -40,37 +41,16 @@ async function runningJob(): Promise<ExecutionIdentity> {
   await t.db.insert(jobs).values({ id: jobId, tenantId: "s1", input: { messages: [{ role: "user", content: "x" }] } });
   return start(jobId);
 }
-const child = (callId: string): ChildJob => ({
-  id: randomUUID(),
-  callId,
-  agentName: "worker",
-  agentVersion: 1,
-  model: "m",
-  tools: [],
-  timeoutMs: null,
-  input: `task ${callId}`,
-});
-const delegate = (children: ChildJob[]) => ({
-  kind: "children" as const,
-  callId: children[0]?.callId as string,
-  tool: "delegate_worker",
-  arguments: { input: "x" },
-  question: null,
-  deadlineS: 3600,
-  onDeadline: "fail" as const,
-  checkpoint: { v: 1 },
-  children,
-});
 const row = async (id: string) => (await t.db.select().from(jobs).where(eq(jobs.id, id)))[0];
 
 describe("sub-agents in Postgres", () => {
   it("the suspend inserts the turn's children (tenant, root, depth, parent execution); a fenced-out one inserts none", async () => {
     const parent = await runningJob();
-    const stale = [child("s1")];
-    expect((await suspendJob(t.db, { ...parent, token: randomUUID() }, delegate(stale))).suspended).toBe(false);
+    const stale = [childJob("s1")];
+    expect((await suspendJob(t.db, { ...parent, token: randomUUID() }, delegateWait(stale))).suspended).toBe(false);
     expect(await row(stale[0]?.id as string)).toBeUndefined();
-    const kids = [child("a"), child("b")];
-    expect((await suspendJob(t.db, parent, delegate(kids))).suspended).toBe(true);
+    const kids = [childJob("a"), childJob("b")];
+    expect((await suspendJob(t.db, parent, delegateWait(kids))).suspended).toBe(true);
     for (const k of kids) {
       expect(await row(k.id)).toMatchObject({
         state: "queued",
@@ -96,8 +76,8 @@ describe("sub-agents in Postgres", () => {
       status: "requested",
       requested: [parent.jobId],
     });
-    const kids = [child("a"), child("b")];
-    expect(await suspendJob(t.db, parent, delegate(kids))).toEqual({ suspended: false, cancelRequested: true });
+    const kids = [childJob("a"), childJob("b")];
+    expect(await suspendJob(t.db, parent, delegateWait(kids))).toEqual({ suspended: false, cancelRequested: true });
     for (const k of kids) expect(await row(k.id), `child ${k.callId}`).toBeUndefined();
     const n = await t.pool.query<{ n: string }>("select count(*) as n from jobs where parent_job_id = $1", [
       parent.jobId,
@@ -109,8 +89,8 @@ describe("sub-agents in Postgres", () => {
   it("siblings ending at the same moment re-queue the parent exactly once, after the last", async () => {
     for (let round = 0; round < 10; round++) {
       const parent = await runningJob();
-      const kids = [child("a"), child("b"), child("c")];
-      await suspendJob(t.db, parent, delegate(kids));
+      const kids = [childJob("a"), childJob("b"), childJob("c")];
+      await suspendJob(t.db, parent, delegateWait(kids));
       const ids = [];
       for (const k of kids) ids.push(await start(k.id));
       // The first ends alone; the last two end in concurrent transactions.
@@ -140,8 +120,8 @@ describe("sub-agents in Postgres", () => {
 
   it("a child ending after its parent was cancelled is not delivered: the parent stays cancelled", async () => {
     const parent = await runningJob();
-    const kids = [child("a")];
-    await suspendJob(t.db, parent, delegate(kids));
+    const kids = [childJob("a")];
+    await suspendJob(t.db, parent, delegateWait(kids));
     const k = await start(kids[0]?.id as string);
     expect(await requestTreeCancel(t.db, "s1", parent.jobId)).toEqual({ status: "cancelled", requested: [k.jobId] });
     expect((await row(k.jobId))?.cancelRequestedAt).not.toBeNull();
@@ -157,11 +137,11 @@ describe("sub-agents in Postgres", () => {
 
   it("the subtree cancel covers grandchildren in one statement: queued ones cancelled, running ones requested", async () => {
     const root = await runningJob();
-    const kids = [child("a"), child("b")];
-    await suspendJob(t.db, root, delegate(kids));
+    const kids = [childJob("a"), childJob("b")];
+    await suspendJob(t.db, root, delegateWait(kids));
     const mid = await start(kids[0]?.id as string);
-    const grand = [child("g")];
-    await suspendJob(t.db, mid, delegate(grand));
+    const grand = [childJob("g")];
+    await suspendJob(t.db, mid, delegateWait(grand));
     const g = await start(grand[0]?.id as string);
     expect(await row(g.jobId)).toMatchObject({ depth: 2, rootJobId: root.jobId });
     const r = await requestTreeCancel(t.db, "s1", root.jobId);
@@ -174,11 +154,11 @@ describe("sub-agents in Postgres", () => {
 
   it("getTree is the tenant's: another tenant asking for its root or a node inside it gets null; any case of the id names the node", async () => {
     const root = await runningJob();
-    const kids = [child("a")];
-    await suspendJob(t.db, root, delegate(kids));
+    const kids = [childJob("a")];
+    await suspendJob(t.db, root, delegateWait(kids));
     const mid = await start(kids[0]?.id as string);
-    const grand = [child("g")];
-    await suspendJob(t.db, mid, delegate(grand));
+    const grand = [childJob("g")];
+    await suspendJob(t.db, mid, delegateWait(grand));
     const tree = await getTree(t.db, "s1", root.jobId);
     expect(tree?.children.map((c) => c.id)).toEqual([mid.jobId]);
     expect(tree?.children[0]?.children.map((c) => c.id)).toEqual([grand[0]?.id]);

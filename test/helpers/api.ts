@@ -1,5 +1,7 @@
 /** A thin client for the public API used by the end-to-end tests. */
+import { expect } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
+import { waitFor } from "../../tools/services/ports";
 
 export interface ApiResponse<T = Record<string, unknown>> {
   status: number;
@@ -51,3 +53,34 @@ export const longRunMessage = () =>
   userMessage(
     `!mock ${JSON.stringify({ reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(" "), tokens_per_s: 10 })}`,
   );
+
+/**
+ * Agents and their jobs through the API, as the stack tests drive them: define an agent on the
+ * stack's model (201), submit a job naming it (202), read a job, wait for it to leave
+ * queued/running/waiting.
+ */
+export function agentJobs<J extends { id: string; state: string }>(
+  api: () => ReturnType<typeof apiClient>,
+  modelName: () => string,
+) {
+  const defineAgent = async (name: string, def: Record<string, unknown>) => {
+    const r = await api().call("POST", "/v1/agents", { name, model: modelName(), ...def });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+  };
+  const submit = async (agent: string, body: Record<string, unknown>) => {
+    const r = await api().call<{ job: J }>("POST", "/v1/jobs", { agent, ...body });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    return r.body.job.id;
+  };
+  const job = async (id: string) => (await api().call<{ job: J }>("GET", `/v1/jobs/${id}`)).body.job;
+  const finished = (id: string, timeoutMs = 60_000) =>
+    waitFor(
+      `job ${id} to finish`,
+      async () => {
+        const j = await job(id);
+        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
+      },
+      { timeoutMs, intervalMs: 100 },
+    );
+  return { defineAgent, submit, job, finished };
+}

@@ -16,7 +16,7 @@ import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../sr
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
 import type { Stack } from "../../tools/stack";
-import { apiClient } from "../helpers/api";
+import { agentJobs, apiClient, userMessage } from "../helpers/api";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
@@ -112,28 +112,9 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     hostEnv: { ...FAST_LOSS_HOST_ENV, HOST_MAX_RUNS: "1", HOST_CLAIM_TIMEOUT_MS: "3000" },
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
-  const defineAgent = async (name: string, def: Record<string, unknown>) => {
-    const r = await api().call("POST", "/v1/agents", { name, model: t.stack.modelName, ...def });
-    expect(r.status, JSON.stringify(r.body)).toBe(201);
-  };
-  const submit = async (agent: string, content: string) => {
-    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
-      agent,
-      input: { messages: [{ role: "user", content }] },
-    });
-    expect(r.status, JSON.stringify(r.body)).toBe(202);
-    return r.body.job.id;
-  };
-  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
-  const finished = (id: string, timeoutMs = 60_000) =>
-    waitFor(
-      `job ${id} to finish`,
-      async () => {
-        const j = await job(id);
-        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
-      },
-      { timeoutMs, intervalMs: 100 },
-    );
+  const jobs = agentJobs<JobView>(api, () => t.stack.modelName);
+  const { defineAgent, finished } = jobs;
+  const submit = (agent: string, content: string) => jobs.submit(agent, userMessage(content));
   const children = async (parent: string) =>
     (
       await t.pool.query<{

@@ -16,7 +16,7 @@ import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/services/ports";
-import { apiClient } from "../helpers/api";
+import { agentJobs, apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
@@ -60,16 +60,8 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
 
-  const defineAgent = async (name: string, def: Record<string, unknown>) => {
-    const r = await api().call("POST", "/v1/agents", { name, model: t.stack.modelName, ...def });
-    expect(r.status, JSON.stringify(r.body)).toBe(201);
-  };
-  const submit = async (agent: string, body: Record<string, unknown>) => {
-    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", { agent, ...body });
-    expect(r.status, JSON.stringify(r.body)).toBe(202);
-    return r.body.job.id;
-  };
-  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const jobs = agentJobs<JobView>(api, () => t.stack.modelName);
+  const { defineAgent, submit, job } = jobs;
   const waiting = (id: string, timeoutMs = 30_000) =>
     waitFor(
       `job ${id} to wait`,
@@ -81,15 +73,7 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
       },
       { timeoutMs, intervalMs: 50 },
     );
-  const finished = (id: string, timeoutMs = 40_000) =>
-    waitFor(
-      `job ${id} to finish`,
-      async () => {
-        const j = await job(id);
-        return ["queued", "running", "waiting"].includes(j.state) ? null : j;
-      },
-      { timeoutMs, intervalMs: 100 },
-    );
+  const finished = (id: string, timeoutMs = 40_000) => jobs.finished(id, timeoutMs);
   const events = (id: string) => api().events(id);
   /**
    * Where a set of jobs is, for a failure message: how many per state, owner and error code, the

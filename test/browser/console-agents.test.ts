@@ -1,28 +1,16 @@
-/**
- * The console's Agents page and agent runs, in Debian's Chromium against the real stack
- * (Postgres, Redis, workerd serving the built console, a sandbox-host, the mock model): an agent
- * created with the console's form runs from the chat, and what the answer's footer and the run
- * inspector show (agent@version, tokens, the structured answer) is what the API's job view says;
- * a version made in the console is what the next message runs; archive takes it off the list.
- *
- * CONSOLE_SCREENSHOTS=<dir> also saves PNGs of the pages here (for review; nothing compares them).
- */
-import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentView } from "../../src/contracts/agent";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) &&
   (await requireBinary(CHROMIUM, "apt-get install chromium"));
-const SHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 /** With a response_format the mock model answers the schema's minimal instance, an object with a string `label`. */
 const SCHEMA = { type: "object", properties: { label: { type: "string" } }, required: ["label"] };
@@ -31,28 +19,20 @@ describe.runIf(canRun)("web console: agents", () => {
   // MCP on at the gateway, so an agent with mcp_servers can be defined (no server is called here).
   const t = useStack({ hosts: 1, gatewayVars: { MCP_ALLOWED_URLS: "https://mcp.example.com/" } });
   let chrome: BrowserHandle;
+  const { open, shoot } = consolePages(
+    () => chrome,
+    () => t.stack.gatewayUrl,
+    () => t.stack.apiKey,
+  );
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
 
   beforeAll(async () => {
     chrome = await startBrowser();
-    if (SHOTS) await mkdir(SHOTS, { recursive: true });
   }, 60_000);
   afterAll(async () => {
     await chrome?.close();
   });
-
-  async function open(path: string, width = 1100): Promise<Page> {
-    const page = await chrome.browser.contexts()[0]!.newPage();
-    await page.setViewportSize({ width, height: 900 });
-    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
-    await page.goto(`${t.stack.gatewayUrl}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
-    return page;
-  }
-
-  async function shoot(page: Page, name: string, fullPage = false) {
-    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
-  }
 
   /** Creates an agent with the console's form; returns once its page shows version 1. */
   async function createInConsole(page: Page, name: string, opts: { instructions: string; format?: object }) {

@@ -1,22 +1,10 @@
-/**
- * Approvals and questions in the console, in Debian's Chromium against the real stack (Postgres,
- * Redis, workerd serving the built console, a sandbox-host running Docker sandboxes, the mock
- * model scripting the tool call): an agent whose `shell` needs approval is run from the chat, the
- * card shows the call, it is approved by keyboard and the answer finishes in the same bubble with
- * the tool run once; a denial from the run inspector reaches the model with its note; an
- * `ask_user` question is answered from the chat; the Agents form sets both gates.
- *
- * CONSOLE_SCREENSHOTS=<dir> also saves PNGs of the cards (for review; nothing compares them).
- */
-import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentView } from "../../src/contracts/agent";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
@@ -26,7 +14,6 @@ const canRun =
   (await requireBinary(CHROMIUM, "apt-get install chromium"));
 /** An approved `shell` call runs in a Docker sandbox; without an engine only those tests are skipped. */
 const docker = canRun ? await requireDocker() : null;
-const SHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 const mock = (script: unknown) => `!mock ${JSON.stringify(script)}`;
 const shellCall = (command: string) => mock({ tool_calls: [{ name: "shell", args: { command } }] });
@@ -34,6 +21,11 @@ const shellCall = (command: string) => mock({ tool_calls: [{ name: "shell", args
 describe.runIf(canRun)("web console: approvals and questions", () => {
   const t = useStack({ hosts: 1 });
   let chrome: BrowserHandle;
+  const { open, shoot } = consolePages(
+    () => chrome,
+    () => t.stack.gatewayUrl,
+    () => t.stack.apiKey,
+  );
   let seq = 0;
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
@@ -48,7 +40,6 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
 
   beforeAll(async () => {
     chrome = await startBrowser();
-    if (SHOTS) await mkdir(SHOTS, { recursive: true });
   }, 60_000);
   afterAll(async () => {
     await chrome?.close();
@@ -60,18 +51,6 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
     expect(r.status, JSON.stringify(r.body)).toBe(201);
     return name;
   };
-
-  async function open(path: string, width = 1100): Promise<Page> {
-    const page = await chrome.browser.contexts()[0]!.newPage();
-    await page.setViewportSize({ width, height: 900 });
-    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
-    await page.goto(`${t.stack.gatewayUrl}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
-    return page;
-  }
-
-  async function shoot(page: Page, name: string, fullPage = false) {
-    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
-  }
 
   /** Opens a new conversation with the agent picked, and sends one message; returns its job id. */
   async function chatWith(agent: string, text: string): Promise<{ page: Page; jobId: string }> {

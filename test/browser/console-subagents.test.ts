@@ -1,28 +1,14 @@
-/**
- * Sub-agents in the run inspector, in Debian's Chromium against the real stack (Postgres, Redis,
- * workerd serving the built console, a sandbox-host, the mock model scripting two delegate calls):
- * a `boss` agent delegating to `worker` completes; the parent's inspector lists exactly the child
- * jobs `GET /v1/jobs/{id}/tree` has, each `completed`; a child's link opens its inspector, which
- * says "delegated by" with a link back to the parent; axe-core finds no serious or critical
- * violation there, wide and narrow.
- *
- * CONSOLE_SCREENSHOTS=<dir> also saves PNGs of both inspectors (for review; nothing compares them).
- */
-import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
-import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) &&
   (await requireBinary(CHROMIUM, "apt-get install chromium"));
-const SHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface TreeNode {
   id: string;
@@ -36,28 +22,20 @@ const mock = (script: unknown) => `!mock ${JSON.stringify(script)}`;
 describe.runIf(canRun)("web console: sub-agents in the run inspector", () => {
   const t = useStack({ hosts: 1 });
   let chrome: BrowserHandle;
+  const { open, shoot } = consolePages(
+    () => chrome,
+    () => t.stack.gatewayUrl,
+    () => t.stack.apiKey,
+  );
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
 
   beforeAll(async () => {
     chrome = await startBrowser();
-    if (SHOTS) await mkdir(SHOTS, { recursive: true });
   }, 60_000);
   afterAll(async () => {
     await chrome?.close();
   });
-
-  async function open(path: string, width = 1100): Promise<Page> {
-    const page = await chrome.browser.contexts()[0]!.newPage();
-    await page.setViewportSize({ width, height: 900 });
-    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
-    await page.goto(`${t.stack.gatewayUrl}/#key=${encodeURIComponent(t.stack.apiKey)}&next=${path}`);
-    return page;
-  }
-
-  async function shoot(page: Page, name: string, fullPage = false) {
-    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
-  }
 
   it("the parent's inspector lists the tree's children as completed; a child links back to its parent", async () => {
     const worker = `worker-${process.pid}`;

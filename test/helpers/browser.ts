@@ -5,11 +5,11 @@
  * machine has (`.ci/run` installs it from apt). CHROMIUM overrides the binary.
  */
 import { spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { type Browser, chromium } from "playwright-core";
+import { type Browser, chromium, type Page } from "playwright-core";
 import { killOnExit, stopProcessGroup } from "../../tools/services/process";
 
 export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -63,4 +63,30 @@ export async function startBrowser(): Promise<BrowserHandle> {
       await rm(profile, { recursive: true, force: true });
     },
   };
+}
+
+/** Where CONSOLE_SCREENSHOTS asks the console tests to save their screenshots (unset: none). */
+export const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
+
+/**
+ * The console as a signed-in user sees it: `open` a route in a new page of `browser()` signed in
+ * with the key through the URL fragment (never a request), page errors printed; `shoot` saves a
+ * PNG when SCREENSHOTS is set.
+ */
+export function consolePages(browser: () => BrowserHandle, gatewayUrl: () => string, apiKey: () => string) {
+  async function open(path: string, width = 1100): Promise<Page> {
+    const context = browser().browser.contexts()[0];
+    if (!context) throw new Error("the browser has no context");
+    const page = await context.newPage();
+    await page.setViewportSize({ width, height: 900 });
+    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
+    await page.goto(`${gatewayUrl()}/#key=${encodeURIComponent(apiKey())}&next=${path}`);
+    return page;
+  }
+  async function shoot(page: Page, name: string, fullPage = false) {
+    if (!SCREENSHOTS) return;
+    await mkdir(SCREENSHOTS, { recursive: true });
+    await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
+  }
+  return { open, shoot };
 }

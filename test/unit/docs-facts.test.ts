@@ -6,8 +6,8 @@
  * tools/README.md against the files under tools/. Also one number two modules used to disagree
  * on: the lease store's default heartbeat is the hosts' own.
  */
-import { readdirSync, readFileSync } from "node:fs";
-import { join, relative, resolve } from "node:path";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { hostConfigFromEnv } from "../../sandbox-host/config";
 import { createLeaseStore } from "../../src/quota/lease-store";
@@ -62,10 +62,11 @@ function boundClasses(): Record<string, string[]> {
   return out;
 }
 
+/** Every file under `dir`, by its path there. */
 function walk(dir: string): string[] {
-  return readdirSync(join(ROOT, dir), { recursive: true, withFileTypes: true })
-    .filter((e) => e.isFile())
-    .map((e) => relative(join(ROOT, dir), join(e.parentPath, e.name)));
+  return readdirSync(join(ROOT, dir), { recursive: true, encoding: "utf8" }).filter((f) =>
+    statSync(join(ROOT, dir, f)).isFile(),
+  );
 }
 
 describe("docs/architecture.md against the code", () => {

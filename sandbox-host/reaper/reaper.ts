@@ -1,12 +1,10 @@
 /**
- * The host's reaper: idempotent CAS SQL (src/db/reaper-repo.ts) run on a jittered interval by
- * every host, so recovery never depends on one particular host being alive (with no host alive at
- * all, the Worker's cron backstop, workers/cron/reaper-backstop.ts, runs the same statements every
- * minute). Each pass:
- *  - releases claims that never reached `started` within the claim timeout, and re-indexes them;
- *  - ends waits past their deadline (denied and re-queued and re-indexed, or failed
- *    `approval_expired`, as the agent configured);
- *  - marks silent runs `lost` and overdue runs `timed_out` (never re-run);
+ * The host's reaper: runs the recovery pass (src/db/recovery-pass.ts: idempotent CAS SQL) on a
+ * jittered interval on every host, so recovery never depends on one particular host being alive
+ * (with no host alive at all, the Worker's cron backstop, workers/cron/reaper-backstop.ts, runs
+ * the same pass every minute). Each pass:
+ *  - releases stale claims, ends waits past their deadline, and marks silent runs `lost` and
+ *    overdue runs `timed_out` (the recovery pass), re-indexing what it re-queued;
  *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data
  *    (detected by a marker key the rebuild sets: FLUSHALL or a restart without persistence
  *    removes it);
@@ -20,11 +18,12 @@
  * idleness. A host without runs in a busy fleet also looks now and then, to learn when it is over.
  */
 import type { Db } from "../../src/db/client";
-import { fleetWork, readyJobs, reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
+import { fleetWork, readyJobs } from "../../src/db/reaper-repo";
+import { recoveryPass } from "../../src/db/recovery-pass";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
-import { expireWaits } from "../../src/db/wait-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
+import { indexReady } from "../../src/quota/ready-index";
 import type { Redis } from "../../src/quota/redis";
 import type { FleetActivity, FleetWork } from "../lifecycle/activity";
 import { PeriodicTask } from "../lifecycle/periodic";
@@ -113,26 +112,15 @@ export class Reaper implements Service {
   }
 
   private async reap(): Promise<void> {
-    const { db, log } = this.opts;
+    const { db, log, claimTimeoutMs, runLostAfterMs } = this.opts;
     try {
-      const released = await releaseStaleClaims(db, this.opts.claimTimeoutMs);
-      if (released.length > 0) {
-        log.warn("released claims that never started", { jobs: released.map((r) => r.id) });
-        await this.index(released);
-      }
-      const expired = await expireWaits(db);
-      if (expired.requeued.length + expired.failed.length > 0) {
-        log.info("waits passed their deadline", { denied: expired.requeued.map((r) => r.id), failed: expired.failed });
-        await this.index(expired.requeued);
-      }
-      const reaped = await reapRuns(db, this.opts.runLostAfterMs);
-      for (const r of reaped) {
-        log.warn(`run ${r.state === "lost" ? "lost (owner stopped heartbeating)" : "timed out"}`, {
-          job_id: r.id,
-          execution_id: r.executionId,
-        });
-        this.opts.onReaped?.(r);
-      }
+      const { reaped } = await recoveryPass({
+        db,
+        log,
+        limits: { claimTimeoutMs, runLostAfterMs },
+        reindex: (jobs) => this.index(jobs),
+      });
+      for (const r of reaped) this.opts.onReaped?.(r);
     } catch (err) {
       log.warn("reaper pass failed", errorFields(err));
     }
@@ -166,9 +154,7 @@ export class Reaper implements Service {
     }
   }
 
-  private async index(jobs: Array<{ id: string; createdAt: Date }>): Promise<void> {
-    if (jobs.length === 0) return;
-    const [first, ...rest] = jobs.map((j) => ({ score: j.createdAt.getTime(), member: j.id }));
-    if (first) await this.opts.redis.zadd(this.opts.keys.readyIndex(), first, ...rest);
+  private index(jobs: Array<{ id: string; createdAt: Date }>): Promise<void> {
+    return indexReady(this.opts.redis, this.opts.keys.readyIndex(), jobs);
   }
 }

@@ -73,7 +73,7 @@ export class Runner {
   /** Quota leases held by runs here, renewed together (one Redis call per heartbeat). */
   private readonly leases = new Map<string, { lease: QuotaLease; onLost: () => void }>();
   private readonly ctx: RunContext;
-  /** One heartbeat statement for every started run, every ~heartbeatMs (fixed delay, ±10%). */
+  /** One heartbeat statement for every started run, every ~heartbeatMs (fixed rate, ±10%: see the constructor). */
   readonly heartbeats: PeriodicTask;
   /**
    * Cancel watch: every ~200 ms one batched Redis read of the hint keys of all runs here, and

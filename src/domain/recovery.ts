@@ -4,7 +4,10 @@
  * stale, sooner than the hosts would, so both sides read the same numbers from here.
  */
 
-/** How often a host heartbeats its runs (HOST_HEARTBEAT_MS). */
+/**
+ * How often a host heartbeats its runs (HOST_HEARTBEAT_MS); also the lease store's default
+ * (src/quota/lease-store.ts), whose lease timeout is three of these.
+ */
 export const DEFAULT_HEARTBEAT_MS = 2000;
 
 /** A claim not started within this is released (HOST_CLAIM_TIMEOUT_MS, REAPER_CLAIM_TIMEOUT_MS). */

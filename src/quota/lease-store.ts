@@ -12,6 +12,7 @@
  * later than the server-side expiry, so a holder paused past its lease (SIGSTOP, a blocked event
  * loop) knows it is lost before its next model call, without asking Redis.
  */
+import { DEFAULT_HEARTBEAT_MS } from "../domain/recovery";
 import { type BreakerOptions, type BreakerSnapshot, CircuitBreaker } from "./breaker";
 import { QuotaProtocolError, QuotaUnavailableError } from "./errors";
 import { type RedisKeys, redisKeys } from "./keys";
@@ -67,7 +68,7 @@ export interface LeaseStoreStats {
 }
 
 export interface LeaseStoreOptions {
-  /** Host heartbeat interval (default 5000 ms). */
+  /** Host heartbeat interval (default: the hosts' own, DEFAULT_HEARTBEAT_MS, src/domain/recovery.ts). */
   heartbeatIntervalMs?: number;
   /** Lease timeout (default 3 × heartbeat interval: two heartbeats may be late or lost). */
   leaseTimeoutMs?: number;
@@ -108,7 +109,7 @@ export function createLeaseStore(
   opts: LeaseStoreOptions = {},
 ): LeaseStore {
   const runner = isLuaRunner(redis) ? redis : upstashLuaRunner(redis);
-  const heartbeatIntervalMs = opts.heartbeatIntervalMs ?? 5000;
+  const heartbeatIntervalMs = opts.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_MS;
   const leaseTimeoutMs = opts.leaseTimeoutMs ?? 3 * heartbeatIntervalMs;
   const waiterTimeoutMs = opts.waiterTimeoutMs ?? leaseTimeoutMs;
   if (!(leaseTimeoutMs > 0) || !(waiterTimeoutMs > 0)) throw new RangeError("lease and waiter timeouts must be > 0");

@@ -1,17 +1,18 @@
 /**
  * The Worker's cron backstop (workers/scheduled.ts) ends jobs with no sandbox-host alive: a stack
  * with zero hosts, jobs left behind by a host that died (a silent run, an overdue run, a claim
- * that never started, a wait past its deadline), and the gateway's scheduled handler fired in workerd through Miniflare's
- * trigger route, the way Cloudflare's cron trigger would call it.
+ * that never started, a wait past its deadline, re-indexed once re-queued), and the gateway's
+ * scheduled handler fired in workerd through Miniflare's trigger route, the way Cloudflare's cron
+ * trigger would call it.
  */
-import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
 import type { Db } from "../../src/db/client";
-import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
-import { suspendJob } from "../../src/db/wait-repo";
+import { redisKeys } from "../../src/quota/keys";
+import { createRedisClient } from "../../src/quota/redis";
 import { apiClient, userMessage } from "../helpers/api";
+import { claimAsDeadHost, waitAsDeadHost } from "../helpers/dead-host";
 import { useStack } from "../helpers/stack";
 
 describe("the cron backstop with zero hosts", () => {
@@ -25,17 +26,6 @@ describe("the cron backstop with zero hosts", () => {
     );
     expect(r.status).toBe(202);
     return r.body.job.id;
-  }
-
-  /** What a host that has since died did: claim (and maybe start) the job. */
-  async function claimAs(db: Db, jobId: string, start: boolean): Promise<void> {
-    const token = randomUUID();
-    const epoch = await claimJob(db, jobId, "dead-host", token);
-    expect(epoch).not.toBeNull();
-    if (start)
-      expect(
-        await markStarted(db, { jobId, host: "dead-host", epoch: epoch as number, token, executionId: randomUUID() }),
-      ).toBe(true);
   }
 
   async function states(
@@ -53,10 +43,10 @@ describe("the cron backstop with zero hosts", () => {
   it("marks the silent run lost, the overdue run timed_out, releases the stale claim, leaves a live run alone, and a watcher sees run.lost", async () => {
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;
     const [silent, overdue, staleClaim, live] = [await submit(), await submit(), await submit(), await submit()];
-    await claimAs(db, silent, true);
-    await claimAs(db, overdue, true);
-    await claimAs(db, staleClaim, false);
-    await claimAs(db, live, true);
+    await claimAsDeadHost(db, silent);
+    await claimAsDeadHost(db, overdue);
+    await claimAsDeadHost(db, staleClaim, false);
+    await claimAsDeadHost(db, live);
     // The dead host's last heartbeat was an hour ago; the overdue run is still heartbeating (its
     // host is a zombie that stopped enforcing the deadline) but is past its deadline; the claim
     // never reached `started`; the live run heartbeats now and has no deadline.
@@ -103,27 +93,13 @@ describe("the cron backstop with zero hosts", () => {
   it("ends waits past their deadline with no host alive: on_deadline deny re-queues with the denial, fail is approval_expired", async () => {
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;
     const [deny, fail, notYet] = [await submit(), await submit(), await submit()];
-    for (const [id, onDeadline, deadlineS] of [
-      [deny, "deny", 0.01],
-      [fail, "fail", 0.01],
-      [notYet, "fail", 3600],
-    ] as const) {
-      const token = randomUUID();
-      const epoch = (await claimJob(db, id, "dead-host", token)) as number;
-      const execution = { jobId: id, host: "dead-host", epoch, token, executionId: randomUUID() };
-      expect(await markStarted(db, execution)).toBe(true);
-      const suspended = await suspendJob(db, execution, {
-        kind: "approval",
-        callId: `call-${id}`,
-        tool: "shell",
-        arguments: {},
-        question: null,
-        deadlineS,
-        onDeadline,
-        checkpoint: { v: 1 },
-      });
-      expect(suspended.suspended).toBe(true);
-    }
+    await waitAsDeadHost(db, deny, "deny", 0.01);
+    await waitAsDeadHost(db, fail, "fail", 0.01);
+    await waitAsDeadHost(db, notYet, "fail", 3600);
+    // The submits indexed all three; drop the entries so the index shows what the pass re-indexed.
+    const redis = createRedisClient(t.stack.upstash);
+    const readyKey = redisKeys().readyIndex();
+    await redis.zrem(readyKey, deny, fail, notYet);
     await new Promise((r) => setTimeout(r, 50));
     const res = await fire();
     expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: "ok" });
@@ -133,6 +109,12 @@ describe("the cron backstop with zero hosts", () => {
     expect(after[notYet]).toMatchObject({ state: "waiting" });
     const decided = await t.pool.query("SELECT decision, decided_by FROM job_waits WHERE job_id = $1", [deny]);
     expect(decided.rows).toEqual([{ decision: "deny", decided_by: "deadline" }]);
+    // The re-queued job is re-indexed, as a host's reaper would (live hosts find it without a sweep).
+    expect(await Promise.all([deny, fail, notYet].map((id) => redis.zscore(readyKey, id)))).toEqual([
+      expect.any(Number),
+      null,
+      null,
+    ]);
   }, 60_000);
 
   it("purges a finished job past JOB_RETENTION_S with no host alive: afterwards it is 410 gone", async () => {

@@ -1,21 +1,23 @@
 /**
- * The reaper's recovery statements, run by the Worker's cron trigger so that ending a job never
- * depends on a live sandbox-host: with no host alive, a silent run still becomes `lost`, an
- * overdue one `timed_out`, a claim that never started is released, and a wait past its deadline
- * ends as the agent configured (denied and re-queued, or failed `approval_expired`).
+ * The recovery pass (src/db/recovery-pass.ts), run by the Worker's cron trigger so that ending a
+ * job never depends on a live sandbox-host: with no host alive, a silent run still becomes
+ * `lost`, an overdue one `timed_out`, a claim that never started is released, and a wait past its
+ * deadline ends as the agent configured (denied and re-queued, or failed `approval_expired`).
  *
- * These are the very statements every host's reaper runs (src/db/reaper-repo.ts). Each is one
- * conditional UPDATE that re-checks its condition on the row it changes (`state = 'running'` and
- * the heartbeat/deadline test; `state = 'queued'`, an owner, an old `claimed_at`, not started),
- * so the cron racing any number of hosts' reapers, or a run's owner, changes each row at most once:
- * the loser's UPDATE matches zero rows. Running it when there is nothing to do changes nothing.
+ * It is the very pass every host's reaper runs, so the cron racing any number of hosts' reapers,
+ * or a run's owner, changes each row at most once, and running it with nothing to do changes
+ * nothing. Like a host, it re-indexes what it re-queued, released claims and denied waits alike
+ * (it used to skip the waits): the cron fires whether or not hosts are alive, and a live host
+ * that cannot LISTEN (behind a Neon pooler URL, so no ear_ready NOTIFY reaches it) learns of a
+ * claimable job from the ready index, or else from its Postgres sweep seconds later. The write is
+ * one bounded Upstash command, sent only when something was re-queued; its failure is logged.
  *
- * It does not rebuild the ready index: that is an accelerator hosts keep for themselves, and with
- * no host alive there is nobody to wake.
+ * It does not rebuild the whole ready index: that is an accelerator hosts keep for themselves,
+ * and with no host alive there is nobody to wake.
  */
-import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
-import { expireWaits } from "../../src/db/wait-repo";
+import { recoveryPass } from "../../src/db/recovery-pass";
 import { redisKeys } from "../../src/quota/keys";
+import { indexReady } from "../../src/quota/ready-index";
 import { accelerate } from "../commands/redis-accelerator";
 import { callDependency } from "../deps";
 import { log } from "../log";
@@ -23,41 +25,34 @@ import type { BackstopTask } from "../scheduled";
 
 const keys = redisKeys();
 
+/** The pass's lines, marked as the cron's so they are told apart from the hosts' in one log view. */
+const cronLog = {
+  info: (msg: string, fields?: Record<string, unknown>) => log.info(`cron backstop: ${msg}`, fields),
+  warn: (msg: string, fields?: Record<string, unknown>) => log.warn(`cron backstop: ${msg}`, fields),
+};
+
 export const reaperBackstop: BackstopTask = {
   name: "reaper",
   async run({ config, deps }) {
-    const db = deps.db();
-    const released = await callDependency("postgres", () => releaseStaleClaims(db, config.backstop.claimTimeoutMs));
-    if (released.length > 0) {
-      log.warn("cron backstop released claims that never started", { jobs: released.map((r) => r.id) });
-      // Only a wake-up for hosts (they also sweep Postgres); a Redis failure is logged, not raised.
-      const [first, ...rest] = released.map((r) => ({ score: r.createdAt.getTime(), member: r.id }));
-      if (first)
-        await accelerate(deps, (redis) => redis.zadd(keys.readyIndex(), first, ...rest), {
-          msg: "released claims not re-indexed",
-          fields: { jobs: released.length },
-        });
-    }
-    const expired = await callDependency("postgres", () => expireWaits(db));
-    if (expired.requeued.length + expired.failed.length > 0) {
-      log.warn("cron backstop ended waits past their deadline", {
-        denied: expired.requeued.map((r) => r.id),
-        failed: expired.failed,
-      });
-    }
-    const reaped = await callDependency("postgres", () => reapRuns(db, config.backstop.runLostAfterMs));
-    for (const r of reaped) {
-      log.warn(`cron backstop: run ${r.state === "lost" ? "lost (owner stopped heartbeating)" : "timed out"}`, {
-        job_id: r.id,
-        execution_id: r.executionId,
-      });
-    }
+    const outcome = await callDependency("postgres", () =>
+      recoveryPass({
+        db: deps.db(),
+        log: cronLog,
+        limits: config.backstop,
+        // Only a wake-up for hosts (they also sweep Postgres); a Redis failure is logged, not raised.
+        reindex: (jobs) =>
+          accelerate(deps, (redis) => indexReady(redis, keys.readyIndex(), jobs), {
+            msg: "cron backstop: re-queued jobs not re-indexed",
+            fields: { jobs: jobs.length },
+          }),
+      }),
+    );
     return {
-      released: released.length,
-      lost: reaped.filter((r) => r.state === "lost").length,
-      timed_out: reaped.filter((r) => r.state === "timed_out").length,
-      waits_denied: expired.requeued.length,
-      waits_failed: expired.failed.length,
+      released: outcome.released.length,
+      lost: outcome.reaped.filter((r) => r.state === "lost").length,
+      timed_out: outcome.reaped.filter((r) => r.state === "timed_out").length,
+      waits_denied: outcome.waitsDenied.length,
+      waits_failed: outcome.waitsFailed.length,
     };
   },
 };

@@ -1,0 +1,140 @@
+/**
+ * The docs' mechanical facts, checked against the code they describe, so they cannot drift again
+ * unnoticed (issue 26 found each of these wrong): docs/architecture.md's parts table against the
+ * Durable Object classes workers/index.ts exports and wrangler.toml binds, each object's SQLite
+ * tables against its CREATE TABLE statements, the trigger count against drizzle/*.sql, and
+ * tools/README.md against the files under tools/. Also one number two modules used to disagree
+ * on: the lease store's default heartbeat is the hosts' own.
+ */
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import { hostConfigFromEnv } from "../../sandbox-host/config";
+import { createLeaseStore } from "../../src/quota/lease-store";
+import { createRedisClient } from "../../src/quota/redis";
+import { MINIMAL_HOST_ENV } from "../helpers/host-env";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const read = (file: string) => readFileSync(join(ROOT, file), "utf8");
+const architecture = read("docs/architecture.md");
+
+const NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"];
+/** The number a phrase like "the three triggers" names: the word `pattern` captures, as a number. */
+function namedCount(text: string, pattern: RegExp): number {
+  const word = pattern.exec(text)?.[1];
+  expect(word, `${pattern} is not in the text`).toBeDefined();
+  return NUMBER_WORDS.indexOf((word as string).toLowerCase());
+}
+
+/** The classes workers/index.ts re-exports from workers/durable-objects/. */
+function exportedObjects(): string[] {
+  const names = [...read("workers/index.ts").matchAll(/^export \{ (\w+) \} from "\.\/durable-objects\//gm)];
+  return names.map((m) => m[1] as string).sort();
+}
+
+/** The parts table's Durable Object rows: the class, its code files and the tables it names. */
+function objectRows(): Array<{ name: string; files: string[]; tables: string[] }> {
+  const rows = architecture.split("\n").filter((l) => /^\| `\w+` \(Durable Object/.test(l));
+  return rows.map((row) => {
+    const [first, code, owns] = row.split(" | ").map((c) => c.trim());
+    const name = /`(\w+)`/.exec(first ?? "")?.[1] as string;
+    // Files after the first are named relative to its folder (`event-log.ts`).
+    const named = [...(code ?? "").matchAll(/`([^`]+\.ts)`/g)].map((m) => m[1] as string);
+    const dir = (named[0] ?? "").replace(/[^/]+$/, "");
+    const files = named.map((f) => (f.includes("/") ? f : dir + f));
+    const list = /\(tables? ([^)]*)\)/.exec(owns ?? "")?.[1] ?? "";
+    const tables = [...list.matchAll(/`(\w+)`/g)].map((m) => m[1] as string).sort();
+    return { name, files, tables };
+  });
+}
+
+/** wrangler.toml's Durable Object bindings: the top level's, then each named environment's. */
+function boundClasses(): Record<string, string[]> {
+  const toml = read("wrangler.toml").replace(/^\s*#.*$/gm, "");
+  const parts = toml.split(/^\[env\.(\w+)\]$/m);
+  const out: Record<string, string[]> = {};
+  const classes = (text: string) => [...text.matchAll(/class_name = "(\w+)"/g)].map((m) => m[1] as string).sort();
+  out.top = classes(parts[0] as string);
+  for (let i = 1; i < parts.length; i += 2) out[parts[i] as string] = classes(parts[i + 1] as string);
+  out.migrations = [...toml.matchAll(/new_sqlite_classes = \[([^\]]*)\]/g)]
+    .flatMap((m) => [...(m[1] as string).matchAll(/"(\w+)"/g)].map((n) => n[1] as string))
+    .sort();
+  return out;
+}
+
+/** Every file under `dir`, by its path there. */
+function walk(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { recursive: true, encoding: "utf8" }).filter((f) =>
+    statSync(join(ROOT, dir, f)).isFile(),
+  );
+}
+
+describe("docs/architecture.md against the code", () => {
+  it("the parts table has a row for every Durable Object class workers/index.ts exports, and wrangler.toml binds each", () => {
+    const exported = exportedObjects();
+    expect(exported.length).toBeGreaterThan(0);
+    expect(
+      objectRows()
+        .map((r) => r.name)
+        .sort(),
+    ).toEqual(exported);
+    const bound = boundClasses();
+    expect(Object.keys(bound).sort()).toEqual(["migrations", "production", "staging", "top"]);
+    for (const [where, classes] of Object.entries(bound)) expect(classes, `wrangler.toml: ${where}`).toEqual(exported);
+    expect(
+      namedCount(architecture, /`workers\/index\.ts` — [^.]*?the (\w+) Durable\s+Object classes/),
+      "the reading order",
+    ).toBe(exported.length);
+  });
+
+  it("each Durable Object row names exactly the SQLite tables its files create", () => {
+    for (const row of objectRows()) {
+      const created = row.files
+        .flatMap((f) => [...read(f).matchAll(/CREATE TABLE IF NOT EXISTS (\w+)/g)].map((m) => m[1] as string))
+        .sort();
+      expect(row.tables, `${row.name} (${row.files.join(", ")})`).toEqual(created);
+    }
+    expect(objectRows().find((r) => r.name === "JobEventsObject")?.tables).toContain("trusted_generations");
+  });
+
+  it("the reading order counts the triggers drizzle/*.sql creates", () => {
+    const sql = readdirSync(join(ROOT, "drizzle"))
+      .filter((f) => f.endsWith(".sql"))
+      .map((f) => read(join("drizzle", f)).replace(/--.*$/gm, ""))
+      .join("\n");
+    const triggers = (sql.match(/CREATE TRIGGER/g) ?? []).length - (sql.match(/DROP TRIGGER/g) ?? []).length;
+    expect(triggers).toBeGreaterThan(0);
+    expect(namedCount(architecture, /`drizzle\/\*\.sql` for the (\w+) triggers/)).toBe(triggers);
+  });
+});
+
+describe("tools/README.md against tools/", () => {
+  const readme = read("tools/README.md");
+  const named = new Set([...readme.matchAll(/`([\w./-]+\.ts)`/g)].map((m) => m[1] as string));
+
+  it("names every file under tools/ by its path there", () => {
+    const files = walk("tools").filter((f) => f !== "README.md");
+    expect(files.length).toBeGreaterThan(10);
+    expect(files.filter((f) => !named.has(f))).toEqual([]);
+  });
+
+  it("every file its tables list first in a row exists", () => {
+    const listed = readme
+      .split("\n")
+      .filter((l) => l.startsWith("| `"))
+      .flatMap((l) => [...(l.split(" | ")[0] as string).matchAll(/`([\w./-]+\.ts)`/g)].map((m) => m[1] as string));
+    expect(listed.length).toBeGreaterThan(10);
+    const files = new Set(walk("tools"));
+    expect(listed.filter((f) => !files.has(f))).toEqual([]);
+  });
+});
+
+describe("heartbeat defaults", () => {
+  it("the lease store's default heartbeat is the hosts' default HOST_HEARTBEAT_MS", () => {
+    // Building a store sends nothing: the client only needs to exist.
+    const redis = createRedisClient({ url: "http://127.0.0.1:1", token: "unused" });
+    const store = createLeaseStore(redis, { acquire: "", renew: "", release: "" });
+    expect(store.heartbeatIntervalMs).toBe(hostConfigFromEnv(MINIMAL_HOST_ENV).heartbeatMs);
+    expect(store.leaseTimeoutMs).toBe(3 * store.heartbeatIntervalMs);
+  });
+});

@@ -53,7 +53,10 @@ describe("a fresh npm ci", () => {
   it("has every install script allowed or denied in allowScripts, and no entry for anything else", () => {
     const policy = pkg.allowScripts ?? {};
     const withScripts = new Set(installed.filter(({ entry }) => entry.hasInstallScript).map(({ name }) => name));
-    expect([...withScripts].filter((name) => !(name in policy)), "undecided").toEqual([]);
+    expect(
+      [...withScripts].filter((name) => !(name in policy)),
+      "undecided",
+    ).toEqual([]);
     expect(
       Object.keys(policy).filter((key) => !withScripts.has(key)),
       "entries matching no package with an install script (or pinned)",

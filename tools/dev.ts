@@ -2,7 +2,12 @@
  * `npm run dev`: the whole local stack in one command. Prints the gateway URL, the web console's
  * URL (signed in with the dev key) and a dev API key,
  * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
- * stops every child it started. Environment (all optional):
+ * stops every child it started and removes what it made outside .dev/.
+ *
+ * Its data stays in .dev/ across restarts: the embedded Postgres's data dir (.dev/postgres), the
+ * Durable Objects' state (.dev/durable-objects: a job's event log lives there, so a job kept in
+ * Postgres without it would have no stream) and the dev key (.dev/dev-key.json).
+ * `npm run dev -- --fresh` removes all three first and starts empty. Environment (all optional):
  *   DATABASE_URL                       use this Postgres instead of an embedded one
  *   REDIS_URL                          use this Redis (behind the local Upstash bridge)
  *   UPSTASH_REDIS_REST_URL/_TOKEN      use a real Upstash endpoint directly
@@ -15,15 +20,32 @@
  *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
+ *   DEV_DIR                            where the above lives (default .dev in the checkout)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
  *                                      tools/services/gateway.ts
  */
 import { readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { join, relative, resolve } from "node:path";
+import { ownShutdownSignals } from "./services/process";
 import { type Stack, startStack } from "./stack";
 
 const root = resolve(process.cwd());
+const env = process.env;
+const devDir = resolve(root, env.DEV_DIR || ".dev");
+/** What `--fresh` removes: the data a restart keeps. */
+const kept = {
+  postgres: join(devDir, "postgres"),
+  durableObjects: join(devDir, "durable-objects"),
+  keyFile: join(devDir, "dev-key.json"),
+};
+const args = process.argv.slice(2);
+const unknown = args.filter((a) => a !== "--fresh");
+if (unknown.length > 0) {
+  console.error(`unknown argument ${unknown[0]}: the one option is --fresh (start with empty data)`);
+  process.exit(2);
+}
+const fresh = args.includes("--fresh");
 /** The gateway variables a developer may set for `npm run dev` (workers/config.ts). */
 const GATEWAY_LIMIT_VARS = [
   "RATE_LIMIT_REQUESTS",
@@ -35,7 +57,6 @@ const GATEWAY_LIMIT_VARS = [
   "MCP_ALLOWED_URLS",
   "MCP_SECRET_NAMES",
 ] as const;
-const env = process.env;
 const started = Date.now();
 
 function intEnv(name: string): number | undefined {
@@ -54,11 +75,13 @@ function say(source: string, line: string) {
   console.log(`[${source}] ${line}`);
 }
 
+const stackFile = join(devDir, "stack.json");
+
 async function writeStackFile(stack: Stack) {
-  await mkdir(join(root, ".dev"), { recursive: true });
-  const tmp = join(root, ".dev", `stack.json.${process.pid}`);
+  await mkdir(devDir, { recursive: true });
+  const tmp = `${stackFile}.${process.pid}`;
   await writeFile(tmp, `${JSON.stringify(stack.describe(), null, 2)}\n`, { mode: 0o600 });
-  await rename(tmp, join(root, ".dev", "stack.json"));
+  await rename(tmp, stackFile);
 }
 
 /**
@@ -69,20 +92,20 @@ function consoleUrl(s: Stack): string {
   return `${s.gatewayUrl}/#key=${encodeURIComponent(s.apiKey)}`;
 }
 
-let stack: Stack | null = null;
+/** The start under way or done; a stop during a start waits for it (it cleans up after itself when it fails). */
+let starting: Promise<Stack> | null = null;
 let stopping = false;
 async function shutdown(code: number) {
   if (stopping) return;
   stopping = true;
   console.log("\nstopping the stack…");
-  await rm(join(root, ".dev", "stack.json"), { force: true });
+  await rm(stackFile, { force: true });
+  const stack = await starting?.catch(() => null);
   await stack?.stop();
   console.log("stopped.");
   process.exit(code);
 }
-process.on("SIGINT", () => void shutdown(0));
-process.on("SIGTERM", () => void shutdown(0));
-process.on("SIGHUP", () => void shutdown(0));
+ownShutdownSignals(() => void shutdown(0));
 watchLauncher(() => void shutdown(0));
 
 /**
@@ -114,9 +137,13 @@ try {
     throw new Error("set both UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN, or neither");
   }
   if (env.MODEL_BASE_URL && !env.MODEL_NAME) throw new Error("MODEL_BASE_URL is set: set MODEL_NAME too");
-  stack = await startStack({
+  if (fresh) for (const path of Object.values(kept)) await rm(path, { recursive: true, force: true });
+  starting = startStack({
     root,
     databaseUrl: env.DATABASE_URL || undefined,
+    postgresDataDir: kept.postgres,
+    persistTo: kept.durableObjects,
+    keyFile: kept.keyFile,
     redisUrl: env.REDIS_URL || undefined,
     upstash: env.UPSTASH_REDIS_REST_URL
       ? { url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN as string }
@@ -139,7 +166,8 @@ try {
     watchGateway: true,
     log: say,
   });
-  if (stopping) process.exit(0);
+  const stack = await starting;
+  if (stopping) await new Promise(() => {}); // the stop under way ends the process
   await writeStackFile(stack);
   for (const h of stack.hosts) {
     h.process.once("exit", (c, s) => {
@@ -154,7 +182,8 @@ edge agent runtime: local stack ready in ${seconds} s
   api key   ${stack.apiKey}   (tenant "${stack.tenantId}")
   model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
   hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}
-  details   .dev/stack.json
+  details   ${relative(root, stackFile)}
+  data      kept in ${relative(root, devDir)}/ across restarts (${fresh ? "started empty: --fresh" : "`npm run dev -- --fresh` starts empty"})
 
 try it:
   npm run demo -- "hello"

@@ -7,17 +7,18 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { constants } from "node:fs";
-import { access, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { connectDocker } from "../sandbox-host/sandbox/docker";
 import { LABEL_HOST, LABEL_SANDBOX } from "../sandbox-host/sandbox/manager";
+import type { Db } from "../src/db/client";
+import { findTenantIdByKeyHash } from "../src/db/jobs-repo";
 import * as schema from "../src/db/schema";
 import { createApiKey, createTenant } from "../src/db/tenants-repo";
+import { hashApiKey, looksLikeApiKey } from "../src/domain/api-keys";
 import { applyMigrations } from "./migrate";
 import { startMockModel } from "./mock-model";
 import { startPgProxy } from "./pg-proxy";
@@ -26,6 +27,7 @@ import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { killOnExit, stopProcessGroup } from "./services/process";
 import { type RedisService, startRedis } from "./services/redis";
+import { makeOwnedTempDir, removeOwnedTempDir } from "./services/temp-dirs";
 import { startUpstashBridge } from "./upstash-bridge";
 
 export interface StackOptions {
@@ -50,8 +52,16 @@ export interface StackOptions {
   gatewayPort?: number;
   /** Rebuild and reload the gateway when workers/ or src/ change (`npm run dev`). */
   watchGateway?: boolean;
-  /** Where Durable Object state lives; default a throwaway temp dir. */
+  /** Where Durable Object state lives; default a throwaway dir in /dev/shm, removed at stop. */
   persistTo?: string;
+  /** The embedded Postgres's data dir, kept across stops; default a throwaway one. */
+  postgresDataDir?: string;
+  /**
+   * A file (JSON, mode 0600) holding the dev tenant's API key: its key is used again while it
+   * still authenticates against this database, else a new key is made and written there. Unset:
+   * a new key at every start.
+   */
+  keyFile?: string;
   log?: (source: string, line: string) => void;
 }
 
@@ -96,7 +106,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     // Postgres
     let databaseUrl = opts.databaseUrl;
     if (!databaseUrl) {
-      const pgService = await startPostgres();
+      const pgService = await startPostgres({ dataDir: opts.postgresDataDir });
       cleanups.push(() => pgService.stop());
       databaseUrl = pgService.url;
       log("postgres", `embedded Postgres on ${pgService.host}:${pgService.port}`);
@@ -149,8 +159,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const signingSecret = randomBytes(32).toString("hex");
     let persistTo = opts.persistTo;
     if (!persistTo) {
-      const dir = await mkdtemp(join(await scratchDir(), "ear-do-"));
-      cleanups.push(() => rm(dir, { recursive: true, force: true }));
+      const dir = await makeOwnedTempDir("ear-do-");
+      cleanups.push(() => removeOwnedTempDir(dir));
       persistTo = dir;
     }
     const gateway = await startGateway({
@@ -180,7 +190,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     try {
       const db = drizzle(pool, { schema });
       await createTenant(db, tenantId, "Local development");
-      apiKey = (await createApiKey(db, tenantId, "npm run dev")).key;
+      const kept = opts.keyFile ? await keptKey(db, opts.keyFile, tenantId) : null;
+      apiKey = kept ?? (await createApiKey(db, tenantId, "npm run dev")).key;
+      if (opts.keyFile && !kept) await writeKeyFile(opts.keyFile, tenantId, apiKey);
     } finally {
       await pool.end();
     }
@@ -319,20 +331,24 @@ export async function spawnHost(
   return { id: ready.id, metricsUrl: ready.metrics_url, process: child, stop: () => stopProcessGroup(child, grace) };
 }
 
-/**
- * Where throwaway Durable Object state goes: a RAM-backed /dev/shm when the machine has one.
- * workerd commits each object's SQLite transaction on its one thread; on a disk every event batch
- * the gateway ingests waits for a sync there, and measured on this machine's virtual disk that
- * alone took 100 simultaneous submits from p50 4.1 s to 7.0 s with 100 runs streaming. The state
- * is deleted when the stack stops, so it never needed a disk.
- */
-async function scratchDir(): Promise<string> {
+/** The key in `file` when it is still a live key of `tenantId` in this database, else null. */
+async function keptKey(db: Db, file: string, tenantId: string): Promise<string | null> {
+  let saved: { tenant_id?: unknown; api_key?: unknown };
   try {
-    await access("/dev/shm", constants.W_OK);
-    return "/dev/shm";
+    saved = JSON.parse(await readFile(file, "utf8"));
   } catch {
-    return tmpdir();
+    return null; // none yet (or unreadable: replaced below)
   }
+  const key = saved.api_key;
+  if (saved.tenant_id !== tenantId || typeof key !== "string" || !looksLikeApiKey(key)) return null;
+  return (await findTenantIdByKeyHash(db, await hashApiKey(key))) === tenantId ? key : null;
+}
+
+async function writeKeyFile(file: string, tenantId: string, apiKey: string): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}`;
+  await writeFile(tmp, `${JSON.stringify({ tenant_id: tenantId, api_key: apiKey }, null, 2)}\n`, { mode: 0o600 });
+  await rename(tmp, file);
 }
 
 /** Remove every sandbox container and network labelled with one of `hostIds`; how many went. */

@@ -14,6 +14,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdir } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { createServer } from "node:net";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureConsoleBuilt } from "../build/console";
@@ -101,9 +102,29 @@ function miniflareRunner(root: string, port: number, opts: GatewayOptions, outdi
   });
 }
 
+/**
+ * A chosen port held by another process is said at once, by name; found only by the runner it
+ * surfaced as workerd's bind error after the console build and the bundle, and a holder that
+ * answers /healthz (another `npm run dev`) would have been taken for our gateway.
+ */
+async function assertPortFree(port: number): Promise<void> {
+  await new Promise<void>((resolveFree, reject) => {
+    const probe = createServer();
+    probe.once("error", (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === "EADDRINUSE"
+          ? new Error(`the gateway port ${port} is in use by another process (choose another with GATEWAY_PORT)`)
+          : err,
+      ),
+    );
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolveFree()));
+  });
+}
+
 export async function startGateway(opts: GatewayOptions): Promise<GatewayService> {
   const root = resolve(opts.root ?? process.cwd());
   const port = opts.port ?? (await freePort());
+  if (opts.port !== undefined) await assertPortFree(port);
   const runner = opts.runner ?? gatewayRunnerFromEnv();
   await mkdir(opts.persistTo, { recursive: true });
   // wrangler.toml's [assets] directory must exist before either runner reads the config.
@@ -129,16 +150,20 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayService
   child.stderr?.on("data", onData);
   const url = `http://127.0.0.1:${port}`;
   try {
-    await waitFor(
+    // The probe stops at the runner's exit (waitFor would keep retrying a thrown error until its
+    // timeout), and each fetch has its own timeout: a port held by something that accepts and
+    // never answers hung the start for good.
+    const answered = await waitFor(
       `the gateway (${runner}) to answer /healthz`,
       async () => {
-        if (child.exitCode !== null)
-          throw new Error(`the ${runner} gateway exited with ${child.exitCode}:\n${tail.join("\n")}`);
-        const res = await fetch(`${url}/healthz`);
-        return res.ok;
+        if (child.exitCode !== null || child.signalCode !== null) return "exited";
+        const res = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(2000) });
+        return res.ok && "ok";
       },
       { timeoutMs: 60_000, intervalMs: 100 },
     );
+    if (answered === "exited")
+      throw new Error(`the ${runner} gateway exited with ${child.exitCode ?? child.signalCode}`);
   } catch (err) {
     await stopProcessGroup(child);
     await removeOutdir();

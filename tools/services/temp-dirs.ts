@@ -1,17 +1,17 @@
 /**
- * Throwaway directories of dev and test stacks (the gateway's bundle, embedded Postgres's data)
- * in the system temp folder. Each carries an owner file with the pid of the process whose stop
+ * Throwaway directories of dev and test stacks (the gateway's bundle, embedded Postgres's data
+ * in the system temp folder; Durable Object state in /dev/shm, see scratchRoot). Each carries an owner file with the pid of the process whose stop
  * removes it. A run that dies without stopping (SIGKILL, a crash, vitest killing a worker)
  * cannot clean up, so every start sweeps our directories whose owner process is gone; one
  * afternoon of runs had left 94 of them, 237 MB.
  */
-import { rmSync } from "node:fs";
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { constants, rmSync } from "node:fs";
+import { access, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 /** The prefixes this project's temp directories carry; nothing else is ever swept. */
-export const TEMP_PREFIXES = ["ear-gateway-bundle-", "ear-pg-"] as const;
+export const TEMP_PREFIXES = ["ear-gateway-bundle-", "ear-pg-", "ear-do-"] as const;
 export type TempPrefix = (typeof TEMP_PREFIXES)[number];
 export const OWNER_FILE = ".ear-owner";
 /**
@@ -32,9 +32,27 @@ const UNOWNED_MAX_AGE_MS = 24 * 3600_000;
 const live = new Set<string>();
 let exitHooked = false;
 
+/**
+ * Where throwaway Durable Object state goes: a RAM-backed /dev/shm when the machine has one.
+ * workerd commits each object's SQLite transaction on its one thread; on a disk every event batch
+ * the gateway ingests waits for a sync there, and measured on this machine's virtual disk that
+ * alone took 100 simultaneous submits from p50 4.1 s to 7.0 s with 100 runs streaming. The state
+ * is deleted when the stack stops, so it never needed a disk.
+ */
+export async function scratchRoot(): Promise<string> {
+  try {
+    await access("/dev/shm", constants.W_OK);
+    return "/dev/shm";
+  } catch {
+    return tmpdir();
+  }
+}
+
+const rootOf = (prefix: TempPrefix) => (prefix === "ear-do-" ? scratchRoot() : Promise.resolve(tmpdir()));
+
 export async function makeOwnedTempDir(prefix: TempPrefix): Promise<string> {
   await sweepStaleTempDirs();
-  const dir = await mkdtemp(join(tmpdir(), prefix));
+  const dir = await mkdtemp(join(await rootOf(prefix), prefix));
   await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
   live.add(dir);
   if (!exitHooked) {
@@ -81,21 +99,22 @@ async function isStale(dir: string): Promise<boolean> {
 }
 
 /**
- * Remove our stale directories in the temp folder; returns how many. Runs before each directory
- * is made (a readdir of the temp folder and a read of a few owner files: a few ms, at a start).
+ * Remove our stale directories in the temp folder and in /dev/shm; returns how many. Runs before
+ * each directory is made (a readdir of each and a read of a few owner files: a few ms, at a start).
  */
 export async function sweepStaleTempDirs(): Promise<number> {
-  const root = tmpdir();
   let removed = 0;
-  const names = await readdir(root).catch(() => [] as string[]);
-  for (const name of names) {
-    if (!TEMP_PREFIXES.some((p) => name.startsWith(p))) continue;
-    const dir = join(root, name);
-    if (!(await isStale(dir))) continue;
-    await rm(dir, { recursive: true, force: true }).then(
-      () => removed++,
-      () => {},
-    );
+  for (const root of new Set([tmpdir(), await scratchRoot()])) {
+    const names = await readdir(root).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!TEMP_PREFIXES.some((p) => name.startsWith(p))) continue;
+      const dir = join(root, name);
+      if (!(await isStale(dir))) continue;
+      await rm(dir, { recursive: true, force: true }).then(
+        () => removed++,
+        () => {},
+      );
+    }
   }
   return removed;
 }

@@ -23,7 +23,7 @@ try {
     if (event.type === "model.delta") process.stdout.write(event.payload.text);
     else console.error(`\n[${id}] ${event.type}`);
   }
-  const final = await api.get(job.id);
+  const { job: final } = await api.get(job.id);
   console.error(`state: ${final.state}\nagent: ${JSON.stringify(final.agent)}`);
   if (final.output_json !== null) console.error(`output_json: ${JSON.stringify(final.output_json)}`);
   console.error(`usage: ${JSON.stringify(final.usage)}\nlatency: ${JSON.stringify(final.latency)}`);

@@ -22,7 +22,7 @@ import { hashApiKey, looksLikeApiKey } from "../src/domain/api-keys";
 import { applyMigrations } from "./migrate";
 import { startMockModel } from "./mock-model";
 import { startPgProxy } from "./pg-proxy";
-import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "./sandbox-image/build";
+import { ensureSandboxImage as buildImageIfStale, LOCAL_SANDBOX_IMAGE } from "./sandbox-image/build";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { killOnExit, stopProcessGroup } from "./services/process";
@@ -394,10 +394,6 @@ async function ensureSandboxImage(log: (source: string, line: string) => void): 
     log("sandbox", "no Docker engine: text-only jobs work; tool calls will fail with tools_unavailable");
     return;
   }
-  try {
-    await docker.getImage(LOCAL_SANDBOX_IMAGE).inspect();
-  } catch {
-    log("sandbox", `building ${LOCAL_SANDBOX_IMAGE} from busybox-static…`);
-    await buildSandboxImage({ docker, image: LOCAL_SANDBOX_IMAGE });
-  }
+  // Built when missing or older than the recipe (tools/sandbox-image/build.ts), in well under a second.
+  await buildImageIfStale({ docker, image: LOCAL_SANDBOX_IMAGE });
 }

@@ -175,7 +175,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
     setAgent(null);
     setEditing(false);
     (version === null ? client.getAgent(name) : client.getAgentVersion(name, version))
-      .then((a) => live && setAgent(a))
+      .then(({ agent: a }) => live && setAgent(a))
       .catch((err) => live && setError((err as Error).message));
     return () => {
       live = false;
@@ -195,7 +195,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
 
   const archive = async () => {
     try {
-      const a = await client.archiveAgent(name);
+      const { agent: a } = await client.archiveAgent(name);
       setConfirming(false);
       setAgent(version === null ? a : { ...(agent as AgentView), archived_at: a.archived_at });
     } catch (err) {
@@ -378,7 +378,7 @@ function AgentForm({
     firstRef.current?.focus();
     client
       .listModels()
-      .then((m) => {
+      .then(({ models: m }) => {
         setModels(m);
         // A new agent starts on the deployment's default model.
         setModel((cur) => cur || (m.find((x) => x.default) ?? m[0])?.name || "");
@@ -422,8 +422,8 @@ function AgentForm({
     try {
       onSaved(
         base
-          ? await client.createAgentVersion(base.name, definition)
-          : await client.createAgent({ name, ...definition }),
+          ? (await client.createAgentVersion(base.name, definition)).agent
+          : (await client.createAgent({ name, ...definition })).agent,
       );
     } catch (err) {
       setError((err as Error).message);

@@ -105,7 +105,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const refreshJob = async (t: Turn) => {
       if (!t.jobId) return;
       try {
-        t.job = await client.get(t.jobId);
+        t.job = (await client.get(t.jobId)).job;
         bump();
       } catch {}
     };
@@ -114,7 +114,10 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const fillUserTexts = async () => {
       const missing = turns.current.filter((t) => t.user === null && t.jobId);
       if (!missing.length) return;
-      const messages = await client.messages(conversationId).catch(() => []);
+      const messages = await client.messages(conversationId).then(
+        (m) => m.messages,
+        () => [],
+      );
       for (const t of missing) {
         const m = messages.find((x) => x.job_id === t.jobId && x.role === "user");
         if (m) t.user = m.content;
@@ -177,7 +180,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
 
     (async () => {
       try {
-        const messages = await client.messages(conversationId);
+        const { messages } = await client.messages(conversationId);
         for (const m of messages) {
           let t = byJob(m.job_id);
           if (!t) {
@@ -246,7 +249,11 @@ export function Chat({ conversationId }: { conversationId: string }) {
     t.debugOpen = !t.debugOpen;
     bump();
     if (!t.debugOpen || !t.jobId) return;
-    if (!t.job || !isFinalState(t.job.state)) t.job = await client.get(t.jobId).catch(() => t.job);
+    if (!t.job || !isFinalState(t.job.state))
+      t.job = await client.get(t.jobId).then(
+        (a) => a.job,
+        () => t.job,
+      );
     // A finished job from history: its events come from the log (SSE replay).
     if (!t.live && t.events.length === 0) {
       const got: OffsetEvent[] = [];

@@ -32,7 +32,7 @@ export function Inspector({ jobId }: { jobId: string }) {
     // job shown before (its terminal event's refresh) that answered after a click to another job
     // put that job's view under this one's heading (a browser test saw a child inspector showing
     // its parent's facts).
-    const show = (v: JobView) => ctl.signal.aborted || setJob(v);
+    const show = ({ job: v }: { job: JobView }) => ctl.signal.aborted || setJob(v);
     client
       .get(jobId, { signal: ctl.signal })
       .then(show)

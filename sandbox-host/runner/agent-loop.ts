@@ -8,11 +8,10 @@
  * execution that resumes continues from it.
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
-import type { ToolName } from "../../src/contracts/job";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
-import { approvalSettings, requiresApproval, toolNames } from "../../src/domain/approval";
+import { approvalSettings, requiresApproval } from "../../src/domain/approval";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { mcpServersOf } from "../../src/domain/mcp";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
@@ -26,7 +25,7 @@ import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
-import { refuseTool, runTool } from "./tool-step";
+import { allowedTools, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
@@ -87,10 +86,6 @@ export async function runAgent(
       if (run.abort.signal.aborted) return abortedOutcome(run, text);
 
       if (calls.length > 0) {
-        if (!tools) {
-          const why = ctx.sandbox ? "this job allows no tools" : "this host has no sandbox (Docker) available";
-          return failed("tools_unavailable", `the model called tool "${calls[0]?.name}" but ${why}`, text);
-        }
         if (turn >= loop.maxTurns) return failed("too_many_turns", `the agent used ${loop.maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
         const ran = await runCalls(ctx, run, id, emit, job, messages, calls, turn, text, loop, {
@@ -210,9 +205,7 @@ async function runCalls(
     } else if (decided && call.id === decided.callId) {
       result = await decidedCallResult(ctx, run, id, call, decided.decision, emit);
     } else if (!loop.offered.has(call.name)) {
-      // A provider may return any name: a sandbox tool the agent does not list must not run
-      // just because this host has a sandbox.
-      result = refuseTool(call, emit, `unknown tool "${call.name}"`);
+      result = unofferedCall(ctx, job, call, emit, text);
     } else {
       const wait = requiresApproval(definition, call.name);
       if (wait) {
@@ -302,7 +295,7 @@ async function prepare(
   const messages: ModelMessage[] = resume
     ? [...resume.checkpoint.messages]
     : [...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []), ...job.messages];
-  const allowed: readonly ToolName[] = agent ? toolNames(agent.tools) : job.tools;
+  const allowed = allowedTools(job);
   // In the order the agent (or job) lists them: what the provider sees is exactly that list;
   // ask_user needs no sandbox.
   const sandboxTools =

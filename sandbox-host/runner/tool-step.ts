@@ -2,8 +2,10 @@
  * One tool call, with its events: an MCP tool of the run's agent at its server, anything else in
  * the run's sandbox (created lazily by the first call).
  */
-import { type JobError, tenantJobError } from "../../src/contracts/job";
+import { type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
+import type { RunnableJob } from "../../src/db/run-repo";
+import { toolNames } from "../../src/domain/approval";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { errorFields } from "../log";
 import type { McpToolset } from "../mcp/toolset";
@@ -18,6 +20,37 @@ export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { 
   const error = { code: "invalid_input", message };
   emit("tool.result", { id: call.id, ok: false, output: error });
   return { content: toolResultContent({ ok: false, error }) };
+}
+
+/** The sandbox tools a job may use: its agent's, else the job's own `tools`. */
+export function allowedTools(job: RunnableJob): readonly ToolName[] {
+  const agent = job.agent?.definition ?? null;
+  return agent ? toolNames(agent.tools) : job.tools;
+}
+
+/**
+ * A call of a name the run did not offer the model: one behaviour whatever tools the agent has
+ * (none, sandbox, MCP): a tool error `unknown tool` the model reads, and the run goes on. A
+ * provider may return any name, and a sandbox tool the agent does not list must not run just
+ * because this host has a sandbox. Only a sandbox tool the job allows, on a host without a
+ * sandbox, fails the run `tools_unavailable`: that is the host's lack, no answer of the model
+ * can mend it.
+ */
+export function unofferedCall(
+  ctx: RunContext,
+  job: RunnableJob,
+  call: ModelToolCall,
+  emit: Emit,
+  text: string,
+): { content: string } | FinalOutcome {
+  if (!ctx.sandbox && (allowedTools(job) as readonly string[]).includes(call.name)) {
+    return failed(
+      "tools_unavailable",
+      `the model called tool "${call.name}" but this host has no sandbox (Docker)`,
+      text,
+    );
+  }
+  return refuseTool(call, emit, `unknown tool "${call.name}"`);
 }
 
 export async function runTool(

@@ -1,9 +1,17 @@
 /**
- * The typed client of the public API (docs/api.md): jobs, cancel and input, the event stream as
- * a resuming async iterator, the chat WebSocket with resume, and access tokens. Runtime-neutral
- * (fetch, WebSocket, TextDecoder, AbortSignal only) so the console, the demo, the load tool and
- * the tests all use this one. Request and answer types are the zod contracts' (src/contracts/);
- * answers are not re-validated here: the gateway builds them from the same schemas.
+ * The typed client of the public API (docs/api.md): jobs, their trees, cancel and input, the
+ * event stream of a job or a whole tree as a resuming async iterator, the chat WebSocket with
+ * resume, agents, models, usage and access tokens. Runtime-neutral (fetch, WebSocket,
+ * TextDecoder, AbortSignal only) so the console, the demo, the load tool and the tests all use
+ * this one. Request and answer types are the zod contracts' (src/contracts/); answers are not
+ * re-validated here: the gateway builds them from the same schemas.
+ *
+ * One rule for what a call returns: the JSON body its route answers, exactly as docs/api.md and
+ * GET /openapi.json give it (`{job}`, `{jobs, next_cursor}`, `{agent}`, `{models}`, …), never
+ * unwrapped. A route that answers a repeat of an idempotent request with 200 instead of 202
+ * (submit, input, decide) adds `created` (false on the repeat) beside the body's fields, since
+ * only the status tells them apart. Streams (`events`, `chat`) yield what their protocol
+ * carries. test/unit/client-coverage.test.ts holds every call to this rule and to the document.
  *
  *   const api = new EarClient({ baseUrl, credential: apiKey });
  *   const { job } = await api.submit({ input: { messages: [{ role: "user", content: "hi" }] } });
@@ -13,13 +21,37 @@
 import type { z } from "zod";
 import { ACCESS_TOKEN_PARAM, looksLikeAccessToken } from "../contracts/access";
 import type { AgentDefinitionInput, AgentView, CreateAgentBody } from "../contracts/agent";
-import type { AgentPageSchema, AgentVersionPageSchema, ModelViewSchema, UsageAnswerSchema } from "../contracts/catalog";
-import type { ConversationMessage, MultitaskPolicy } from "../contracts/chat";
-import type { CancelOutcome, CreateJobBody, InputStatus, JobState, JobView, LatencyView } from "../contracts/job";
+import type {
+  AgentAnswerSchema,
+  AgentPageSchema,
+  AgentVersionPageSchema,
+  ModelListSchema,
+  ModelViewSchema,
+  UsageAnswerSchema,
+} from "../contracts/catalog";
+import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
+import type {
+  CancelAnswerSchema,
+  CreateJobBody,
+  InputAnswerSchema,
+  InputListSchema,
+  JobAnswerSchema,
+  JobPageSchema,
+  JobState,
+  LatencyView,
+} from "../contracts/job";
 import type { CreateTokenBody, TokenAnswer } from "../contracts/tokens";
+import type { JobTreeSchema } from "../contracts/tree";
 import type { ApprovalAnswer, ApprovalBody } from "../contracts/wait";
 import { ChatConnection, type ChatOptions, type WebSocketConstructor } from "./chat";
-import { type FollowOptions, followEvents, type StreamedEvent } from "./events";
+import {
+  type FollowOptions,
+  followEvents,
+  followTreeEvents,
+  type StreamedEvent,
+  type TreeFollowOptions,
+  type TreeStreamedEvent,
+} from "./events";
 import { type Credential, Transport } from "./http";
 
 export interface ClientOptions {
@@ -37,11 +69,8 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
-export interface SubmitResult {
-  job: JobView;
-  /** false when `idempotency_key` named a job this tenant had already created (HTTP 200, not 202). */
-  created: boolean;
-}
+/** `created`: false when the request repeated an idempotent one (the API answered 200, not 202). */
+export type Created<T> = T & { created: boolean };
 
 export interface ListQuery {
   state?: JobState;
@@ -49,38 +78,34 @@ export interface ListQuery {
   cursor?: string;
 }
 
-export interface JobPage {
-  jobs: JobView[];
-  next_cursor: string | null;
-}
-
-export interface InputResult {
-  input_id: string;
-  status: InputStatus;
-}
-
-export interface InputView extends InputResult {
-  content: string;
-  created_at: string;
-  accepted_at: string | null;
-  applied_at: string | null;
-}
-
 export interface PageQuery {
   limit?: number;
   cursor?: string;
 }
 
+/** POST /v1/jobs, GET /v1/jobs/{id}: `{job}`. */
+export type JobAnswer = z.infer<typeof JobAnswerSchema>;
+/** GET /v1/jobs: newest first. */
+export type JobPage = z.infer<typeof JobPageSchema>;
+export type CancelAnswer = z.infer<typeof CancelAnswerSchema>;
+export type InputAnswer = z.infer<typeof InputAnswerSchema>;
+export type InputList = z.infer<typeof InputListSchema>;
+/** GET /v1/jobs/{id}/tree: `{tree}`, the job and its descendants nested. */
+export type JobTree = z.infer<typeof JobTreeSchema>;
+export type ConversationMessages = z.infer<typeof ConversationMessagesSchema>;
+/** Every route of one agent or version: `{agent}`. */
+export type AgentAnswer = z.infer<typeof AgentAnswerSchema>;
 /** GET /v1/agents: live agents at their latest versions, by name. */
 export type AgentPage = z.infer<typeof AgentPageSchema>;
 /** GET /v1/agents/{name}/versions: newest first. */
 export type AgentVersionPage = z.infer<typeof AgentVersionPageSchema>;
+export type ModelList = z.infer<typeof ModelListSchema>;
 export type ModelView = z.infer<typeof ModelViewSchema>;
 export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;
 /** POST /v1/agents as a client writes it: the name plus the definition, defaults not yet applied. */
 export type CreateAgentInput = { name: CreateAgentBody["name"] } & AgentDefinitionInput;
 
-export type { AgentDefinitionInput, AgentView, LatencyView, StreamedEvent };
+export type { AgentDefinitionInput, AgentView, LatencyView, StreamedEvent, TreeStreamedEvent };
 
 export class EarClient {
   private readonly transport: Transport;
@@ -95,15 +120,14 @@ export class EarClient {
     return this.transport.baseUrl;
   }
 
-  /** POST /v1/jobs. */
-  async submit(body: CreateJobBody, opts: CallOptions = {}): Promise<SubmitResult> {
-    const res = await this.transport.json<{ job: JobView }>("POST", "/v1/jobs", { body, signal: opts.signal });
-    return { job: res.body.job, created: res.status === 202 };
+  /** POST /v1/jobs: `{job}`, and `created` false when `idempotency_key` named a job this tenant had already created. */
+  async submit(body: CreateJobBody, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
+    return created(await this.transport.json<JobAnswer>("POST", "/v1/jobs", { body, signal: opts.signal }));
   }
 
-  /** GET /v1/jobs/{id}. */
-  async get(jobId: string, opts: CallOptions = {}): Promise<JobView> {
-    return (await this.transport.json<{ job: JobView }>("GET", `/v1/jobs/${enc(jobId)}`, opts)).body.job;
+  /** GET /v1/jobs/{id}: `{job}`. */
+  async get(jobId: string, opts: CallOptions = {}): Promise<JobAnswer> {
+    return (await this.transport.json<JobAnswer>("GET", `/v1/jobs/${enc(jobId)}`, opts)).body;
   }
 
   /** GET /v1/jobs: one page, newest first; pass `next_cursor` back as `cursor` for the next. */
@@ -116,56 +140,68 @@ export class EarClient {
     return (await this.transport.json<JobPage>("GET", `/v1/jobs${qs}`, opts)).body;
   }
 
-  /** POST /v1/jobs/{id}/cancel. */
-  async cancel(jobId: string, opts: CallOptions = {}): Promise<CancelOutcome> {
-    const res = await this.transport.json<{ status: CancelOutcome }>("POST", `/v1/jobs/${enc(jobId)}/cancel`, opts);
-    return res.body.status;
+  /** GET /v1/jobs/{id}/tree: `{tree}`, the job and every child its delegate calls created, nested, with usage. */
+  async tree(jobId: string, opts: CallOptions = {}): Promise<JobTree> {
+    return (await this.transport.json<JobTree>("GET", `/v1/jobs/${enc(jobId)}/tree`, opts)).body;
   }
 
-  /** POST /v1/jobs/{id}/input. */
+  /** POST /v1/jobs/{id}/cancel: `{status}`, what the cancel did. */
+  async cancel(jobId: string, opts: CallOptions = {}): Promise<CancelAnswer> {
+    return (await this.transport.json<CancelAnswer>("POST", `/v1/jobs/${enc(jobId)}/cancel`, opts)).body;
+  }
+
+  /** POST /v1/jobs/{id}/input: `{input_id, status}`, and `created` false for a repeated `idempotency_key`. */
   async input(
     jobId: string,
     body: { content: string; idempotency_key?: string },
     opts: CallOptions = {},
-  ): Promise<InputResult> {
+  ): Promise<Created<InputAnswer>> {
     const path = `/v1/jobs/${enc(jobId)}/input`;
-    return (await this.transport.json<InputResult>("POST", path, { body, signal: opts.signal })).body;
+    return created(await this.transport.json<InputAnswer>("POST", path, { body, signal: opts.signal }));
   }
 
   /**
    * POST /v1/jobs/{id}/approvals/{call_id}: approve or deny the tool call a waiting job waits on.
-   * `created` is false when the call was already decided the same way (the recorded decision).
+   * The recorded decision, and `created` false when the call was already decided the same way.
    */
   async decide(
     jobId: string,
     callId: string,
     body: ApprovalBody,
     opts: CallOptions = {},
-  ): Promise<{ answer: ApprovalAnswer; created: boolean }> {
+  ): Promise<Created<ApprovalAnswer>> {
     const path = `/v1/jobs/${enc(jobId)}/approvals/${enc(callId)}`;
-    const res = await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal });
-    return { answer: res.body, created: res.status === 202 };
+    return created(await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal }));
   }
 
-  /** GET /v1/jobs/{id}/inputs. */
-  async inputs(jobId: string, opts: CallOptions = {}): Promise<InputView[]> {
-    const res = await this.transport.json<{ inputs: InputView[] }>("GET", `/v1/jobs/${enc(jobId)}/inputs`, opts);
-    return res.body.inputs;
+  /** GET /v1/jobs/{id}/inputs: `{inputs}`, in arrival order. */
+  async inputs(jobId: string, opts: CallOptions = {}): Promise<InputList> {
+    return (await this.transport.json<InputList>("GET", `/v1/jobs/${enc(jobId)}/inputs`, opts)).body;
   }
 
   /**
    * GET /v1/jobs/{id}/events as an async iterator: every event after `after` exactly once, across
    * dropped connections (resumed with Last-Event-ID), ending after the terminal event or when
-   * the server answers 204 (finished, nothing after the cursor). See events.ts.
+   * the server answers 204 (finished, nothing after the cursor). With `descendants: true`
+   * (`?include=descendants`) the job and every descendant in one stream, each event tagged by
+   * its `job_id`, each id the composite cursor it resumes with, ending once every job of the
+   * tree has ended. See events.ts.
    */
-  events(jobId: string, opts: FollowOptions = {}): AsyncGenerator<StreamedEvent, void, undefined> {
-    return followEvents(this.transport, jobId, opts);
+  events(jobId: string, opts: TreeFollowOptions): AsyncGenerator<TreeStreamedEvent, void, undefined>;
+  events(jobId: string, opts?: FollowOptions): AsyncGenerator<StreamedEvent, void, undefined>;
+  events(
+    jobId: string,
+    opts: FollowOptions | TreeFollowOptions = {},
+  ): AsyncGenerator<StreamedEvent | TreeStreamedEvent, void, undefined> {
+    return opts.descendants === true
+      ? followTreeEvents(this.transport, jobId, opts)
+      : followEvents(this.transport, jobId, opts);
   }
 
-  /** GET /v1/conversations/{id}/messages. */
-  async messages(conversationId: string, opts: CallOptions = {}): Promise<ConversationMessage[]> {
+  /** GET /v1/conversations/{id}/messages: `{messages}`, oldest first. */
+  async messages(conversationId: string, opts: CallOptions = {}): Promise<ConversationMessages> {
     const path = `/v1/conversations/${enc(conversationId)}/messages`;
-    return (await this.transport.json<{ messages: ConversationMessage[] }>("GET", path, opts)).body.messages;
+    return (await this.transport.json<ConversationMessages>("GET", path, opts)).body;
   }
 
   /**
@@ -190,10 +226,9 @@ export class EarClient {
     return new ChatConnection(url, WebSocketImpl, opts);
   }
 
-  /** POST /v1/agents: version 1 of a new agent. */
-  async createAgent(body: CreateAgentInput, opts: CallOptions = {}): Promise<AgentView> {
-    return (await this.transport.json<{ agent: AgentView }>("POST", "/v1/agents", { body, signal: opts.signal })).body
-      .agent;
+  /** POST /v1/agents: `{agent}`, version 1 of a new agent. */
+  async createAgent(body: CreateAgentInput, opts: CallOptions = {}): Promise<AgentAnswer> {
+    return (await this.transport.json<AgentAnswer>("POST", "/v1/agents", { body, signal: opts.signal })).body;
   }
 
   /** GET /v1/agents: one page of live agents by name; pass `next_cursor` back as `cursor`. */
@@ -201,9 +236,9 @@ export class EarClient {
     return (await this.transport.json<AgentPage>("GET", `/v1/agents${pageQuery(query)}`, opts)).body;
   }
 
-  /** GET /v1/agents/{name}: the latest version (archived agents too, with `archived_at`). */
-  async getAgent(name: string, opts: CallOptions = {}): Promise<AgentView> {
-    return (await this.transport.json<{ agent: AgentView }>("GET", `/v1/agents/${enc(name)}`, opts)).body.agent;
+  /** GET /v1/agents/{name}: `{agent}`, the latest version (archived agents too, with `archived_at`). */
+  async getAgent(name: string, opts: CallOptions = {}): Promise<AgentAnswer> {
+    return (await this.transport.json<AgentAnswer>("GET", `/v1/agents/${enc(name)}`, opts)).body;
   }
 
   /** GET /v1/agents/{name}/versions: one page, newest first. */
@@ -212,27 +247,27 @@ export class EarClient {
     return (await this.transport.json<AgentVersionPage>("GET", path, opts)).body;
   }
 
-  /** GET /v1/agents/{name}/versions/{version}. */
-  async getAgentVersion(name: string, version: number, opts: CallOptions = {}): Promise<AgentView> {
+  /** GET /v1/agents/{name}/versions/{version}: `{agent}`. */
+  async getAgentVersion(name: string, version: number, opts: CallOptions = {}): Promise<AgentAnswer> {
     const path = `/v1/agents/${enc(name)}/versions/${enc(String(version))}`;
-    return (await this.transport.json<{ agent: AgentView }>("GET", path, opts)).body.agent;
+    return (await this.transport.json<AgentAnswer>("GET", path, opts)).body;
   }
 
-  /** POST /v1/agents/{name}/versions: the whole next definition (a version is never patched). */
-  async createAgentVersion(name: string, body: AgentDefinitionInput, opts: CallOptions = {}): Promise<AgentView> {
+  /** POST /v1/agents/{name}/versions: `{agent}`, from the whole next definition (a version is never patched). */
+  async createAgentVersion(name: string, body: AgentDefinitionInput, opts: CallOptions = {}): Promise<AgentAnswer> {
     const path = `/v1/agents/${enc(name)}/versions`;
-    return (await this.transport.json<{ agent: AgentView }>("POST", path, { body, signal: opts.signal })).body.agent;
+    return (await this.transport.json<AgentAnswer>("POST", path, { body, signal: opts.signal })).body;
   }
 
-  /** POST /v1/agents/{name}/archive: the latest version with `archived_at` set (repeating it is harmless). */
-  async archiveAgent(name: string, opts: CallOptions = {}): Promise<AgentView> {
+  /** POST /v1/agents/{name}/archive: `{agent}`, the latest version with `archived_at` set (repeating it is harmless). */
+  async archiveAgent(name: string, opts: CallOptions = {}): Promise<AgentAnswer> {
     const path = `/v1/agents/${enc(name)}/archive`;
-    return (await this.transport.json<{ agent: AgentView }>("POST", path, opts)).body.agent;
+    return (await this.transport.json<AgentAnswer>("POST", path, opts)).body;
   }
 
-  /** GET /v1/models: the models this tenant may name. */
-  async listModels(opts: CallOptions = {}): Promise<ModelView[]> {
-    return (await this.transport.json<{ models: ModelView[] }>("GET", "/v1/models", opts)).body.models;
+  /** GET /v1/models: `{models}`, the ones this tenant may name, the deployment's default first. */
+  async listModels(opts: CallOptions = {}): Promise<ModelList> {
+    return (await this.transport.json<ModelList>("GET", "/v1/models", opts)).body;
   }
 
   /** GET /v1/usage: tokens and model calls per UTC day and model, `from` through `to` (YYYY-MM-DD, both included). */
@@ -250,6 +285,11 @@ export class EarClient {
 export type { MultitaskPolicy };
 
 const enc = encodeURIComponent;
+
+/** The body of a route that answers 202 for a new thing and 200 for a repeat, with which it was. */
+function created<T>(res: { status: number; body: T }): Created<T> {
+  return { ...res.body, created: res.status !== 200 };
+}
 
 function pageQuery(query: PageQuery): string {
   const params = new URLSearchParams();

@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
-import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../../tools/sandbox-image/build";
+import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../../tools/sandbox-image/build";
 
 export const TEST_IMAGE = LOCAL_SANDBOX_IMAGE;
 
@@ -22,11 +22,8 @@ export async function requireDocker(): Promise<Docker | null> {
     console.warn(msg);
     return null;
   }
-  try {
-    await docker.getImage(TEST_IMAGE).inspect();
-  } catch {
-    await buildSandboxImage({ docker, image: TEST_IMAGE });
-  }
+  // Built when missing, and rebuilt when it predates the recipe in tools/sandbox-image/build.ts.
+  await ensureSandboxImage({ docker, image: TEST_IMAGE });
   return docker;
 }
 

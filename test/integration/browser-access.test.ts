@@ -168,7 +168,7 @@ describe.skipIf(!canRun)("browser access end to end", () => {
       }
       expect(proxy.cuts).toBe(1);
       expect(ids).toEqual(ids.map((_, i) => i + 1));
-      const final = await api.get(job.id);
+      const { job: final } = await api.get(job.id);
       expect(final.state).toBe("completed");
       expect(text).toBe(final.output);
       await new Promise((r) => setTimeout(r, 1_500));
@@ -212,7 +212,7 @@ describe.skipIf(!canRun)("browser access end to end", () => {
       expect(proxy.cuts).toBe(1);
       expect(statuses).toContain("reconnecting");
       expect(offsets).toEqual(offsets.map((_, i) => i + 1));
-      const final = await api.get(jobId);
+      const { job: final } = await api.get(jobId);
       expect(text).toBe(final.output);
       // Each connection carried a freshly minted conversation-bound token, never the key.
       const wsRequests = proxy.requests.filter((r) => r.line.includes("/ws?"));
@@ -233,7 +233,7 @@ describe.skipIf(!canRun)("browser access end to end", () => {
       baseUrl: t.stack.gatewayUrl,
       credential: (await api.createToken({ scope: "read", job_id: job.id })).token,
     });
-    expect((await bound.get(job.id)).id).toBe(job.id);
+    expect((await bound.get(job.id)).job.id).toBe(job.id);
     await expect(bound.get(other.id)).rejects.toMatchObject({ status: 403, code: "forbidden" });
     await expect(bound.list()).rejects.toMatchObject({ status: 403 });
     await expect(bound.cancel(job.id)).rejects.toMatchObject({ status: 403 });
@@ -251,7 +251,7 @@ describe.skipIf(!canRun)("browser access end to end", () => {
       baseUrl: t.stack.gatewayUrl,
       credential: (await api.createToken({ ttl_s: 1 })).token,
     });
-    expect((await brief.get(job.id)).id).toBe(job.id);
+    expect((await brief.get(job.id)).job.id).toBe(job.id);
     await new Promise((r) => setTimeout(r, 2_100));
     const expired = await brief.get(job.id).catch((e) => e);
     expect(expired).toBeInstanceOf(ApiClientError);

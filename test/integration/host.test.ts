@@ -527,7 +527,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(log!.filter((e) => e.type === "model.delta").length).toBeLessThan(20);
   });
 
-  it("fails the run with the model's error code once its retries ran out, and a tool call with tools_unavailable", async () => {
+  it("fails the run with the model's error code once its retries ran out; a call of a tool the job does not allow is a tool error the model reads", async () => {
     const t = await freshDb();
     await launch(
       // A 429 before output is retried (MODEL_RETRY_MAX times, each a model.retry event), then fails.
@@ -535,15 +535,23 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
       fakeModel(async function* (req) {
         const content = req.messages[0]?.content;
         if (content === "rate") throw new ModelError("rate_limited", "slow down", { status: 429 });
+        const last = req.messages.at(-1);
+        if (last?.role === "tool") {
+          yield { type: "text", text: `no tool then: ${last.content}` };
+          yield { type: "done", finishReason: "stop" };
+          return;
+        }
         yield { type: "text", text: "let me look" };
         yield { type: "tool_call", id: "c1", name: "shell", args: { cmd: "ls" } };
         yield { type: "done", finishReason: "tool_calls" };
       }),
     );
+    // The tool job allows no tools: the model's shell call is refused, and it reads why.
     const [rate, tool] = await insertJobs(t, ["rate", "tool"]);
-    const [r, tl] = await waitJobs(t, [rate!, tool!], ["failed"]);
+    const [r, tl] = await waitJobs(t, [rate!, tool!], ["failed", "completed"]);
     expect(r!.error).toMatchObject({ code: "rate_limited" });
-    expect(tl!.error).toMatchObject({ code: "tools_unavailable" });
+    expect(tl!.state).toBe("completed");
+    expect(tl!.output).toContain('unknown tool \\"shell\\"');
     expect(tl!.firstOutputAt).toBeInstanceOf(Date);
     const [logR, logT] = await waitEvents([rate!, tool!]);
     expect(logR!.map((e) => e.type)).toEqual([
@@ -558,7 +566,20 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
       { attempt: 2, reason: "rate_limited", status: 429 },
     ]);
     expect(logR![4]?.payload).toMatchObject({ error: { code: "rate_limited" } });
-    expect(logT!.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta", "run.failed"]);
+    expect(logT!.map((e) => e.type)).toEqual([
+      "run.started",
+      "run.prepared",
+      "model.delta",
+      "tool.call",
+      "tool.result",
+      "model.delta",
+      "run.completed",
+    ]);
+    expect(logT![4]?.payload).toEqual({
+      id: "c1",
+      ok: false,
+      output: { code: "invalid_input", message: 'unknown tool "shell"' },
+    });
   });
 
   it("shows a tenant neither the host id nor an internal failure's detail; the code stays", async () => {

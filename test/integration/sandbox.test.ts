@@ -144,6 +144,32 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     expect(bridge.filter((i) => i.family === "IPv4")).toEqual([]);
   });
 
+  it("wget fails with a network error, never a segfault (busybox's wget crashed on -T)", async () => {
+    const segfault = /Segmentation fault/;
+    // Through a shell that goes on after wget, as a model's command does: it reports how wget died.
+    const run1 = async (cmd: string) => {
+      const r = await m.exec(run, { cmd: `${cmd}; echo "exit=$?"`, timeoutMs: 30_000 });
+      const exit = Number(/exit=(\d+)/.exec(r.stdout)?.[1]);
+      return { exit, out: `${r.stdout}${r.stderr}` };
+    };
+    const plain = await run1("wget http://example.com");
+    expect(plain.out).not.toMatch(segfault);
+    expect(plain.out).toMatch(/wget: bad address 'example.com'/); // no DNS answers inside
+    expect(plain.exit).toBe(1);
+    // -T is accepted and ignored (this busybox has no wget timeout): the same network error.
+    const timed = await run1("wget -T 2 http://example.com");
+    expect(timed.out).not.toMatch(segfault);
+    expect(timed.out).toMatch(/wget: bad address 'example.com'/);
+    expect(timed.exit).toBe(1);
+    // An address needs no DNS: the error is the missing route, with -T inside an option cluster.
+    const direct = await run1("wget -qT5 -O - http://192.0.2.1/");
+    expect(direct.out).not.toMatch(segfault);
+    expect(direct.out).toMatch(
+      /wget: can't connect to remote host \(192\.0\.2\.1\): (No route to host|Network is unreachable)/,
+    );
+    expect(direct.exit).toBe(1);
+  }, 60_000);
+
   it("shell: exit code, stderr, and output capped with a visible marker", async () => {
     const r = await m.exec(run, { cmd: "echo out; echo err >&2; exit 7" });
     expect(r).toMatchObject({ exitCode: 7, stdout: "out\n", stderr: "err\n", truncated: false, timedOut: false });

@@ -10,6 +10,7 @@ import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
+import { EarClient } from "../../src/client/client";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../src/domain/signing";
@@ -433,6 +434,70 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     expect(bad.status).toBe(400);
     const other = await api().call("GET", `/v1/jobs/${id}/events?include=everything`);
     expect(other.status).toBe(400);
+  }, 120_000);
+
+  it("the typed client: tree() nests the children, events(id, { descendants: true }) follows the tree through a cut connection, each event once, and ends by itself", async () => {
+    await defineAgent("client-kid", {});
+    await defineAgent("client-boss", { delegates: ["client-kid"] });
+    const talk = mock({ tokens: 40, tokens_per_s: 200, ttft_ms: 100 });
+    const id = await submit("client-boss", delegateCalls("client-kid", [talk, talk]));
+    // The first tree stream breaks after ~3 KB (mid-frame, wherever the chunk ends): the client must resume.
+    let cut = false;
+    const fetchImpl = (async (input: string, init?: RequestInit) => {
+      const res = await fetch(input, init);
+      if (cut || !input.includes("include=descendants") || !res.body) return res;
+      cut = true;
+      let bytes = 0;
+      const broken = res.body.pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, controller) {
+            bytes += chunk.length;
+            if (bytes > 3000) controller.error(new TypeError("terminated: cut by the test"));
+            else controller.enqueue(chunk);
+          },
+        }),
+      );
+      return new Response(broken, { status: res.status, headers: res.headers });
+    }) as typeof fetch;
+    const client = new EarClient({ baseUrl: t.stack.gatewayUrl, credential: t.stack.apiKey, fetch: fetchImpl });
+    const resumedAfter: string[] = [];
+    const got: Array<{ id: string; key: string; type: string }> = [];
+    for await (const { id: cursor, event } of client.events(id, {
+      descendants: true,
+      signal: AbortSignal.timeout(60_000),
+      onConnect: ({ lastEventId }) => resumedAfter.push(lastEventId),
+    })) {
+      got.push({ id: cursor, key: `${event.job_id}/${event.execution_id}/${event.seq}`, type: event.type });
+    }
+    expect(cut).toBe(true);
+    expect(resumedAfter.length, "the cut made the client reconnect").toBeGreaterThanOrEqual(2);
+    expect(resumedAfter[1]).toMatch(/^t1\./);
+    expect(got.map((e) => e.id)).toContain(resumedAfter[1]);
+    // It ended by itself once every job had ended: the last event is a terminal one, and each of
+    // the three jobs' run.completed came (the root's may come before a child's: a host delivers a
+    // child's last events after its row is final, which is what resumes the parent).
+    expect(got.at(-1)?.type).toBe("run.completed");
+    const ended = new Set(got.filter((e) => e.type === "run.completed").map((e) => e.key.split("/")[0]));
+    expect(ended.size).toBe(3);
+    expect(ended.has(id)).toBe(true);
+    const { tree } = await client.tree(id);
+    expect(tree).toMatchObject({ id, state: "completed", depth: 0, parent_job_id: null });
+    expect(tree.children.map((c) => [c.state, c.depth, c.parent_job_id])).toEqual([
+      ["completed", 1, id],
+      ["completed", 1, id],
+    ]);
+    expect(tree.subtree_usage.model_calls).toBe(
+      tree.usage.model_calls + tree.children.reduce((n, c) => n + c.usage.model_calls, 0),
+    );
+    // Exactly every job's own log, each event once.
+    const own: string[] = [];
+    for (const jobId of [tree.id, ...tree.children.map((c) => c.id)]) {
+      for await (const { event } of client.events(jobId))
+        own.push(`${event.job_id}/${event.execution_id}/${event.seq}`);
+    }
+    const keys = got.map((e) => e.key);
+    expect(new Set(keys).size, "no duplicate").toBe(keys.length);
+    expect([...keys].sort()).toEqual([...own].sort());
   }, 120_000);
 
   it("a client that connects to a grown tree gets each child's events only after the child.created announcing it", async () => {

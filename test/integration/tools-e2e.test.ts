@@ -127,14 +127,35 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     expect(row.rows[0]).toEqual({ state: "completed", cleanup_pending: false });
   });
 
-  it("a model calling a tool the job does not allow fails the run with tools_unavailable, creating nothing", async () => {
+  /** The tool.call / tool.result pair of a refused call, and how the run ended. */
+  async function refusedCall(id: string, name: string) {
+    const evs = await events(id);
+    expect(evs.filter((e) => e.event === "tool.call").map((e) => payload(e).name)).toEqual([name]);
+    const results = evs.filter((e) => e.event === "tool.result").map(payload);
+    expect(results).toEqual([
+      { id: expect.any(String), ok: false, output: { code: "invalid_input", message: `unknown tool "${name}"` } },
+    ]);
+    // The model read the error and answered: the job went on to complete.
+    expect(evs.at(-1)?.event).toBe("run.completed");
+    expect(String(payload(evs.at(-1) as SseEvent).output)).toContain("unknown tool");
+    expect(await countHostObjects(d, hostId)).toEqual({ containers: 0, networks: 0 });
+  }
+
+  it("a model calling a sandbox tool the job does not allow gets a tool error it reads; the job completes, nothing is created", async () => {
     const id = await submit({
       input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "echo sneaky" } }] })] },
     });
-    const evs = await events(id);
-    expect(evs.at(-1)?.event).toBe("run.failed");
-    expect(payload(evs.at(-1) as SseEvent).error).toMatchObject({ code: "tools_unavailable" });
-    expect(await countHostObjects(d, hostId)).toEqual({ containers: 0, networks: 0 });
+    await refusedCall(id, "shell");
+  });
+
+  it("an agent with no tools whose model calls an unknown tool: the same tool error, and the job completes", async () => {
+    const r = await api.call("POST", "/v1/agents", { name: "toolless", model: stack.modelName });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+    const id = await submit({
+      agent: "toolless",
+      input: { messages: [mock({ tool_calls: [{ name: "fetch_url", args: { url: "http://example.com" } }] })] },
+    });
+    await refusedCall(id, "fetch_url");
   });
 
   it("cancel kills a running command and removes the sandbox", async () => {

@@ -78,7 +78,7 @@ describe("client REST calls", () => {
     };
     const { calls, fetchImpl } = recorder(() => Response.json(answer, { status }));
     const api = new EarClient({ baseUrl: "http://g.test", credential: KEY, fetch: fetchImpl });
-    expect(await api.decide("j1", "c/1", { decision: "deny", note: "no" })).toEqual({ answer, created: true });
+    expect(await api.decide("j1", "c/1", { decision: "deny", note: "no" })).toEqual({ ...answer, created: true });
     status = 200;
     expect((await api.decide("j1", "c/1", { decision: "deny" })).created).toBe(false);
     expect(calls[0]).toMatchObject({
@@ -168,18 +168,18 @@ describe("client agent, model and usage calls", () => {
     return { calls, api: new EarClient({ baseUrl: "http://g.test", credential: KEY, fetch: fetchImpl }) };
   }
 
-  it("makes each agent route's request and returns the agent or the page", async () => {
+  it("makes each agent route's request and returns its body, `{agent}` or the page", async () => {
     const { calls, api } = agentApi();
     const definition = { model: "mock-model", instructions: "Be brief.", limits: { max_turns: 2 } };
-    expect(await api.createAgent({ name: "triage", ...definition })).toEqual(AGENT);
+    expect(await api.createAgent({ name: "triage", ...definition })).toEqual({ agent: AGENT });
     expect(await api.listAgents()).toEqual({ agents: [AGENT], versions: [AGENT], next_cursor: "n1" });
     await api.listAgents({ limit: 5, cursor: "c/1=" });
-    expect(await api.getAgent("tri age")).toEqual(AGENT);
+    expect(await api.getAgent("tri age")).toEqual({ agent: AGENT });
     expect((await api.listAgentVersions("triage", { cursor: "v2" })).versions).toEqual([AGENT]);
     await api.listAgentVersions("triage");
-    expect(await api.getAgentVersion("triage", 3)).toEqual(AGENT);
-    expect(await api.createAgentVersion("triage", definition)).toEqual(AGENT);
-    expect(await api.archiveAgent("triage")).toEqual(AGENT);
+    expect(await api.getAgentVersion("triage", 3)).toEqual({ agent: AGENT });
+    expect(await api.createAgentVersion("triage", definition)).toEqual({ agent: AGENT });
+    expect(await api.archiveAgent("triage")).toEqual({ agent: AGENT });
     expect(calls.map((c) => `${c.method} ${c.url}`)).toEqual([
       "POST http://g.test/v1/agents",
       "GET http://g.test/v1/agents",
@@ -199,7 +199,7 @@ describe("client agent, model and usage calls", () => {
 
   it("lists models and asks for usage by day range", async () => {
     const { calls, api } = agentApi();
-    expect(await api.listModels()).toEqual([{ name: "mock-model", default: true }]);
+    expect(await api.listModels()).toEqual({ models: [{ name: "mock-model", default: true }] });
     expect(await api.usage({ from: "2026-03-01", to: "2026-03-02" })).toEqual({
       from: "2026-03-01",
       to: "2026-03-02",

@@ -9,7 +9,7 @@ import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import { sleep } from "../../src/domain/async";
 import { pct } from "../load/stats";
-import { buildSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
+import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
 
 const levels = (process.argv[2] ?? "1,10,50").split(",").map(Number);
 const image = process.argv[3] ?? LOCAL_SANDBOX_IMAGE;
@@ -75,10 +75,7 @@ function timed(docker: Docker, calls: Map<string, number[]>): Docker {
 }
 
 const docker = connectDocker();
-await docker
-  .getImage(image)
-  .inspect()
-  .catch(() => buildSandboxImage({ docker, image }));
+await ensureSandboxImage({ docker, image });
 const rows: string[] = [];
 const breakdown: string[] = [];
 for (const n of levels) {

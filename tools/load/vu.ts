@@ -235,7 +235,7 @@ export async function runVu(
           cancelSentAt = performance.now();
           cancelPost = api
             .cancel(jobId, { signal: deadline })
-            .then((status) => {
+            .then(({ status }) => {
               if (status !== "requested") stateProblems.push(`cancel status ${status} (expected requested)`);
             })
             .catch((e: unknown) => {
@@ -290,7 +290,7 @@ export async function runVu(
   const readUntil = performance.now() + 15_000;
   while (performance.now() < readUntil) {
     try {
-      job = (await api.get(jobId, { signal: AbortSignal.timeout(10_000) })) as JobView;
+      job = (await api.get(jobId, { signal: AbortSignal.timeout(10_000) })).job;
       if (job.state !== "queued" && job.state !== "running") break;
     } catch (err) {
       stateProblems.push(httpProblem("GET job", err));

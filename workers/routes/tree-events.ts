@@ -23,7 +23,14 @@
  * tenant's stream slot (one per tree stream); the others are followed uncounted.
  */
 import { ApiError, ERROR_STATUS } from "../../src/contracts/errors";
-import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
+import {
+  decodeTreeCursor,
+  encodeTreeCursor,
+  isCursorJobId,
+  SSE_FINISHED_STATUS,
+  SSE_RETRY_MS,
+  type TreeCursor,
+} from "../../src/contracts/sse";
 import type { TreeNode } from "../../src/contracts/tree";
 import { getTree, isChildOf } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
@@ -31,43 +38,21 @@ import { SSE_HEADERS } from "../durable-objects/sse-fanout";
 import { log } from "../log";
 import type { GatewayEnv } from "../types";
 
-export const TREE_CURSOR_PREFIX = "t1.";
 /** A cursor longer than this cannot come from a tree within the delegation limits. */
 const MAX_TREE_CURSOR_CHARS = 8_192;
 /** A JobEvents object's answer once its log was deleted after the retention. */
 const GONE_STATUS = ERROR_STATUS.events_expired;
-
-export type TreeCursor = Record<string, number>;
-/** A job id as cursors hold it (lower-case, as Postgres writes uuids). */
-const CURSOR_JOB_RE = /^[0-9a-f-]{36}$/;
-
-export function encodeTreeCursor(c: TreeCursor): string {
-  const b64 = btoa(JSON.stringify(c));
-  return TREE_CURSOR_PREFIX + b64.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
-}
 
 /** Last-Event-ID (else `after`) as a tree cursor; empty means from the start. Bad input is a 400. */
 export function parseTreeCursor(lastEventId: string | undefined, after: string | undefined): TreeCursor {
   const raw = (lastEventId ?? after ?? "").trim();
   if (raw === "" || raw === "0") return {};
   const field = lastEventId !== undefined ? "Last-Event-ID" : "after";
-  const bad = () =>
-    new ApiError("invalid_request", `${field}: must be an event id of this stream (include=descendants: "t1.…")`);
-  if (!raw.startsWith(TREE_CURSOR_PREFIX) || raw.length > MAX_TREE_CURSOR_CHARS) throw bad();
-  let parsed: unknown;
-  try {
-    const b64 = raw.slice(TREE_CURSOR_PREFIX.length).replaceAll("-", "+").replaceAll("_", "/");
-    parsed = JSON.parse(atob(b64));
-  } catch {
-    throw bad();
+  const cursor = raw.length > MAX_TREE_CURSOR_CHARS ? null : decodeTreeCursor(raw);
+  if (cursor === null) {
+    throw new ApiError("invalid_request", `${field}: must be an event id of this stream (include=descendants: "t1.…")`);
   }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw bad();
-  const out: TreeCursor = {};
-  for (const [k, v] of Object.entries(parsed)) {
-    if (!CURSOR_JOB_RE.test(k) || !Number.isSafeInteger(v) || (v as number) < 0) throw bad();
-    out[k] = v as number;
-  }
-  return out;
+  return cursor;
 }
 
 /** Every job of the tree, root first, each with its parent (null for the root). */
@@ -201,7 +186,7 @@ export async function treeEventStream(
           // The announced child enters the cursor (at offset 0) with its announcement, so a
           // reconnect from here or later follows it at once instead of waiting for a replay
           // that the cursor has already passed.
-          if (typeof child === "string" && CURSOR_JOB_RE.test(child)) state[child] ??= 0;
+          if (typeof child === "string" && isCursorJobId(child)) state[child] ??= 0;
           await write(`id: ${encodeTreeCursor(state)}\nevent: ${f.event}\ndata: ${f.data}\n\n`);
           if (typeof child === "string" && !following.has(child)) {
             // A child the tree read at connect found under this job is known to be the tenant's.

@@ -110,7 +110,8 @@ export function Chat({ conversationId }: { conversationId: string }) {
 
     const refreshJob = async (t: Turn) => {
       if (!t.jobId) return;
-      const asked = (t.viewsAsked = (t.viewsAsked ?? 0) + 1);
+      t.viewsAsked = (t.viewsAsked ?? 0) + 1;
+      const asked = t.viewsAsked;
       try {
         const view = await client.get(t.jobId);
         if (asked < (t.viewApplied ?? 0)) return;

@@ -277,7 +277,8 @@ function expectWellFormedLog(log: EventEnvelope[], output: string) {
   expect(new Set(log.map((e) => e.execution_id)).size).toBe(1);
   expect(log[0]?.type).toBe("run.started");
   expect(log[1]?.type).toBe("run.prepared");
-  const deltas = log.slice(2, -1);
+  expect(log[2]).toMatchObject({ type: "model.turn", payload: { turn: 1, reason: "start" } });
+  const deltas = log.slice(3, -1);
   expect(deltas.length).toBeGreaterThanOrEqual(1);
   expect(deltas.every((e) => e.type === "model.delta")).toBe(true);
   expect(deltas.map((e) => e.payload.text).join("")).toBe(output);
@@ -549,16 +550,23 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(logR!.map((e) => e.type)).toEqual([
       "run.started",
       "run.prepared",
+      "model.turn",
       "model.retry",
       "model.retry",
       "run.failed",
     ]);
-    expect(logR!.slice(2, 4).map((e) => e.payload)).toMatchObject([
+    expect(logR!.slice(3, 5).map((e) => e.payload)).toMatchObject([
       { attempt: 1, reason: "rate_limited", status: 429 },
       { attempt: 2, reason: "rate_limited", status: 429 },
     ]);
-    expect(logR![4]?.payload).toMatchObject({ error: { code: "rate_limited" } });
-    expect(logT!.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta", "run.failed"]);
+    expect(logR![5]?.payload).toMatchObject({ error: { code: "rate_limited" } });
+    expect(logT!.map((e) => e.type)).toEqual([
+      "run.started",
+      "run.prepared",
+      "model.turn",
+      "model.delta",
+      "run.failed",
+    ]);
   });
 
   it("shows a tenant neither the host id nor an internal failure's detail; the code stays", async () => {
@@ -608,7 +616,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     const [row] = await jobRows(t, [id!]);
     expect(row).toMatchObject({ state: "running", owner: "thief", finishedAt: null });
     const log = ingest.log.get(running!.executionId!) ?? [];
-    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta"]);
+    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.turn", "model.delta"]);
   });
 
   it("emits no terminal event when the terminal write finds it is no longer the owner", async () => {
@@ -633,7 +641,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     const [row] = await jobRows(t, [id!]);
     expect(row).toMatchObject({ state: "running", finishedAt: null });
     const log = ingest.log.get(running!.executionId!) ?? [];
-    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta"]);
+    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.turn", "model.delta"]);
   });
 
   it("on shutdown lets a running job finish, and fails what outlives the grace period", async () => {

@@ -301,7 +301,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
               {t.user !== null && <div class="msg user">{t.user}</div>}
               <article class="msg answer" aria-busy={t.live} data-testid="answer" data-state={t.job?.state ?? ""}>
                 <div class="answer-text" data-testid="answer-text">
-                  {run ? <AnswerBody segments={run.segments} /> : (t.historyText ?? "")}
+                  {run ? <AnswerBody turns={run.turns} /> : (t.historyText ?? "")}
                   {t.live && !wait && <span class="cursor" aria-hidden="true" />}
                 </div>
                 {wait && t.jobId && <ApprovalCard key={wait.call_id} jobId={t.jobId} wait={wait} />}

@@ -349,6 +349,54 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.close();
   });
 
+  it("shows a repaired answer as the last turn's text only, the refused turn above it as a step", async () => {
+    const name = `repair-${process.pid}`;
+    const schema = { type: "object", properties: { sentiment: { type: "string" } }, required: ["sentiment"] };
+    expect(
+      (await api().call("POST", "/v1/agents", { name, model: "mock-model", response_format: schema })).status,
+    ).toBe(201);
+    const conversation = `c-repair-${process.pid}`;
+    const page = await open(`/chat/${conversation}`);
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    await page.getByTestId("agent-picker").selectOption(name);
+    const refused = "I think it is positive";
+    const repaired = '{"sentiment": "positive"}';
+    const jobId = await send(page, `!mock ${JSON.stringify({ replies: [refused, repaired] })}`);
+    const view = await finished(page, jobId);
+    expect(view.output).toBe(repaired);
+    const events = await api().events(jobId);
+    expect(events.filter((e) => e.event === "model.turn").map((e) => JSON.parse(e.data).payload)).toEqual([
+      { turn: 1, reason: "start" },
+      { turn: 2, reason: "repair" },
+    ]);
+
+    /** The answer's text spans, and each step's number, reason, head and text. */
+    const shown = async (scope: ReturnType<Page["locator"]>) => ({
+      answer: (await scope.locator(".answer-text .text").allTextContents()).join(""),
+      steps: await scope.locator(".answer-text .step").evaluateAll((li) =>
+        li.map((l) => ({
+          turn: l.getAttribute("data-turn"),
+          reason: l.getAttribute("data-reason"),
+          head: l.querySelector(".step-head")?.textContent,
+          text: [...l.querySelectorAll(".step-text")].map((t) => t.textContent).join(""),
+        })),
+      ),
+    });
+    const expected = {
+      answer: repaired,
+      steps: [{ turn: "1", reason: "start", head: "turn 1 · answer refused by the response format", text: refused }],
+    };
+    const turn = page.locator(`li.turn[data-job-id="${jobId}"]`);
+    expect(await shown(turn)).toEqual(expected);
+    await shoot(page, "chat-repair-steps");
+    // The inspector folds the same log the same way.
+    await page.goto(`${t.stack.gatewayUrl}/#/jobs/${jobId}`);
+    const inspector = page.getByTestId("inspector-answer");
+    await expect.poll(() => shown(inspector), { timeout: 10_000 }).toEqual(expected);
+    await shoot(page, "inspector-repair-steps", true);
+    await page.close();
+  });
+
   it("pages the agent list with its cursor", async () => {
     for (let i = 0; i < 22; i++) {
       const res = await api().call("POST", "/v1/agents", {

@@ -19,6 +19,13 @@ const toolLabel = (t: AgentTools[number]) =>
   typeof t !== "string" && t.requires_approval ? `${t.name} (needs approval)` : toolName(t);
 const toolList = (tools: AgentTools) => (tools.length ? tools.map(toolLabel).join(", ") : "none");
 
+type McpServers = AgentView["mcp_servers"];
+/** An MCP server's allowed tool: a name, or `{name, requires_approval}`. */
+const mcpToolLabel = (t: McpServers[number]["tools"][number]) =>
+  typeof t === "string" ? t : t.requires_approval ? `${t.name} (needs approval)` : t.name;
+/** Delegates are typed as names separated by commas or spaces. */
+const parseNames = (v: string) => v.split(/[\s,]+/).filter(Boolean);
+
 export function Agents() {
   const { page, error, pager } = usePaged<AgentView>(
     (cursor) =>
@@ -104,6 +111,19 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="ask_user">{agent.ask_user ? "yes: may ask and wait for an answer" : "no"}</td>
           </tr>
           <tr>
+            <th scope="row">delegates</th>
+            <td data-field="delegates">
+              {agent.delegates.length === 0
+                ? "none"
+                : agent.delegates.map((d, i) => (
+                    <span key={d}>
+                      {i > 0 && ", "}
+                      <a href={`#/agents/${encodeURIComponent(d)}`}>{d}</a>
+                    </span>
+                  ))}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">waits</th>
             <td data-field="approval">
               decide within {agent.approval.deadline_s} s, then {agent.approval.on_deadline}
@@ -115,23 +135,23 @@ function Definition({ agent }: { agent: AgentView }) {
           </tr>
           <tr>
             <th scope="row">max output tokens</th>
-            <td>{orNone(agent.limits.max_output_tokens)}</td>
+            <td data-field="max_output_tokens">{orNone(agent.limits.max_output_tokens)}</td>
           </tr>
           <tr>
             <th scope="row">timeout</th>
-            <td>{orNone(agent.limits.timeout_s, " s")}</td>
+            <td data-field="timeout_s">{orNone(agent.limits.timeout_s, " s")}</td>
           </tr>
           <tr>
             <th scope="row">temperature</th>
-            <td>{orNone(agent.sampling.temperature)}</td>
+            <td data-field="temperature">{orNone(agent.sampling.temperature)}</td>
           </tr>
           <tr>
             <th scope="row">top_p</th>
-            <td>{orNone(agent.sampling.top_p)}</td>
+            <td data-field="top_p">{orNone(agent.sampling.top_p)}</td>
           </tr>
           <tr>
             <th scope="row">sandbox profile</th>
-            <td>{agent.sandbox_profile}</td>
+            <td data-field="sandbox_profile">{agent.sandbox_profile}</td>
           </tr>
           <tr>
             <th scope="row">created</th>
@@ -145,11 +165,44 @@ function Definition({ agent }: { agent: AgentView }) {
       <pre class="block" data-field="instructions">
         {agent.instructions || "(none)"}
       </pre>
+      <h4>MCP servers</h4>
+      <McpServerList servers={agent.mcp_servers} />
       <h4>Response format</h4>
       <pre class="block" data-field="response_format">
         {agent.response_format === null ? "(free text)" : JSON.stringify(agent.response_format, null, 2)}
       </pre>
     </section>
+  );
+}
+
+/** Each MCP server: its URL, its allowed tools (and which need approval), its headers' secrets, its timeout. */
+function McpServerList({ servers }: { servers: McpServers }) {
+  if (servers.length === 0)
+    return (
+      <p class="muted" data-field="mcp_servers">
+        none
+      </p>
+    );
+  return (
+    <ul class="mcp-servers" data-field="mcp_servers">
+      {servers.map((s) => (
+        <li key={s.name} data-server={s.name}>
+          <div>
+            <code>{s.name}</code> <span class="url">{s.url}</span>
+          </div>
+          <div>tools: {s.tools.map(mcpToolLabel).join(", ")}</div>
+          <div>
+            headers:{" "}
+            {Object.keys(s.headers).length === 0
+              ? "none"
+              : Object.entries(s.headers)
+                  .map(([h, v]) => `${h} ← secret ${v.secret}`)
+                  .join(", ")}
+            {" · "}timeout {s.timeout_ms} ms
+          </div>
+        </li>
+      ))}
+    </ul>
   );
 }
 
@@ -338,11 +391,29 @@ function numberOrNull(v: string): number | null {
   return v.trim() === "" ? null : Number(v);
 }
 
+/** A definition as the form posts it: every field named (none left to the API's default by omission). */
+type DefinitionBody = Required<AgentDefinitionInput>;
+
+/** A JSON field's text parsed, or the message naming the field; empty text is `empty`. */
+function parseJson<T>(label: string, v: string, empty: T, check: (x: unknown) => string | null): T | string {
+  if (!v.trim()) return empty;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(v);
+  } catch (err) {
+    return `${label} is not JSON: ${(err as Error).message}`;
+  }
+  const wrong = check(parsed);
+  return wrong ? `${label} ${wrong}` : (parsed as T);
+}
+
 /**
- * The whole definition as a form. With `base` (the version shown) it starts from that version and
- * posts the next one; without, it creates an agent. The API checks every field (and answers 400
- * naming the one at fault, shown here); the form checks only what it must to build the body:
- * that the response format is JSON.
+ * The whole definition as a form: every field is edited here, or (the sandbox profile, which has
+ * one value today) carried from the base unchanged, and the body is typed to name every field,
+ * so a field added to the contract does not compile until the form handles it. With `base` (the
+ * version shown) it starts from that version and posts the next one; without, it creates an
+ * agent. The API checks every field (and answers 400 naming the one at fault, shown here); the
+ * form checks only what it must to build the body: that the JSON fields are JSON of the right shape.
  */
 function AgentForm({
   base,
@@ -364,6 +435,12 @@ function AgentForm({
     (base?.tools ?? []).filter((t) => typeof t !== "string" && t.requires_approval).map(toolName),
   );
   const [askUser, setAskUser] = useState(base?.ask_user ?? false);
+  const [delegates, setDelegates] = useState((base?.delegates ?? []).join(", "));
+  const [mcp, setMcp] = useState(base?.mcp_servers.length ? JSON.stringify(base.mcp_servers, null, 2) : "");
+  const [deadline, setDeadline] = useState(String(base?.approval.deadline_s ?? ""));
+  const [onDeadline, setOnDeadline] = useState<AgentView["approval"]["on_deadline"]>(
+    base?.approval.on_deadline ?? "deny",
+  );
   const [maxTurns, setMaxTurns] = useState(String(base?.limits.max_turns ?? ""));
   const [maxOutput, setMaxOutput] = useState(String(base?.limits.max_output_tokens ?? ""));
   const [timeout, setTimeoutS] = useState(String(base?.limits.timeout_s ?? ""));
@@ -389,34 +466,37 @@ function AgentForm({
   const submit = async (e: Event) => {
     e.preventDefault();
     setError(null);
-    let response_format: Record<string, unknown> | null = null;
-    if (format.trim()) {
-      try {
-        response_format = JSON.parse(format) as Record<string, unknown>;
-      } catch (err) {
-        setError(`Response format is not JSON: ${(err as Error).message}`);
-        return;
-      }
+    const response_format = parseJson<Record<string, unknown> | null>("Response format", format, null, (x) =>
+      x !== null && typeof x === "object" && !Array.isArray(x) ? null : "must be a JSON object (a JSON Schema)",
+    );
+    const mcp_servers = parseJson<DefinitionBody["mcp_servers"]>("MCP servers", mcp, [], (x) =>
+      Array.isArray(x) ? null : 'must be a JSON array of servers: [{"name", "url", "tools", …}]',
+    );
+    const wrong = [response_format, mcp_servers].find((x) => typeof x === "string");
+    if (typeof wrong === "string") {
+      setError(wrong);
+      return;
     }
-    const definition: AgentDefinitionInput = {
+    // Every field, named: what the form does not edit is carried from the base unchanged.
+    const definition: DefinitionBody = {
       model,
       description,
       instructions,
       tools: tools.map((n) =>
         gated.includes(n) ? { name: n, requires_approval: true } : n,
-      ) as AgentDefinitionInput["tools"],
+      ) as DefinitionBody["tools"],
       limits: {
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),
         timeout_s: numberOrNull(timeout),
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
-      response_format,
-      // The form does not edit MCP servers: a new version keeps the ones it was made from.
-      mcp_servers: base?.mcp_servers ?? [],
+      response_format: response_format as Record<string, unknown> | null,
+      mcp_servers: mcp_servers as DefinitionBody["mcp_servers"],
       ask_user: askUser,
-      // The form does not edit the wait's deadline and its outcome: a new version keeps the base's.
-      ...(base ? { approval: base.approval } : {}),
+      delegates: parseNames(delegates),
+      approval: { ...(deadline.trim() ? { deadline_s: Number(deadline) } : {}), on_deadline: onDeadline },
+      sandbox_profile: base?.sandbox_profile ?? "default",
     };
     setBusy(true);
     try {
@@ -526,6 +606,39 @@ function AgentForm({
           ask_user: the agent may ask a question and wait for the answer
         </label>
       </fieldset>
+      <div class="field-row">
+        {field(
+          "agent-deadline",
+          "Wait deadline (s)",
+          <input id="agent-deadline" type="number" min={1} {...text(deadline, setDeadline)} />,
+          "how long an approval or question waits; empty: 24 h",
+        )}
+        {field(
+          "agent-on-deadline",
+          "At the deadline",
+          <select
+            id="agent-on-deadline"
+            value={onDeadline}
+            onChange={(e) => setOnDeadline((e.target as HTMLSelectElement).value as typeof onDeadline)}
+          >
+            <option value="deny">deny</option>
+            <option value="fail">fail</option>
+          </select>,
+          "deny: the model is told the call was denied; fail: the job fails approval_expired",
+        )}
+      </div>
+      {field(
+        "agent-delegates",
+        "Delegates",
+        <input id="agent-delegates" spellcheck={false} autoComplete="off" {...text(delegates, setDelegates)} />,
+        "agents it may hand work to (delegate_<name> tools), separated by commas",
+      )}
+      {field(
+        "agent-mcp",
+        "MCP servers (JSON)",
+        <textarea id="agent-mcp" rows={4} spellcheck={false} class="mono" {...text(mcp, setMcp)} />,
+        'empty: none; else [{"name", "url", "tools": [name or {"name", "requires_approval"}], "headers", "timeout_ms"}]',
+      )}
       <div class="field-row">
         {field(
           "agent-max-turns",

@@ -1,10 +1,10 @@
 /**
- * An answer's body: its text and tool calls in the order they happened, each tool call collapsed
- * with its output; and the facts of its job shown under it in the chat and the inspector alike
+ * An answer's body: the run's earlier model turns as steps (their text and tool calls, each tool
+ * call collapsed with its output), then the last turn's text, which is the answer; and the facts of its job shown under it in the chat and the inspector alike
  * (agent version, token usage, the structured answer).
  */
 import type { JobView } from "./api";
-import type { Segment } from "./run";
+import type { ModelTurn, Segment } from "./run";
 
 /** `name@version`, or null for the built-in default agent. */
 export const agentLabel = (job: JobView): string | null =>
@@ -74,12 +74,49 @@ export function Value({ value }: { value: unknown }) {
   return <pre>{typeof value === "string" ? value : JSON.stringify(value, null, 2)}</pre>;
 }
 
-export function AnswerBody({ segments }: { segments: readonly Segment[] }) {
+/** Why an earlier turn is not the answer, read from the reason the next turn started. */
+function stepNote(step: ModelTurn, next: ModelTurn | undefined): string {
+  if (next?.reason === "repair") return "answer refused by the response format";
+  if (next?.reason === "input") return "more input arrived";
+  return step.segments.some((s) => s.kind === "tool") ? "called tools" : "";
+}
+
+/**
+ * The run's model turns: every turn but the last as a step (muted, numbered), then the last
+ * turn's segments, whose text spans (`.text`) are the answer exactly. One turn: no steps.
+ */
+export function AnswerBody({ turns }: { turns: readonly ModelTurn[] }) {
+  const steps = turns.slice(0, -1);
+  const answer = turns.at(-1);
+  return (
+    <>
+      {steps.length > 0 && (
+        <ol class="steps" data-testid="steps" aria-label="Earlier model turns">
+          {steps.map((t, i) => {
+            const note = stepNote(t, turns[i + 1]);
+            return (
+              <li key={t.turn ?? `step-${i}`} class="step" data-turn={t.turn ?? ""} data-reason={t.reason ?? ""}>
+                <span class="step-head">
+                  turn {t.turn ?? i + 1}
+                  {note && ` · ${note}`}
+                </span>
+                <Segments segments={t.segments} textClass="step-text" />
+              </li>
+            );
+          })}
+        </ol>
+      )}
+      {answer && <Segments segments={answer.segments} textClass="text" />}
+    </>
+  );
+}
+
+function Segments({ segments, textClass }: { segments: readonly Segment[]; textClass: string }) {
   return (
     <>
       {segments.map((s, i) =>
         s.kind === "text" ? (
-          <span key={i} class="text">
+          <span key={i} class={textClass}>
             {s.text}
           </span>
         ) : (

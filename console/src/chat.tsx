@@ -41,6 +41,9 @@ interface Turn {
   note?: string;
   error?: string;
   debugOpen?: boolean;
+  /** The job view reads asked for, and the newest applied: an older read answering late is dropped. */
+  viewsAsked?: number;
+  viewApplied?: number;
 }
 
 const AGENT_KEY = "ear.console.agent.";
@@ -65,6 +68,9 @@ const HISTORY_VIEWS = 20;
 function newId(): string {
   return `m-${crypto.randomUUID()}`;
 }
+
+/** Events after which the job's state has changed: the badge reads the job view again. */
+const STATE_EVENTS = new Set(["run.started", "run.suspended", "run.resumed"]);
 
 const STATUS_TEXT: Record<ChatStatus, string> = {
   connecting: "connecting…",
@@ -104,8 +110,13 @@ export function Chat({ conversationId }: { conversationId: string }) {
 
     const refreshJob = async (t: Turn) => {
       if (!t.jobId) return;
+      t.viewsAsked = (t.viewsAsked ?? 0) + 1;
+      const asked = t.viewsAsked;
       try {
-        t.job = (await client.get(t.jobId)).job;
+        const view = await client.get(t.jobId);
+        if (asked < (t.viewApplied ?? 0)) return;
+        t.viewApplied = asked;
+        t.job = view.job;
         bump();
       } catch {}
     };
@@ -152,8 +163,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
           if (isTerminal(f.event.type)) {
             t.live = false;
             void refreshJob(t);
-          } else if (f.event.type === "run.suspended" || f.event.type === "run.resumed") {
-            // The job view's state (`waiting`, then `queued`/`running`) for the footer's badge.
+          } else if (STATE_EVENTS.has(f.event.type)) {
+            // The footer's badge follows the job's state: `running` from the execution's first
+            // event (the host wrote it before emitting), `waiting` at a suspend, and so on.
             void refreshJob(t);
           }
           break;
@@ -296,7 +308,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
               {t.user !== null && <div class="msg user">{t.user}</div>}
               <article class="msg answer" aria-busy={t.live} data-testid="answer" data-state={t.job?.state ?? ""}>
                 <div class="answer-text" data-testid="answer-text">
-                  {run ? <AnswerBody segments={run.segments} /> : (t.historyText ?? "")}
+                  {run ? <AnswerBody turns={run.turns} /> : (t.historyText ?? "")}
                   {t.live && !wait && <span class="cursor" aria-hidden="true" />}
                 </div>
                 {wait && t.jobId && <ApprovalCard key={wait.call_id} jobId={t.jobId} wait={wait} />}
@@ -315,7 +327,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
                   )}
                   {final && t.job && <RunFacts job={t.job} />}
                   {t.job && t.job.state !== "completed" && (
-                    <span class={`state state-${t.job.state}`}>{t.job.state}</span>
+                    <span class={`state state-${t.job.state}`} data-testid="job-state">
+                      {t.job.state}
+                    </span>
                   )}
                   {t.note && <span class="muted">{t.note}</span>}
                   {t.jobId && t.live && (

@@ -158,7 +158,7 @@ export function Inspector({ jobId }: { jobId: string }) {
       </div>
       <article class="msg answer" data-testid="inspector-answer">
         <div class="answer-text">
-          <AnswerBody segments={run.segments} />
+          <AnswerBody turns={run.turns} />
         </div>
         {run.terminal && (
           <footer class="answer-foot">

@@ -1,7 +1,8 @@
 /**
- * A run as the console shows it, folded from its events in offset order: the answer's text and
- * tool calls interleaved as they happened, the quota waits, the sandbox events and the terminal
- * outcome. Pure, so the chat, the inspector's replay (a prefix of the events) and the unit tests
+ * A run as the console shows it, folded from its events in offset order: its model turns (each
+ * from its `model.turn` on: its text and tool calls interleaved as they happened; the last turn's
+ * text is the answer, as the job's output is), the quota waits, the sandbox events and the
+ * terminal outcome. Pure, so the chat, the inspector's replay (a prefix of the events) and the unit tests
  * share it.
  */
 import type { EventEnvelope, EventPayload } from "../../src/contracts/events";
@@ -15,9 +16,22 @@ export type Segment =
   | { kind: "text"; text: string }
   | { kind: "tool"; id: string; name: string; args: unknown; result: { ok: boolean; output: unknown } | null };
 
-export interface RunFold {
+/**
+ * One model turn: its number and why it started (`model.turn`), both null for events before any
+ * such mark (a log written before hosts sent it: then the whole run is one turn).
+ */
+export interface ModelTurn {
+  turn: number | null;
+  reason: string | null;
   segments: Segment[];
-  /** The model's text, all turns joined (what streamed, in order). */
+}
+
+export interface RunFold {
+  /** The model turns in order; the last is the one whose text is the answer. */
+  turns: ModelTurn[];
+  /** Every turn's segments in order (text never joined across a turn's boundary). */
+  segments: Segment[];
+  /** The answer: the last turn's text. */
   text: string;
   quotaWaits: Array<{ offset: number; ts: string; reason: string; key: string | null; ahead: number | null }>;
   sandbox: Array<{ offset: number; ts: string; type: string; detail: string }>;
@@ -62,6 +76,7 @@ export const pendingWait = (f: RunFold): Wait | null => {
 
 export function foldRun(events: readonly OffsetEvent[]): RunFold {
   const f: RunFold = {
+    turns: [],
     segments: [],
     text: "",
     quotaWaits: [],
@@ -73,6 +88,12 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
     lastOffset: 0,
   };
   const tools = new Map<string, Extract<Segment, { kind: "tool" }>>();
+  const current = (): Segment[] => {
+    const last = f.turns.at(-1);
+    if (last) return last.segments;
+    f.turns.push({ turn: null, reason: null, segments: [] });
+    return (f.turns.at(-1) as ModelTurn).segments;
+  };
   for (const { offset, event: e } of events) {
     f.lastOffset = Math.max(f.lastOffset, offset);
     const last = f.executions.at(-1);
@@ -80,11 +101,18 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
       f.executions.push({ execution_id: e.execution_id, epoch: e.epoch });
     }
     switch (e.type) {
+      case "model.turn": {
+        // An unmarked turn with nothing in it (only lifecycle events so far) is this one.
+        const open = f.turns.at(-1);
+        if (open && open.turn === null && open.segments.length === 0) f.turns.pop();
+        f.turns.push({ turn: e.payload.turn, reason: e.payload.reason, segments: [] });
+        break;
+      }
       case "model.delta": {
-        const tail = f.segments.at(-1);
+        const segments = current();
+        const tail = segments.at(-1);
         if (tail?.kind === "text") tail.text += e.payload.text;
-        else f.segments.push({ kind: "text", text: e.payload.text });
-        f.text += e.payload.text;
+        else segments.push({ kind: "text", text: e.payload.text });
         break;
       }
       case "tool.call": {
@@ -96,7 +124,7 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
           result: null,
         };
         tools.set(seg.id, seg);
-        f.segments.push(seg);
+        current().push(seg);
         f.sandbox.push({ offset, ts: e.ts, type: e.type, detail: e.payload.name });
         break;
       }
@@ -175,6 +203,8 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
         break;
     }
   }
+  f.segments = f.turns.flatMap((t) => t.segments);
+  f.text = (f.turns.at(-1)?.segments ?? []).map((s) => (s.kind === "text" ? s.text : "")).join("");
   return f;
 }
 

@@ -8,6 +8,7 @@
  * execution that resumes continues from it.
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
+import type { ModelTurnReason } from "../../src/contracts/events";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
@@ -71,7 +72,10 @@ export async function runAgent(
       if (ran) return ran;
     }
 
+    // Why the next turn starts, announced by `model.turn` so a client can tell the turns' text apart.
+    let reason: ModelTurnReason = resume ? "resumed" : "start";
     for (let turn = firstTurn; ; turn++) {
+      emit("model.turn", { turn, reason });
       const called = await callModel(
         ctx,
         run,
@@ -93,11 +97,15 @@ export async function runAgent(
           delegated: new Map(),
         });
         if (ran) return ran;
+        reason = "tool_results";
         continue;
       }
       // Input that arrived during the turn is applied in one more turn (bounded).
       messages.push({ role: "assistant", content: turnText });
-      if (turn < loop.maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) continue;
+      if (turn < loop.maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) {
+        reason = "input";
+        continue;
+      }
       if (!format) break;
       const checked = format.check(turnText);
       if (checked.ok) return { state: "completed", output: text, outputJson: checked.value };
@@ -111,6 +119,7 @@ export async function runAgent(
       // One repair turn, on top of max_turns: the model is told what was wrong.
       loop.repaired = true;
       loop.maxTurns = turn + 1;
+      reason = "repair";
       messages.push({ role: "user", content: repairMessage(checked.problems) });
     }
     return { state: "completed", output: text };

@@ -25,6 +25,9 @@ import { stateOfTerminalEvent } from "../contracts/job-state";
 import { decodeTreeCursor, SSE_FINISHED_STATUS, SSE_RETRY_MS, type TreeCursor } from "../contracts/sse";
 import { ApiClientError, errorOf, type Transport } from "./http";
 
+/** The envelope's types, for narrowing a streamed event by `type` (e.g. `EventOf<"model.turn">`). */
+export type { EventEnvelope, EventOf, EventPayload, ModelTurnReason } from "../contracts/events";
+
 /** One event of a job's stream: its offset (the SSE id) and the envelope. */
 export interface StreamedEvent {
   id: number;

@@ -18,6 +18,7 @@ export const EVENT_TYPES = [
   "run.started",
   "run.prepared",
   "quota.waiting",
+  "model.turn",
   "model.delta",
   "model.retry",
   "tool.call",
@@ -35,6 +36,15 @@ export const EVENT_TYPES = [
   ...TERMINAL_EVENT_TYPES,
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
+
+/**
+ * Why a model turn starts (`model.turn`): the run's first turn, the turn after the previous one's
+ * tool results, the one repair turn after an answer the response_format refused, the first turn of
+ * an execution that resumed from a wait, or the turn that takes input sent during the last one.
+ * Readers must accept reasons not listed here (more may come).
+ */
+export const MODEL_TURN_REASONS = ["start", "tool_results", "repair", "resumed", "input"] as const;
+export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 
 export function isTerminalEventType(type: string): type is TerminalEventType {
   return (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
@@ -79,6 +89,13 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     /** Waiters ahead, or null. */
     ahead: z.number().int().min(0).nullable(),
   }),
+  /**
+   * A model turn starts: every `model.delta` after it (until the next) is that turn's text, and
+   * the run's answer is its last turn's text. `turn` counts the run's turns from 1 across its
+   * executions (the number `max_turns` bounds); `reason` is one of MODEL_TURN_REASONS, or a
+   * reason a newer host sends (kept as a string: a gateway must not refuse it).
+   */
+  "model.turn": z.looseObject({ turn: z.number().int().min(1), reason: z.string().min(1) }),
   "model.delta": z.looseObject({ text: z.string() }),
   /**
    * A model call failed before it produced output and will be tried again after `delay_ms`
@@ -168,6 +185,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("run.started"),
   envelopeOf("run.prepared"),
   envelopeOf("quota.waiting"),
+  envelopeOf("model.turn"),
   envelopeOf("model.delta"),
   envelopeOf("model.retry"),
   envelopeOf("tool.call"),

@@ -1,6 +1,6 @@
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AgentView } from "../../src/contracts/agent";
+import { AgentDefinitionSchema, type AgentView } from "../../src/contracts/agent";
 import type { JobView } from "../../src/contracts/job";
 import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
@@ -162,12 +162,15 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.getByLabel("Response format (JSON Schema)").fill("");
     await page.getByRole("button", { name: "Create version" }).click();
     await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("2");
-    expect(
-      await page
-        .getByTestId("agent-versions")
-        .locator("li")
-        .evaluateAll((li) => li.map((l) => l.getAttribute("data-version"))),
-    ).toEqual(["2", "1"]);
+    // The versions list is read again after the save: polled, as it may still show the old page.
+    await expect
+      .poll(() =>
+        page
+          .getByTestId("agent-versions")
+          .locator("li")
+          .evaluateAll((li) => li.map((l) => l.getAttribute("data-version"))),
+      )
+      .toEqual(["2", "1"]);
     const v2 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
     expect(v2).toMatchObject({ version: 2, instructions: "Answer in plain text.", response_format: null });
     await shoot(page, "agents-detail", true);
@@ -222,26 +225,176 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.close();
   });
 
-  it("keeps an agent's MCP servers in a version made with the console's form (which does not edit them)", async () => {
-    const name = `mcp-keep-${process.pid}`;
-    const mcp_servers = [
+  /** A version's definition: the view without its identity. */
+  const definitionOf = ({ name, version, latest_version, created_at, archived_at, ...d }: AgentView) => d;
+  /** A definition that sets every field to something other than its default (the one profile excepted). */
+  const everyField = (delegates: string[]) => ({
+    description: "Routes tickets to the right desk",
+    model: "mock-model",
+    instructions: "Route the ticket.",
+    tools: [{ name: "shell", requires_approval: true }, "read_file"],
+    mcp_servers: [
       {
         name: "tracker",
         url: "https://mcp.example.com/tracker",
-        headers: {},
+        headers: { authorization: { secret: "TRACKER_TOKEN" } },
         tools: ["search", { name: "close_issue", requires_approval: true }],
         timeout_ms: 5000,
       },
-    ];
-    const created = await api().call("POST", "/v1/agents", { name, model: "mock-model", mcp_servers });
-    expect(created.status).toBe(201);
+    ],
+    approval: { deadline_s: 600, on_deadline: "fail" },
+    ask_user: true,
+    delegates,
+    limits: { max_turns: 5, max_output_tokens: 700, timeout_s: 120 },
+    sampling: { temperature: 0.3, top_p: 0.9 },
+    sandbox_profile: "default",
+    response_format: SCHEMA,
+  });
+
+  it("carries every field of a definition through a version made in the console, and shows each on its page", async () => {
+    const helpers = [`desk-a-${process.pid}`, `desk-b-${process.pid}`];
+    for (const h of helpers)
+      expect((await api().call("POST", "/v1/agents", { name: h, model: "mock-model" })).status).toBe(201);
+    const full = everyField(helpers);
+    // Every field of the contract, each away from its default: a field added later must join here.
+    expect(Object.keys(full).sort()).toEqual(Object.keys(AgentDefinitionSchema.shape).sort());
+    const defaults = AgentDefinitionSchema.parse({ model: "mock-model" }) as Record<string, unknown>;
+    for (const [k, v] of Object.entries(full)) {
+      if (k !== "model" && k !== "sandbox_profile") expect(v, k).not.toEqual(defaults[k]);
+    }
+    const name = `every-field-${process.pid}`;
+    expect((await api().call("POST", "/v1/agents", { name, ...full })).status).toBe(201);
+    const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(definitionOf(v1)).toEqual(full);
+
     const page = await open(`/agents/${name}`);
     await page.getByRole("button", { name: "New version" }).click();
-    await page.getByLabel("Instructions", { exact: true }).fill("Now with instructions.");
+    await page.getByLabel("Instructions", { exact: true }).fill("Route the ticket, then say where.");
+    await shoot(page, "agents-version-every-field", true);
     await page.getByRole("button", { name: "Create version" }).click();
     await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("2");
     const v2 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
-    expect(v2).toMatchObject({ version: 2, instructions: "Now with instructions.", mcp_servers });
+    expect(definitionOf(v2)).toEqual({ ...definitionOf(v1), instructions: "Route the ticket, then say where." });
+
+    // The page shows every field of the version.
+    const shown = (f: string) =>
+      page
+        .getByTestId("agent-definition")
+        .locator(`[data-field="${f}"]`)
+        .textContent()
+        .then((x) => x ?? "");
+    expect({
+      description: await shown("description"),
+      model: await shown("model"),
+      instructions: await shown("instructions"),
+      tools: await shown("tools"),
+      mcp_servers: await page.locator('[data-field="mcp_servers"] li > div').allTextContents(),
+      approval: await shown("approval"),
+      ask_user: await shown("ask_user"),
+      delegates: await shown("delegates"),
+      limits: [await shown("max_turns"), await shown("max_output_tokens"), await shown("timeout_s")],
+      sampling: [await shown("temperature"), await shown("top_p")],
+      sandbox_profile: await shown("sandbox_profile"),
+      response_format: JSON.parse(await shown("response_format")),
+    }).toEqual({
+      description: full.description,
+      model: full.model,
+      instructions: "Route the ticket, then say where.",
+      tools: "shell (needs approval), read_file",
+      mcp_servers: [
+        "tracker https://mcp.example.com/tracker",
+        "tools: search, close_issue (needs approval)",
+        "headers: authorization ← secret TRACKER_TOKEN · timeout 5000 ms",
+      ],
+      approval: "decide within 600 s, then fail",
+      ask_user: "yes: may ask and wait for an answer",
+      delegates: helpers.join(", "),
+      limits: ["5", "700", "120 s"],
+      sampling: ["0.3", "0.9"],
+      sandbox_profile: "default",
+      response_format: SCHEMA,
+    });
+    await shoot(page, "agents-detail-every-field", true);
+    await page.close();
+  });
+
+  it("sets delegates, MCP servers and the wait's deadline from the new-agent form, and refuses MCP servers that are not a JSON array", async () => {
+    const name = `form-every-${process.pid}`;
+    const helper = `desk-c-${process.pid}`;
+    expect((await api().call("POST", "/v1/agents", { name: helper, model: "mock-model" })).status).toBe(201);
+    const { mcp_servers } = everyField([]);
+    const page = await open("/agents/_new");
+    await page.getByTestId("agent-form").waitFor();
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Delegates").fill(helper);
+    await page.getByLabel("Wait deadline (s)").fill("600");
+    await page.getByLabel("At the deadline").selectOption("fail");
+    await page.getByLabel("MCP servers (JSON)").fill(JSON.stringify(mcp_servers[0]));
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^MCP servers must be a JSON array of servers/);
+    await page.getByLabel("MCP servers (JSON)").fill("[{");
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect
+      .poll(() => page.getByTestId("agent-form").getByRole("alert").textContent())
+      .toMatch(/^MCP servers is not JSON: /);
+    expect((await api().call("GET", `/v1/agents/${name}`)).status).toBe(404);
+    await page.getByLabel("MCP servers (JSON)").fill(JSON.stringify(mcp_servers, null, 2));
+    await shoot(page, "agents-new-every-field", true);
+    await page.getByRole("button", { name: "Create agent" }).click();
+    await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("1");
+    const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
+    expect(v1).toMatchObject({ delegates: [helper], mcp_servers, approval: { deadline_s: 600, on_deadline: "fail" } });
+    await page.close();
+  });
+
+  it("shows a repaired answer as the last turn's text only, the refused turn above it as a step", async () => {
+    const name = `repair-${process.pid}`;
+    const schema = { type: "object", properties: { sentiment: { type: "string" } }, required: ["sentiment"] };
+    expect(
+      (await api().call("POST", "/v1/agents", { name, model: "mock-model", response_format: schema })).status,
+    ).toBe(201);
+    const conversation = `c-repair-${process.pid}`;
+    const page = await open(`/chat/${conversation}`);
+    await expect.poll(() => page.getByTestId("socket-status").textContent(), { timeout: 20_000 }).toBe("connected");
+    await page.getByTestId("agent-picker").selectOption(name);
+    const refused = "I think it is positive";
+    const repaired = '{"sentiment": "positive"}';
+    const jobId = await send(page, `!mock ${JSON.stringify({ replies: [refused, repaired] })}`);
+    const view = await finished(page, jobId);
+    expect(view.output).toBe(repaired);
+    const events = await api().events(jobId);
+    expect(events.filter((e) => e.event === "model.turn").map((e) => JSON.parse(e.data).payload)).toEqual([
+      { turn: 1, reason: "start" },
+      { turn: 2, reason: "repair" },
+    ]);
+
+    /** The answer's text spans, and each step's number, reason, head and text. */
+    const shown = async (scope: ReturnType<Page["locator"]>) => ({
+      answer: (await scope.locator(".answer-text .text").allTextContents()).join(""),
+      steps: await scope.locator(".answer-text .step").evaluateAll((li) =>
+        li.map((l) => ({
+          turn: l.getAttribute("data-turn"),
+          reason: l.getAttribute("data-reason"),
+          head: l.querySelector(".step-head")?.textContent,
+          text: [...l.querySelectorAll(".step-text")].map((t) => t.textContent).join(""),
+        })),
+      ),
+    });
+    const expected = {
+      answer: repaired,
+      steps: [{ turn: "1", reason: "start", head: "turn 1 · answer refused by the response format", text: refused }],
+    };
+    const turn = page.locator(`li.turn[data-job-id="${jobId}"]`);
+    expect(await shown(turn)).toEqual(expected);
+    await shoot(page, "chat-repair-steps");
+    // The inspector folds the same log the same way.
+    await page.goto(`${t.stack.gatewayUrl}/#/jobs/${jobId}`);
+    const inspector = page.getByTestId("inspector-answer");
+    await expect.poll(() => shown(inspector), { timeout: 10_000 }).toEqual(expected);
+    await shoot(page, "inspector-repair-steps", true);
+    await page.close();
   });
 
   it("pages the agent list with its cursor", async () => {

@@ -119,6 +119,24 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.close();
   });
 
+  it("shows the job's state in the footer's badge while the answer streams (running, as the API says)", async () => {
+    const page = await openChat(newConversation());
+    const jobId = await send(page, slow(40, 10));
+    const expected = tokensText(40);
+    // Mid-answer: some text is on screen, not all of it.
+    await expect.poll(() => textOf(page, jobId), { timeout: 20_000 }).toMatch(/^t1/);
+    expect((await job(jobId)).state).toBe("running");
+    const badge = answerOf(page, jobId).locator(".answer-foot .state");
+    await expect.poll(() => badge.textContent(), { timeout: 2_000 }).toBe("running");
+    expect(await textOf(page, jobId)).not.toBe(expected);
+    await shoot(page, "chat-running-badge");
+    await watch(page, jobId);
+    expect((await job(jobId)).state).toBe("completed");
+    // A completed answer has no badge (its footer shows the latency instead).
+    expect(await badge.count()).toBe(0);
+    await page.close();
+  });
+
   it("shows the five timing facts, execution id, epoch and the event timeline in the debug panel", async () => {
     const page = await openChat(newConversation());
     const jobId = await send(page, slow(12, 40));

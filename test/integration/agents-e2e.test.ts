@@ -3,15 +3,18 @@
  * Postgres, Redis, one sandbox-host, the mock model): an agent defined with POST /v1/agents runs
  * its instructions, sampling and response_format on the host; the job view shows the agent
  * version, the JSON answer and the usage the host recorded, GET /v1/usage sums the same calls,
- * and the events carry the model.retry of a provider failure.
+ * and the events carry the model.retry of a provider failure and a model.turn at every model turn.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../tools/services/ports";
 import { type Stack, startStack } from "../../tools/stack";
 import { apiClient } from "../helpers/api";
+import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+/** The tool turn runs `shell` in a Docker sandbox; without an engine only that test is skipped (never under CI). */
+const docker = canRun ? await requireDocker() : null;
 
 /** Both models served by the stack's mock (entries without base_url use MODEL_BASE_URL). */
 const REGISTRY = JSON.stringify({
@@ -139,6 +142,61 @@ describe.skipIf(!canRun)("agents end to end (gateway + host)", () => {
       json: null,
     });
   });
+
+  it.runIf(docker)(
+    "marks every model turn with model.turn: start, then tool_results, then repair, each turn's text after its mark",
+    async () => {
+      const schema = { type: "object", properties: { sentiment: { type: "string" } }, required: ["sentiment"] };
+      const name = "turn-marker";
+      expect(
+        (await api.call("POST", "/v1/agents", { name, model: "mock-model", tools: ["shell"], response_format: schema }))
+          .status,
+      ).toBe(201);
+      // Turn 1 calls shell; turn 2 (after its result) answers prose the schema rejects; turn 3 repairs.
+      const script = {
+        tool_calls: [{ name: "shell", args: { command: "echo checked" } }],
+        replies: ["(unused: turn 1 calls the tool)", "I think it is positive", '{"sentiment": "positive"}'],
+      };
+      const { body } = await api.call<{ job: JobView }>("POST", "/v1/jobs", {
+        agent: name,
+        input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(script)}` }] },
+      });
+      const job = await finished(body.job.id);
+      expect({ state: job.state, output: job.output, json: job.output_json }, JSON.stringify(job.error)).toEqual({
+        state: "completed",
+        output: '{"sentiment": "positive"}',
+        json: { sentiment: "positive" },
+      });
+      const events = (await api.events(body.job.id)).map((e) => ({
+        type: e.event,
+        payload: JSON.parse(e.data).payload,
+      }));
+      expect(events.filter((e) => e.type === "model.turn").map((e) => e.payload)).toEqual([
+        { turn: 1, reason: "start" },
+        { turn: 2, reason: "tool_results" },
+        { turn: 3, reason: "repair" },
+      ]);
+      // Each mark comes before its turn's events: the tool call in turn 1, each answer's text in its own turn.
+      const byTurn: Array<{ calls: string[]; text: string }> = [];
+      for (const e of events) {
+        if (e.type === "model.turn") byTurn.push({ calls: [], text: "" });
+        else if (e.type === "tool.call") byTurn.at(-1)?.calls.push(e.payload.name);
+        else if (e.type === "model.delta") {
+          const turn = byTurn.at(-1);
+          expect(turn, "a model.delta before any model.turn").toBeDefined();
+          if (turn) turn.text += e.payload.text;
+        }
+      }
+      expect(byTurn).toEqual([
+        { calls: ["shell"], text: "" },
+        { calls: [], text: "I think it is positive" },
+        { calls: [], text: '{"sentiment": "positive"}' },
+      ]);
+      // After run.prepared, before the first model call's quota check (and after run.started, as ever).
+      const types = events.map((e) => e.type);
+      expect(types.indexOf("model.turn")).toBe(types.indexOf("run.prepared") + 1);
+    },
+  );
 
   it("streams a model.retry for a provider failure before output, then the answer", async () => {
     // The mock fails every request until told otherwise; the run retries under its backoff.

@@ -277,7 +277,8 @@ function expectWellFormedLog(log: EventEnvelope[], output: string) {
   expect(new Set(log.map((e) => e.execution_id)).size).toBe(1);
   expect(log[0]?.type).toBe("run.started");
   expect(log[1]?.type).toBe("run.prepared");
-  const deltas = log.slice(2, -1);
+  expect(log[2]).toMatchObject({ type: "model.turn", payload: { turn: 1, reason: "start" } });
+  const deltas = log.slice(3, -1);
   expect(deltas.length).toBeGreaterThanOrEqual(1);
   expect(deltas.every((e) => e.type === "model.delta")).toBe(true);
   expect(deltas.map((e) => e.payload.text).join("")).toBe(output);
@@ -557,25 +558,28 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(logR!.map((e) => e.type)).toEqual([
       "run.started",
       "run.prepared",
+      "model.turn",
       "model.retry",
       "model.retry",
       "run.failed",
     ]);
-    expect(logR!.slice(2, 4).map((e) => e.payload)).toMatchObject([
+    expect(logR!.slice(3, 5).map((e) => e.payload)).toMatchObject([
       { attempt: 1, reason: "rate_limited", status: 429 },
       { attempt: 2, reason: "rate_limited", status: 429 },
     ]);
-    expect(logR![4]?.payload).toMatchObject({ error: { code: "rate_limited" } });
+    expect(logR![5]?.payload).toMatchObject({ error: { code: "rate_limited" } });
     expect(logT!.map((e) => e.type)).toEqual([
       "run.started",
       "run.prepared",
+      "model.turn",
       "model.delta",
       "tool.call",
       "tool.result",
+      "model.turn",
       "model.delta",
       "run.completed",
     ]);
-    expect(logT![4]?.payload).toEqual({
+    expect(logT![5]?.payload).toEqual({
       id: "c1",
       ok: false,
       output: { code: "invalid_input", message: 'unknown tool "shell"' },
@@ -629,7 +633,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     const [row] = await jobRows(t, [id!]);
     expect(row).toMatchObject({ state: "running", owner: "thief", finishedAt: null });
     const log = ingest.log.get(running!.executionId!) ?? [];
-    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta"]);
+    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.turn", "model.delta"]);
   });
 
   it("emits no terminal event when the terminal write finds it is no longer the owner", async () => {
@@ -654,7 +658,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     const [row] = await jobRows(t, [id!]);
     expect(row).toMatchObject({ state: "running", finishedAt: null });
     const log = ingest.log.get(running!.executionId!) ?? [];
-    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.delta"]);
+    expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.turn", "model.delta"]);
   });
 
   it("on shutdown lets a running job finish, and fails what outlives the grace period", async () => {

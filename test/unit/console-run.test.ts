@@ -60,6 +60,37 @@ describe("foldRun", () => {
     expect(f.lastOffset).toBe(8);
   });
 
+  it("splits the run at each model.turn: the last turn's text is the answer, text never joined across turns", () => {
+    seq = 0;
+    const events = [
+      ev("run.started", {}),
+      ev("run.prepared", {}),
+      ev("model.turn", { turn: 1, reason: "start" }),
+      ev("tool.call", { id: "c1", name: "shell", args: { command: "ls" } }),
+      ev("tool.result", { id: "c1", ok: true, output: {} }),
+      ev("model.turn", { turn: 2, reason: "tool_results" }),
+      ev("model.delta", { text: "I think it is positive" }),
+      ev("model.turn", { turn: 3, reason: "repair" }),
+      ev("model.delta", { text: '{"sentiment":' }),
+      ev("model.delta", { text: ' "positive"}' }),
+      ev("run.completed", { output: '{"sentiment": "positive"}' }),
+    ];
+    const f = foldRun(events);
+    expect(f.turns.map((t) => [t.turn, t.reason, t.segments.map((s) => s.kind)])).toEqual([
+      [1, "start", ["tool"]],
+      [2, "tool_results", ["text"]],
+      [3, "repair", ["text"]],
+    ]);
+    expect(f.text).toBe('{"sentiment": "positive"}');
+    expect(f.segments.filter((s) => s.kind === "text").map((s) => s.text)).toEqual([
+      "I think it is positive",
+      '{"sentiment": "positive"}',
+    ]);
+    // Mid-run (the inspector's replay, a live chat) the turn streaming now is the answer so far.
+    expect(foldRun(events.slice(0, 7)).text).toBe("I think it is positive");
+    expect(foldRun(events.slice(0, 8)).text).toBe("");
+  });
+
   it("a prefix of the events is the run as it stood then (the inspector's replay)", () => {
     seq = 0;
     const events = [

@@ -26,6 +26,8 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["run.prepared", {}],
   ["quota.waiting", { reason: "limit_reached", key: "model:m", ahead: 2 }],
   ["quota.waiting", { reason: "redis_unavailable", key: null, ahead: null }],
+  ["model.turn", { turn: 1, reason: "start" }],
+  ["model.turn", { turn: 3, reason: "repair" }],
   ["model.delta", { text: "hello" }],
   ["model.retry", { attempt: 1, delay_ms: 500, reason: "rate_limited", status: 429 }],
   ["tool.call", { id: "c1", name: "shell", args: { command: "ls" } }],

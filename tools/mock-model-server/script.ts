@@ -3,7 +3,8 @@
  * load run can script latency, length, tool calls and failures from inside the conversation:
  *
  * - last message from the user `!mock {json}` → the script: `reply`, `tokens`, `ttft_ms`,
- *   `tokens_per_s`, `tool_calls: [{name, args}]`, `error: {status, message}`,
+ *   `tokens_per_s`, `tool_calls: [{name, args}]` (the first answer after the script only),
+ *   `error: {status, message}`,
  *   `drop_after_tokens` (cut the connection after N tokens, a provider dying mid-stream);
  * - last message a tool result → the final answer of the turn that asked for the tools: the
  *   script's `reply`/`tokens` if the last user message had them, else `Echo: <tool results>`;
@@ -246,6 +247,9 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
   const userText = lastUserText(messages);
   const { script, index: scriptAt } = findScript(req);
   const afterTools = last.role === "tool";
+  // The model's answers since the script: its tool calls are the first answer only (a repair
+  // turn after them answers from `replies`, rather than calling the tools again).
+  const answered = messages.slice(scriptAt + 1).filter((m) => m.role === "assistant").length;
 
   if (script?.error && !afterTools) {
     const { status } = script.error;
@@ -260,7 +264,7 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
 
   let tokens: TokenSeq;
   let toolCalls: PlannedToolCall[] = [];
-  if (!afterTools && script?.tool_calls?.length) {
+  if (!afterTools && answered === 0 && script?.tool_calls?.length) {
     tokens = listedTokens([]);
     toolCalls = script.tool_calls.map((c) => ({ id: nextId(), name: c.name, argsJson: JSON.stringify(c.args ?? {}) }));
   } else if (script?.echo_system) {
@@ -275,7 +279,6 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
     };
     tokens = listedTokens([JSON.stringify(sampling)]);
   } else if (script?.replies) {
-    const answered = messages.slice(scriptAt + 1).filter((m) => m.role === "assistant").length;
     tokens = listedTokens(splitTokens(script.replies[Math.min(answered, script.replies.length - 1)]!));
   } else if (script?.reply !== undefined) {
     tokens = listedTokens(splitTokens(script.reply));

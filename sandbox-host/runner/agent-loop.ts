@@ -104,8 +104,9 @@ export async function runAgent(
       messages.push({ role: "assistant", content: turnText });
       if (turn < loop.maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) continue;
       if (!format) break;
-      const checked = format.check(turnText);
+      const checked = await format.check(turnText, run.abort.signal);
       if (checked.ok) return { state: "completed", output: text, outputJson: checked.value };
+      if (checked.final) return failed("output_invalid", checked.problems, text);
       if (loop.repaired) {
         return failed(
           "output_invalid",
@@ -323,7 +324,8 @@ async function prepare(
     ...(await delegateSpecs(ctx, job.tenantId, agent)),
   ];
   const tools = offered.length > 0 ? offered : undefined;
-  const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
+  const format =
+    agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format, ctx.offload) : null;
   // A resumed conversation ends with the assistant's tool calls, whose results must come next:
   // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
   // pending call's result, applied by decidedCallResult).

@@ -10,6 +10,7 @@
  * loop would stop every run's heartbeats on the host. The pool's `timeoutMs` ends the thread
  * of a check that runs past ANSWER_CHECK_TIMEOUT_MS; the job then fails `output_invalid`.
  */
+import { jsonNestingDepth } from "../../src/domain/json-depth";
 import { answerValidator } from "../../src/domain/json-schema";
 import type { ModelResponseFormat } from "../model/types";
 import { OffloadTimeoutError } from "../offload/errors";
@@ -20,6 +21,13 @@ import type { OffloadPool } from "../offload/pool";
  * schema compiles in ~16 ms on a loaded box, see json-schema.ts); one past this is a runaway.
  */
 export const ANSWER_CHECK_TIMEOUT_MS = 2000;
+
+/**
+ * The deepest answer checked (arrays and objects). The validator recurses per level (and per
+ * recursive `$ref`): a 30,000-deep answer to `{"items": {"$ref": "#"}}` overflowed the stack
+ * and ended the job `internal_error`. No structured answer a person wants is this deep.
+ */
+export const MAX_ANSWER_DEPTH = 512;
 
 /** `final`: no repair turn can help (the check itself could not finish), the job fails now. */
 export type AnswerCheck = { ok: true; value: unknown } | { ok: false; problems: string; final?: true };
@@ -62,21 +70,18 @@ export function answerFormat(
  * thread: the schema is compiled there too, so nothing of it runs on the loop.
  */
 export function checkAnswerNow(schema: Record<string, unknown>, answer: string): AnswerCheck {
+  const text = unfenced(answer);
+  const depth = jsonNestingDepth(text);
+  if (depth > MAX_ANSWER_DEPTH) {
+    return { ok: false, problems: `the answer nests ${depth} levels deep; at most ${MAX_ANSWER_DEPTH} are checked` };
+  }
   let value: unknown;
   try {
-    value = JSON.parse(unfenced(answer));
+    value = JSON.parse(text);
   } catch (err) {
     return { ok: false, problems: `the reply is not JSON (${err instanceof Error ? err.message : String(err)})` };
   }
-  let problem: string | null;
-  try {
-    problem = answerValidator(schema)(value);
-  } catch (err) {
-    // The validator recurses per level of the answer (and of a recursive `$ref`): an answer
-    // deep enough to exhaust the thread's stack is refused, as any invalid answer is.
-    if (err instanceof RangeError) return { ok: false, problems: "the answer is nested too deeply to check" };
-    throw err;
-  }
+  const problem = answerValidator(schema)(value);
   return problem === null ? { ok: true, value } : { ok: false, problems: problem };
 }
 

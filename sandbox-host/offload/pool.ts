@@ -268,12 +268,20 @@ export class OffloadPool {
     try {
       slot.worker.postMessage(req, job.transfer);
       if (job.timeoutMs !== undefined) {
-        job.timer = setTimeout(() => {
-          job.timedOut = true;
-          slot.retiring = true;
-          // The exit (onExit) settles the caller and frees the slot: the work is over only then.
-          void slot.worker.terminate();
-        }, job.timeoutMs);
+        const ms = job.timeoutMs;
+        const arm = () => {
+          if (slot.job !== job) return;
+          job.timer = setTimeout(() => {
+            job.timedOut = true;
+            slot.retiring = true;
+            // The exit (onExit) settles the caller and frees the slot: the work is over only then.
+            void slot.worker.terminate();
+          }, ms);
+        };
+        // Counted from a loaded thread: a fresh one's start (seconds under tsx on a loaded box)
+        // is not the task's time, and ending a thread mid-start would mark the pool broken.
+        if (slot.ready) arm();
+        else void slot.loaded.then(arm);
       }
     } catch (err) {
       // Not cloneable: nothing reached the worker, so nothing runs and the slot is free again.

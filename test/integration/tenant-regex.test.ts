@@ -102,6 +102,7 @@ describe.skipIf(!canRun)("a tenant's backtracking regex on a shared host", () =>
     const again = await attacker.submit("backtracker", {
       input: { messages: [{ role: "user", content: `!mock ${JSON.stringify({ reply: JSON.stringify("aaaa") })}` }] },
     });
-    expect((await attacker.finished(again)).state).toBe("completed");
+    const benign = await attacker.finished(again);
+    expect({ state: benign.state, error: benign.error }).toEqual({ state: "completed", error: null });
   }, 120_000);
 });

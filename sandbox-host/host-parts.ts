@@ -116,6 +116,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     fenceOwed: (run) => janitor?.settle([run]),
     sandboxQueueLimit: config.sandboxCreateQueue,
     maxQueuedJobsPerTenant: config.maxQueuedJobsPerTenant,
+    offload,
     models,
     mcp: deps.mcp,
     retry: {

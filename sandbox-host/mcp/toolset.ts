@@ -13,6 +13,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { JsonSchemaValidatorResult, jsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js";
 import type { McpServer } from "../../src/contracts/agent";
 import { mcpToolEntryName } from "../../src/contracts/agent";
 import { mcpToolName } from "../../src/contracts/tools";
@@ -36,6 +37,23 @@ const MAX_LIST_PAGES = 10;
  * stops, so it must outlive the client's close (which aborts the transport's requests).
  */
 const CANCEL_NOTICE_MS = 5000;
+
+/**
+ * The SDK's client compiles each listed tool's `outputSchema` (Ajv, by default) and validates
+ * every `structuredContent` against it, synchronously on the event loop, and both schema and
+ * content come from the server, which the tenant chose: a `pattern` like `(a+)+$` would stall
+ * the host for minutes (issue 24). Nothing here relies on the server keeping its own promise
+ * (the model reads the text, the event carries the content as sent), so no check is run.
+ */
+const NO_OUTPUT_SCHEMA_CHECK: jsonSchemaValidator = {
+  getValidator<T>() {
+    return (input: unknown): JsonSchemaValidatorResult<T> => ({
+      valid: true,
+      data: input as T,
+      errorMessage: undefined,
+    });
+  },
+};
 
 export type McpCallResult =
   | { ok: true; output: { content: unknown[]; structured_content?: unknown; truncated: boolean }; text: string }
@@ -267,7 +285,10 @@ async function connectAndList(
     requestInit: { headers },
     fetch: fencingFetch,
   });
-  const client = new Client({ name: "edge-agent-runtime", version: "0.1.0" });
+  const client = new Client(
+    { name: "edge-agent-runtime", version: "0.1.0" },
+    { jsonSchemaValidator: NO_OUTPUT_SCHEMA_CHECK },
+  );
   // Transport errors after connect (a dropped GET stream) surface on the calls that need it.
   client.onerror = () => {};
   try {

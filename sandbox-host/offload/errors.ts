@@ -1,8 +1,9 @@
 /**
  * Typed errors of the offload pool. A caller can tell "the pool said no" (full, closed) from
- * "the task itself failed" (thrown in the worker, or the worker died) from "I stopped waiting".
+ * "the task itself failed" (thrown in the worker, or the worker died) from "I stopped waiting"
+ * from "it ran past its time bound and its thread was ended".
  */
-export type OffloadErrorCode = "queue_full" | "closed" | "task_failed" | "worker_died" | "aborted";
+export type OffloadErrorCode = "queue_full" | "closed" | "task_failed" | "worker_died" | "aborted" | "timeout";
 
 export class OffloadError extends Error {
   constructor(
@@ -56,5 +57,19 @@ export class OffloadTaskError extends OffloadError {
   ) {
     super(code, `offload task ${task}: ${message}`);
     this.name = "OffloadTaskError";
+  }
+}
+
+/**
+ * The task ran longer than the caller's `timeoutMs`: its thread was terminated (the only way to
+ * stop synchronous JavaScript, e.g. a backtracking regex), which is also what freed its slot.
+ */
+export class OffloadTimeoutError extends OffloadError {
+  constructor(
+    readonly task: string,
+    readonly timeoutMs: number,
+  ) {
+    super("timeout", `offload task ${task} ran past its ${timeoutMs} ms bound; its thread was ended`);
+    this.name = "OffloadTimeoutError";
   }
 }

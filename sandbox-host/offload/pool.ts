@@ -8,7 +8,8 @@
  * really finished (or the thread is gone). A caller's AbortSignal stops the caller waiting; it
  * never frees the slot, because the function is still running on that thread and admitting
  * another task would put size+1 heavy tasks on a pool sized for `size`. A task aborted while
- * still queued never started, so it is simply removed.
+ * still queued never started, so it is simply removed. A caller's `timeoutMs` is the one way to
+ * end a started task early: its thread is terminated, and the slot is freed when it is gone.
  *
  * Shutdown is `drain()` (stop admission, let admitted work finish) then `close()` (terminate the
  * threads).
@@ -21,6 +22,7 @@ import {
   OffloadError,
   OffloadQueueFullError,
   OffloadTaskError,
+  OffloadTimeoutError,
 } from "./errors";
 import type * as Tasks from "./tasks";
 import type { TaskReply, TaskRequest } from "./worker";
@@ -30,7 +32,7 @@ export type OffloadTaskName = keyof TaskTable;
 export type OffloadTaskArgs<K extends OffloadTaskName> = Parameters<TaskTable[K]>;
 export type OffloadTaskResult<K extends OffloadTaskName> = Awaited<ReturnType<TaskTable[K]>>;
 
-export type OffloadOutcome = "ok" | "error" | "worker_died";
+export type OffloadOutcome = "ok" | "error" | "worker_died" | "timeout";
 
 /** What the pool reports; the host's prom-client metrics implement it (metrics/metrics.ts). */
 export interface OffloadObserver {
@@ -58,6 +60,12 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** ArrayBuffers to move (not copy) to the worker. */
   transfer?: ArrayBuffer[];
+  /**
+   * Run-time bound, counted from the task's start on a thread (not its wait in the queue): past
+   * it the thread is terminated and the caller gets `OffloadTimeoutError`. For work whose cost
+   * the input decides (a tenant's regex), where no abort could reach a loop that never yields.
+   */
+  timeoutMs?: number;
 }
 
 export interface OffloadStats {
@@ -81,6 +89,10 @@ interface Job {
   /** The caller stopped waiting (aborted); the work, once started, still runs to the end. */
   callerGone: boolean;
   startedAt: number;
+  timeoutMs: number | undefined;
+  timer: NodeJS.Timeout | undefined;
+  /** Its bound passed and its thread is being terminated. */
+  timedOut: boolean;
   detach(): void;
 }
 
@@ -92,6 +104,8 @@ interface Slot {
   ready: boolean;
   /** Settles when the worker is ready or gone. */
   loaded: Promise<void>;
+  /** Being terminated (a task's bound passed): it takes no more work, its exit frees the slot. */
+  retiring: boolean;
   markLoaded(): void;
 }
 
@@ -157,6 +171,9 @@ export class OffloadPool {
         reject,
         callerGone: false,
         startedAt: 0,
+        timeoutMs: opts.timeoutMs,
+        timer: undefined,
+        timedOut: false,
         detach: () => signal?.removeEventListener("abort", onAbort),
       };
       const onAbort = () => {
@@ -221,7 +238,10 @@ export class OffloadPool {
   }
 
   private idleSlot(): Slot | undefined {
-    return this.slots.find((s) => s.job === null) ?? (this.slots.length < this.size ? this.spawn() : undefined);
+    return (
+      this.slots.find((s) => s.job === null && !s.retiring) ??
+      (this.slots.length < this.size ? this.spawn() : undefined)
+    );
   }
 
   private spawn(): Slot {
@@ -229,7 +249,7 @@ export class OffloadPool {
     worker.unref();
     let markLoaded = () => {};
     const loaded = new Promise<void>((r) => (markLoaded = r));
-    const slot: Slot = { worker, job: null, exitError: null, ready: false, loaded, markLoaded };
+    const slot: Slot = { worker, job: null, exitError: null, ready: false, loaded, markLoaded, retiring: false };
     this.slots.push(slot);
     worker.on("message", (reply: TaskReply) => this.onReply(slot, reply));
     worker.on("error", (err) => {
@@ -247,6 +267,22 @@ export class OffloadPool {
     const req: TaskRequest = { id: job.id, task: job.task, args: job.args };
     try {
       slot.worker.postMessage(req, job.transfer);
+      if (job.timeoutMs !== undefined) {
+        const ms = job.timeoutMs;
+        const arm = () => {
+          if (slot.job !== job) return;
+          job.timer = setTimeout(() => {
+            job.timedOut = true;
+            slot.retiring = true;
+            // The exit (onExit) settles the caller and frees the slot: the work is over only then.
+            void slot.worker.terminate();
+          }, ms);
+        };
+        // Counted from a loaded thread: a fresh one's start (seconds under tsx on a loaded box)
+        // is not the task's time, and ending a thread mid-start would mark the pool broken.
+        if (slot.ready) arm();
+        else void slot.loaded.then(arm);
+      }
     } catch (err) {
       // Not cloneable: nothing reached the worker, so nothing runs and the slot is free again.
       slot.job = null;
@@ -279,10 +315,14 @@ export class OffloadPool {
     slot.markLoaded();
     const job = slot.job;
     if (job) {
-      this.finish(slot, job, "worker_died", false);
+      this.finish(slot, job, job.timedOut ? "timeout" : "worker_died", false);
       if (!job.callerGone) {
         const why = slot.exitError?.message ?? `worker thread exited with code ${code}`;
-        job.reject(new OffloadTaskError("worker_died", job.task, why));
+        job.reject(
+          job.timedOut
+            ? new OffloadTimeoutError(job.task, job.timeoutMs ?? 0)
+            : new OffloadTaskError("worker_died", job.task, why),
+        );
       }
     }
     if (this.terminated) return;
@@ -307,11 +347,14 @@ export class OffloadPool {
 
   private finish(slot: Slot, job: Job, outcome: OffloadOutcome, startNext = true): void {
     job.detach();
+    clearTimeout(job.timer);
     slot.job = null;
     slot.worker.unref();
     this.completedCount++;
     this.observer.finished(job.task, outcome, (performance.now() - job.startedAt) / 1000);
-    if (startNext) this.next(slot);
+    // A retiring thread (its task answered just as its bound passed) is left to exit; onExit
+    // starts a fresh one for the queue.
+    if (startNext && !slot.retiring) this.next(slot);
   }
 
   private next(slot: Slot): void {

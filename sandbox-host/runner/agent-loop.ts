@@ -107,8 +107,9 @@ export async function runAgent(
         continue;
       }
       if (!format) break;
-      const checked = format.check(turnText);
+      const checked = await format.check(turnText, run.abort.signal);
       if (checked.ok) return { state: "completed", output: text, outputJson: checked.value };
+      if (checked.final) return failed("output_invalid", checked.problems, text);
       if (loop.repaired) {
         return failed(
           "output_invalid",
@@ -325,7 +326,8 @@ async function prepare(
     ...(await delegateSpecs(ctx, job.tenantId, agent)),
   ];
   const tools = offered.length > 0 ? offered : undefined;
-  const format = agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format) : null;
+  const format =
+    agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format, ctx.offload) : null;
   // A resumed conversation ends with the assistant's tool calls, whose results must come next:
   // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
   // pending call's result, applied by decidedCallResult).

@@ -16,6 +16,7 @@ import type { McpHostConfig } from "../mcp/config";
 import type { McpToolset } from "../mcp/toolset";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
+import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import type { RetryPolicy } from "./model-retry";
@@ -48,6 +49,8 @@ export interface RunContext {
         | "quotaLeasesLost"
       >
     >;
+  /** Where a run's tenant-priced CPU work goes (the answer's response_format check), off the loop. */
+  offload: Pick<OffloadPool, "run">;
   /** Global model quota (named leases shared by every host); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */

@@ -18,6 +18,7 @@ import { errorFields, type Logger } from "../log";
 import type { McpHostConfig } from "../mcp/config";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
+import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import { FinishBatcher } from "./finish-batcher";
@@ -62,6 +63,8 @@ export interface RunnerOptions {
   mcp?: McpHostConfig;
   /** Child jobs a delegating run may queue while its tenant has this many queued (0 or absent: no check). */
   maxQueuedJobsPerTenant?: number;
+  /** The host's offload pool (RunContext.offload). */
+  offload: Pick<OffloadPool, "run">;
 }
 
 const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
@@ -105,6 +108,7 @@ export class Runner {
       retry: opts.retry ?? NO_RETRIES,
       mcp: opts.mcp,
       maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
+      offload: opts.offload,
       quota: opts.quota
         ? {
             ...opts.quota,

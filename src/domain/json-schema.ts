@@ -7,7 +7,8 @@
  * loaded machine (loadavg ~13), 0.07 ms for a two-field schema, ~16 ms (median) for a 59 KiB
  * one of 800 properties, near the definition's 64 KiB cap.
  */
-import { type OutputUnit, Validator } from "@cfworker/json-schema";
+import { Validator } from "@cfworker/json-schema";
+import { describeFailure } from "./json-schema-messages";
 
 /** The dialect a response_format is read in (and the only `$schema` it may declare). */
 export const JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
@@ -246,32 +247,6 @@ function meta(): Validator {
   return metaValidator;
 }
 
-/** Keywords whose failure only says that a subschema failed; the subschema's own failure says why. */
-const WRAPPERS = new Set([
-  "$ref",
-  "allOf",
-  "anyOf",
-  "oneOf",
-  "properties",
-  "additionalProperties",
-  "items",
-  "prefixItems",
-]);
-
-/**
- * The failure to tell a client: the first real one at the deepest place in the document (the
- * outer ones only say "a subschema had errors"; of an `anyOf`'s branches, the first is the
- * intended reading, e.g. the type-name enum before "or an array of them").
- */
-function describe(errors: readonly OutputUnit[]): string {
-  const depth = Math.max(...errors.map((e) => e.instanceLocation.length));
-  const deepest = errors.filter((e) => e.instanceLocation.length === depth);
-  const inner = deepest.find((e) => !WRAPPERS.has(e.keyword)) ?? deepest[deepest.length - 1];
-  if (!inner) return "invalid";
-  const at = inner.instanceLocation === "#" ? "" : `${inner.instanceLocation.slice(2)}: `;
-  return `${at}${inner.error}`;
-}
-
 /**
  * Why `schema` is not a usable draft 2020-12 JSON Schema, or null when it is: it must satisfy the
  * meta-schema, declare no other dialect, and every `$ref` must resolve inside the schema itself
@@ -284,7 +259,9 @@ export function jsonSchemaProblem(schema: unknown): string | null {
     return `$schema: only ${JSON_SCHEMA_DIALECT} is supported (omit it to mean the same)`;
   }
   const result = meta().validate(schema);
-  if (!result.valid) return describe(result.errors);
+  // The meta-schema's own keyword values sit behind references to other vocabularies: the
+  // messages fall back to the library's words where they cannot be read.
+  if (!result.valid) return describeFailure(result.errors, META_SCHEMAS[0], schema);
   try {
     // Validating any value resolves the references on the way; an unresolved one throws.
     new Validator(schema as Record<string, unknown>, "2020-12", false).validate(null);
@@ -301,6 +278,6 @@ export function answerValidator(schema: Record<string, unknown>): (value: unknow
   const validator = new Validator(schema, "2020-12");
   return (value) => {
     const result = validator.validate(value);
-    return result.valid ? null : describe(result.errors);
+    return result.valid ? null : describeFailure(result.errors, schema, value);
   };
 }

@@ -56,13 +56,17 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
     expect(installed).not.toContain("esbuild");
   });
 
-  it("the emitted offload worker runs a task in a worker thread under plain node", async () => {
+  it("the emitted offload worker runs its tasks (hashing, an answer's schema check) in a worker thread under plain node", async () => {
     const script = `
       import { Worker } from "node:worker_threads";
       const w = new Worker(new URL("./worker.js", import.meta.url));
       w.on("message", (m) => {
         if (m.ready) return w.postMessage({ id: 1, task: "hashLarge", args: [{ data: "abc" }] });
         console.log(JSON.stringify(m));
+        if (m.id === 1) {
+          const schema = { type: "object", properties: { n: { type: "integer" } }, additionalProperties: false };
+          return w.postMessage({ id: 2, task: "checkAnswer", args: [schema, '{"n": 1, "x": 2}'] });
+        }
         w.terminate();
       });
       w.on("error", (e) => { console.error(e); process.exit(3); });`;
@@ -71,9 +75,13 @@ describe.skipIf(!canRun)("the bundled host from a production install", () => {
       cwd: dir,
       env: { PATH: process.env.PATH ?? "" },
     });
-    const reply = JSON.parse(stdout.trim()) as { id: number; ok: boolean; value: string };
-    expect(reply).toMatchObject({ id: 1, ok: true });
-    expect(reply.value).toMatch(/^[0-9a-f]{64}$/);
+    const [hashed, checked] = stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { id: number; ok: boolean; value: unknown });
+    expect(hashed).toMatchObject({ id: 1, ok: true });
+    expect(hashed?.value).toMatch(/^[0-9a-f]{64}$/);
+    expect(checked).toMatchObject({ id: 2, ok: true, value: { ok: false } });
   });
 
   it("joins the stack with plain node, runs a job (and a tool job with Docker), exits 0 on SIGTERM", async () => {

@@ -12,6 +12,7 @@ import {
   OffloadClosedError,
   OffloadQueueFullError,
   OffloadTaskError,
+  OffloadTimeoutError,
 } from "../../sandbox-host/offload/errors";
 import {
   type OffloadObserver,
@@ -164,6 +165,31 @@ describe("offload pool", () => {
     await p.close({ timeoutMs: 100 });
     expect(performance.now() - t0).toBeLessThan(2000);
     expect(await long).toMatchObject({ code: "worker_died" });
+  }, 20_000);
+
+  it("a task past its timeoutMs has its thread ended: the caller gets timeout, the slot is free, the queue goes on", async () => {
+    const rec = recorder();
+    const p = await pool({ size: 1, observer: rec.observer });
+    const t0 = performance.now();
+    const runaway = p.run("busyWork", [60_000], { timeoutMs: 200 }).catch((e: unknown) => e);
+    // Queued behind it: its bound counts from its own start, so it has the whole 1 s to run.
+    const queued = p.run("busyWork", [50], { timeoutMs: 1000 });
+    const err = await runaway;
+    expect(err).toBeInstanceOf(OffloadTimeoutError);
+    expect(err).toMatchObject({ code: "timeout", task: "busyWork", timeoutMs: 200 });
+    expect(performance.now() - t0).toBeLessThan(3000);
+    expect(await queued).toBeGreaterThanOrEqual(50);
+    expect(await p.run("busyWork", [1], { timeoutMs: 1000 })).toBeGreaterThanOrEqual(1);
+    expect(rec.finished.map((f) => f.outcome)).toEqual(["timeout", "ok", "ok"]);
+    expect(p.stats()).toMatchObject({ threads: 1, inFlight: 0, queued: 0 });
+  }, 20_000);
+
+  it("counts timeoutMs from a loaded thread: a cold pool's start is not the task's time", async () => {
+    const p = new OffloadPool({ size: 1 });
+    pools.push(p);
+    // A thread takes a few hundred ms to load under tsx; the task itself takes 5.
+    expect(await p.run("busyWork", [5], { timeoutMs: 50 })).toBeGreaterThanOrEqual(5);
+    expect(await p.run("busyWork", [5], { timeoutMs: 50 })).toBeGreaterThanOrEqual(5);
   }, 20_000);
 
   it("keeps the caller's event loop responsive while a task burns CPU", async () => {

@@ -128,6 +128,32 @@ describe("POST /internal/events", () => {
     await expectError(await signedRaw(JSON.stringify(mixed)), 400, "invalid_request");
   });
 
+  it("refuses a payload nested past the depth bound with 400 (not a 503 from a blown stack); one within it is stored", async () => {
+    const nested = (depth: number): unknown => {
+      let v: unknown = "bottom";
+      for (let i = 0; i < depth; i++) v = [v];
+      return v;
+    };
+    const deepBatch = (depth: number) => {
+      const { jobId, stub } = newJob();
+      const b = batch(jobId, "exec-a", 1, [1]);
+      (b.events[0] as { type: string; payload: unknown }).type = "tool.call";
+      (b.events[0] as { payload: unknown }).payload = { id: "c1", name: "shell", args: { v: nested(depth) } };
+      return { b, stub };
+    };
+    const deep = deepBatch(20_000);
+    const res = (await signedSend(deep.b)).res;
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("invalid_request");
+    expect(body.error.message).toMatch(/nested deeper than 256/);
+    expect(await offsets(deep.stub)).toEqual([]);
+
+    const ok = deepBatch(240);
+    expect((await signedSend(ok.b)).res.status).toBe(200);
+    expect(await offsets(ok.stub)).toHaveLength(1);
+  });
+
   it("maps a stale epoch to 409", async () => {
     const { jobId, stub } = newJob();
     expect((await signedSend(batch(jobId, "exec-b", 2, [1]))).res.status).toBe(200);

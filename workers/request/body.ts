@@ -5,6 +5,7 @@
  */
 import type { z } from "zod";
 import { ApiError } from "../../src/contracts/errors";
+import { jsonNestingDepth } from "../../src/domain/json-depth";
 
 /**
  * A refused body up to this size is read and discarded before the 413 goes out. Answering while
@@ -77,6 +78,13 @@ export function parseJson(text: string): unknown {
     return JSON.parse(text);
   } catch {
     throw new ApiError("invalid_json", "request body is not valid JSON");
+  }
+}
+
+/** 400 when `text` nests deeper than `maxDepth` (see jsonNestingDepth). */
+export function refuseDeepJson(text: string, maxDepth: number): void {
+  if (jsonNestingDepth(text) > maxDepth) {
+    throw new ApiError("invalid_request", `request body is nested deeper than ${maxDepth} levels`);
   }
 }
 

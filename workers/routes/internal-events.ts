@@ -31,7 +31,7 @@ import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
 import type { IngestResult } from "../durable-objects/job-events";
 import { log, loggableError } from "../log";
-import { parseJson, readBodyText, requireJsonContentType, validate } from "../request/body";
+import { parseJson, readBodyText, refuseDeepJson, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
 
 export const INGEST_PATH = "/internal/events";
@@ -43,6 +43,13 @@ export const INGEST_MAX_BODY_BYTES = 1024 * 1024;
  * duplicate, dropped by (execution_id, seq)).
  */
 export const INGEST_OBJECT_TIMEOUT_MS = 3000;
+/**
+ * How deeply a request may nest (the batch wrapper, the envelope and its payload included). A
+ * 20,000-deep payload blew the stack of the call into the job's object and came back as 503,
+ * which a host retries; past this it is 400. Far beyond what a tool's arguments or result need
+ * (test/workers/internal-events.test.ts stores 240 levels).
+ */
+export const INGEST_MAX_DEPTH = 256;
 
 export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, async (c) => {
   requireJsonContentType(c.req.raw);
@@ -57,6 +64,7 @@ export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, asyn
     log.warn("rejected internal request", { reason: verdict.reason });
     throw new ApiError("unauthorized", `request signature rejected (${verdict.reason})`);
   }
+  refuseDeepJson(raw, INGEST_MAX_DEPTH);
   const body = parseJson(raw);
   const nonce = signed.nonce as string;
   if (typeof body === "object" && body !== null && "batches" in body) {

@@ -8,7 +8,8 @@
  * model reads, never a failed run.
  *
  * Every request carries the run's fencing identity as headers, and a tools/call also as `_meta`
- * with its idempotency key (src/domain/mcp.ts names them).
+ * with its idempotency key (src/domain/mcp.ts names them); every request, a redirect's included,
+ * goes only to a URL the operator allows (fetch.ts).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -21,6 +22,7 @@ import { isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META, mcpIdempotencyKey 
 import { errorFields, type Logger } from "../log";
 import type { ModelToolSpec } from "../model/types";
 import type { McpHostConfig } from "./config";
+import { CANCEL_NOTICE_MS, McpUrlRefused, mcpTransportFetch } from "./fetch";
 
 /**
  * The most characters of one result the model (and the `tool.result` event) gets; the rest is
@@ -31,11 +33,6 @@ export const MCP_RESULT_MAX_CHARS = 64 * 1024;
 const MAX_DESCRIPTION_CHARS = 1024;
 /** tools/list pages read per server (a server with more tools than that is not reasonable). */
 const MAX_LIST_PAGES = 10;
-/**
- * How long a `notifications/cancelled` may take to reach the server. It is sent as the run
- * stops, so it must outlive the client's close (which aborts the transport's requests).
- */
-const CANCEL_NOTICE_MS = 5000;
 
 export type McpCallResult =
   | { ok: true; output: { content: unknown[]; structured_content?: unknown; truncated: boolean }; text: string }
@@ -265,7 +262,7 @@ async function connectAndList(
   headers[MCP_FENCING_HEADERS.epoch] = String(id.epoch);
   const transport = new StreamableHTTPClientTransport(new URL(server.url), {
     requestInit: { headers },
-    fetch: fencingFetch,
+    fetch: mcpTransportFetch(server, config.allowedUrls),
   });
   const client = new Client({ name: "edge-agent-runtime", version: "0.1.0" });
   // Transport errors after connect (a dropped GET stream) surface on the calls that need it.
@@ -299,36 +296,6 @@ async function connectAndList(
   }
   return conn;
 }
-
-/**
- * The transport's fetch, with the per-call fencing header the transport cannot know: the
- * idempotency key, copied from the tools/call request's `_meta`. A cancellation notice gets its
- * own deadline instead of the transport's signal: the run closes the client right after
- * cancelling, and that must not abort the notice on its way to the server.
- */
-type JsonRpcMessage = { method?: unknown; params?: { _meta?: Record<string, unknown> } };
-
-const fencingFetch: typeof fetch = (input, init) => {
-  if (init?.method !== "POST" || typeof init.body !== "string") return fetch(input, init);
-  let message: JsonRpcMessage | null;
-  try {
-    message = JSON.parse(init.body) as JsonRpcMessage | null;
-  } catch {
-    return fetch(input, init);
-  }
-  if (message?.method === "tools/call") {
-    const key = message.params?._meta?.[MCP_FENCING_META.idempotencyKey];
-    if (typeof key === "string") {
-      const headers = new Headers(init.headers);
-      headers.set(MCP_FENCING_HEADERS.idempotencyKey, key);
-      return fetch(input, { ...init, headers });
-    }
-  }
-  if (message?.method === "notifications/cancelled") {
-    return fetch(input, { ...init, signal: AbortSignal.timeout(CANCEL_NOTICE_MS) });
-  }
-  return fetch(input, init);
-};
 
 function redactText(text: string, secrets: readonly string[]): string {
   let out = text;
@@ -377,6 +344,7 @@ function describeFailure(
 ): { code: McpErrorCode; message: string } {
   const message = err instanceof Error ? err.message : String(err);
   if (signal.aborted) return { code: "mcp_cancelled", message: "the call was cancelled: the run is stopping" };
+  if (err instanceof McpUrlRefused) return { code: "mcp_not_allowed", message };
   // The SDK's McpError RequestTimeout (-32001).
   if ((err as { code?: unknown })?.code === -32001) {
     return {

@@ -3,7 +3,8 @@
  * transport, stateful sessions) on a loopback node:http server. It records every tools/call as
  * received (HTTP headers and `_meta`), every session's initialize headers, and every call whose
  * handler saw its abort signal fire (the SDK aborts it on `notifications/cancelled`), so a test
- * can prove what reached the server and that a cancel did.
+ * can prove what reached the server and that a cancel did. Every HTTP request's path and headers
+ * are kept too (`requests`), so a test can prove which paths a secret reached.
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingHttpHeaders } from "node:http";
@@ -30,6 +31,8 @@ export interface TestMcpServer {
   sessions: IncomingHttpHeaders[];
   /** Sessions ended by the client (HTTP DELETE). */
   deleted: number;
+  /** Every HTTP request, in order: its path and headers. */
+  requests: Array<{ path: string; headers: IncomingHttpHeaders }>;
   close(): Promise<void>;
 }
 
@@ -96,7 +99,15 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
     calls.push(c);
     return c;
   };
+  const requests: TestMcpServer["requests"] = [];
   const http = createServer(async (req, res) => {
+    requests.push({ path: req.url ?? "", headers: req.headers });
+    // `<url>/r`: a same-origin redirect out of the MCP path, to `/admin/mcp` (where this server
+    // also answers MCP, as an internal endpoint a tenant must not reach would).
+    if (req.url?.endsWith("/mcp/r")) {
+      res.writeHead(307, { location: "/admin/mcp" }).end();
+      return;
+    }
     // `<url>/reject`: a 401 whose body echoes the Authorization header, as a careless server would.
     if (req.url?.endsWith("/reject")) {
       res.writeHead(401, { "content-type": "text/plain" }).end(`bad token: ${String(req.headers.authorization)}`);
@@ -139,6 +150,7 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
     url: `http://127.0.0.1:${port}/mcp`,
     calls,
     sessions,
+    requests,
     get deleted() {
       return state.deleted;
     },

@@ -359,6 +359,35 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(JSON.stringify(await deliveredEvents(id))).not.toContain(SECRET);
   });
 
+  it("follows no redirect out of MCP_ALLOWED_URLS: the secret never reaches the other path, and the tool answers why", async () => {
+    const marker = "redirect marker";
+    scriptTools(marker, [{ id: "call-redir", name: "redir__echo", args: { text: "x" } }]);
+    const id = await submit(marker, {
+      mcp_servers: [
+        {
+          name: "redir",
+          // Allowed (under `…/mcp`); it answers `307 Location: /admin/mcp`, same origin, not allowed.
+          url: `${mcp.url}/r`,
+          headers: { Authorization: { secret: "probe_token" } },
+          tools: ["echo"],
+        },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const mine = mcp.requests.filter((r) => r.headers["x-ear-job-id"] === id);
+    expect(mine.length).toBeGreaterThan(0);
+    expect(mine.filter((r) => r.path !== "/mcp/r")).toEqual([]);
+    expect(mcp.requests.filter((r) => r.path.startsWith("/admin")).map((r) => r.headers.authorization)).toEqual([]);
+    const origin = new URL(mcp.url).origin;
+    expect(JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-redir") ?? "{}")).toEqual({
+      error: {
+        code: "mcp_not_allowed",
+        message: `MCP server "redir" redirected to ${origin}/admin/mcp, which is not a URL the operator allows MCP calls to (MCP_ALLOWED_URLS): not followed`,
+      },
+    });
+  });
+
   it("answers a secret this host does not hold as a tool error naming it, and never calls the server", async () => {
     const marker = "unknown secret marker";
     scriptTools(marker, [{ id: "call-u", name: "nokey__echo", args: { text: "x" } }]);

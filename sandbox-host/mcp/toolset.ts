@@ -21,7 +21,7 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import { isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META, mcpIdempotencyKey } from "../../src/domain/mcp";
 import { errorFields, type Logger } from "../log";
 import type { ModelToolSpec } from "../model/types";
-import type { McpHostConfig } from "./config";
+import { type McpHostConfig, secretFor } from "./config";
 import { CANCEL_NOTICE_MS, McpUrlRefused, mcpTransportFetch } from "./fetch";
 
 /**
@@ -64,6 +64,7 @@ export class McpToolset {
     /** What the model is offered, in the agent's order. */
     readonly specs: ModelToolSpec[],
     private readonly id: ExecutionIdentity,
+    private readonly tenantId: string,
     private readonly config: McpHostConfig,
     private readonly log: Logger,
   ) {}
@@ -78,10 +79,13 @@ export class McpToolset {
     servers: readonly McpServer[],
     config: McpHostConfig,
     id: ExecutionIdentity,
+    tenantId: string,
     signal: AbortSignal,
     log: Logger,
   ): Promise<McpToolset> {
-    const connections = await Promise.all(servers.map((server) => connectAndList(server, config, id, signal, log)));
+    const connections = await Promise.all(
+      servers.map((server) => connectAndList(server, config, id, tenantId, signal, log)),
+    );
     const byName = new Map<string, { conn: Connection; tool: string }>();
     const specs: ModelToolSpec[] = [];
     for (const conn of connections) {
@@ -113,7 +117,7 @@ export class McpToolset {
         );
       }
     }
-    return new McpToolset(connections, byName, specs, id, config, log);
+    return new McpToolset(connections, byName, specs, id, tenantId, config, log);
   }
 
   /** The server a model-facing tool name belongs to, or null when it is not one of this run's MCP tools. */
@@ -131,7 +135,7 @@ export class McpToolset {
     const result = await this.callUnredacted(name, args, toolCallId, signal);
     const server = this.byName.get(name)?.conn.server;
     const secrets = Object.values(server?.headers ?? {})
-      .map((h) => this.config.secrets.get(h.secret))
+      .map((h) => secretFor(this.config, h.secret, this.tenantId))
       .filter((v): v is string => v !== undefined && v !== "");
     return redact(result, secrets);
   }
@@ -150,7 +154,7 @@ export class McpToolset {
     }
     // A server unreachable when the run started may be back: one new attempt per call.
     if (conn.client === null && isRetryable(conn.problem)) {
-      const again = await connectAndList(conn.server, this.config, this.id, signal, this.log);
+      const again = await connectAndList(conn.server, this.config, this.id, this.tenantId, signal, this.log);
       conn.client = again.client;
       conn.problem = again.problem;
     }
@@ -233,6 +237,7 @@ async function connectAndList(
   server: McpServer,
   config: McpHostConfig,
   id: ExecutionIdentity,
+  tenantId: string,
   signal: AbortSignal,
   log: Logger,
 ): Promise<Connection> {
@@ -246,11 +251,12 @@ async function connectAndList(
   }
   const headers: Record<string, string> = {};
   for (const [header, { secret }] of Object.entries(server.headers)) {
-    const value = config.secrets.get(secret);
+    // One answer for a secret not held and one outside the tenant's scope (as at the gateway).
+    const value = secretFor(config, secret, tenantId);
     if (value === undefined) {
       conn.problem = {
         code: "mcp_unknown_secret",
-        message: `header ${header} names the secret "${secret}", which this host does not hold (MCP_SECRETS)`,
+        message: `header ${header} names the secret "${secret}", which this host does not hold for this tenant (MCP_SECRETS)`,
       };
       return conn;
     }

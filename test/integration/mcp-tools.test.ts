@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { silentLogger } from "../../sandbox-host/log";
+import { mcpConfigFromEnv } from "../../sandbox-host/mcp/config";
 import { hostModelsFromEnv } from "../../sandbox-host/model/config";
 import { createModelRouter } from "../../sandbox-host/model/router";
 import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
@@ -25,7 +26,6 @@ import { toJobView } from "../../src/db/job-view";
 import * as schema from "../../src/db/schema";
 import { decideApproval } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
-import { parseAllowedUrls } from "../../src/domain/mcp";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/services/ports";
@@ -40,6 +40,8 @@ const canRun = await requireBinary("redis-server", "apt-get install redis-server
 const TENANT = "t-mcp";
 const BRIDGE_TOKEN = "mcp-tools-bridge-token";
 const SECRET = "ghp_operator-held-secret-4f1c9a";
+const MINE_SECRET = "ghp_scoped-to-this-tenant-77d0";
+const OTHERS_SECRET = "ghp_scoped-to-other-tenants-5be2";
 
 let services: HostServices;
 let t: TestDb;
@@ -84,14 +86,20 @@ if (canRun) {
       shutdownGraceMs: 0,
       sandboxEnabled: false,
     });
-    const allowedUrls = parseAllowedUrls(`${mcp.url},${deadUrl}`);
-    if (typeof allowedUrls === "string") throw new Error(allowedUrls);
     host = await startHost(config, {
       model: createModelRouter(models),
       models: models.catalog,
       sandbox: null,
       log: silentLogger,
-      mcp: { allowedUrls, secrets: new Map([["probe_token", SECRET]]) },
+      mcp: mcpConfigFromEnv({
+        MCP_ALLOWED_URLS: `${mcp.url},${deadUrl}`,
+        MCP_SECRETS: JSON.stringify({
+          probe_token: SECRET,
+          // Scoped: a run of TENANT may send the first, never the second.
+          mine_token: { value: MINE_SECRET, tenants: [TENANT] },
+          others_token: { value: OTHERS_SECRET, tenants: ["t-other", "t-third"] },
+        }),
+      }),
     });
   }, 120_000);
   afterAll(async () => {
@@ -400,11 +408,42 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-u") ?? "{}")).toEqual({
       error: {
         code: "mcp_unknown_secret",
-        message: 'header X-Api-Key names the secret "not_held", which this host does not hold (MCP_SECRETS)',
+        message:
+          'header X-Api-Key names the secret "not_held", which this host does not hold for this tenant (MCP_SECRETS)',
       },
     });
     expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
     expect(mcp.sessions.length).toBe(before);
+  });
+
+  it("never sends a secret scoped to other tenants: the same tool error as a secret not held; one scoped to this tenant is sent", async () => {
+    const marker = "scoped secret marker";
+    scriptTools(marker, [
+      { id: "call-theirs", name: "theirs__whoami", args: {} },
+      { id: "call-mine", name: "mine__whoami", args: {} },
+    ]);
+    const requestsBefore = mcp.requests.length;
+    const id = await submit(marker, {
+      mcp_servers: [
+        { name: "theirs", url: mcp.url, headers: { Authorization: { secret: "others_token" } }, tools: ["whoami"] },
+        { name: "mine", url: mcp.url, headers: { Authorization: { secret: "mine_token" } }, tools: ["whoami"] },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const turn2 = requestsWith(marker)[1]?.body;
+    expect(JSON.parse(toolMessage(turn2, "call-theirs") ?? "{}")).toEqual({
+      error: {
+        code: "mcp_unknown_secret",
+        message:
+          'header Authorization names the secret "others_token", which this host does not hold for this tenant (MCP_SECRETS)',
+      },
+    });
+    expect(toolMessage(turn2, "call-mine")).toBe("authorization: [redacted]");
+    const sent = mcp.requests.slice(requestsBefore).map((r) => r.headers.authorization);
+    expect(sent).toContain(MINE_SECRET);
+    expect(sent).not.toContain(OTHERS_SECRET);
+    expect(mcp.calls.filter((c) => c.meta?.["ear/job_id"] === id).map((c) => c.tool)).toEqual(["whoami"]);
   });
 });
 

@@ -22,7 +22,14 @@ import { isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META, mcpIdempotencyKey 
 import { errorFields, type Logger } from "../log";
 import type { ModelToolSpec } from "../model/types";
 import { type McpHostConfig, secretFor } from "./config";
-import { CANCEL_NOTICE_MS, McpUrlRefused, mcpTransportFetch } from "./fetch";
+import {
+  CANCEL_NOTICE_MS,
+  MCP_TOO_LARGE_CODE,
+  McpResponseTooLarge,
+  McpUrlRefused,
+  mcpTransportFetch,
+  tooLargeMessage,
+} from "./fetch";
 
 /**
  * The most characters of one result the model (and the `tool.result` event) gets; the rest is
@@ -46,6 +53,7 @@ export type McpErrorCode =
   | "mcp_protocol_error"
   | "mcp_tool_error"
   | "mcp_cancelled"
+  | "mcp_result_too_large"
   | "invalid_input";
 
 interface Connection {
@@ -351,6 +359,9 @@ function describeFailure(
   const message = err instanceof Error ? err.message : String(err);
   if (signal.aborted) return { code: "mcp_cancelled", message: "the call was cancelled: the run is stopping" };
   if (err instanceof McpUrlRefused) return { code: "mcp_not_allowed", message };
+  if (err instanceof McpResponseTooLarge || (err as { code?: unknown })?.code === MCP_TOO_LARGE_CODE) {
+    return { code: "mcp_result_too_large", message: tooLargeMessage(server.name) };
+  }
   // The SDK's McpError RequestTimeout (-32001).
   if ((err as { code?: unknown })?.code === -32001) {
     return {

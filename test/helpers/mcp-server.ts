@@ -13,6 +13,9 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { z } from "zod";
 
+/** The size of the `big` tool's text: the result that once cost a host 180 MB (issue 24). */
+export const BIG_RESULT_CHARS = 30 * 1024 * 1024;
+
 export interface RecordedCall {
   tool: string;
   args: unknown;
@@ -38,7 +41,8 @@ export interface TestMcpServer {
 
 /**
  * The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `fail` (isError),
- * `whoami` (answers with the Authorization header it got), `hidden`.
+ * `whoami` (answers with the Authorization header it got), `hidden`, `big` (a text result of
+ * BIG_RESULT_CHARS characters, as a server dumping a whole table would).
  */
 function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
   const server = new McpServer({ name: "test-mcp", version: "1.0.0" });
@@ -82,6 +86,10 @@ function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
   server.registerTool("whoami", { description: "Who am I?", inputSchema: {} }, async (args, extra) => {
     const call = seen("whoami", args, extra as never);
     return { content: [{ type: "text", text: `authorization: ${String(call.headers.authorization)}` }] };
+  });
+  server.registerTool("big", { description: "A 30 MB answer.", inputSchema: {} }, async (args, extra) => {
+    seen("big", args, extra as never);
+    return { content: [{ type: "text", text: "x".repeat(BIG_RESULT_CHARS) }] };
   });
   server.registerTool("hidden", { description: "Not for the model.", inputSchema: {} }, async (args, extra) => {
     seen("hidden", args, extra as never);

@@ -17,6 +17,7 @@ import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { silentLogger } from "../../sandbox-host/log";
 import { mcpConfigFromEnv } from "../../sandbox-host/mcp/config";
+import { MCP_MESSAGE_MAX_BYTES } from "../../sandbox-host/mcp/fetch";
 import { hostModelsFromEnv } from "../../sandbox-host/model/config";
 import { createModelRouter } from "../../sandbox-host/model/router";
 import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
@@ -32,7 +33,7 @@ import { waitFor } from "../../tools/services/ports";
 import type { TestDb } from "../helpers/db";
 import { type FakeProvider, startFakeProvider, textReply } from "../helpers/fake-provider";
 import { type HostServices, startHostServices } from "../helpers/host-services";
-import { startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
+import { BIG_RESULT_CHARS, startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -394,6 +395,54 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
         message: `MCP server "redir" redirected to ${origin}/admin/mcp, which is not a URL the operator allows MCP calls to (MCP_ALLOWED_URLS): not followed`,
       },
     });
+  });
+
+  it("stops reading a 30 MB result at MCP_MESSAGE_MAX_BYTES and answers a clear tool error; the job completes", async () => {
+    const marker = "big result marker";
+    scriptTools(marker, [{ id: "call-big", name: "files__big", args: {} }]);
+    // The host's fetch is the global one: count the bytes the host pulls from the body of the
+    // big call's answer (pulled, not sent: only what the reader asked for is counted).
+    const realFetch = globalThis.fetch;
+    let read = 0;
+    globalThis.fetch = async (input, init) => {
+      const response = await realFetch(input, init);
+      if (typeof init?.body !== "string" || !init.body.includes('"name":"big"') || response.body === null) {
+        return response;
+      }
+      const reader = response.body.getReader();
+      const counted = new ReadableStream<Uint8Array>(
+        {
+          async pull(controller) {
+            const { value, done } = await reader.read();
+            if (done) return controller.close();
+            read += value.length;
+            controller.enqueue(value);
+          },
+          cancel: (reason) => reader.cancel(reason),
+        },
+        { highWaterMark: 0 },
+      );
+      return new Response(counted, { status: response.status, headers: response.headers });
+    };
+    try {
+      const id = await submit(marker, { mcp_servers: [{ name: "files", url: mcp.url, tools: ["big"] }] });
+      const row = await ended(id, 60_000);
+      expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "all done" });
+      // The server sent 30 MB; the host read the bound and at most one more chunk of it.
+      expect(read).toBeLessThan(BIG_RESULT_CHARS / 4);
+      expect(read).toBeGreaterThan(MCP_MESSAGE_MAX_BYTES);
+      expect(read).toBeLessThan(MCP_MESSAGE_MAX_BYTES + 512 * 1024);
+      expect(toolMessage(requestsWith(marker)[1]?.body, "call-big")).toBe(
+        JSON.stringify({
+          error: {
+            code: "mcp_result_too_large",
+            message: `MCP server "files" answered more than ${MCP_MESSAGE_MAX_BYTES} bytes in one message; the host stopped reading it`,
+          },
+        }),
+      );
+    } finally {
+      globalThis.fetch = realFetch;
+    }
   });
 
   it("answers a secret this host does not hold as a tool error naming it, and never calls the server", async () => {

@@ -93,16 +93,22 @@ function capped(response: Response, server: string, requestId: string | number |
   const body = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        const { value, done } = await upstream.read();
-        if (done) {
+        // A pull that enqueues nothing is not called again: read on while an event is skipped.
+        let chunk = await upstream.read();
+        let bytes = chunk.done ? null : messageBytes(chunk.value);
+        while (skipping && !chunk.done && bytes?.resumeAt === null) {
+          chunk = await upstream.read();
+          bytes = chunk.done ? null : messageBytes(chunk.value);
+        }
+        if (chunk.done || bytes === null) {
           controller.close();
           return;
         }
-        const { pending, resumeAt } = messageBytes(value);
+        const value = chunk.value;
+        const { pending, resumeAt } = bytes;
         if (skipping) {
-          if (resumeAt === null) return;
           skipping = false;
-          controller.enqueue(value.subarray(resumeAt));
+          controller.enqueue(value.subarray(resumeAt ?? value.length));
           return;
         }
         if (pending <= MCP_MESSAGE_MAX_BYTES) {
@@ -110,7 +116,8 @@ function capped(response: Response, server: string, requestId: string | number |
           return;
         }
         if (!response.ok) {
-          // An error page: its start is the message; the rest is not read.
+          // An error page: its first MCP_MESSAGE_MAX_BYTES are the message; the rest is not read.
+          controller.enqueue(value.subarray(0, value.length - (pending - MCP_MESSAGE_MAX_BYTES)));
           controller.close();
           await upstream.cancel();
           return;
@@ -169,9 +176,9 @@ function counter(): (chunk: Uint8Array) => { pending: number; resumeAt: number |
 
 /**
  * For an SSE stream: after each chunk, the size of the longest event in it, counting an event
- * begun in earlier chunks and one still unfinished at its end (`pending`), and where the last
- * event boundary (a blank line: CRLF, LF or CR line ends) put the next event's start
- * (`resumeAt`; null: no boundary in this chunk).
+ * begun in earlier chunks and one still unfinished at its end (`pending`), and where the first
+ * event boundary (a blank line: CRLF, LF or CR line ends) ended the event the chunk began in
+ * (`resumeAt`, the next event's start; null: no boundary in this chunk).
  */
 function sseMessageBytes(): (chunk: Uint8Array) => { pending: number; resumeAt: number | null } {
   /** Bytes of the unfinished event before the next chunk. */
@@ -188,14 +195,17 @@ function sseMessageBytes(): (chunk: Uint8Array) => { pending: number; resumeAt: 
       const b = chunk[i];
       if (b === 0x0a && cr) {
         cr = false;
-        if (resumeAt === i) resumeAt = start = i + 1;
+        // The LF of a CRLF that ended an event belongs to that event.
+        if (start === i) start = i + 1;
+        if (resumeAt === i) resumeAt = i + 1;
         continue;
       }
       cr = b === 0x0d;
       if (b === 0x0a || b === 0x0d) {
         if (lineEnded) {
           longest = Math.max(longest, i + 1 - start);
-          resumeAt = start = i + 1;
+          start = i + 1;
+          resumeAt ??= start;
         }
         lineEnded = true;
       } else {

@@ -7,7 +7,7 @@ import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
-import { type AllowedUrl, parseAllowedUrls, parseSecretNames } from "../src/domain/mcp";
+import { type AllowedUrl, parseAllowedUrls, parseSecretNames, type SecretTenants } from "../src/domain/mcp";
 import { type ModelCatalog, parseModelList, parseModelRegistry } from "../src/domain/models";
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
@@ -73,8 +73,18 @@ const ConfigSchema = z.object({
       return z.NEVER;
     }),
   ),
-  /** The names of the hosts' MCP secrets, comma-separated (never the values); unset: not checked here. */
-  MCP_SECRET_NAMES: optional(z.string().transform(parseSecretNames)),
+  /**
+   * The names of the hosts' MCP secrets (never the values), comma-separated, each `name` (every
+   * tenant) or `name:acme|beta` (those tenants); unset: not checked here.
+   */
+  MCP_SECRET_NAMES: optional(
+    z.string().transform((raw, ctx) => {
+      const parsed = parseSecretNames(raw);
+      if (typeof parsed !== "string") return parsed;
+      ctx.addIssue({ code: "custom", message: parsed });
+      return z.NEVER;
+    }),
+  ),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
@@ -143,9 +153,10 @@ export interface GatewayConfig {
   models: ModelCatalog;
   /**
    * What agent definitions' mcp_servers may use: the operator's URL prefixes (MCP_ALLOWED_URLS,
-   * empty = MCP off) and secret names (MCP_SECRET_NAMES; null = unknown here, the hosts check).
+   * empty = MCP off) and secret names with the tenants that may use each (MCP_SECRET_NAMES; null =
+   * unknown here, the hosts check).
    */
-  mcp: { allowedUrls: readonly AllowedUrl[]; secretNames: readonly string[] | null };
+  mcp: { allowedUrls: readonly AllowedUrl[]; secretNames: ReadonlyMap<string, SecretTenants> | null };
   /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
   backstop: { runLostAfterMs: number; claimTimeoutMs: number };
   /** How long a finished job's event log is kept (JOB_EVENTS_RETENTION_S). */

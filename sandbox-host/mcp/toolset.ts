@@ -8,7 +8,8 @@
  * model reads, never a failed run.
  *
  * Every request carries the run's fencing identity as headers, and a tools/call also as `_meta`
- * with its idempotency key (src/domain/mcp.ts names them).
+ * with its idempotency key (src/domain/mcp.ts names them); every request, a redirect's included,
+ * goes only to a URL the operator allows (fetch.ts).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -21,7 +22,15 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import { isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META, mcpIdempotencyKey } from "../../src/domain/mcp";
 import { errorFields, type Logger } from "../log";
 import type { ModelToolSpec } from "../model/types";
-import type { McpHostConfig } from "./config";
+import { type McpHostConfig, secretFor } from "./config";
+import {
+  CANCEL_NOTICE_MS,
+  MCP_TOO_LARGE_CODE,
+  McpResponseTooLarge,
+  McpUrlRefused,
+  mcpTransportFetch,
+  tooLargeMessage,
+} from "./fetch";
 
 /**
  * The most characters of one result the model (and the `tool.result` event) gets; the rest is
@@ -32,11 +41,6 @@ export const MCP_RESULT_MAX_CHARS = 64 * 1024;
 const MAX_DESCRIPTION_CHARS = 1024;
 /** tools/list pages read per server (a server with more tools than that is not reasonable). */
 const MAX_LIST_PAGES = 10;
-/**
- * How long a `notifications/cancelled` may take to reach the server. It is sent as the run
- * stops, so it must outlive the client's close (which aborts the transport's requests).
- */
-const CANCEL_NOTICE_MS = 5000;
 
 /**
  * The SDK's client compiles each listed tool's `outputSchema` (Ajv, by default) and validates
@@ -67,6 +71,7 @@ export type McpErrorCode =
   | "mcp_protocol_error"
   | "mcp_tool_error"
   | "mcp_cancelled"
+  | "mcp_result_too_large"
   | "invalid_input";
 
 interface Connection {
@@ -85,6 +90,7 @@ export class McpToolset {
     /** What the model is offered, in the agent's order. */
     readonly specs: ModelToolSpec[],
     private readonly id: ExecutionIdentity,
+    private readonly tenantId: string,
     private readonly config: McpHostConfig,
     private readonly log: Logger,
   ) {}
@@ -99,10 +105,13 @@ export class McpToolset {
     servers: readonly McpServer[],
     config: McpHostConfig,
     id: ExecutionIdentity,
+    tenantId: string,
     signal: AbortSignal,
     log: Logger,
   ): Promise<McpToolset> {
-    const connections = await Promise.all(servers.map((server) => connectAndList(server, config, id, signal, log)));
+    const connections = await Promise.all(
+      servers.map((server) => connectAndList(server, config, id, tenantId, signal, log)),
+    );
     const byName = new Map<string, { conn: Connection; tool: string }>();
     const specs: ModelToolSpec[] = [];
     for (const conn of connections) {
@@ -134,7 +143,7 @@ export class McpToolset {
         );
       }
     }
-    return new McpToolset(connections, byName, specs, id, config, log);
+    return new McpToolset(connections, byName, specs, id, tenantId, config, log);
   }
 
   /** The server a model-facing tool name belongs to, or null when it is not one of this run's MCP tools. */
@@ -152,7 +161,7 @@ export class McpToolset {
     const result = await this.callUnredacted(name, args, toolCallId, signal);
     const server = this.byName.get(name)?.conn.server;
     const secrets = Object.values(server?.headers ?? {})
-      .map((h) => this.config.secrets.get(h.secret))
+      .map((h) => secretFor(this.config, h.secret, this.tenantId))
       .filter((v): v is string => v !== undefined && v !== "");
     return redact(result, secrets);
   }
@@ -171,7 +180,7 @@ export class McpToolset {
     }
     // A server unreachable when the run started may be back: one new attempt per call.
     if (conn.client === null && isRetryable(conn.problem)) {
-      const again = await connectAndList(conn.server, this.config, this.id, signal, this.log);
+      const again = await connectAndList(conn.server, this.config, this.id, this.tenantId, signal, this.log);
       conn.client = again.client;
       conn.problem = again.problem;
     }
@@ -254,6 +263,7 @@ async function connectAndList(
   server: McpServer,
   config: McpHostConfig,
   id: ExecutionIdentity,
+  tenantId: string,
   signal: AbortSignal,
   log: Logger,
 ): Promise<Connection> {
@@ -267,11 +277,12 @@ async function connectAndList(
   }
   const headers: Record<string, string> = {};
   for (const [header, { secret }] of Object.entries(server.headers)) {
-    const value = config.secrets.get(secret);
+    // One answer for a secret not held and one outside the tenant's scope (as at the gateway).
+    const value = secretFor(config, secret, tenantId);
     if (value === undefined) {
       conn.problem = {
         code: "mcp_unknown_secret",
-        message: `header ${header} names the secret "${secret}", which this host does not hold (MCP_SECRETS)`,
+        message: `header ${header} names the secret "${secret}", which this host does not hold for this tenant (MCP_SECRETS)`,
       };
       return conn;
     }
@@ -283,7 +294,7 @@ async function connectAndList(
   headers[MCP_FENCING_HEADERS.epoch] = String(id.epoch);
   const transport = new StreamableHTTPClientTransport(new URL(server.url), {
     requestInit: { headers },
-    fetch: fencingFetch,
+    fetch: mcpTransportFetch(server, config.allowedUrls),
   });
   const client = new Client(
     { name: "edge-agent-runtime", version: "0.1.0" },
@@ -320,36 +331,6 @@ async function connectAndList(
   }
   return conn;
 }
-
-/**
- * The transport's fetch, with the per-call fencing header the transport cannot know: the
- * idempotency key, copied from the tools/call request's `_meta`. A cancellation notice gets its
- * own deadline instead of the transport's signal: the run closes the client right after
- * cancelling, and that must not abort the notice on its way to the server.
- */
-type JsonRpcMessage = { method?: unknown; params?: { _meta?: Record<string, unknown> } };
-
-const fencingFetch: typeof fetch = (input, init) => {
-  if (init?.method !== "POST" || typeof init.body !== "string") return fetch(input, init);
-  let message: JsonRpcMessage | null;
-  try {
-    message = JSON.parse(init.body) as JsonRpcMessage | null;
-  } catch {
-    return fetch(input, init);
-  }
-  if (message?.method === "tools/call") {
-    const key = message.params?._meta?.[MCP_FENCING_META.idempotencyKey];
-    if (typeof key === "string") {
-      const headers = new Headers(init.headers);
-      headers.set(MCP_FENCING_HEADERS.idempotencyKey, key);
-      return fetch(input, { ...init, headers });
-    }
-  }
-  if (message?.method === "notifications/cancelled") {
-    return fetch(input, { ...init, signal: AbortSignal.timeout(CANCEL_NOTICE_MS) });
-  }
-  return fetch(input, init);
-};
 
 function redactText(text: string, secrets: readonly string[]): string {
   let out = text;
@@ -398,6 +379,10 @@ function describeFailure(
 ): { code: McpErrorCode; message: string } {
   const message = err instanceof Error ? err.message : String(err);
   if (signal.aborted) return { code: "mcp_cancelled", message: "the call was cancelled: the run is stopping" };
+  if (err instanceof McpUrlRefused) return { code: "mcp_not_allowed", message };
+  if (err instanceof McpResponseTooLarge || (err as { code?: unknown })?.code === MCP_TOO_LARGE_CODE) {
+    return { code: "mcp_result_too_large", message: tooLargeMessage(server.name) };
+  }
   // The SDK's McpError RequestTimeout (-32001).
   if ((err as { code?: unknown })?.code === -32001) {
     return {

@@ -316,7 +316,7 @@ async function prepare(
   // resumed run connects again, with its own execution's identity.
   const servers = mcpServersOf(agent);
   if (servers.length > 0) {
-    run.mcp = await McpToolset.open(servers, ctx.mcp ?? MCP_DISABLED, id, run.abort.signal, ctx.log);
+    run.mcp = await McpToolset.open(servers, ctx.mcp ?? MCP_DISABLED, id, job.tenantId, run.abort.signal, ctx.log);
   }
   const mcpTools = run.mcp?.specs ?? [];
   const offered = [

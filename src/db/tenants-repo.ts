@@ -1,11 +1,12 @@
 /** Tenants and their API keys. A key is returned once, at creation; only its hash is stored. */
 import { and, eq, isNull } from "drizzle-orm";
 import { generateApiKey, hashApiKey } from "../domain/api-keys";
+import { TENANT_ID_RE } from "../domain/tenant-id";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { apiKeys, tenants } from "./schema";
 
-export const TENANT_ID_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
+export { TENANT_ID_RE };
 
 export async function createTenant(db: Db, id: string, name = id): Promise<{ id: string; created: boolean }> {
   if (!TENANT_ID_RE.test(id)) {

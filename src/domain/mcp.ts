@@ -4,12 +4,14 @@
  * - `MCP_ALLOWED_URLS`: the URL prefixes hosts may call. A tenant writes the URL, and a host
  *   sits inside the operator's network; without this list a definition could make hosts call any
  *   internal address. Empty or unset: MCP is off.
- * - the secret names a definition's headers may use (the hosts hold the values, MCP_SECRETS).
+ * - the secret names a definition's headers may use, and which tenants may use each (the hosts
+ *   hold the values, MCP_SECRETS; the gateway may know the names, MCP_SECRET_NAMES).
  * And the fencing identity each call carries, so a server can drop a duplicate or a stale
  * owner's call.
  */
 import { type AgentDefinition, type McpServer, mcpToolEntryName } from "../contracts/agent";
 import { mcpToolName } from "../contracts/tools";
+import { TENANT_ID_RE } from "./tenant-id";
 
 /**
  * A URL prefix from MCP_ALLOWED_URLS, parsed: a URL is allowed when it has the prefix's origin
@@ -55,23 +57,72 @@ export function isUrlAllowed(raw: string, allowed: readonly AllowedUrl[]): boole
   return allowed.some((a) => a.origin === url.origin && path.startsWith(a.path));
 }
 
-/** Comma-separated secret names (the gateway's MCP_SECRET_NAMES: names only, never values). */
-export function parseSecretNames(raw: string | undefined): string[] {
-  return (raw ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter((s) => s !== "");
+/**
+ * The tenants that may name an operator secret in their definitions' headers; null: every tenant.
+ * A secret reaches whatever server a definition points it at (within MCP_ALLOWED_URLS), and no
+ * redaction can promise it is not read back from there (docs/tools.md), so the operator decides
+ * who may use each one.
+ */
+export type SecretTenants = readonly string[] | null;
+
+export const secretUsableBy = (tenants: SecretTenants, tenantId: string): boolean =>
+  tenants === null || tenants.includes(tenantId);
+
+/**
+ * The tenant list of a secret's scope, or a message: non-empty, each a tenant id. `where` names
+ * the secret in the message (the hosts' MCP_SECRETS and the gateway's MCP_SECRET_NAMES share it).
+ */
+export function parseSecretTenants(raw: unknown, where: string): string[] | string {
+  if (!Array.isArray(raw) || raw.length === 0) return `${where}: tenants must be a non-empty list of tenant ids`;
+  for (const t of raw) {
+    if (typeof t !== "string" || !TENANT_ID_RE.test(t)) return `${where}: ${JSON.stringify(t)} is not a tenant id`;
+  }
+  return raw as string[];
+}
+
+/**
+ * The gateway's MCP_SECRET_NAMES (names only, never values): comma-separated entries, each `name`
+ * (every tenant may use it) or `name:acme|beta` (only those tenants) → name → tenants, or a
+ * message naming the bad entry. A plain comma list is what it always was.
+ */
+export function parseSecretNames(raw: string | undefined): Map<string, SecretTenants> | string {
+  const out = new Map<string, SecretTenants>();
+  for (const entry of (raw ?? "").split(",")) {
+    const e = entry.trim();
+    if (e === "") continue;
+    const colon = e.indexOf(":");
+    const name = (colon < 0 ? e : e.slice(0, colon)).trim();
+    if (name === "") return `"${e}": the secret's name is empty`;
+    if (out.has(name)) return `"${name}" is listed twice`;
+    if (colon < 0) {
+      out.set(name, null);
+      continue;
+    }
+    const tenants = parseSecretTenants(
+      e
+        .slice(colon + 1)
+        .split("|")
+        .map((t) => t.trim()),
+      `"${name}"`,
+    );
+    if (typeof tenants === "string") return tenants;
+    out.set(name, tenants);
+  }
+  return out;
 }
 
 /**
  * What the operator's settings say about a definition's MCP servers: null when usable, else the
  * reason (the gateway answers it as a 400). `secretNames` null: the gateway was not told the
- * names, so an unknown one is found by the host (a tool error the model sees).
+ * names, so an unknown one (or one `tenantId` may not use) is found by the host (a tool error the
+ * model sees). A secret outside the tenant's scope reads as unknown: a tenant learns no more
+ * about the operator's secrets than the ones it may use.
  */
 export function mcpServersProblem(
   servers: readonly McpServer[],
   allowedUrls: readonly AllowedUrl[],
-  secretNames: readonly string[] | null,
+  secretNames: ReadonlyMap<string, SecretTenants> | null,
+  tenantId: string,
 ): string | null {
   for (const [i, s] of servers.entries()) {
     if (allowedUrls.length === 0) {
@@ -82,8 +133,9 @@ export function mcpServersProblem(
     }
     if (secretNames === null) continue;
     for (const [header, value] of Object.entries(s.headers)) {
-      if (!secretNames.includes(value.secret)) {
-        return `mcp_servers.${i}.headers.${header}: unknown secret "${value.secret}" (not one of the operator's MCP secrets)`;
+      const tenants = secretNames.get(value.secret);
+      if (tenants === undefined || !secretUsableBy(tenants, tenantId)) {
+        return `mcp_servers.${i}.headers.${header}: unknown secret "${value.secret}" (not one of the operator's MCP secrets this tenant may use)`;
       }
     }
   }

@@ -3,7 +3,8 @@
  * transport, stateful sessions) on a loopback node:http server. It records every tools/call as
  * received (HTTP headers and `_meta`), every session's initialize headers, and every call whose
  * handler saw its abort signal fire (the SDK aborts it on `notifications/cancelled`), so a test
- * can prove what reached the server and that a cancel did.
+ * can prove what reached the server and that a cancel did. Every HTTP request's path and headers
+ * are kept too (`requests`), so a test can prove which paths a secret reached.
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingHttpHeaders } from "node:http";
@@ -11,6 +12,9 @@ import type { AddressInfo } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { z } from "zod";
+
+/** The size of the `big` tool's text: the result that once cost a host 180 MB (issue 24). */
+export const BIG_RESULT_CHARS = 30 * 1024 * 1024;
 
 export interface RecordedCall {
   tool: string;
@@ -30,12 +34,15 @@ export interface TestMcpServer {
   sessions: IncomingHttpHeaders[];
   /** Sessions ended by the client (HTTP DELETE). */
   deleted: number;
+  /** Every HTTP request, in order: its path and headers. */
+  requests: Array<{ path: string; headers: IncomingHttpHeaders }>;
   close(): Promise<void>;
 }
 
 /**
  * The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `fail` (isError),
- * `whoami` (answers with the Authorization header it got), `hidden`.
+ * `whoami` (answers with the Authorization header it got), `hidden`, `big` (a text result of
+ * BIG_RESULT_CHARS characters, as a server dumping a whole table would).
  */
 function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
   const server = new McpServer({ name: "test-mcp", version: "1.0.0" });
@@ -80,6 +87,10 @@ function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
     const call = seen("whoami", args, extra as never);
     return { content: [{ type: "text", text: `authorization: ${String(call.headers.authorization)}` }] };
   });
+  server.registerTool("big", { description: "A 30 MB answer.", inputSchema: {} }, async (args, extra) => {
+    seen("big", args, extra as never);
+    return { content: [{ type: "text", text: "x".repeat(BIG_RESULT_CHARS) }] };
+  });
   server.registerTool("hidden", { description: "Not for the model.", inputSchema: {} }, async (args, extra) => {
     seen("hidden", args, extra as never);
     return { content: [{ type: "text", text: "hidden ran" }] };
@@ -96,7 +107,15 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
     calls.push(c);
     return c;
   };
+  const requests: TestMcpServer["requests"] = [];
   const http = createServer(async (req, res) => {
+    requests.push({ path: req.url ?? "", headers: req.headers });
+    // `<url>/r`: a same-origin redirect out of the MCP path, to `/admin/mcp` (where this server
+    // also answers MCP, as an internal endpoint a tenant must not reach would).
+    if (req.url?.endsWith("/mcp/r")) {
+      res.writeHead(307, { location: "/admin/mcp" }).end();
+      return;
+    }
     // `<url>/reject`: a 401 whose body echoes the Authorization header, as a careless server would.
     if (req.url?.endsWith("/reject")) {
       res.writeHead(401, { "content-type": "text/plain" }).end(`bad token: ${String(req.headers.authorization)}`);
@@ -139,6 +158,7 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
     url: `http://127.0.0.1:${port}/mcp`,
     calls,
     sessions,
+    requests,
     get deleted() {
       return state.deleted;
     },

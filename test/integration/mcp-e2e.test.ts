@@ -75,7 +75,7 @@ describe.skipIf(!canRun)("MCP tools end to end (gateway + host process)", () => 
     });
     expect(unknown.status).toBe(400);
     expect((unknown.body as { error: { message: string } }).error.message).toBe(
-      'mcp_servers.0.headers.Authorization: unknown secret "root_password" (not one of the operator\'s MCP secrets)',
+      'mcp_servers.0.headers.Authorization: unknown secret "root_password" (not one of the operator\'s MCP secrets this tenant may use)',
     );
   });
 

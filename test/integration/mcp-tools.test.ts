@@ -16,6 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
 import { silentLogger } from "../../sandbox-host/log";
+import { mcpConfigFromEnv } from "../../sandbox-host/mcp/config";
+import { MCP_MESSAGE_MAX_BYTES } from "../../sandbox-host/mcp/fetch";
 import { hostModelsFromEnv } from "../../sandbox-host/model/config";
 import { createModelRouter } from "../../sandbox-host/model/router";
 import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
@@ -25,14 +27,13 @@ import { toJobView } from "../../src/db/job-view";
 import * as schema from "../../src/db/schema";
 import { decideApproval } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
-import { parseAllowedUrls } from "../../src/domain/mcp";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/services/ports";
 import type { TestDb } from "../helpers/db";
 import { type FakeProvider, startFakeProvider, textReply } from "../helpers/fake-provider";
 import { type HostServices, startHostServices } from "../helpers/host-services";
-import { startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
+import { BIG_RESULT_CHARS, startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -40,6 +41,8 @@ const canRun = await requireBinary("redis-server", "apt-get install redis-server
 const TENANT = "t-mcp";
 const BRIDGE_TOKEN = "mcp-tools-bridge-token";
 const SECRET = "ghp_operator-held-secret-4f1c9a";
+const MINE_SECRET = "ghp_scoped-to-this-tenant-77d0";
+const OTHERS_SECRET = "ghp_scoped-to-other-tenants-5be2";
 
 let services: HostServices;
 let t: TestDb;
@@ -84,14 +87,20 @@ if (canRun) {
       shutdownGraceMs: 0,
       sandboxEnabled: false,
     });
-    const allowedUrls = parseAllowedUrls(`${mcp.url},${deadUrl}`);
-    if (typeof allowedUrls === "string") throw new Error(allowedUrls);
     host = await startHost(config, {
       model: createModelRouter(models),
       models: models.catalog,
       sandbox: null,
       log: silentLogger,
-      mcp: { allowedUrls, secrets: new Map([["probe_token", SECRET]]) },
+      mcp: mcpConfigFromEnv({
+        MCP_ALLOWED_URLS: `${mcp.url},${deadUrl}`,
+        MCP_SECRETS: JSON.stringify({
+          probe_token: SECRET,
+          // Scoped: a run of TENANT may send the first, never the second.
+          mine_token: { value: MINE_SECRET, tenants: [TENANT] },
+          others_token: { value: OTHERS_SECRET, tenants: ["t-other", "t-third"] },
+        }),
+      }),
     });
   }, 120_000);
   afterAll(async () => {
@@ -359,6 +368,83 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(JSON.stringify(await deliveredEvents(id))).not.toContain(SECRET);
   });
 
+  it("follows no redirect out of MCP_ALLOWED_URLS: the secret never reaches the other path, and the tool answers why", async () => {
+    const marker = "redirect marker";
+    scriptTools(marker, [{ id: "call-redir", name: "redir__echo", args: { text: "x" } }]);
+    const id = await submit(marker, {
+      mcp_servers: [
+        {
+          name: "redir",
+          // Allowed (under `…/mcp`); it answers `307 Location: /admin/mcp`, same origin, not allowed.
+          url: `${mcp.url}/r`,
+          headers: { Authorization: { secret: "probe_token" } },
+          tools: ["echo"],
+        },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const mine = mcp.requests.filter((r) => r.headers["x-ear-job-id"] === id);
+    expect(mine.length).toBeGreaterThan(0);
+    expect(mine.filter((r) => r.path !== "/mcp/r")).toEqual([]);
+    expect(mcp.requests.filter((r) => r.path.startsWith("/admin")).map((r) => r.headers.authorization)).toEqual([]);
+    const origin = new URL(mcp.url).origin;
+    expect(JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-redir") ?? "{}")).toEqual({
+      error: {
+        code: "mcp_not_allowed",
+        message: `MCP server "redir" redirected to ${origin}/admin/mcp, which is not a URL the operator allows MCP calls to (MCP_ALLOWED_URLS): not followed`,
+      },
+    });
+  });
+
+  it("stops reading a 30 MB result at MCP_MESSAGE_MAX_BYTES and answers a clear tool error; the job completes", async () => {
+    const marker = "big result marker";
+    scriptTools(marker, [{ id: "call-big", name: "files__big", args: {} }]);
+    // The host's fetch is the global one: count the bytes the host pulls from the body of the
+    // big call's answer (pulled, not sent: only what the reader asked for is counted).
+    const realFetch = globalThis.fetch;
+    let read = 0;
+    globalThis.fetch = async (input, init) => {
+      const response = await realFetch(input, init);
+      if (typeof init?.body !== "string" || !init.body.includes('"name":"big"') || response.body === null) {
+        return response;
+      }
+      const reader = response.body.getReader();
+      const counted = new ReadableStream<Uint8Array>(
+        {
+          async pull(controller) {
+            const { value, done } = await reader.read();
+            if (done) return controller.close();
+            read += value.length;
+            controller.enqueue(value);
+          },
+          cancel: (reason) => reader.cancel(reason),
+        },
+        { highWaterMark: 0 },
+      );
+      return new Response(counted, { status: response.status, headers: response.headers });
+    };
+    try {
+      const id = await submit(marker, { mcp_servers: [{ name: "files", url: mcp.url, tools: ["big"] }] });
+      const row = await ended(id, 60_000);
+      expect({ state: row.state, output: row.output }).toEqual({ state: "completed", output: "all done" });
+      // The server sent 30 MB; the host read the bound and at most one more chunk of it.
+      expect(read).toBeLessThan(BIG_RESULT_CHARS / 4);
+      expect(read).toBeGreaterThan(MCP_MESSAGE_MAX_BYTES);
+      expect(read).toBeLessThan(MCP_MESSAGE_MAX_BYTES + 512 * 1024);
+      expect(toolMessage(requestsWith(marker)[1]?.body, "call-big")).toBe(
+        JSON.stringify({
+          error: {
+            code: "mcp_result_too_large",
+            message: `MCP server "files" answered more than ${MCP_MESSAGE_MAX_BYTES} bytes in one message; the host stopped reading it`,
+          },
+        }),
+      );
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+  });
+
   it("answers a secret this host does not hold as a tool error naming it, and never calls the server", async () => {
     const marker = "unknown secret marker";
     scriptTools(marker, [{ id: "call-u", name: "nokey__echo", args: { text: "x" } }]);
@@ -371,11 +457,42 @@ describe.skipIf(!canRun)("MCP tools of an agent", () => {
     expect(JSON.parse(toolMessage(requestsWith(marker)[1]?.body, "call-u") ?? "{}")).toEqual({
       error: {
         code: "mcp_unknown_secret",
-        message: 'header X-Api-Key names the secret "not_held", which this host does not hold (MCP_SECRETS)',
+        message:
+          'header X-Api-Key names the secret "not_held", which this host does not hold for this tenant (MCP_SECRETS)',
       },
     });
     expect(mcp.calls.some((c) => c.meta?.["ear/job_id"] === id)).toBe(false);
     expect(mcp.sessions.length).toBe(before);
+  });
+
+  it("never sends a secret scoped to other tenants: the same tool error as a secret not held; one scoped to this tenant is sent", async () => {
+    const marker = "scoped secret marker";
+    scriptTools(marker, [
+      { id: "call-theirs", name: "theirs__whoami", args: {} },
+      { id: "call-mine", name: "mine__whoami", args: {} },
+    ]);
+    const requestsBefore = mcp.requests.length;
+    const id = await submit(marker, {
+      mcp_servers: [
+        { name: "theirs", url: mcp.url, headers: { Authorization: { secret: "others_token" } }, tools: ["whoami"] },
+        { name: "mine", url: mcp.url, headers: { Authorization: { secret: "mine_token" } }, tools: ["whoami"] },
+      ],
+    });
+    const row = await ended(id);
+    expect(row.state).toBe("completed");
+    const turn2 = requestsWith(marker)[1]?.body;
+    expect(JSON.parse(toolMessage(turn2, "call-theirs") ?? "{}")).toEqual({
+      error: {
+        code: "mcp_unknown_secret",
+        message:
+          'header Authorization names the secret "others_token", which this host does not hold for this tenant (MCP_SECRETS)',
+      },
+    });
+    expect(toolMessage(turn2, "call-mine")).toBe("authorization: [redacted]");
+    const sent = mcp.requests.slice(requestsBefore).map((r) => r.headers.authorization);
+    expect(sent).toContain(MINE_SECRET);
+    expect(sent).not.toContain(OTHERS_SECRET);
+    expect(mcp.calls.filter((c) => c.meta?.["ear/job_id"] === id).map((c) => c.tool)).toEqual(["whoami"]);
   });
 });
 

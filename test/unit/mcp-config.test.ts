@@ -1,12 +1,20 @@
 /**
  * The operator's MCP settings as the gateway and the hosts parse them: URL prefixes compared
  * parsed (origin, then whole path segments), the hosts' secrets (inline or file text, never
- * echoed in an error), and the approval hook's MCP half.
+ * echoed in an error) and their tenant scopes (MCP_SECRETS and the gateway's MCP_SECRET_NAMES),
+ * and the approval hook's MCP half.
  */
 import { describe, expect, it } from "vitest";
-import { McpConfigError, mcpConfigFromEnv } from "../../sandbox-host/mcp/config";
+import { McpConfigError, mcpConfigFromEnv, secretFor } from "../../sandbox-host/mcp/config";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
-import { type AllowedUrl, isUrlAllowed, mcpRequiresApproval, parseAllowedUrls } from "../../src/domain/mcp";
+import {
+  type AllowedUrl,
+  isUrlAllowed,
+  mcpRequiresApproval,
+  mcpServersProblem,
+  parseAllowedUrls,
+  parseSecretNames,
+} from "../../src/domain/mcp";
 
 describe("MCP_ALLOWED_URLS", () => {
   const parsed = parseAllowedUrls(" https://mcp.example.com/tools ,http://10.0.0.7:9000,");
@@ -40,10 +48,12 @@ describe("MCP_ALLOWED_URLS", () => {
 describe("the host's MCP secrets", () => {
   it("reads MCP_SECRETS or the file's text, and refuses both, non-JSON without echoing it, and non-string values", () => {
     expect([...mcpConfigFromEnv({ MCP_SECRETS: '{"a":"1","b":"2"}' }).secrets]).toEqual([
-      ["a", "1"],
-      ["b", "2"],
+      ["a", { value: "1", tenants: null }],
+      ["b", { value: "2", tenants: null }],
     ]);
-    expect([...mcpConfigFromEnv({}, '{"f":"from-file"}').secrets]).toEqual([["f", "from-file"]]);
+    expect([...mcpConfigFromEnv({}, '{"f":"from-file"}').secrets]).toEqual([
+      ["f", { value: "from-file", tenants: null }],
+    ]);
     expect(() => mcpConfigFromEnv({ MCP_SECRETS: '{"a":"1"}' }, "{}")).toThrow(/not both/);
     const broken = () => mcpConfigFromEnv({ MCP_SECRETS: "{ghp_leaky" });
     expect(broken).toThrow(McpConfigError);
@@ -51,6 +61,85 @@ describe("the host's MCP secrets", () => {
     expect(() => mcpConfigFromEnv({ MCP_SECRETS: '{"a":7}' })).toThrow(/secret "a" must be a non-empty string/);
     expect(() => mcpConfigFromEnv({ MCP_ALLOWED_URLS: "gopher://x" })).toThrow(/MCP_ALLOWED_URLS/);
     expect(mcpConfigFromEnv({}).allowedUrls).toEqual([]);
+  });
+});
+
+describe("an operator secret's tenant scope", () => {
+  it("reads a string (every tenant) or {value, tenants} (those tenants), on the host and in the file", () => {
+    const text = JSON.stringify({ all: "v1", some: { value: "v2", tenants: ["acme", "beta-2"] } });
+    for (const config of [mcpConfigFromEnv({ MCP_SECRETS: text }), mcpConfigFromEnv({}, text)]) {
+      expect([...config.secrets]).toEqual([
+        ["all", { value: "v1", tenants: null }],
+        ["some", { value: "v2", tenants: ["acme", "beta-2"] }],
+      ]);
+      expect(
+        ["acme", "beta-2", "gamma"].map((t) => [secretFor(config, "all", t), secretFor(config, "some", t)]),
+      ).toEqual([
+        ["v1", "v2"],
+        ["v1", "v2"],
+        ["v1", undefined],
+      ]);
+      expect(secretFor(config, "missing", "acme")).toBeUndefined();
+    }
+  });
+
+  it.each([
+    ['{"s":{"value":"v"}}', /secret "s": tenants must be a non-empty list of tenant ids$/],
+    ['{"s":{"value":"v","tenants":[]}}', /secret "s": tenants must be a non-empty list of tenant ids$/],
+    ['{"s":{"value":"v","tenants":"acme"}}', /secret "s": tenants must be a non-empty list/],
+    ['{"s":{"value":"v","tenants":["Acme Corp"]}}', /secret "s": "Acme Corp" is not a tenant id$/],
+    ['{"s":{"value":"v","tenants":[7]}}', /secret "s": 7 is not a tenant id$/],
+    ['{"s":{"value":"","tenants":["acme"]}}', /secret "s" must be a non-empty string or \{"value"/],
+    ['{"s":{"tenants":["acme"]}}', /secret "s" must be a non-empty string or \{"value"/],
+    ['{"s":{"value":"v","tenants":["acme"],"tenant":"x"}}', /secret "s" must be a non-empty string or \{"value"/],
+    ['{"s":["v"]}', /secret "s" must be a non-empty string or \{"value"/],
+  ])("refuses %s (a startup error: the host exits 2)", (text, message) => {
+    for (const parse of [() => mcpConfigFromEnv({ MCP_SECRETS: text }), () => mcpConfigFromEnv({}, text)]) {
+      expect(parse).toThrow(McpConfigError);
+      expect(parse).toThrow(message);
+    }
+    // The value is never quoted back.
+    expect(() => mcpConfigFromEnv({ MCP_SECRETS: '{"s":{"value":"hunter2-leak"}}' })).not.toThrow(/hunter2/);
+  });
+
+  it("MCP_SECRET_NAMES: a plain comma list as before, or name:acme|beta; a bad entry is named", () => {
+    expect(parseSecretNames(" a , b,")).toEqual(
+      new Map([
+        ["a", null],
+        ["b", null],
+      ]),
+    );
+    expect(parseSecretNames("gh:acme|beta, jira ,ops: acme ")).toEqual(
+      new Map<string, string[] | null>([
+        ["gh", ["acme", "beta"]],
+        ["jira", null],
+        ["ops", ["acme"]],
+      ]),
+    );
+    expect(parseSecretNames(undefined)).toEqual(new Map());
+    expect(parseSecretNames("gh:")).toBe('"gh": "" is not a tenant id');
+    expect(parseSecretNames("gh:acme||beta")).toBe('"gh": "" is not a tenant id');
+    expect(parseSecretNames(":acme")).toBe('":acme": the secret\'s name is empty');
+    expect(parseSecretNames("gh,gh:acme")).toBe('"gh" is listed twice');
+  });
+
+  it("mcpServersProblem: a secret outside the tenant's scope reads as unknown", () => {
+    const allowed = parseAllowedUrls("https://mcp.example.com/");
+    const names = parseSecretNames("shared,gh:acme");
+    if (typeof allowed === "string" || typeof names === "string") throw new Error("parse");
+    const def = AgentDefinitionSchema.parse({
+      model: "m",
+      mcp_servers: [
+        { name: "a", url: "https://mcp.example.com/a", headers: { "X-S": { secret: "shared" } }, tools: ["t"] },
+        { name: "b", url: "https://mcp.example.com/b", headers: { Authorization: { secret: "gh" } }, tools: ["t"] },
+      ],
+    });
+    expect(mcpServersProblem(def.mcp_servers, allowed, names, "acme")).toBeNull();
+    expect(mcpServersProblem(def.mcp_servers, allowed, names, "beta")).toBe(
+      'mcp_servers.1.headers.Authorization: unknown secret "gh" (not one of the operator\'s MCP secrets this tenant may use)',
+    );
+    // Names unknown to the gateway: the hosts decide.
+    expect(mcpServersProblem(def.mcp_servers, allowed, null, "beta")).toBeNull();
   });
 });
 

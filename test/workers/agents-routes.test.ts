@@ -303,6 +303,25 @@ describe("mcp_servers: checked against the operator's MCP settings before any da
     expect(errorOf(r).message).toMatch(message);
   });
 
+  it("refuses a secret scoped to other tenants (MCP_SECRET_NAMES name:tenant|…) as unknown; its tenants may name it", async () => {
+    const env = { ...MCP_ENV, MCP_SECRET_NAMES: "github_token, tb_token:tb|tc" };
+    const body = withServers({ ...server, headers: { Authorization: { secret: "tb_token" } } });
+    const refused = await call("ta", "POST", "/v1/agents", body, env);
+    expect([refused.status, errorOf(refused).code, errorOf(refused).message]).toEqual([
+      400,
+      "invalid_request",
+      'mcp_servers.0.headers.Authorization: unknown secret "tb_token" (not one of the operator\'s MCP secrets this tenant may use)',
+    ]);
+    const version = await call("ta", "POST", "/v1/agents/triage/versions", { ...body, name: undefined }, env);
+    expect([version.status, errorOf(version).message]).toEqual([
+      400,
+      expect.stringMatching(/unknown secret "tb_token"/),
+    ]);
+    // Its own tenants get as far as the database (503 here).
+    const allowed = await call("tb", "POST", "/v1/agents", body, env);
+    expect([allowed.status, errorOf(allowed).code]).toEqual([503, "dependency_unavailable"]);
+  });
+
   it("checks a new version's servers the same way", async () => {
     const r = await call(
       "ta",

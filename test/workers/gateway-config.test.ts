@@ -39,15 +39,21 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, MAX_STREAMS_PER_TENANT: "-1" }))).toThrow(/MAX_STREAMS_PER_TENANT/);
   });
 
-  it("reads MCP_ALLOWED_URLS (empty: MCP off) and MCP_SECRET_NAMES (unset: not checked), and names a bad prefix", () => {
+  it("reads MCP_ALLOWED_URLS (empty: MCP off) and MCP_SECRET_NAMES (unset: not checked; name or name:tenant|…), and names a bad entry", () => {
     expect(loadConfig(asEnv({ ...base })).mcp).toEqual({ allowedUrls: [], secretNames: null });
     const mcp = loadConfig(
-      asEnv({ ...base, MCP_ALLOWED_URLS: "https://mcp.example.com/tools", MCP_SECRET_NAMES: " a , b," }),
+      asEnv({ ...base, MCP_ALLOWED_URLS: "https://mcp.example.com/tools", MCP_SECRET_NAMES: " a , b:acme|beta," }),
     ).mcp;
     expect(mcp).toEqual({
       allowedUrls: [{ origin: "https://mcp.example.com", path: "/tools/" }],
-      secretNames: ["a", "b"],
+      secretNames: new Map<string, string[] | null>([
+        ["a", null],
+        ["b", ["acme", "beta"]],
+      ]),
     });
+    expect(() => loadConfig(asEnv({ ...base, MCP_SECRET_NAMES: "a:Acme Corp" }))).toThrow(
+      /MCP_SECRET_NAMES: "a": "Acme Corp" is not a tenant id/,
+    );
     expect(() => loadConfig(asEnv({ ...base, MCP_ALLOWED_URLS: "ftp://x" }))).toThrow(
       /MCP_ALLOWED_URLS: "ftp:\/\/x" is not an http\(s\) URL/,
     );

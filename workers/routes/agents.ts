@@ -46,7 +46,7 @@ function versionParam(raw: string): number {
 /**
  * What zod cannot check about a definition: its model is one the operator offers this tenant,
  * its response_format is a JSON Schema the hosts can validate answers with, and its MCP servers
- * are at URLs the operator allows, with secrets the operator holds.
+ * are at URLs the operator allows, with secrets the operator holds for this tenant.
  */
 function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefinition): void {
   assertModelOffered(config.models, tenantId, d.model);
@@ -56,7 +56,7 @@ function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefini
       throw new ApiError("invalid_request", `response_format: not a valid JSON Schema (draft 2020-12): ${problem}`);
     }
   }
-  const mcpProblem = mcpServersProblem(d.mcp_servers, config.mcp.allowedUrls, config.mcp.secretNames);
+  const mcpProblem = mcpServersProblem(d.mcp_servers, config.mcp.allowedUrls, config.mcp.secretNames, tenantId);
   if (mcpProblem !== null) throw new ApiError("invalid_request", mcpProblem);
 }
 

@@ -63,6 +63,7 @@ describe("an MCP tool's outputSchema", () => {
       [McpServerSchema.parse({ name: "evil", url, tools: ["echo"] })],
       { allowedUrls: allowed, secrets: new Map() },
       id,
+      "acme",
       signal,
       silentLogger,
     );

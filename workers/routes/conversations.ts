@@ -55,6 +55,8 @@ export const conversationRoutes = new Hono<GatewayEnv>()
     if (agent !== undefined) headers.set(CHAT_HEADERS.agent, agent);
     else headers.delete(CHAT_HEADERS.agent);
     headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
+    // Frames bypass the /v1 rate limit once upgraded: the object counts each against this key.
+    headers.set(CHAT_HEADERS.keyHash, c.get("apiKeyHash"));
     return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
   })
   .get("/:id/messages", async (c) => {

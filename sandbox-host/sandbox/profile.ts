@@ -19,6 +19,11 @@ export interface SandboxProfile {
   /** Size of the /workspace tmpfs; its pages count against memoryBytes. */
   workspaceBytes: number;
   tmpBytes: number;
+  /**
+   * Size of /dev/shm, the private IPC namespace's tmpfs (Docker mounts it noexec,nosuid,nodev):
+   * writable, so it is a third scratch space, and Docker's default is 64 MiB.
+   */
+  shmBytes: number;
   readonlyRootfs: boolean;
   /** false: the sandbox's network is `Internal` and its bridge holds no host address. */
   egress: boolean;
@@ -33,6 +38,9 @@ export const CORE_PROFILE: SandboxProfile = {
   pidsLimit: 256,
   workspaceBytes: 256 * 1024 * 1024,
   tmpBytes: 64 * 1024 * 1024,
+  // Enough for POSIX semaphores and small shared buffers (Python multiprocessing); a tool that
+  // needs more writes to /workspace.
+  shmBytes: 8 * 1024 * 1024,
   readonlyRootfs: true,
   egress: false,
   env: {},
@@ -49,7 +57,7 @@ export function resolveProfile(overrides: Partial<SandboxProfile> = {}): Resolve
   const problems: string[] = [];
   if (!m) problems.push(`user must be numeric "uid:gid", got "${p.user}"`);
   else if (Number(m[1]) === 0 || Number(m[2]) === 0) problems.push("user must not be root (uid/gid 0)");
-  for (const k of ["memoryBytes", "nanoCpus", "pidsLimit", "workspaceBytes", "tmpBytes"] as const) {
+  for (const k of ["memoryBytes", "nanoCpus", "pidsLimit", "workspaceBytes", "tmpBytes", "shmBytes"] as const) {
     if (!Number.isSafeInteger(p[k]) || p[k] <= 0) problems.push(`${k} must be a positive integer, got ${p[k]}`);
   }
   if (problems.length)
@@ -112,6 +120,7 @@ export function containerSpec(args: {
         "/tmp": `rw,noexec,nosuid,nodev,size=${p.tmpBytes},mode=1777`,
       },
       IpcMode: "private",
+      ShmSize: p.shmBytes,
       // Under host memory pressure the kernel should pick a sandbox, not the host daemon.
       OomScoreAdj: 500,
       RestartPolicy: { Name: "no" },

@@ -124,6 +124,8 @@ export const ServerErrorFrameSchema = z.object({
   type: z.literal("error"),
   error: z.object({ code: z.enum(CHAT_ERROR_CODES), message: z.string() }),
   client_message_id: z.string().optional(),
+  /** On `rate_limited`: whole seconds until a frame may be admitted again (as HTTP's Retry-After). */
+  retry_after_s: z.number().int().min(1).optional(),
 });
 export const ServerFrameSchema = z.discriminatedUnion("type", [
   ServerJobFrameSchema,

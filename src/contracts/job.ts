@@ -58,10 +58,21 @@ const idLike = (max: number) =>
     .max(max)
     .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -");
 
+/**
+ * A conversation id, the client's own. `.` and `..` are refused: a URL path normalizes them away
+ * (`/v1/conversations/../messages` is `/v1/messages`), so such a conversation could be written
+ * but never read, streamed or bound to a token. The one home of the rule: POST /v1/jobs,
+ * POST /v1/tokens and the /v1/conversations/{id} routes all use it.
+ */
+export const conversationIdSchema = idLike(LIMITS.maxConversationId).regex(
+  /^(?!\.\.?$)/,
+  "must not be . or .. (a URL path cannot name them)",
+);
+
 export const CreateJobBodySchema = z
   .object({
     input: JobInputSchema,
-    conversation_id: idLike(LIMITS.maxConversationId).optional(),
+    conversation_id: conversationIdSchema.optional(),
     /**
      * The agent to run: `name` (its latest version at submit) or `name@N`. It fixes the model
      * and the tools, so a body naming an agent may not give `model` or `tools` too.

@@ -8,20 +8,14 @@
  */
 import { z } from "zod";
 import { TOKEN_SCOPES, TOKEN_TTL } from "./access";
-import { LIMITS } from "./job";
-import { text } from "./text";
-
-const conversationId = text()
-  .min(1)
-  .max(LIMITS.maxConversationId)
-  .regex(/^[A-Za-z0-9._:-]+$/, "may contain only letters, digits and . _ : -");
+import { conversationIdSchema } from "./job";
 
 export const CreateTokenBodySchema = z
   .object({
     scope: z.enum(TOKEN_SCOPES).default("read"),
     ttl_s: z.number().int().min(1).max(TOKEN_TTL.maxS).default(TOKEN_TTL.defaultS),
     job_id: z.uuid().optional(),
-    conversation_id: conversationId.optional(),
+    conversation_id: conversationIdSchema.optional(),
   })
   .strict()
   .refine((b) => b.job_id === undefined || b.conversation_id === undefined, {

@@ -106,6 +106,11 @@ export const jobs = pgTable(
     modelCalls: integer("model_calls").notNull().default(0),
     /** True once any call's tokens were estimated because the provider reported none. */
     usageEstimated: boolean("usage_estimated").notNull().default(false),
+    // What the job's inputs (job_inputs) take of LIMITS.maxInputsPerJob / maxInputBytesPerJob,
+    // kept on the row submitInput locks so that the check and the count move together (counting
+    // job_inputs read the statement's snapshot: a burst overshot the caps). Not indexed: HOT.
+    inputCount: integer("input_count").notNull().default(0),
+    inputBytes: bigint("input_bytes", { mode: "number" }).notNull().default(0),
     // The waitpoint (state `waiting`): what the job waits for (the public view shows it), when the
     // wait ends by itself, and the checkpoint the next execution resumes from. The checkpoint is
     // the host's (sandbox-host/runner/checkpoint.ts): the conversation so far with completed tool

@@ -9,17 +9,24 @@
  * - tokens for real: scoped, bound, expiring.
  */
 import { connect, createServer, type Server, type Socket } from "node:net";
+import { drizzle } from "drizzle-orm/node-postgres";
 import { EventSource } from "eventsource";
 import { beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { EarClient } from "../../src/client/client";
 import { ApiClientError } from "../../src/client/http";
 import { EVENT_TYPES } from "../../src/contracts/events";
+import * as schema from "../../src/db/schema";
+import { createApiKey, revokeApiKey } from "../../src/db/tenants-repo";
 import { userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+
+async function tokenClient(api: EarClient): Promise<EarClient> {
+  return new EarClient({ baseUrl: api.baseUrl, credential: (await api.createToken()).token });
+}
 
 /** An answer of ~120 words streamed at 60 tokens/s: ~2 s, long enough to cut in the middle. */
 const streamingMessage = (tag: string) =>
@@ -256,6 +263,36 @@ describe.skipIf(!canRun)("browser access end to end", () => {
     const expired = await brief.get(job.id).catch((e) => e);
     expect(expired).toBeInstanceOf(ApiClientError);
     expect(expired).toMatchObject({ status: 401, code: "unauthorized" });
+  });
+
+  it("a revoked key's tokens stop working within the key cache's 5 s, not at their expiry", async () => {
+    const db = drizzle(t.pool, { schema });
+    const tenantId = (await t.pool.query("select tenant_id from api_keys limit 1")).rows[0].tenant_id as string;
+    const minted = await createApiKey(db, tenantId, "revocation test");
+    const minter = new EarClient({ baseUrl: t.stack.gatewayUrl, credential: minted.key });
+    const reader = new EarClient({
+      baseUrl: t.stack.gatewayUrl,
+      credential: (await minter.createToken({ ttl_s: 3_600 })).token,
+    });
+    expect((await reader.list({ limit: 1 })).jobs).toBeDefined();
+    expect(await revokeApiKey(db, tenantId, minted.id)).toBe(true);
+    const revokedAt = Date.now();
+    let refused: unknown = null;
+    while (refused === null && Date.now() - revokedAt < 10_000) {
+      refused = await reader.list({ limit: 1 }).then(
+        () => null,
+        (e) => e,
+      );
+      if (refused === null) await new Promise((r) => setTimeout(r, 250));
+    }
+    const afterMs = Date.now() - revokedAt;
+    console.log(
+      `[tokens] a revoked key's token ${refused ? "refused" : "still accepted"} ${afterMs} ms after the revocation (token TTL 3,600 s)`,
+    );
+    expect(refused).toMatchObject({ status: 401, code: "unauthorized" });
+    expect(afterMs).toBeLessThan(5_000 + 1_000);
+    // The tenant's other key and its tokens are untouched.
+    expect((await (await tokenClient(api)).list({ limit: 1 })).jobs).toBeDefined();
   });
 
   it("a POST refused before its body is read leaves the connection usable for the next request", async () => {

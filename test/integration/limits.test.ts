@@ -103,6 +103,57 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
     console.log(`[limits] rate: ${burst} concurrent requests, limit ${RATE.requests} → ${refused.length} × 429`);
   });
 
+  it("chat frames count against the key's request rate: past it an error frame rate_limited with a retry hint, no job, the socket open", async () => {
+    const { tenantId, key } = await newTenant();
+    // Two requests of the key: the token's mint and the upgrade.
+    const ws = await openSocket(
+      `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/limits-frames/ws?access_token=${await wsToken(key)}`,
+    );
+    const budget = RATE.requests - 2;
+    const extra = 22;
+    const frames = collectFrames(ws);
+    for (let i = 0; i < budget + extra; i++) {
+      ws.send(JSON.stringify({ type: "resume", job_id: crypto.randomUUID(), after: 0 }));
+    }
+    const answers = await frames.take(budget + extra);
+    const codes = answers.map((f) => (f as { error?: { code: string } }).error?.code);
+    expect(codes.filter((c) => c === "not_found")).toHaveLength(budget);
+    expect(codes.filter((c) => c === "rate_limited")).toHaveLength(extra);
+    for (const f of answers.filter((a) => (a as { error?: { code: string } }).error?.code === "rate_limited")) {
+      const hint = (f as { retry_after_s?: number }).retry_after_s;
+      expect(Number.isInteger(hint)).toBe(true);
+      expect(hint).toBeGreaterThanOrEqual(1);
+      expect(hint).toBeLessThanOrEqual(RATE.windowS);
+    }
+    // Messages past the limit make no job, and their refusals name them.
+    for (let i = 0; i < 3; i++) {
+      ws.send(
+        JSON.stringify({ type: "message", content: `over ${i}`, client_message_id: `m${i}`, multitask: "interrupt" }),
+      );
+    }
+    const refused = await frames.take(3);
+    expect(refused).toEqual(
+      [0, 1, 2].map((i) =>
+        expect.objectContaining({
+          type: "error",
+          error: expect.objectContaining({ code: "rate_limited" }),
+          client_message_id: `m${i}`,
+        }),
+      ),
+    );
+    const jobs = await pool.query("select count(*)::int as n from jobs where tenant_id = $1", [tenantId]);
+    expect(jobs.rows[0].n).toBe(0);
+    // The same budget as the key's REST requests, and the socket is still open and answering.
+    expect((await apiClient(stack.gatewayUrl, key).call("GET", "/v1/jobs?limit=1")).status).toBe(429);
+    ws.send("not json");
+    expect(await frames.take(1)).toEqual([expect.objectContaining({ type: "error" })]);
+    expect(ws.readyState).toBe(WebSocket.OPEN);
+    ws.close();
+    console.log(
+      `[limits] chat frames: ${budget + extra} frames, ${budget} left of the key's ${RATE.requests} → ${extra} refused`,
+    );
+  });
+
   it("open streams past the tenant's cap are refused with 429 before opening; closing some frees slots", async () => {
     const { key } = await newTenant();
     const api = apiClient(stack.gatewayUrl, key);
@@ -309,6 +360,29 @@ function openSocket(url: string): Promise<WebSocket> {
     });
     ws.once("error", reject);
   });
+}
+
+/** The JSON frames a socket receives, taken in order. */
+function collectFrames(ws: WebSocket): { take(n: number, timeoutMs?: number): Promise<unknown[]> } {
+  const frames: unknown[] = [];
+  let wake: (() => void) | null = null;
+  ws.on("message", (data) => {
+    frames.push(JSON.parse(String(data)));
+    wake?.();
+  });
+  return {
+    async take(n, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (frames.length < n) {
+        if (Date.now() > deadline) throw new Error(`${frames.length} of ${n} frames in ${timeoutMs} ms`);
+        await new Promise<void>((r) => {
+          wake = r;
+          setTimeout(r, 200);
+        });
+      }
+      return frames.splice(0, n);
+    },
+  };
 }
 
 /** The HTTP status of a WebSocket upgrade attempt (101 = opened, then closed again). */

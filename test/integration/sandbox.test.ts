@@ -70,6 +70,7 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     expect(hc.PidsLimit).toBe(m.profile.pidsLimit);
     expect(info.Config.User).toBe("65534:65534");
     expect(Object.keys(hc.Tmpfs ?? {}).sort()).toEqual(["/tmp", "/workspace"]);
+    expect(hc.ShmSize).toBe(m.profile.shmBytes);
     expect(hc.NetworkMode).toBe(sb.networkName);
     const net = await docker!.getNetwork(sb.networkId).inspect();
     expect(net.Internal).toBe(true);
@@ -89,6 +90,17 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     expect(out).toMatch(/NoNewPrivs:\s+1/);
     expect(out).toMatch(/Read-only file system/);
     expect(out).toContain("workspace-writable");
+    // /dev/shm (the private IPC namespace's tmpfs, 64 MiB writable by default): small, and no exec.
+    const shm = await m.exec(run, {
+      cmd: `grep ' /dev/shm ' /proc/mounts; head -c ${m.profile.shmBytes + 1024 * 1024} /dev/zero 2>&1 > /dev/shm/fill; echo bytes $(wc -c < /dev/shm/fill); rm -f /dev/shm/fill`,
+    });
+    const mount = shm.stdout.split("\n")[0] ?? "";
+    for (const flag of ["noexec", "nosuid", "nodev"]) expect(mount).toMatch(new RegExp(`[ ,]${flag}[ ,]`));
+    expect(mount).toContain(`size=${m.profile.shmBytes / 1024}k`);
+    // The write past the size fails (busybox head says "I/O error", coreutils "No space left on device").
+    expect(shm.stdout).toMatch(/I\/O error|No space left on device/);
+    const written = Number(/bytes (\d+)/.exec(shm.stdout)?.[1]);
+    expect(written).toBeLessThanOrEqual(m.profile.shmBytes);
     // PID 1 is the init process, not the sleeper.
     const init = await m.exec(run, { cmd: "cat /proc/1/comm" });
     expect(init.stdout.trim()).not.toBe("sleep");

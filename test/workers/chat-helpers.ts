@@ -94,6 +94,19 @@ export class FakeChatBackend implements ChatBackend {
     return job && job.tenant === tenantId ? job : null;
   }
 
+  /** Frames the stand-in rate limit still admits (the real one is the /v1 limiter in Redis). */
+  rateBudget = Number.POSITIVE_INFINITY;
+  /** The key hash of every frame counted. */
+  readonly rateChecks: string[] = [];
+
+  async checkRate(keyHash: string): Promise<ApiError | null> {
+    this.rateChecks.push(keyHash);
+    if (this.rateBudget <= 0)
+      return new ApiError("rate_limited", "more than the test's requests", { retryAfterS: 2.2 });
+    this.rateBudget--;
+    return null;
+  }
+
   /** The jobs created for a conversation, in creation order. */
   list(): Array<JobView & { content: string; agentRef?: string }> {
     return [...this.jobs.values()];
@@ -130,6 +143,7 @@ export class ChatClient {
     conversationId: string,
     multitask = "queue",
     agent?: string,
+    keyHash?: string,
   ): Promise<ChatClient> {
     const res = await stub.fetch("https://chat-session/ws", {
       headers: {
@@ -138,6 +152,7 @@ export class ChatClient {
         [CHAT_HEADERS.conversation]: conversationId,
         [CHAT_HEADERS.multitask]: multitask,
         ...(agent === undefined ? {} : { [CHAT_HEADERS.agent]: agent }),
+        ...(keyHash === undefined ? {} : { [CHAT_HEADERS.keyHash]: keyHash }),
       },
     });
     if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);

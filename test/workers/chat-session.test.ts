@@ -313,4 +313,39 @@ describe("ChatSession", () => {
     ca.close();
     cb.close();
   });
+
+  it("counts every frame against the socket's key: past the rate an error frame rate_limited with retry_after_s, no job, and the socket keeps working", async () => {
+    const tenant = "acme";
+    const conversationId = `conv-${crypto.randomUUID()}`;
+    const stub = chatStub(tenant, conversationId);
+    const backend = new FakeChatBackend();
+    await useBackend(stub, backend);
+    const keyHash = "ab".repeat(32);
+    const client = await ChatClient.connect(stub, tenant, conversationId, "queue", undefined, keyHash);
+    backend.rateBudget = 2;
+    const code = (f: ServerFrame) => (f.type === "error" ? f.error.code : f.type);
+    client.send({ type: "resume", job_id: crypto.randomUUID(), after: 0 });
+    expect(code(await client.next())).toBe("not_found");
+    client.send("not json");
+    expect(code(await client.next())).toBe("invalid_frame");
+    client.send({ type: "resume", job_id: crypto.randomUUID(), after: 0 });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "rate_limited" }, retry_after_s: 3 });
+    client.send("not json either");
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "rate_limited" }, retry_after_s: 3 });
+    client.send(message("over the rate", "m-over"));
+    expect(await client.next()).toMatchObject({
+      type: "error",
+      error: { code: "rate_limited" },
+      client_message_id: "m-over",
+      retry_after_s: 3,
+    });
+    expect(backend.list()).toEqual([]);
+    expect(backend.rateChecks).toEqual(Array(5).fill(keyHash));
+    // Once the rate admits frames again, the same socket sends a message that becomes a job.
+    backend.rateBudget = 1;
+    client.send(message("admitted", "m-ok"));
+    expect(await client.next()).toMatchObject({ type: "job", client_message_id: "m-ok" });
+    expect(backend.list().map((j) => j.content)).toEqual(["admitted"]);
+    client.close();
+  });
 });

@@ -95,6 +95,31 @@ describe("unstorable strings are 400 invalid_request naming the field", () => {
   });
 });
 
+describe("conversation ids . and ..", () => {
+  // `/v1/conversations/../messages` normalizes to `/v1/messages`: a conversation of that id could
+  // be written but never read, streamed or bound to a token's path.
+  it.each([".", ".."])("%s is 400 naming conversation_id on POST /v1/jobs and POST /v1/tokens", async (id) => {
+    for (const [path, body] of [
+      ["/v1/jobs", { ...msg("hi"), conversation_id: id }],
+      ["/v1/tokens", { scope: "read", conversation_id: id }],
+    ] as const) {
+      const res = await postJson(path, body);
+      expect(res.status, path).toBe(400);
+      const error = await errorOf(res);
+      expect(error.code).toBe("invalid_request");
+      expect(error.message).toMatch(/^conversation_id: .*\. or \.\./);
+    }
+  });
+
+  it("ids that merely contain dots are still accepted (503: they reach Postgres)", async () => {
+    for (const id of ["...", ".a", "a..b", "v1.2"]) {
+      const res = await postJson("/v1/jobs", { ...msg("hi"), conversation_id: id });
+      await res.body?.cancel();
+      expect(res.status, id).toBe(503);
+    }
+  });
+});
+
 describe("list cursors", () => {
   it("a cursor with an impossible date is 400, not a Postgres error", async () => {
     const headers = { authorization: `Bearer ${await knownKey()}` };

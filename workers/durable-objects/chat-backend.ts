@@ -1,8 +1,10 @@
 /**
  * What a ChatSession needs from the job system, behind one interface so workerd tests can stand
  * in for Postgres and Redis: turning a chat message into a job (the same `createJob` + ready-index
- * ZADD as POST /v1/jobs), cancelling one, and looking one up for `resume`.
+ * ZADD as POST /v1/jobs), cancelling one, looking one up for `resume`, and counting a frame
+ * against its API key's request rate (the /v1 middleware's own check).
  */
+import type { ApiError } from "../../src/contracts/errors";
 import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts/job";
 import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
 import type { CancelStatus } from "../../src/db/control-repo";
@@ -16,6 +18,7 @@ import { submitJob } from "../commands/submit";
 import { loadConfig } from "../config";
 import { callDependency, createDeps } from "../deps";
 import type { Env } from "../env";
+import { checkKeyRate } from "../middleware/rate-limit/rate-limit";
 
 export interface ChatSubmission {
   tenantId: string;
@@ -33,6 +36,8 @@ export interface ChatBackend {
   /** As POST /v1/jobs/{id}/approvals/{call_id}: null for an unknown job or call; throws 409 `conflict`. */
   decide(tenantId: string, jobId: string, callId: string, body: ApprovalBody): Promise<ApprovalAnswer | null>;
   findJob(tenantId: string, jobId: string): Promise<JobView | null>;
+  /** One frame of the key `keyHash` (RATE_LIMIT_REQUESTS per RATE_LIMIT_WINDOW_S): the refusal past it, else null. */
+  checkRate(keyHash: string): Promise<ApiError | null>;
 }
 
 /** History sent to the model: the last 20 jobs' turns, within the job input limits. */
@@ -92,6 +97,10 @@ export function postgresChatBackend(env: Env): ChatBackend {
     cancel: (tenantId, jobId) => cancelJob(deps(), tenantId, jobId),
     decide: async (tenantId, jobId, callId, body) =>
       (await decide(deps(), tenantId, jobId, callId, body))?.body ?? null,
+    checkRate(keyHash) {
+      const config = loadConfig(env);
+      return checkKeyRate(createDeps(config).redis, config.limits, keyHash);
+    },
     async findJob(tenantId, jobId) {
       const db = deps().db();
       const row = await callDependency("postgres", () => getJob(db, tenantId, jobId));

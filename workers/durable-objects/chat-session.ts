@@ -44,6 +44,8 @@ export const CHAT_HEADERS = {
   agent: "x-ear-agent",
   /** The tenant's open-stream cap (SSE + WebSockets), from the gateway's configuration. */
   streamCap: "x-ear-stream-cap",
+  /** SHA-256 of the API key that opened the socket (a token's minting key): its frames count against its rate. */
+  keyHash: "x-ear-key-hash",
 } as const;
 
 /** While a relayed job is unfinished, pull from its log at least this often (lost pushes, eviction). */
@@ -88,6 +90,8 @@ interface SocketState {
   cursors: Record<string, number>;
   /** The tenant stream lease this socket holds (tenant-streams.ts), if counted. */
   lease?: string;
+  /** The key whose request rate every frame of this socket counts against. */
+  keyHash?: string;
 }
 
 export function chatSessionName(tenantId: string, conversationId: string): string {
@@ -140,11 +144,13 @@ export class ChatSessionObject extends DurableObject<Env> {
     // frame arrives would reach it ahead of the replay (out of order, then again). A client that
     // reconnects resumes with its cursor; one that knows nothing resumes with after=0.
     const agent = request.headers.get(CHAT_HEADERS.agent) ?? undefined;
+    const keyHash = request.headers.get(CHAT_HEADERS.keyHash) ?? undefined;
     server.serializeAttachment({
       multitask,
       cursors: {},
       ...(agent ? { agent } : {}),
       ...(slot ? { lease: slot } : {}),
+      ...(keyHash ? { keyHash } : {}),
     } satisfies SocketState);
     if (slot) await this.armLeaseRenewal();
     return new Response(null, { status: 101, webSocket: client });
@@ -201,25 +207,16 @@ export class ChatSessionObject extends DurableObject<Env> {
   // ---- frames ------------------------------------------------------------------------------
 
   private async handleFrame(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
-    const text = typeof message === "string" ? message : new TextDecoder().decode(message);
-    if (text.length > MAX_FRAME_BYTES)
-      return send(ws, errorFrame("invalid_frame", `frame larger than ${MAX_FRAME_BYTES} bytes`));
-    let raw: unknown;
+    const parsed = parseFrame(message);
+    const frame = "frame" in parsed ? parsed.frame : undefined;
     try {
-      raw = JSON.parse(text);
-    } catch {
-      return send(ws, errorFrame("invalid_frame", "frame is not valid JSON"));
-    }
-    const parsed = ClientFrameSchema.safeParse(raw);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
-      return send(ws, errorFrame("invalid_frame", `${where}${issue?.message ?? "invalid frame"}`));
-    }
-    const identity = await this.identity();
-    if (!identity) return send(ws, errorFrame("internal", "session has no identity"));
-    const frame = parsed.data;
-    try {
+      // Every frame counts against the socket's key, the invalid ones too, as a request would.
+      const { keyHash } = socketState(ws);
+      const refused = keyHash === undefined ? null : await this.backend.checkRate(keyHash);
+      if (refused) throw refused;
+      if (!frame) return send(ws, errorFrame("invalid_frame", (parsed as { invalid: string }).invalid));
+      const identity = await this.identity();
+      if (!identity) return send(ws, errorFrame("internal", "session has no identity"));
       if (frame.type === "message") await this.onMessage(ws, identity, frame);
       else if (frame.type === "cancel") await this.onCancel(ws, identity, frame.job_id);
       else if (frame.type === "decision") await this.onDecision(ws, identity, frame);
@@ -227,10 +224,12 @@ export class ChatSessionObject extends DurableObject<Env> {
     } catch (err) {
       const code = err instanceof ApiError && isChatErrorCode(err.code) ? err.code : "internal";
       if (code === "internal") log.error("chat frame failed", { error: err });
-      const cmid = frame.type === "message" ? frame.client_message_id : undefined;
+      const cmid = frame?.type === "message" ? frame.client_message_id : undefined;
+      const retryAfterS = err instanceof ApiError ? err.retryAfterS : undefined;
       send(ws, {
         ...errorFrame(code, code === "internal" ? "the frame could not be handled" : (err as Error).message),
         ...(cmid ? { client_message_id: cmid } : {}),
+        ...(retryAfterS === undefined ? {} : { retry_after_s: retryAfterS }),
       });
     }
   }
@@ -543,6 +542,23 @@ export class ChatSessionObject extends DurableObject<Env> {
     this.chain = run.catch(() => {});
     return run;
   }
+}
+
+/** A client frame, or why it is not one (the `invalid_frame` message). */
+function parseFrame(message: string | ArrayBuffer): { frame: ClientFrame } | { invalid: string } {
+  const text = typeof message === "string" ? message : new TextDecoder().decode(message);
+  if (text.length > MAX_FRAME_BYTES) return { invalid: `frame larger than ${MAX_FRAME_BYTES} bytes` };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return { invalid: "frame is not valid JSON" };
+  }
+  const parsed = ClientFrameSchema.safeParse(raw);
+  if (parsed.success) return { frame: parsed.data };
+  const issue = parsed.error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+  return { invalid: `${where}${issue?.message ?? "invalid frame"}` };
 }
 
 function socketState(ws: WebSocket): SocketState {

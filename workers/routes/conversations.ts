@@ -14,18 +14,17 @@ import { Hono } from "hono";
 import { agentRefSchema } from "../../src/contracts/agent";
 import { MULTITASK_POLICIES } from "../../src/contracts/chat";
 import { ApiError } from "../../src/contracts/errors";
-import { LIMITS } from "../../src/contracts/job";
+import { conversationIdSchema } from "../../src/contracts/job";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { callDependency, callDurableObject } from "../deps";
 import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session";
 import type { GatewayEnv } from "../types";
 
-const CONVERSATION_ID_RE = /^[A-Za-z0-9._:-]+$/;
 /** History reads return at most this many jobs' turns. */
 const HISTORY_MAX_JOBS = 500;
 
 function conversationId(raw: string): string {
-  if (raw.length === 0 || raw.length > LIMITS.maxConversationId || !CONVERSATION_ID_RE.test(raw)) {
+  if (!conversationIdSchema.safeParse(raw).success) {
     throw new ApiError("not_found", "conversation not found");
   }
   return raw;
@@ -56,6 +55,8 @@ export const conversationRoutes = new Hono<GatewayEnv>()
     if (agent !== undefined) headers.set(CHAT_HEADERS.agent, agent);
     else headers.delete(CHAT_HEADERS.agent);
     headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
+    // Frames bypass the /v1 rate limit once upgraded: the object counts each against this key.
+    headers.set(CHAT_HEADERS.keyHash, c.get("apiKeyHash"));
     return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
   })
   .get("/:id/messages", async (c) => {

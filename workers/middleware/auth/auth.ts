@@ -6,9 +6,14 @@
  * No API key is ever accepted in a URL: URLs end up in proxy and access logs and browser
  * history, and a key does not expire. A credential in a URL where it is not accepted is refused,
  * not ignored, so a client sending one learns it at once. Malformed keys are refused without a
- * database query; unknown and revoked keys look the same to the caller (401). A token costs no
- * query at all; what it may do is checked here for every route (tokenAllows: 403 `forbidden`).
+ * database query; unknown and revoked keys look the same to the caller (401). What a token may
+ * do is checked here for every route (tokenAllows: 403 `forbidden`), and so is the key that
+ * minted it (the token's `kh`), through the same 5 s key → tenant cache as an API key: a revoked
+ * key's tokens stop working when its key does, within 5 s, not at their expiry up to 24 h later.
+ * The price is the key's lookup, at most once per key per isolate per 5 s, shared with the key's
+ * own requests; a token no longer works while Postgres is unreachable and the cache is cold.
  */
+import type { Context } from "hono";
 import { createMiddleware } from "hono/factory";
 import { ACCESS_TOKEN_PARAM, looksLikeAccessToken } from "../../../src/contracts/access";
 import { ApiError } from "../../../src/contracts/errors";
@@ -52,6 +57,15 @@ function presentedCredential(req: Request): string | null {
   return fromUrl;
 }
 
+/** The tenant of the live (unrevoked) key with this hash, through the 5 s cache; null if none. */
+function keyTenant(c: Context<GatewayEnv>, keyHash: string): Promise<string | null> {
+  return resolveTenant(
+    keyHash,
+    () => callDependency("postgres", () => findTenantIdByKeyHash(c.get("deps").db(), keyHash)),
+    { keepAlive: (work) => c.executionCtx.waitUntil(work) },
+  );
+}
+
 export function authenticate() {
   return createMiddleware<GatewayEnv>(async (c, next) => {
     const credential = presentedCredential(c.req.raw);
@@ -64,6 +78,9 @@ export function authenticate() {
       const upgrade = c.req.header("upgrade")?.toLowerCase() === "websocket";
       const refusal = tokenAllows(grant, c.req.method, c.req.path, upgrade);
       if (refusal !== null) throw new ApiError("forbidden", refusal);
+      if ((await keyTenant(c, grant.keyHash)) !== grant.tenantId) {
+        throw new ApiError("unauthorized", "the API key that minted this token is revoked");
+      }
       c.set("tenantId", grant.tenantId);
       c.set("apiKeyHash", grant.keyHash);
       c.set("access", { kind: "token", grant });
@@ -71,11 +88,7 @@ export function authenticate() {
     }
     if (!looksLikeApiKey(credential)) throw new ApiError("unauthorized", "invalid API key");
     const keyHash = await hashApiKey(credential);
-    const tenantId = await resolveTenant(
-      keyHash,
-      () => callDependency("postgres", () => findTenantIdByKeyHash(c.get("deps").db(), keyHash)),
-      { keepAlive: (work) => c.executionCtx.waitUntil(work) },
-    );
+    const tenantId = await keyTenant(c, keyHash);
     if (tenantId === null) throw new ApiError("unauthorized", "invalid API key");
     c.set("tenantId", tenantId);
     c.set("apiKeyHash", keyHash);

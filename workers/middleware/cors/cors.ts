@@ -3,14 +3,16 @@
  * and the rate limit, so a preflight (OPTIONS, which never carries credentials) is answered 204
  * without either, and every answer to an allowed origin, errors included, carries
  * Access-Control-Allow-Origin so the page can read it (a 401 or a 429 it could not read would
- * look like a network failure). An origin not listed gets no CORS header: its browser refuses to
- * hand the answer to the page. No cookies are involved (credentials are Bearer), so
+ * look like a network failure). An origin not listed, or a request without Origin, gets no CORS
+ * header at all (hono/cors alone still sent Expose-Headers, and Allow-Methods/-Headers/Max-Age on
+ * a preflight, to any origin): its browser refuses to hand the answer to the page; its preflight is
+ * still answered 204 before auth, and every answer varies by Origin so a cache never serves one
+ * origin's answer to another. No cookies are involved (credentials are Bearer), so
  * Allow-Credentials is never sent.
  *
  * WebSocket upgrades are left alone: browsers do not apply CORS to them, and a 101 must stay the
  * object's own response.
  */
-import type { Context } from "hono";
 import { cors } from "hono/cors";
 import { createMiddleware } from "hono/factory";
 import type { GatewayEnv } from "../../types";
@@ -19,7 +21,7 @@ import type { GatewayEnv } from "../../types";
 const PREFLIGHT_MAX_AGE_S = 600;
 
 const allowed = cors({
-  origin: (origin, c: Context<GatewayEnv>) => (c.get("config").corsAllowedOrigins.includes(origin) ? origin : null),
+  origin: (origin) => origin,
   allowMethods: ["GET", "POST", "OPTIONS"],
   // last-event-id: a fetch-based SSE client resumes with the header, which is not CORS-safelisted.
   allowHeaders: ["authorization", "content-type", "last-event-id"],
@@ -31,6 +33,12 @@ const allowed = cors({
 export function corsForAllowedOrigins() {
   return createMiddleware<GatewayEnv>(async (c, next) => {
     if (c.req.header("upgrade")?.toLowerCase() === "websocket") return next();
-    return allowed(c, next);
+    const origin = c.req.header("origin");
+    if (origin !== undefined && c.get("config").corsAllowedOrigins.includes(origin)) return allowed(c, next);
+    if (c.req.method === "OPTIONS" && c.req.header("access-control-request-method") !== undefined) {
+      return new Response(null, { status: 204, headers: { vary: "Origin" } });
+    }
+    await next();
+    c.header("Vary", "Origin", { append: true });
   });
 }

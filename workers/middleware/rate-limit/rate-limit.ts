@@ -25,12 +25,18 @@
  *
  * Blocked keys are remembered per isolate until their window resets (the library's ephemeral
  * cache), so a client hammering past its limit costs no Redis round trip per refused request.
+ *
+ * The same check counts chat WebSocket frames (checkKeyRate, called by ChatSessionObject for each
+ * frame with the key that opened the socket): once upgraded, frames never pass this middleware,
+ * and 2,000 `resume` frames were answered in 1.3 s, 300 `message` frames made 300 jobs.
  */
 
 import { Ratelimit } from "@upstash/ratelimit";
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts/errors";
 import { redisKeys } from "../../../src/quota/keys";
+import type { Redis } from "../../../src/quota/redis";
+import type { GatewayConfig } from "../../config";
 import { log } from "../../log";
 import type { GatewayEnv } from "../../types";
 
@@ -74,36 +80,48 @@ function localOverLimit(key: string, limit: number, windowMs: number, now = Date
 const blockedUntil = new Map<string, number>();
 const prefix = redisKeys().rateLimitPrefix();
 
+/**
+ * Count one request (or chat frame) of the key `keyHash` (the SHA-256 the key table stores);
+ * returns the 429 `rate_limited` to answer past the limit, else null (also when the limit is off).
+ */
+export async function checkKeyRate(
+  redis: () => Redis,
+  limits: GatewayConfig["limits"],
+  keyHash: string,
+): Promise<ApiError | null> {
+  const { rateLimitRequests: requests, rateLimitWindowS: windowS } = limits;
+  if (requests <= 0) return null;
+  const refuse = (waitMs: number) =>
+    new ApiError("rate_limited", `more than ${requests} requests in ${windowS} s with this API key`, {
+      retryAfterS: waitMs / 1000,
+    });
+  const localWait = localOverLimit(keyHash, requests, windowS * 1000);
+  if (localWait !== null) return refuse(localWait);
+  if (Date.now() < breakerOpenUntil) return null;
+  // The isolate's Redis client (deps.ts): no auto-pipelining, so this check's fetch is this request's.
+  const limiter = new Ratelimit({
+    redis: redis(),
+    limiter: Ratelimit.slidingWindow(requests, `${windowS} s`),
+    prefix,
+    analytics: false,
+    timeout: CHECK_TIMEOUT_MS,
+    ephemeralCache: blockedUntil,
+  });
+  let verdict: Awaited<ReturnType<Ratelimit["limit"]>>;
+  try {
+    verdict = await limiter.limit(keyHash);
+  } catch (err) {
+    openBreaker("failed", err);
+    return null;
+  }
+  if (verdict.reason === "timeout") openBreaker(`took over ${CHECK_TIMEOUT_MS} ms`);
+  return verdict.success ? null : refuse(verdict.reset - Date.now());
+}
+
 export function rateLimit() {
   return createMiddleware<GatewayEnv>(async (c, next) => {
-    const { rateLimitRequests: requests, rateLimitWindowS: windowS } = c.get("config").limits;
-    if (requests <= 0) return next();
-    const key = c.get("apiKeyHash");
-    const refuse = (waitMs: number) =>
-      new ApiError("rate_limited", `more than ${requests} requests in ${windowS} s with this API key`, {
-        retryAfterS: waitMs / 1000,
-      });
-    const localWait = localOverLimit(key, requests, windowS * 1000);
-    if (localWait !== null) throw refuse(localWait);
-    if (Date.now() < breakerOpenUntil) return next();
-    // The isolate's Redis client (deps.ts): no auto-pipelining, so this check's fetch is this request's.
-    const limiter = new Ratelimit({
-      redis: c.get("deps").redis(),
-      limiter: Ratelimit.slidingWindow(requests, `${windowS} s`),
-      prefix,
-      analytics: false,
-      timeout: CHECK_TIMEOUT_MS,
-      ephemeralCache: blockedUntil,
-    });
-    let verdict: Awaited<ReturnType<Ratelimit["limit"]>>;
-    try {
-      verdict = await limiter.limit(key);
-    } catch (err) {
-      openBreaker("failed", err);
-      return next();
-    }
-    if (verdict.reason === "timeout") openBreaker(`took over ${CHECK_TIMEOUT_MS} ms`);
-    if (!verdict.success) throw refuse(verdict.reset - Date.now());
+    const refused = await checkKeyRate(c.get("deps").redis, c.get("config").limits, c.get("apiKeyHash"));
+    if (refused) throw refused;
     await next();
   });
 }

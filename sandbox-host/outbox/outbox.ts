@@ -17,6 +17,7 @@
  */
 import type { EventEnvelope, EventPayload, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
 
+import { storable } from "../../src/contracts/text";
 import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
 import type { ExecutionRef } from "../../src/domain/identity";
@@ -306,7 +307,8 @@ export class ExecutionOutbox {
       epoch: this.ref.epoch,
       seq: this.nextSeq++,
       type,
-      payload,
+      // Model and tool text may hold what Postgres cannot store; the stream carries what the rows do.
+      payload: storable(payload),
       ts: new Date().toISOString(),
     } as EventEnvelope;
     this.pending.push(event);

@@ -23,6 +23,11 @@ export interface JobStateFacts {
   finishedAt: Date | null;
   /** When the current execution's started CAS hit (`execution_started_at`); null if it never started. */
   startedAt: Date | null;
+  /**
+   * The run's sandbox cleanup fence (`cleanup_pending`): a sandbox may still exist and be removed.
+   * Absent (a caller that does not know) counts as clear.
+   */
+  cleanupPending?: boolean;
 }
 
 export type JobStateLookup = (jobId: string) => Promise<JobStateFacts | null>;
@@ -69,6 +74,7 @@ export function postgresJobStateLookup(env: Env): JobStateLookup {
         error: jobs.error,
         finishedAt: jobs.finishedAt,
         startedAt: jobs.executionStartedAt,
+        cleanupPending: jobs.cleanupPending,
       })
       .from(jobs)
       .where(eq(jobs.id, jobId))
@@ -100,6 +106,9 @@ export const HOST_TERMINAL_GRACE_MS = 5_000;
 export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Date.now()): EventEnvelope | null {
   const type = terminalEventFor(facts.state);
   if (!type) return null;
+  // Not while the run's sandbox is still being removed (by its host, or the janitor for a lost
+  // run): a stream never says a run is over before its cleanup is.
+  if (facts.cleanupPending === true) return null;
   const hostOwnsTerminal = facts.executionId !== null && type !== "run.lost" && type !== "run.timed_out";
   if (hostOwnsTerminal) {
     const finishedAt = facts.finishedAt?.getTime() ?? now;

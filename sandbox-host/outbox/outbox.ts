@@ -15,8 +15,17 @@
  * Events produced while we owned the execution stay valid after we lose it, so they keep being
  * delivered; the runner is what stops producing new ones.
  */
-import type { EventEnvelope, EventPayload, EventType, IngestAck, IngestMultiResult } from "../../src/contracts/events";
+import {
+  capEventPayload,
+  type EventEnvelope,
+  type EventPayload,
+  type EventType,
+  type IngestAck,
+  type IngestMultiResult,
+  MAX_EVENT_PAYLOAD_BYTES,
+} from "../../src/contracts/events";
 
+import { storable } from "../../src/contracts/text";
 import { settlesWithin } from "../../src/domain/async";
 import { backoffDelay } from "../../src/domain/backoff";
 import type { ExecutionRef } from "../../src/domain/identity";
@@ -60,6 +69,13 @@ const PERMANENT_REJECTIONS = new Set([400, 403, 409, 410, 413, 422]);
 const MAX_REQUEST_BYTES = 512 * 1024;
 /** A batch's JSON around its events: job id, mac and punctuation (well under this). */
 const BATCH_FRAME_BYTES = 200;
+/** An event's JSON around its payload: ids, epoch, seq, type, timestamp (well under this). */
+const ENVELOPE_BYTES = 300;
+/**
+ * The most characters of answer text one `model.delta` carries. A character is at most 6 bytes
+ * of JSON (`\u0001`; a BMP character is 3 of UTF-8), so a piece always fits an event.
+ */
+const DELTA_PIECE_CHARS = Math.floor((MAX_EVENT_PAYLOAD_BYTES - 64) / 6);
 
 /** One execution's batch in a request, with its events' JSON as it goes on the wire. */
 interface Part {
@@ -159,11 +175,12 @@ export class Outbox {
         }
         // One batch per job in a request (a job's batch is one ordered unit at the gateway).
         if (jobs.has(stream.ref.jobId)) continue;
-        const batch = stream.nextBatch(Math.min(maxBatch, maxRequestEvents - events));
-        // Serialized once: its length bounds the request, the mac covers it and the same text goes
-        // into the body (the gateway's parse → stringify of it gives back the same bytes).
+        const batch = stream.nextBatch(Math.min(maxBatch, maxRequestEvents - events), MAX_REQUEST_BYTES - bytes);
+        // Serialized once: its size bounds the request, the mac covers it and the same text goes
+        // into the body (the gateway's parse → stringify of it gives back the same bytes). Bytes,
+        // not characters: 512 Ki characters of CJK text are 1.5 MiB, past the gateway's limit.
         const eventsJson = JSON.stringify(batch);
-        const size = eventsJson.length + BATCH_FRAME_BYTES;
+        const size = Buffer.byteLength(eventsJson) + BATCH_FRAME_BYTES;
         if (parts.length > 0 && (events + batch.length > maxRequestEvents || bytes + size > MAX_REQUEST_BYTES)) {
           break;
         }
@@ -263,6 +280,8 @@ export class ExecutionOutbox {
   private ackedSeq = 0;
   /** Unacknowledged events, in seq order. */
   private pending: EventEnvelope[] = [];
+  /** Each pending event's JSON size (UTF-8 bytes), so a batch can be bounded by bytes. */
+  private readonly sizes = new WeakMap<EventEnvelope, number>();
   /** @internal A batch of this execution is in a request right now. */
   sending = false;
   /** @internal Not before this time (ms) after a failed delivery. */
@@ -298,7 +317,36 @@ export class ExecutionOutbox {
   }
 
   emit<T extends EventType>(type: T, payload: EventPayload<T>): EventEnvelope {
+    // Answer text is never cut: a delta bigger than an event may hold goes as several deltas.
+    if (type === "model.delta") {
+      const { text } = payload as EventPayload<"model.delta">;
+      if (text.length > DELTA_PIECE_CHARS) {
+        let last: EventEnvelope | undefined;
+        for (let at = 0; at < text.length; ) {
+          let end = Math.min(text.length, at + DELTA_PIECE_CHARS);
+          if (end < text.length && /[\uD800-\uDBFF]/.test(text[end - 1] ?? "")) end--;
+          last = this.emitOne(type, { ...payload, text: text.slice(at, end) } as EventPayload<T>);
+          at = end;
+        }
+        return last as EventEnvelope;
+      }
+    }
+    return this.emitOne(type, payload);
+  }
+
+  private emitOne<T extends EventType>(type: T, payload: EventPayload<T>): EventEnvelope {
     if (this.ended) throw new Error(`outbox of execution ${this.ref.executionId} is closed`);
+    // Model and tool text may hold what Postgres cannot store (the stream carries what the rows
+    // do), and a tool's output may be bigger than any ingest request: cut, and marked as cut.
+    const capped = capEventPayload(storable(payload));
+    if (capped.truncatedFrom !== null) {
+      this.outbox.opts.log.warn("event payload truncated to fit the event path", {
+        job_id: this.ref.jobId,
+        execution_id: this.ref.executionId,
+        type,
+        original_bytes: capped.truncatedFrom,
+      });
+    }
     // TypeScript cannot tie a generic `type` to its member of the union; EventPayload<T> does.
     const event = {
       job_id: this.ref.jobId,
@@ -306,10 +354,11 @@ export class ExecutionOutbox {
       epoch: this.ref.epoch,
       seq: this.nextSeq++,
       type,
-      payload,
+      payload: capped.payload,
       ts: new Date().toISOString(),
     } as EventEnvelope;
     this.pending.push(event);
+    this.sizes.set(event, capped.bytes + ENVELOPE_BYTES);
     this.outbox.adjustBacklog(1);
     const { flushDelayMs = 10, maxBatch = 256 } = this.outbox.opts;
     this.outbox.schedule(this.pending.length >= maxBatch ? 0 : flushDelayMs);
@@ -334,9 +383,20 @@ export class ExecutionOutbox {
     this.pending = [];
   }
 
-  /** @internal The next batch: always from `acked_seq + 1`. */
-  nextBatch(max: number): EventEnvelope[] {
-    return this.pending.slice(0, Math.max(1, max));
+  /**
+   * @internal The next batch: always from `acked_seq + 1`, at most `max` events and `maxBytes`
+   * of JSON (at least one event: a payload is never bigger than a request, capEventPayload).
+   */
+  nextBatch(max: number, maxBytes = Number.POSITIVE_INFINITY): EventEnvelope[] {
+    let n = 0;
+    let bytes = 0;
+    for (const event of this.pending) {
+      const size = this.sizes.get(event) ?? 0;
+      if (n >= Math.max(1, max) || (n > 0 && bytes + size > maxBytes)) break;
+      bytes += size;
+      n++;
+    }
+    return this.pending.slice(0, n);
   }
 
   /** @internal */

@@ -78,6 +78,12 @@ const projected = z.looseObject({
 
 export type ProjectedPayload = z.infer<typeof projected>;
 
+/** The mark of a payload cut to fit an event (capEventPayload); named where big values occur. */
+const truncationFields = {
+  truncated: z.literal(true).optional(),
+  original_bytes: z.number().int().min(0).optional(),
+};
+
 export const EVENT_PAYLOAD_SCHEMAS = {
   /** No host id: which machine ran a job is the operator's business (it is in the host's log). */
   "run.started": z.looseObject({ source: fromProjector.optional() }),
@@ -110,9 +116,24 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     status: z.number().int().nullable(),
   }),
   /** `server`: the MCP server of an MCP tool (`name` is then `<server>__<tool>`); absent for sandbox tools. */
-  "tool.call": z.looseObject({ id: z.string(), name: z.string(), args: z.unknown(), server: z.string().optional() }),
-  /** `ok: true` → the tool's output object; `ok: false` → `{code, message}`. */
-  "tool.result": z.looseObject({ id: z.string(), ok: z.boolean(), output: z.unknown(), server: z.string().optional() }),
+  "tool.call": z.looseObject({
+    id: z.string(),
+    name: z.string(),
+    args: z.unknown(),
+    server: z.string().optional(),
+    ...truncationFields,
+  }),
+  /**
+   * `ok: true` → the tool's output object; `ok: false` → `{code, message}`. Like every payload,
+   * cut to MAX_EVENT_PAYLOAD_BYTES when bigger (`truncated`, `original_bytes`: capEventPayload).
+   */
+  "tool.result": z.looseObject({
+    id: z.string(),
+    ok: z.boolean(),
+    output: z.unknown(),
+    server: z.string().optional(),
+    ...truncationFields,
+  }),
   /**
    * The model called a tool that requires approval: the run suspends (run.suspended follows) until
    * POST /v1/jobs/{id}/approvals/{call_id} decides, or the deadline passes.
@@ -158,7 +179,8 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     state: z.string(),
     error: eventJobError.nullable(),
   }),
-  "run.completed": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
+  /** `truncated`: the answer was bigger than an event may hold; `output` is its start (capEventPayload). */
+  "run.completed": z.union([z.looseObject({ output: z.string().nullable(), ...truncationFields }), projected]),
   "run.failed": z.union([z.looseObject({ error: eventJobError }), projected]),
   /** The partial text, or null. */
   "run.cancelled": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
@@ -167,6 +189,80 @@ export const EVENT_PAYLOAD_SCHEMAS = {
 } as const satisfies Record<EventType, z.ZodType<Record<string, unknown>>>;
 
 export type EventPayload<T extends EventType> = z.infer<(typeof EVENT_PAYLOAD_SCHEMAS)[T]>;
+
+/**
+ * The most one event's payload may hold, as UTF-8 JSON. The event path's narrowest point is the
+ * ingest request (1 MiB at the gateway, 512 KiB per request at the host's outbox): a 1 MiB
+ * `read_file` result (1.33 MiB of base64) could not be in any request, ingest refused its batch
+ * for good and the outbox dropped every later event of the run. 256 KiB leaves two such events
+ * per request and four in the projector's 1 MiB gap buffer. The model still gets the whole result.
+ */
+export const MAX_EVENT_PAYLOAD_BYTES = 256 * 1024;
+
+/** What a truncated payload says about itself, next to its own fields. */
+export interface TruncationMark {
+  truncated: true;
+  /** The payload's size before truncation, UTF-8 JSON bytes. */
+  original_bytes: number;
+}
+
+const utf8Bytes = (s: string) => new TextEncoder().encode(s).byteLength;
+/** Strings shorter than this are never cut (see capEventPayload). */
+const MIN_CUT_LENGTH = 1024;
+
+/**
+ * A payload cut to fit MAX_EVENT_PAYLOAD_BYTES, its JSON size, and its size before the cut (null:
+ * not cut). One that fits comes back as is. Otherwise its longest strings are cut (never inside a surrogate pair), longest first, and
+ * when strings alone cannot make it fit (many small ones) its largest fields become null; the
+ * payload then carries `truncated: true` and `original_bytes`. Only an emitter of big free-form
+ * values (a tool's output or arguments, a long delta) ever hits this; identifying fields (ids,
+ * names, codes) are far shorter than what is cut first.
+ */
+export function capEventPayload<P extends Record<string, unknown>>(
+  payload: P,
+  max = MAX_EVENT_PAYLOAD_BYTES,
+): { payload: P; bytes: number; truncatedFrom: number | null } {
+  const originalBytes = utf8Bytes(JSON.stringify(payload));
+  if (originalBytes <= max) return { payload, bytes: originalBytes, truncatedFrom: null };
+  // The mark's own bytes, with room for a number of any size.
+  const budget = max - 64;
+  const copy = structuredClone(payload) as Record<string, unknown>;
+  const strings: Array<{ holder: Record<string, unknown> | unknown[]; key: string | number; length: number }> = [];
+  const stack: unknown[] = [copy];
+  for (let v = stack.pop(); v !== undefined; v = stack.pop()) {
+    if (v === null || typeof v !== "object") continue;
+    for (const [k, child] of Object.entries(v)) {
+      const key = Array.isArray(v) ? Number(k) : k;
+      if (typeof child === "string") strings.push({ holder: v as Record<string, unknown>, key, length: child.length });
+      else stack.push(child);
+    }
+  }
+  strings.sort((a, b) => b.length - a.length);
+  let bytes = originalBytes;
+  for (const s of strings) {
+    // Short strings are not worth it (ids, names, a list's entries): their fields go below.
+    if (bytes <= budget || s.length < MIN_CUT_LENGTH) break;
+    const holder = s.holder as Record<string | number, string>;
+    const text = holder[s.key] as string;
+    // Each character is at least one byte of JSON: cutting the overshoot's worth always gets there.
+    let keep = Math.max(0, text.length - (bytes - budget));
+    if (keep > 0 && /[\uD800-\uDBFF]/.test(text[keep - 1] ?? "")) keep--;
+    const cut = text.slice(0, keep);
+    bytes -= utf8Bytes(JSON.stringify(text)) - utf8Bytes(JSON.stringify(cut));
+    holder[s.key] = cut;
+  }
+  const fields = Object.keys(copy).sort(
+    (a, b) => utf8Bytes(JSON.stringify(copy[b]) ?? "") - utf8Bytes(JSON.stringify(copy[a]) ?? ""),
+  );
+  for (const field of fields) {
+    if (bytes <= budget) break;
+    copy[field] = null;
+    bytes = utf8Bytes(JSON.stringify(copy));
+  }
+  const mark: TruncationMark = { truncated: true, original_bytes: originalBytes };
+  const capped = { ...copy, ...mark } as unknown as P;
+  return { payload: capped, bytes: utf8Bytes(JSON.stringify(capped)), truncatedFrom: originalBytes };
+}
 
 const envelopeFields = {
   job_id: z.string().min(1).max(100),

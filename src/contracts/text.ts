@@ -1,10 +1,16 @@
 /**
- * The one rule for every string a client sends: Postgres `text` and `jsonb` cannot hold U+0000,
- * and `jsonb` (and any UTF-8 encoder) refuses a lone UTF-16 surrogate, which JSON's `\ud800`
- * escape lets a client smuggle past the gateway's UTF-8 check. Such a value would pass
- * validation and then fail inside the INSERT as a 500; refused here it is a 400 that names the
- * field. Every request schema's string fields use `text()`, and free-form JSON (metadata) is
- * walked with `refineStorableJson`, keys included.
+ * The rules for text Postgres cannot store: `text` and `jsonb` cannot hold U+0000, and `jsonb`
+ * (and any UTF-8 encoder) refuses a lone UTF-16 surrogate, which JSON's `\ud800` escape lets a
+ * client smuggle past the gateway's UTF-8 check.
+ *
+ * - What a client sends is refused: such a value would pass validation and then fail inside the
+ *   INSERT as a 500; refused here it is a 400 that names the field. Every request schema's string
+ *   fields use `text()`, and free-form JSON (metadata) is walked with `refineStorableJson`, keys
+ *   included.
+ * - What a model or a tool produced cannot be refused (there is nobody to answer a 400 to), so a
+ *   host replaces each such code unit with U+FFFD (`storable`), in every event it emits and in
+ *   every row it writes. Before, one NUL in an answer made the terminal write fail and the job
+ *   end `lost` with its output gone (and failed the other runs group-committed with it).
  */
 import { z } from "zod";
 
@@ -14,6 +20,47 @@ export const UNSTORABLE_TEXT_MESSAGE = "must not contain a NUL character (\\u000
 
 export function isStorableText(s: string): boolean {
   return !s.includes("\u0000") && !LONE_SURROGATE.test(s);
+}
+
+/** What a host writes in place of each NUL and each lone surrogate: the Unicode replacement character. */
+export const REPLACEMENT_CHARACTER = "\uFFFD";
+
+const UNSTORABLE_GLOBAL = new RegExp(`\u0000|${LONE_SURROGATE.source}`, "g");
+
+/** `s` with every NUL and lone surrogate replaced by U+FFFD (the same string when there is none). */
+export function storableText(s: string): string {
+  return isStorableText(s) ? s : s.replace(UNSTORABLE_GLOBAL, REPLACEMENT_CHARACTER);
+}
+
+/**
+ * A JSON-like value (strings, arrays, plain objects, keys included) with every string made
+ * storable: the one function every host write of model- or tool-produced text goes through
+ * (the outbox's `emit`, the terminal write, the suspend). A value with nothing to replace comes
+ * back as the same object, uncopied; otherwise only the containers on a changed path are copied.
+ */
+export function storable<T>(value: T): T {
+  if (typeof value === "string") return storableText(value) as T;
+  if (Array.isArray(value)) {
+    let out: unknown[] | null = null;
+    for (let i = 0; i < value.length; i++) {
+      const v = storable(value[i]);
+      if (v === value[i]) continue;
+      out ??= value.slice();
+      out[i] = v;
+    }
+    return (out ?? value) as T;
+  }
+  if (value === null || typeof value !== "object" || Object.getPrototypeOf(value) !== Object.prototype) return value;
+  let out: Record<string, unknown> | null = null;
+  for (const [k, v] of Object.entries(value)) {
+    const key = storableText(k);
+    const next = storable(v);
+    if (key === k && next === v) continue;
+    out ??= { ...(value as Record<string, unknown>) };
+    if (key !== k) delete out[k];
+    out[key] = next;
+  }
+  return (out ?? value) as T;
 }
 
 /** A string schema that refuses what Postgres cannot store; chain `.min()`, `.max()`, `.regex()` as usual. */

@@ -8,6 +8,7 @@
 import { sql } from "drizzle-orm";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
+import { storable } from "../contracts/text";
 import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
@@ -291,17 +292,21 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
       UPDATE jobs SET state = m.state, output = m.output, error = m.error, output_json = m.output_json,
         finished_at = now(), checkpoint = NULL, ${FACTS_SET}
       FROM jsonb_to_recordset(${JSON.stringify(
-        batch.map(({ id, outcome, facts }) => ({
-          job_id: id.jobId,
-          execution_id: id.executionId,
-          epoch: id.epoch,
-          token: id.token,
-          state: outcome.state,
-          output: "output" in outcome ? (outcome.output ?? null) : null,
-          error: outcome.state === "failed" ? outcome.error : null,
-          output_json: outcome.state === "completed" && outcome.outputJson !== undefined ? outcome.outputJson : null,
-          ...agesJson(factAges(facts, now)),
-        })),
+        batch.map(({ id, outcome: produced, facts }) => {
+          // Model text: a NUL or a lone surrogate in it would fail the whole batch's statement.
+          const outcome = storable(produced);
+          return {
+            job_id: id.jobId,
+            execution_id: id.executionId,
+            epoch: id.epoch,
+            token: id.token,
+            state: outcome.state,
+            output: "output" in outcome ? (outcome.output ?? null) : null,
+            error: outcome.state === "failed" ? outcome.error : null,
+            output_json: outcome.state === "completed" && outcome.outputJson !== undefined ? outcome.outputJson : null,
+            ...agesJson(factAges(facts, now)),
+          };
+        }),
       )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, state text, output text, error jsonb,
                       output_json jsonb, p_ago float8, f_ago float8)
       WHERE jobs.id = m.job_id AND jobs.owner = ${host} AND jobs.epoch = m.epoch AND jobs.token = m.token

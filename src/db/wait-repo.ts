@@ -7,6 +7,7 @@
  * claimable exactly like a submitted job (the `claimable` fragment, ownership-repo.ts).
  */
 import { sql } from "drizzle-orm";
+import { storable } from "../contracts/text";
 import type { WaitDecision, WaitKind } from "../contracts/wait";
 import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
@@ -64,7 +65,9 @@ export type SuspendResult =
  * heartbeat, reaper or janitor treats it as running), the execution ends `suspended`, and the
  * waitpoint's job_waits row is written. A job whose cancel was requested does not suspend.
  */
-export async function suspendJob(db: Db, id: ExecutionIdentity, s: Suspension): Promise<SuspendResult> {
+export async function suspendJob(db: Db, id: ExecutionIdentity, suspension: Suspension): Promise<SuspendResult> {
+  // The checkpoint, the question, the arguments and the children's inputs are model text.
+  const s = storable(suspension);
   const deadline = sql`now() + make_interval(secs => ${s.deadlineS})`;
   const ages = factAges(s.facts, performance.now());
   const rows = resultRows<{ kind: "suspended" | "cancel"; deadline_at: string | null }>(

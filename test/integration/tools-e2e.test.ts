@@ -197,9 +197,16 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     expect((await countHostObjects(d, hostId)).containers).toBe(1); // the orphan
     await stack.addHost({ HOST_ID: hostId, SANDBOX_JANITOR_MS: "300" });
     expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
-    // The run itself is lost (never re-run), and its stream ends.
+    // The run itself is lost (never re-run), and its stream ends, but only once its sandbox is
+    // gone: a projected terminal event waits for the cleanup fence (docs/events.md).
     const evs = await events(id);
     expect(["run.lost", "run.failed"]).toContain(evs.at(-1)?.event);
+    const row = (await pool.query("select cleanup_pending, finished_at from jobs where id = $1", [id])).rows[0];
+    if (JSON.parse(evs.at(-1)?.data ?? "{}").payload?.source === "projector") {
+      expect(row.cleanup_pending).toBe(false);
+      const lagMs = Date.parse(JSON.parse(evs.at(-1)?.data ?? "{}").ts) - row.finished_at.getTime();
+      console.log(`projected terminal event ${lagMs} ms after the row's finished_at`);
+    }
     // The orphan went at the host's start, while the run still counted as running; the fence is
     // cleared by the janitor once the reaper has declared the run lost (no listing finds the
     // sandbox any more, so nothing else would clear it, and a fenced job is never purged).

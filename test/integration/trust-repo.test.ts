@@ -12,6 +12,7 @@ import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createLogger, errorFields } from "../../sandbox-host/log";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, LIMITS } from "../../src/contracts/job";
 import { submitInput } from "../../src/db/control-repo";
@@ -160,6 +161,24 @@ onEveryDriver(
       expect(text).toContain("22P02");
       expect(text).toContain("Failed query: select $1::uuid");
       expect(text).not.toContain(secret);
+    });
+
+    it("a host's log line for a failed write carries neither its parameters nor the value Postgres quotes", async () => {
+      // What the host's `terminal write failed` line used to hold: the claim token and the output.
+      const token = randomUUID();
+      const output = `tenant-output-${randomUUID()}`;
+      const err = await caught(db().execute(sql`select ${token}::uuid as t, ${output}::jsonb as o`));
+      const lines: string[] = [];
+      const hostLog = createLogger({ host: "h1" }, (l) => lines.push(l));
+      hostLog.error("terminal write failed", { job_id: "j", ...errorFields(err) });
+      // A caller that took the message itself gets the same cut.
+      hostLog.warn("statement failed", { error: (err as Error).message });
+      expect(lines).toHaveLength(2);
+      for (const l of lines) {
+        expect(l).not.toContain(token);
+        expect(l).not.toContain(output);
+      }
+      expect(JSON.parse(lines[0] as string).error).toContain("Failed query: select $1::uuid");
     });
   },
 );

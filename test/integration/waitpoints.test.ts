@@ -56,7 +56,9 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
     // 1.1-1.3 s when 16 runs asked at once, so leases arrived already past their local deadline
     // and runs failed quota_lease_lost instead of reaching their waitpoint. The default heartbeat
     // (2 s: 6 s leases, a silent run lost after 8 s) is what the SIGKILL test can afford.
-    hostEnv: { HOST_REAP_MS: "200", HOST_CLAIM_TIMEOUT_MS: "3000" },
+    // The janitor at 1 s: a lost run's stream ends only once its sandbox is removed (the
+    // projector waits for the cleanup fence), and the default 30 s outlasts a stream read.
+    hostEnv: { HOST_REAP_MS: "200", HOST_CLAIM_TIMEOUT_MS: "3000", SANDBOX_JANITOR_MS: "1000" },
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
 
@@ -350,5 +352,8 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
     const types = (await events(slow)).map((e) => e.event);
     expect(types.filter((x) => x === "tool.call")).toHaveLength(1);
     expect(types.at(-1)).toBe("run.lost");
+    // The resumed execution started with run.resumed: no start is projected after its events.
+    expect(types.filter((x) => x === "run.started")).toHaveLength(1);
+    expect(types.indexOf("run.started")).toBeLessThan(types.indexOf("run.resumed"));
   }, 120_000);
 });

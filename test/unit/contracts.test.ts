@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { isStorableText, storable } from "../../src/contracts/text";
 import { decodeCursor, encodeCursor } from "../../src/db/jobs-repo";
 import { backoffDelay, jitter } from "../../src/domain/backoff";
 
@@ -42,5 +43,18 @@ describe("backoff", () => {
     }
     expect(jitter(100, 0.2, () => 0)).toBe(80);
     expect(jitter(100, 0.2, () => 1)).toBe(120);
+  });
+});
+
+describe("storable: what a host writes of model and tool text", () => {
+  it("replaces NUL and lone surrogates (keys included) with U+FFFD, keeps pairs, and copies nothing when clean", () => {
+    const clean = { a: ["x", 1, null, { b: "\u{1F600}" }], n: 2 };
+    expect(storable(clean)).toBe(clean);
+    const odd = { "k\u0000": ["A\u0000B", "\ud800x\udc00", "\u{1F600}"], keep: { v: 1 } };
+    const out = storable(odd);
+    expect(out).toEqual({ "k\uFFFD": ["A\uFFFDB", "\uFFFDx\uFFFD", "\u{1F600}"], keep: { v: 1 } });
+    expect(out.keep).toBe(odd.keep);
+    expect(odd["k\u0000"][0]).toBe("A\u0000B");
+    expect(isStorableText(JSON.stringify(out))).toBe(true);
   });
 });

@@ -5,7 +5,7 @@
  * refused; fields beyond the named ones are kept as sent (the batch mac covers the raw bytes).
  */
 import { describe, expect, it } from "vitest";
-import { EVENT_TYPES, EventEnvelopeSchema, IngestBatchSchema } from "../../src/contracts/events";
+import { capEventPayload, EVENT_TYPES, EventEnvelopeSchema, IngestBatchSchema } from "../../src/contracts/events";
 
 const JOB = "7d9f2c1e-0000-4000-8000-000000000001";
 const EXEC = "7d9f2c1e-0000-4000-8000-000000000002";
@@ -90,5 +90,28 @@ describe("event payloads", () => {
   it("keeps fields beyond the named ones, as sent", () => {
     const e = at(1, "model.delta", { text: "t", sent_at: 12.5 });
     expect(EventEnvelopeSchema.parse(e).payload).toEqual({ text: "t", sent_at: 12.5 });
+  });
+});
+
+describe("capEventPayload: a payload bigger than an event may hold", () => {
+  const bytes = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
+
+  it("keeps one that fits as the same object, and never cuts inside a surrogate pair", () => {
+    const small = { id: "c1", ok: true, output: { content: "x" } };
+    expect(capEventPayload(small)).toEqual({ payload: small, bytes: bytes(small), truncatedFrom: null });
+    const emoji = "\u{1F600}".repeat(100_000);
+    const { payload } = capEventPayload({ text: emoji }, 10_000);
+    expect(payload.text.length % 2).toBe(0);
+    expect(emoji.startsWith(payload.text)).toBe(true);
+    expect(bytes(payload)).toBeLessThanOrEqual(10_000);
+  });
+
+  it("nulls the largest field when only short strings make it big (a long directory listing)", () => {
+    const entries = Array.from({ length: 20_000 }, (_, i) => ({ name: `f${i}`, type: "file", size: i }));
+    const big = { id: "c1", ok: true, output: { path: "/workspace", entries } };
+    const { payload, truncatedFrom } = capEventPayload(big, 64 * 1024);
+    expect(payload).toEqual({ id: "c1", ok: true, output: null, truncated: true, original_bytes: bytes(big) });
+    expect(truncatedFrom).toBe(bytes(big));
+    expect(big.output.entries).toHaveLength(20_000);
   });
 });

@@ -11,7 +11,7 @@ import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-hos
 /** The claim token the test executions started under (their batches' macs derive from it). */
 const TOKEN = "00000000-0000-4000-8000-000000000001";
 
-import { type EventEnvelope, INTERNAL_HEADERS } from "../../src/contracts/events";
+import { type EventEnvelope, INTERNAL_HEADERS, MAX_EVENT_PAYLOAD_BYTES } from "../../src/contracts/events";
 import { sleep } from "../../src/domain/async";
 import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
@@ -222,5 +222,56 @@ describe("outbox: one request per flush for the whole host", () => {
       ["j2", [1, 2, 3]],
       ["j3", [1, 2, 3]],
     ]);
+  });
+});
+
+describe("outbox: no event and no request bigger than the event path carries", () => {
+  // The gateway takes 1 MiB per request (workers/routes/internal-events.ts).
+  const GATEWAY_LIMIT = 1024 * 1024;
+
+  it("bounds a request by UTF-8 bytes, not characters: CJK deltas split over requests, none dropped", async () => {
+    const sizes: number[] = [];
+    const gw = scriptedGateway(ackAll);
+    const box = outbox(async (url, init) => {
+      sizes.push(Buffer.byteLength(String(init?.body)));
+      return gw.fetch(url, init);
+    });
+    const s = box.open({ jobId: "j1", executionId: "e-j1", epoch: 1, token: TOKEN });
+    // 200 deltas of 4,096 characters: 800 Ki characters, 2.4 MiB of UTF-8.
+    for (let i = 0; i < 200; i++) s.emit("model.delta", { text: "字".repeat(4096) });
+    s.end();
+    expect(await box.drain(5000)).toBe(true);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(GATEWAY_LIMIT);
+    expect(gw.requests.flatMap((r) => r.flatMap((b) => seqs(b) ?? []))).toEqual(
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
+  });
+
+  it("cuts a tool result past MAX_EVENT_PAYLOAD_BYTES and marks it; a huge delta goes as several whole ones", async () => {
+    const gw = scriptedGateway(ackAll);
+    const box = outbox(gw.fetch);
+    const s = box.open({ jobId: "j1", executionId: "e-j1", epoch: 1, token: TOKEN });
+    const content = "QUJD".repeat(350_000); // 1.4 MB, like a 1 MiB read_file in base64
+    s.emit("tool.result", { id: "c1", ok: true, output: { path: "/workspace/big", content, truncated: false } });
+    const text = `${"a".repeat(300_000)}\u{1F600}${"b".repeat(300_000)}`;
+    s.emit("model.delta", { text });
+    s.end();
+    expect(await box.drain(5000)).toBe(true);
+    const events = gw.requests.flatMap((r) => r.flatMap((b) => b.events));
+    const result = events[0] as EventEnvelope & { payload: Record<string, unknown> };
+    expect(result.payload).toMatchObject({ id: "c1", ok: true, truncated: true });
+    expect(result.payload.original_bytes).toBe(
+      Buffer.byteLength(
+        JSON.stringify({ id: "c1", ok: true, output: { path: "/workspace/big", content, truncated: false } }),
+      ),
+    );
+    expect(Buffer.byteLength(JSON.stringify(result.payload))).toBeLessThanOrEqual(MAX_EVENT_PAYLOAD_BYTES);
+    const cut = result.payload.output as { path: string; content: string };
+    expect(cut.path).toBe("/workspace/big");
+    expect(content.startsWith(cut.content)).toBe(true);
+    const deltas = events.slice(1).map((e) => (e.payload as { text: string }).text);
+    expect(deltas.length).toBeGreaterThan(1);
+    expect(deltas.join("")).toBe(text);
+    expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
   });
 });

@@ -246,6 +246,51 @@ describe("projector terminal from Postgres", () => {
     expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).toBe(due);
   });
 
+  it("a resumed execution whose host died: run.lost follows its own events, with no projected run.started", async () => {
+    const { jobId, stub } = job();
+    await ingest(stub, {
+      job_id: jobId,
+      events: [
+        envelope(jobId, "exec-b", 2, 1, "run.resumed", { call_id: "c1", decision: "approve", by: "api", waited_ms: 5 }),
+        envelope(jobId, "exec-b", 2, 2, "tool.call", { id: "c1", name: "shell", args: {} }),
+      ],
+    });
+    await answerForPostgres(stub, {
+      ...runningFacts,
+      executionId: "exec-b",
+      epoch: 2,
+      state: "lost",
+      error: { code: "lost", message: "host stopped heartbeating" },
+      finishedAt: new Date(),
+      startedAt: new Date(Date.now() - 10_000),
+    });
+    await runDurableObjectAlarm(stub);
+    expect((await offsets(stub)).map((e) => e.type)).toEqual(["run.resumed", "tool.call", "run.lost"]);
+  });
+
+  it("projects no terminal event while the run's sandbox cleanup fence is set, and does once it is clear", async () => {
+    const { jobId, stub } = job();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1]));
+    await subscribe(stub, jobId);
+    const lost: JobStateFacts = {
+      ...runningFacts,
+      state: "lost",
+      error: { code: "lost", message: "host stopped heartbeating" },
+      finishedAt: new Date(),
+      startedAt: new Date(),
+    };
+    const asked = await answerForPostgres(stub, { ...lost, cleanupPending: true });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(asked).toEqual([jobId]);
+    expect((await offsets(stub)).map((e) => e.type)).toEqual(["model.delta"]);
+    // Still watched and unfinished: the check is scheduled again.
+    expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).not.toBeNull();
+
+    await answerForPostgres(stub, { ...lost, cleanupPending: false });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await offsets(stub)).map((e) => e.type)).toEqual(["model.delta", "run.lost"]);
+  });
+
   it("a job cancelled while queued (no events at all) gets run.cancelled", async () => {
     const { jobId, stub } = job();
     const sse = new SseReader(await subscribe(stub, jobId));

@@ -158,12 +158,15 @@ export class EventLog {
     return outcome;
   }
 
-  /** Whether the log holds a `run.started` of `executionId` (from its host or projected). */
+  /**
+   * Whether the log shows `executionId` started: it holds any event of that execution. A host's
+   * first event is `run.started`, or `run.resumed` for an execution resuming from a checkpoint
+   * (which has no `run.started`: asking for that one type projected a start after a resumed
+   * run's own events). A projected `run.started` is an event of the execution too.
+   */
   hasStarted(executionId: string): boolean {
     return (
-      this.storage.sql
-        .exec("SELECT 1 FROM events WHERE execution_id = ? AND type = 'run.started' LIMIT 1", executionId)
-        .toArray().length > 0
+      this.storage.sql.exec("SELECT 1 FROM events WHERE execution_id = ? LIMIT 1", executionId).toArray().length > 0
     );
   }
 

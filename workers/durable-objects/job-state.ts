@@ -5,7 +5,7 @@
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import type { EventEnvelope, ProjectedPayload } from "../../src/contracts/events";
+import { capEventPayload, type EventEnvelope, type ProjectedPayload } from "../../src/contracts/events";
 import type { JobError } from "../../src/contracts/job";
 import { type JobState, terminalEventFor } from "../../src/contracts/job-state";
 import { executions, jobs } from "../../src/db/schema";
@@ -23,6 +23,11 @@ export interface JobStateFacts {
   finishedAt: Date | null;
   /** When the current execution's started CAS hit (`execution_started_at`); null if it never started. */
   startedAt: Date | null;
+  /**
+   * The run's sandbox cleanup fence (`cleanup_pending`): a sandbox may still exist and be removed.
+   * Absent (a caller that does not know) counts as clear.
+   */
+  cleanupPending?: boolean;
 }
 
 export type JobStateLookup = (jobId: string) => Promise<JobStateFacts | null>;
@@ -69,6 +74,7 @@ export function postgresJobStateLookup(env: Env): JobStateLookup {
         error: jobs.error,
         finishedAt: jobs.finishedAt,
         startedAt: jobs.executionStartedAt,
+        cleanupPending: jobs.cleanupPending,
       })
       .from(jobs)
       .where(eq(jobs.id, jobId))
@@ -100,6 +106,9 @@ export const HOST_TERMINAL_GRACE_MS = 5_000;
 export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Date.now()): EventEnvelope | null {
   const type = terminalEventFor(facts.state);
   if (!type) return null;
+  // Not while the run's sandbox is still being removed (by its host, or the janitor for a lost
+  // run): a stream never says a run is over before its cleanup is.
+  if (facts.cleanupPending === true) return null;
   const hostOwnsTerminal = facts.executionId !== null && type !== "run.lost" && type !== "run.timed_out";
   if (hostOwnsTerminal) {
     const finishedAt = facts.finishedAt?.getTime() ?? now;
@@ -114,7 +123,8 @@ export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Dat
     epoch: facts.epoch,
     seq: PROJECTED_TERMINAL_SEQ,
     type,
-    payload,
+    // The same cut a host's event gets: an answer may be bigger than one event may hold.
+    payload: capEventPayload(payload).payload,
     ts: new Date(now).toISOString(),
   };
 }
@@ -151,8 +161,14 @@ export function terminalDisagreement(event: EventEnvelope, facts: JobStateFacts 
   if (facts.executionId !== event.execution_id || facts.epoch !== event.epoch) {
     return `the job row ended under execution ${facts.executionId} epoch ${facts.epoch}`;
   }
-  if (event.type === "run.completed" && (event.payload.output ?? null) !== facts.output) {
-    return "the output differs from the job row's";
+  if (event.type === "run.completed") {
+    const output = event.payload.output ?? null;
+    // A host cuts an answer bigger than an event may hold (capEventPayload): then its start.
+    const agrees =
+      event.payload.truncated === true
+        ? typeof output === "string" && facts.output !== null && facts.output.startsWith(output)
+        : output === facts.output;
+    if (!agrees) return "the output differs from the job row's";
   }
   return null;
 }

@@ -57,7 +57,7 @@ export const longRunMessage = () =>
 /**
  * Agents and their jobs through the API, as the stack tests drive them: define an agent on the
  * stack's model (201), submit a job naming it (202), read a job, wait for it to leave
- * queued/running/waiting.
+ * queued/running/waiting, or for it to be `waiting` (an end on the way there throws, saying how).
  */
 export function agentJobs<J extends { id: string; state: string }>(
   api: () => ReturnType<typeof apiClient>,
@@ -82,5 +82,16 @@ export function agentJobs<J extends { id: string; state: string }>(
       },
       { timeoutMs, intervalMs: 100 },
     );
-  return { defineAgent, submit, job, finished };
+  const waiting = (id: string, timeoutMs = 30_000) =>
+    waitFor(
+      `job ${id} to wait`,
+      async () => {
+        const j = await job(id);
+        if (!["queued", "running", "waiting"].includes(j.state))
+          throw new Error(`job ended ${j.state}: ${JSON.stringify(j)}`);
+        return j.state === "waiting" ? j : null;
+      },
+      { timeoutMs, intervalMs: 50 },
+    );
+  return { defineAgent, submit, job, finished, waiting };
 }

@@ -15,6 +15,7 @@ import { silentLogger } from "../../sandbox-host/log";
 import { McpToolset } from "../../sandbox-host/mcp/toolset";
 import { McpServerSchema } from "../../src/contracts/agent";
 import { parseAllowedUrls } from "../../src/domain/mcp";
+import { measureLoopGap } from "../helpers/loop-gap";
 
 const EVIL = { s: `${"a".repeat(28)}!` };
 
@@ -67,17 +68,11 @@ describe("an MCP tool's outputSchema", () => {
       signal,
       silentLogger,
     );
-    let worstGap = 0;
-    let last = performance.now();
-    const ticker = setInterval(() => {
-      const now = performance.now();
-      worstGap = Math.max(worstGap, now - last);
-      last = now;
-    }, 20);
-    const t0 = performance.now();
-    const result = await toolset.call("evil__echo", {}, "call-1", signal);
-    const took = performance.now() - t0;
-    clearInterval(ticker);
+    const {
+      result,
+      tookMs: took,
+      worstGapMs: worstGap,
+    } = await measureLoopGap(() => toolset.call("evil__echo", {}, "call-1", signal));
     await toolset.close();
     expect(result).toMatchObject({ ok: true, output: { structured_content: EVIL } });
     expect(took).toBeLessThan(500);

@@ -7,7 +7,6 @@
  * in the row and in the stream alike, and the job ends with its real outcome.
  */
 import { describe, expect, it } from "vitest";
-import { waitFor } from "../../tools/services/ports";
 import { agentJobs, apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
@@ -34,18 +33,7 @@ describe.skipIf(!canRun)("text Postgres cannot store, from a model: replaced wit
   const t = useStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 }, hostEnv: FAST_LOSS_HOST_ENV });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const jobs = agentJobs<JobView>(api, () => t.stack.modelName);
-  const { defineAgent, submit, job } = jobs;
-  const waiting = (id: string) =>
-    waitFor(
-      `job ${id} to wait`,
-      async () => {
-        const j = await job(id);
-        if (!["queued", "running", "waiting"].includes(j.state))
-          throw new Error(`job ended ${j.state}: ${JSON.stringify(j)}`);
-        return j.state === "waiting" ? j : null;
-      },
-      { timeoutMs: 30_000, intervalMs: 50 },
-    );
+  const { defineAgent, submit, waiting } = jobs;
   const payloads = async (id: string) =>
     (await api().events(id)).map((e) => ({
       type: e.event,

@@ -63,18 +63,7 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
 
   const jobs = agentJobs<JobView>(api, () => t.stack.modelName);
-  const { defineAgent, submit, job } = jobs;
-  const waiting = (id: string, timeoutMs = 30_000) =>
-    waitFor(
-      `job ${id} to wait`,
-      async () => {
-        const j = await job(id);
-        if (!["queued", "running", "waiting"].includes(j.state))
-          throw new Error(`job ended ${j.state}: ${JSON.stringify(j)}`);
-        return j.state === "waiting" ? j : null;
-      },
-      { timeoutMs, intervalMs: 50 },
-    );
+  const { defineAgent, submit, job, waiting } = jobs;
   const finished = (id: string, timeoutMs = 40_000) => jobs.finished(id, timeoutMs);
   const events = (id: string) => api().events(id);
   /**

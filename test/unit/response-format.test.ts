@@ -7,6 +7,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { OffloadPool } from "../../sandbox-host/offload/pool";
 import { ANSWER_CHECK_TIMEOUT_MS, answerFormat } from "../../sandbox-host/runner/response-format";
+import { measureLoopGap } from "../helpers/loop-gap";
 
 const pool = new OffloadPool({ size: 1 });
 afterAll(() => pool.close({ timeoutMs: 0 }));
@@ -15,17 +16,11 @@ const check = (schema: Record<string, unknown>, answer: string) => answerFormat(
 
 describe("response_format answer check", () => {
   it("ends a backtracking pattern at its bound, as a final problem, while the caller's loop keeps ticking", async () => {
-    let worstGap = 0;
-    let last = performance.now();
-    const ticker = setInterval(() => {
-      const now = performance.now();
-      worstGap = Math.max(worstGap, now - last);
-      last = now;
-    }, 20);
-    const t0 = performance.now();
-    const checked = await check({ type: "string", pattern: "(a+)+$" }, JSON.stringify(`${"a".repeat(34)}!`));
-    const took = performance.now() - t0;
-    clearInterval(ticker);
+    const {
+      result: checked,
+      tookMs: took,
+      worstGapMs: worstGap,
+    } = await measureLoopGap(() => check({ type: "string", pattern: "(a+)+$" }, JSON.stringify(`${"a".repeat(34)}!`)));
     expect(checked).toMatchObject({ ok: false, final: true });
     expect(checked.ok === false && checked.problems).toMatch(/schema check timed out after 2000 ms/);
     expect(took).toBeGreaterThanOrEqual(ANSWER_CHECK_TIMEOUT_MS - 50);

@@ -116,6 +116,17 @@ describe("gateway configuration", () => {
     }
   });
 
+  it("tokens live at least their ttl_s: one minted in a second's last millisecond is not dead on arrival", async () => {
+    // Start early in a second, so the check below cannot straddle the next one.
+    while (Date.now() % 1000 > 300) await new Promise((r) => setTimeout(r, 20));
+    const config = loadConfig(asEnv({ ...base }));
+    const lastMsOfPrevSecond = Math.floor(Date.now() / 1000) * 1000 - 1;
+    const grant = { tenantId: "t1", keyHash: "a".repeat(64), scope: "read" as const, ttlS: 1 };
+    const minted = await mintToken(config, grant, lastMsOfPrevSecond);
+    expect(Date.parse(minted.expires_at)).toBeGreaterThanOrEqual(lastMsOfPrevSecond + 1000);
+    expect(await verifyToken(config, minted.token)).toMatchObject({ tenantId: "t1" });
+  });
+
   it("tokens: without TOKEN_SIGNING_SECRET the key is derived from the internal secret, rotations included", async () => {
     const grant = { tenantId: "t1", keyHash: "a".repeat(64), scope: "read" as const, ttlS: 60 };
     const derived = loadConfig(asEnv({ ...base }));

@@ -94,7 +94,10 @@ export async function mintToken(
   },
   nowMs = Date.now(),
 ): Promise<TokenAnswer> {
-  const iat = Math.floor(nowMs / 1000);
+  // JWT times are whole seconds. Rounded down, a 1 s token minted in a second's last millisecond
+  // was expired on arrival (CI: a ttl_s 1 token refused on its first use); rounded up, a token
+  // lives at least its ttl_s and at most 1 s more, and `iat` is at most 1 s ahead (IAT_SKEW_S).
+  const iat = Math.ceil(nowMs / 1000);
   const exp = iat + grant.ttlS;
   const [key] = await tokenKeys(config);
   if (!key) throw new Error("no token signing key");

@@ -24,7 +24,7 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
       recoveryWindowMs: 20_000,
       apiShare: 0.2,
     });
-    const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatCounts(r.check)}\nfaults ${JSON.stringify(r.faults)}\n${r.check.verdicts
+    const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatCounts(r.check)}\nfaults ${JSON.stringify(r.faults)}\nmissed their window ${JSON.stringify(r.faultsMissed)}, kills dropped ${r.killsDropped}\n${r.check.verdicts
       .filter((v) => v.reasons.length)
       .slice(0, 10)
       .map((v) => `${v.cls} ${v.id}: ${v.reasons.join("; ")}`)

@@ -41,6 +41,7 @@ console.log(`chaos:claims seed=${seed} jobs=${opts.jobs} kills=${opts.kills} hos
 const r = await runChaosClaims(opts);
 console.log(`\nfaults landed (missed their window):`);
 for (const k of FAULT_KINDS) console.log(`  ${k.padEnd(20)}${String(r.faults[k]).padStart(5)}  (${r.faultsMissed[k]})`);
+console.log(`  kills dropped (no victim in any window) ${r.killsDropped}`);
 console.log(`  ${"SIGKILLs".padEnd(20)}${String(totalKills(r.faults)).padStart(5)}; hosts spawned ${r.hostsSpawned}`);
 console.log(`host-reported fenced writes that missed (stale owners stopped):`);
 for (const [k, v] of Object.entries(r.hostReports)) console.log(`  ${k.padEnd(24)}${String(v).padStart(5)}`);

@@ -54,7 +54,11 @@ function withVirtualClock(source: string): string {
   const re = /-- clock:begin[^\n]*\n[\s\S]*?-- clock:end\n/g;
   const blocks = source.match(re);
   if (blocks?.length !== 1) throw new Error("expected exactly one clock block in the script");
-  return source.replace(re, `local function now_ms()\n  return tonumber(redis.call('GET', '${CLOCK_KEY}'))\nend\n`);
+  // The simulated clock has whole milliseconds only: no sub-millisecond tie-breaker.
+  return source.replace(
+    re,
+    `local function now_ms()\n  return tonumber(redis.call('GET', '${CLOCK_KEY}'))\nend\nlocal function sub_ms() return 0 end\n`,
+  );
 }
 
 type Cmd =

@@ -3,6 +3,7 @@
  * `seq` counts per execution from 1; the projector assigns the per-job `offset` clients resume by.
  */
 import { z } from "zod";
+import { utf8Bytes } from "./text";
 import { WAIT_DECISIONS, WAIT_KINDS } from "./wait";
 
 export const TERMINAL_EVENT_TYPES = [
@@ -206,7 +207,6 @@ export interface TruncationMark {
   original_bytes: number;
 }
 
-const utf8Bytes = (s: string) => new TextEncoder().encode(s).byteLength;
 /** Strings shorter than this are never cut (see capEventPayload). */
 const MIN_CUT_LENGTH = 1024;
 

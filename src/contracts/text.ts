@@ -28,6 +28,10 @@ export const REPLACEMENT_CHARACTER = "\uFFFD";
 const UNSTORABLE_GLOBAL = new RegExp(`\u0000|${LONE_SURROGATE.source}`, "g");
 
 /** `s` with every NUL and lone surrogate replaced by U+FFFD (the same string when there is none). */
+const encoder = new TextEncoder();
+/** A string's size in UTF-8 bytes, as a request body or a Postgres column counts it. */
+export const utf8Bytes = (s: string): number => encoder.encode(s).byteLength;
+
 export function storableText(s: string): string {
   return isStorableText(s) ? s : s.replace(UNSTORABLE_GLOBAL, REPLACEMENT_CHARACTER);
 }

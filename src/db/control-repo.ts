@@ -9,6 +9,7 @@
 import { sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import { type CancelOutcome, type InputStatus, LIMITS } from "../contracts/job";
+import { utf8Bytes } from "../contracts/text";
 import { inputRequestHash } from "../domain/request-hash";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
@@ -115,7 +116,7 @@ export async function submitInput(
 ): Promise<{ inputId: string; status: InputStatus; created: boolean; resumed: boolean } | null> {
   if (!isJobId(jobId)) return null;
   const hash = idempotencyKey === null ? null : await inputRequestHash(content);
-  const bytes = new TextEncoder().encode(content).byteLength;
+  const bytes = utf8Bytes(content);
   type Outcome = {
     id: string | null;
     status: InputStatus | null;

@@ -57,7 +57,7 @@ function withVirtualClock(source: string): string {
   // The simulated clock has whole milliseconds only: no sub-millisecond tie-breaker.
   return source.replace(
     re,
-    `local function now_ms()\n  return tonumber(redis.call('GET', '${CLOCK_KEY}'))\nend\nlocal function sub_ms() return 0 end\n`,
+    `local function now_ms()\n  return tonumber(redis.call('GET', '${CLOCK_KEY}'))\nend\nlocal function clock_ms() return now_ms(), 0 end\n`,
   );
 }
 

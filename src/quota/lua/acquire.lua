@@ -18,14 +18,13 @@
 -- ahead = waiters queued before this holder there, free = its free slots.
 
 -- clock:begin (the only clock; test/integration/quota-property.test.ts swaps this block)
-local function now_ms()
+-- One TIME call gives both: whole ms, and the sub-millisecond part in [0, 1) (an arrival
+-- ticket's tie-breaker). Two calls could straddle a millisecond and give a ticket up to 1 ms
+-- early, ahead of an earlier waiter's (CI: a re-polling w2 found itself ahead of w1).
+local function clock_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- The sub-millisecond part of the same clock, in [0, 1): an arrival ticket's tie-breaker.
-local function sub_ms()
-  local t = redis.call('TIME')
-  return (tonumber(t[2]) % 1000) / 1000
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), (us % 1000) / 1000
 end
 -- clock:end
 
@@ -34,7 +33,7 @@ local lease_timeout = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
 local queue = ARGV[4] == '1'
 local n = #KEYS / 3
-local now = now_ms()
+local now, now_sub = clock_ms()
 local function fmt(x) return string.format('%d', x) end
 
 -- Purge the dead first, then count: expired leases and waiters that stopped polling.
@@ -80,7 +79,7 @@ if queue then
   -- the same one, and a ZSET orders ties by member, so "r10" went before "r5" (CI: strict order
   -- measured at Kendall tau 0.83, waiters 10 and 11 admitted ahead of 5 to 9). Scripts run one at
   -- a time, so each gets its own microsecond; at ~1.7e12 ms a double still resolves 1/4096 ms.
-  local ticket = now + sub_ms()
+  local ticket = now + now_sub
   for i = 1, n do
     local s = redis.call('ZSCORE', KEYS[3 * i - 1], holder)
     if s and tonumber(s) < ticket then ticket = tonumber(s) end

@@ -1,11 +1,12 @@
 /**
- * The agent between the started CAS and the terminal write: prepare (the job, its pinned agent
- * version, its model, its tools, input sent so far), then model turns (each behind the quota
- * gate, retried before output, model-call.ts) and tool steps until the model answers without
- * calling a tool, check the answer against the agent's response_format, and decide the outcome.
- * Input that arrives meanwhile is applied at turn boundaries. A tool call that needs a person
- * (an approval, or ask_user) ends the execution as a wait with a checkpoint (waitpoint.ts); the
- * execution that resumes continues from it.
+ * The agent between the started CAS and the terminal write: read the row (the job, its pinned
+ * agent version, a resumed run's checkpoint), prepare (its model, its tools, input sent so
+ * far), then model turns (each behind the quota gate, retried before output, model-call.ts)
+ * and tool steps until the model answers without calling a tool, check the answer against the
+ * agent's response_format, and decide the outcome. Input that arrives meanwhile is applied at
+ * turn boundaries. A tool call that needs a person (an approval, or ask_user) ends the
+ * execution as a wait with a checkpoint (waitpoint.ts); the execution that resumes continues
+ * from it.
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelTurnReason } from "../../src/contracts/events";
@@ -13,7 +14,6 @@ import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../..
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
 import { approvalSettings, requiresApproval } from "../../src/domain/approval";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import { mcpServersOf } from "../../src/domain/mcp";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
@@ -25,28 +25,77 @@ import { childResults, delegateSpecs, delegateTarget, planChildren } from "./del
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
-import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { abortedOutcome, type Execution, type ExecutionParts, failed, runFields } from "./run-context";
 import { allowedTools, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
 export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
 
+/** How the wait a resuming execution continues from ended: its checkpoint and the decision. */
+export type Resume = { checkpoint: RunCheckpoint; decision: { callId: string; decision: ResumeDecision } };
+
+/**
+ * The execution's first step: its job row and pinned agent version (read once: a later version
+ * never reaches a running job) and, when it resumes a waiting job, its checkpoint and how the
+ * wait ended. Then the execution's first event: `run.resumed` when it continues from a
+ * checkpoint, else `run.started` (emitted even when the read failed). Throws when it failed.
+ */
+export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob; resume: Resume | null }> {
+  const { deps, run, emit } = parts;
+  const id = run.identity;
+  let resume: Resume | null = null;
+  try {
+    const job = await loadRunnableJob(deps.db, id.jobId);
+    const checkpoint = readCheckpoint(job.checkpoint);
+    if (checkpoint) {
+      const decision = await resumeDecision(deps.db, id.jobId, checkpoint.pending.id);
+      if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.pending.id}`);
+      resume = { checkpoint, decision: { callId: checkpoint.pending.id, decision } };
+    }
+    return { job, resume };
+  } finally {
+    if (resume) {
+      const d = resume.decision.decision;
+      emit("run.resumed", {
+        call_id: resume.decision.callId,
+        decision: d.decision,
+        by: d.decidedBy,
+        waited_ms: d.waitedMs,
+      });
+      deps.metrics.waitDuration.observe({ kind: d.kind, decision: d.decision }, d.waitedMs / 1000);
+    } else {
+      // No host id: which machine ran a job is the operator's business (it is in the host's log).
+      emit("run.started", {});
+    }
+  }
+}
+
+/**
+ * The outcome of an error a step threw: the abort's outcome when the run was stopped, else a
+ * failure (the detail goes to this log only: failed() shows the tenant a generic message for
+ * internal codes).
+ */
+export function unexpectedOutcome(parts: ExecutionParts, err: unknown, text: string): FinalOutcome {
+  const { deps, run } = parts;
+  if (run.abort.signal.aborted) return abortedOutcome(run, text);
+  if (err instanceof ModelError) {
+    deps.log.warn("model call failed", { ...runFields(run.identity), ...errorFields(err) });
+    return failed(err.code, err.message, text);
+  }
+  deps.log.error("run failed", { ...runFields(run.identity), ...errorFields(err) });
+  return failed("internal_error", err instanceof Error ? err.message : String(err), text);
+}
+
 /** Prepare, run the turns, and decide the outcome (or a wait). Never throws. */
-export async function runAgent(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  emit: Emit,
-): Promise<FinalOutcome | WaitOutcome> {
+export async function runAgent(exec: Execution, resume: Resume | null): Promise<FinalOutcome | WaitOutcome> {
+  const { run, emit } = exec;
   let text = "";
-  // No statement of its own: the fact rides on the next heartbeat or the terminal write.
-  const onFirstOutput = () => run.observe("first_output_at");
 
   try {
-    const prepared = await prepare(ctx, run, id, emit);
+    const prepared = await prepare(exec, resume);
     if ("state" in prepared) return prepared;
-    const { job, model, messages, tools, request, format, resume } = prepared;
+    const { model, messages, tools, request, format } = prepared;
     const loop: LoopState = {
       maxTurns: prepared.maxTurns,
       repaired: false,
@@ -62,10 +111,13 @@ export async function runAgent(
       firstTurn = checkpoint.turn + 1;
       const calls = [checkpoint.pending, ...checkpoint.remaining];
       // A children wait: every delegate call of the turn gets its child's end as its result.
-      const delegated = checkpoint.children
-        ? await childResults(ctx, id.jobId, checkpoint.children, emit)
-        : new Map<string, string>();
-      const ran = await runCalls(ctx, run, id, emit, job, messages, calls, checkpoint.turn, text, loop, {
+      const delegated = checkpoint.children ? await childResults(exec, checkpoint.children) : new Map<string, string>();
+      const ran = await runCalls(exec, {
+        messages,
+        calls,
+        turn: checkpoint.turn,
+        text,
+        loop,
         decided: checkpoint.children ? null : decision,
         delegated,
       });
@@ -76,14 +128,7 @@ export async function runAgent(
     let reason: ModelTurnReason = resume ? "resumed" : "start";
     for (let turn = firstTurn; ; turn++) {
       emit("model.turn", { turn, reason });
-      const called = await callModel(
-        ctx,
-        run,
-        id,
-        { job, model, turn, request: { ...request, messages, tools }, textSoFar: text },
-        emit,
-        onFirstOutput,
-      );
+      const called = await callModel(exec, { model, turn, request: { ...request, messages, tools }, textSoFar: text });
       if ("state" in called) return called;
       const { text: turnText, calls } = called;
       text = turnText;
@@ -92,17 +137,14 @@ export async function runAgent(
       if (calls.length > 0) {
         if (turn >= loop.maxTurns) return failed("too_many_turns", `the agent used ${loop.maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
-        const ran = await runCalls(ctx, run, id, emit, job, messages, calls, turn, text, loop, {
-          decided: null,
-          delegated: new Map(),
-        });
+        const ran = await runCalls(exec, { messages, calls, turn, text, loop, decided: null, delegated: new Map() });
         if (ran) return ran;
         reason = "tool_results";
         continue;
       }
       // Input that arrived during the turn is applied in one more turn (bounded).
       messages.push({ role: "assistant", content: turnText });
-      if (turn < loop.maxTurns && (await applyInputs(ctx, id, messages, emit)) > 0) {
+      if (turn < loop.maxTurns && (await applyInputs(exec, messages)) > 0) {
         reason = "input";
         continue;
       }
@@ -125,14 +167,7 @@ export async function runAgent(
     }
     return { state: "completed", output: text };
   } catch (err) {
-    if (run.abort.signal.aborted) return abortedOutcome(run, text);
-    // The detail goes to this log only: failed() shows the tenant a generic message for internal codes.
-    if (err instanceof ModelError) {
-      ctx.log.warn("model call failed", { ...runFields(id), ...errorFields(err) });
-      return failed(err.code, err.message, text);
-    }
-    ctx.log.error("run failed", { ...runFields(id), ...errorFields(err) });
-    return failed("internal_error", err instanceof Error ? err.message : String(err), text);
+    return unexpectedOutcome(exec, err, text);
   } finally {
     // Before the terminal write: an MCP call still in flight is cancelled at its server first.
     await run.mcp?.close();
@@ -158,23 +193,20 @@ interface LoopState {
  * Returns null when every call ran, else the outcome that ends the execution.
  */
 async function runCalls(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  emit: Emit,
-  job: RunnableJob,
-  messages: ModelMessage[],
-  calls: ModelToolCall[],
-  turn: number,
-  text: string,
-  loop: LoopState,
-  resumed: {
+  exec: Execution,
+  step: {
+    messages: ModelMessage[];
+    calls: ModelToolCall[];
+    turn: number;
+    text: string;
+    loop: LoopState;
     decided: { callId: string; decision: ResumeDecision } | null;
     delegated: Map<string, string>;
   },
 ): Promise<FinalOutcome | WaitOutcome | null> {
-  const definition = job.agent?.definition ?? null;
-  const { decided, delegated } = resumed;
+  const { run, emit } = exec;
+  const { messages, calls, turn, text, loop, decided, delegated } = step;
+  const definition = exec.job.agent?.definition ?? null;
   // What a waitpoint at call i keeps: the conversation so far, the call that waits, the rest of the turn.
   const checkpointAt = (i: number, call: ModelToolCall) => ({
     v: 1 as const,
@@ -193,7 +225,7 @@ async function runCalls(
       result = { content: known };
     } else if (delegateTarget(definition, call.name) !== null) {
       const batch = calls.slice(i).filter((c) => delegateTarget(definition, c.name) !== null && !delegated.has(c.id));
-      const plan = await planChildren(ctx, job.tenantId, id, definition, batch, emit);
+      const plan = await planChildren(exec, { definition, calls: batch });
       if (plan.children.length > 0) {
         return {
           state: "waiting",
@@ -213,9 +245,9 @@ async function runCalls(
       }
       result = { content: delegated.get(call.id) as string };
     } else if (decided && call.id === decided.callId) {
-      result = await decidedCallResult(ctx, run, id, call, decided.decision, emit);
+      result = await decidedCallResult(exec, call, decided.decision);
     } else if (!loop.offered.has(call.name)) {
-      result = unofferedCall(ctx, job, call, emit, text);
+      result = unofferedCall(exec, call, text);
     } else {
       const wait = requiresApproval(definition, call.name);
       if (wait) {
@@ -226,7 +258,7 @@ async function runCalls(
           checkpoint: checkpointAt(i, call),
         };
       }
-      result = await runTool(ctx, run, id, call, emit);
+      result = await runTool(exec, call);
     }
     if ("state" in result) return result;
     messages.push({ role: "tool", toolCallId: call.id, content: result.content });
@@ -236,7 +268,6 @@ async function runCalls(
 }
 
 interface PreparedRun {
-  job: RunnableJob;
   model: ModelEntry;
   messages: ModelMessage[];
   tools: ModelToolSpec[] | undefined;
@@ -244,59 +275,26 @@ interface PreparedRun {
   request: Omit<TurnRequest, "messages" | "tools">;
   maxTurns: number;
   format: AnswerFormat | null;
-  /** Set when this execution resumes a waiting job: its checkpoint and how the wait ended. */
-  resume: { checkpoint: RunCheckpoint; decision: { callId: string; decision: ResumeDecision } } | null;
 }
 
 /**
- * The run's context: its job row and pinned agent version (read once: a later version never
- * reaches a running job), the model it may use, the tools it allows (none without a sandbox),
- * the agent's instructions as the first (system) message, and input sent so far; then the
- * `prepared_at` fact (written with the next heartbeat or the terminal write) and `run.prepared`.
- * Without an agent the built-in default agent runs: the job's tools, no instructions, MAX_TURNS
- * turns, the provider's default sampling.
+ * The run's context beyond its row (readRow): the model it may use, the tools it allows (none
+ * without a sandbox), the agent's instructions as the first (system) message, and input sent so
+ * far; then the `prepared_at` fact (written with the next heartbeat or the terminal write) and
+ * `run.prepared`. Without an agent the built-in default agent runs: the job's tools, no
+ * instructions, MAX_TURNS turns, the provider's default sampling.
  */
-async function prepare(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  emit: Emit,
-): Promise<PreparedRun | FinalOutcome> {
-  let job: RunnableJob;
-  let resume: PreparedRun["resume"] = null;
-  try {
-    job = await loadRunnableJob(ctx.db, id.jobId);
-    const checkpoint = readCheckpoint(job.checkpoint);
-    if (checkpoint) {
-      const decision = await resumeDecision(ctx.db, id.jobId, checkpoint.pending.id);
-      if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.pending.id}`);
-      resume = { checkpoint, decision: { callId: checkpoint.pending.id, decision } };
-    }
-  } finally {
-    // The execution's first event: run.resumed when it continues from a checkpoint, else run.started.
-    if (resume) {
-      const d = resume.decision.decision;
-      emit("run.resumed", {
-        call_id: resume.decision.callId,
-        decision: d.decision,
-        by: d.decidedBy,
-        waited_ms: d.waitedMs,
-      });
-      ctx.metrics?.waitDuration?.observe({ kind: d.kind, decision: d.decision }, d.waitedMs / 1000);
-    } else {
-      // No host id: which machine ran a job is the operator's business (it is in the host's log).
-      emit("run.started", {});
-    }
-  }
+async function prepare(exec: Execution, resume: Resume | null): Promise<PreparedRun | FinalOutcome> {
+  const { deps, run, job } = exec;
   const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
   // gateway configured differently: never hand the provider (or the quota) a name not offered.
   const requested = job.model ?? agent?.model ?? null;
-  const model = resolveModel(ctx.models, requested);
+  const model = resolveModel(deps.models, requested);
   if (model === null) {
     return failed(
       "model_not_allowed",
-      `model "${requested}" is not offered by this host (MODELS: ${ctx.models.entries.map((e) => e.name).join(", ")})`,
+      `model "${requested}" is not offered by this host (MODELS: ${deps.models.entries.map((e) => e.name).join(", ")})`,
       "",
     );
   }
@@ -309,33 +307,32 @@ async function prepare(
   // In the order the agent (or job) lists them: what the provider sees is exactly that list;
   // ask_user needs no sandbox.
   const sandboxTools =
-    allowed.length > 0 && ctx.sandbox
+    allowed.length > 0 && deps.sandbox
       ? allowed.flatMap((name) => SANDBOX_TOOL_SPECS.filter((t) => t.name === name))
       : [];
   // The agent's MCP servers' allowed tools, after the sandbox tools (no sandbox needed); a
   // resumed run connects again, with its own execution's identity.
   const servers = mcpServersOf(agent);
   if (servers.length > 0) {
-    run.mcp = await McpToolset.open(servers, ctx.mcp ?? MCP_DISABLED, id, job.tenantId, run.abort.signal, ctx.log);
+    run.mcp = await McpToolset.open(servers, deps.mcp ?? MCP_DISABLED, exec.id, job.tenantId, exec.signal, deps.log);
   }
   const mcpTools = run.mcp?.specs ?? [];
   const offered = [
     ...sandboxTools,
     ...mcpTools,
     ...(agent?.ask_user === true ? [ASK_USER_SPEC] : []),
-    ...(await delegateSpecs(ctx, job.tenantId, agent)),
+    ...(await delegateSpecs(exec, agent)),
   ];
   const tools = offered.length > 0 ? offered : undefined;
   const format =
-    agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format, ctx.offload) : null;
+    agent?.response_format && job.agent ? answerFormat(job.agent.name, agent.response_format, deps.offload) : null;
   // A resumed conversation ends with the assistant's tool calls, whose results must come next:
   // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
   // pending call's result, applied by decidedCallResult).
-  if (!resume) await applyInputs(ctx, id, messages, emit);
+  if (!resume) await applyInputs(exec, messages);
   run.observe("prepared_at");
-  if (!resume) emit("run.prepared", {});
+  if (!resume) exec.emit("run.prepared", {});
   return {
-    job,
     model,
     messages,
     tools,
@@ -348,7 +345,6 @@ async function prepare(
     },
     maxTurns: agent?.limits.max_turns ?? MAX_TURNS,
     format,
-    resume,
   };
 }
 
@@ -356,21 +352,17 @@ async function prepare(
  * Take input sent while the job was queued or running, in arrival order, into the next model
  * turn: accepted (event), appended as user messages, then marked applied. Returns how many.
  */
-async function applyInputs(
-  ctx: RunContext,
-  id: ExecutionIdentity,
-  messages: ModelMessage[],
-  emit: Emit,
-): Promise<number> {
-  const inputs = await acceptPendingInputs(ctx.db, id);
+async function applyInputs(exec: Execution, messages: ModelMessage[]): Promise<number> {
+  const { deps, emit } = exec;
+  const inputs = await acceptPendingInputs(deps.db, exec.id);
   if (inputs.length === 0) return 0;
   for (const input of inputs) {
     emit("input.accepted", { input_id: input.id, content: input.content });
     messages.push({ role: "user", content: input.content });
   }
   await markInputsApplied(
-    ctx.db,
-    id,
+    deps.db,
+    exec.id,
     inputs.map((i) => i.id),
   );
   return inputs.length;

@@ -14,16 +14,15 @@ import { getAgentVersion } from "../../src/db/agents-repo";
 import { childrenOf, treePlace } from "../../src/db/children-repo";
 import type { ChildJob } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import { resolveModel } from "../../src/domain/models";
 import type { ModelToolCall, ModelToolSpec } from "../model/types";
-import type { Emit, RunContext } from "./run-context";
+import type { Execution } from "./run-context";
 
 /** The delegate tools of a definition, in the order it lists its delegates. */
-export async function delegateSpecs(ctx: RunContext, tenantId: string, def: AgentDefinition | null) {
+export async function delegateSpecs(exec: Execution, def: AgentDefinition | null) {
   const specs: ModelToolSpec[] = [];
   for (const name of def?.delegates ?? []) {
-    const found = await getAgentVersion(ctx.db, tenantId, name, null);
+    const found = await getAgentVersion(exec.deps.db, exec.job.tenantId, name, null);
     specs.push({
       name: `${DELEGATE_TOOL_PREFIX}${name}`,
       description:
@@ -65,15 +64,14 @@ const toolError = (code: string, message: string) => ({ error: { code, message }
  * model this host does not offer, or without a string `input` gets a tool error instead.
  */
 export async function planChildren(
-  ctx: RunContext,
-  tenantId: string,
-  id: ExecutionIdentity,
-  def: AgentDefinition | null,
-  calls: ModelToolCall[],
-  emit: Emit,
+  exec: Execution,
+  turn: { definition: AgentDefinition | null; calls: ModelToolCall[] },
 ): Promise<{ checkpoint: ChildrenCheckpoint; children: ChildJob[] }> {
-  const place = await treePlace(ctx.db, id.jobId);
-  const queueLimit = ctx.maxQueuedJobsPerTenant ?? 0;
+  const { deps, id, emit } = exec;
+  const { definition: def, calls } = turn;
+  const tenantId = exec.job.tenantId;
+  const place = await treePlace(deps.db, id.jobId);
+  const queueLimit = deps.maxQueuedJobsPerTenant ?? 0;
   const out: ChildrenCheckpoint = { executionId: id.executionId, calls: {} };
   const children: ChildJob[] = [];
   for (const call of calls) {
@@ -104,10 +102,10 @@ export async function planChildren(
       // trees from growing the queue without bound, not an exact quota.
       planned = toolError("rate_limited", `this tenant already has ${queueLimit} queued jobs (the limit)`);
     } else {
-      const found = await getAgentVersion(ctx.db, tenantId, agent, null);
+      const found = await getAgentVersion(deps.db, tenantId, agent, null);
       if (!found || found.archived) {
         planned = toolError("agent_unavailable", `the agent "${agent}" does not exist or is archived`);
-      } else if (resolveModel(ctx.models, found.definition.model) === null) {
+      } else if (resolveModel(deps.models, found.definition.model) === null) {
         planned = toolError("model_not_allowed", `the agent "${agent}"'s model is not offered by this host`);
       } else {
         const d = found.definition;
@@ -153,13 +151,9 @@ function resultContent(call: DelegatedCall, child: Awaited<ReturnType<typeof chi
  * The tool results of a turn's delegate calls, read from the children's rows once all of them
  * ended, with child.finished and tool.result for each. Keyed by call id.
  */
-export async function childResults(
-  ctx: RunContext,
-  jobId: string,
-  cp: ChildrenCheckpoint,
-  emit: Emit,
-): Promise<Map<string, string>> {
-  const ended = new Map((await childrenOf(ctx.db, jobId, cp.executionId)).map((c) => [c.callId, c]));
+export async function childResults(exec: Execution, cp: ChildrenCheckpoint): Promise<Map<string, string>> {
+  const { emit } = exec;
+  const ended = new Map((await childrenOf(exec.deps.db, exec.id.jobId, cp.executionId)).map((c) => [c.callId, c]));
   const results = new Map<string, string>();
   for (const [callId, call] of Object.entries(cp.calls)) {
     const child = ended.get(callId);

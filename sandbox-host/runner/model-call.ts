@@ -6,15 +6,14 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
-import { type RunnableJob, recordModelUsage } from "../../src/db/run-repo";
-import type { ExecutionIdentity } from "../../src/domain/identity";
+import { recordModelUsage } from "../../src/db/run-repo";
 import type { ModelEntry } from "../../src/domain/models";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
 import { acquireQuota } from "./quota-gate";
-import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /**
  * Characters per token for an estimate when the provider reports no usage: OpenAI's rule of
@@ -24,7 +23,6 @@ export const CHARS_PER_TOKEN = 4;
 
 /** The run's turn: its number, its request, and the run's answer so far (the outcome's partial output if it ends here). */
 export interface ModelCallInput {
-  job: RunnableJob;
   model: ModelEntry;
   turn: number;
   request: TurnRequest;
@@ -32,54 +30,57 @@ export interface ModelCallInput {
 }
 
 export async function callModel(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
+  exec: Execution,
   input: ModelCallInput,
-  emit: Emit,
-  onFirstOutput: () => void,
 ): Promise<{ text: string; calls: ModelToolCall[] } | FinalOutcome> {
-  const { job, model, turn, request, textSoFar } = input;
+  const { deps, run } = exec;
+  const { model, turn, request, textSoFar } = input;
   const began = performance.now();
   for (let attempt = 1; ; attempt++) {
     // A retry is a new lease (its own holder): the slot was given back for the wait.
-    const admitted = await acquireQuota(ctx, run, id, job, model, attempt === 1 ? turn : `${turn}.${attempt}`, emit);
+    const admitted = await acquireQuota(exec, { model, turn: attempt === 1 ? turn : `${turn}.${attempt}` });
     if ("state" in admitted) return admitted;
-    const result = await streamModelTurn(ctx, run, id, request, admitted.lease, emit, onFirstOutput);
+    const result = await streamModelTurn(exec, { request, lease: admitted.lease });
     // A call that produced output (or finished) was served, and the provider counts it: so do we.
     if (result.ok || result.outputStarted) {
-      await recordUsage(ctx, id, job, model, request, result.text, result.calls, result.ok ? result.usage : undefined);
+      await recordUsage(exec, {
+        model,
+        request,
+        text: result.text,
+        calls: result.calls,
+        reported: result.ok ? result.usage : undefined,
+      });
     }
     if (result.ok) {
-      countCall(ctx, model, run.abort.signal.aborted ? "aborted" : "ok");
+      countCall(deps, model, exec.signal.aborted ? "aborted" : "ok");
       return { text: result.text, calls: result.calls };
     }
-    if (run.abort.signal.aborted) {
-      countCall(ctx, model, "aborted");
+    if (exec.signal.aborted) {
+      countCall(deps, model, "aborted");
       return abortedOutcome(run, result.text || textSoFar);
     }
     const err = result.error;
-    ctx.log.warn("model call failed", { ...runFields(id), attempt, ...errorFields(err) });
+    deps.log.warn("model call failed", { ...exec.fields, attempt, ...errorFields(err) });
     if (result.outputStarted) {
       // Retrying would stream the answer again after the tenant saw its beginning.
-      countCall(ctx, model, "failed");
+      countCall(deps, model, "failed");
       return failed(
         "provider_error",
         `the model provider's stream broke after output had started (${err.message}); not retried, so no output is repeated`,
         result.text,
       );
     }
-    const delay = retryDelayMs(ctx.retry, attempt, err, performance.now() - began);
+    const delay = retryDelayMs(deps.retry, { retry: attempt, err, elapsedMs: performance.now() - began });
     if (delay === null) {
-      countCall(ctx, model, "failed");
+      countCall(deps, model, "failed");
       return failed(err.code, err.message, textSoFar);
     }
-    countCall(ctx, model, "retried");
-    ctx.metrics?.modelRetries?.inc({ model: model.name, reason: err.code });
-    ctx.metrics?.modelRetryDelay?.observe(delay / 1000);
-    emit("model.retry", { attempt, delay_ms: delay, reason: err.code, status: err.status });
+    countCall(deps, model, "retried");
+    deps.metrics.modelRetries.inc({ model: model.name, reason: err.code });
+    deps.metrics.modelRetryDelay.observe(delay / 1000);
+    exec.emit("model.retry", { attempt, delay_ms: delay, reason: err.code, status: err.status });
     try {
-      await sleep(delay, undefined, { signal: run.abort.signal });
+      await sleep(delay, undefined, { signal: exec.signal });
     } catch {
       // Cancelled (or shut down) during the wait: end now, not after it.
       return abortedOutcome(run, textSoFar);
@@ -87,8 +88,8 @@ export async function callModel(
   }
 }
 
-function countCall(ctx: RunContext, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
-  ctx.metrics?.modelCalls?.inc({ model: model.name, outcome });
+function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
+  deps.metrics.modelCalls.inc({ model: model.name, outcome });
 }
 
 /**
@@ -96,24 +97,27 @@ function countCall(ctx: RunContext, model: ModelEntry, outcome: "ok" | "retried"
  * failed write is logged and the run goes on: usage must not fail the tenant's job.
  */
 async function recordUsage(
-  ctx: RunContext,
-  id: ExecutionIdentity,
-  job: RunnableJob,
-  model: ModelEntry,
-  request: TurnRequest,
-  text: string,
-  calls: ModelToolCall[],
-  reported: ModelUsage | undefined,
+  exec: Execution,
+  call: {
+    model: ModelEntry;
+    request: TurnRequest;
+    text: string;
+    calls: ModelToolCall[];
+    /** What the provider's usage chunk said; undefined: estimated from the characters. */
+    reported: ModelUsage | undefined;
+  },
 ): Promise<void> {
-  const usage = reported ?? estimateUsage(request, text, calls);
+  const { deps } = exec;
+  const { model, reported } = call;
+  const usage = reported ?? estimateUsage(call.request, call.text, call.calls);
   const estimated = reported === undefined;
   const labels = { model: model.name, estimated: String(estimated) };
-  ctx.metrics?.modelTokens?.inc({ ...labels, kind: "prompt" }, usage.promptTokens);
-  ctx.metrics?.modelTokens?.inc({ ...labels, kind: "completion" }, usage.completionTokens);
+  deps.metrics.modelTokens.inc({ ...labels, kind: "prompt" }, usage.promptTokens);
+  deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
   try {
-    await recordModelUsage(ctx.db, id, { tenantId: job.tenantId, model: model.name, ...usage, estimated });
+    await recordModelUsage(deps.db, exec.id, { tenantId: exec.job.tenantId, model: model.name, ...usage, estimated });
   } catch (err) {
-    ctx.log.warn("model usage not recorded", { ...runFields(id), ...usage, estimated, ...errorFields(err) });
+    deps.log.warn("model usage not recorded", { ...exec.fields, ...usage, estimated, ...errorFields(err) });
   }
 }
 

@@ -28,14 +28,13 @@ export function isRetryable(err: ModelError): boolean {
 /**
  * The wait before retry number `retry` (1 = the first), or null when the policy says stop: out
  * of retries, or the wait would overrun the turn's budget (`elapsedMs` since its first attempt).
+ * `random` draws the jitter (default Math.random).
  */
 export function retryDelayMs(
   policy: RetryPolicy,
-  retry: number,
-  err: ModelError,
-  elapsedMs: number,
-  random: () => number = Math.random,
+  attempt: { retry: number; err: ModelError; elapsedMs: number; random?: () => number },
 ): number | null {
+  const { retry, err, elapsedMs, random = Math.random } = attempt;
   if (retry > policy.maxRetries || !isRetryable(err)) return null;
   const ceiling = Math.min(policy.maxDelayMs, policy.baseMs * 2 ** (retry - 1));
   const delay = err.retryAfterMs ?? Math.floor(random() * ceiling);

@@ -4,7 +4,6 @@
  * when the call ends however it ends. Whether the call failed before or after producing output
  * is part of the result: only the first may be retried (model-call.ts).
  */
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { QuotaLease } from "../../src/quota/lease-store";
 import {
   ModelError,
@@ -15,7 +14,7 @@ import {
   type ModelUsage,
 } from "../model/types";
 import { leaseRanOut, releaseQuota } from "./quota-gate";
-import type { ActiveRun, Emit, RunContext } from "./run-context";
+import type { Emit, Execution } from "./run-context";
 
 /** Deltas are flushed at this size even inside the coalescing window. */
 export const MAX_DELTA_CHARS = 4096;
@@ -50,20 +49,19 @@ export type TurnResult =
     };
 
 /**
- * Stream one call. `onFirstOutput` is called at each text or tool-call chunk (the caller writes
- * the first_output_at fact once). A provider failure (ModelError) is returned, not thrown; any
- * other error is thrown. The pending delta is emitted and the lease released first.
+ * Stream one call. Each text or tool-call chunk observes the run's first_output_at fact (once:
+ * no statement of its own, it rides on the next heartbeat or the terminal write). A provider
+ * failure (ModelError) is returned, not thrown; any other error is thrown. The pending delta is
+ * emitted and the lease released first.
  */
 export async function streamModelTurn(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  req: TurnRequest,
-  lease: QuotaLease | null,
-  emit: Emit,
-  onFirstOutput: () => void,
+  exec: Execution,
+  call: { request: TurnRequest; lease: QuotaLease | null },
 ): Promise<TurnResult> {
-  const deltas = new DeltaCoalescer(emit, ctx.coalesceMs);
+  const { deps, run } = exec;
+  const { request: req, lease } = call;
+  const onFirstOutput = () => run.observe("first_output_at");
+  const deltas = new DeltaCoalescer(exec.emit, deps.coalesceMs);
   let text = "";
   const calls: ModelToolCall[] = [];
   let usage: ModelUsage | undefined;
@@ -73,9 +71,9 @@ export async function streamModelTurn(
       // Checked before the call and at every chunk: a holder paused past its lease (SIGSTOP, a
       // stalled loop) wakes with its data and its timers due at once, and its renewal would
       // learn of the loss only a round trip later, after the run had carried on (docs/quota.md).
-      const chunks = leaseRanOut(ctx, run, id, lease) ? [] : ctx.model.streamTurn({ ...req, signal: run.abort.signal });
+      const chunks = leaseRanOut(exec, lease) ? [] : deps.model.streamTurn({ ...req, signal: exec.signal });
       for await (const chunk of chunks) {
-        if (run.abort.signal.aborted || leaseRanOut(ctx, run, id, lease)) break;
+        if (exec.signal.aborted || leaseRanOut(exec, lease)) break;
         if (chunk.type === "text") {
           if (!chunk.text) continue;
           outputStarted = true;
@@ -92,7 +90,7 @@ export async function streamModelTurn(
         }
       }
     } finally {
-      await releaseQuota(ctx, lease);
+      await releaseQuota(deps, lease);
     }
   } catch (err) {
     if (!(err instanceof ModelError)) throw err;

@@ -4,13 +4,11 @@
  * `quota.waiting`, and the holder-side rule that an expired lease is lost (docs/quota.md).
  */
 import type { FinalOutcome } from "../../src/db/ownership-repo";
-import type { RunnableJob } from "../../src/db/run-repo";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
-import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
 export interface QuotaGate {
@@ -27,17 +25,17 @@ export interface QuotaGate {
   onWait?(outcome: WaitOutcome): void;
 }
 
-/** A lease for one model turn (null = no quota configured), or the outcome that ends the run. */
+/**
+ * A lease for one model turn (null = no quota configured), or the outcome that ends the run.
+ * `turn` names the holder: the turn's number, `<turn>.<attempt>` for a retry.
+ */
 export async function acquireQuota(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  job: RunnableJob,
-  model: ModelEntry,
-  turn: number | string,
-  emit: Emit,
+  exec: Execution,
+  call: { model: ModelEntry; turn: number | string },
 ): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
-  const q = ctx.quota;
+  const { deps, run, job } = exec;
+  const { model, turn } = call;
+  const q = deps.quota;
   const modelLimit = modelQuotaLimit(q, model);
   if (!q || modelLimit <= 0) return { lease: null };
   // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
@@ -46,12 +44,12 @@ export async function acquireQuota(
   if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
   if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
   const outcome = await acquireWithWait(q.store, {
-    holder: `${id.executionId}:${turn}`,
+    holder: `${exec.id.executionId}:${turn}`,
     demands,
     maxWaitMs: q.maxWaitMs,
-    signal: run.abort.signal,
+    signal: exec.signal,
     onWaiting: (info) =>
-      emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
+      exec.emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
   });
   q.onWait?.(outcome);
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
@@ -75,10 +73,10 @@ export function modelQuotaLimit(q: Pick<QuotaGate, "modelLimit"> | undefined, mo
 }
 
 /** The turn is over: stop renewing its lease and free the slot. */
-export async function releaseQuota(ctx: RunContext, lease: QuotaLease | null): Promise<void> {
+export async function releaseQuota(deps: RunDeps, lease: QuotaLease | null): Promise<void> {
   if (!lease) return;
-  ctx.quota?.untrack(lease);
-  await ctx.quota?.store.release(lease);
+  deps.quota?.untrack(lease);
+  await deps.quota?.store.release(lease);
 }
 
 /**
@@ -86,15 +84,16 @@ export async function releaseQuota(ctx: RunContext, lease: QuotaLease | null): P
  * deadline the lease is lost whatever Redis would say: stop the run's model calls, as a renewal
  * that found it gone would.
  */
-export function leaseRanOut(ctx: RunContext, run: ActiveRun, id: ExecutionIdentity, lease: QuotaLease | null): boolean {
-  if (!lease || !ctx.quota || ctx.quota.store.isValid(lease)) return false;
-  ctx.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
-    ...runFields(id),
+export function leaseRanOut(exec: Execution, lease: QuotaLease | null): boolean {
+  const { deps } = exec;
+  if (!lease || !deps.quota || deps.quota.store.isValid(lease)) return false;
+  deps.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
+    ...exec.fields,
     holder: lease.holder,
   });
   // Counted like a lease a renewal found purged (docs/observability.md): an acquire that came
   // back past its deadline under load failed runs with this counter still at 0.
-  ctx.metrics?.quotaLeasesLost?.inc();
-  run.loseLease();
+  deps.metrics.quotaLeasesLost.inc();
+  exec.run.loseLease();
   return true;
 }

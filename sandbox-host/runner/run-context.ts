@@ -1,7 +1,8 @@
 /**
- * What every step of a run shares: the host's collaborators (`RunContext`), the run's own state
- * (`ActiveRun`, also read by the heartbeat loop, the cancel watch and shutdown), how a step emits
- * an event, and how a run's failure is made.
+ * What every step of a run shares: the host's collaborators (`RunDeps`), the run's own state
+ * (`ActiveRun`, also read by the heartbeat loop, the cancel watch and shutdown), the one object a
+ * step is handed (`Execution`: the deps, the started run and its identity, the job's row, emit,
+ * the abort signal), and how a run's failure is made.
  */
 
 import type { JobErrorCode } from "../../src/contracts/errors";
@@ -9,6 +10,7 @@ import type { EventPayload, EventType } from "../../src/contracts/events";
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } from "../../src/db/ownership-repo";
+import type { RunnableJob } from "../../src/db/run-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { Logger } from "../log";
@@ -22,33 +24,24 @@ import type { SandboxManager } from "../sandbox/manager";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 
-export interface RunContext {
+/**
+ * The host's collaborators, built once by the Runner and handed to every run (as trigger.dev's
+ * run engine hands one typed resources object to every system): what a step needs from the host
+ * is a field here, never a parameter of its own or an optional hook with a default. A new
+ * collaborator (issue 27's journal writer, called at every completed step) is one more field.
+ */
+export interface RunDeps {
   db: Db;
   hostId: string;
-  /** The started CAS; the runner passes its group-committing batcher (default: one statement). */
-  markStarted?: (id: ExecutionIdentity) => Promise<boolean>;
-  /** The terminal write; the runner passes its group-committing batcher (default: one statement). */
-  finish?: (finish: Finish) => Promise<FinishResult>;
+  /** The run's own row writes that the Runner group-commits (start-batcher.ts, finish-batcher.ts). */
+  writes: RunWrites;
   model: ModelClient;
   outbox: Outbox;
   log: Logger;
   /** Deltas arriving within this window become one `model.delta` event. */
   coalesceMs: number;
-  /** Phase histograms, observed from the timing facts the terminal write returned. */
-  metrics?: Pick<HostMetrics, "runPhase"> &
-    Partial<
-      Pick<
-        HostMetrics,
-        | "cancelConvergence"
-        | "modelTokens"
-        | "modelCalls"
-        | "modelRetries"
-        | "modelRetryDelay"
-        | "waitsStarted"
-        | "waitDuration"
-        | "quotaLeasesLost"
-      >
-    >;
+  /** Phase histograms (observed from the timing facts the terminal write returned) and the run's counters. */
+  metrics: RunMetrics;
   /** Where a run's tenant-priced CPU work goes (the answer's response_format check), off the loop. */
   offload: Pick<OffloadPool, "run">;
   /** Global model quota (named leases shared by every host); absent = no quota. */
@@ -59,7 +52,7 @@ export interface RunContext {
    * A run's sandbox is gone but its cleanup fence could not be cleared: the janitor clears it
    * later (`SandboxJanitor.settle`). No listing would ever find the sandbox again.
    */
-  fenceOwed?: (executionId: string) => void;
+  fenceOwed: (executionId: string) => void;
   /** The models jobs may run on, the default first; a job naming another one fails unrun. */
   models: ModelCatalog;
   /** Which failed model calls are tried again, and how long a turn may spend on it. */
@@ -72,6 +65,26 @@ export interface RunContext {
    */
   maxQueuedJobsPerTenant?: number;
 }
+
+/** The started CAS and the terminal write, each fenced by the execution identity. */
+export interface RunWrites {
+  start(id: ExecutionIdentity): Promise<boolean>;
+  finish(finish: Finish): Promise<FinishResult>;
+}
+
+/** The host metrics a run observes. */
+export type RunMetrics = Pick<
+  HostMetrics,
+  | "runPhase"
+  | "cancelConvergence"
+  | "modelTokens"
+  | "modelCalls"
+  | "modelRetries"
+  | "modelRetryDelay"
+  | "waitsStarted"
+  | "waitDuration"
+  | "quotaLeasesLost"
+>;
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */
 export type Emit = <T extends EventType>(type: T, payload: EventPayload<T>) => void;
@@ -95,6 +108,13 @@ export class ActiveRun {
   readonly factsLanded = new Set<TimingPoint>();
 
   constructor(readonly claim: Claim) {}
+
+  /** The started CAS hit under `id`: from here the heartbeat carries this identity. */
+  start(id: ExecutionIdentity): StartedRun {
+    this.identity = id;
+    this.phase = "running";
+    return this as StartedRun;
+  }
 
   /** Observe a timing fact once; it rides on the next heartbeat or the terminal write. */
   observe(point: TimingPoint): void {
@@ -143,6 +163,52 @@ export class ActiveRun {
   stopForShutdown(): void {
     this.abortReason ??= "host_shutdown";
     this.abort.abort(new Error("host shutting down"));
+  }
+}
+
+/** A run whose started CAS hit: its identity is set (`ActiveRun.start`), once. */
+export type StartedRun = ActiveRun & { identity: ExecutionIdentity };
+
+/** What an execution is before its job's row is read (the row is read by its first step). */
+export interface ExecutionParts {
+  deps: RunDeps;
+  run: StartedRun;
+  /** Emit one event under this execution (dropped once the run is no longer the owner). */
+  emit: Emit;
+}
+
+/**
+ * One execution of a claimed job, built once by `runJob` and passed whole to every step, which
+ * takes what else it needs as named options. The identity has one home, the run (the heartbeat
+ * reads it there); `id` reads it.
+ */
+export class Execution implements ExecutionParts {
+  readonly deps: RunDeps;
+  readonly run: StartedRun;
+  readonly emit: Emit;
+  /** The job's row as this execution read it, once (a later agent version never reaches it). */
+  readonly job: RunnableJob;
+
+  constructor(parts: ExecutionParts & { job: RunnableJob }) {
+    this.deps = parts.deps;
+    this.run = parts.run;
+    this.emit = parts.emit;
+    this.job = parts.job;
+  }
+
+  /** The identity every fenced write of this execution carries. */
+  get id(): ExecutionIdentity {
+    return this.run.identity;
+  }
+
+  /** Aborted when the run must stop (`run.abortReason` says why). */
+  get signal(): AbortSignal {
+    return this.run.abort.signal;
+  }
+
+  /** Log fields naming the execution. */
+  get fields(): { job_id: string; execution_id: string } {
+    return runFields(this.id);
   }
 }
 

@@ -6,16 +6,15 @@
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
 import { randomUUID } from "node:crypto";
-import { cancelClaim, type FinishResult, finishJobReporting, markStarted } from "../../src/db/ownership-repo";
+import { cancelClaim, type FinalOutcome, type FinishResult } from "../../src/db/ownership-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
-import { runAgent } from "./agent-loop";
-import type { ActiveRun, Emit, RunContext } from "./run-context";
-import { runFields } from "./run-context";
+import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
+import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
-import { suspendRun } from "./waitpoint";
+import { suspendRun, type WaitOutcome } from "./waitpoint";
 
 export type RunResult =
   | "not_started"
@@ -28,31 +27,36 @@ export type RunResult =
   /** Ended cleanly at a waitpoint: the job is `waiting`, and the execution `suspended`. */
   | "suspended";
 
-export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult> {
-  const { db, log } = ctx;
-  const id: ExecutionIdentity = { ...run.claim, host: ctx.hostId, executionId: randomUUID() };
+export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResult> {
+  const { log } = deps;
+  const id: ExecutionIdentity = { ...active.claim, host: deps.hostId, executionId: randomUUID() };
   const fields = { ...runFields(id), epoch: id.epoch };
 
-  if (!(await (ctx.markStarted ?? ((x) => markStarted(db, x)))(id))) {
+  if (!(await deps.writes.start(id))) {
     // Cancelled before it started: end it with our claim identity. Otherwise someone else owns
     // it now (claim released and re-claimed): not ours to run.
-    if (await cancelClaim(db, id).catch(() => false)) {
+    if (await cancelClaim(deps.db, id).catch(() => false)) {
       log.info("cancel requested before start; job cancelled", fields);
       return "cancelled_before_start";
     }
     log.info("start CAS missed; dropping the claim", fields);
     return "not_started";
   }
-  run.identity = id;
-  run.phase = "running";
-  const out = ctx.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
+  const run = active.start(id);
+  const out = deps.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
   const emit: Emit = (type, payload) => {
     if (run.owned) out.emit(type, payload);
   };
 
   try {
-    // The first event (run.started, or run.resumed from a checkpoint) is the agent loop's.
-    let outcome = await runAgent(ctx, run, id, emit);
+    // The first event (run.started, or run.resumed from a checkpoint) is readRow's.
+    let outcome: FinalOutcome | WaitOutcome;
+    try {
+      const row = await readRow({ deps, run, emit });
+      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row.resume);
+    } catch (err) {
+      outcome = unexpectedOutcome({ deps, run, emit }, err, "");
+    }
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", fields);
       return "ownership_lost";
@@ -60,7 +64,7 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
       try {
-        suspended = await suspendRun(ctx, run, id, outcome, emit);
+        suspended = await suspendRun({ deps, run, emit }, outcome);
       } catch (err) {
         // Unknown whether it hit: the row is either waiting (no owner) or still running under
         // this execution, which stops heartbeating now and is reaped as lost.
@@ -81,11 +85,10 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     let written: FinishResult;
     try {
       // The terminal write also carries the timing facts no heartbeat has written yet.
-      const finish = { id, outcome, facts: run.pendingFacts() };
-      written = await (ctx.finish ?? ((f) => finishJobReporting(db, f.id, f.outcome, f.facts)))(finish);
+      written = await deps.writes.finish({ id, outcome, facts: run.pendingFacts() });
       finished = written.written;
       if (finished && written.cancelLagSeconds !== null) {
-        ctx.metrics?.cancelConvergence?.observe({ outcome: outcome.state }, written.cancelLagSeconds);
+        deps.metrics.cancelConvergence.observe({ outcome: outcome.state }, written.cancelLagSeconds);
       }
     } catch (err) {
       // The reaper will mark the run lost; the projector learns the terminal state from Postgres.
@@ -100,21 +103,21 @@ export async function runJob(ctx: RunContext, run: ActiveRun): Promise<RunResult
     if (outcome.state === "completed") emit("run.completed", { output: outcome.output });
     else if (outcome.state === "failed") emit("run.failed", { error: outcome.error });
     else emit("run.cancelled", { output: outcome.output ?? null });
-    observePhases(ctx, id, written.facts);
+    observePhases(deps, id, written.facts);
     return outcome.state;
   } finally {
     run.phase = "done";
-    if (run.sandboxUsed && ctx.sandbox) await destroySandbox(ctx, id);
+    if (run.sandboxUsed && deps.sandbox) await destroySandbox(deps, id);
     out.end();
   }
 }
 
 /** Phase histograms from the same five timestamps the API serializes (the terminal write returned them). */
-function observePhases(ctx: RunContext, id: ExecutionIdentity, facts: TimingFacts | null): void {
-  if (!ctx.metrics || !facts) return;
+function observePhases(deps: RunDeps, id: ExecutionIdentity, facts: TimingFacts | null): void {
+  if (!facts) return;
   try {
-    observeRunPhases(ctx.metrics, deriveLatency(facts));
+    observeRunPhases(deps.metrics, deriveLatency(facts));
   } catch (err) {
-    ctx.log.warn("phase metrics not observed", { ...runFields(id), ...errorFields(err) });
+    deps.log.warn("phase metrics not observed", { ...runFields(id), ...errorFields(err) });
   }
 }

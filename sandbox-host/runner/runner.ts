@@ -24,7 +24,7 @@ import type { SandboxManager } from "../sandbox/manager";
 import { FinishBatcher } from "./finish-batcher";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
-import { ActiveRun, type RunContext } from "./run-context";
+import { ActiveRun, type RunDeps } from "./run-context";
 import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 
@@ -47,7 +47,7 @@ export interface RunnerOptions {
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
-  /** See RunContext.fenceOwed. */
+  /** See RunDeps.fenceOwed (absent: nothing is owed to anyone). */
   fenceOwed?: (executionId: string) => void;
   /**
    * Admission headroom for sandboxes: while this many sandbox creations wait for a turn, the
@@ -63,7 +63,7 @@ export interface RunnerOptions {
   mcp?: McpHostConfig;
   /** Child jobs a delegating run may queue while its tenant has this many queued (0 or absent: no check). */
   maxQueuedJobsPerTenant?: number;
-  /** The host's offload pool (RunContext.offload). */
+  /** The host's offload pool (RunDeps.offload). */
   offload: Pick<OffloadPool, "run">;
 }
 
@@ -75,7 +75,8 @@ export class Runner {
   private lastDurableCheck = 0;
   /** Quota leases held by runs here, renewed together (one Redis call per heartbeat). */
   private readonly leases = new Map<string, { lease: QuotaLease; onLost: () => void }>();
-  private readonly ctx: RunContext;
+  /** The collaborators every run gets, built once. */
+  private readonly deps: RunDeps;
   /** One heartbeat statement for every started run, every ~heartbeatMs (fixed rate, ±10%: see the constructor). */
   readonly heartbeats: PeriodicTask;
   /**
@@ -92,18 +93,17 @@ export class Runner {
   constructor(private readonly opts: RunnerOptions) {
     const starts = new StartBatcher(opts.db, opts.hostId);
     const finishes = new FinishBatcher(opts.db, opts.hostId);
-    this.ctx = {
+    this.deps = {
       db: opts.db,
       hostId: opts.hostId,
-      markStarted: (id) => starts.start(id),
-      finish: (f) => finishes.finish(f),
+      writes: { start: (id) => starts.start(id), finish: (f) => finishes.finish(f) },
       model: opts.model,
       outbox: opts.outbox,
       log: opts.log,
       coalesceMs: opts.coalesceMs ?? 5,
       metrics: opts.metrics,
       sandbox: opts.sandbox,
-      fenceOwed: opts.fenceOwed,
+      fenceOwed: opts.fenceOwed ?? (() => {}),
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,
       mcp: opts.mcp,
@@ -182,7 +182,7 @@ export class Runner {
       throw new Error("no free run slot: the claimer must check capacity before claiming");
     }
     const run = new ActiveRun(claim);
-    const done = runJob(this.ctx, run).then(
+    const done = runJob(this.deps, run).then(
       (result) => {
         if (result !== "not_started") this.opts.metrics.runsFinished.inc({ outcome: result });
       },

@@ -12,7 +12,7 @@ import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/errors";
 import { callSandboxTool, toolResultContent } from "../sandbox/tools";
-import { type ActiveRun, abortedOutcome, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
 
 /** A call the run must not make: visible as a call and its failed result, which the model reads. */
 export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { content: string } {
@@ -36,33 +36,22 @@ export function allowedTools(job: RunnableJob): readonly ToolName[] {
  * sandbox, fails the run `tools_unavailable`: that is the host's lack, no answer of the model
  * can mend it.
  */
-export function unofferedCall(
-  ctx: RunContext,
-  job: RunnableJob,
-  call: ModelToolCall,
-  emit: Emit,
-  text: string,
-): { content: string } | FinalOutcome {
-  if (!ctx.sandbox && (allowedTools(job) as readonly string[]).includes(call.name)) {
+export function unofferedCall(exec: Execution, call: ModelToolCall, text: string): { content: string } | FinalOutcome {
+  if (!exec.deps.sandbox && (allowedTools(exec.job) as readonly string[]).includes(call.name)) {
     return failed(
       "tools_unavailable",
       `the model called tool "${call.name}" but this host has no sandbox (Docker)`,
       text,
     );
   }
-  return refuseTool(call, emit, `unknown tool "${call.name}"`);
+  return refuseTool(call, exec.emit, `unknown tool "${call.name}"`);
 }
 
-export async function runTool(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  call: ModelToolCall,
-  emit: Emit,
-): Promise<{ content: string } | FinalOutcome> {
+export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ content: string } | FinalOutcome> {
+  const { deps, run, emit, id } = exec;
   const server = run.mcp?.serverOf(call.name) ?? null;
-  if (run.mcp && server !== null) return runMcpTool(run.mcp, server, run, call, emit);
-  const sandbox = ctx.sandbox;
+  if (run.mcp && server !== null) return runMcpTool(exec, { mcp: run.mcp, server, call });
+  const sandbox = deps.sandbox;
   emit("tool.call", { id: call.id, name: call.name, args: call.args });
   if (!sandbox) {
     // An agent with only MCP tools runs without a sandbox; a call of anything else is the model's mistake.
@@ -72,7 +61,7 @@ export async function runTool(
   }
   if (!run.sandboxUsed) {
     // The fence goes on the row before anything exists to clean up.
-    if (!(await setCleanupPending(ctx.db, id, true))) {
+    if (!(await setCleanupPending(deps.db, id, true))) {
       run.owned = false;
       return failed("ownership_lost", "the run is no longer the owner", "");
     }
@@ -84,21 +73,21 @@ export async function runTool(
       // Creation is admitted a few at a time (SANDBOX_CREATE_CONCURRENCY): a turn in the queue is
       // back-pressure, reported as a wait like quota.waiting, never as an error.
       await sandbox.ensure(id.executionId, {
-        signal: run.abort.signal,
+        signal: exec.signal,
         onQueued: (ahead) => emit("sandbox.waiting", { ahead }),
       });
     }
-    const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, run.abort.signal);
+    const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, exec.signal);
     if (!hadSandbox) emit("sandbox.created", {});
     emit("tool.result", { id: call.id, ok: result.ok, output: result.ok ? result.output : result.error });
     return { content: toolResultContent(result) };
   } catch (err) {
     // Cancelled (or the host is stopping) while waiting for a creation turn: not a sandbox failure.
-    if (run.abort.signal.aborted) return abortedOutcome(run, "");
+    if (exec.signal.aborted) return abortedOutcome(run, "");
     // Creation or engine failure: an explicit run error, never a fallback to the host.
     const message = err instanceof Error ? err.message : String(err);
     const fatal = isRunFatal(err);
-    ctx.log.warn("sandbox tool call failed", { ...runFields(id), ...errorFields(err) });
+    deps.log.warn("sandbox tool call failed", { ...exec.fields, ...errorFields(err) });
     // An infrastructure failure's text is the engine's (generic for the tenant); the model's own
     // mistakes (a path outside the workspace, …) keep their explanation.
     const output: JobError = { code: "sandbox_error", message };
@@ -112,14 +101,13 @@ export async function runTool(
  * run goes on. The events name the server. A cancel stops the call (the caller ends the run).
  */
 async function runMcpTool(
-  mcp: McpToolset,
-  server: string,
-  run: ActiveRun,
-  call: ModelToolCall,
-  emit: Emit,
+  exec: Execution,
+  target: { mcp: McpToolset; server: string; call: ModelToolCall },
 ): Promise<{ content: string }> {
+  const { emit } = exec;
+  const { mcp, server, call } = target;
   emit("tool.call", { id: call.id, name: call.name, args: call.args, server });
-  const result = await mcp.call(call.name, call.args, call.id, run.abort.signal);
+  const result = await mcp.call(call.name, call.args, call.id, exec.signal);
   if (result.ok) {
     emit("tool.result", { id: call.id, ok: true, output: result.output, server });
     return { content: result.text };
@@ -129,21 +117,21 @@ async function runMcpTool(
 }
 
 /** The run's terminal state is written: remove its sandbox, then clear the fence on the row. */
-export async function destroySandbox(ctx: RunContext, id: ExecutionIdentity): Promise<void> {
+export async function destroySandbox(deps: RunDeps, id: ExecutionIdentity): Promise<void> {
   try {
-    await ctx.sandbox?.destroy(id.executionId);
+    await deps.sandbox?.destroy(id.executionId);
   } catch (err) {
     // The sandbox and the fence stay: the janitor removes it once the run is over, then clears it.
-    ctx.log.error("sandbox cleanup failed", { ...runFields(id), ...errorFields(err) });
+    deps.log.error("sandbox cleanup failed", { ...runFields(id), ...errorFields(err) });
     return;
   }
   // The sandbox is gone, so no janitor listing will find it again: a fence this write misses
   // (the statement failed, or the row is no longer this execution's to write) is handed to the
   // janitor, which clears it once the job no longer runs under this execution.
   try {
-    if (!(await setCleanupPending(ctx.db, id, false))) ctx.fenceOwed?.(id.executionId);
+    if (!(await setCleanupPending(deps.db, id, false))) deps.fenceOwed(id.executionId);
   } catch (err) {
-    ctx.log.error("sandbox cleanup fence not cleared", { ...runFields(id), ...errorFields(err) });
-    ctx.fenceOwed?.(id.executionId);
+    deps.log.error("sandbox cleanup fence not cleared", { ...runFields(id), ...errorFields(err) });
+    deps.fenceOwed(id.executionId);
   }
 }

@@ -10,10 +10,9 @@ import type { WaitKind } from "../../src/contracts/wait";
 import { applyAnswerInput } from "../../src/db/ownership-repo";
 import { type ChildJob, type ResumeDecision, suspendJob } from "../../src/db/wait-repo";
 import { ASK_USER_TOOL } from "../../src/domain/approval";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelMessage, ModelToolCall, ModelToolSpec } from "../model/types";
 import type { ChildrenCheckpoint } from "./delegate";
-import { type ActiveRun, type Emit, failed, type RunContext, runFields } from "./run-context";
+import { type Execution, type ExecutionParts, failed, runFields } from "./run-context";
 import { destroySandbox, runTool } from "./tool-step";
 
 /** The ask_user tool as the model sees it (offered when the agent sets `ask_user: true`). */
@@ -82,23 +81,19 @@ export type SuspendResult = "suspended" | "cancel_requested" | "ownership_lost";
  * statement, then `tool.approval_requested` / `input.requested` and `run.suspended`. The events
  * follow the write so a client that acts on them finds the job waiting.
  */
-export async function suspendRun(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
-  wait: WaitOutcome,
-  emit: Emit,
-): Promise<SuspendResult> {
+export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promise<SuspendResult> {
+  const { deps, run, emit } = exec;
+  const id = run.identity;
   // Still `running` (heartbeats go on) while the sandbox is removed, which can take seconds.
-  if (run.sandboxUsed && ctx.sandbox) {
-    await destroySandbox(ctx, id);
+  if (run.sandboxUsed && deps.sandbox) {
+    await destroySandbox(deps, id);
     run.sandboxUsed = false;
   }
   // From here the row stops being `running`: a heartbeat must not read that as a lost run.
   run.phase = "finishing";
   const call = wait.checkpoint.pending;
   const question = wait.kind === "input" ? questionOf(call) : null;
-  const result = await suspendJob(ctx.db, id, {
+  const result = await suspendJob(deps.db, id, {
     kind: wait.kind,
     callId: call.id,
     tool: call.name,
@@ -130,8 +125,8 @@ export async function suspendRun(
     emit("input.requested", { call_id: call.id, question: question ?? "", deadline_at: result.deadlineAt });
   }
   emit("run.suspended", { waiting_for: { kind: wait.kind, call_id: call.id, tool: call.name } });
-  ctx.metrics?.waitsStarted?.inc({ kind: wait.kind });
-  ctx.log.info("run suspended at a waitpoint", { ...runFields(id), kind: wait.kind, call_id: call.id });
+  deps.metrics.waitsStarted.inc({ kind: wait.kind });
+  deps.log.info("run suspended at a waitpoint", { ...runFields(id), kind: wait.kind, call_id: call.id });
   return "suspended";
 }
 
@@ -141,21 +136,19 @@ export async function suspendRun(
  * the note, an answer to ask_user is the input (applied here, fenced).
  */
 export async function decidedCallResult(
-  ctx: RunContext,
-  run: ActiveRun,
-  id: ExecutionIdentity,
+  exec: Execution,
   call: ModelToolCall,
   decided: ResumeDecision,
-  emit: Emit,
 ): Promise<{ content: string } | ReturnType<typeof failed>> {
+  const { deps, run, emit } = exec;
   if (decided.decision === "approve") {
     // An MCP tool runs at its server: only a sandbox tool needs the host's Docker.
-    if (!ctx.sandbox && run.mcp?.serverOf(call.name) == null)
+    if (!deps.sandbox && run.mcp?.serverOf(call.name) == null)
       return failed("tools_unavailable", "the approved tool needs a sandbox (Docker), and this host has none", "");
-    return runTool(ctx, run, id, call, emit);
+    return runTool(exec, call);
   }
   if (decided.decision === "input" && decided.input) {
-    if (!(await applyAnswerInput(ctx.db, id, decided.input.id))) {
+    if (!(await applyAnswerInput(deps.db, exec.id, decided.input.id))) {
       run.owned = false;
       return failed("ownership_lost", "the run is no longer the owner", "");
     }

@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { planChildren } from "../../sandbox-host/runner/delegate";
-import type { RunContext } from "../../sandbox-host/runner/run-context";
+import { ActiveRun, type Emit, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import { createAgent } from "../../src/db/agents-repo";
 import { getTree } from "../../src/db/children-repo";
@@ -185,17 +185,29 @@ describe("sub-agents in Postgres", () => {
     for (let i = 0; i < 2; i++) {
       await t.db.insert(jobs).values({ id: randomUUID(), tenantId: "q1", input: { messages: [] } });
     }
-    const ctx = { db: t.db, models: { entries: [{ name: "m" }] }, maxQueuedJobsPerTenant: 4 } as unknown as RunContext;
+    const deps = { db: t.db, models: { entries: [{ name: "m" }] }, maxQueuedJobsPerTenant: 4 } as unknown as RunDeps;
+    // The parent's execution: only its identity, its row's tenant and its events matter here.
+    const parentExecution = (d: RunDeps, emit: Emit) =>
+      new Execution({ deps: d, run: new ActiveRun(parent).start(parent), emit, job: { tenantId: "q1" } as never });
     const calls = ["c1", "c2", "c3"].map((id) => ({ id, name: "delegate_worker", args: { input: `task ${id}` } }));
     const emitted: string[] = [];
-    const plan = await planChildren(ctx, "q1", parent, definition, calls, (type) => void emitted.push(type));
+    const plan = await planChildren(
+      parentExecution(deps, (type) => void emitted.push(type)),
+      { definition, calls },
+    );
     expect(plan.children.map((c) => c.callId)).toEqual(["c1", "c2"]);
     expect(plan.checkpoint.calls.c3).toEqual({
       error: { code: "rate_limited", message: "this tenant already has 4 queued jobs (the limit)" },
     });
     expect(emitted).toEqual(["tool.call", "tool.call", "tool.call"]);
     // 0 turns the check off, as on the gateway.
-    const open = await planChildren({ ...ctx, maxQueuedJobsPerTenant: 0 }, "q1", parent, definition, calls, () => {});
+    const open = await planChildren(
+      parentExecution({ ...deps, maxQueuedJobsPerTenant: 0 }, () => {}),
+      {
+        definition,
+        calls,
+      },
+    );
     expect(open.children).toHaveLength(3);
   });
 });

@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxJanitor } from "../../sandbox-host/reaper/sandbox-janitor";
-import type { RunContext } from "../../sandbox-host/runner/run-context";
+import type { RunDeps } from "../../sandbox-host/runner/run-context";
 import { destroySandbox } from "../../sandbox-host/runner/tool-step";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
@@ -186,15 +186,15 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
     await t.pool.query("UPDATE jobs SET state = 'completed', error = NULL WHERE id = $1", [jobId]);
     const { epoch, token } = (await t.pool.query("select epoch, token from jobs where id = $1", [jobId])).rows[0];
     const id = { jobId, executionId: runId, host: deadHost, epoch, token };
-    const ctx = {
+    const deps = {
       db,
       sandbox: made,
       log: { info() {}, warn() {}, error() {} },
       fenceOwed: (run: string) => janitor.settle([run]),
-    } as unknown as RunContext;
+    } as unknown as RunDeps;
     const lift = await rejectFenceClears();
     try {
-      await destroySandbox(ctx, id);
+      await destroySandbox(deps, id);
       expect(await countHostObjects(d, deadHost)).toEqual({ containers: 0, networks: 0 });
       expect(await fence(jobId)).toBe(true);
     } finally {

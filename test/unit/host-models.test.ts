@@ -162,12 +162,14 @@ describe("the retry policy", () => {
 
   it("waits a full-jitter backoff below a doubling ceiling, or the Retry-After; bounded in count and time", () => {
     const e = err("provider_error", 500);
-    expect([1, 2, 3].map((n) => retryDelayMs(policy, n, e, 0, () => 0.999))).toEqual([99, 199, 249]);
-    expect(retryDelayMs(policy, 1, e, 0, () => 0)).toBe(0);
-    expect(retryDelayMs(policy, 4, e, 0, () => 0.5)).toBeNull();
-    expect(retryDelayMs(policy, 1, err("rate_limited", 429, 700), 0)).toBe(700);
-    expect(retryDelayMs(policy, 1, err("rate_limited", 429, 700), 400)).toBeNull();
-    expect(retryDelayMs(policy, 1, err("provider_error", 400), 0)).toBeNull();
+    expect([1, 2, 3].map((n) => retryDelayMs(policy, { retry: n, err: e, elapsedMs: 0, random: () => 0.999 }))).toEqual(
+      [99, 199, 249],
+    );
+    expect(retryDelayMs(policy, { retry: 1, err: e, elapsedMs: 0, random: () => 0 })).toBe(0);
+    expect(retryDelayMs(policy, { retry: 4, err: e, elapsedMs: 0, random: () => 0.5 })).toBeNull();
+    expect(retryDelayMs(policy, { retry: 1, err: err("rate_limited", 429, 700), elapsedMs: 0 })).toBe(700);
+    expect(retryDelayMs(policy, { retry: 1, err: err("rate_limited", 429, 700), elapsedMs: 400 })).toBeNull();
+    expect(retryDelayMs(policy, { retry: 1, err: err("provider_error", 400), elapsedMs: 0 })).toBeNull();
   });
 });
 

@@ -7,7 +7,7 @@
 import { Counter, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { leaseRanOut } from "../../sandbox-host/runner/quota-gate";
-import { ActiveRun, type RunContext } from "../../sandbox-host/runner/run-context";
+import { ActiveRun, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 
 const id: ExecutionIdentity = { jobId: "j", host: "h", epoch: 1, token: "t", executionId: "e" };
@@ -17,13 +17,14 @@ function setup(valid: boolean) {
   const registry = new Registry();
   const lost = new Counter({ name: "quota_leases_lost_total", help: "h", registers: [registry] });
   const warnings: string[] = [];
-  const ctx = {
+  const deps = {
     quota: { store: { isValid: () => valid } },
     metrics: { quotaLeasesLost: lost },
     log: { warn: (m: string) => warnings.push(m) },
-  } as unknown as RunContext;
-  const run = new ActiveRun({} as never);
-  return { ctx, run, registry, warnings };
+  } as unknown as RunDeps;
+  const run = new ActiveRun({} as never).start(id);
+  const exec = (d: RunDeps) => new Execution({ deps: d, run, emit: () => {}, job: {} as never });
+  return { deps, exec, run, registry, warnings };
 }
 
 const counted = async (registry: Registry) =>
@@ -31,8 +32,8 @@ const counted = async (registry: Registry) =>
 
 describe("leaseRanOut", () => {
   it("a lease past its deadline stops the run's model calls and is counted as lost", async () => {
-    const { ctx, run, registry, warnings } = setup(false);
-    expect(leaseRanOut(ctx, run, id, lease)).toBe(true);
+    const { deps, exec, run, registry, warnings } = setup(false);
+    expect(leaseRanOut(exec(deps), lease)).toBe(true);
     expect(run.abortReason).toBe("quota_lease_lost");
     expect(run.abort.signal.aborted).toBe(true);
     expect(await counted(registry)).toBe(1);
@@ -40,10 +41,10 @@ describe("leaseRanOut", () => {
   });
 
   it("a valid lease, no lease, or no quota at all: nothing stops and nothing is counted", async () => {
-    const { ctx, run, registry } = setup(true);
-    expect(leaseRanOut(ctx, run, id, lease)).toBe(false);
-    expect(leaseRanOut(ctx, run, id, null)).toBe(false);
-    expect(leaseRanOut({ ...ctx, quota: undefined }, run, id, lease)).toBe(false);
+    const { deps, exec, run, registry } = setup(true);
+    expect(leaseRanOut(exec(deps), lease)).toBe(false);
+    expect(leaseRanOut(exec(deps), null)).toBe(false);
+    expect(leaseRanOut(exec({ ...deps, quota: undefined }), lease)).toBe(false);
     expect(run.abortReason).toBeNull();
     expect(await counted(registry)).toBe(0);
   });

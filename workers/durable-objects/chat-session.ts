@@ -34,6 +34,7 @@ import type { Env } from "../env";
 import { log } from "../log";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
 import type { LoggedEvent } from "./event-log";
+import type { ChatSessionRpc } from "./rpc";
 import { acquireStreamSlot, STREAM_LEASE, settleLeases } from "./tenant-streams";
 
 export const CHAT_HEADERS = {
@@ -98,7 +99,7 @@ export function chatSessionName(tenantId: string, conversationId: string): strin
   return `${tenantId}:${conversationId}`;
 }
 
-export class ChatSessionObject extends DurableObject<Env> {
+export class ChatSessionObject extends DurableObject<Env> implements ChatSessionRpc {
   /** Injectable for tests; the default talks to Postgres and Redis like the gateway does. */
   backend: ChatBackend;
   private chain: Promise<unknown> = Promise.resolve();

@@ -39,7 +39,7 @@ import type { Env } from "../env";
 import { log } from "../log";
 import { apiErrorResponse } from "../middleware/errors/errors";
 import { ChatRelay } from "./chat-relay";
-import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
+import { EventLog, type LoggedEvent } from "./event-log";
 import {
   type ExecutionLookup,
   type JobStateLookup,
@@ -49,15 +49,9 @@ import {
   projectedTerminal,
   terminalDisagreement,
 } from "./job-state";
+import type { IngestResult, JobEventsRpc, LogPage } from "./rpc";
 import { SseFanout } from "./sse-fanout";
 import { acquireStreamSlot, settleLeases } from "./tenant-streams";
-
-/** Why a batch was refused before the log saw it: its ownership, or Postgres could not be asked. */
-export type TrustRejection = "unknown_execution" | "wrong_epoch" | "bad_mac" | "terminal_disagrees" | "unavailable";
-
-export type IngestResult =
-  | { ok: true; ack: ProjectorAck }
-  | { ok: false; reason: IngestRejection | TrustRejection; message: string };
 
 type Refusal = Extract<IngestResult, { ok: false }>;
 
@@ -81,13 +75,7 @@ export const TERMINAL_CHECK = {
   liveHostQuietMs: 3_000,
 } as const;
 
-/** A page of the log, as RPC hands it to consumers that poll (tests, the chat relay). */
-export interface LogPage {
-  events: Array<{ offset: number; type: string; body: string }>;
-  finished: boolean;
-}
-
-export class JobEventsObject extends DurableObject<Env> {
+export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc {
   private readonly log: EventLog;
   private readonly fanout: SseFanout;
   private readonly relay: ChatRelay;

@@ -16,6 +16,7 @@ import { ApiError } from "../../src/contracts/errors";
 import type { Env } from "../env";
 import { log } from "../log";
 import { apiErrorResponse } from "../middleware/errors/errors";
+import type { AcquireResult, StreamKind, TenantStreamsRpc } from "./rpc";
 
 export const STREAM_LEASE = {
   /** A lease not renewed for this long stops counting. */
@@ -30,11 +31,7 @@ export const STREAM_LEASE = {
   retryAfterS: 5,
 } as const;
 
-export type StreamKind = "sse" | "ws";
-
-export type AcquireResult = { ok: true } | { ok: false; open: number };
-
-export class TenantStreamsObject extends DurableObject<Env> {
+export class TenantStreamsObject extends DurableObject<Env> implements TenantStreamsRpc {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     ctx.storage.sql.exec(

@@ -29,7 +29,7 @@ import { verifyRequest } from "../../src/domain/signing";
 import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
 import { batchShapeError } from "../durable-objects/event-log";
-import type { IngestResult } from "../durable-objects/job-events";
+import type { IngestResult } from "../durable-objects/rpc";
 import { log, loggableError } from "../log";
 import { parseJson, readBodyText, refuseDeepJson, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";

@@ -1,6 +1,7 @@
 /**
- * The Worker's raw bindings as workerd hands them over; read only by config.ts and the DOs. The
- * namespaces are typed by the objects' RPC interfaces, never by the classes (rpc.ts says why).
+ * The Worker's raw bindings as workerd hands them over; read only by gateway-config.ts and the
+ * DOs. The namespaces are typed by the objects' RPC interfaces, never by the classes (rpc.ts says
+ * why).
  */
 import type { ChatSessionRpc, JobEventsRpc, TenantStreamsRpc } from "./durable-objects/rpc";
 

@@ -4,12 +4,13 @@
  * idempotent and safe alongside the hosts doing the same. One more backstop is one more entry in
  * BACKSTOP_TASKS.
  */
-import { type GatewayConfig, loadConfig } from "./config";
+
 import type { BackstopTask } from "./cron/backstop-task";
 import { reaperBackstop } from "./cron/reaper-backstop";
 import { retentionBackstop } from "./cron/retention-backstop";
 import { createDeps } from "./deps";
 import type { Env } from "./env";
+import { type GatewayConfig, loadConfig } from "./gateway-config";
 import { log } from "./log";
 
 export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop];

@@ -7,11 +7,11 @@ import { runInDurableObject } from "cloudflare:test";
 import { env, exports as exportsOfMain } from "cloudflare:workers";
 import type { EventEnvelope, EventType, IngestBatch } from "../../src/contracts/events";
 import type { JobState } from "../../src/contracts/job-state";
-import type { ChatSessionObject } from "../../workers/durable-objects/chat-session";
-import type { JobEventsObject } from "../../workers/durable-objects/job-events";
-import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-state";
+import type { ChatSessionObject } from "../../workers/durable-objects/chat-session/chat-session-object";
+import type { JobEventsObject } from "../../workers/durable-objects/job-events/job-events-object";
+import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-events/postgres-facts";
 import type { IngestResult } from "../../workers/durable-objects/rpc";
-import type { TenantStreamsObject } from "../../workers/durable-objects/tenant-streams";
+import type { TenantStreamsObject } from "../../workers/durable-objects/tenant-streams/tenant-streams-object";
 import type { Env } from "../../workers/env";
 
 /** A batch as a host builds it, before its mac. */

@@ -10,7 +10,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { INTERNAL_HEADERS, type IngestBatch } from "../../src/contracts/events";
 import { signRequest } from "../../src/domain/signing";
-import type { JobEventsObject } from "../../workers/durable-objects/job-events";
+import type { JobEventsObject } from "../../workers/durable-objects/job-events/job-events-object";
 import {
   batch,
   envelope,

@@ -1,7 +1,7 @@
 /** JobEventsObject ingest rules: ordering, dedupe, epoch fencing, one terminal event, nonces. */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { EventLog, NONCE_RETENTION_MS } from "../../workers/durable-objects/event-log";
+import { EventLog, NONCE_RETENTION_MS } from "../../workers/durable-objects/job-events/event-log";
 import { batch, envelope, ingest, newJob, offsets } from "./helpers";
 
 describe("JobEventsObject ingest", () => {

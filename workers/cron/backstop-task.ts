@@ -2,9 +2,10 @@
  * What one cron backstop is (workers/scheduled.ts runs the list): its own module so the tasks and
  * the runner that lists them do not import each other.
  */
-import type { GatewayConfig } from "../config";
+
 import type { Deps } from "../deps";
 import type { Env } from "../env";
+import type { GatewayConfig } from "../gateway-config";
 
 export interface BackstopTask {
   name: string;

@@ -7,7 +7,7 @@
  * and only from src/ and the event log's row shape.
  */
 import type { IngestBatch } from "../../src/contracts/events";
-import type { IngestRejection, LoggedEvent, ProjectorAck } from "./event-log";
+import type { IngestRejection, LoggedEvent, ProjectorAck } from "./job-events/event-log";
 
 /** Why a batch was refused before the log saw it: its ownership, or Postgres could not be asked. */
 export type TrustRejection = "unknown_execution" | "wrong_epoch" | "bad_mac" | "terminal_disagrees" | "unavailable";

@@ -15,7 +15,7 @@
  * from "no events yet".
  *
  * No stream waits forever: while the log has no terminal event, an alarm asks Postgres for the
- * job's state (job-state.ts) and, when the job is terminal there (lost, timed out, cancelled
+ * job's state (postgres-facts.ts) and, when the job is terminal there (lost, timed out, cancelled
  * before it started, or a host that died after writing its terminal state), appends the matching
  * terminal event itself. Cadence: every second while an SSE client watches, every 5 s while only
  * chat sessions do, otherwise backing off from 10 s to 5 min; one indexed row read per alarm.
@@ -30,14 +30,16 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { ApiError } from "../../src/contracts/errors";
-import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
-import { SSE_FINISHED_STATUS } from "../../src/contracts/sse";
-import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
-import { eventRetentionMs } from "../config";
-import type { Env } from "../env";
-import { log } from "../log";
-import { apiErrorResponse } from "../middleware/errors/errors";
+import { ApiError } from "../../../src/contracts/errors";
+import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../../src/contracts/events";
+import { SSE_FINISHED_STATUS } from "../../../src/contracts/sse";
+import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../../src/domain/signing";
+import type { Env } from "../../env";
+import { eventRetentionMs } from "../../gateway-config";
+import { log } from "../../log";
+import { apiErrorResponse } from "../../middleware/error-handler/error-handler";
+import type { IngestResult, JobEventsRpc, LogPage } from "../rpc";
+import { acquireStreamSlot, settleLeases } from "../tenant-streams/stream-leases";
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type LoggedEvent } from "./event-log";
 import {
@@ -48,10 +50,8 @@ import {
   projectedStarted,
   projectedTerminal,
   terminalDisagreement,
-} from "./job-state";
-import type { IngestResult, JobEventsRpc, LogPage } from "./rpc";
+} from "./postgres-facts";
 import { SseFanout } from "./sse-fanout";
-import { acquireStreamSlot, settleLeases } from "./tenant-streams";
 
 type Refusal = Extract<IngestResult, { ok: false }>;
 

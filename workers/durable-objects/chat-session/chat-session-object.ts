@@ -24,18 +24,18 @@ import {
   MULTITASK_POLICIES,
   type MultitaskPolicy,
   type ServerFrame,
-} from "../../src/contracts/chat";
-import { ApiError } from "../../src/contracts/errors";
-import { isTerminalEventType } from "../../src/contracts/events";
-import type { JobView } from "../../src/contracts/job";
-import { isFinalState } from "../../src/contracts/job-state";
-import { ASK_USER_TOOL } from "../../src/domain/approval";
-import type { Env } from "../env";
-import { log } from "../log";
+} from "../../../src/contracts/chat";
+import { ApiError } from "../../../src/contracts/errors";
+import { isTerminalEventType } from "../../../src/contracts/events";
+import type { JobView } from "../../../src/contracts/job";
+import { isFinalState } from "../../../src/contracts/job-state";
+import { ASK_USER_TOOL } from "../../../src/domain/approval";
+import type { Env } from "../../env";
+import { log } from "../../log";
+import type { LoggedEvent } from "../job-events/event-log";
+import type { ChatSessionRpc } from "../rpc";
+import { acquireStreamSlot, STREAM_LEASE, settleLeases } from "../tenant-streams/stream-leases";
 import { type ChatBackend, chatRequestHash, postgresChatBackend } from "./chat-backend";
-import type { LoggedEvent } from "./event-log";
-import type { ChatSessionRpc } from "./rpc";
-import { acquireStreamSlot, STREAM_LEASE, settleLeases } from "./tenant-streams";
 
 export const CHAT_HEADERS = {
   tenant: "x-ear-tenant",
@@ -89,7 +89,7 @@ interface SocketState {
   /** The connection's default agent reference, for messages that name none. */
   agent?: string;
   cursors: Record<string, number>;
-  /** The tenant stream lease this socket holds (tenant-streams.ts), if counted. */
+  /** The tenant stream lease this socket holds (tenant-streams/stream-leases.ts), if counted. */
   lease?: string;
   /** The key whose request rate every frame of this socket counts against. */
   keyHash?: string;

@@ -5,9 +5,9 @@
  * opens once the tenant is at its cap.
  */
 import { describe, expect, it } from "vitest";
-import { sleep } from "../../src/domain/async";
-import { tenantStreams } from "../../workers/durable-objects/tenant-streams/stream-leases";
-import { batch, envelope, ingest, newJob, SseReader, testEnv } from "./helpers";
+import { sleep } from "../../../../src/domain/async";
+import { tenantStreams } from "../../../../workers/durable-objects/tenant-streams/stream-leases";
+import { batch, envelope, ingest, newJob, SseReader, testEnv } from "../../helpers";
 
 describe("tenant stream leases", () => {
   it("refuses past the cap; a lease nobody renews stops counting at expiry", async () => {

@@ -46,7 +46,7 @@ if (unknown.length > 0) {
   process.exit(2);
 }
 const fresh = args.includes("--fresh");
-/** The gateway variables a developer may set for `npm run dev` (workers/config.ts). */
+/** The gateway variables a developer may set for `npm run dev` (workers/gateway-config.ts). */
 const GATEWAY_LIMIT_VARS = [
   "RATE_LIMIT_REQUESTS",
   "RATE_LIMIT_WINDOW_S",

@@ -45,7 +45,7 @@ export interface StackOptions {
   models?: string;
   /** MODEL_REGISTRY (JSON) for the gateway and the hosts, the same text for both; unset by default. */
   modelRegistry?: string;
-  /** Extra gateway variables (the limits in workers/config.ts, SSE_HEARTBEAT_MS). */
+  /** Extra gateway variables (the limits in workers/gateway-config.ts, SSE_HEARTBEAT_MS). */
   gatewayVars?: Record<string, string>;
   hosts?: number;
   hostEnv?: Record<string, string>;

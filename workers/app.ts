@@ -5,10 +5,10 @@
  */
 import { Hono } from "hono";
 import { authenticate } from "./middleware/auth/auth";
-import { withConfig } from "./middleware/config/config";
 import { corsForAllowedOrigins } from "./middleware/cors/cors";
-import { handleError, handleNotFound } from "./middleware/errors/errors";
+import { handleError, handleNotFound } from "./middleware/error-handler/error-handler";
 import { rateLimit } from "./middleware/rate-limit/rate-limit";
+import { withConfig } from "./middleware/with-config/with-config";
 import { agentRoutes } from "./routes/agents";
 import { modelRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";

@@ -14,7 +14,7 @@
 import { ApiError } from "../src/contracts/errors";
 import { createNeonHttpDb, type NeonHttpDb } from "../src/db/neon-http";
 import { createRedisClient, type Redis } from "../src/quota/redis";
-import type { GatewayConfig } from "./config";
+import type { GatewayConfig } from "./gateway-config";
 
 export interface Deps {
   db(): NeonHttpDb;

@@ -1,12 +1,14 @@
-/** The Worker's raw bindings as workerd hands them over; read only by config.ts and the DOs. */
-import type { ChatSessionObject } from "./durable-objects/chat-session";
-import type { JobEventsObject } from "./durable-objects/job-events";
-import type { TenantStreamsObject } from "./durable-objects/tenant-streams";
+/**
+ * The Worker's raw bindings as workerd hands them over; read only by gateway-config.ts and the
+ * DOs. The namespaces are typed by the objects' RPC interfaces, never by the classes (rpc.ts says
+ * why).
+ */
+import type { ChatSessionRpc, JobEventsRpc, TenantStreamsRpc } from "./durable-objects/rpc";
 
 export interface Env {
-  JOB_EVENTS: DurableObjectNamespace<JobEventsObject>;
-  CHAT_SESSIONS: DurableObjectNamespace<ChatSessionObject>;
-  TENANT_STREAMS: DurableObjectNamespace<TenantStreamsObject>;
+  JOB_EVENTS: DurableObjectNamespace<JobEventsRpc>;
+  CHAT_SESSIONS: DurableObjectNamespace<ChatSessionRpc>;
+  TENANT_STREAMS: DurableObjectNamespace<TenantStreamsRpc>;
   DATABASE_URL?: string;
   NEON_FETCH_ENDPOINT?: string;
   UPSTASH_REDIS_REST_URL?: string;

@@ -6,9 +6,9 @@ import { createApp } from "./app";
 import type { Env } from "./env";
 import { runBackstops } from "./scheduled";
 
-export { ChatSessionObject } from "./durable-objects/chat-session";
-export { JobEventsObject } from "./durable-objects/job-events";
-export { TenantStreamsObject } from "./durable-objects/tenant-streams";
+export { ChatSessionObject } from "./durable-objects/chat-session/chat-session-object";
+export { JobEventsObject } from "./durable-objects/job-events/job-events-object";
+export { TenantStreamsObject } from "./durable-objects/tenant-streams/tenant-streams-object";
 
 const app = createApp();
 

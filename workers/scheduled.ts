@@ -4,18 +4,14 @@
  * idempotent and safe alongside the hosts doing the same. One more backstop is one more entry in
  * BACKSTOP_TASKS.
  */
-import { type GatewayConfig, loadConfig } from "./config";
+
+import type { BackstopTask } from "./cron/backstop-task";
 import { reaperBackstop } from "./cron/reaper-backstop";
 import { retentionBackstop } from "./cron/retention-backstop";
-import { createDeps, type Deps } from "./deps";
+import { createDeps } from "./deps";
 import type { Env } from "./env";
+import { type GatewayConfig, loadConfig } from "./gateway-config";
 import { log } from "./log";
-
-export interface BackstopTask {
-  name: string;
-  /** Returns counts for the log line; throws when it could not do its work. */
-  run(ctx: { config: GatewayConfig; deps: Deps; env: Env }): Promise<Record<string, number>>;
-}
 
 export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop];
 

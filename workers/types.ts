@@ -1,7 +1,8 @@
 /** Hono's type parameters for the gateway: bindings plus what middleware puts on the context. */
-import type { GatewayConfig } from "./config";
+
 import type { Deps } from "./deps";
 import type { Env } from "./env";
+import type { GatewayConfig } from "./gateway-config";
 import type { AccessGrant } from "./middleware/auth/access-tokens";
 
 export interface GatewayVariables {

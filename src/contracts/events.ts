@@ -53,7 +53,7 @@ export function isTerminalEventType(type: string): type is TerminalEventType {
 
 /**
  * One payload schema per event type: what a host emits (sandbox-host/runner/) and, for the
- * lifecycle types, what the projector writes from Postgres (workers/durable-objects/job-state.ts:
+ * lifecycle types, what the projector writes from Postgres (workers/durable-objects/job-events/postgres-facts.ts:
  * `source: "projector"` and the row's output or error). The host's `emit` and every reader take
  * their types from here.
  *

@@ -1,5 +1,5 @@
 /**
- * The gateway's per-tenant abuse limits and their defaults (workers/config.ts reads the overrides;
+ * The gateway's per-tenant abuse limits and their defaults (workers/gateway-config.ts reads the overrides;
  * README "Environment" and docs/limits.md document them). 0 turns a limit off.
  *
  * The defaults sit above what this repository's own tools need against `npm run dev`: the load

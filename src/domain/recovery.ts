@@ -1,6 +1,6 @@
 /**
  * The recovery thresholds' defaults, shared by the hosts' reapers (sandbox-host/config.ts) and the
- * Worker's cron backstop (workers/config.ts): the backstop must never call a run lost, or a claim
+ * Worker's cron backstop (workers/gateway-config.ts): the backstop must never call a run lost, or a claim
  * stale, sooner than the hosts would, so both sides read the same numbers from here.
  */
 

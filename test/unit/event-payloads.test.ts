@@ -1,6 +1,6 @@
 /**
  * The envelope is a union on `type`, each type with its payload schema. What a host emits and
- * what the projector writes from Postgres (test/workers/event-payloads.test.ts) must both validate (the gateway's ingest parses host
+ * what the projector writes from Postgres (test/workers/durable-objects/job-events/event-payloads.test.ts) must both validate (the gateway's ingest parses host
  * batches with it; chat frames carry projector events); a named field of the wrong type is
  * refused; fields beyond the named ones are kept as sent (the batch mac covers the raw bytes).
  */

@@ -267,6 +267,108 @@ describe("layering", () => {
 });
 
 /**
+ * No import cycle in workers/, type imports included: a cycle makes every file in it a dependency
+ * of every other, so none can be read, moved or tested alone. workers/env.ts typed the Durable
+ * Object namespaces by the classes and so closed one through 17 files (env → chat-session →
+ * chat-backend → commands → deps → config → env, …); the cron tasks and scheduled.ts another of 3.
+ */
+function importGraph(dir: string): Map<string, string[]> {
+  const files = walk(dir).filter((f) => !f.endsWith(".test.ts"));
+  const known = new Set(files);
+  const resolveFile = (t: string) => [`${t}.ts`, `${t}/index.ts`, t].find((f) => known.has(f));
+  return new Map(
+    files.map((f) => [
+      f,
+      importsOf(f).flatMap((spec) => {
+        const t = target(f, spec);
+        const file = t === null ? undefined : resolveFile(t);
+        return file ? [file] : [];
+      }),
+    ]),
+  );
+}
+
+/** Each strongly connected set of files (Tarjan), shown as one shortest cycle through its first file. */
+function importCycles(graph: Map<string, string[]>): string[] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const components: string[][] = [];
+  const visit = (v: string) => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v) as number, low.get(w) as number));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v) as number, index.get(w) as number));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component: string[] = [];
+    for (let w = stack.pop(); w !== undefined; w = w === v ? undefined : stack.pop()) {
+      onStack.delete(w);
+      component.push(w);
+    }
+    if (component.length > 1 || graph.get(v)?.includes(v)) components.push(component.sort());
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return components.map((c) => {
+    const start = c[0] as string;
+    const inside = new Set(c);
+    const from = new Map<string, string>();
+    const queue = [start];
+    let last = start;
+    search: while (queue.length > 0) {
+      const v = queue.shift() as string;
+      for (const w of graph.get(v) ?? []) {
+        if (w === start) {
+          last = v;
+          break search;
+        }
+        if (inside.has(w) && !from.has(w)) {
+          from.set(w, v);
+          queue.push(w);
+        }
+      }
+    }
+    const path = [start];
+    for (let v = last; v !== start; v = from.get(v) as string) path.splice(1, 0, v);
+    return `${c.length} files in a cycle: ${[...path, start].join(" → ")}`;
+  });
+}
+
+describe("import cycles", () => {
+  it("workers/ has none, type imports included", () => {
+    expect(importGraph("workers").size).toBeGreaterThan(30);
+    expect(importCycles(importGraph("workers"))).toEqual([]);
+  });
+
+  it("finds a cycle and names it (the checker itself works)", () => {
+    const graph = new Map([
+      ["a", ["b"]],
+      ["b", ["c", "d"]],
+      ["c", ["a"]],
+      ["d", []],
+      ["e", ["e"]],
+    ]);
+    expect(importCycles(graph)).toEqual(["3 files in a cycle: a → b → c → a", "1 files in a cycle: e → e"]);
+    expect(
+      importCycles(
+        new Map([
+          ["a", ["b"]],
+          ["b", []],
+        ]),
+      ),
+    ).toEqual([]);
+    expect(importGraph("workers").get("workers/env.ts")).toContain("workers/durable-objects/rpc.ts");
+  });
+});
+
+/**
  * Import style: deep. A module imports the file that defines a name, never a re-export-only
  * `index.ts` (a "barrel"), in every folder (src/, workers/, sandbox-host/, tools/, test/). Why:
  * a barrel makes its importer load every sibling (`isFinalState` through `src/domain` bundles

@@ -5,8 +5,9 @@ import { ApiError } from "../../src/contracts/errors";
 import type { JobView } from "../../src/contracts/job";
 import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
 import type { CancelStatus } from "../../src/db/control-repo";
-import type { ChatBackend, ChatSubmission } from "../../workers/durable-objects/chat-backend";
-import { CHAT_HEADERS, type ChatSessionObject, chatSessionName } from "../../workers/durable-objects/chat-session";
+import type { ChatBackend, ChatSubmission } from "../../workers/durable-objects/chat-session/chat-backend";
+import type { ChatSessionObject } from "../../workers/durable-objects/chat-session/chat-session-object";
+import { CHAT_HEADERS, chatSessionName } from "../../workers/durable-objects/chat-session/session-address";
 import { testEnv } from "./helpers";
 
 export function chatStub(tenantId: string, conversationId: string): DurableObjectStub<ChatSessionObject> {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { BACKSTOP_DEFAULTS, ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/config";
 import type { Env } from "../../workers/env";
+import { BACKSTOP_DEFAULTS, ConfigError, LIMIT_DEFAULTS, loadConfig } from "../../workers/gateway-config";
 import { mintToken, verifyToken } from "../../workers/middleware/auth/access-tokens";
 
 const base = {

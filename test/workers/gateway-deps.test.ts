@@ -5,8 +5,8 @@
  * then its own fetch, made by the request that issued it).
  */
 import { describe, expect, it } from "vitest";
-import type { GatewayConfig } from "../../workers/config";
 import { createDeps } from "../../workers/deps";
+import type { GatewayConfig } from "../../workers/gateway-config";
 
 function config(redisUrl: string): GatewayConfig {
   return {

@@ -7,8 +7,11 @@ import { runInDurableObject } from "cloudflare:test";
 import { env, exports as exportsOfMain } from "cloudflare:workers";
 import type { EventEnvelope, EventType, IngestBatch } from "../../src/contracts/events";
 import type { JobState } from "../../src/contracts/job-state";
-import type { IngestResult, JobEventsObject } from "../../workers/durable-objects/job-events";
-import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-state";
+import type { ChatSessionObject } from "../../workers/durable-objects/chat-session/chat-session-object";
+import type { JobEventsObject } from "../../workers/durable-objects/job-events/job-events-object";
+import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-events/postgres-facts";
+import type { IngestResult } from "../../workers/durable-objects/rpc";
+import type { TenantStreamsObject } from "../../workers/durable-objects/tenant-streams/tenant-streams-object";
 import type { Env } from "../../workers/env";
 
 /** A batch as a host builds it, before its mac. */
@@ -137,7 +140,16 @@ export async function signBatch(b: HostBatch, nonce: string, token?: string): Pr
   return { ...b, mac };
 }
 
-export const testEnv = env as unknown as Env & { INTERNAL_SIGNING_SECRET: string };
+/**
+ * The bindings with the namespaces typed by the classes, so a test can reach into an instance
+ * (runInDurableObject); the Worker itself sees only the RPC interfaces (workers/durable-objects/rpc.ts).
+ */
+export const testEnv = env as unknown as Omit<Env, "JOB_EVENTS" | "CHAT_SESSIONS" | "TENANT_STREAMS"> & {
+  JOB_EVENTS: DurableObjectNamespace<JobEventsObject>;
+  CHAT_SESSIONS: DurableObjectNamespace<ChatSessionObject>;
+  TENANT_STREAMS: DurableObjectNamespace<TenantStreamsObject>;
+  INTERNAL_SIGNING_SECRET: string;
+};
 
 export function jobStub(jobId: string): DurableObjectStub<JobEventsObject> {
   return testEnv.JOB_EVENTS.get(testEnv.JOB_EVENTS.idFromName(jobId));

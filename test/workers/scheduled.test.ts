@@ -7,9 +7,10 @@
 import { createScheduledController } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { BackstopTask } from "../../workers/cron/backstop-task";
 import type { Env } from "../../workers/env";
 import worker from "../../workers/index";
-import { BACKSTOP_TASKS, type BackstopTask, runBackstops } from "../../workers/scheduled";
+import { BACKSTOP_TASKS, runBackstops } from "../../workers/scheduled";
 
 const testEnv = env as unknown as Env;
 

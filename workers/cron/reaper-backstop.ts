@@ -21,7 +21,7 @@ import { indexReady } from "../../src/quota/ready-index";
 import { accelerate } from "../commands/redis-accelerator";
 import { callDependency } from "../deps";
 import { log } from "../log";
-import type { BackstopTask } from "../scheduled";
+import type { BackstopTask } from "./backstop-task";
 
 const keys = redisKeys();
 

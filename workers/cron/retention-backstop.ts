@@ -8,7 +8,7 @@
  */
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import { callDependency } from "../deps";
-import type { BackstopTask } from "../scheduled";
+import type { BackstopTask } from "./backstop-task";
 
 export const retentionBackstop: BackstopTask = {
   name: "retention",

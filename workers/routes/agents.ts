@@ -23,8 +23,8 @@ import {
 import { jsonSchemaProblem } from "../../src/domain/json-schema";
 import { mcpServersProblem } from "../../src/domain/mcp";
 import { assertModelOffered } from "../commands/models";
-import type { GatewayConfig } from "../config";
 import { callDependency } from "../deps";
+import type { GatewayConfig } from "../gateway-config";
 import { readJsonBody, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
 

@@ -17,7 +17,7 @@ import { ApiError } from "../../src/contracts/errors";
 import { conversationIdSchema } from "../../src/contracts/job";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { callDependency, callDurableObject } from "../deps";
-import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session";
+import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session/session-address";
 import type { GatewayEnv } from "../types";
 
 /** History reads return at most this many jobs' turns. */

@@ -5,8 +5,8 @@
 import { sql } from "drizzle-orm";
 import { Hono } from "hono";
 import type { Readiness } from "../../src/contracts/health";
-import { ConfigError, loadConfig } from "../config";
 import { createDeps, withTimeout } from "../deps";
+import { ConfigError, loadConfig } from "../gateway-config";
 import { log } from "../log";
 import type { GatewayEnv } from "../types";
 

@@ -12,7 +12,7 @@
  *
  * The shared secret only proves "one of our hosts sent this request". Which jobs it may write is
  * each batch's `mac`, made with a key derived from its execution's claim token; the job's object
- * checks it (job-events.ts). The route only makes sure a batch names a job by UUID before any
+ * checks it (job-events-object.ts). The route only makes sure a batch names a job by UUID before any
  * object is named, and hands the object the events' exact JSON the mac covers.
  */
 
@@ -28,8 +28,8 @@ import {
 import { verifyRequest } from "../../src/domain/signing";
 import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
-import { batchShapeError } from "../durable-objects/event-log";
-import type { IngestResult } from "../durable-objects/job-events";
+import { batchShapeError } from "../durable-objects/job-events/event-log";
+import type { IngestResult } from "../durable-objects/rpc";
 import { log, loggableError } from "../log";
 import { parseJson, readBodyText, refuseDeepJson, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";

@@ -34,7 +34,7 @@ import {
 import type { TreeNode } from "../../src/contracts/tree";
 import { getTree, isChildOf } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
-import { SSE_HEADERS } from "../durable-objects/sse-fanout";
+import { SSE_HEADERS } from "../durable-objects/job-events/sse-fanout";
 import { log } from "../log";
 import type { GatewayEnv } from "../types";
 

@@ -18,7 +18,7 @@ import { sign, verify } from "hono/jwt";
 import { z } from "zod";
 import { TOKEN_SCOPES, TOKEN_TTL, type TokenScope } from "../../../src/contracts/access";
 import type { TokenAnswer } from "../../../src/contracts/tokens";
-import type { GatewayConfig } from "../../config";
+import type { GatewayConfig } from "../../gateway-config";
 
 const ISSUER = "ear";
 const AUDIENCE = "ear-api";

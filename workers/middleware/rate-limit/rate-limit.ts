@@ -36,7 +36,7 @@ import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts/errors";
 import { redisKeys } from "../../../src/quota/keys";
 import type { Redis } from "../../../src/quota/redis";
-import type { GatewayConfig } from "../../config";
+import type { GatewayConfig } from "../../gateway-config";
 import { log } from "../../log";
 import type { GatewayEnv } from "../../types";
 

@@ -4,9 +4,9 @@
  */
 import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { ServerFrame } from "../../src/contracts/chat";
-import { ChatClient, chatStub, FakeChatBackend, isTerminalFrame, useBackend } from "./chat-helpers";
-import { batch, envelope, ingest, jobStub } from "./helpers";
+import type { ServerFrame } from "../../../../src/contracts/chat";
+import { ChatClient, chatStub, FakeChatBackend, isTerminalFrame, useBackend } from "../../chat-helpers";
+import { batch, envelope, ingest, jobStub } from "../../helpers";
 
 type JobFrame = Extract<ServerFrame, { type: "job" }>;
 type EventFrame = Extract<ServerFrame, { type: "event" }>;

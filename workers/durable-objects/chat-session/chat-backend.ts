@@ -4,21 +4,21 @@
  * ZADD as POST /v1/jobs), cancelling one, looking one up for `resume`, and counting a frame
  * against its API key's request rate (the /v1 middleware's own check).
  */
-import type { ApiError } from "../../src/contracts/errors";
-import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../src/contracts/job";
-import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
-import type { CancelStatus } from "../../src/db/control-repo";
-import { conversationMessages, listConversationJobs, nextJobMessages } from "../../src/db/conversations-repo";
-import { toJobView } from "../../src/db/job-view";
-import { getJob } from "../../src/db/jobs-repo";
-import { requestHash } from "../../src/domain/request-hash";
-import { cancelJob } from "../commands/cancel";
-import { decide } from "../commands/decide";
-import { submitJob } from "../commands/submit";
-import { loadConfig } from "../config";
-import { callDependency, createDeps } from "../deps";
-import type { Env } from "../env";
-import { checkKeyRate } from "../middleware/rate-limit/rate-limit";
+import type { ApiError } from "../../../src/contracts/errors";
+import { type JobView, LIMITS, RESERVED_IDEMPOTENCY_PREFIX } from "../../../src/contracts/job";
+import type { ApprovalAnswer, ApprovalBody } from "../../../src/contracts/wait";
+import type { CancelStatus } from "../../../src/db/control-repo";
+import { conversationMessages, listConversationJobs, nextJobMessages } from "../../../src/db/conversations-repo";
+import { toJobView } from "../../../src/db/job-view";
+import { getJob } from "../../../src/db/jobs-repo";
+import { requestHash } from "../../../src/domain/request-hash";
+import { cancelJob } from "../../commands/cancel";
+import { decide } from "../../commands/decide";
+import { submitJob } from "../../commands/submit";
+import { callDependency, createDeps } from "../../deps";
+import type { Env } from "../../env";
+import { loadConfig } from "../../gateway-config";
+import { checkKeyRate } from "../../middleware/rate-limit/rate-limit";
 
 export interface ChatSubmission {
   tenantId: string;

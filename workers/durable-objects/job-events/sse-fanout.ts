@@ -15,10 +15,10 @@
  * subscriber, so a reader that falls behind under load catches up in few large writes instead
  * of one small write per publish (docs/events.md, "Fan-out").
  *
- * A subscriber may hold a stream lease (tenant-streams.ts): renewed at every keepalive while it
+ * A subscriber may hold a stream lease (tenant-streams/stream-leases.ts): renewed at every keepalive while it
  * is subscribed, released when it is closed or dropped.
  */
-import { SSE_RETRY_MS } from "../../src/contracts/sse";
+import { SSE_RETRY_MS } from "../../../src/contracts/sse";
 import type { LoggedEvent } from "./event-log";
 
 const MAX_QUEUED_CHUNKS = 256;

@@ -5,15 +5,15 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { EventEnvelope } from "../../src/contracts/events";
-import { GAP_BUFFER_MAX_BYTES, GAP_BUFFER_MAX_EVENTS } from "../../workers/durable-objects/event-log";
-import type { JobEventsObject } from "../../workers/durable-objects/job-events";
+import type { EventEnvelope } from "../../../../src/contracts/events";
+import { GAP_BUFFER_MAX_BYTES, GAP_BUFFER_MAX_EVENTS } from "../../../../workers/durable-objects/job-events/event-log";
+import type { JobEventsObject } from "../../../../workers/durable-objects/job-events/job-events-object";
 import {
   HOST_TERMINAL_GRACE_MS,
   type JobStateFacts,
   PROJECTED_TERMINAL_SEQ,
-} from "../../workers/durable-objects/job-state";
-import { batch, envelope, ingest, newJob, offsets, SseReader, setJobRow } from "./helpers";
+} from "../../../../workers/durable-objects/job-events/postgres-facts";
+import { batch, envelope, ingest, newJob, offsets, SseReader, setJobRow } from "../../helpers";
 
 type Stub = DurableObjectStub<JobEventsObject>;
 

@@ -15,7 +15,7 @@
  * from "no events yet".
  *
  * No stream waits forever: while the log has no terminal event, an alarm asks Postgres for the
- * job's state (job-state.ts) and, when the job is terminal there (lost, timed out, cancelled
+ * job's state (postgres-facts.ts) and, when the job is terminal there (lost, timed out, cancelled
  * before it started, or a host that died after writing its terminal state), appends the matching
  * terminal event itself. Cadence: every second while an SSE client watches, every 5 s while only
  * chat sessions do, otherwise backing off from 10 s to 5 min; one indexed row read per alarm.
@@ -30,16 +30,18 @@
  */
 
 import { DurableObject } from "cloudflare:workers";
-import { ApiError } from "../../src/contracts/errors";
-import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../src/contracts/events";
-import { SSE_FINISHED_STATUS } from "../../src/contracts/sse";
-import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../src/domain/signing";
-import { eventRetentionMs } from "../config";
-import type { Env } from "../env";
-import { log } from "../log";
-import { apiErrorResponse } from "../middleware/errors/errors";
+import { ApiError } from "../../../src/contracts/errors";
+import { type EventEnvelope, type IngestBatch, isTerminalEventType } from "../../../src/contracts/events";
+import { SSE_FINISHED_STATUS } from "../../../src/contracts/sse";
+import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../../src/domain/signing";
+import type { Env } from "../../env";
+import { eventRetentionMs } from "../../gateway-config";
+import { log } from "../../log";
+import { apiErrorResponse } from "../../middleware/error-handler/error-handler";
+import type { IngestResult, JobEventsRpc, LogPage } from "../rpc";
+import { acquireStreamSlot, settleLeases } from "../tenant-streams/stream-leases";
 import { ChatRelay } from "./chat-relay";
-import { EventLog, type IngestRejection, type LoggedEvent, type ProjectorAck } from "./event-log";
+import { EventLog, type LoggedEvent } from "./event-log";
 import {
   type ExecutionLookup,
   type JobStateLookup,
@@ -48,16 +50,8 @@ import {
   projectedStarted,
   projectedTerminal,
   terminalDisagreement,
-} from "./job-state";
+} from "./postgres-facts";
 import { SseFanout } from "./sse-fanout";
-import { acquireStreamSlot, settleLeases } from "./tenant-streams";
-
-/** Why a batch was refused before the log saw it: its ownership, or Postgres could not be asked. */
-export type TrustRejection = "unknown_execution" | "wrong_epoch" | "bad_mac" | "terminal_disagrees" | "unavailable";
-
-export type IngestResult =
-  | { ok: true; ack: ProjectorAck }
-  | { ok: false; reason: IngestRejection | TrustRejection; message: string };
 
 type Refusal = Extract<IngestResult, { ok: false }>;
 
@@ -81,13 +75,7 @@ export const TERMINAL_CHECK = {
   liveHostQuietMs: 3_000,
 } as const;
 
-/** A page of the log, as RPC hands it to consumers that poll (tests, the chat relay). */
-export interface LogPage {
-  events: Array<{ offset: number; type: string; body: string }>;
-  finished: boolean;
-}
-
-export class JobEventsObject extends DurableObject<Env> {
+export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc {
   private readonly log: EventLog;
   private readonly fanout: SseFanout;
   private readonly relay: ChatRelay;

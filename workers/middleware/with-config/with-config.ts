@@ -4,8 +4,8 @@
  */
 import { createMiddleware } from "hono/factory";
 import { ApiError } from "../../../src/contracts/errors";
-import { ConfigError, loadConfig } from "../../config";
 import { createDeps } from "../../deps";
+import { ConfigError, loadConfig } from "../../gateway-config";
 import type { GatewayEnv } from "../../types";
 
 export function withConfig() {

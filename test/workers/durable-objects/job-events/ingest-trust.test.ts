@@ -8,9 +8,9 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { INTERNAL_HEADERS, type IngestBatch } from "../../src/contracts/events";
-import { signRequest } from "../../src/domain/signing";
-import type { JobEventsObject } from "../../workers/durable-objects/job-events";
+import { INTERNAL_HEADERS, type IngestBatch } from "../../../../src/contracts/events";
+import { signRequest } from "../../../../src/domain/signing";
+import type { JobEventsObject } from "../../../../workers/durable-objects/job-events/job-events-object";
 import {
   batch,
   envelope,
@@ -26,7 +26,7 @@ import {
   startExecution,
   testEnv,
   useFakePostgres,
-} from "./helpers";
+} from "../../helpers";
 
 const URL_ = "http://gateway.test/internal/events";
 const PATH = "/internal/events";

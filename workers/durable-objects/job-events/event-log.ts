@@ -24,8 +24,8 @@ import {
   type IngestAck,
   isTerminalEventType,
   TERMINAL_EVENT_TYPES,
-} from "../../src/contracts/events";
-import { SIGNATURE_MAX_SKEW_MS } from "../../src/domain/signing";
+} from "../../../src/contracts/events";
+import { SIGNATURE_MAX_SKEW_MS } from "../../../src/domain/signing";
 
 /** A nonce is accepted while its timestamp is within ±60 s of now, i.e. up to ~120 s after it
  * arrives; remembering it for 180 s covers that window with margin for clock skew. */
@@ -171,7 +171,7 @@ export class EventLog {
   }
 
   /**
-   * Append a terminal event the projector derived from Postgres (see job-events.ts), preceded by
+   * Append a terminal event the projector derived from Postgres (see job-events-object.ts), preceded by
    * `started` when given, in one transaction. Returns what was appended, or null when the log
    * already has its terminal event: there is exactly one per job.
    */

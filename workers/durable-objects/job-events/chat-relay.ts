@@ -5,8 +5,8 @@
  * order. A push that fails is only logged: the session keeps its own last relayed offset per job
  * and pulls whatever it missed (`JobEventsObject.page`) on the next push or its watchdog alarm.
  */
-import type { Env } from "../env";
-import { log } from "../log";
+import type { Env } from "../../env";
+import { log } from "../../log";
 import type { LoggedEvent } from "./event-log";
 
 /** More watchers than this on one job is a bug upstream (one conversation owns a job). */

@@ -1,7 +1,7 @@
 /** JobEventsObject event stream: replay from a cursor, then live, no dup/gap, close at terminal. */
 import { describe, expect, it } from "vitest";
-import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
-import { batch, envelope, ingest, newJob, SseReader } from "./helpers";
+import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../../../src/contracts/sse";
+import { batch, envelope, ingest, newJob, SseReader } from "../../helpers";
 
 function subscribe(stub: ReturnType<typeof newJob>["stub"], after?: number): Promise<Response> {
   return stub.fetch(`https://job-events/events${after === undefined ? "" : `?after=${after}`}`);

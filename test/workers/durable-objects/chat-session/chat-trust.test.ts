@@ -5,11 +5,11 @@
  */
 import { DrizzleQueryError } from "drizzle-orm/errors";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { ApiError } from "../../src/contracts/errors";
-import { CreateJobBodySchema } from "../../src/contracts/job";
-import type { ChatSubmission } from "../../workers/durable-objects/chat-backend";
-import { chatIdempotencyKey } from "../../workers/durable-objects/chat-backend";
-import { ChatClient, chatStub, FakeChatBackend, useBackend } from "./chat-helpers";
+import { ApiError } from "../../../../src/contracts/errors";
+import { CreateJobBodySchema } from "../../../../src/contracts/job";
+import type { ChatSubmission } from "../../../../workers/durable-objects/chat-session/chat-backend";
+import { chatIdempotencyKey } from "../../../../workers/durable-objects/chat-session/chat-backend";
+import { ChatClient, chatStub, FakeChatBackend, useBackend } from "../../chat-helpers";
 
 const SECRET_PARAM = "secret-param-4711";
 const SECRET_VALUE = "secret-value-4712";

@@ -5,14 +5,14 @@
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import { capEventPayload, type EventEnvelope, type ProjectedPayload } from "../../src/contracts/events";
-import type { JobError } from "../../src/contracts/job";
-import { type JobState, terminalEventFor } from "../../src/contracts/job-state";
-import { executions, jobs } from "../../src/db/schema";
-import { isUuid } from "../../src/domain/uuid";
-import { loadConfig } from "../config";
-import { createDeps } from "../deps";
-import type { Env } from "../env";
+import { capEventPayload, type EventEnvelope, type ProjectedPayload } from "../../../src/contracts/events";
+import type { JobError } from "../../../src/contracts/job";
+import { type JobState, terminalEventFor } from "../../../src/contracts/job-state";
+import { executions, jobs } from "../../../src/db/schema";
+import { isUuid } from "../../../src/domain/uuid";
+import { createDeps } from "../../deps";
+import type { Env } from "../../env";
+import { loadConfig } from "../../gateway-config";
 
 export interface JobStateFacts {
   state: JobState;

@@ -1,13 +1,13 @@
 /**
- * The per-tenant stream counter (tenant-streams.ts) and its SSE holder (JobEvents), in workerd:
+ * The per-tenant stream counter (tenant-streams-object.ts) and its SSE holder (JobEvents), in workerd:
  * leases expire when their holder stops renewing (a crashed or evicted holder never leaks a slot
  * for longer than the TTL), renewals keep them, and the job's stream is refused with 429 before it
  * opens once the tenant is at its cap.
  */
 import { describe, expect, it } from "vitest";
-import { sleep } from "../../src/domain/async";
-import { tenantStreams } from "../../workers/durable-objects/tenant-streams";
-import { batch, envelope, ingest, newJob, SseReader, testEnv } from "./helpers";
+import { sleep } from "../../../../src/domain/async";
+import { tenantStreams } from "../../../../workers/durable-objects/tenant-streams/stream-leases";
+import { batch, envelope, ingest, newJob, SseReader, testEnv } from "../../helpers";
 
 describe("tenant stream leases", () => {
   it("refuses past the cap; a lease nobody renews stops counting at expiry", async () => {

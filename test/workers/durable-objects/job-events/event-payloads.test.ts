@@ -4,8 +4,8 @@
  * frames and the OpenAPI document describe both with the one schema.
  */
 import { describe, expect, it } from "vitest";
-import { type EventEnvelope, EventEnvelopeSchema } from "../../src/contracts/events";
-import { projectedStarted, projectedTerminal } from "../../workers/durable-objects/job-state";
+import { type EventEnvelope, EventEnvelopeSchema } from "../../../../src/contracts/events";
+import { projectedStarted, projectedTerminal } from "../../../../workers/durable-objects/job-events/postgres-facts";
 
 const JOB = "7d9f2c1e-0000-4000-8000-000000000001";
 const EXEC = "7d9f2c1e-0000-4000-8000-000000000002";

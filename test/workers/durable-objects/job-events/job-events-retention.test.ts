@@ -5,8 +5,8 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { JobEventsObject } from "../../workers/durable-objects/job-events";
-import { batch, envelope, ingest, newJob, SseReader } from "./helpers";
+import type { JobEventsObject } from "../../../../workers/durable-objects/job-events/job-events-object";
+import { batch, envelope, ingest, newJob, SseReader } from "../../helpers";
 
 const RETENTION_MS = 60_000;
 

@@ -1,8 +1,8 @@
 /** JobEventsObject ingest rules: ordering, dedupe, epoch fencing, one terminal event, nonces. */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { EventLog, NONCE_RETENTION_MS } from "../../workers/durable-objects/event-log";
-import { batch, envelope, ingest, newJob, offsets } from "./helpers";
+import { EventLog, NONCE_RETENTION_MS } from "../../../../workers/durable-objects/job-events/event-log";
+import { batch, envelope, ingest, newJob, offsets } from "../../helpers";
 
 describe("JobEventsObject ingest", () => {
   it("assigns offsets contiguous from 1 across batches", async () => {

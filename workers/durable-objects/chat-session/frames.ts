@@ -1,0 +1,60 @@
+/**
+ * The frames themselves: parsing what a client sent (bounded, schema-checked, with the reason a
+ * frame is refused) and building the error and approval frames the session sends back. Pure:
+ * no socket, no storage.
+ */
+import { type ClientFrame, ClientFrameSchema, type ServerFrame } from "../../../src/contracts/chat";
+import { ASK_USER_TOOL } from "../../../src/domain/approval";
+
+/** A frame is JSON of at most one message plus a little envelope. */
+const MAX_FRAME_BYTES = 80 * 1024;
+
+/** A client frame, or why it is not one (the `invalid_frame` message). */
+export function parseFrame(message: string | ArrayBuffer): { frame: ClientFrame } | { invalid: string } {
+  const text = typeof message === "string" ? message : new TextDecoder().decode(message);
+  if (text.length > MAX_FRAME_BYTES) return { invalid: `frame larger than ${MAX_FRAME_BYTES} bytes` };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return { invalid: "frame is not valid JSON" };
+  }
+  const parsed = ClientFrameSchema.safeParse(raw);
+  if (parsed.success) return { frame: parsed.data };
+  const issue = parsed.error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join(".")}: ` : "";
+  return { invalid: `${where}${issue?.message ?? "invalid frame"}` };
+}
+
+export function mismatchFrame(clientMessageId: string) {
+  return {
+    ...errorFrame("idempotency_mismatch", "client_message_id was already used with different content"),
+    client_message_id: clientMessageId,
+  };
+}
+
+export function errorFrame(code: Extract<ServerFrame, { type: "error" }>["error"]["code"], message: string) {
+  return { type: "error" as const, error: { code, message } };
+}
+
+/**
+ * The `approval_request` frame for a `tool.approval_requested` or `input.requested` event (null
+ * for any other): what a chat client needs to show the request and answer it, in one frame.
+ */
+export function approvalRequestFrame(jobId: string, e: { offset: number; type: string; body: string }): string | null {
+  if (e.type !== "tool.approval_requested" && e.type !== "input.requested") return null;
+  const { payload: p } = JSON.parse(e.body) as { payload: Record<string, unknown> };
+  const approval = e.type === "tool.approval_requested";
+  const frame: ServerFrame = {
+    type: "approval_request",
+    job_id: jobId,
+    offset: e.offset,
+    kind: approval ? "approval" : "input",
+    call_id: String(p.call_id),
+    tool: approval ? String(p.tool) : ASK_USER_TOOL,
+    arguments: approval ? p.arguments : { question: p.question },
+    question: approval ? null : String(p.question),
+    deadline_at: String(p.deadline_at),
+  };
+  return JSON.stringify(frame);
+}

@@ -23,12 +23,12 @@ import * as schema from "../../src/db/schema";
 import { verifyRequest } from "../../src/domain/signing";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient, type Redis } from "../../src/quota/redis";
-import { applyMigrations } from "../../tools/migrate";
-import { MOCK_MODEL_NAME, type MockModel, startMockModel } from "../../tools/mock-model";
-import { freePort, waitFor } from "../../tools/services/ports";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { MOCK_MODEL_NAME, type MockModel, startMockModel } from "../../tools/mock-model/main";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { freePort, waitFor } from "../../tools/stack/services/ports";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
+import { type RedisService, startRedis } from "../../tools/stack/services/redis";
 import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 

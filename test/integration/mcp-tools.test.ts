@@ -29,7 +29,7 @@ import { decideApproval } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
-import { waitFor } from "../../tools/services/ports";
+import { waitFor } from "../../tools/stack/services/ports";
 import type { TestDb } from "../helpers/db";
 import { type FakeProvider, startFakeProvider, textReply } from "../helpers/fake-provider";
 import { type HostServices, startHostServices } from "../helpers/host-services";

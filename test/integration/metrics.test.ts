@@ -28,9 +28,9 @@ import {
 } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
-import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model";
-import { waitFor } from "../../tools/services/ports";
-import type { UpstashBridge } from "../../tools/upstash-bridge";
+import type { UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model/main";
+import { waitFor } from "../../tools/stack/services/ports";
 import type { startTestPostgres, TestDb } from "../helpers/db";
 import { type AckingIngest, type HostServices, startHostServices } from "../helpers/host-services";
 import { samples } from "../helpers/metrics";

@@ -13,8 +13,8 @@ import {
   type ModelMessage,
   type ModelTurnRequest,
 } from "../../sandbox-host/model/types";
-import { type MockModel, startMockModel } from "../../tools/mock-model";
-import { freePort, waitFor } from "../../tools/services/ports";
+import { type MockModel, startMockModel } from "../../tools/mock-model/main";
+import { freePort, waitFor } from "../../tools/stack/services/ports";
 
 let mock: MockModel;
 let model: ModelClient;

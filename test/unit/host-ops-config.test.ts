@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
-import { applyMigrations } from "../../tools/migrate";
+import { applyMigrations } from "../../tools/stack/migrate";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 
 const POOLED = "postgres://u:p@ep-cool-bird-123456-pooler.eu-central-1.aws.neon.tech/db?sslmode=require";

@@ -6,7 +6,7 @@
 import { createWriteStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
 import type { HostRef, ModelScript, Target } from "./types";
 
 export interface TargetOptions {

@@ -9,7 +9,7 @@
  * a library retry would be a second provider request the quota never admitted.
  */
 import OpenAI from "openai";
-import type { ModelConfig } from "./config";
+import type { ModelConfig } from "./provider-config";
 import { retryAfterMs, safeProviderMessage } from "./provider-errors";
 import { type ModelChunk, type ModelClient, ModelError, type ModelMessage, type ModelTurnRequest } from "./types";
 

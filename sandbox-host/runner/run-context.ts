@@ -12,7 +12,7 @@ import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } fr
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { Logger } from "../log";
-import type { McpHostConfig } from "../mcp/config";
+import type { McpHostConfig } from "../mcp/mcp-config";
 import type { McpToolset } from "../mcp/toolset";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";

@@ -14,8 +14,8 @@
  */
 import { DEFAULT_HEARTBEAT_MS } from "../domain/recovery";
 import { type BreakerOptions, type BreakerSnapshot, CircuitBreaker } from "./breaker";
-import { QuotaProtocolError, QuotaUnavailableError } from "./errors";
 import { type RedisKeys, redisKeys } from "./keys";
+import { QuotaProtocolError, QuotaUnavailableError } from "./quota-errors";
 import type { Redis } from "./redis";
 import { isLuaRunner, type LuaRunner, type QuotaScripts, upstashLuaRunner } from "./scripts";
 

@@ -7,8 +7,8 @@
 import { randomUUID } from "node:crypto";
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
+import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import * as schema from "../../src/db/schema";

@@ -4,8 +4,8 @@
  * mapping, and the raw SSE wire format any OpenAI-compatible client depends on.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { modelConfigFromEnv } from "../../sandbox-host/model/config";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
+import { modelConfigFromEnv } from "../../sandbox-host/model/provider-config";
 import {
   type ModelChunk,
   type ModelClient,

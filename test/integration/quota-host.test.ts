@@ -8,8 +8,8 @@
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HostConfigSchema } from "../../sandbox-host/config";
 import { startHost } from "../../sandbox-host/host";
+import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import { requestCancel } from "../../src/db/control-repo";

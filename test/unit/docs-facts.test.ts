@@ -10,7 +10,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { hostConfigFromEnv } from "../../sandbox-host/config";
+import { hostConfigFromEnv } from "../../sandbox-host/host-config";
 import { createLeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";

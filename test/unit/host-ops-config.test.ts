@@ -4,7 +4,7 @@
  * pooler URL (LISTEN is never delivered through a transaction pooler).
  */
 import { describe, expect, it } from "vitest";
-import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/config";
+import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/host-config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
 import { applyMigrations } from "../../tools/stack/migrate";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";

@@ -1,4 +1,4 @@
-/** Plain-text and Markdown tables from rows of cells (the first row is the head): the load tool's summary and the benches' output. */
+/** Plain-text and Markdown tables from rows of cells (the first row is the head): the load generator's summary and the benches' output. */
 
 export function textTable(rows: string[][]): string {
   const widths = (rows[0] ?? []).map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));

@@ -1,4 +1,4 @@
-/** Shapes shared by the load tool's parts and written to results.json. */
+/** Shapes shared by the load generator's parts and written to results.json. */
 import type { Dist } from "../lib/stats";
 
 export type Scenario = "text" | "tool" | "cancel" | "reconnect";

@@ -1,7 +1,7 @@
 /**
  * `npm run dev`: the whole local stack in one command. Prints the gateway URL, the web console's
  * URL (signed in with the dev key) and a dev API key,
- * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
+ * writes .dev/stack.json for tools (load generator, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
  * stops every child it started and removes what it made outside .dev/.
  *
  * Its data stays in .dev/ across restarts: the embedded Postgres's data dir (.dev/postgres), the

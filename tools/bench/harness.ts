@@ -12,7 +12,7 @@ import { type ParseArgsConfig, parseArgs } from "node:util";
 import { pct } from "../lib/stats";
 import { textTable } from "../lib/table";
 
-export { dist, pct, round } from "../lib/stats";
+export { dist, pct } from "../lib/stats";
 
 /** parseArgs's option table (@types/node does not export its name). */
 type ParseArgsOptionsConfig = NonNullable<ParseArgsConfig["options"]>;
@@ -90,5 +90,3 @@ export function startBench<const O extends ParseArgsOptionsConfig = Record<never
     },
   };
 }
-
-export type Bench = ReturnType<typeof startBench>;

@@ -14,8 +14,8 @@ import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient } from "../src/quota/redis";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
-import { type HostConfig, listenDatabaseUrl } from "./config";
 import type { HostDeps } from "./host";
+import { type HostConfig, listenDatabaseUrl } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
@@ -184,7 +184,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   // The sandboxes the previous process left are gone now; their runs' fences are cleared by the
   // janitor once the reaper has declared those runs over (nothing else would: no listing finds them).
   janitor?.settle(started?.orphanRuns ?? []);
-  // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (config.ts decides).
+  // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (host-config.ts decides).
   const listenTarget = listenDatabaseUrl(config);
   if (listenTarget.warning) log.warn(listenTarget.warning);
   listener = listenTarget.url

@@ -7,11 +7,11 @@
 import type { ModelCatalog } from "../src/domain/models";
 import type { LeaseStore } from "../src/quota/lease-store";
 import type { Redis } from "../src/quota/redis";
-import type { HostConfig } from "./config";
+import type { HostConfig } from "./host-config";
 import { buildParts, connectPostgres, type HostParts } from "./host-parts";
 import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
 import { createLogger, type Logger } from "./log";
-import type { McpHostConfig } from "./mcp/config";
+import type { McpHostConfig } from "./mcp/mcp-config";
 import { type Readiness, startMetricsServer } from "./metrics/server";
 import type { ModelClient } from "./model/types";
 import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";

@@ -5,11 +5,11 @@
  * grace period, flushes the outbox and exits. A second signal exits at once.
  */
 import { readFileSync } from "node:fs";
-import { HostConfigError, hostConfigFromEnv } from "./config";
 import { startHost } from "./host";
+import { HostConfigError, hostConfigFromEnv } from "./host-config";
 import { createLogger, errorFields } from "./log";
-import { McpConfigError, type McpHostConfig, mcpConfigFromEnv } from "./mcp/config";
-import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/config";
+import { McpConfigError, type McpHostConfig, mcpConfigFromEnv } from "./mcp/mcp-config";
+import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/provider-config";
 import { createModelRouter } from "./model/router";
 
 /**

@@ -22,7 +22,6 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import { isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META, mcpIdempotencyKey } from "../../src/domain/mcp";
 import { errorFields, type Logger } from "../log";
 import type { ModelToolSpec } from "../model/types";
-import { type McpHostConfig, secretFor } from "./config";
 import {
   CANCEL_NOTICE_MS,
   MCP_TOO_LARGE_CODE,
@@ -31,6 +30,7 @@ import {
   mcpTransportFetch,
   tooLargeMessage,
 } from "./fetch";
+import { type McpHostConfig, secretFor } from "./mcp-config";
 
 /**
  * The most characters of one result the model (and the `tool.result` event) gets; the rest is

@@ -1,6 +1,6 @@
 /**
  * The production model adapter: any OpenAI-compatible chat-completions endpoint (OpenAI itself,
- * vLLM, a gateway, or tools/mock-model.ts locally), streamed through the `openai` library and
+ * vLLM, a gateway, or tools/mock-model/main.ts locally), streamed through the `openai` library and
  * turned into ModelChunks. Text is passed on as it arrives; tool calls arrive as argument
  * fragments keyed by index and are only emitted whole, with parsed args, once the stream ended
  * with a finish reason — a half-received call must never reach a sandbox.
@@ -9,7 +9,7 @@
  * a library retry would be a second provider request the quota never admitted.
  */
 import OpenAI from "openai";
-import type { ModelConfig } from "./config";
+import type { ModelConfig } from "./provider-config";
 import { retryAfterMs, safeProviderMessage } from "./provider-errors";
 import { type ModelChunk, type ModelClient, ModelError, type ModelMessage, type ModelTurnRequest } from "./types";
 

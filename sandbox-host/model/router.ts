@@ -3,8 +3,9 @@
  * model name, and goes to the client of the provider serving it, with that provider's own model
  * id. One OpenAI-compatible client per provider, so several providers are in use at once.
  */
-import type { HostModels } from "./config";
+
 import { createOpenAICompatibleClient } from "./openai-compatible";
+import type { HostModels } from "./provider-config";
 import type { ModelClient } from "./types";
 
 export function createModelRouter(

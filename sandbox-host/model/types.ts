@@ -1,7 +1,7 @@
 /**
  * What the agent loop needs from a model provider: a streamed chat turn. Two implementations
  * share this interface: the production OpenAI-compatible adapter (configured by env) and, in
- * local dev and tests, the same adapter pointed at tools/mock-model.ts.
+ * local dev and tests, the same adapter pointed at tools/mock-model/main.ts.
  */
 import type { ModelErrorCode } from "../../src/contracts/errors";
 import type { ChatMessage } from "../../src/contracts/job";

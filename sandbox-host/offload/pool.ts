@@ -23,7 +23,7 @@ import {
   OffloadQueueFullError,
   OffloadTaskError,
   OffloadTimeoutError,
-} from "./errors";
+} from "./offload-errors";
 import type * as Tasks from "./tasks";
 import type { TaskReply, TaskRequest } from "./worker";
 

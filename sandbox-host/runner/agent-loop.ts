@@ -17,7 +17,7 @@ import { approvalSettings, requiresApproval } from "../../src/domain/approval";
 import { mcpServersOf } from "../../src/domain/mcp";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
-import { MCP_DISABLED } from "../mcp/config";
+import { MCP_DISABLED } from "../mcp/mcp-config";
 import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";

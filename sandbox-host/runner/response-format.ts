@@ -13,7 +13,7 @@
 import { jsonNestingDepth } from "../../src/domain/json-depth";
 import { answerValidator } from "../../src/domain/json-schema";
 import type { ModelResponseFormat } from "../model/types";
-import { OffloadTimeoutError } from "../offload/errors";
+import { OffloadTimeoutError } from "../offload/offload-errors";
 import type { OffloadPool } from "../offload/pool";
 
 /**

@@ -14,7 +14,7 @@ import type { RunnableJob } from "../../src/db/run-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { Logger } from "../log";
-import type { McpHostConfig } from "../mcp/config";
+import type { McpHostConfig } from "../mcp/mcp-config";
 import type { McpToolset } from "../mcp/toolset";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";

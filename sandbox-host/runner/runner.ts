@@ -15,7 +15,7 @@ import type { Redis } from "../../src/quota/redis";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
-import type { McpHostConfig } from "../mcp/config";
+import type { McpHostConfig } from "../mcp/mcp-config";
 import type { HostMetrics } from "../metrics/metrics";
 import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";

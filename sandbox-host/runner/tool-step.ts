@@ -10,7 +10,7 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import { errorFields } from "../log";
 import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
-import { isRunFatal } from "../sandbox/errors";
+import { isRunFatal } from "../sandbox/sandbox-errors";
 import { callSandboxTool, toolResultContent } from "../sandbox/tools";
 import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
 

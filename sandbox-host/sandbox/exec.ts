@@ -10,8 +10,8 @@ import { Writable } from "node:stream";
 import type Docker from "dockerode";
 import { settlesWithin, sleep } from "../../src/domain/async";
 import { dockerStatus, errorText, isNotFound } from "./docker";
-import { SandboxError } from "./errors";
 import { KEEPER_SIGNAL, WORKSPACE } from "./profile";
+import { SandboxError } from "./sandbox-errors";
 
 /** How long to wait for the stream to close after a kill before dropping it. */
 const AFTER_KILL_GRACE_MS = 5_000;

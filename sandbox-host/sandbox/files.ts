@@ -6,9 +6,9 @@
  */
 import { posix } from "node:path";
 import type Docker from "dockerode";
-import { SandboxError } from "./errors";
 import { type RawExecResult, runExec } from "./exec";
 import { WORKSPACE } from "./profile";
+import { SandboxError } from "./sandbox-errors";
 
 /** Absolute, normalized path inside /workspace, or a SandboxError. Relative paths are relative to /workspace. */
 export function workspacePath(path: string, runId?: string): string {

@@ -8,12 +8,12 @@ import { createHash } from "node:crypto";
 import type Docker from "dockerode";
 import { type Logger, silentLogger } from "../log";
 import { connectDocker, errorText, isGoneOrGoing, isNotFound } from "./docker";
-import { SandboxError } from "./errors";
 import { type RawExecResult, runExec } from "./exec";
 import * as files from "./files";
 import { createKeyedLock, createSemaphore, type KeyedLock } from "./keyed-lock";
 import { createNetworkPool } from "./network-pool";
 import { containerSpec, type ResolvedProfile, resolveProfile, type SandboxProfile } from "./profile";
+import { SandboxError } from "./sandbox-errors";
 
 export const LABEL_SANDBOX = "ear.sandbox";
 export const LABEL_HOST = "ear.sandbox.host";

@@ -7,7 +7,7 @@
  */
 import type Docker from "dockerode";
 import { dockerStatus, errorText } from "./docker";
-import { SandboxError, SandboxPoolExhausted } from "./errors";
+import { SandboxError, SandboxPoolExhausted } from "./sandbox-errors";
 import { type Cidr, carve, formatCidr, formatIp, parseCidr, randomFree } from "./subnet";
 
 export interface NetworkPool {

@@ -4,7 +4,7 @@
  * isolation (a root user, non-positive limits).
  */
 import type { ContainerCreateOptions } from "dockerode";
-import { SandboxError } from "./errors";
+import { SandboxError } from "./sandbox-errors";
 
 export const WORKSPACE = "/workspace";
 

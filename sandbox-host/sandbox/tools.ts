@@ -7,8 +7,8 @@
  */
 import { z } from "zod";
 import type { ModelToolSpec } from "../model/types";
-import { isRunFatal, SandboxError } from "./errors";
 import type { SandboxManager } from "./manager";
+import { isRunFatal, SandboxError } from "./sandbox-errors";
 
 export const ShellInput = z.object({
   command: z.string().min(1).describe("Shell command line, run by /bin/sh -c in /workspace"),

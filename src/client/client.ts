@@ -2,7 +2,7 @@
  * The typed client of the public API (docs/api.md): jobs, their trees, cancel and input, the
  * event stream of a job or a whole tree as a resuming async iterator, the chat WebSocket with
  * resume, agents, models, usage and access tokens. Runtime-neutral (fetch, WebSocket,
- * TextDecoder, AbortSignal only) so the console, the demo, the load tool and the tests all use
+ * TextDecoder, AbortSignal only) so the console, the demo, the load generator and the tests all use
  * this one. Request and answer types are the zod contracts' (src/contracts/); answers are not
  * re-validated here: the gateway builds them from the same schemas.
  *

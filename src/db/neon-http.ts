@@ -2,7 +2,7 @@
  * The gateway's database: drizzle over Neon's SQL-over-HTTP (`neon()`), one fetch per query, so
  * a Worker needs no socket and no pool per request. In production `fetchEndpoint` is unset and
  * the driver derives Neon's endpoint from the connection string's host; locally it points at the
- * `/sql` endpoint of tools/pg-proxy.ts.
+ * `/sql` endpoint of tools/bridges/pg-proxy/main.ts.
  */
 import { neon, neonConfig } from "@neondatabase/serverless";
 import { drizzle } from "drizzle-orm/neon-http";

@@ -1,5 +1,5 @@
 /**
- * The recovery thresholds' defaults, shared by the hosts' reapers (sandbox-host/config.ts) and the
+ * The recovery thresholds' defaults, shared by the hosts' reapers (sandbox-host/host-config.ts) and the
  * Worker's cron backstop (workers/gateway-config.ts): the backstop must never call a run lost, or a claim
  * stale, sooner than the hosts would, so both sides read the same numbers from here.
  */

@@ -6,7 +6,7 @@
  * Its snapshot is what `/readyz` and metrics report.
  */
 import { jitter } from "../domain/backoff";
-import { QuotaUnavailableError } from "./errors";
+import { QuotaUnavailableError } from "./quota-errors";
 
 export type BreakerState = "closed" | "open" | "half_open";
 

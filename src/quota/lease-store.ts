@@ -5,7 +5,7 @@
  * Redis server's clock. A leaked slot is reclaimable because it is named and timed: a holder
  * that stops renewing is purged by the next acquire once its lease is older than the lease
  * timeout. An anonymous INCR/DECR counter cannot tell a dead +1 from a live one and leaks
- * (`npm run demo:quota`, tools/demo-quota.ts, shows it). All three operations are single Lua scripts (./lua).
+ * (`npm run demo:quota`, tools/cli/demo-quota.ts, shows it). All three operations are single Lua scripts (./lua).
  *
  * Holder-side rule the caller must follow: a lease is usable only while `isValid(lease)`; its
  * local deadline is the moment the acquire/renew was SENT plus the lease timeout, which is never
@@ -14,8 +14,8 @@
  */
 import { DEFAULT_HEARTBEAT_MS } from "../domain/recovery";
 import { type BreakerOptions, type BreakerSnapshot, CircuitBreaker } from "./breaker";
-import { QuotaProtocolError, QuotaUnavailableError } from "./errors";
 import { type RedisKeys, redisKeys } from "./keys";
+import { QuotaProtocolError, QuotaUnavailableError } from "./quota-errors";
 import type { Redis } from "./redis";
 import { isLuaRunner, type LuaRunner, type QuotaScripts, upstashLuaRunner } from "./scripts";
 

@@ -1,6 +1,6 @@
 /**
  * The one way runtime code builds a Redis client: @upstash/redis over REST (Upstash in
- * production, tools/upstash-bridge.ts locally). Retries are short so a dead Redis is noticed in
+ * production, tools/bridges/upstash-rest/main.ts locally). Retries are short so a dead Redis is noticed in
  * well under a second instead of the client's default ~5 exponential retries.
  */
 import { Redis } from "@upstash/redis";

@@ -1,7 +1,7 @@
 /** A thin client for the public API used by the end-to-end tests. */
 import { expect } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { waitFor } from "../../tools/services/ports";
+import { waitFor } from "../../tools/stack/services/ports";
 
 export interface ApiResponse<T = Record<string, unknown>> {
   status: number;

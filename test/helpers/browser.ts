@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { type Browser, chromium, type Page } from "playwright-core";
-import { killOnExit, stopProcessGroup } from "../../tools/services/process";
+import { killOnExit, stopProcessGroup } from "../../tools/stack/services/process";
 
 export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 

@@ -9,8 +9,8 @@ import { beforeEach, describe } from "vitest";
 import type { Db } from "../../src/db/client";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
-import { applyMigrations } from "../../tools/migrate";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 
 export interface TestDb {
   url: string;
@@ -82,7 +82,7 @@ export interface DriverTarget {
   /** A pool on the test database (node-postgres runs its queries through it). */
   admin: pg.Pool;
   postgresUrl: string;
-  /** The local Postgres proxy (tools/pg-proxy.ts) whose /sql the Neon HTTP driver talks to. */
+  /** The local Postgres proxy (tools/bridges/pg-proxy/main.ts) whose /sql the Neon HTTP driver talks to. */
   proxyUrl: string;
 }
 

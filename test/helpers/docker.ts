@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
-import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../../tools/sandbox-image/build";
+import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../../tools/build/sandbox-image";
 
 export const TEST_IMAGE = LOCAL_SANDBOX_IMAGE;
 
@@ -22,7 +22,7 @@ export async function requireDocker(): Promise<Docker | null> {
     console.warn(msg);
     return null;
   }
-  // Built when missing, and rebuilt when it predates the recipe in tools/sandbox-image/build.ts.
+  // Built when missing, and rebuilt when it predates the recipe in tools/build/sandbox-image.ts.
   await ensureSandboxImage({ docker, image: TEST_IMAGE });
   return docker;
 }

@@ -1,4 +1,4 @@
-/** The least environment a sandbox-host accepts (sandbox-host/config.ts), for config tests. */
+/** The least environment a sandbox-host accepts (sandbox-host/host-config.ts), for config tests. */
 export const MINIMAL_HOST_ENV = {
   DATABASE_URL: "postgres://u:p@127.0.0.1:5432/db",
   UPSTASH_REDIS_REST_URL: "http://127.0.0.1:8079",

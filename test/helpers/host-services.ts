@@ -1,12 +1,13 @@
 /**
  * What an in-process sandbox-host needs around it in a test: Postgres (template-cloned DBs),
  * redis-server behind the Upstash bridge, the mock model, and an ingest stub that acks every
- * batch (tools/services/acking-ingest.ts) — for suites where event delivery is not under test.
+ * batch (tools/stack/services/acking-ingest.ts) — for suites where event delivery is not under test.
  */
-import { type MockModel, startMockModel } from "../../tools/mock-model";
-import { type AckingIngest, startAckingIngest } from "../../tools/services/acking-ingest";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+
+import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { type MockModel, startMockModel } from "../../tools/mock-model/main";
+import { type AckingIngest, startAckingIngest } from "../../tools/stack/services/acking-ingest";
+import { type RedisService, startRedis } from "../../tools/stack/services/redis";
 import { startTestPostgres } from "./db";
 
 export type { AckingIngest };

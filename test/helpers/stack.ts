@@ -1,11 +1,11 @@
 /**
- * A whole local stack (tools/stack.ts) for one describe block, plus a small admin pool on its
+ * A whole local stack (tools/stack/start.ts) for one describe block, plus a small admin pool on its
  * database: started before the block's tests, stopped after them. Read them through the returned
  * handle (`t.stack`, `t.pool`) or have `ready` hand them to the block's own variables.
  */
 import type pg from "pg";
 import { afterAll, beforeAll } from "vitest";
-import { type Stack, type StackOptions, startStack } from "../../tools/stack";
+import { type Stack, type StackOptions, startStack } from "../../tools/stack/start";
 import { testPool } from "./db";
 
 /**

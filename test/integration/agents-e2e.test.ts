@@ -6,8 +6,8 @@
  * and the events carry the model.retry of a provider failure and a model.turn at every model turn.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { waitFor } from "../../tools/services/ports";
-import { type Stack, startStack } from "../../tools/stack";
+import { waitFor } from "../../tools/stack/services/ports";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";

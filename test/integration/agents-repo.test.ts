@@ -1,6 +1,6 @@
 /**
  * The agent and usage repositories against a real Postgres, once through plain `pg` and once
- * through the gateway's driver (neon-http via tools/pg-proxy.ts, which has no interactive
+ * through the gateway's driver (neon-http via tools/bridges/pg-proxy/main.ts, which has no interactive
  * transactions: each write here is one statement). Each test starts from resetToTwoTenants, so
  * both drivers see the same empty tables; a usage row or an agent left over from the first
  * driver's run would show in the second's sums and names.
@@ -18,9 +18,9 @@ import {
   listAgentVersions,
 } from "../../src/db/agents-repo";
 import { usageByDay } from "../../src/db/usage-repo";
-import { applyMigrations } from "../../tools/migrate";
-import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { onEveryDriver, testPool } from "../helpers/db";
 
 let postgres: PostgresService;

@@ -12,7 +12,7 @@ import { cancelClaim, claimJob, markStarted } from "../../src/db/ownership-repo"
 import { releaseStaleClaims } from "../../src/db/reaper-repo";
 import { jobs, tenants } from "../../src/db/schema";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { type Stack, startStack } from "../../tools/stack";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient, userMessage } from "../helpers/api";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
@@ -224,7 +224,7 @@ describe.skipIf(!canRun)("cancel and input end to end", () => {
       expect(convergence).toBeLessThan(2500);
       expect((await rest).map((e) => e.event).at(-1)).toBe("run.cancelled");
     } finally {
-      const { startRedis } = await import("../../tools/services/redis");
+      const { startRedis } = await import("../../tools/stack/services/redis");
       // Same port, so the bridge reconnects and later tests have Redis again.
       const port = Number(new URL(stack.redisUrl as string).port);
       const restarted = await startRedis({ port });

@@ -8,7 +8,7 @@
 import http from "node:http";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type HostHandle, type Stack, startStack } from "../../tools/stack";
+import { type HostHandle, type Stack, startStack } from "../../tools/stack/start";
 import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";
 

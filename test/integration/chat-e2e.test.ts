@@ -11,7 +11,7 @@ import WebSocket from "ws";
 import { EarClient } from "../../src/client/client";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
-import { type Stack, startStack } from "../../tools/stack";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
 import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";

@@ -1,5 +1,5 @@
 /**
- * `npm run dev` as a developer runs it (tools/dev.ts as a child, its own GATEWAY_PORT and DEV_DIR):
+ * `npm run dev` as a developer runs it (tools/stack/dev.ts as a child, its own GATEWAY_PORT and DEV_DIR):
  *
  * - A SIGTERM ends with `stopped.` and leaves nothing the stack made outside DEV_DIR: no process
  *   it started, no `ear-*` directory in the temp folder, none of the gateway's directories (its
@@ -21,7 +21,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort } from "../../tools/services/ports";
+import { freePort } from "../../tools/stack/services/ports";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 
@@ -82,7 +82,7 @@ async function sysvSegmentsOf(pid: number): Promise<string[]> {
 }
 
 function startDev(env: Record<string, string>, args: string[] = []): DevRun {
-  const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "tools", "dev.ts"), ...args], {
+  const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "tools", "stack", "dev.ts"), ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -11,7 +11,7 @@ import { EarClient } from "../../src/client/client";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant, revokeApiKey } from "../../src/db/tenants-repo";
 import { signedHeaders } from "../../src/domain/signing";
-import { type Stack, startStack } from "../../tools/stack";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient, userMessage } from "../helpers/api";
 import { testPool } from "../helpers/db";
 import { requireBinary } from "../helpers/require";

@@ -8,7 +8,7 @@
 import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import type { HostHandle } from "../../tools/stack";
+import type { HostHandle } from "../../tools/stack/start";
 import { apiClient, longRunMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";

@@ -14,7 +14,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildHost } from "../../tools/build/host";
 import type { SseEvent } from "../../tools/lib/sse";
-import { type HostHandle, type Stack, spawnHost, startStack } from "../../tools/stack";
+import { type HostHandle, type Stack, spawnHost, startStack } from "../../tools/stack/start";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";

@@ -7,13 +7,13 @@
 import { randomUUID } from "node:crypto";
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
+import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import * as schema from "../../src/db/schema";
-import { MOCK_MODEL_NAME } from "../../tools/mock-model";
-import { waitFor } from "../../tools/services/ports";
+import { MOCK_MODEL_NAME } from "../../tools/mock-model/main";
+import { waitFor } from "../../tools/stack/services/ports";
 import type { TestDb } from "../helpers/db";
 import { type HostServices, startHostServices } from "../helpers/host-services";
 import { sampleValue } from "../helpers/metrics";

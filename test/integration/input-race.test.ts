@@ -1,7 +1,7 @@
 /**
  * A job's input caps (LIMITS.maxInputsPerJob inputs, LIMITS.maxInputBytesPerJob bytes) under
  * concurrent POST /v1/jobs/{id}/input: the repository function from many connections at once, on
- * both drivers (node-postgres, and neon-http through tools/pg-proxy.ts as the gateway calls it),
+ * both drivers (node-postgres, and neon-http through tools/bridges/pg-proxy/main.ts as the gateway calls it),
  * against a real Postgres. Before the caps were kept on the job row, each statement counted the
  * inputs of its own snapshot: 150 at once stored 105 of 100, 40 × 60,000 bytes stored 540,026 of
  * 262,144 (issue 24). Each burst is repeated, and asserted to have overlapped, so interleavings
@@ -18,9 +18,9 @@ import { submitInput } from "../../src/db/control-repo";
 import { createJob } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
-import { applyMigrations } from "../../tools/migrate";
-import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { testPool } from "../helpers/db";
 
 const ROUNDS = 4;

@@ -17,7 +17,7 @@ import { EarClient } from "../../src/client/client";
 import type { EventOf } from "../../src/contracts/events";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
-import { type Stack, startStack } from "../../tools/stack";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient, userMessage } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";

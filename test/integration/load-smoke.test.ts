@@ -1,5 +1,5 @@
 /**
- * The load tool end to end, small: a self-started stack (2 hosts), steps 1 and 5 of the text
+ * The load generator end to end, small: a self-started stack (2 hosts), steps 1 and 5 of the text
  * scenario over real HTTP + SSE. Every run must be strictly successful, the results JSON and the
  * offline HTML report must exist, and every sampled resource must be back to its baseline.
  */
@@ -13,7 +13,7 @@ import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
-describe.skipIf(!canRun)("load tool smoke", () => {
+describe.skipIf(!canRun)("load generator smoke", () => {
   let out: string | null = null;
   afterAll(async () => {
     if (out) await rm(out, { recursive: true, force: true });

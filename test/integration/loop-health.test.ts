@@ -8,14 +8,14 @@
  */
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HostConfigSchema } from "../../sandbox-host/config";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
+import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import * as schema from "../../src/db/schema";
-import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model";
-import { waitFor } from "../../tools/services/ports";
-import type { UpstashBridge } from "../../tools/upstash-bridge";
+import type { UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model/main";
+import { waitFor } from "../../tools/stack/services/ports";
 import type { startTestPostgres, TestDb } from "../helpers/db";
 import { type AckingIngest, type HostServices, startHostServices } from "../helpers/host-services";
 import { requireBinary } from "../helpers/require";

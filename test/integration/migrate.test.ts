@@ -1,5 +1,5 @@
 /**
- * tools/migrate.ts against a real Postgres: two migrators started at the same moment (two hosts'
+ * tools/stack/migrate.ts against a real Postgres: two migrators started at the same moment (two hosts'
  * init containers, two CI jobs) serialize on an advisory lock and apply the schema once; a waiter
  * gives up after its lock timeout with a message saying who holds the lock; and a migration file
  * dated before the last applied one, which drizzle's migrator skips without a word, fails loudly.
@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR } from "../../tools/migrate";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR } from "../../tools/stack/migrate";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 
 const run = promisify(execFile);
 
@@ -53,7 +53,7 @@ async function waitUntil(check: () => Promise<boolean>, timeoutMs: number): Prom
 }
 
 function migrateProcess(url: string): Promise<{ code: number; out: string }> {
-  return run(process.execPath, ["--import", "tsx", "tools/migrate.ts"], {
+  return run(process.execPath, ["--import", "tsx", "tools/stack/migrate.ts"], {
     env: { ...process.env, DATABASE_URL: url, DATABASE_DIRECT_URL: "" },
     timeout: 60_000,
   }).then(

@@ -4,8 +4,8 @@
  * mapping, and the raw SSE wire format any OpenAI-compatible client depends on.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { modelConfigFromEnv } from "../../sandbox-host/model/config";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
+import { modelConfigFromEnv } from "../../sandbox-host/model/provider-config";
 import {
   type ModelChunk,
   type ModelClient,
@@ -13,8 +13,8 @@ import {
   type ModelMessage,
   type ModelTurnRequest,
 } from "../../sandbox-host/model/types";
-import { type MockModel, startMockModel } from "../../tools/mock-model";
-import { freePort, waitFor } from "../../tools/services/ports";
+import { type MockModel, startMockModel } from "../../tools/mock-model/main";
+import { freePort, waitFor } from "../../tools/stack/services/ports";
 
 let mock: MockModel;
 let model: ModelClient;

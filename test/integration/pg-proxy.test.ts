@@ -1,5 +1,5 @@
 /**
- * tools/pg-proxy.ts against a real Postgres: the Neon driver's WebSocket Pool and its `neon()`
+ * tools/bridges/pg-proxy/main.ts against a real Postgres: the Neon driver's WebSocket Pool and its `neon()`
  * HTTP function both work through it, it refuses to tunnel anywhere else, and the repository
  * functions behave the same on drizzle node-postgres (plain `pg`) and drizzle neon-http (through
  * the proxy): one conformance suite, run once per driver.
@@ -25,10 +25,10 @@ import {
 } from "../../src/db/ownership-repo";
 import { purgeFinishedJobs, wasPurged } from "../../src/db/retention-repo";
 import * as schema from "../../src/db/schema";
-import { applyMigrations } from "../../tools/migrate";
-import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
-import { freePort, waitFor } from "../../tools/services/ports";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { freePort, waitFor } from "../../tools/stack/services/ports";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { caught } from "../helpers/caught";
 import { onEveryDriver, testPool } from "../helpers/db";
 

@@ -12,7 +12,7 @@ import { silentLogger } from "../../sandbox-host/log";
 import { QueueDepthSampler, TENANT_SERIES } from "../../sandbox-host/metrics/queue-depth";
 import { resultRows } from "../../src/db/client";
 import { QUEUE_DEPTH_SQL, queueDepthByTenant } from "../../src/db/queue-depth-repo";
-import { waitFor } from "../../tools/services/ports";
+import { waitFor } from "../../tools/stack/services/ports";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 const TENANTS = 50;

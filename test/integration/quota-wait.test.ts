@@ -13,8 +13,8 @@ import { createLeaseStore, type LeaseStore, type LeaseStoreOptions } from "../..
 import { createRedisClient } from "../../src/quota/redis";
 import { type LuaRunner, type QuotaScripts, upstashLuaRunner } from "../../src/quota/scripts";
 import { acquireWithWait, type QuotaWaitingInfo } from "../../src/quota/wait";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { type RedisService, startRedis } from "../../tools/stack/services/redis";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");

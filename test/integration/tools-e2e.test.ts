@@ -8,7 +8,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { type Stack, startStack } from "../../tools/stack";
+import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
 import { testPool } from "../helpers/db";
 import { countHostObjects, removeHostObjects, requireDocker } from "../helpers/docker";

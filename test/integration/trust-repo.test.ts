@@ -1,6 +1,6 @@
 /**
  * Trust boundaries at the repository layer, against a real Postgres, once through plain `pg` and
- * once through the gateway's driver (neon-http via tools/pg-proxy.ts): idempotency keys are bound
+ * once through the gateway's driver (neon-http via tools/bridges/pg-proxy/main.ts): idempotency keys are bound
  * to their request, inputs per job are capped, keys are revoked by their unique id, a tenant
  * never sees an internal error's detail, logs of a failed query carry no values, and the proxy
  * checks the password.
@@ -20,9 +20,9 @@ import { toJobView } from "../../src/db/job-view";
 import { createJob, findTenantIdByKeyHash } from "../../src/db/jobs-repo";
 import * as schema from "../../src/db/schema";
 import { listApiKeys, revokeApiKey } from "../../src/db/tenants-repo";
-import { applyMigrations } from "../../tools/migrate";
-import { type PgProxy, startPgProxy } from "../../tools/pg-proxy";
-import { type PostgresService, startPostgres } from "../../tools/services/postgres";
+import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
+import { applyMigrations } from "../../tools/stack/migrate";
+import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { loggableError } from "../../workers/log";
 import { caught } from "../helpers/caught";
 import { onEveryDriver, testPool } from "../helpers/db";
@@ -207,7 +207,7 @@ describe("pg-proxy credentials", () => {
 
 describe("operator CLI keys", () => {
   const run = (...args: string[]) =>
-    promisify(execFile)("npx", ["tsx", "tools/cli.ts", ...args], {
+    promisify(execFile)("npx", ["tsx", "tools/cli/operator.ts", ...args], {
       env: { ...process.env, DATABASE_URL: postgres.url },
     }).then(
       (r) => ({ code: 0, out: r.stdout, err: r.stderr }),

@@ -8,8 +8,8 @@ import { Ratelimit } from "@upstash/ratelimit";
 import { Redis as IORedis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisClient, type Redis } from "../../src/quota/redis";
-import { type RedisService, startRedis } from "../../tools/services/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../tools/upstash-bridge";
+import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { type RedisService, startRedis } from "../../tools/stack/services/redis";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");

@@ -15,7 +15,7 @@ import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
-import { waitFor } from "../../tools/services/ports";
+import { waitFor } from "../../tools/stack/services/ports";
 import { agentJobs, apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { sampleValue } from "../helpers/metrics";

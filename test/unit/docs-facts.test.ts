@@ -3,13 +3,14 @@
  * unnoticed (issue 26 found each of these wrong): docs/architecture.md's parts table against the
  * Durable Object classes workers/index.ts exports and wrangler.toml binds, each object's SQLite
  * tables against its CREATE TABLE statements, the trigger count against drizzle/*.sql, and
- * tools/README.md against the files under tools/. Also one number two modules used to disagree
+ * tools/README.md against the files under tools/ (and tools/ keeps its shape: no `x.ts` beside `x/`,
+ * every bench on the harness). Also one number two modules used to disagree
  * on: the lease store's default heartbeat is the hosts' own.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { hostConfigFromEnv } from "../../sandbox-host/config";
+import { hostConfigFromEnv } from "../../sandbox-host/host-config";
 import { createLeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
@@ -126,6 +127,30 @@ describe("tools/README.md against tools/", () => {
     expect(listed.length).toBeGreaterThan(10);
     const files = new Set(walk("tools"));
     expect(listed.filter((f) => !files.has(f))).toEqual([]);
+  });
+
+  it("every bench takes its flags through the harness: it calls startBench and reads no process.argv itself", () => {
+    const benches = walk("tools/bench").filter(
+      (f) => !f.includes(".test.") && f !== "harness.ts" && f !== "host-gateway.ts",
+    );
+    expect(benches.length).toBeGreaterThan(10);
+    const source = (f: string) => read(join("tools/bench", f));
+    expect(benches.filter((f) => !/\bstartBench\(/.test(source(f)))).toEqual([]);
+    expect(benches.filter((f) => /process\.argv/.test(source(f)))).toEqual([]);
+  });
+
+  it("no entry file sits beside a folder of its name (`x.ts` and `x/`): a program's entry is its folder's main.ts", () => {
+    const files = walk("tools");
+    const folders = new Set(
+      files.flatMap((f) =>
+        f
+          .split("/")
+          .slice(0, -1)
+          .map((_, i, p) => p.slice(0, i + 1).join("/")),
+      ),
+    );
+    expect(folders.size).toBeGreaterThan(3);
+    expect(files.filter((f) => folders.has(f.replace(/\.ts$/, "")))).toEqual([]);
   });
 });
 

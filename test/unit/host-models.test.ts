@@ -6,7 +6,7 @@
  * retry policy's bounds, and the usage estimate.
  */
 import { describe, expect, it } from "vitest";
-import { hostModelsFromEnv, MODEL_ENV_NAMES, ModelConfigError } from "../../sandbox-host/model/config";
+import { hostModelsFromEnv, MODEL_ENV_NAMES, ModelConfigError } from "../../sandbox-host/model/provider-config";
 import {
   MAX_PROVIDER_MESSAGE_CHARS,
   retryAfterMs,

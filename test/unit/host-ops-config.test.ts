@@ -4,9 +4,9 @@
  * pooler URL (LISTEN is never delivered through a transaction pooler).
  */
 import { describe, expect, it } from "vitest";
-import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/config";
+import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/host-config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
-import { applyMigrations } from "../../tools/migrate";
+import { applyMigrations } from "../../tools/stack/migrate";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 
 const POOLED = "postgres://u:p@ep-cool-bird-123456-pooler.eu-central-1.aws.neon.tech/db?sslmode=require";

@@ -17,12 +17,12 @@ import { ConfigMap, Secret } from "kubernetes-models/v1";
 import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { parse, parseAllDocuments } from "yaml";
-import { HOST_ENV_NAMES, hostConfigFromEnv } from "../../sandbox-host/config";
 import { OFFLOAD_DRAIN_MS } from "../../sandbox-host/host";
-import { MCP_ENV_NAMES } from "../../sandbox-host/mcp/config";
+import { HOST_ENV_NAMES, hostConfigFromEnv } from "../../sandbox-host/host-config";
+import { MCP_ENV_NAMES } from "../../sandbox-host/mcp/mcp-config";
 import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
-import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/config";
+import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/provider-config";
 import { parseModelRegistry } from "../../src/domain/models";
 
 const DIR = resolve(import.meta.dirname, "../../deploy/k8s");
@@ -102,7 +102,8 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
       : [];
   const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...MCP_ENV_NAMES, ...keyVars]);
   for (const name of Object.keys(env)) {
-    if (!known.has(name)) problems.push(`env ${name} is read by nothing in sandbox-host (config.ts, model/config.ts)`);
+    if (!known.has(name))
+      problems.push(`env ${name} is read by nothing in sandbox-host (host-config.ts, model/provider-config.ts)`);
   }
   let config: ReturnType<typeof hostConfigFromEnv>;
   try {
@@ -222,7 +223,7 @@ describe("deploy/k8s manifests", () => {
       expect.stringMatching(/^HOST_METRICS_HOST is 127.0.0.1/),
     ]);
     expect(broken((by) => (by.ConfigMap!.data.HOST_METRICS_ADDR = "0.0.0.0"))).toEqual([
-      "env HOST_METRICS_ADDR is read by nothing in sandbox-host (config.ts, model/config.ts)",
+      "env HOST_METRICS_ADDR is read by nothing in sandbox-host (host-config.ts, model/provider-config.ts)",
     ]);
     expect(broken((by) => delete by.Secret!.stringData.INTERNAL_SIGNING_SECRET)).toEqual([
       expect.stringMatching(/INTERNAL_SIGNING_SECRET is required/),

@@ -5,7 +5,7 @@
  * and the approval hook's MCP half.
  */
 import { describe, expect, it } from "vitest";
-import { McpConfigError, mcpConfigFromEnv, secretFor } from "../../sandbox-host/mcp/config";
+import { McpConfigError, mcpConfigFromEnv, secretFor } from "../../sandbox-host/mcp/mcp-config";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import {
   type AllowedUrl,

@@ -4,8 +4,8 @@
  * every model slot (default 0 = no tenant limit).
  */
 import { describe, expect, it } from "vitest";
-import { hostConfigFromEnv } from "../../sandbox-host/config";
-import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model/config";
+import { hostConfigFromEnv } from "../../sandbox-host/host-config";
+import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model/provider-config";
 import { parseModelList, resolveModel } from "../../src/domain/models";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 

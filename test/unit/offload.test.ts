@@ -13,7 +13,7 @@ import {
   OffloadQueueFullError,
   OffloadTaskError,
   OffloadTimeoutError,
-} from "../../sandbox-host/offload/errors";
+} from "../../sandbox-host/offload/offload-errors";
 import {
   type OffloadObserver,
   type OffloadOutcome,

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseScript } from "../../tools/mock-model-server/script";
+import { parseScript } from "../../tools/mock-model/script";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const readme = readFileSync(resolve(ROOT, "README.md"), "utf8");
@@ -21,7 +21,7 @@ describe("README examples", () => {
     expect(curls.length).toBeGreaterThan(4);
     expect(curls.filter((c) => !c.includes("$GW/") && !c.includes('"$GW/'))).toEqual([]);
     expect(readme).toContain(`GW=$(node -p 'require("./.dev/stack.json").gateway_url')`);
-    expect(readFileSync(resolve(ROOT, "tools", "stack.ts"), "utf8")).toMatch(/\bgateway_url: gateway\.url\b/);
+    expect(readFileSync(resolve(ROOT, "tools", "stack", "start.ts"), "utf8")).toMatch(/\bgateway_url: gateway\.url\b/);
   });
 
   it("say that `!mock` must start the message, as the mock model reads it", () => {

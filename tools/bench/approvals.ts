@@ -9,24 +9,17 @@
  *     first event (`run.resumed`) read from the stream. Prints p50 / p95 / max with the load
  *     average (figures on a shared machine are noisy; rerun on a quiet one).
  */
-import { loadavg } from "node:os";
 import pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { readSse } from "../lib/sse";
-import { pct } from "../load/stats";
-import { startStack } from "../stack";
+import { startStack } from "../stack/start";
+import { dist, startBench, summary } from "./harness";
 
-const N = Number(process.argv[2] ?? 100);
+const bench = startBench({ usage: "npm run bench:approvals [N] [--json]", positionals: true });
+const N = Number(bench.positionals[0] ?? 100);
 const HOSTS = 2;
-
-const fmt = (xs: number[]) =>
-  `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
-const load = () =>
-  loadavg()
-    .map((l) => l.toFixed(2))
-    .join(" ");
 
 async function metric(url: string, name: string): Promise<number> {
   const text = await (await fetch(url)).text();
@@ -68,7 +61,7 @@ async function main() {
     const zset = await createRedisClient(stack.upstash).zcard(
       redisKeys().quotaLeases(quotaKeys.model(stack.modelName)),
     );
-    console.log(
+    bench.say(
       `${N} jobs waiting: runs_active per host ${JSON.stringify(slots)}, quota_leases_held ${JSON.stringify(held)}, lease ZSET ${zset}`,
     );
 
@@ -100,9 +93,17 @@ async function main() {
       }
       ac.abort();
     }
-    console.log(`decision POST answered: ${fmt(decideMs)}`);
-    console.log(`resume latency (decision → run.resumed on the stream): ${fmt(latencies)}`);
-    console.log(`load average ${load()} (1, 5, 15 min; ${(await import("node:os")).cpus().length} cores)`);
+    bench.say(`decision POST answered: ${summary(decideMs)}`);
+    bench.say(`resume latency (decision → run.resumed on the stream): ${summary(latencies)}`);
+    bench.say(`${bench.load()} (1, 5, 15 min; ${(await import("node:os")).cpus().length} cores)`);
+    bench.done({
+      jobs: N,
+      runs_active: slots,
+      quota_leases_held: held,
+      lease_zset: zset,
+      decision_ms: dist(decideMs),
+      resume_ms: dist(latencies),
+    });
   } finally {
     await pool.end();
     await stack.stop();

@@ -14,10 +14,11 @@ import pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
 import { RespInfo } from "../load/resp";
-import { pct } from "../load/stats";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
+import { dist, startBench, summary } from "./harness";
 
-const N = Number(process.argv[2] ?? 100);
+const bench = startBench({ usage: "npm run bench:cancel [N] [--json]", positionals: true });
+const N = Number(bench.positionals[0] ?? 100);
 const HOSTS = 2;
 /**
  * CANCEL_OVER_S (default 2): the N cancels are spread over this many seconds. Above 2 s each
@@ -27,9 +28,6 @@ const HOSTS = 2;
  */
 const SPREAD_MS = Number(process.env.CANCEL_OVER_S ?? 2) * 1000;
 const REPLACE = SPREAD_MS > 2000;
-
-const fmt = (xs: number[]) =>
-  `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
 
 async function commandsPerSecond(stack: Stack, seconds = 3): Promise<number> {
   const redis = new RespInfo(stack.redisUrl as string);
@@ -157,23 +155,33 @@ async function main() {
 
     const durable = ids.map((id) => (cancelledAt.get(id) as number) - (calledAt.get(id) as number));
     const closed = ids.map((id) => (closedAt.get(id) ?? Number.NaN) - (calledAt.get(id) as number));
-    console.log(
+    bench.say(
       `\ncancel convergence over ${N} running jobs on ${HOSTS} hosts, cancels spread over ${SPREAD_MS / 1000} s${REPLACE ? " (each replaced by a new running job)" : ""}`,
     );
     const answered = ids.map((id) => (answeredAt.get(id) as number) - (calledAt.get(id) as number));
-    console.log(`  API call → API answered:        ${fmt(answered)}`);
-    console.log(`  API call → durable cancelled:   ${fmt(durable)}`);
-    console.log(`  API call → stream ended:        ${fmt(closed.filter(Number.isFinite))}`);
+    bench.say(`  API call → API answered:        ${summary(answered)}`);
+    bench.say(`  API call → durable cancelled:   ${summary(durable)}`);
+    bench.say(`  API call → stream ended:        ${summary(closed.filter(Number.isFinite))}`);
     const ms = (ns: number) => (ns / 1e6).toFixed(0);
-    console.log(
+    bench.say(
       `  this process's event-loop delay during the cancels (bridges, mock model, SSE readers): p50 ${ms(loopDelay.percentile(50))} ms, p99 ${ms(loopDelay.percentile(99))} ms, max ${ms(loopDelay.max)} ms`,
     );
-    console.log(`\nRedis commands per second per host (whole Redis / ${HOSTS} hosts)`);
-    console.log(`  0 running jobs:   ${(idle / HOSTS).toFixed(1)}`);
-    console.log(`  10 running jobs:  ${(with10 / HOSTS).toFixed(1)}`);
-    console.log(
+    bench.say(`\nRedis commands per second per host (whole Redis / ${HOSTS} hosts)`);
+    bench.say(`  0 running jobs:   ${(idle / HOSTS).toFixed(1)}`);
+    bench.say(`  10 running jobs:  ${(with10 / HOSTS).toFixed(1)}`);
+    bench.say(
       `  ${N} running jobs: ${(withN / HOSTS).toFixed(1)}   (a per-run 200 ms poll would add ~${(5 * N) / HOSTS}/s per host)`,
     );
+    bench.say(bench.load());
+    bench.done({
+      jobs: N,
+      hosts: HOSTS,
+      spread_s: SPREAD_MS / 1000,
+      answered_ms: dist(answered),
+      durable_ms: dist(durable),
+      stream_ended_ms: dist(closed),
+      redis_commands_per_s_per_host: { idle: idle / HOSTS, runs_10: with10 / HOSTS, [`runs_${N}`]: withN / HOSTS },
+    });
   } finally {
     await pool.end();
     await stack.stop();

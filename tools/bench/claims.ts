@@ -1,5 +1,5 @@
 /**
- * `npm run bench:claims [-- --jobs N --reps R --claimers 1,4,16 --investigate]`: the whole
+ * `npm run bench:claims [-- --jobs N --reps R --claimers 1,4,16 --investigate --json]`: the whole
  * lifecycle of a job on our fenced claims against two Postgres queues Node users pick, in the
  * same Postgres, each configuration R (default 3) times in this one process, interleaved, and
  * printed as median (min–max) with the load average. Figures and their reading: docs/claims.md.
@@ -31,8 +31,7 @@
  *  4. with --investigate: why graphile-worker once looked slower at 4 workers than at 1.
  */
 import { randomUUID } from "node:crypto";
-import { availableParallelism, loadavg } from "node:os";
-import { parseArgs } from "node:util";
+import { availableParallelism } from "node:os";
 import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { runMigrations as graphileMigrations, Logger, run as runGraphile } from "graphile-worker";
@@ -53,12 +52,13 @@ import {
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { DEFAULT_HEARTBEAT_MS } from "../../src/domain/recovery";
-import { pct } from "../load/stats";
-import { applyMigrations } from "../migrate";
-import { startPostgres } from "../services/postgres";
+import { applyMigrations } from "../stack/migrate";
+import { startPostgres } from "../stack/services/postgres";
+import { dist, loadAverage, pct, startBench, summary } from "./harness";
 
-const { values } = parseArgs({
-  args: process.argv.slice(2),
+const bench = startBench({
+  usage:
+    "npm run bench:claims -- [--jobs 4000] [--reps 3] [--claimers 1,4,16] [--only NAME,…] [--investigate] [--json]",
   options: {
     jobs: { type: "string" },
     reps: { type: "string" },
@@ -67,12 +67,13 @@ const { values } = parseArgs({
     only: { type: "string" },
   },
 });
+const values = bench.args;
 const N = Number(values.jobs ?? 4000);
 const REPS = Number(values.reps ?? 3);
 const KS = (values.claimers ?? "1,4,16").split(",").map(Number);
 const TENANT = "bench";
 const silent = new Logger(() => () => {});
-const load = () => loadavg()[0]?.toFixed(1) ?? "?";
+const load = () => (loadAverage()[0] ?? Number.NaN).toFixed(1);
 
 const pgs = await startPostgres();
 const url = pgs.url;
@@ -390,7 +391,7 @@ try {
   const boss = new PgBoss({ connectionString: url, max: Math.max(...KS) + 2, supervise: false, schedule: false });
   boss.on("error", (e) => console.error("pg-boss:", e));
   await boss.start();
-  console.log(
+  bench.say(
     `bench:claims — ${N} jobs per run, ${REPS} runs per configuration (interleaved), Postgres 18 (embedded, fsync=off), ${availableParallelism()} cores, load average ${load()} at start\n`,
   );
 
@@ -428,12 +429,12 @@ try {
     loads.push(load());
   }
 
-  console.log("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
+  bench.say("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
   for (const k of KS) {
-    console.log(`  ${k} claimer(s)/worker(s):`);
+    bench.say(`  ${k} claimer(s)/worker(s):`);
     for (const c of columns) {
       const key = `${k}|${c.name}`;
-      console.log(
+      bench.say(
         `    ${c.name.padEnd(22)} ${fmt(results.get(key) ?? []).padEnd(20)} WAL ${median(wal.get(key) ?? []).toFixed(0)} B/job`,
       );
     }
@@ -450,35 +451,34 @@ try {
     const ratios = pairs
       .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
       .map(([label, a, b]) => `${label} ${(m(a) / m(b)).toFixed(2)}×`);
-    console.log(`    ratios of medians: ${ratios.join(" · ")}`);
+    bench.say(`    ratios of medians: ${ratios.join(" · ")}`);
   }
-  console.log(`  load average after each round: ${loads.join(", ")}`);
-  console.log(
+  bench.say(`  load average after each round: ${loads.join(", ")}`);
+  bench.say(
     `  heartbeat statements of ours (every ${DEFAULT_HEARTBEAT_MS} ms per claimer; every pass in "hb every pass"): ${heartbeatStatements}`,
   );
 
-  console.log("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
+  bench.say("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
   const o = await oursLatency(300);
   const g = await graphileLatency(300);
-  const f = (xs: number[]) =>
-    `p50 ${pct(xs, 50).toFixed(1)} ms, p95 ${pct(xs, 95).toFixed(1)} ms, max ${pct(xs, 100).toFixed(1)} ms`;
-  console.log(`  ours (NOTIFY → claim → start):   ${f(o.client)}`);
-  console.log(`  ours, Postgres clock (created→started): ${f(o.db)}`);
-  console.log(`  graphile-worker (add_job → task): ${f(g)}`);
-  console.log(`  load average ${load()}`);
+  const f = (xs: number[]) => summary(xs, 1);
+  bench.say(`  ours (NOTIFY → claim → start):   ${f(o.client)}`);
+  bench.say(`  ours, Postgres clock (created→started): ${f(o.db)}`);
+  bench.say(`  graphile-worker (add_job → task): ${f(g)}`);
+  bench.say(`  load average ${load()}`);
 
-  console.log("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
+  bench.say("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
   for (const mode of ["pre-change", "now"] as const) {
     const [b, a] = await bloat(mode);
     const upd = a.upd - b.upd;
     const hot = a.hot - b.hot;
-    console.log(
+    bench.say(
       `  ${mode.padEnd(10)}: ${upd} updates (${(upd / N).toFixed(1)} per job), ${hot} HOT (${((100 * hot) / upd).toFixed(0)}%), n_dead_tup ${b.dead} → ${a.dead}, heap ${b.sizeKb} → ${a.sizeKb} kB`,
     );
   }
 
   if (values.investigate) {
-    console.log("\ngraphile-worker at 1 and 4 workers: what moves the figure (3 runs each, alternating)");
+    bench.say("\ngraphile-worker at 1 and 4 workers: what moves the figure (3 runs each, alternating)");
     const variants: Array<[string, GraphileOpts]> = [
       ["as this bench runs it", {}],
       ["timed from before run() (start-up counted)", { fromRunnerStart: true }],
@@ -488,11 +488,16 @@ try {
     for (const [label, opts] of variants) {
       const by: Record<number, number[]> = { 1: [], 4: [] };
       for (let rep = 0; rep < 3; rep++) for (const k of [1, 4]) by[k]?.push(await graphile(k, opts));
-      console.log(
-        `  ${label.padEnd(44)} 1 worker ${fmt(by[1] ?? [])} · 4 workers ${fmt(by[4] ?? [])}  (load ${load()})`,
-      );
+      bench.say(`  ${label.padEnd(44)} 1 worker ${fmt(by[1] ?? [])} · 4 workers ${fmt(by[4] ?? [])}  (load ${load()})`);
     }
   }
+  bench.done({
+    jobs: N,
+    reps: REPS,
+    lifecycles_per_s_median: Object.fromEntries([...results].map(([key, xs]) => [key, median(xs)])),
+    wal_bytes_per_job_median: Object.fromEntries([...wal].map(([key, xs]) => [key, median(xs)])),
+    enqueue_to_started_ms: { ours: dist(o.client), ours_db: dist(o.db), graphile: dist(g) },
+  });
   await boss.stop({ graceful: false, wait: true });
 } finally {
   await admin.end();

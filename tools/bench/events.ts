@@ -23,12 +23,11 @@
  * bench plays the host: it claims and starts each job with the real ownership statements (so the
  * execution row holds the claim token the gateway derives the ingest key from), macs every batch
  * like the outbox, and writes the terminal state to Postgres before sending the terminal event.
- * Nothing else writes to the job's stream. `--json` prints JSON too.
+ * Nothing else writes to the job's stream. `--json` prints the figures as JSON (harness.ts).
  */
 
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
-import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import type { EventEnvelope } from "../../src/contracts/events";
@@ -37,8 +36,10 @@ import { claimJob, type ExecutionIdentity, finishJob, markStarted } from "../../
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
-import { pct } from "../load/stats";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
+import { loadAverage, pct, startBench } from "./harness";
+
+const bench = startBench({ usage: "npm run bench:events [-- --json] (sizes: BENCH_BATCH, BENCH_EVENTS_SUBSCRIBERS)" });
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 256);
 const SUBSCRIBERS = (process.env.BENCH_EVENTS_SUBSCRIBERS ?? "1,10,100,1000").split(",").map(Number);
@@ -114,10 +115,7 @@ class Sender {
   }
 }
 
-const load = () =>
-  loadavg()
-    .map((x) => x.toFixed(2))
-    .join(" ");
+const load = () => loadAverage().join(" ");
 
 /** CPU ms of this process's workerd descendants (the gateway), from /proc. */
 function workerdCpuMs(): number {
@@ -314,7 +312,7 @@ async function latency(stack: Stack, db: Db, subscribers: number) {
 }
 
 async function main() {
-  console.log(`bench:events — subscribers ${SUBSCRIBERS.join(", ")}; load average ${load()}`);
+  bench.say(`bench:events — subscribers ${SUBSCRIBERS.join(", ")}; load average ${load()}`);
   const stack = await startStack({
     hosts: 0,
     // One key opens every stream here: its stream cap and request rate must not be the limit.
@@ -331,7 +329,7 @@ async function main() {
       const t = await throughput(stack, db, subscribers);
       const l = await latency(stack, db, subscribers);
       results.push({ ...t, latency: l });
-      console.log(
+      bench.say(
         `${subscribers} subscriber(s): ${t.end_to_end_events_per_s} events/s end to end (ingest ${t.ingest_events_per_s}/s, ` +
           `${t.deliveries_per_s} deliveries/s, ${t.events} events in batches of ${t.batch}, ${t.slow_reader_reconnects} slow-reader reconnects; ` +
           `CPU workerd ${t.workerd_cpu_ms} ms = ${t.workerd_cpu_us_per_delivery} µs/delivery, this process ${t.bench_process_cpu_ms} ms = ${t.bench_cpu_us_per_delivery} µs/delivery; load ${t.load}); ` +
@@ -339,8 +337,8 @@ async function main() {
           `(${l.samples} samples, ${l.slow_reader_reconnects} reconnects; CPU workerd ${l.workerd_cpu_ms} ms = ${l.workerd_cpu_us_per_delivery} µs/delivery, this process ${l.bench_process_cpu_ms} ms)`,
       );
     }
-    console.log(`load average at the end ${load()}`);
-    if (process.argv.includes("--json")) console.log(JSON.stringify(results, null, 2));
+    bench.say(`load average at the end ${load()}`);
+    bench.done({ results });
   } finally {
     await pool.end();
     await stack.stop();

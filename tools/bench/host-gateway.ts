@@ -1,6 +1,6 @@
 /**
  * The gateway's CPU per request, by route, for `npm run bench:host`: the whole local stack
- * (tools/stack.ts, the gateway in workerd under Miniflare) and the workerd process's own CPU
+ * (tools/stack/start.ts, the gateway in workerd under Miniflare) and the workerd process's own CPU
  * (utime + stime of every thread, /proc) over K requests of one route sent one at a time, divided
  * by K. This is the whole process: the runtime's HTTP handling, the Worker, the Durable Objects
  * the route touches and the Neon driver's requests; Cloudflare bills a Worker's CPU without the
@@ -12,7 +12,8 @@ import { readdir, readFile, readlink } from "node:fs/promises";
 import { createServer, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import pg from "pg";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
+import { pct } from "./harness";
 
 export interface RouteCost {
   route: string;
@@ -50,11 +51,6 @@ async function findWorkerd(rootPid: number): Promise<number> {
     queue.push(...(children.get(pid) ?? []));
   }
   throw new Error(`no workerd process under pid ${rootPid}`);
-}
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? Number.NaN;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -111,8 +107,8 @@ export async function measureGateway(log: (line: string) => void): Promise<Route
       const cost = {
         route: name,
         requests: ROUNDS * K,
-        cpuMs: { p50: quantile(perRound, 0.5), p95: quantile(perRound, 0.95) },
-        wallMs: { p50: quantile(walls, 0.5), p95: quantile(walls, 0.95) },
+        cpuMs: { p50: pct(perRound, 50), p95: pct(perRound, 95) },
+        wallMs: { p50: pct(walls, 50), p95: pct(walls, 95) },
       };
       results.push(cost);
       log(`gateway ${name}: ${JSON.stringify(cost)}`);

@@ -23,32 +23,33 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile } from "node:fs/promises";
-import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
-import { parseArgs } from "node:util";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { Redis as IORedis } from "ioredis";
 import pg from "pg";
 import { connectDocker } from "../../sandbox-host/sandbox/docker";
 import { LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import * as schema from "../../src/db/schema";
+import { startUpstashBridge } from "../bridges/upstash-rest/main";
 import { buildHost } from "../build/host";
+import { LOCAL_SANDBOX_IMAGE } from "../build/sandbox-image";
 import { countingPgProxy } from "../lib/pg-counting-proxy";
-import { applyMigrations } from "../migrate";
-import { MOCK_MODEL_NAME } from "../mock-model";
-import { LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
-import { startAckingIngest } from "../services/acking-ingest";
-import { startPostgres } from "../services/postgres";
-import { killOnExit, stopProcessGroup } from "../services/process";
-import { startRedis } from "../services/redis";
-import { type HostHandle, spawnHost } from "../stack";
-import { startUpstashBridge } from "../upstash-bridge";
+import { MOCK_MODEL_NAME } from "../mock-model/main";
+import { applyMigrations } from "../stack/migrate";
+import { startAckingIngest } from "../stack/services/acking-ingest";
+import { startPostgres } from "../stack/services/postgres";
+import { killOnExit, stopProcessGroup } from "../stack/services/process";
+import { startRedis } from "../stack/services/redis";
+import { type HostHandle, spawnHost } from "../stack/start";
+import { loadAverage, pct, startBench } from "./harness";
 import { measureGateway, type RouteCost } from "./host-gateway";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const TENANT = "bench-host";
-const { values: args } = parseArgs({
+const bench = startBench({
+  usage:
+    "npm run bench:host -- [--runs 1,10,100] [--tool-runs 1,10] [--kinds text,tool] [--cpu-prof DIR] [--prof-runs 100] [--skip-gateway] [--json]",
   options: {
     runs: { type: "string", default: "1,10,100" },
     "tool-runs": { type: "string", default: "1,10" },
@@ -56,11 +57,11 @@ const { values: args } = parseArgs({
     "cpu-prof": { type: "string" },
     /** Concurrent text runs per profiled batch (3 batches). */
     "prof-runs": { type: "string", default: "100" },
-    json: { type: "boolean", default: false },
     /** Skip the gateway's CPU per route (it starts a whole stack of its own). */
     "skip-gateway": { type: "boolean", default: false },
   },
 });
+const args = bench.args;
 const sizes = (s: string) =>
   s
     .split(",")
@@ -72,15 +73,7 @@ const MAX_RUNS = 100;
 const REPLY = Array.from({ length: 100 }, (_, i) => `word${i}`).join(" ");
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const load = () =>
-  loadavg()
-    .map((x) => x.toFixed(1))
-    .join(" / ");
-
-function quantile(xs: number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))] ?? Number.NaN;
-}
+const load = () => loadAverage().join(" / ");
 
 /** utime + stime of a process (all its threads), in ms. */
 async function cpuMs(pid: number): Promise<number> {
@@ -133,11 +126,11 @@ interface Row {
   load: string;
 }
 
-/** tools/mock-model.ts as a child process; resolves once it printed its URL. */
+/** tools/mock-model/main.ts as a child process; resolves once it printed its URL. */
 async function spawnMockModel(): Promise<{ url: string; close(): Promise<void> }> {
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", join(ROOT, "tools", "mock-model.ts"), "--ttft-ms", "200", "--tokens-per-s", "50"],
+    ["--import", "tsx", join(ROOT, "tools", "mock-model", "main.ts"), "--ttft-ms", "200", "--tokens-per-s", "50"],
     { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "inherit"] },
   );
   killOnExit(child, { group: true });
@@ -327,7 +320,7 @@ async function main(): Promise<void> {
         for (let i = 0; i < repsFor(n); i++) samples.push(await batch(host, kind, n, idle.cpuPerS, idle.redisPerS));
         const pick = (f: (s: Sample) => number) => {
           const xs = samples.map(f);
-          return { p50: quantile(xs, 0.5), p95: quantile(xs, 0.95) };
+          return { p50: pct(xs, 50), p95: pct(xs, 95) };
         };
         const row: Row = {
           kind,
@@ -342,7 +335,7 @@ async function main(): Promise<void> {
           ingestPerRun: pick((s) => s.ingestPerRun),
           latencyMs: (() => {
             const xs = samples.flatMap((s) => s.latenciesMs);
-            return { p50: quantile(xs, 0.5), p95: quantile(xs, 0.95) };
+            return { p50: pct(xs, 50), p95: pct(xs, 95) };
           })(),
           load: load(),
         };
@@ -378,16 +371,16 @@ async function main(): Promise<void> {
     }
     printTable(rows, idle);
     if (gateway.length > 0) {
-      console.log(`\ngateway (workerd process CPU per request; load average now ${load()}):`);
-      console.log("| route | requests | CPU ms/request p50 / p95 (per round of 20) | wall ms p50 / p95 |");
-      console.log("|---|---:|---:|---:|");
+      bench.say(`\ngateway (workerd process CPU per request; load average now ${load()}):`);
+      bench.say("| route | requests | CPU ms/request p50 / p95 (per round of 20) | wall ms p50 / p95 |");
+      bench.say("|---|---:|---:|---:|");
       for (const g of gateway) {
-        console.log(
+        bench.say(
           `| ${g.route} | ${g.requests} | ${g.cpuMs.p50.toFixed(2)} / ${g.cpuMs.p95.toFixed(2)} | ${g.wallMs.p50.toFixed(0)} / ${g.wallMs.p95.toFixed(0)} |`,
         );
       }
     }
-    if (args.json) console.log(JSON.stringify({ idle, rows, gateway }, null, 2));
+    bench.done({ idle, rows, gateway });
   } finally {
     monitor.disconnect();
     direct.disconnect();
@@ -403,15 +396,15 @@ async function main(): Promise<void> {
 
 function printTable(rows: Row[], idle: { cpuPerS: number; redisPerS: number; pgPerS: number }) {
   const f = (x: Q, d = 1) => `${x.p50.toFixed(d)} / ${x.p95.toFixed(d)}`;
-  console.log(
+  bench.say(
     `\nidle host: ${idle.cpuPerS.toFixed(1)} CPU ms/s, ${idle.redisPerS.toFixed(2)} Redis commands/s, ${idle.pgPerS.toFixed(2)} Postgres statements/s`,
   );
-  console.log(
+  bench.say(
     "| runs | kind | CPU ms/run p50 / p95 | net of idle | RSS MiB/run | Redis cmds/run (net) | PG statements/run | PG round trips/run | ingest req/run | latency ms p50 / p95 | load 1/5/15 |",
   );
-  console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  bench.say("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
   for (const r of rows) {
-    console.log(
+    bench.say(
       `| ${r.runs} | ${r.kind} | ${f(r.cpuMsPerRun)} | ${f(r.cpuMsPerRunNet)} | ${f(r.rssMiBPerRun, 2)} | ${f(r.redisPerRun)} | ${f(r.pgStatementsPerRun)} | ${f(r.pgTripsPerRun)} | ${f(r.ingestPerRun)} | ${f(r.latencyMs, 0)} | ${r.load} |`,
     );
   }
@@ -460,11 +453,11 @@ function printProfile(p: CpuProfile, file: string, runs: number): void {
       .slice(0, n)
       .map(([k, v]) => `  ${v.toFixed(0).padStart(6)} ms  ${((100 * v) / busy).toFixed(1).padStart(5)} %  ${k}`)
       .join("\n");
-  console.log(
+  bench.say(
     `\n--cpu-prof ${file}: ${busy.toFixed(0)} ms busy of ${totalMs.toFixed(0)} ms (3 × ${runs} concurrent text runs, the host's whole life)`,
   );
-  console.log(`by package / file (self time):\n${top(byArea, 15)}`);
-  console.log(`by function (self time):\n${top(byFn, 25)}`);
+  bench.say(`by package / file (self time):\n${top(byArea, 15)}`);
+  bench.say(`by function (self time):\n${top(byFn, 25)}`);
 }
 
 main().catch((err: unknown) => {

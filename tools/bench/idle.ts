@@ -26,9 +26,8 @@
  * The load average is printed next to the figures: on a shared machine they are noisy.
  */
 import { randomUUID } from "node:crypto";
-import { availableParallelism, loadavg } from "node:os";
+import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
-import { parseArgs } from "node:util";
 import { Redis as Upstash } from "@upstash/redis";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
@@ -37,18 +36,18 @@ import * as schema from "../../src/db/schema";
 import { createTenant } from "../../src/db/tenants-repo";
 import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
+import { startUpstashBridge, type UpstashBridge } from "../bridges/upstash-rest/main";
 import { RespInfo } from "../load/resp";
-import { pct } from "../load/stats";
-import { applyMigrations } from "../migrate";
-import { MOCK_MODEL_NAME, startMockModel } from "../mock-model";
-import { startAckingIngest } from "../services/acking-ingest";
-import { startPostgres } from "../services/postgres";
-import { startRedis } from "../services/redis";
-import { type HostHandle, spawnHost } from "../stack";
-import { startUpstashBridge, type UpstashBridge } from "../upstash-bridge";
+import { MOCK_MODEL_NAME, startMockModel } from "../mock-model/main";
+import { applyMigrations } from "../stack/migrate";
+import { startAckingIngest } from "../stack/services/acking-ingest";
+import { startPostgres } from "../stack/services/postgres";
+import { startRedis } from "../stack/services/redis";
+import { type HostHandle, spawnHost } from "../stack/start";
+import { dist, loadAverage, pct, startBench } from "./harness";
 
-const { values } = parseArgs({
-  args: process.argv.slice(2),
+const bench = startBench({
+  usage: "npm run bench:idle -- [--minutes 10] [--hosts 2] [--jobs 20] [--warmup-s 30] [--json]",
   options: {
     minutes: { type: "string" },
     hosts: { type: "string" },
@@ -56,6 +55,7 @@ const { values } = parseArgs({
     "warmup-s": { type: "string" },
   },
 });
+const values = bench.args;
 const MINUTES = Number(values.minutes ?? 10);
 const HOSTS = Number(values.hosts ?? 2);
 const JOBS = Number(values.jobs ?? 20);
@@ -67,10 +67,7 @@ const ROLE_PASSWORD = "bench";
 /** Commands of this bench's own Redis connection (RespInfo), not the hosts'. */
 const OWN_COMMANDS = new Set(["info", "client", "command", "hello", "select", "ping"]);
 
-const load = () =>
-  loadavg()
-    .map((x) => x.toFixed(2))
-    .join(" / ");
+const load = () => loadAverage().join(" / ");
 
 interface PgSnapshot {
   /** Per host role: queryid → calls, plus the statement's text. */
@@ -194,12 +191,12 @@ async function main(): Promise<void> {
 
     const redisTotal = [...redis1].reduce((n, [k, v]) => n + v - (redis0.get(k) ?? 0), 0);
     const reqTotal = req1.reduce((n, v, i) => n + v - (req0[i] as number), 0);
-    console.log(
+    bench.say(
       `\nbench:idle — ${HOSTS} idle hosts, ${seconds.toFixed(0)} s window after ${WARMUP_S} s warm-up; ` +
         `${availableParallelism()} cores; load average (1/5/15 min) ${load0} at the start, ${load1} at the end\n`,
     );
-    console.log("| host | Postgres statements/s | Redis commands/s |");
-    console.log("|---|---|---|");
+    bench.say("| host | Postgres statements/s | Redis commands/s |");
+    bench.say("|---|---|---|");
     const pgRates: number[] = [];
     const redisRates: number[] = [];
     for (let i = 0; i < HOSTS; i++) {
@@ -211,15 +208,15 @@ async function main(): Promise<void> {
       const share = reqTotal === 0 ? 0 : ((req1[i] as number) - (req0[i] as number)) / reqTotal;
       pgRates.push(calls / seconds);
       redisRates.push((redisTotal * share) / seconds);
-      console.log(
+      bench.say(
         `| ${hosts[i]?.id} | ${(calls / seconds).toFixed(3)} | ${((redisTotal * share) / seconds).toFixed(3)} |`,
       );
     }
-    console.log(
+    bench.say(
       `\ncross-check: pg_stat_database xact_commit+rollback on the database: ${((pg1.xacts - pg0.xacts) / seconds).toFixed(3)}/s for all ${HOSTS} hosts (and this bench's reads); ` +
         `Redis commands (INFO commandstats): ${(redisTotal / seconds).toFixed(3)}/s; bridge requests: ${(reqTotal / seconds).toFixed(3)}/s`,
     );
-    console.log("\nPostgres statements in the window (all hosts):");
+    bench.say("\nPostgres statements in the window (all hosts):");
     const stmts = new Map<string, number>();
     for (const role of roles) {
       const before = pg0.byRole.get(role) as Map<string, { calls: number }>;
@@ -229,11 +226,11 @@ async function main(): Promise<void> {
         if (d > 0) stmts.set(text, (stmts.get(text) ?? 0) + d);
       }
     }
-    for (const [text, n] of [...stmts].sort((a, b) => b[1] - a[1])) console.log(`  ${String(n).padStart(6)}  ${text}`);
-    console.log("Redis commands in the window (all hosts):");
+    for (const [text, n] of [...stmts].sort((a, b) => b[1] - a[1])) bench.say(`  ${String(n).padStart(6)}  ${text}`);
+    bench.say("Redis commands in the window (all hosts):");
     for (const [k, v] of [...redis1].sort((a, b) => b[1] - a[1])) {
       const d = v - (redis0.get(k) ?? 0);
-      if (d > 0) console.log(`  ${String(d).padStart(6)}  ${k}`);
+      if (d > 0) bench.say(`  ${String(d).padStart(6)}  ${k}`);
     }
 
     // Wake-up latency on idle hosts.
@@ -268,17 +265,25 @@ async function main(): Promise<void> {
       if (started === null) throw new Error(`job ${id} finished without started_at`);
       latencies.push(started);
     }
-    console.log(
+    bench.say(
       `\nenqueue→started on an idle host, ${JOBS} jobs one at a time: p50 ${pct(latencies, 50).toFixed(1)} ms, ` +
         `p95 ${pct(latencies, 95).toFixed(1)} ms, max ${Math.max(...latencies).toFixed(1)} ms; load average ${load()}`,
     );
     // The first job came after the whole idle window: longer than the hosts' pool keeps an unused
     // connection open (idleTimeoutMillis, host-parts.ts), so it shows what a long idle costs.
-    console.log(`  the first of them, after the ${MINUTES}-minute idle window: ${latencies[0]?.toFixed(1)} ms`);
-    console.log(
+    bench.say(`  the first of them, after the ${MINUTES}-minute idle window: ${latencies[0]?.toFixed(1)} ms`);
+    bench.say(
       `\nsummary: ${Math.max(...pgRates).toFixed(3)} Postgres statements/s and ${Math.max(...redisRates).toFixed(3)} Redis commands/s per idle host (worst host); ` +
         `wake-up p95 ${pct(latencies, 95).toFixed(1)} ms`,
     );
+    bench.done({
+      minutes: MINUTES,
+      hosts: HOSTS,
+      postgres_statements_per_s: pgRates,
+      redis_commands_per_s: redisRates,
+      enqueue_to_started_ms: dist(latencies),
+      first_after_idle_ms: latencies[0] ?? null,
+    });
   } finally {
     for (const fn of cleanups.reverse()) await fn().catch(() => {});
   }

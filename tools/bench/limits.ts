@@ -8,9 +8,12 @@
  * Starts its own stacks (no sandbox-host: jobs stay queued and streams stay open) and stops them.
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { inspect } from "node:util";
 import { LIMIT_DEFAULTS } from "../../src/contracts/limits";
-import { pct } from "../load/stats";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
+import { pct, startBench } from "./harness";
+
+const bench = startBench({ usage: "npm run bench:limits [-- --json]" });
 
 const STREAMS = 300;
 const OVERHEAD_REQUESTS = 3000;
@@ -109,7 +112,6 @@ async function readRate(stack: Stack, jobId: string) {
 }
 
 async function main() {
-  const json = process.argv.includes("--json");
   const results: Record<string, unknown> = { defaults: LIMIT_DEFAULTS };
 
   console.error("stack with the default limits…");
@@ -148,7 +150,9 @@ async function main() {
     await stacks.off.stop();
   }
   results.rateLimiterCost = { requests: OVERHEAD_REQUESTS, concurrency: OVERHEAD_CONCURRENCY, rounds: cost };
-  console.log(json ? JSON.stringify(results, null, 2) : results);
+  bench.say(inspect(results, { depth: 6 }));
+  bench.say(bench.load());
+  bench.done(results);
 }
 
 main().catch((err) => {

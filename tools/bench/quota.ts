@@ -10,7 +10,7 @@
  *     and client-side holders, every 5 ms) and counts over-admission (must be 0). The same
  *     workload on redis-semaphore for comparison.
  *
- * Self-contained (own redis-server + bridge), ~40 s. `--json` prints the figures as JSON too.
+ * Self-contained (own redis-server + bridge), ~40 s. `--json` prints the figures as JSON (harness.ts).
  */
 import { randomBytes } from "node:crypto";
 import { Redis as IORedis } from "ioredis";
@@ -23,9 +23,9 @@ import { createLeaseStore, type LeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
 import type { LuaRunner } from "../../src/quota/scripts";
 import { acquireWithWait } from "../../src/quota/wait";
-import { pct } from "../load/stats";
-import { startRedis } from "../services/redis";
-import { startUpstashBridge } from "../upstash-bridge";
+import { startUpstashBridge } from "../bridges/upstash-rest/main";
+import { startRedis } from "../stack/services/redis";
+import { loadAverage, pct, startBench } from "./harness";
 
 const THROUGHPUT_MS = 5000;
 const LOOPS = 8;
@@ -34,7 +34,11 @@ const LIMIT = 10;
 const WORKERS = 30;
 const HOSTS = 3;
 const HOLD_MS = 20;
-const SLACK = Number(process.argv.find((a) => a.startsWith("--slack="))?.slice(8) ?? "0.5");
+const bench = startBench({
+  usage: "npm run bench:quota -- [--slack=0.5] [--json]",
+  options: { slack: { type: "string", default: "0.5" } },
+});
+const SLACK = Number(bench.args.slack);
 interface Pair {
   acquire(id: string): Promise<() => Promise<void>>;
 }
@@ -156,8 +160,8 @@ const serverNow = async () => {
   return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 };
 
-console.log(
-  `quota bench: ${LOOPS} concurrent loops × ${THROUGHPUT_MS / 1000} s per driver; 2 cores, load ${(await import("node:os")).loadavg()[0]?.toFixed(1)}\n`,
+bench.say(
+  `quota bench: ${LOOPS} concurrent loops × ${THROUGHPUT_MS / 1000} s per driver; 2 cores, load ${loadAverage()[0]?.toFixed(1)}\n`,
 );
 const tp = [];
 for (const [name, pair] of [
@@ -167,17 +171,17 @@ for (const [name, pair] of [
 ] as const) {
   const r = await throughput(name, pair);
   tp.push(r);
-  console.log(
+  bench.say(
     `${r.name.padEnd(34)} ${r.perSec.toFixed(0).padStart(6)} pairs/s   p50 ${r.p50.toFixed(2)} ms   p99 ${r.p99.toFixed(2)} ms`,
   );
 }
 const sem = tp[2]!;
-console.log(
+bench.say(
   `ratio vs redis-semaphore (pairs/s): lease over ioredis ${(tp[1]!.perSec / sem.perSec).toFixed(2)}×, ` +
     `lease over upstash+bridge ${(tp[0]!.perSec / sem.perSec).toFixed(2)}× (HTTP vs TCP: not like for like)\n`,
 );
 
-console.log(
+bench.say(
   `excess demand: limit ${LIMIT}, ${WORKERS} workers on ${HOSTS} hosts, hold ${HOLD_MS} ms, ${UTIL_MS / 1000} s`,
 );
 const util: Utilization[] = [];
@@ -227,13 +231,14 @@ util.push(
   ),
 );
 for (const u of util) {
-  console.log(
+  bench.say(
     `${u.name.padEnd(34)} in use ${u.serverInUsePct.toFixed(1)} % (server) / ${u.clientInUsePct.toFixed(1)} % (holders)   ` +
       `over-admission ${u.overAdmissions}   max ${u.maxConcurrent}   ${u.pairsPerSec.toFixed(0)} pairs/s   ` +
       `wait p50 ${u.waitP50.toFixed(1)} ms p99 ${u.waitP99.toFixed(1)} ms`,
   );
 }
-if (process.argv.includes("--json")) console.log(JSON.stringify({ throughput: tp, utilization: util }, null, 2));
+bench.say(bench.load());
+bench.done({ throughput: tp, utilization: util });
 
 tcp.disconnect();
 sampler.disconnect();

@@ -14,33 +14,32 @@
  *   npm run bench:retry -- [--jobs 200] [--fail-rate 0.2] [--max-runs 16] [--json]
  */
 import { randomUUID } from "node:crypto";
-import { loadavg } from "node:os";
-import { parseArgs } from "node:util";
 import { eq, sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { HostConfigSchema } from "../../sandbox-host/config";
 import { startHost } from "../../sandbox-host/host";
+import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
-import { dist } from "../load/stats";
-import { applyMigrations } from "../migrate";
-import { MOCK_MODEL_NAME, startMockModel } from "../mock-model";
-import { startAckingIngest } from "../services/acking-ingest";
-import { startPostgres } from "../services/postgres";
-import { startRedis } from "../services/redis";
-import { startUpstashBridge } from "../upstash-bridge";
+import { startUpstashBridge } from "../bridges/upstash-rest/main";
+import { MOCK_MODEL_NAME, startMockModel } from "../mock-model/main";
+import { applyMigrations } from "../stack/migrate";
+import { startAckingIngest } from "../stack/services/acking-ingest";
+import { startPostgres } from "../stack/services/postgres";
+import { startRedis } from "../stack/services/redis";
+import { dist, loadAverage, startBench } from "./harness";
 
-const { values: args } = parseArgs({
+const bench = startBench({
+  usage: "npm run bench:retry -- [--jobs 200] [--fail-rate 0.2] [--max-runs 16] [--json]",
   options: {
     jobs: { type: "string", default: "200" },
     "fail-rate": { type: "string", default: "0.2" },
     "max-runs": { type: "string", default: "16" },
-    json: { type: "boolean", default: false },
   },
 });
+const args = bench.args;
 const JOBS = Number(args.jobs);
 const FAIL_RATE = Number(args["fail-rate"]);
 const MAX_RUNS = Number(args["max-runs"]);
@@ -167,21 +166,18 @@ async function main(): Promise<void> {
         usageRows?.prompt === ledger.usage_reported.prompt_tokens &&
         usageRows?.completion === ledger.usage_reported.completion_tokens &&
         usageRows?.rows === ledger.usage_reported.calls,
-      loadavg: loadavg().map((l) => Math.round(l * 100) / 100),
     };
-    if (args.json) console.log(JSON.stringify(figures, null, 2));
-    else {
-      console.log(`retry bench: ${JOBS} jobs, provider failing ${FAIL_RATE * 100} % (429 + Retry-After 1 s / 503)`);
-      console.log(`  outcomes            ${JSON.stringify(figures.outcomes)} in ${figures.wall_s} s`);
-      console.log(`  provider requests   ${ledger.requests}, injected ${JSON.stringify(ledger.injected_failures)}`);
-      console.log(
-        `  retries             ${retries.length} on ${figures.retries.jobs_retried} jobs; wait ms p50/p95/max: all ${fmt(figures.retries.delay_ms_all)}, 429 ${fmt(figures.retries.delay_ms_429_retry_after)}, 503 ${fmt(figures.retries.delay_ms_503_backoff)}`,
-      );
-      console.log(
-        `  usage               provider reported ${ledger.usage_reported.prompt_tokens}/${ledger.usage_reported.completion_tokens} (prompt/completion) in ${ledger.usage_reported.calls} calls; jobs sum ${jobSums?.prompt}/${jobSums?.completion} in ${jobSums?.calls} calls; model_usage ${usageRows?.prompt}/${usageRows?.completion} in ${usageRows?.rows} rows, ${usageRows?.estimated} estimated → ${figures.usage_matches_provider ? "match" : "MISMATCH"}`,
-      );
-      console.log(`  loadavg             ${figures.loadavg.join(" ")} (2 cores shared: noisy)`);
-    }
+    bench.say(`retry bench: ${JOBS} jobs, provider failing ${FAIL_RATE * 100} % (429 + Retry-After 1 s / 503)`);
+    bench.say(`  outcomes            ${JSON.stringify(figures.outcomes)} in ${figures.wall_s} s`);
+    bench.say(`  provider requests   ${ledger.requests}, injected ${JSON.stringify(ledger.injected_failures)}`);
+    bench.say(
+      `  retries             ${retries.length} on ${figures.retries.jobs_retried} jobs; wait ms p50/p95/max: all ${fmt(figures.retries.delay_ms_all)}, 429 ${fmt(figures.retries.delay_ms_429_retry_after)}, 503 ${fmt(figures.retries.delay_ms_503_backoff)}`,
+    );
+    bench.say(
+      `  usage               provider reported ${ledger.usage_reported.prompt_tokens}/${ledger.usage_reported.completion_tokens} (prompt/completion) in ${ledger.usage_reported.calls} calls; jobs sum ${jobSums?.prompt}/${jobSums?.completion} in ${jobSums?.calls} calls; model_usage ${usageRows?.prompt}/${usageRows?.completion} in ${usageRows?.rows} rows, ${usageRows?.estimated} estimated → ${figures.usage_matches_provider ? "match" : "MISMATCH"}`,
+    );
+    bench.say(`  loadavg             ${loadAverage().join(" ")} (2 cores shared: noisy)`);
+    bench.done(figures);
   } finally {
     for (const stop of stops.reverse()) await stop().catch(() => {});
   }

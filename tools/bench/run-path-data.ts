@@ -9,8 +9,11 @@ import { performance } from "node:perf_hooks";
 import { MessageChannel } from "node:worker_threads";
 import { DEFAULT_OUTPUT_CAP_BYTES, DEFAULT_READ_MAX_BYTES, MAX_WRITE_BYTES } from "../../sandbox-host/sandbox/manager";
 import { type ToolResult, toolResultContent } from "../../sandbox-host/sandbox/tools";
+import { pct, startBench } from "./harness";
 
+const bench = startBench({ usage: "npm run bench:run-path [-- --json]" });
 const RUNS = 7;
+const rows: Array<{ step: string; median_ms: number; max_ms: number }> = [];
 
 function time(label: string, fn: () => unknown): void {
   fn();
@@ -20,10 +23,7 @@ function time(label: string, fn: () => unknown): void {
     fn();
     xs.push(performance.now() - t0);
   }
-  xs.sort((a, b) => a - b);
-  const median = xs[RUNS >> 1] as number;
-  const max = xs[RUNS - 1] as number;
-  console.log(`${label.padEnd(66)} median ${median.toFixed(2).padStart(6)} ms   max ${max.toFixed(2).padStart(6)} ms`);
+  rows.push({ step: label, median_ms: pct(xs, 50), max_ms: pct(xs, 100) });
 }
 
 // Text with characters JSON must escape (quotes, backslashes, newlines): the dearer case.
@@ -65,3 +65,10 @@ const { port1, port2 } = new MessageChannel();
 port2.on("message", () => {});
 time(`the same ${mib(MAX_WRITE_BYTES)} content posted to a thread (sender side)`, () => port1.postMessage(base64));
 port1.close();
+
+bench.table([
+  ["step", "median ms", "max ms"],
+  ...rows.map((r) => [r.step, r.median_ms.toFixed(2), r.max_ms.toFixed(2)]),
+]);
+bench.say(bench.load());
+bench.done({ runs: RUNS, steps: rows });

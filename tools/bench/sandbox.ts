@@ -2,17 +2,18 @@
  * `npm run bench:sandbox`: sandbox create / exec / delete latency (p50/p95) at 1, 10 and 50
  * concurrent sandboxes on this machine, plus peak memory — this process's RSS, the Docker
  * daemons' (dockerd, containerd, shims) and the sandboxes' own cgroups. Also splits create into
- * its Engine API calls, to show where the time goes. Usage: bench/sandbox.ts [levels] [image]
+ * its Engine API calls, to show where the time goes. Usage: `npm run bench:sandbox [levels] [image] [--json]`
  */
 import { readdir, readFile } from "node:fs/promises";
 import { connectDocker, type Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, LABEL_HOST } from "../../sandbox-host/sandbox/manager";
 import { sleep } from "../../src/domain/async";
-import { pct } from "../load/stats";
-import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../sandbox-image/build";
+import { ensureSandboxImage, LOCAL_SANDBOX_IMAGE } from "../build/sandbox-image";
+import { dist, pct, startBench } from "./harness";
 
-const levels = (process.argv[2] ?? "1,10,50").split(",").map(Number);
-const image = process.argv[3] ?? LOCAL_SANDBOX_IMAGE;
+const bench = startBench({ usage: "npm run bench:sandbox [levels, e.g. 1,10,50] [image] [--json]", positionals: true });
+const levels = (bench.positionals[0] ?? "1,10,50").split(",").map(Number);
+const image = bench.positionals[1] ?? LOCAL_SANDBOX_IMAGE;
 const hostId = `bench-${process.pid}`;
 
 const mib = (b: number) => (b / 1024 / 1024).toFixed(0);
@@ -76,8 +77,24 @@ function timed(docker: Docker, calls: Map<string, number[]>): Docker {
 
 const docker = connectDocker();
 await ensureSandboxImage({ docker, image });
-const rows: string[] = [];
-const breakdown: string[] = [];
+const rows: Array<Array<string | number>> = [
+  [
+    "n",
+    "create p50",
+    "p95",
+    "exec p50",
+    "p95",
+    "delete p50",
+    "p95",
+    "wall s create",
+    "delete",
+    "peak MiB host",
+    "daemons",
+    "sandboxes",
+  ],
+];
+const breakdown: Array<Array<string | number>> = [["n", "Engine call", "calls", "p50 ms", "p95 ms"]];
+const figures: Array<Record<string, unknown>> = [];
 for (const n of levels) {
   const calls = new Map<string, number[]>();
   // n creations in flight at once: what the engine does under n, not the host's admission bound.
@@ -140,20 +157,32 @@ for (const n of levels) {
     filters: JSON.stringify({ label: [`${LABEL_HOST}=${hostId}`] }),
   });
   if (left.length) throw new Error(`${left.length} containers left behind`);
-  const f = (xs: number[]) => `${pct(xs, 50).toFixed(0).padStart(6)} ${pct(xs, 95).toFixed(0).padStart(6)}`;
-  rows.push(
-    `${String(n).padStart(4)} | ${f(create)} | ${f(exec)} | ${f(del)} | ${(createWall / 1000).toFixed(1).padStart(5)} ${(deleteWall / 1000).toFixed(1).padStart(5)} | ${mib(peakHost).padStart(5)} ${mib(peakDaemons).padStart(6)} ${mib(peakSandboxes).padStart(6)}`,
-  );
+  const f = (xs: number[]) => [pct(xs, 50).toFixed(0), pct(xs, 95).toFixed(0)];
+  rows.push([
+    n,
+    ...f(create),
+    ...f(exec),
+    ...f(del),
+    (createWall / 1000).toFixed(1),
+    (deleteWall / 1000).toFixed(1),
+    mib(peakHost),
+    mib(peakDaemons),
+    mib(peakSandboxes),
+  ]);
+  figures.push({
+    n,
+    create_ms: dist(create),
+    exec_ms: dist(exec),
+    delete_ms: dist(del),
+    wall_s: { create: createWall / 1000, delete: deleteWall / 1000 },
+    peak_bytes: { host: peakHost, daemons: peakDaemons, sandboxes: peakSandboxes },
+  });
   for (const [k, xs] of [...calls].sort()) {
-    if (xs.length >= n)
-      breakdown.push(
-        `${String(n).padStart(4)} ${k.padEnd(28)} n=${String(xs.length).padStart(4)} p50 ${pct(xs, 50).toFixed(0).padStart(6)} p95 ${pct(xs, 95).toFixed(0).padStart(6)}`,
-      );
+    if (xs.length >= n) breakdown.push([n, k, xs.length, pct(xs, 50).toFixed(0), pct(xs, 95).toFixed(0)]);
   }
 }
-console.log(
-  "   n | create p50    p95 |   exec p50  p95 | delete p50  p95 | wall s: create delete | peak MiB: host daemons sandboxes",
-);
-for (const r of rows) console.log(r);
-console.log("\nEngine calls (ms):");
-for (const b of breakdown) console.log(b);
+bench.table(rows);
+bench.say("\nEngine calls:");
+bench.table(breakdown);
+bench.say(bench.load());
+bench.done({ image, levels: figures });

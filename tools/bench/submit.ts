@@ -5,18 +5,17 @@
  *
  * The same burst is then sent past the gateway, to tell our code from the local stand-ins:
  *  - `neon stand-in`: `createJob` × CLIENTS from this process through the production Neon driver
- *    (`neon()`, one HTTP request per query) to tools/pg-proxy.ts, as the gateway's queries go;
+ *    (`neon()`, one HTTP request per query) to tools/bridges/pg-proxy/main.ts, as the gateway's queries go;
  *  - `postgres direct`: `createJob` × CLIENTS over node-postgres straight to Postgres (a pool of
  *    the stand-in's size), no HTTP at all.
  *
  * Self-contained: starts its own stack (2 sandbox-hosts × 50 slots, the mock model) and stops it.
  * Each configuration runs ROUNDS times after a warm-up burst; figures are per round and pooled,
- * printed next to the load average (the machine may be shared). `--json` prints JSON too.
+ * printed next to the load average (the machine may be shared). `--json` prints JSON (harness.ts).
  *   BENCH_SUBMIT_CLIENTS (100), BENCH_SUBMIT_ROUNDS (5), BENCH_SUBMIT_HOSTS (2),
  *   BENCH_SUBMIT_SLOTS (50)
  */
 import { randomUUID } from "node:crypto";
-import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import type { CreateJobBody } from "../../src/contracts/job";
@@ -25,9 +24,13 @@ import { createJob } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
-import { pct } from "../load/stats";
-import { startPgProxy } from "../pg-proxy";
-import { type Stack, startStack } from "../stack";
+import { startPgProxy } from "../bridges/pg-proxy/main";
+import { type Stack, startStack } from "../stack/start";
+import { loadAverage, pct, startBench } from "./harness";
+
+const bench = startBench({
+  usage: "npm run bench:submit [-- --json] (sizes: BENCH_SUBMIT_CLIENTS, _ROUNDS, _HOSTS, _SLOTS)",
+});
 
 const CLIENTS = Number(process.env.BENCH_SUBMIT_CLIENTS ?? 100);
 const ROUNDS = Number(process.env.BENCH_SUBMIT_ROUNDS ?? 5);
@@ -35,10 +38,7 @@ const HOSTS = Number(process.env.BENCH_SUBMIT_HOSTS ?? 2);
 const SLOTS = Number(process.env.BENCH_SUBMIT_SLOTS ?? 50);
 const BODY: CreateJobBody = { input: { messages: [{ role: "user", content: "bench submit" }] } };
 
-const load = () =>
-  loadavg()
-    .map((x) => x.toFixed(2))
-    .join(" ");
+const load = () => loadAverage().join(" ");
 
 interface Round {
   answer_ms: number[];
@@ -131,7 +131,7 @@ async function measure(label: string, pool: pg.Pool, one: () => Promise<string>)
     await drained(pool);
   }
   const s = summary(rounds);
-  console.log(
+  bench.say(
     `${label.padEnd(16)} answer p50 ${s.answer_p50_ms} ms, p95 ${s.answer_p95_ms} ms, max ${s.answer_max_ms} ms; ` +
       `dispatch p50 ${s.dispatch_p50_ms} ms, p95 ${s.dispatch_p95_ms} ms ` +
       `(${CLIENTS} at once × ${ROUNDS} rounds; load ${rounds.map((r) => r.load_before.split(" ")[0]).join(", ")})`,
@@ -140,7 +140,7 @@ async function measure(label: string, pool: pg.Pool, one: () => Promise<string>)
 }
 
 async function main() {
-  console.log(`bench:submit — ${CLIENTS} clients at once, ${HOSTS} hosts × ${SLOTS} slots; load average ${load()}`);
+  bench.say(`bench:submit — ${CLIENTS} clients at once, ${HOSTS} hosts × ${SLOTS} slots; load average ${load()}`);
   const stack = await startStack({ hosts: HOSTS, hostEnv: { HOST_MAX_RUNS: String(SLOTS) } });
   const pool = new pg.Pool({ connectionString: stack.databaseUrl, max: 4 });
   // The stand-in's own pool size, so "direct" differs from "stand-in" only by the HTTP hop.
@@ -155,8 +155,8 @@ async function main() {
       await measure("neon stand-in", pool, () => created(neonDb as unknown as Db)),
       await measure("postgres direct", pool, () => created(directDb)),
     ];
-    console.log(`load average at the end ${load()}`);
-    if (process.argv.includes("--json")) console.log(JSON.stringify(results, null, 2));
+    bench.say(`load average at the end ${load()}`);
+    bench.done({ clients: CLIENTS, rounds: ROUNDS, hosts: HOSTS, slots: SLOTS, results });
   } finally {
     await proxy.close();
     await directPool.end();

@@ -20,19 +20,19 @@
  * The load average is printed at the start and the end: on a shared machine the figures are an
  * upper bound.
  */
-import { cpus, loadavg } from "node:os";
-import { parseArgs } from "node:util";
+import { cpus } from "node:os";
 import pg from "pg";
 import { FINAL_STATES } from "../../src/contracts/job-state";
 import { sleep } from "../../src/domain/async";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
 import { countingPgProxy } from "../lib/pg-counting-proxy";
-import { pct } from "../load/stats";
-import { startPostgres } from "../services/postgres";
-import { startStack } from "../stack";
+import { startPostgres } from "../stack/services/postgres";
+import { startStack } from "../stack/start";
+import { dist, summary as fmt, pct, startBench } from "./harness";
 
-const { values: args } = parseArgs({
+const bench = startBench({
+  usage: "npm run bench:tree -- [--trees 20] [--single N] [--slots 4] [--e2e 5] [--json]",
   options: {
     trees: { type: "string", default: "20" },
     /** Single-job cancels for the baseline (default: as many as trees). */
@@ -42,6 +42,7 @@ const { values: args } = parseArgs({
     e2e: { type: "string", default: "5" },
   },
 });
+const args = bench.args;
 const HOSTS = 3;
 const CHILDREN = 10;
 const TREES = Number(args.trees);
@@ -54,12 +55,7 @@ const TASK = { tokens: 30, tokens_per_s: 100 };
 const mock = (s: unknown) => `!mock ${JSON.stringify(s)}`;
 const delegateCalls = (agent: string, inputs: string[]) =>
   mock({ tool_calls: inputs.map((input) => ({ name: `delegate_${agent}`, args: { input } })) });
-const fmt = (xs: number[]) =>
-  `p50 ${pct(xs, 50).toFixed(0)} ms, p95 ${pct(xs, 95).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms (n=${xs.length})`;
-const load = () =>
-  `load average ${loadavg()
-    .map((l) => l.toFixed(2))
-    .join(" ")} (1, 5, 15 min; ${cpus().length} cores)`;
+const load = () => `${bench.load()} (1, 5, 15 min; ${cpus().length} cores)`;
 
 async function metric(url: string, name: string): Promise<number> {
   const text = await (await fetch(url)).text();
@@ -68,7 +64,7 @@ async function metric(url: string, name: string): Promise<number> {
 }
 
 async function main() {
-  console.log(`start: ${load()}`);
+  bench.say(`start: ${load()}`);
   console.error(`starting a stack with ${HOSTS} hosts × ${SLOTS} slots…`);
   // Postgres is started here so the hosts can reach it through the counting proxy; the gateway
   // and this process connect to it directly and are not counted.
@@ -285,8 +281,8 @@ async function main() {
 
     // Report.
     const med = (xs: number[]) => pct(xs, 50);
-    console.log(`\nend to end (${E2E} each, interleaved; hosts: ${HOSTS} × HOST_MAX_RUNS=${SLOTS})`);
-    console.log(`  task: ${TASK.tokens} tokens at ${TASK.tokens_per_s} tokens/s from the mock model`);
+    bench.say(`\nend to end (${E2E} each, interleaved; hosts: ${HOSTS} × HOST_MAX_RUNS=${SLOTS})`);
+    bench.say(`  task: ${TASK.tokens} tokens at ${TASK.tokens_per_s} tokens/s from the mock model`);
     const label: Record<Kind, string> = {
       tree: `tree: boss + ${CHILDREN} worker children, one task each`,
       "one task": "baseline: one job, one task",
@@ -294,17 +290,17 @@ async function main() {
     };
     for (const kind of Object.keys(e2e) as Kind[]) {
       const m = e2e[kind];
-      console.log(
+      bench.say(
         `  ${label[kind].padEnd(52)} submit → completed ${fmt(m.ms)}; hosts' Postgres: ${med(m.statements).toFixed(0)} statements, ${med(m.trips).toFixed(0)} round trips (median, net of idle)`,
       );
     }
     const tr = e2e.tree;
     const one = e2e["one task"];
     const ten = e2e["10 tasks in one job"];
-    console.log(
+    bench.say(
       `  ratios (medians): tree / one task ${(med(tr.ms) / med(one.ms)).toFixed(2)}x time, ${(med(tr.statements) / med(one.statements)).toFixed(1)}x statements, ${(med(tr.trips) / med(one.trips)).toFixed(1)}x round trips; tree / ${CHILDREN} tasks in one job ${(med(tr.ms) / med(ten.ms)).toFixed(2)}x time`,
     );
-    console.log(
+    bench.say(
       `  idle hosts (all ${HOSTS}, measured over 3 s first): ${idleRate.statements.toFixed(1)} statements/s, ${idleRate.trips.toFixed(1)} round trips/s`,
     );
 
@@ -313,31 +309,45 @@ async function main() {
       const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
       const slotsOk = held.filter((h) => sum(h.runsActive) === expectRunning).length;
       const leasesOk = held.filter((h) => sum(h.leases) === expectRunning && h.zset === expectRunning).length;
-      console.log(
+      bench.say(
         `\nwhat a ${CHILDREN}-child tree holds while it runs (${expectRunning} children running, ${CHILDREN - expectRunning} queued; read before each cancel)`,
       );
-      console.log(
+      bench.say(
         `  first tree: children per host ${first.perHost.join(", ")}; runs_active per host ${first.runsActive.join(", ")}; quota_leases_held per host ${first.leases.join(", ")}; model lease ZSET ${first.zset}`,
       );
-      console.log(
+      bench.say(
         `  waiting root with owner and execution_id null (no slot): ${held.filter((h) => h.parentFree).length} of ${held.length} trees`,
       );
-      console.log(
+      bench.say(
         `  runs_active summed over the hosts = running children (none for the root): ${slotsOk} of ${held.length} trees`,
       );
-      console.log(
+      bench.say(
         `  quota leases (host gauges and Redis ZSET) = running children (none for the root): ${leasesOk} of ${held.length} trees`,
       );
     }
 
-    console.log(`\ncancel convergence, API call sent → every row final (polled every 5 ms)`);
-    console.log(`  tree (1 + ${CHILDREN} children over ${HOSTS} hosts, ${TREES} trees): ${fmt(tree)}`);
-    console.log(`  baseline: one running job (${SINGLES} jobs):            ${fmt(single)}`);
-    console.log(
+    bench.say(`\ncancel convergence, API call sent → every row final (polled every 5 ms)`);
+    bench.say(`  tree (1 + ${CHILDREN} children over ${HOSTS} hosts, ${TREES} trees): ${fmt(tree)}`);
+    bench.say(`  baseline: one running job (${SINGLES} jobs):            ${fmt(single)}`);
+    bench.say(
       `  ratio tree / single: p50 ${(pct(tree, 50) / pct(single, 50)).toFixed(2)}x, p95 ${(pct(tree, 95) / pct(single, 95)).toFixed(2)}x`,
     );
-    console.log(`  API call → answered: tree ${fmt(treeAnswered)}; single ${fmt(singleAnswered)}`);
-    console.log(`\nend: ${load()}`);
+    bench.say(`  API call → answered: tree ${fmt(treeAnswered)}; single ${fmt(singleAnswered)}`);
+    bench.say(`\nend: ${load()}`);
+    bench.done({
+      trees: TREES,
+      hosts: HOSTS,
+      slots: SLOTS,
+      end_to_end: Object.fromEntries(
+        Object.entries(e2e).map(([kind, m]) => [
+          kind,
+          { ms: dist(m.ms), statements_median: med(m.statements), round_trips_median: med(m.trips) },
+        ]),
+      ),
+      idle_hosts: idleRate,
+      cancel_ms: { tree: dist(tree), single: dist(single) },
+      cancel_answered_ms: { tree: dist(treeAnswered), single: dist(singleAnswered) },
+    });
   } finally {
     await pool.end();
     await stack.stop();

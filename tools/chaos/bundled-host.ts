@@ -11,7 +11,7 @@
  */
 import { join } from "node:path";
 import { buildHost } from "../build/host";
-import { type HostHandle, spawnHost } from "../stack";
+import { type HostHandle, spawnHost } from "../stack/start";
 
 export async function bundleHost(root: string): Promise<string> {
   return (await buildHost(join(root, ".tmp", "chaos"))).main;

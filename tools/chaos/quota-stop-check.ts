@@ -20,8 +20,8 @@ import type { Redis as IORedis } from "ioredis";
 import type pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
-import type { MockModel } from "../mock-model";
-import type { HostHandle, Stack } from "../stack";
+import type { MockModel } from "../mock-model/main";
+import type { HostHandle, Stack } from "../stack/start";
 import { signalHost } from "./bundled-host";
 
 export interface StopCheckReport {

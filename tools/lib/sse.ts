@@ -1,7 +1,7 @@
 /**
  * A small Server-Sent Events reader over fetch, one connection, raw: every event with its id and
  * type as the server sent it, comment lines (heartbeats) reported separately. For the tests and
- * the load tool, which verify the stream itself; an application wants the typed client's
+ * the load generator, which verify the stream itself; an application wants the typed client's
  * resuming `events()` (src/client/events.ts) instead.
  * The parsing is eventsource-parser's (the WHATWG rules: CR/LF/CRLF, BOM, multi-line data).
  */

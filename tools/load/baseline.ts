@@ -15,9 +15,9 @@
  */
 import { performance } from "node:perf_hooks";
 import { sleep } from "../../src/domain/async";
+import { type Dist, dist, round } from "../lib/stats";
 import type { Progress } from "./progress";
 import type { Peaks, Sampler } from "./sampler";
-import { type Dist, dist, round } from "./stats";
 import type { ModelScript, RunRecord, Target } from "./types";
 import { runVu } from "./vu";
 

@@ -1,5 +1,5 @@
 /**
- * Just enough Prometheus text-format parsing for the load tool: gauges by name and cumulative
+ * Just enough Prometheus text-format parsing for the load generator: gauges by name and cumulative
  * histogram buckets, plus the arithmetic on bucket deltas (a p99 estimate and the highest
  * bucket that saw a sample during a window).
  */

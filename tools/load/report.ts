@@ -3,8 +3,10 @@
  * drawn here (latency against concurrency per scenario, resource peaks against concurrency,
  * baseline comparison).
  */
+
+import { markdownTable } from "../lib/table";
 import type { LoadResults } from "./runner";
-import { baselineRows, markdownTable, summaryRows } from "./table";
+import { baselineRows, summaryRows } from "./table";
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];

@@ -1,5 +1,5 @@
 /**
- * One Redis connection for `INFO clients` (ioredis, one named connection): the load tool's own
+ * One Redis connection for `INFO clients` (ioredis, one named connection): the load generator's own
  * footprint on Redis is exactly this connection, which it subtracts. A command gets one retry and
  * the connection three reconnects, so a sample against a stopped Redis fails (measured: ~0.1 s)
  * instead of waiting in the offline queue.

@@ -62,7 +62,7 @@ export interface Peaks {
   lagMaxBucketMs: number | null;
   lagMaxAtLeastMs: number | null;
   hosts: HostPeak[];
-  /** The load tool's own event-loop delay (p99, max): a saturated client would distort latencies. */
+  /** The load generator's own event-loop delay (p99, max): a saturated client would distort latencies. */
   clientLoopP99Ms: number | null;
   clientLoopMaxMs: number | null;
   /** Peak 1-minute load average over the window, and the machine's core count. */

@@ -1,6 +1,8 @@
 /** The summary table (terminal and Markdown) from results.json. */
+
+import type { Dist } from "../lib/stats";
+import { textTable } from "../lib/table";
 import type { LoadResults } from "./runner";
-import type { Dist } from "./stats";
 
 const ms = (x: number | null) => (x === null ? "–" : x >= 10_000 ? `${(x / 1000).toFixed(1)}s` : `${Math.round(x)}`);
 const d = (x: Dist) => `${ms(x.p50)}/${ms(x.p95)}/${ms(x.max)}`;
@@ -41,21 +43,6 @@ export function summaryRows(r: LoadResults): string[][] {
     `${s.resources.loadavg1Peak.toFixed(1)} / ${s.resources.cores} cores`,
   ]);
   return [head, ...rows];
-}
-
-export function textTable(rows: string[][]): string {
-  const widths = (rows[0] ?? []).map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
-  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i] as number)).join("  ")).join("\n");
-}
-
-export function markdownTable(rows: string[][]): string {
-  const [head, ...body] = rows;
-  if (!head) return "";
-  return [
-    `| ${head.join(" | ")} |`,
-    `|${head.map(() => "---").join("|")}|`,
-    ...body.map((r) => `| ${r.join(" | ")} |`),
-  ].join("\n");
 }
 
 export function baselineRows(r: LoadResults): string[][] | null {

@@ -6,7 +6,7 @@
 import { createWriteStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { type Stack, startStack } from "../stack";
+import { type Stack, startStack } from "../stack/start";
 import type { HostRef, ModelScript, Target } from "./types";
 
 export interface TargetOptions {
@@ -24,7 +24,7 @@ export interface ResolvedTarget {
   target: Target;
   /** Re-reads the host list (stack file) before a step. */
   refresh(): Promise<void>;
-  /** Stops what this tool started (a self-started stack); a no-op otherwise. */
+  /** Stops what the load generator started (a self-started stack); a no-op otherwise. */
   close(): Promise<void>;
   /** Host capacity when known (self-start). */
   hostCapacity: number | null;
@@ -46,7 +46,7 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
       root: o.root,
       hosts: o.selfStart.hosts,
       // One tenant drives every run here: the per-tenant quota (a fairness rule between tenants,
-      // default 32) would cap the very concurrency this tool measures, so it is off on this stack.
+      // default 32) would cap the very concurrency the load generator measures, so it is off on this stack.
       hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns), QUOTA_TENANT_LIMIT: "0" },
       mockModel: {
         ttftMs: script.ttftMs,

@@ -1,5 +1,5 @@
-/** Shapes shared by the load tool's parts and written to results.json. */
-import type { Dist } from "./stats";
+/** Shapes shared by the load generator's parts and written to results.json. */
+import type { Dist } from "../lib/stats";
 
 export type Scenario = "text" | "tool" | "cancel" | "reconnect";
 export const SCENARIOS: Scenario[] = ["text", "tool", "cancel", "reconnect"];

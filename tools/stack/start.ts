@@ -12,23 +12,23 @@ import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { connectDocker } from "../sandbox-host/sandbox/docker";
-import { LABEL_HOST, LABEL_SANDBOX } from "../sandbox-host/sandbox/manager";
-import type { Db } from "../src/db/client";
-import { findTenantIdByKeyHash } from "../src/db/jobs-repo";
-import * as schema from "../src/db/schema";
-import { createApiKey, createTenant } from "../src/db/tenants-repo";
-import { hashApiKey, looksLikeApiKey } from "../src/domain/api-keys";
+import { connectDocker } from "../../sandbox-host/sandbox/docker";
+import { LABEL_HOST, LABEL_SANDBOX } from "../../sandbox-host/sandbox/manager";
+import type { Db } from "../../src/db/client";
+import { findTenantIdByKeyHash } from "../../src/db/jobs-repo";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
+import { hashApiKey, looksLikeApiKey } from "../../src/domain/api-keys";
+import { startPgProxy } from "../bridges/pg-proxy/main";
+import { startUpstashBridge } from "../bridges/upstash-rest/main";
+import { ensureSandboxImage as buildImageIfStale, LOCAL_SANDBOX_IMAGE } from "../build/sandbox-image";
+import { startMockModel } from "../mock-model/main";
 import { applyMigrations } from "./migrate";
-import { startMockModel } from "./mock-model";
-import { startPgProxy } from "./pg-proxy";
-import { ensureSandboxImage as buildImageIfStale, LOCAL_SANDBOX_IMAGE } from "./sandbox-image/build";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { killOnExit, stopProcessGroup } from "./services/process";
 import { type RedisService, startRedis } from "./services/redis";
 import { makeOwnedTempDir, removeOwnedTempDir } from "./services/temp-dirs";
-import { startUpstashBridge } from "./upstash-bridge";
 
 export interface StackOptions {
   root?: string;
@@ -394,6 +394,6 @@ async function ensureSandboxImage(log: (source: string, line: string) => void): 
     log("sandbox", "no Docker engine: text-only jobs work; tool calls will fail with tools_unavailable");
     return;
   }
-  // Built when missing or older than the recipe (tools/sandbox-image/build.ts), in well under a second.
+  // Built when missing or older than the recipe (tools/build/sandbox-image.ts), in well under a second.
   await buildImageIfStale({ docker, image: LOCAL_SANDBOX_IMAGE });
 }

@@ -4,7 +4,7 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { EventEnvelope, IngestBatch } from "../../src/contracts/events";
+import type { EventEnvelope, IngestBatch } from "../../../src/contracts/events";
 
 export interface AckingIngest {
   url: string;

@@ -58,7 +58,7 @@ export interface MockModel {
 
 export const MOCK_MODEL_NAME = "mock-model";
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
-/** Defaults that keep tests fast; the load tool passes 200 ms / 50 tokens/s. */
+/** Defaults that keep tests fast; the load generator passes 200 ms / 50 tokens/s. */
 const DEFAULT_TTFT_MS = 0;
 const DEFAULT_TOKENS_PER_S = 1000;
 

@@ -4,7 +4,7 @@
  */
 import { readFile, rename, writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { spawnHost } from "./stack";
+import { spawnHost } from "./start";
 
 const root = resolve(process.cwd());
 const stackFile = resolve(root, ".dev/stack.json");

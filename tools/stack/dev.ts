@@ -1,7 +1,7 @@
 /**
  * `npm run dev`: the whole local stack in one command. Prints the gateway URL, the web console's
  * URL (signed in with the dev key) and a dev API key,
- * writes .dev/stack.json for tools (load tool, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
+ * writes .dev/stack.json for tools (load generator, `npm run host`, the CLI), and on Ctrl-C / SIGTERM
  * stops every child it started and removes what it made outside .dev/.
  *
  * Its data stays in .dev/ across restarts: the embedded Postgres's data dir (.dev/postgres), the
@@ -22,13 +22,13 @@
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   DEV_DIR                            where the above lives (default .dev in the checkout)
  *   GATEWAY_RUNNER                     miniflare (default) or wrangler (`wrangler dev`), see
- *                                      tools/services/gateway.ts
+ *                                      tools/stack/services/gateway.ts
  */
 import { readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, relative, resolve } from "node:path";
 import { ownShutdownSignals } from "./services/process";
-import { type Stack, startStack } from "./stack";
+import { type Stack, startStack } from "./start";
 
 const root = resolve(process.cwd());
 const env = process.env;

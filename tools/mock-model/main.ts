@@ -1,8 +1,8 @@
 /**
  * The mock model: an OpenAI-compatible chat-completions server with scripted answers and a
- * concurrency cap (tools/mock-model-server/). Imported by tests and the dev stack; run alone with
+ * concurrency cap (tools/mock-model/). Imported by tests and the dev stack; run alone with
  *
- *   tsx tools/mock-model.ts [--host H] [--port N] [--max-concurrency N] [--over-cap reject|admit]
+ *   tsx tools/mock-model/main.ts [--host H] [--port N] [--max-concurrency N] [--over-cap reject|admit]
  *                           [--ttft-ms N] [--tokens-per-s N] [--api-key K]
  *                           [--fail-rate F] [--fail-statuses 429,503] [--fail-retry-after-s N]
  *
@@ -13,19 +13,19 @@
  */
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { type MockModelOptions, startMockModel } from "./mock-model-server/server";
+import { type MockModelOptions, startMockModel } from "./server";
 
-export type { LoggedRequest } from "./mock-model-server/request-log";
-export type { AnswerPlan } from "./mock-model-server/script";
-export { splitTokens } from "./mock-model-server/script";
+export type { LoggedRequest } from "./request-log";
+export type { AnswerPlan } from "./script";
+export { splitTokens } from "./script";
 export {
   MOCK_MODEL_NAME,
   type MockModel,
   type MockModelOptions,
   type ProviderLedger,
   startMockModel,
-} from "./mock-model-server/server";
-export type { MockStats, OverCapPolicy } from "./mock-model-server/slots";
+} from "./server";
+export type { MockStats, OverCapPolicy } from "./slots";
 
 function num(name: string, raw: string | undefined): number | undefined {
   if (raw === undefined || raw === "") return undefined;

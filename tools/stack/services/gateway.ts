@@ -1,7 +1,7 @@
 /**
  * Runs the gateway Worker in workerd, offline. Two runners:
  *
- *   miniflare (default)  tools/services/gateway-runner.ts: the deploy bundle in workerd through
+ *   miniflare (default)  tools/stack/services/gateway-runner.ts: the deploy bundle in workerd through
  *                        Miniflare, one workerd process, no reload proxy in front.
  *   wrangler             `wrangler dev`: the same Worker behind wrangler's ProxyWorker, a second
  *                        workerd that re-proxies every request and stream (about 3× less
@@ -17,7 +17,7 @@ import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ensureConsoleBuilt } from "../build/console";
+import { ensureConsoleBuilt } from "../../build/console";
 import { freePort, waitFor } from "./ports";
 import { killOnExit, stopProcessGroup } from "./process";
 import { makeOwnedTempDir, removeOwnedTempDir } from "./temp-dirs";

@@ -15,7 +15,7 @@
  * error, see upstash-rest/commands.ts), SSE endpoints, `Upstash-Response-Format: resp2`,
  * read-only tokens, read-your-writes sync tokens (one Redis: every read sees every write).
  *
- * CLI: tsx tools/upstash-bridge.ts --redis-url redis://127.0.0.1:6379 --token T [--port N] [--host H]
+ * CLI: tsx tools/bridges/upstash-rest/main.ts --redis-url redis://127.0.0.1:6379 --token T [--port N] [--host H]
  *      (or REDIS_URL, UPSTASH_BRIDGE_TOKEN, UPSTASH_BRIDGE_PORT, UPSTASH_BRIDGE_HOST)
  */
 import { createHash, timingSafeEqual } from "node:crypto";
@@ -31,9 +31,9 @@ import {
   commandsFromJson,
   refusalReason,
   ScriptTranslator,
-} from "./upstash-rest/commands";
-import { type Outcome, RedisLink, RedisUnavailableError } from "./upstash-rest/redis-link";
-import { type Encoding, encodeReply } from "./upstash-rest/reply";
+} from "./commands";
+import { type Outcome, RedisLink, RedisUnavailableError } from "./redis-link";
+import { type Encoding, encodeReply } from "./reply";
 
 export interface UpstashBridgeOptions {
   redisUrl: string;

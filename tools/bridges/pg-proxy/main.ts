@@ -19,16 +19,16 @@
  * request's connection string carries `databaseUrl`'s user and password (28P01 otherwise); the
  * WebSocket tunnel carries the client's own login to Postgres, which checks it.
  *
- *   tsx tools/pg-proxy.ts --database-url postgres://... [--port N] [--host 127.0.0.1]
+ *   tsx tools/bridges/pg-proxy/main.ts --database-url postgres://... [--port N] [--host 127.0.0.1]
  *   (or DATABASE_URL, PG_PROXY_PORT)
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { createSqlOverHttp } from "./pg-proxy-parts/sql-over-http";
-import { parseTarget } from "./pg-proxy-parts/target";
-import { createWsTunnel } from "./pg-proxy-parts/ws-tunnel";
+import { createSqlOverHttp } from "./sql-over-http";
+import { parseTarget } from "./target";
+import { createWsTunnel } from "./ws-tunnel";
 
 export interface PgProxyOptions {
   databaseUrl: string;
@@ -107,7 +107,9 @@ async function main(): Promise<void> {
   });
   const databaseUrl = values["database-url"] ?? process.env.DATABASE_URL;
   if (!databaseUrl) {
-    console.error("usage: tsx tools/pg-proxy.ts --database-url postgres://user:pass@127.0.0.1:5432/db [--port N]");
+    console.error(
+      "usage: tsx tools/bridges/pg-proxy/main.ts --database-url postgres://user:pass@127.0.0.1:5432/db [--port N]",
+    );
     process.exit(2);
   }
   const portText = values.port ?? process.env.PG_PROXY_PORT;

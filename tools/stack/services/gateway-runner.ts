@@ -12,7 +12,7 @@
  * and reloads it in place (the console's static assets too); Durable Object state survives the
  * reload.
  *
- * Started by tools/services/gateway.ts as a child process; its settings come in one environment
+ * Started by tools/stack/services/gateway.ts as a child process; its settings come in one environment
  * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort, outdir}), so secrets do not
  * show up in `ps`. It prints `ready <url>` once the Worker answers.
  */
@@ -22,7 +22,7 @@ import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
-import { ensureConsoleBuilt } from "../build/console";
+import { ensureConsoleBuilt } from "../../build/console";
 import { offlineWranglerEnv } from "./wrangler-env";
 
 interface RunnerSettings {
@@ -34,7 +34,7 @@ interface RunnerSettings {
   root?: string;
   /** Chrome DevTools inspector for the Worker (GATEWAY_INSPECTOR_PORT); none when unset. */
   inspectorPort?: number;
-  /** Where the Worker bundle goes; created, owned and removed by tools/services/gateway.ts. */
+  /** Where the Worker bundle goes; created, owned and removed by tools/stack/services/gateway.ts. */
   outdir: string;
 }
 
@@ -42,7 +42,7 @@ const require = createRequire(import.meta.url);
 
 function readSettings(): RunnerSettings {
   const raw = process.env.EAR_GATEWAY_RUNNER;
-  if (!raw) throw new Error("EAR_GATEWAY_RUNNER is not set (tools/services/gateway.ts starts this runner)");
+  if (!raw) throw new Error("EAR_GATEWAY_RUNNER is not set (tools/stack/services/gateway.ts starts this runner)");
   const s = JSON.parse(raw) as RunnerSettings;
   if (
     !Number.isInteger(s.port) ||

@@ -6,19 +6,19 @@
  * after the lease timeout. Also writes .tmp/quota-demo.html. Self-contained (own redis-server +
  * Upstash bridge; both sides go through the real @upstash/redis client), ~20 s.
  *
- *   tsx tools/demo-quota.ts [--seconds 20] [--crash 0.1] [--limit 10] [--workers 10]
+ *   tsx tools/cli/demo-quota.ts [--seconds 20] [--crash 0.1] [--limit 10] [--workers 10]
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { Redis as IORedis } from "ioredis";
-import { loadQuotaScripts } from "../sandbox-host/quota/load-scripts";
-import { sleep } from "../src/domain/async";
-import { redisKeys } from "../src/quota/keys";
-import { createLeaseStore, type QuotaLease } from "../src/quota/lease-store";
-import { createRedisClient } from "../src/quota/redis";
-import { startRedis } from "./services/redis";
-import { startUpstashBridge } from "./upstash-bridge";
+import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
+import { sleep } from "../../src/domain/async";
+import { redisKeys } from "../../src/quota/keys";
+import { createLeaseStore, type QuotaLease } from "../../src/quota/lease-store";
+import { createRedisClient } from "../../src/quota/redis";
+import { startUpstashBridge } from "../bridges/upstash-rest/main";
+import { startRedis } from "../stack/services/redis";
 
 const { values } = parseArgs({
   options: {

@@ -1,6 +1,6 @@
 /** Free loopback ports: ask the kernel for one, then release it for the service to bind. */
 import { createServer } from "node:net";
-import { sleep } from "../../src/domain/async";
+import { sleep } from "../../../src/domain/async";
 
 export async function freePort(host = "127.0.0.1"): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -24,9 +24,9 @@ import { readMigrationFiles } from "drizzle-orm/migrator";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { migrate } from "drizzle-orm/node-postgres/migrator";
 import pg from "pg";
-import { isPoolerUrl } from "../src/db/pooler-url";
+import { isPoolerUrl } from "../../src/db/pooler-url";
 
-export const MIGRATIONS_DIR = fileURLToPath(new URL("../drizzle", import.meta.url));
+export const MIGRATIONS_DIR = fileURLToPath(new URL("../../drizzle", import.meta.url));
 
 /** The advisory lock key every migrator of this project takes: any fixed int8 will do; this is "ear-migr" in ASCII. */
 export const MIGRATE_LOCK_KEY = 0x6561722d6d696772n.toString();

@@ -12,8 +12,8 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import * as schema from "../src/db/schema";
-import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../src/db/tenants-repo";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../../src/db/tenants-repo";
 
 const USAGE = `usage: npm run cli -- <command>
   tenant create <id> [--name N]

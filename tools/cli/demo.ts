@@ -6,7 +6,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { EarClient } from "../src/client/client";
+import { EarClient } from "../../src/client/client";
 
 const { values, positionals } = parseArgs({ options: { agent: { type: "string" } }, allowPositionals: true });
 const message = positionals.join(" ") || "hello";

@@ -1,8 +1,8 @@
 /**
  * A file's name says what it holds (issue 26, item 7): five `config.ts` and five `errors.ts` made
- * every search, stack trace and editor tab ambiguous. Outside workers/ (whose names its own
- * folders settle) no file is named just `config.ts` or `errors.ts`; `src/contracts/errors.ts`,
- * the API's error codes, keeps its name because it is the one left.
+ * every search, stack trace and editor tab ambiguous, and two `job-state.ts` meant different things.
+ * No runtime or dev file is named just `config.ts` or `errors.ts`, and no two share `job-state.ts`;
+ * `src/contracts/errors.ts`, the API's error codes, keeps its name because it is the one left.
  */
 import { readdirSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
@@ -10,15 +10,19 @@ import { describe, expect, it } from "vitest";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const GENERIC = new Set(["config.ts", "errors.ts"]);
+const ROOMS = ["src", "workers", "sandbox-host", "tools"];
 const KEPT = new Set(["src/contracts/errors.ts"]);
 
 const files = (dir: string) =>
   readdirSync(join(ROOT, dir), { recursive: true, encoding: "utf8" }).map((f) => `${dir}/${f}`);
 
 describe("file names", () => {
-  it("no generic config.ts / errors.ts in src/, sandbox-host/ or tools/ (src/contracts/errors.ts aside)", () => {
-    const all = ["src", "sandbox-host", "tools"].flatMap(files);
+  it("no generic config.ts / errors.ts in src/, workers/, sandbox-host/ or tools/ (src/contracts/errors.ts aside)", () => {
+    const all = ROOMS.flatMap(files);
     expect(all.length).toBeGreaterThan(100);
     expect(all.filter((f) => GENERIC.has(basename(f)) && !KEPT.has(f))).toEqual([]);
+  });
+  it("one job-state.ts", () => {
+    expect(ROOMS.flatMap(files).filter((f) => basename(f) === "job-state.ts")).toEqual(["src/contracts/job-state.ts"]);
   });
 });

@@ -5,9 +5,8 @@
  * (docs/api.md "A page's token from your server"), the Vite dev server's `/api/token` here
  * (vite.config.ts) and the browser test's page server.
  *
- * Before minting, a real server checks that its signed-in user may use that conversation (its id
- * is the page's, so bind it to the user, e.g. `user-<id>:<chat>`): the token opens exactly one
- * conversation, and this route decides whose.
+ * Before minting, a real server checks that its signed-in user may use that conversation or job
+ * (the ids are the page's): the token opens exactly one, and this route decides whose.
  */
 export interface TokenServerEnv {
   /** The gateway's origin, e.g. https://api.example.com. */
@@ -25,14 +24,25 @@ export interface PageToken {
   base_url: string;
 }
 
-/** `GET …?conversation=<id>` → `{token, expires_at, base_url}`; the gateway's own 4xx passes through. */
+/**
+ * `GET …?conversation=<id>` → a `write` token for that conversation (the chat), `GET …?job=<id>`
+ * → a `read` token for that job (the run details, useJob); answered `{token, expires_at,
+ * base_url}`. The gateway's own 4xx passes through.
+ */
 export async function handleTokenRequest(request: Request, env: TokenServerEnv): Promise<Response> {
-  const conversation = new URL(request.url).searchParams.get("conversation");
-  if (!conversation) return Response.json({ error: "conversation is required" }, { status: 400 });
+  const query = new URL(request.url).searchParams;
+  const conversation = query.get("conversation");
+  const job = query.get("job");
+  const binding = conversation
+    ? { scope: "write", conversation_id: conversation }
+    : job
+      ? { scope: "read", job_id: job }
+      : null;
+  if (!binding) return Response.json({ error: "conversation or job is required" }, { status: 400 });
   const res = await fetch(`${env.gatewayUrl.replace(/\/+$/, "")}/v1/tokens`, {
     method: "POST",
     headers: { authorization: `Bearer ${env.apiKey}`, "content-type": "application/json" },
-    body: JSON.stringify({ scope: "write", conversation_id: conversation, ttl_s: env.ttlS ?? 900 }),
+    body: JSON.stringify({ ...binding, ttl_s: env.ttlS ?? 900 }),
   });
   if (!res.ok)
     return new Response(await res.text(), { status: res.status, headers: { "content-type": "application/json" } });

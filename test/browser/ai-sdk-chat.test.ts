@@ -6,7 +6,8 @@
  * holds a conversation-bound token only, never the key. The mock model's
  * `!mock {"tokens": n, "tokens_per_s": r}` streams "t1 … tn" over a known time, so "mid-answer"
  * is a real moment: a reload there resumes to exactly the job's output, a closed page lets the
- * job finish, and Stop cancels it for good.
+ * job finish, and Stop cancels it for good. The page's run panel is useJob and useJobTree
+ * (edge-agent-runtime/react) on a job-bound read token from the same server.
  *
  * AI_SDK_SCREENSHOTS=<dir> saves PNGs of the page there.
  */
@@ -148,6 +149,12 @@ describe.runIf(canRun)("useChat with EarChatTransport in Chromium (the example a
     );
     expect(await answer(page).getAttribute("data-state")).toBe("completed");
     await ready(page);
+    // The run panel: useJob and useJobTree (edge-agent-runtime/react) with a job-bound read token.
+    const events = await api().events(jobId);
+    await expect.poll(() => page.getByTestId("run-state").textContent(), { timeout: 15_000 }).toBe("completed");
+    await expect.poll(() => page.getByTestId("run-events").textContent()).toBe(String(events.length));
+    await expect.poll(() => page.getByTestId("run-latency").textContent()).toBe(String(view.latency.total_latency_ms));
+    expect(await page.getByTestId("run-tree").textContent()).toBe("1");
     // The page talked to the gateway cross-origin, with a token.
     const toGateway = requests.filter(
       (r) => r.url.startsWith(t.stack.gatewayUrl.replace(/^http/, "ws")) || r.url.startsWith(t.stack.gatewayUrl),
@@ -209,6 +216,7 @@ describe.runIf(canRun)("useChat with EarChatTransport in Chromium (the example a
     expect(view.output).not.toBe(tokensText(100));
     const events = await api().events(jobId);
     expect(events.at(-1)?.event).toBe("run.cancelled");
+    await expect.poll(() => page.getByTestId("run-state").textContent(), { timeout: 15_000 }).toBe("cancelled");
     await shoot(page, "chat-stopped");
     await page.close();
   });

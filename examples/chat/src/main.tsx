@@ -6,7 +6,8 @@
  */
 import { useChat } from "@ai-sdk/react";
 import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
-import { StrictMode, useState } from "react";
+import { EarClient, type TreeNode, useJob, useJobTree } from "edge-agent-runtime/react";
+import { StrictMode, useMemo, useState } from "react";
 import { createRoot } from "react-dom/client";
 import type { PageToken } from "../token";
 
@@ -14,21 +15,25 @@ const params = new URLSearchParams(location.search);
 const conversation = params.get("c") ?? `chat-${crypto.randomUUID()}`;
 if (!params.has("c")) history.replaceState(null, "", `?c=${encodeURIComponent(conversation)}`);
 
-/** The page's token, asked again a minute before it expires. */
-let current: Promise<PageToken> | null = null;
-function pageToken(): Promise<PageToken> {
+/** A token from the page's server for `query` (`conversation=…` or `job=…`), asked again a minute before it expires. */
+function tokenSource(query: string): () => Promise<PageToken> {
+  let current: Promise<PageToken> | null = null;
   const fresh = async () => {
-    const res = await fetch(`/api/token?conversation=${encodeURIComponent(conversation)}`);
+    const res = await fetch(`/api/token?${query}`);
     if (!res.ok) throw new Error(`token: ${res.status} ${await res.text()}`);
     return (await res.json()) as PageToken;
   };
-  current ??= fresh();
-  return current.then((t) => {
-    if (Date.parse(t.expires_at) - Date.now() > 60_000) return t;
-    current = fresh();
-    return current;
-  });
+  return () => {
+    current ??= fresh();
+    return current.then((t) => {
+      if (Date.parse(t.expires_at) - Date.now() > 60_000) return t;
+      current = fresh();
+      return current;
+    });
+  };
 }
+const pageToken = tokenSource(`conversation=${encodeURIComponent(conversation)}`);
+let gatewayUrl = "";
 
 function Chat(props: { transport: EarChatTransport; initial: EarUIMessage[] }) {
   const { messages, sendMessage, status, stop, error } = useChat<EarUIMessage>({
@@ -50,6 +55,7 @@ function Chat(props: { transport: EarChatTransport; initial: EarUIMessage[] }) {
           <Message key={m.id} message={m} />
         ))}
       </ol>
+      <RunDetails jobId={messages.findLast((m) => m.role === "assistant")?.metadata?.job_id ?? null} />
       {error && (
         <p className="error" data-testid="error">
           {error.message}
@@ -135,9 +141,42 @@ function Message({ message }: { message: EarUIMessage }) {
   );
 }
 
+/** The latest answer's run, from useJob and useJobTree with a token bound to that job (read only). */
+function RunDetails({ jobId }: { jobId: string | null }) {
+  const client = useMemo(() => {
+    if (jobId === null) return null;
+    const token = tokenSource(`job=${encodeURIComponent(jobId)}`);
+    return new EarClient({ baseUrl: gatewayUrl, credential: async () => (await token()).token });
+  }, [jobId]);
+  if (!client || !jobId) return null;
+  return <RunPanel key={jobId} jobId={jobId} client={client} />;
+}
+
+const jobsIn = (n: TreeNode): number => 1 + n.children.reduce((a, c) => a + jobsIn(c), 0);
+
+function RunPanel({ jobId, client }: { jobId: string; client: EarClient }) {
+  const run = useJob(jobId, { client });
+  const { tree } = useJobTree(jobId, { client });
+  return (
+    <aside className="run" data-testid="run">
+      run <code>{jobId.slice(0, 8)}</code> · <span data-testid="run-state">{run.state ?? "…"}</span> ·{" "}
+      <span data-testid="run-events">{run.events.length}</span> events · jobs in its tree{" "}
+      <span data-testid="run-tree">{tree ? jobsIn(tree) : 0}</span>
+      {run.latency?.total_latency_ms != null && (
+        <>
+          {" "}
+          · total <span data-testid="run-latency">{run.latency.total_latency_ms}</span> ms
+        </>
+      )}
+      {run.error != null && <span className="error"> · {String(run.error)}</span>}
+    </aside>
+  );
+}
+
 async function boot() {
   const root = createRoot(document.getElementById("root") as HTMLElement);
   const { base_url } = await pageToken();
+  gatewayUrl = base_url;
   const transport = new EarChatTransport({ baseUrl: base_url, credential: async () => (await pageToken()).token });
   const initial = await transport.loadMessages(conversation);
   root.render(

@@ -92,8 +92,8 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
     const history = await this.loadMessages(chatId, abortSignal);
     const last = history.at(-1);
     if (last?.role !== "user" || !last.metadata) return null;
-    // Aborted while the history was read: useChat superseded this resume (React's StrictMode
-    // mounts twice), it did not stop the answer, so nothing is cancelled.
+    // useChat aborts a resume it supersedes (React's StrictMode mounts twice). During the read
+    // the aborted fetch ends it; just after it, this does: no stream, so nothing is cancelled.
     if (abortSignal?.aborted) return null;
     // Its own socket, so the replay starts at the job's first event whatever this page's other socket already saw.
     const conn = this.client.chat(chatId, this.chatOptions());

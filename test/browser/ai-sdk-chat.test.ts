@@ -18,11 +18,12 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { extname, join, resolve } from "node:path";
 import type { Page } from "playwright-core";
-import { build } from "vite";
+import { build, createServer as createViteServer, type ViteDevServer } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serveToken } from "../../examples/chat/vite.config";
 import { buildPackages } from "../../pkg/build";
 import type { JobView } from "../../src/contracts/job";
+import { freePort } from "../../tools/services/ports";
 import { apiClient } from "../helpers/api";
 import { type BrowserHandle, CHROMIUM, startBrowser } from "../helpers/browser";
 import { requireBinary } from "../helpers/require";
@@ -63,9 +64,12 @@ const pageServer: Server = createServer((req, res) => {
 });
 if (canRun) await new Promise<void>((ok) => pageServer.listen(0, "127.0.0.1", ok));
 const pageOrigin = canRun ? `http://127.0.0.1:${(pageServer.address() as AddressInfo).port}` : "";
+/** The example's own Vite dev server (`npm run example:chat`): React's StrictMode mounts twice there. */
+const devPort = canRun ? await freePort() : 0;
+const devOrigin = `http://127.0.0.1:${devPort}`;
 
 describe.runIf(canRun)("useChat with EarChatTransport in Chromium (the example app, another origin)", () => {
-  const t = useStack({ hosts: 1, gatewayVars: { CORS_ALLOWED_ORIGINS: pageOrigin } });
+  const t = useStack({ hosts: 1, gatewayVars: { CORS_ALLOWED_ORIGINS: `${pageOrigin},${devOrigin}` } });
   let chrome: BrowserHandle;
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
@@ -92,12 +96,12 @@ describe.runIf(canRun)("useChat with EarChatTransport in Chromium (the example a
     expect(leaked).toEqual([]);
   });
 
-  async function open(conversation: string): Promise<Page> {
+  async function open(conversation: string, origin = pageOrigin): Promise<Page> {
     const page = await chrome.browser.contexts()[0]!.newPage();
     await page.setViewportSize({ width: 900, height: 700 });
     page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
     page.on("request", (r) => void requests.push({ url: r.url(), headers: r.headers() }));
-    await page.goto(`${pageOrigin}/?c=${encodeURIComponent(conversation)}`);
+    await page.goto(`${origin}/?c=${encodeURIComponent(conversation)}`);
     await ready(page);
     return page;
   }
@@ -219,5 +223,35 @@ describe.runIf(canRun)("useChat with EarChatTransport in Chromium (the example a
     await expect.poll(() => page.getByTestId("run-state").textContent(), { timeout: 15_000 }).toBe("cancelled");
     await shoot(page, "chat-stopped");
     await page.close();
+  });
+
+  it("on the example's dev server (StrictMode: useChat resumes twice) a reload mid-answer still resumes, and cancels nothing", async () => {
+    process.env.EAR_URL = t.stack.gatewayUrl;
+    process.env.EAR_API_KEY = t.stack.apiKey;
+    let vite: ViteDevServer | null = null;
+    try {
+      vite = await createViteServer({
+        configFile: join(ROOT, "examples/chat/vite.config.ts"),
+        logLevel: "error",
+        server: { host: "127.0.0.1", port: devPort, strictPort: true, hmr: false },
+      });
+      await vite.listen();
+      const page = await open(newConversation(), devOrigin);
+      const jobId = await send(page, slow(50, 10));
+      await watch(page, (text) => text.split(" ").length >= 6);
+      await page.reload();
+      const expected = tokensText(50);
+      await watch(page, (text) => text === expected, 40_000);
+      await ready(page);
+      const view = await job(jobId);
+      expect(view.state).toBe("completed");
+      expect(await answerText(page)).toBe(view.output);
+      expect(await page.locator('li[data-role="assistant"]').count()).toBe(1);
+      await page.close();
+    } finally {
+      await vite?.close();
+      delete process.env.EAR_URL;
+      delete process.env.EAR_API_KEY;
+    }
   });
 });

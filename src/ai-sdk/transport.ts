@@ -149,9 +149,11 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
           if (done) return;
           for (const c of list) controller.enqueue(c);
         };
+        /** Sends the cancel, and closes the stream once it is answered (or after CANCEL_ACK_MS). */
         const cancel = () => {
-          if (!chunks) return; // cancelled when its job frame comes (below)
+          if (!chunks) return; // not a job yet (queued): cancelled when its job frame comes (below)
           conn.cancel(chunks.jobId);
+          setTimeout(() => end(), CANCEL_ACK_MS);
         };
         const onFrame = (frame: ServerFrame) => {
           if (frame.type === "job" && "clientMessageId" in what && frame.client_message_id === what.clientMessageId) {
@@ -186,14 +188,7 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
           }
         };
         unsubscribe = conn.onFrame(onFrame);
-        signal?.addEventListener(
-          "abort",
-          () => {
-            cancel();
-            setTimeout(() => end(), CANCEL_ACK_MS);
-          },
-          { once: true },
-        );
+        signal?.addEventListener("abort", () => cancel(), { once: true });
         if (chunks) {
           write([chunks.start()]);
           conn.resume(chunks.jobId, 0);

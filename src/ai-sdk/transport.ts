@@ -128,6 +128,8 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
   ): ReadableStream<UIMessageChunk> {
     let chunks: AnswerChunks | null = "jobId" in what ? new AnswerChunks(what.jobId) : null;
     let done = false;
+    /** False once the reader cancelled: nothing is enqueued any more. */
+    let reading = true;
     let unsubscribe = () => {};
     const closeAfter = "closeAfter" in what;
     const client = this.client;
@@ -146,7 +148,7 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
           }
         };
         const write = (list: EarChunk[]) => {
-          if (done) return;
+          if (done || !reading) return;
           for (const c of list) controller.enqueue(c);
         };
         /** Sends the cancel, and closes the stream once it is answered (or after CANCEL_ACK_MS). */
@@ -200,8 +202,12 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
           });
         }
       },
-      // The page stopped reading (it unmounted or closed): nothing is cancelled.
+      // The page stopped reading. After a stop() (useChat cancels the reader at once) of a message
+      // that is not a job yet, the frames are still watched until its job comes and is cancelled;
+      // otherwise (it unmounted or closed) nothing is cancelled.
       cancel: () => {
+        reading = false;
+        if (signal?.aborted && !chunks) return;
         done = true;
         unsubscribe();
         if (closeAfter) conn.close();

@@ -111,7 +111,7 @@ describe("docs/architecture.md against the code", () => {
 
 describe("tools/README.md against tools/", () => {
   const readme = read("tools/README.md");
-  const named = new Set([...readme.matchAll(/`([\w./-]+\.ts)`/g)].map((m) => m[1] as string));
+  const named = new Set([...readme.matchAll(/`([\w./-]+\.(?:ts|json))`/g)].map((m) => m[1] as string));
 
   it("names every file under tools/ by its path there", () => {
     const files = walk("tools").filter((f) => f !== "README.md");

@@ -135,6 +135,9 @@ function violations(): string[] {
     quota: ["contracts", "domain", "quota"],
     // The typed client runs in browsers too: the contracts' types and plain constants, nothing else of src/.
     client: ["contracts", "client"],
+    // The package's browser entries (tools/build/packages.ts) build on the client, as pages do.
+    "ai-sdk": ["contracts", "client", "ai-sdk"],
+    react: ["contracts", "client", "react"],
   };
   for (const dir of ["src", "workers", "sandbox-host"]) {
     for (const file of walk(dir)) {
@@ -184,7 +187,7 @@ function violations(): string[] {
  */
 const CLIENT_PACKAGES = new Set(["eventsource-parser"]);
 
-function clientViolations(entries = walk("src/client")): string[] {
+function clientViolations(entries = walk("src/client"), packages = CLIENT_PACKAGES): string[] {
   const found: string[] = [];
   const seen = new Set<string>();
   const visit = (file: string, from: string) => {
@@ -193,10 +196,11 @@ function clientViolations(entries = walk("src/client")): string[] {
     for (const spec of valueImports(file)) {
       const t = target(file, spec);
       if (t === null) {
-        if (!CLIENT_PACKAGES.has(spec)) found.push(`${from}: loads ${spec} (through ${file})`);
+        if (!packages.has(spec)) found.push(`${from}: loads ${spec} (through ${file})`);
         continue;
       }
-      if (!t.startsWith("src/client/") && !t.startsWith("src/contracts/"))
+      const own = entries.some((e) => e.startsWith(`${t.split("/").slice(0, 2).join("/")}/`));
+      if (!t.startsWith("src/client/") && !t.startsWith("src/contracts/") && !own)
         found.push(`${from}: loads ${t} (through ${file})`);
       else visit(`${t}.ts`, from);
     }
@@ -233,6 +237,12 @@ describe("layering", () => {
   it("the client loads no zod, no Node module and nothing outside src/client and src/contracts", () => {
     expect(walk("src/client").length).toBeGreaterThan(0);
     expect(clientViolations()).toEqual([]);
+  });
+
+  it("the package entries (ai-sdk, react) load what the client may, plus React, and no zod", () => {
+    const entries = [...walk("src/ai-sdk"), ...walk("src/react")];
+    expect(entries.length).toBeGreaterThan(1);
+    expect(clientViolations(entries, new Set([...CLIENT_PACKAGES, "react"]))).toEqual([]);
   });
 
   it("the console loads only its own modules, preact, and what the client may load", () => {

@@ -1,0 +1,28 @@
+/**
+ * A consumer of the package's exports, by name (a self-reference: this file is inside the
+ * package), typechecked by test/integration/package-exports.test.ts against the built
+ * declarations. The `@ts-expect-error` lines fail the check if the exports' types were missing
+ * (an untyped import is `any`, and then nothing is an error).
+ */
+import type { ChatTransport } from "ai";
+import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
+import { EarClient, type JobRun, useJob, useJobTree } from "edge-agent-runtime/react";
+
+export const transport: ChatTransport<EarUIMessage> = new EarChatTransport({
+  baseUrl: "https://api.example.com",
+  credential: async () => "a.b.c",
+  busy: "interrupt",
+});
+// @ts-expect-error a busy policy is queue, reject or interrupt
+new EarChatTransport({ baseUrl: "https://api.example.com", credential: "a.b.c", busy: "sometimes" });
+
+export function useLatency(id: string): number | null {
+  const run: JobRun = useJob(id, { client: new EarClient({ baseUrl: "https://api.example.com" }) });
+  useJobTree(id);
+  // @ts-expect-error latency is an object of milliseconds, not a number
+  const wrong: number = run.latency;
+  void wrong;
+  return run.latency?.total_latency_ms ?? null;
+}
+
+export const answerState = (m: EarUIMessage) => m.metadata?.state;

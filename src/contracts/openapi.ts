@@ -52,7 +52,7 @@ import {
 } from "./job";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
 import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
-import { JobTreeSchema } from "./tree";
+import { JobTreeSchema, TreeNodeSchema } from "./tree";
 import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 
 type JsonSchema = Record<string, unknown>;
@@ -85,6 +85,9 @@ const RESPONSE_SCHEMAS = {
   InputList: InputListSchema,
   ApprovalAnswer: ApprovalAnswerSchema,
   JobTree: JobTreeSchema,
+  // Named because it is recursive: unnamed, zod puts the cycle in a `__shared` document whose
+  // `$defs` no `#/components/schemas/…` reference can reach (two fragments in one URI).
+  JobTreeNode: TreeNodeSchema,
   EventEnvelope: EventEnvelopeSchema,
   ConversationMessages: ConversationMessagesSchema,
   ServerFrame: ServerFrameSchema,
@@ -109,6 +112,7 @@ function components(schemas: Record<string, z.ZodType>, io: "input" | "output"):
   const registry = z.registry<{ id: string }>();
   for (const [id, schema] of Object.entries(schemas)) registry.add(schema, { id });
   const out = z.toJSONSchema(registry, { io, uri: (id) => `#/components/schemas/${id}` }).schemas;
+  if (out.__shared) throw new Error("a schema reused across components is unnamed (a recursive one?): name it here");
   // Each component comes out as a standalone document; inside OpenAPI the dialect is the
   // document's (jsonSchemaDialect), and a fragment-only $id is not a valid 2020-12 $id.
   for (const s of Object.values(out)) {

@@ -39,6 +39,31 @@ function errorCodes(op: Operation): Map<number, string[]> {
   return out;
 }
 
+/**
+ * JSON pointers to every schema object of the document: each component, each parameter's,
+ * request body's and response's schema, and the schemas the SSE and WebSocket extensions name.
+ */
+function schemaPointers(d: Json): string[] {
+  const esc = (s: string) => s.replaceAll("~", "~0").replaceAll("/", "~1");
+  const out = Object.keys((d.components as Doc["components"]).schemas).map((n) => `/components/schemas/${esc(n)}`);
+  for (const [path, item] of Object.entries(d.paths as Doc["paths"])) {
+    for (const [method, op] of Object.entries(item)) {
+      const at = `/paths/${esc(path)}/${method}`;
+      for (const i of (op.parameters ?? []).keys()) out.push(`${at}/parameters/${i}/schema`);
+      const body = (op.requestBody as { content?: Json } | undefined)?.content ?? {};
+      for (const type of Object.keys(body)) out.push(`${at}/requestBody/content/${esc(type)}/schema`);
+      for (const [status, r] of Object.entries(op.responses)) {
+        for (const type of Object.keys(r.content ?? {}))
+          out.push(`${at}/responses/${status}/content/${esc(type)}/schema`);
+        if (r["x-sse-data"]) out.push(`${at}/responses/${status}/x-sse-data`);
+      }
+      for (const frames of ["client-frames", "server-frames"])
+        if ((op["x-websocket"] as Json | undefined)?.[frames]) out.push(`${at}/x-websocket/${frames}`);
+    }
+  }
+  return out;
+}
+
 /** Ajv over the document's components, so `#/components/schemas/X` refs resolve as in the document. */
 function componentValidator(name: string) {
   const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
@@ -76,6 +101,23 @@ describe("OpenAPI document", () => {
     for (const [where, schema] of schemas)
       expect(ajv.validateSchema(schema), `${where}: ${ajv.errorsText()}`).toBe(true);
     expect(ajv.validateSchema({ type: "uuid" }), "the meta-schema check can fail").toBe(false);
+  });
+
+  it("every schema of the document compiles with a JSON Schema 2020-12 compiler (every $ref resolves)", () => {
+    const ajv = new Ajv2020({ strict: false, validateFormats: false });
+    const id = "https://gateway.test/openapi.json";
+    ajv.addSchema({ ...structuredClone(doc), $id: id });
+    const pointers = schemaPointers(doc as unknown as Json);
+    expect(pointers.length).toBeGreaterThan(100);
+    for (const pointer of pointers) expect(() => ajv.compile({ $ref: `${id}#${pointer}` }), pointer).not.toThrow();
+    // The check can fail: the reference /tree had (two fragments in one URI) does not resolve.
+    const broken = structuredClone(doc) as unknown as Json;
+    (broken.components as Doc["components"]).schemas.JobTree = {
+      properties: { tree: { $ref: "#/components/schemas/__shared#/$defs/schema0" } },
+    };
+    const strict = new Ajv2020({ strict: false, validateFormats: false });
+    strict.addSchema({ ...broken, $id: id });
+    expect(() => strict.compile({ $ref: `${id}#/components/schemas/JobTree` })).toThrow(/can't resolve reference/);
   });
 
   it("its response schemas accept what the gateway sends", () => {

@@ -9,10 +9,13 @@
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { describe, expect, it, vi } from "vitest";
+import { z } from "zod";
 import { AgentDefinitionSchema, AgentViewSchema } from "../../src/contracts/agent";
 import { ServerFrameSchema } from "../../src/contracts/chat";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../../src/contracts/errors";
 import { EVENT_TYPES } from "../../src/contracts/events";
+import { JobViewSchema } from "../../src/contracts/job";
+import { buildOpenApiDocument, type Operation as Declared, jobIdParam, V1_ERRORS } from "../../src/contracts/openapi";
 import { toJobView } from "../../src/db/job-view";
 import type { JobRow } from "../../src/db/schema";
 import { gatewayOpenApiDocument } from "../helpers/openapi-document";
@@ -231,6 +234,34 @@ describe("OpenAPI document", () => {
       KNOWN_UNANSWERED.filter((c) => answered.has(c)),
       "answered codes must leave KNOWN_UNANSWERED",
     ).toEqual([]);
+  });
+
+  it("a new route is one declaration: its unnamed schemas become components named after it; an undeclared {param} throws", () => {
+    const Schedule = z.object({ cron: z.string(), job: JobViewSchema });
+    const op: Declared = {
+      method: "post",
+      path: "/v1/jobs/{id}/schedules",
+      operationId: "createSchedule",
+      tag: "jobs",
+      summary: "A schedule",
+      auth: "bearer",
+      parameters: [jobIdParam],
+      body: Schedule.pick({ cron: true }),
+      responses: [{ status: 201, description: "The schedule.", schema: Schedule }],
+      errors: V1_ERRORS,
+    };
+    const d = buildOpenApiDocument([op]) as unknown as Doc;
+    const created = d.paths["/v1/jobs/{id}/schedules"]?.post as Operation;
+    expect(created.requestBody).toEqual({
+      required: true,
+      content: { "application/json": { schema: { $ref: "#/components/schemas/CreateScheduleBody" } } },
+    });
+    expect(created.responses["201"]?.content?.["application/json"]?.schema).toEqual({
+      $ref: "#/components/schemas/CreateSchedule201",
+    });
+    // A named schema inside it stays a reference to its component.
+    expect(JSON.stringify(d.components.schemas.CreateSchedule201)).toContain('"$ref":"#/components/schemas/Job"');
+    expect(() => buildOpenApiDocument([{ ...op, parameters: [] }])).toThrow("path parameter {id} is not declared");
   });
 
   it("names every event type, on the envelope and on the SSE operation", () => {

@@ -27,7 +27,7 @@ export function createApp() {
   app.notFound(handleNotFound);
 
   app.route("/", healthRoutes);
-  app.route("/", openApiRoutes);
+  app.route("/", openApiRoutes(app));
 
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);

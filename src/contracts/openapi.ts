@@ -1,10 +1,11 @@
 /**
- * The OpenAPI 3.1 document of the gateway, assembled from the zod contracts of this folder: every
- * request and response body is one of their schemas (z.toJSONSchema), every error code comes
- * from ERROR_STATUS and every event type from EVENT_TYPES. What the schemas cannot say (which
- * route answers which status, auth, the SSE and WebSocket protocols) is declared here once per
- * operation. test/workers/openapi.test.ts fails when a route of the app has no operation here or
- * an operation has no route; test/unit/openapi.test.ts validates the document.
+ * The OpenAPI 3.1 document of the gateway, generated from the app's routes: each route declares
+ * its operation once, beside its handler (workers/routes/route.ts registers both), and
+ * buildOpenApiDocument turns those declarations into the document. Every request and response
+ * body is a zod schema of this folder (z.toJSONSchema), every error code comes from ERROR_STATUS
+ * and every event type from EVENT_TYPES. What is shared by many operations (the components'
+ * names, the error sets, the path parameters, auth) is declared here once.
+ * test/unit/openapi.test.ts validates the document; test/workers/openapi.test.ts serves it.
  *
  * Runtime-neutral (no Node imports): the gateway builds it in workerd for GET /openapi.json.
  */
@@ -15,18 +16,10 @@ import {
   AgentAnswerSchema,
   AgentPageSchema,
   AgentVersionPageSchema,
-  ListAgentsQuerySchema,
   ModelListSchema,
   UsageAnswerSchema,
-  UsageQuerySchema,
 } from "./catalog";
-import {
-  CHAT_ERROR_CODES,
-  ClientFrameSchema,
-  ConversationMessagesSchema,
-  MULTITASK_POLICIES,
-  ServerFrameSchema,
-} from "./chat";
+import { ClientFrameSchema, ConversationMessagesSchema, ServerFrameSchema } from "./chat";
 import { ERROR_CODES, ERROR_STATUS, ErrorBodySchema, type ErrorCode } from "./errors";
 import {
   EVENT_TYPES,
@@ -36,7 +29,6 @@ import {
   IngestBatchSchema,
   IngestMultiAnswerSchema,
   IngestMultiSchema,
-  TERMINAL_EVENT_TYPES,
 } from "./events";
 import { HealthSchema, ReadinessSchema } from "./health";
 import {
@@ -48,14 +40,12 @@ import {
   JobInputBodySchema,
   JobPageSchema,
   JobViewSchema,
-  ListJobsQuerySchema,
 } from "./job";
-import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "./sse";
 import { CreateTokenBodySchema, TokenAnswerSchema } from "./tokens";
-import { JobTreeSchema } from "./tree";
+import { JobTreeSchema, TreeNodeSchema } from "./tree";
 import { ApprovalAnswerSchema, ApprovalBodySchema } from "./wait";
 
-type JsonSchema = Record<string, unknown>;
+export type JsonSchema = Record<string, unknown>;
 type Status = number;
 
 /**
@@ -85,6 +75,9 @@ const RESPONSE_SCHEMAS = {
   InputList: InputListSchema,
   ApprovalAnswer: ApprovalAnswerSchema,
   JobTree: JobTreeSchema,
+  // Named because it is recursive: unnamed, zod puts the cycle in a `__shared` document whose
+  // `$defs` no `#/components/schemas/…` reference can reach (two fragments in one URI).
+  JobTreeNode: TreeNodeSchema,
   EventEnvelope: EventEnvelopeSchema,
   ConversationMessages: ConversationMessagesSchema,
   ServerFrame: ServerFrameSchema,
@@ -103,12 +96,13 @@ const RESPONSE_SCHEMAS = {
 
 type SchemaName = keyof typeof REQUEST_SCHEMAS | keyof typeof RESPONSE_SCHEMAS;
 
-const ref = (name: SchemaName): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
+export const ref = (name: SchemaName): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
 
 function components(schemas: Record<string, z.ZodType>, io: "input" | "output"): Record<string, JsonSchema> {
   const registry = z.registry<{ id: string }>();
   for (const [id, schema] of Object.entries(schemas)) registry.add(schema, { id });
   const out = z.toJSONSchema(registry, { io, uri: (id) => `#/components/schemas/${id}` }).schemas;
+  if (out.__shared) throw new Error("a schema reused across components is unnamed (a recursive one?): name it here");
   // Each component comes out as a standalone document; inside OpenAPI the dialect is the
   // document's (jsonSchemaDialect), and a fragment-only $id is not a valid 2020-12 $id.
   for (const s of Object.values(out)) {
@@ -129,7 +123,7 @@ function components(schemas: Record<string, z.ZodType>, io: "input" | "output"):
 }
 
 /** One schema, inline (no $schema: the document's dialect applies). */
-function inline(schema: z.ZodType): JsonSchema {
+export function inline(schema: z.ZodType): JsonSchema {
   const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: "input" });
   return rest;
 }
@@ -148,19 +142,27 @@ function queryParameters(schema: z.ZodObject): JsonSchema[] {
   }));
 }
 
-interface Success {
+/** Schemas by the component name they appear under, whichever way (input or output) they convert. */
+const NAMES = new Map<z.ZodType, { name: string; io: "input" | "output" }>([
+  ...Object.entries(REQUEST_SCHEMAS).map(([name, s]) => [s, { name, io: "input" }] as const),
+  ...Object.entries(RESPONSE_SCHEMAS).map(([name, s]) => [s, { name, io: "output" }] as const),
+]);
+
+export interface Success {
   status: Status;
   description: string;
-  /** A JSON body; omitted for answers that are not JSON (SSE, the WebSocket upgrade). */
-  schema?: JsonSchema;
+  /**
+   * A JSON body: a zod schema (a component: named above, or named after the operation) or JSON
+   * Schema as is; omitted for answers that are not JSON (SSE, the WebSocket upgrade).
+   */
+  schema?: z.ZodType | JsonSchema;
   content?: Record<string, unknown>;
   extensions?: Record<string, unknown>;
 }
 
-interface Operation {
+/** What a route declares about itself (workers/routes/route.ts); its path comes from the app. */
+export interface OperationSpec {
   method: "get" | "post";
-  /** OpenAPI template (`{id}`), matched against the app's `/:id` routes by the workers test. */
-  path: string;
   operationId: string;
   tag: "jobs" | "events" | "conversations" | "tokens" | "agents" | "models" | "health" | "internal";
   summary: string;
@@ -170,12 +172,23 @@ interface Operation {
    * ?access_token= (the SSE and WebSocket routes); `api_key`: an API key only (minting tokens).
    */
   auth: "none" | "api_key" | "bearer" | "url_token" | "signature";
+  /** Path and header parameters, and query parameters the route checks by hand. */
   parameters?: JsonSchema[];
-  body?: JsonSchema;
+  /** The JSON body, read by the body reader (workers/request/body.ts) with this schema. */
+  body?: z.ZodType;
+  /** The query, validated with this schema; each key is a query parameter. */
+  query?: z.ZodObject;
+  /** A body the route reads itself (the signed ingest): documented only. */
+  requestBody?: JsonSchema;
   responses: Success[];
   /** Error codes this operation can answer; grouped by their ERROR_STATUS into responses. */
-  errors: ErrorCode[];
+  errors: readonly ErrorCode[];
   extensions?: Record<string, unknown>;
+}
+
+/** A route's operation where the app serves it (an OpenAPI template: `/v1/jobs/{id}`). */
+export interface Operation extends OperationSpec {
+  path: string;
 }
 
 /**
@@ -183,11 +196,22 @@ interface Operation {
  * the route; 503 when Postgres is away for a key lookup), the per-key request rate (429) and the
  * catch-all 500.
  */
-const V1_ERRORS: ErrorCode[] = ["unauthorized", "forbidden", "rate_limited", "dependency_unavailable", "internal"];
+export const V1_ERRORS: ErrorCode[] = [
+  "unauthorized",
+  "forbidden",
+  "rate_limited",
+  "dependency_unavailable",
+  "internal",
+];
 /** Every route that reads a JSON body (workers/request/body.ts). */
-const BODY_ERRORS: ErrorCode[] = ["invalid_json", "invalid_request", "payload_too_large", "unsupported_media_type"];
+export const BODY_ERRORS: ErrorCode[] = [
+  "invalid_json",
+  "invalid_request",
+  "payload_too_large",
+  "unsupported_media_type",
+];
 
-const jobIdParam: JsonSchema = {
+export const jobIdParam: JsonSchema = {
   name: "id",
   in: "path",
   required: true,
@@ -195,7 +219,7 @@ const jobIdParam: JsonSchema = {
   schema: { type: "string" },
 };
 
-const callIdParam: JsonSchema = {
+export const callIdParam: JsonSchema = {
   name: "call_id",
   in: "path",
   required: true,
@@ -203,7 +227,7 @@ const callIdParam: JsonSchema = {
   schema: { type: "string" },
 };
 
-const conversationIdParam: JsonSchema = {
+export const conversationIdParam: JsonSchema = {
   name: "id",
   in: "path",
   required: true,
@@ -211,7 +235,7 @@ const conversationIdParam: JsonSchema = {
   schema: inline(CreateJobBodySchema.shape.conversation_id),
 };
 
-const agentNameParam: JsonSchema = {
+export const agentNameParam: JsonSchema = {
   name: "name",
   in: "path",
   required: true,
@@ -219,7 +243,7 @@ const agentNameParam: JsonSchema = {
   schema: inline(CreateAgentBodySchema.shape.name),
 };
 
-const agentVersionParam: JsonSchema = {
+export const agentVersionParam: JsonSchema = {
   name: "version",
   in: "path",
   required: true,
@@ -227,440 +251,50 @@ const agentVersionParam: JsonSchema = {
   schema: { type: "string", pattern: "^[1-9][0-9]{0,8}$" },
 };
 
-const json = (schema: JsonSchema) => ({ "application/json": { schema } });
-
-const OPERATIONS: Operation[] = [
+export const internalHeaderParams: JsonSchema[] = [
   {
-    method: "get",
-    path: "/healthz",
-    operationId: "health",
-    tag: "health",
-    summary: "Liveness: answers whenever the Worker runs",
-    auth: "none",
-    responses: [{ status: 200, description: "The Worker runs.", schema: ref("Health") }],
-    errors: [],
+    name: INTERNAL_HEADERS.timestamp,
+    in: "header",
+    required: true,
+    description: "Milliseconds since the epoch; must be close to the gateway's clock.",
+    schema: { type: "string" },
   },
   {
-    method: "get",
-    path: "/readyz",
-    operationId: "ready",
-    tag: "health",
-    summary: "Readiness: Postgres and Redis both answer",
-    auth: "none",
-    responses: [
-      { status: 200, description: "Both dependencies answered.", schema: ref("Readiness") },
-      {
-        status: 503,
-        description:
-          "A dependency did not answer (named, with `error.code` dependency_unavailable), or the gateway is misconfigured (only `ok` and `error`).",
-        schema: ref("Readiness"),
-      },
-    ],
-    errors: ["internal"],
-  },
-  {
-    method: "get",
-    path: "/openapi.json",
-    operationId: "openapi",
-    tag: "health",
-    summary: "This document (OpenAPI 3.1, generated from src/contracts)",
-    auth: "none",
-    responses: [{ status: 200, description: "The OpenAPI document.", schema: { type: "object" } }],
-    errors: ["internal"],
-  },
-  {
-    method: "post",
-    path: "/v1/jobs",
-    operationId: "createJob",
-    tag: "jobs",
-    summary: "Submit a job",
-    description:
-      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
-    auth: "bearer",
-    body: ref("CreateJobBody"),
-    responses: [
-      { status: 202, description: "A new job, state `queued`.", schema: ref("JobAnswer") },
-      {
-        status: 200,
-        description: "`idempotency_key` names a job this tenant already created: that job, as it is now.",
-        schema: ref("JobAnswer"),
-      },
-    ],
-    errors: [...BODY_ERRORS, "idempotency_mismatch", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/jobs",
-    operationId: "listJobs",
-    tag: "jobs",
-    summary: "The tenant's jobs, newest first, keyset-paginated",
-    auth: "bearer",
-    parameters: queryParameters(ListJobsQuerySchema),
-    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("JobPage") }],
-    errors: ["invalid_request", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/jobs/{id}",
-    operationId: "getJob",
-    tag: "jobs",
-    summary: "One job",
-    auth: "bearer",
-    parameters: [jobIdParam],
-    responses: [{ status: 200, description: "The job.", schema: ref("JobAnswer") }],
-    errors: ["not_found", "gone", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/jobs/{id}/cancel",
-    operationId: "cancelJob",
-    tag: "jobs",
-    summary: "Cancel a job (no body)",
-    description: "Committed in Postgres first; a claimed or running job's owner then stops it. Repeating is harmless.",
-    auth: "bearer",
-    parameters: [jobIdParam],
-    responses: [{ status: 202, description: "What the cancel did.", schema: ref("CancelAnswer") }],
-    errors: ["not_found", "gone", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/jobs/{id}/input",
-    operationId: "sendJobInput",
-    tag: "jobs",
-    summary: "Send a user message to a queued, running or waiting job",
-    description:
-      "Its owner applies it at the next model-turn boundary. To a job waiting on `ask_user` it is the answer: the job is re-queued and resumes with it as the tool result.",
-    auth: "bearer",
-    parameters: [jobIdParam],
-    body: ref("JobInputBody"),
-    responses: [
-      { status: 202, description: "Stored (`already_finished` if the job had ended).", schema: ref("InputAnswer") },
-      {
-        status: 200,
-        description: "The `idempotency_key` was used before on this job: that input, with its current status.",
-        schema: ref("InputAnswer"),
-      },
-    ],
-    errors: ["not_found", "gone", ...BODY_ERRORS, "idempotency_mismatch", "input_limit_reached", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/jobs/{id}/approvals/{call_id}",
-    operationId: "decideApproval",
-    tag: "jobs",
-    summary: "Approve or deny the tool call a waiting job waits on",
-    description:
-      "Records the decision durably and re-queues the job; a host resumes it from its checkpoint (approve runs the tool, deny gives the model the note). The same decision again answers the recorded one; a different one is 409.",
-    auth: "bearer",
-    parameters: [jobIdParam, callIdParam],
-    body: ref("ApprovalBody"),
-    responses: [
-      { status: 202, description: "Recorded; the job is re-queued.", schema: ref("ApprovalAnswer") },
-      {
-        status: 200,
-        description: "Already decided the same way: the recorded decision.",
-        schema: ref("ApprovalAnswer"),
-      },
-    ],
-    errors: ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/jobs/{id}/tree",
-    operationId: "getJobTree",
-    tag: "jobs",
-    summary: "A job and the child jobs its delegate calls created, nested",
-    description:
-      "Every descendant with its state, timing facts and usage, and the usage summed over each subtree. A child's `parent_call_id` is the delegate call it answers.",
-    auth: "bearer",
-    parameters: [jobIdParam],
-    responses: [{ status: 200, description: "The tree.", schema: ref("JobTree") }],
-    errors: ["not_found", "gone", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/jobs/{id}/inputs",
-    operationId: "listJobInputs",
-    tag: "jobs",
-    summary: "A job's inputs in arrival order",
-    auth: "bearer",
-    parameters: [jobIdParam],
-    responses: [{ status: 200, description: "The inputs.", schema: ref("InputList") }],
-    errors: ["not_found", "gone", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/jobs/{id}/events",
-    operationId: "streamJobEvents",
-    tag: "events",
-    summary: "The job's events as Server-Sent Events, from its durable log, then live",
-    description: `The stream opens with \`retry: ${SSE_RETRY_MS}\` (the reconnect delay), then one SSE frame per event: \`id\` is the job's event offset (from 1, no gaps), \`event\` the event type, \`data\` the EventEnvelope as one line of JSON. A comment line keeps the connection alive. The stream closes right after the terminal event. Resume with \`Last-Event-ID\` (wins) or \`after\`: only events with a larger id follow. A finished job with nothing after the cursor answers ${SSE_FINISHED_STATUS}, which stops a browser's EventSource. A browser's EventSource passes a token in \`${ACCESS_TOKEN_PARAM}\`.`,
-    auth: "url_token",
-    parameters: [
-      jobIdParam,
-      {
-        name: "Last-Event-ID",
-        in: "header",
-        required: false,
-        description: "Resume after this event id (a non-negative integer).",
-        schema: { type: "string" },
-      },
-      {
-        name: "after",
-        in: "query",
-        required: false,
-        description: "Resume after this event id, when the client cannot set Last-Event-ID.",
-        schema: { type: "string" },
-      },
-      {
-        name: "include",
-        in: "query",
-        required: false,
-        description:
-          "`descendants`: one stream of the job and every child job its delegate calls created (and theirs), interleaved; each `data` is that job's envelope (its `job_id`), each `id` a composite cursor (`t1.…`) to resume the whole tree with.",
-        schema: { type: "string", enum: ["descendants"] },
-      },
-    ],
-    responses: [
-      {
-        status: 200,
-        description: "The event stream.",
-        content: {
-          "text/event-stream": {
-            schema: { type: "string", description: "SSE frames; each `data` line is an EventEnvelope." },
-          },
-        },
-        extensions: {
-          "x-sse-retry-ms": SSE_RETRY_MS,
-          "x-sse-data": ref("EventEnvelope"),
-          "x-sse-event-types": [...EVENT_TYPES],
-          "x-sse-terminal-event-types": [...TERMINAL_EVENT_TYPES],
-        },
-      },
-      {
-        status: SSE_FINISHED_STATUS,
-        description: "The job is finished and nothing is after the cursor: do not reconnect (no body).",
-      },
-    ],
-    errors: ["invalid_request", "not_found", "gone", "events_expired", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/conversations/{id}/ws",
-    operationId: "chatSocket",
-    tag: "conversations",
-    summary: "The conversation's chat WebSocket",
-    description:
-      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad credential is a JSON 401 (403 for a read token or one bound elsewhere: the socket submits jobs) before any upgrade. A browser passes a write token in `access_token`; an API key is never accepted in the URL.",
-    auth: "url_token",
-    parameters: [
-      conversationIdParam,
-      {
-        name: "multitask",
-        in: "query",
-        required: false,
-        description: "The connection's default policy while a job of the conversation runs.",
-        schema: { type: "string", enum: [...MULTITASK_POLICIES], default: "queue" },
-      },
-      {
-        name: "agent",
-        in: "query",
-        required: false,
-        description:
-          "The agent (`name` or `name@N`) the connection's messages run when a message names none; resolved at each message's submit.",
-        schema: inline(CreateJobBodySchema.shape.agent),
-      },
-      {
-        name: "Upgrade",
-        in: "header",
-        required: true,
-        schema: { type: "string", const: "websocket" },
-      },
-    ],
-    responses: [{ status: 101, description: "Switched to the WebSocket protocol." }],
-    errors: ["invalid_request", "not_found", ...V1_ERRORS],
-    extensions: {
-      "x-websocket": {
-        "client-frames": ref("ClientFrame"),
-        "server-frames": ref("ServerFrame"),
-        "error-frame-codes": [...CHAT_ERROR_CODES],
-      },
-    },
-  },
-  {
-    method: "get",
-    path: "/v1/conversations/{id}/messages",
-    operationId: "conversationMessages",
-    tag: "conversations",
-    summary: "The conversation's turns, oldest first, from its jobs",
-    auth: "bearer",
-    parameters: [conversationIdParam],
-    responses: [{ status: 200, description: "The turns.", schema: ref("ConversationMessages") }],
-    errors: ["not_found", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/tokens",
-    operationId: "createToken",
-    tag: "tokens",
-    summary: "Mint a short-lived access token for a browser",
-    description:
-      "Needs an API key (a token cannot mint tokens: 403). The token is bound to the key's tenant, expires after `ttl_s`, has scope `read` (GET only) or `write`, and is optionally bound to one job or one conversation. It works as `Authorization: Bearer` on every /v1 route it covers, and as `access_token` on the SSE and WebSocket routes. Its requests count against the minting key's rate limit.",
-    auth: "api_key",
-    body: ref("CreateTokenBody"),
-    responses: [{ status: 201, description: "The token.", schema: ref("TokenAnswer") }],
-    errors: [...BODY_ERRORS, ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/agents",
-    operationId: "createAgent",
-    tag: "agents",
-    summary: "Define an agent: its name and version 1",
-    description:
-      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). Each of `mcp_servers` must have a `url` under one of the operator's allowed MCP URL prefixes and headers that name the operator's MCP secrets (400 `invalid_request` otherwise; with no allowed prefixes MCP is off and any server is refused). An agent of that name (archived ones included) is a 409 `conflict`.",
-    auth: "bearer",
-    body: ref("CreateAgentBody"),
-    responses: [{ status: 201, description: "Version 1.", schema: ref("AgentAnswer") }],
-    errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/agents",
-    operationId: "listAgents",
-    tag: "agents",
-    summary: "The tenant's live agents at their latest versions, by name, keyset-paginated",
-    description: "Archived agents are left out (GET /v1/agents/{name} still reads one).",
-    auth: "bearer",
-    parameters: queryParameters(ListAgentsQuerySchema),
-    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentPage") }],
-    errors: ["invalid_request", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/agents/{name}",
-    operationId: "getAgent",
-    tag: "agents",
-    summary: "An agent's latest version",
-    auth: "bearer",
-    parameters: [agentNameParam],
-    responses: [{ status: 200, description: "The latest version.", schema: ref("AgentAnswer") }],
-    errors: ["not_found", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/agents/{name}/versions",
-    operationId: "listAgentVersions",
-    tag: "agents",
-    summary: "An agent's versions, newest first, keyset-paginated",
-    auth: "bearer",
-    parameters: [agentNameParam, ...queryParameters(ListAgentsQuerySchema)],
-    responses: [
-      { status: 200, description: "One page; `next_cursor` is null on the last.", schema: ref("AgentVersionPage") },
-    ],
-    errors: ["invalid_request", "not_found", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/agents/{name}/versions/{version}",
-    operationId: "getAgentVersion",
-    tag: "agents",
-    summary: "One version of an agent",
-    auth: "bearer",
-    parameters: [agentNameParam, agentVersionParam],
-    responses: [{ status: 200, description: "The version.", schema: ref("AgentAnswer") }],
-    errors: ["not_found", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/agents/{name}/versions",
-    operationId: "createAgentVersion",
-    tag: "agents",
-    summary: "Store the agent's next version (the whole definition; versions are never edited)",
-    description:
-      "Checked as POST /v1/agents checks a definition (model, response_format, mcp_servers). Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
-    auth: "bearer",
-    parameters: [agentNameParam],
-    body: ref("AgentDefinition"),
-    responses: [{ status: 201, description: "The new version.", schema: ref("AgentAnswer") }],
-    errors: [...BODY_ERRORS, "not_found", "conflict", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/v1/agents/{name}/archive",
-    operationId: "archiveAgent",
-    tag: "agents",
-    summary: "Archive an agent (no body; repeating is harmless)",
-    description:
-      "No new job or version may name it (409 `conflict`); its versions stay readable and jobs already submitted run on.",
-    auth: "bearer",
-    parameters: [agentNameParam],
-    responses: [
-      { status: 200, description: "The latest version, with `archived_at` set.", schema: ref("AgentAnswer") },
-    ],
-    errors: ["not_found", ...V1_ERRORS],
-  },
-  {
-    method: "get",
-    path: "/v1/models",
-    operationId: "listModels",
-    tag: "models",
-    summary: "The models this tenant may name (as a job's `model` or an agent's)",
-    auth: "bearer",
-    responses: [{ status: 200, description: "The models, the deployment's default first.", schema: ref("ModelList") }],
-    errors: V1_ERRORS,
-  },
-  {
-    method: "get",
-    path: "/v1/usage",
-    operationId: "getUsage",
-    tag: "models",
-    summary: "The tenant's tokens and model calls per UTC day and model",
-    description:
-      "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
-    auth: "bearer",
-    parameters: queryParameters(UsageQuerySchema),
-    responses: [{ status: 200, description: "The usage.", schema: ref("UsageAnswer") }],
-    errors: ["invalid_request", ...V1_ERRORS],
-  },
-  {
-    method: "post",
-    path: "/internal/events",
-    operationId: "ingestEvents",
-    tag: "internal",
-    summary: "Hosts deliver outbox batches (signed; not for API clients)",
-    description:
-      "The signature (INTERNAL_SIGNING_SECRET or, during a rotation, INTERNAL_SIGNING_SECRET_PREVIOUS) is checked over the raw body before anything is parsed. Each batch also carries `mac`, keyed by its execution's claim token, which the job's object checks against Postgres the first time it sees that execution (403 `forbidden` when the execution does not own the job or the mac is wrong). One job's batch answers its ack (or the error with that status); a multi-job request answers 200 with one result per batch, in request order.",
-    auth: "signature",
-    parameters: [
-      {
-        name: INTERNAL_HEADERS.timestamp,
-        in: "header",
-        required: true,
-        description: "Milliseconds since the epoch; must be close to the gateway's clock.",
-        schema: { type: "string" },
-      },
-      {
-        name: INTERNAL_HEADERS.nonce,
-        in: "header",
-        required: true,
-        description: "A fresh UUID per request; a repeated one is refused.",
-        schema: { type: "string" },
-      },
-    ],
-    body: { oneOf: [ref("IngestBatch"), ref("IngestMulti")] },
-    responses: [
-      {
-        status: 200,
-        description: "The batch's ack (one job), or one result per batch (many jobs).",
-        schema: { oneOf: [ref("IngestAck"), ref("IngestMultiAnswer")] },
-      },
-    ],
-    errors: [...BODY_ERRORS, "unauthorized", "forbidden", "conflict", "dependency_unavailable", "internal"],
+    name: INTERNAL_HEADERS.nonce,
+    in: "header",
+    required: true,
+    description: "A fresh UUID per request; a repeated one is refused.",
+    schema: { type: "string" },
   },
 ];
 
-const SECURITY: Record<Operation["auth"], JsonSchema[] | undefined> = {
+const json = (schema: JsonSchema) => ({ "application/json": { schema } });
+
+/**
+ * The zod schemas the operations use, turned into `$ref`s: a named one by its name, any other
+ * by a name made from the operation (`CreateScheduleBody`, `CreateSchedule201`), so a new
+ * route needs no entry above. Collected while the operations are built, converted after.
+ */
+class Schemas {
+  readonly extra = { input: new Map<z.ZodType, string>(), output: new Map<z.ZodType, string>() };
+
+  ref(schema: z.ZodType | JsonSchema, io: "input" | "output", fallback: string): JsonSchema {
+    if (!(schema instanceof z.ZodType)) return schema;
+    const named = NAMES.get(schema);
+    if (named && named.io !== io) throw new Error(`${named.name} is a ${named.io} component, used as ${io}`);
+    const name = named?.name ?? this.extra[io].get(schema) ?? fallback;
+    if (!named) this.extra[io].set(schema, name);
+    return ref(name as SchemaName);
+  }
+
+  components(): Record<string, JsonSchema> {
+    const input = { ...REQUEST_SCHEMAS, ...Object.fromEntries([...this.extra.input].map(([s, n]) => [n, s])) };
+    const output = { ...RESPONSE_SCHEMAS, ...Object.fromEntries([...this.extra.output].map(([s, n]) => [n, s])) };
+    return { ...components(input, "input"), ...components(output, "output") };
+  }
+}
+
+const SECURITY: Record<OperationSpec["auth"], JsonSchema[] | undefined> = {
   none: [],
   api_key: [{ apiKey: [] }],
   bearer: [{ apiKey: [] }, { accessToken: [] }],
@@ -668,7 +302,7 @@ const SECURITY: Record<Operation["auth"], JsonSchema[] | undefined> = {
   signature: [{ signature: [] }],
 };
 
-function errorResponses(op: Operation, taken: Set<Status>): Record<string, JsonSchema> {
+function errorResponses(op: OperationSpec, taken: Set<Status>): Record<string, JsonSchema> {
   const byStatus = new Map<Status, ErrorCode[]>();
   for (const code of new Set(op.errors)) {
     const status = ERROR_STATUS[code];
@@ -698,36 +332,46 @@ function errorResponses(op: Operation, taken: Set<Status>): Record<string, JsonS
   return out;
 }
 
-function operationObject(op: Operation): JsonSchema {
+function operationObject(op: Operation, schemas: Schemas): JsonSchema {
+  const named = op.operationId[0]?.toUpperCase() + op.operationId.slice(1);
+  const parameters = [...(op.parameters ?? []), ...(op.query ? queryParameters(op.query) : [])];
+  for (const [, name] of op.path.matchAll(/\{([^}]+)\}/g)) {
+    if (!parameters.some((p) => p.in === "path" && p.name === name))
+      throw new Error(`${op.operationId}: path parameter {${name}} is not declared`);
+  }
   const responses: Record<string, JsonSchema> = {};
   for (const r of op.responses) {
+    const schema = r.schema && schemas.ref(r.schema, "output", `${named}${r.status}`);
     responses[String(r.status)] = {
       description: r.description,
-      ...(r.schema ? { content: json(r.schema) } : r.content ? { content: r.content } : {}),
+      ...(schema ? { content: json(schema) } : r.content ? { content: r.content } : {}),
       ...r.extensions,
     };
   }
   Object.assign(responses, errorResponses(op, new Set(op.responses.map((r) => r.status))));
+  const body = op.body ? schemas.ref(op.body, "input", `${named}Body`) : op.requestBody;
   return {
     operationId: op.operationId,
     tags: [op.tag],
     summary: op.summary,
     ...(op.description ? { description: op.description } : {}),
     security: SECURITY[op.auth],
-    ...(op.parameters ? { parameters: op.parameters } : {}),
-    ...(op.body ? { requestBody: { required: true, content: json(op.body) } } : {}),
+    ...(parameters.length > 0 ? { parameters } : {}),
+    ...(body ? { requestBody: { required: true, content: json(body) } } : {}),
     responses,
     ...op.extensions,
   };
 }
 
-export function buildOpenApiDocument(): JsonSchema {
+/** The document of these operations (the app's: workers/routes/route.ts `operationsOf`). */
+export function buildOpenApiDocument(operations: readonly Operation[]): JsonSchema {
+  const schemas = new Schemas();
   const paths: Record<string, Record<string, JsonSchema>> = {};
-  for (const op of OPERATIONS) {
+  for (const op of operations) {
     paths[op.path] ??= {};
     const item = paths[op.path] as Record<string, JsonSchema>;
     if (item[op.method]) throw new Error(`duplicate operation ${op.method.toUpperCase()} ${op.path}`);
-    item[op.method] = operationObject(op);
+    item[op.method] = operationObject(op, schemas);
   }
   return {
     openapi: "3.1.0",
@@ -736,7 +380,7 @@ export function buildOpenApiDocument(): JsonSchema {
       title: "Edge agent runtime gateway",
       version: "v1",
       description:
-        "Generated from the zod contracts in src/contracts (see docs/api.md for the prose). Every error answer is an ErrorBody; its code is one of ERROR_STATUS's.",
+        "Generated from the gateway's route declarations and the zod contracts in src/contracts (see docs/api.md for the prose). Every error answer is an ErrorBody; its code is one of ERROR_STATUS's.",
     },
     tags: [
       { name: "jobs", description: "Submit, read, list, cancel and steer jobs." },
@@ -750,7 +394,7 @@ export function buildOpenApiDocument(): JsonSchema {
     ],
     paths,
     components: {
-      schemas: { ...components(REQUEST_SCHEMAS, "input"), ...components(RESPONSE_SCHEMAS, "output") },
+      schemas: schemas.components(),
       securitySchemes: {
         apiKey: { type: "http", scheme: "bearer", description: "An API key, `ear_<8 hex>_<64 hex>`." },
         accessToken: {

@@ -1,5 +1,5 @@
 /**
- * The typed client against the OpenAPI document the gateway serves (buildOpenApiDocument, what
+ * The typed client against the OpenAPI document the gateway serves (generated from the app, what
  * GET /openapi.json answers): every client call, made against a recording fetch and WebSocket,
  * must hit a documented operation; every operation must be hit by some call or be listed in
  * NOT_CLIENT_OPERATIONS with its reason; every documented query parameter of a covered operation
@@ -11,8 +11,8 @@
 import { describe, expect, it } from "vitest";
 import type { WebSocketLike } from "../../src/client/chat";
 import { EarClient } from "../../src/client/client";
-import { buildOpenApiDocument } from "../../src/contracts/openapi";
 import { SSE_FINISHED_STATUS } from "../../src/contracts/sse";
+import { gatewayOpenApiDocument } from "../helpers/openapi-document";
 
 /** Operations no client call makes, by operationId, with why. */
 const NOT_CLIENT_OPERATIONS: Record<string, string> = {
@@ -83,8 +83,10 @@ interface DocOperation {
   queryParameters: string[];
 }
 
+const document = await gatewayOpenApiDocument();
+
 function documentOperations(): DocOperation[] {
-  const doc = buildOpenApiDocument() as {
+  const doc = document as {
     paths: Record<string, Record<string, Record<string, unknown>>>;
   };
   const out: DocOperation[] = [];

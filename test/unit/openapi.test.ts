@@ -1,20 +1,24 @@
 /**
- * The OpenAPI document (src/contracts/openapi.ts) is valid OpenAPI 3.1, its schema objects are
- * valid JSON Schema 2020-12 that describe what the gateway really sends, and it names every
- * error code and event type of the contracts. Runs in Node: the OpenAPI validator reads its
- * meta-schemas from disk. That the document covers exactly the app's routes, and that the
- * gateway serves it, is test/workers/openapi.test.ts (the app imports workerd-only modules).
+ * The OpenAPI document (generated from the app's route declarations: workers/routes/route.ts,
+ * src/contracts/openapi.ts) is valid OpenAPI 3.1, its schema objects are valid JSON Schema
+ * 2020-12 that compile (every reference resolves) and describe what the gateway really sends,
+ * and it names every error code and event type of the contracts. Runs in Node: the OpenAPI
+ * validator reads its meta-schemas from disk. That the document covers exactly the app's
+ * routes, and that the gateway serves it, is test/workers/openapi.test.ts.
  */
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { AgentDefinitionSchema, AgentViewSchema } from "../../src/contracts/agent";
 import { ServerFrameSchema } from "../../src/contracts/chat";
 import { ApiError, ERROR_STATUS, type ErrorCode } from "../../src/contracts/errors";
 import { EVENT_TYPES } from "../../src/contracts/events";
-import { buildOpenApiDocument } from "../../src/contracts/openapi";
+import { JobViewSchema } from "../../src/contracts/job";
+import { buildOpenApiDocument, type Operation as Declared, jobIdParam, V1_ERRORS } from "../../src/contracts/openapi";
 import { toJobView } from "../../src/db/job-view";
 import type { JobRow } from "../../src/db/schema";
+import { gatewayOpenApiDocument } from "../helpers/openapi-document";
 
 type Json = Record<string, unknown>;
 type Responses = Record<string, { content?: Record<string, { schema: Json }> } & Json>;
@@ -24,7 +28,7 @@ type Doc = { paths: Record<string, Record<string, Operation>>; components: { sch
 /** Codes in ERROR_STATUS that no route returns yet. May only shrink: a code a route returns is declared on its operation. */
 const KNOWN_UNANSWERED: ErrorCode[] = [];
 
-const doc = buildOpenApiDocument() as unknown as Doc;
+const doc = (await gatewayOpenApiDocument()) as unknown as Doc;
 const operations = Object.values(doc.paths).flatMap((item) => Object.values(item));
 
 /** The error codes an operation declares, by status (from its narrowed ErrorBody responses). */
@@ -35,6 +39,31 @@ function errorCodes(op: Operation): Map<number, string[]> {
     if (!allOf) continue;
     const narrowed = allOf[1] as { properties: { error: { properties: { code: { enum: string[] } } } } };
     out.set(Number(status), narrowed.properties.error.properties.code.enum);
+  }
+  return out;
+}
+
+/**
+ * JSON pointers to every schema object of the document: each component, each parameter's,
+ * request body's and response's schema, and the schemas the SSE and WebSocket extensions name.
+ */
+function schemaPointers(d: Json): string[] {
+  const esc = (s: string) => s.replaceAll("~", "~0").replaceAll("/", "~1");
+  const out = Object.keys((d.components as Doc["components"]).schemas).map((n) => `/components/schemas/${esc(n)}`);
+  for (const [path, item] of Object.entries(d.paths as Doc["paths"])) {
+    for (const [method, op] of Object.entries(item)) {
+      const at = `/paths/${esc(path)}/${method}`;
+      for (const i of (op.parameters ?? []).keys()) out.push(`${at}/parameters/${i}/schema`);
+      const body = (op.requestBody as { content?: Json } | undefined)?.content ?? {};
+      for (const type of Object.keys(body)) out.push(`${at}/requestBody/content/${esc(type)}/schema`);
+      for (const [status, r] of Object.entries(op.responses)) {
+        for (const type of Object.keys(r.content ?? {}))
+          out.push(`${at}/responses/${status}/content/${esc(type)}/schema`);
+        if (r["x-sse-data"]) out.push(`${at}/responses/${status}/x-sse-data`);
+      }
+      for (const frames of ["client-frames", "server-frames"])
+        if ((op["x-websocket"] as Json | undefined)?.[frames]) out.push(`${at}/x-websocket/${frames}`);
+    }
   }
   return out;
 }
@@ -77,6 +106,31 @@ describe("OpenAPI document", () => {
       expect(ajv.validateSchema(schema), `${where}: ${ajv.errorsText()}`).toBe(true);
     expect(ajv.validateSchema({ type: "uuid" }), "the meta-schema check can fail").toBe(false);
   });
+
+  it("every schema of the document compiles with a JSON Schema 2020-12 compiler (every $ref resolves)", () => {
+    // inlineRefs off: each referenced schema is compiled once, not copied into every schema that uses it.
+    const ajv = new Ajv2020({ strict: false, validateFormats: false, inlineRefs: false });
+    const id = "https://gateway.test/openapi.json";
+    ajv.addSchema({ ...structuredClone(doc), $id: id });
+    const pointers = schemaPointers(doc as unknown as Json);
+    expect(pointers.length).toBeGreaterThan(100);
+    // One compilation of them all (ajv compiles each referenced schema once); one by one only to name a failure.
+    const all = () => ajv.compile({ allOf: pointers.map((p) => ({ $ref: `${id}#${p}` })) });
+    try {
+      all();
+    } catch {
+      for (const pointer of pointers) expect(() => ajv.compile({ $ref: `${id}#${pointer}` }), pointer).not.toThrow();
+    }
+    expect(all).not.toThrow();
+    // The check can fail: the reference /tree had (two fragments in one URI) does not resolve.
+    const broken = structuredClone(doc) as unknown as Json;
+    (broken.components as Doc["components"]).schemas.JobTree = {
+      properties: { tree: { $ref: "#/components/schemas/__shared#/$defs/schema0" } },
+    };
+    const strict = new Ajv2020({ strict: false, validateFormats: false });
+    strict.addSchema({ ...broken, $id: id });
+    expect(() => strict.compile({ $ref: `${id}#/components/schemas/JobTree` })).toThrow(/can't resolve reference/);
+  }, 30_000); // ~2 s alone; the whole document is compiled
 
   it("its response schemas accept what the gateway sends", () => {
     const t = new Date("2026-01-02T03:04:05.678Z");
@@ -176,6 +230,34 @@ describe("OpenAPI document", () => {
       KNOWN_UNANSWERED.filter((c) => answered.has(c)),
       "answered codes must leave KNOWN_UNANSWERED",
     ).toEqual([]);
+  });
+
+  it("a new route is one declaration: its unnamed schemas become components named after it; an undeclared {param} throws", () => {
+    const Schedule = z.object({ cron: z.string(), job: JobViewSchema });
+    const op: Declared = {
+      method: "post",
+      path: "/v1/jobs/{id}/schedules",
+      operationId: "createSchedule",
+      tag: "jobs",
+      summary: "A schedule",
+      auth: "bearer",
+      parameters: [jobIdParam],
+      body: Schedule.pick({ cron: true }),
+      responses: [{ status: 201, description: "The schedule.", schema: Schedule }],
+      errors: V1_ERRORS,
+    };
+    const d = buildOpenApiDocument([op]) as unknown as Doc;
+    const created = d.paths["/v1/jobs/{id}/schedules"]?.post as Operation;
+    expect(created.requestBody).toEqual({
+      required: true,
+      content: { "application/json": { schema: { $ref: "#/components/schemas/CreateScheduleBody" } } },
+    });
+    expect(created.responses["201"]?.content?.["application/json"]?.schema).toEqual({
+      $ref: "#/components/schemas/CreateSchedule201",
+    });
+    // A named schema inside it stays a reference to its component.
+    expect(JSON.stringify(d.components.schemas.CreateSchedule201)).toContain('"$ref":"#/components/schemas/Job"');
+    expect(() => buildOpenApiDocument([{ ...op, parameters: [] }])).toThrow("path parameter {id} is not declared");
   });
 
   it("names every event type, on the envelope and on the SSE operation", () => {

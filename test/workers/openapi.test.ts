@@ -1,6 +1,7 @@
 /**
- * GET /openapi.json is the document src/contracts/openapi.ts builds, and it covers the app's
- * routes exactly: a route without an operation, or an operation without a route, fails here.
+ * GET /openapi.json is the document generated from the app's route declarations
+ * (workers/routes/route.ts), and it covers the app's routes exactly: a handler registered
+ * without a declaration (a plain `.get(…)`), or an operation without a route, fails here.
  * (The document's validity is test/unit/openapi.test.ts: the OpenAPI validator is a Node tool
  * that reads its meta-schemas from disk, which it cannot do inside workerd.)
  */
@@ -8,8 +9,8 @@ import { describe, expect, it } from "vitest";
 import { CHAT_ERROR_CODES } from "../../src/contracts/chat";
 import { ERROR_STATUS } from "../../src/contracts/errors";
 import { EVENT_TYPES } from "../../src/contracts/events";
-import { buildOpenApiDocument } from "../../src/contracts/openapi";
 import { createApp } from "../../workers/app";
+import { openApiDocument } from "../../workers/routes/openapi";
 import { gateway } from "./helpers";
 
 const BASE = "http://gateway.test";
@@ -45,12 +46,12 @@ function mismatch(routes: string[], operations: string[]) {
 }
 
 describe("GET /openapi.json", () => {
-  it("serves the document built from src/contracts, without a key, the same on every request", async () => {
+  it("serves the document generated from the app, without a key, the same on every request", async () => {
     const first = await gateway.fetch(`${BASE}/openapi.json`);
     expect(first.status).toBe(200);
     expect(first.headers.get("content-type")).toMatch(/^application\/json/);
     const text = await first.text();
-    expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(buildOpenApiDocument())));
+    expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(openApiDocument(createApp()))));
     const again = await gateway.fetch(`${BASE}/openapi.json`);
     expect(await again.text()).toBe(text);
   });
@@ -66,7 +67,7 @@ describe("GET /openapi.json", () => {
   });
 
   it("the route check fails for a route missing from the document and for an operation with no route", () => {
-    const doc = buildOpenApiDocument() as Doc;
+    const doc = openApiDocument(createApp()) as Doc;
     const routes = appRoutes(createApp());
     delete doc.paths["/v1/jobs/{id}/inputs"];
     doc.paths["/v1/jobs/{id}/retry"] = { post: {} };

@@ -3,15 +3,20 @@
  * A version is never edited: POST /v1/agents/{name}/versions stores the whole next definition.
  * Another tenant's agent of the same name is simply not there (404).
  */
-import { Hono } from "hono";
 import {
   AGENT_NAME_RE,
   type AgentDefinition,
   AgentDefinitionSchema,
   CreateAgentBodySchema,
 } from "../../src/contracts/agent";
-import { ListAgentsQuerySchema } from "../../src/contracts/catalog";
+import {
+  AgentAnswerSchema,
+  AgentPageSchema,
+  AgentVersionPageSchema,
+  ListAgentsQuerySchema,
+} from "../../src/contracts/catalog";
 import { ApiError } from "../../src/contracts/errors";
+import { agentNameParam, agentVersionParam, BODY_ERRORS, V1_ERRORS } from "../../src/contracts/openapi";
 import {
   archiveAgent,
   createAgent,
@@ -25,8 +30,7 @@ import { mcpServersProblem } from "../../src/domain/mcp";
 import { assertModelOffered } from "../commands/models";
 import { callDependency } from "../deps";
 import type { GatewayConfig } from "../gateway-config";
-import { readJsonBody, validate } from "../request/body";
-import type { GatewayEnv } from "../types";
+import { route, routes } from "./route";
 
 function notFoundAgent(name: string): ApiError {
   return new ApiError("not_found", `agent "${name}" not found`);
@@ -78,73 +82,164 @@ function decodeCursor<T extends "string" | "number">(raw: string | undefined, ki
   throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
 }
 
-export const agentRoutes = new Hono<GatewayEnv>()
-  .post("/", async (c) => {
-    const config = c.get("config");
-    const body = await readJsonBody(c.req.raw, CreateAgentBodySchema, config.maxBodyBytes);
-    const definition = definitionOf(body);
-    checkDefinition(config, c.get("tenantId"), definition);
-    const db = c.get("deps").db();
-    const created = await callDependency("postgres", () => createAgent(db, c.get("tenantId"), body.name, definition));
-    if (!created) {
-      throw new ApiError(
-        "conflict",
-        `an agent named "${body.name}" already exists (archived ones included): POST /v1/agents/${body.name}/versions adds a version`,
+export const agentRoutes = routes(
+  route({
+    method: "post",
+    path: "/",
+    operationId: "createAgent",
+    tag: "agents",
+    summary: "Define an agent: its name and version 1",
+    description:
+      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). Each of `mcp_servers` must have a `url` under one of the operator's allowed MCP URL prefixes and headers that name the operator's MCP secrets (400 `invalid_request` otherwise; with no allowed prefixes MCP is off and any server is refused). An agent of that name (archived ones included) is a 409 `conflict`.",
+    auth: "bearer",
+    body: CreateAgentBodySchema,
+    responses: [{ status: 201, description: "Version 1.", schema: AgentAnswerSchema }],
+    errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const config = c.get("config");
+      const body = await input.body();
+      const definition = definitionOf(body);
+      checkDefinition(config, c.get("tenantId"), definition);
+      const db = c.get("deps").db();
+      const created = await callDependency("postgres", () => createAgent(db, c.get("tenantId"), body.name, definition));
+      if (!created) {
+        throw new ApiError(
+          "conflict",
+          `an agent named "${body.name}" already exists (archived ones included): POST /v1/agents/${body.name}/versions adds a version`,
+        );
+      }
+      return c.json({ agent: created.view }, 201);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/",
+    operationId: "listAgents",
+    tag: "agents",
+    summary: "The tenant's live agents at their latest versions, by name, keyset-paginated",
+    description: "Archived agents are left out (GET /v1/agents/{name} still reads one).",
+    auth: "bearer",
+    query: ListAgentsQuerySchema,
+    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: AgentPageSchema }],
+    errors: ["invalid_request", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const query = input.query();
+      const after = decodeCursor(query.cursor, "string");
+      const db = c.get("deps").db();
+      const page = await callDependency("postgres", () =>
+        listAgents(db, c.get("tenantId"), { limit: query.limit, after }),
       );
-    }
-    return c.json({ agent: created.view }, 201);
-  })
-  .get("/", async (c) => {
-    const query = validate(ListAgentsQuerySchema, c.req.query());
-    const after = decodeCursor(query.cursor, "string");
-    const db = c.get("deps").db();
-    const page = await callDependency("postgres", () =>
-      listAgents(db, c.get("tenantId"), { limit: query.limit, after }),
-    );
-    return c.json({ agents: page.agents, next_cursor: page.more && page.last ? encodeCursor(page.last) : null });
-  })
-  .get("/:name", async (c) => {
-    const name = agentName(c.req.param("name"));
-    const db = c.get("deps").db();
-    const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, null));
-    if (!found) throw notFoundAgent(name);
-    return c.json({ agent: found.view });
-  })
-  .get("/:name/versions", async (c) => {
-    const name = agentName(c.req.param("name"));
-    const query = validate(ListAgentsQuerySchema, c.req.query());
-    const before = decodeCursor(query.cursor, "number");
-    const db = c.get("deps").db();
-    const page = await callDependency("postgres", () =>
-      listAgentVersions(db, c.get("tenantId"), name, { limit: query.limit, before }),
-    );
-    if (!page) throw notFoundAgent(name);
-    const last = page.versions[page.versions.length - 1];
-    return c.json({ versions: page.versions, next_cursor: page.more && last ? encodeCursor(last.version) : null });
-  })
-  .get("/:name/versions/:version", async (c) => {
-    const name = agentName(c.req.param("name"));
-    const version = versionParam(c.req.param("version"));
-    const db = c.get("deps").db();
-    const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, version));
-    if (!found) throw new ApiError("not_found", `agent "${name}" has no version ${version}`);
-    return c.json({ agent: found.view });
-  })
-  .post("/:name/versions", async (c) => {
-    const name = agentName(c.req.param("name"));
-    const config = c.get("config");
-    const definition = await readJsonBody(c.req.raw, AgentDefinitionSchema, config.maxBodyBytes);
-    checkDefinition(config, c.get("tenantId"), definition);
-    const db = c.get("deps").db();
-    const result = await callDependency("postgres", () => createAgentVersion(db, c.get("tenantId"), name, definition));
-    if ("ok" in result) return c.json({ agent: result.ok.view }, 201);
-    if ("archived" in result) throw new ApiError("conflict", `agent "${name}" is archived; it takes no new versions`);
-    throw notFoundAgent(name);
-  })
-  .post("/:name/archive", async (c) => {
-    const name = agentName(c.req.param("name"));
-    const db = c.get("deps").db();
-    const archived = await callDependency("postgres", () => archiveAgent(db, c.get("tenantId"), name));
-    if (!archived) throw notFoundAgent(name);
-    return c.json({ agent: archived.view });
-  });
+      return c.json({ agents: page.agents, next_cursor: page.more && page.last ? encodeCursor(page.last) : null });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:name",
+    operationId: "getAgent",
+    tag: "agents",
+    summary: "An agent's latest version",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    responses: [{ status: 200, description: "The latest version.", schema: AgentAnswerSchema }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const name = agentName(c.req.param("name"));
+      const db = c.get("deps").db();
+      const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, null));
+      if (!found) throw notFoundAgent(name);
+      return c.json({ agent: found.view });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:name/versions",
+    operationId: "listAgentVersions",
+    tag: "agents",
+    summary: "An agent's versions, newest first, keyset-paginated",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    query: ListAgentsQuerySchema,
+    responses: [
+      { status: 200, description: "One page; `next_cursor` is null on the last.", schema: AgentVersionPageSchema },
+    ],
+    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const name = agentName(c.req.param("name"));
+      const query = input.query();
+      const before = decodeCursor(query.cursor, "number");
+      const db = c.get("deps").db();
+      const page = await callDependency("postgres", () =>
+        listAgentVersions(db, c.get("tenantId"), name, { limit: query.limit, before }),
+      );
+      if (!page) throw notFoundAgent(name);
+      const last = page.versions[page.versions.length - 1];
+      return c.json({ versions: page.versions, next_cursor: page.more && last ? encodeCursor(last.version) : null });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:name/versions/:version",
+    operationId: "getAgentVersion",
+    tag: "agents",
+    summary: "One version of an agent",
+    auth: "bearer",
+    parameters: [agentNameParam, agentVersionParam],
+    responses: [{ status: 200, description: "The version.", schema: AgentAnswerSchema }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const name = agentName(c.req.param("name"));
+      const version = versionParam(c.req.param("version"));
+      const db = c.get("deps").db();
+      const found = await callDependency("postgres", () => getAgentVersion(db, c.get("tenantId"), name, version));
+      if (!found) throw new ApiError("not_found", `agent "${name}" has no version ${version}`);
+      return c.json({ agent: found.view });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/:name/versions",
+    operationId: "createAgentVersion",
+    tag: "agents",
+    summary: "Store the agent's next version (the whole definition; versions are never edited)",
+    description:
+      "Checked as POST /v1/agents checks a definition (model, response_format, mcp_servers). Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    body: AgentDefinitionSchema,
+    responses: [{ status: 201, description: "The new version.", schema: AgentAnswerSchema }],
+    errors: [...BODY_ERRORS, "not_found", "conflict", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const name = agentName(c.req.param("name"));
+      const config = c.get("config");
+      const definition = await input.body();
+      checkDefinition(config, c.get("tenantId"), definition);
+      const db = c.get("deps").db();
+      const result = await callDependency("postgres", () =>
+        createAgentVersion(db, c.get("tenantId"), name, definition),
+      );
+      if ("ok" in result) return c.json({ agent: result.ok.view }, 201);
+      if ("archived" in result) throw new ApiError("conflict", `agent "${name}" is archived; it takes no new versions`);
+      throw notFoundAgent(name);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/:name/archive",
+    operationId: "archiveAgent",
+    tag: "agents",
+    summary: "Archive an agent (no body; repeating is harmless)",
+    description:
+      "No new job or version may name it (409 `conflict`); its versions stay readable and jobs already submitted run on.",
+    auth: "bearer",
+    parameters: [agentNameParam],
+    responses: [{ status: 200, description: "The latest version, with `archived_at` set.", schema: AgentAnswerSchema }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const name = agentName(c.req.param("name"));
+      const db = c.get("deps").db();
+      const archived = await callDependency("postgres", () => archiveAgent(db, c.get("tenantId"), name));
+      if (!archived) throw notFoundAgent(name);
+      return c.json({ agent: archived.view });
+    },
+  }),
+);

@@ -2,31 +2,57 @@
  * GET /v1/models (the models this tenant may name, from the operator's registry) and GET
  * /v1/usage (the tenant's tokens per UTC day and model).
  */
-import { Hono } from "hono";
-import { UsageQuerySchema } from "../../src/contracts/catalog";
+import { ModelListSchema, UsageAnswerSchema, UsageQuerySchema } from "../../src/contracts/catalog";
+import { V1_ERRORS } from "../../src/contracts/openapi";
 import { usageByDay } from "../../src/db/usage-repo";
 import { tenantModelLimit } from "../../src/domain/models";
 import { modelsFor } from "../commands/models";
 import { callDependency } from "../deps";
-import { validate } from "../request/body";
-import type { GatewayEnv } from "../types";
+import { route, routes } from "./route";
 
-export const modelRoutes = new Hono<GatewayEnv>().get("/", (c) => {
-  const tenantId = c.get("tenantId");
-  const catalog = c.get("config").models;
-  const deploymentDefault = catalog.entries[0]?.name;
-  return c.json({
-    models: modelsFor(catalog, tenantId).map((e) => ({
-      name: e.name,
-      default: e.name === deploymentDefault,
-      tenant_concurrency: tenantModelLimit(e, tenantId),
-    })),
-  });
-});
+export const modelRoutes = routes(
+  route({
+    method: "get",
+    path: "/",
+    operationId: "listModels",
+    tag: "models",
+    summary: "The models this tenant may name (as a job's `model` or an agent's)",
+    auth: "bearer",
+    responses: [{ status: 200, description: "The models, the deployment's default first.", schema: ModelListSchema }],
+    errors: V1_ERRORS,
+    handler: (c) => {
+      const tenantId = c.get("tenantId");
+      const catalog = c.get("config").models;
+      const deploymentDefault = catalog.entries[0]?.name;
+      return c.json({
+        models: modelsFor(catalog, tenantId).map((e) => ({
+          name: e.name,
+          default: e.name === deploymentDefault,
+          tenant_concurrency: tenantModelLimit(e, tenantId),
+        })),
+      });
+    },
+  }),
+);
 
-export const usageRoutes = new Hono<GatewayEnv>().get("/", async (c) => {
-  const query = validate(UsageQuerySchema, c.req.query());
-  const db = c.get("deps").db();
-  const usage = await callDependency("postgres", () => usageByDay(db, c.get("tenantId"), query.from, query.to));
-  return c.json({ from: query.from, to: query.to, usage });
-});
+export const usageRoutes = routes(
+  route({
+    method: "get",
+    path: "/",
+    operationId: "getUsage",
+    tag: "models",
+    summary: "The tenant's tokens and model calls per UTC day and model",
+    description:
+      "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
+    auth: "bearer",
+    query: UsageQuerySchema,
+    responses: [{ status: 200, description: "The usage.", schema: UsageAnswerSchema }],
+    errors: ["invalid_request", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const query = input.query();
+      const db = c.get("deps").db();
+      const usage = await callDependency("postgres", () => usageByDay(db, c.get("tenantId"), query.from, query.to));
+      return c.json({ from: query.from, to: query.to, usage });
+    },
+  }),
+);

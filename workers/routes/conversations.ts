@@ -10,15 +10,15 @@
  * GET /v1/conversations/:id/messages — the turns of the tenant's jobs in that conversation,
  * oldest first; a conversation the tenant has no job in (including another tenant's) is 404.
  */
-import { Hono } from "hono";
 import { agentRefSchema } from "../../src/contracts/agent";
-import { MULTITASK_POLICIES } from "../../src/contracts/chat";
+import { CHAT_ERROR_CODES, ConversationMessagesSchema, MULTITASK_POLICIES } from "../../src/contracts/chat";
 import { ApiError } from "../../src/contracts/errors";
-import { conversationIdSchema } from "../../src/contracts/job";
+import { CreateJobBodySchema, conversationIdSchema } from "../../src/contracts/job";
+import { conversationIdParam, inline, ref, V1_ERRORS } from "../../src/contracts/openapi";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { callDependency, callDurableObject } from "../deps";
 import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session/session-address";
-import type { GatewayEnv } from "../types";
+import { route, routes } from "./route";
 
 /** History reads return at most this many jobs' turns. */
 const HISTORY_MAX_JOBS = 500;
@@ -30,41 +30,91 @@ function conversationId(raw: string): string {
   return raw;
 }
 
-export const conversationRoutes = new Hono<GatewayEnv>()
-  .get("/:id/ws", async (c) => {
-    const id = conversationId(c.req.param("id"));
-    if (c.req.header("upgrade")?.toLowerCase() !== "websocket") {
-      throw new ApiError("invalid_request", "this route needs a WebSocket upgrade (Upgrade: websocket)");
-    }
-    const multitask = c.req.query("multitask") ?? "queue";
-    if (!(MULTITASK_POLICIES as readonly string[]).includes(multitask)) {
-      throw new ApiError("invalid_request", `multitask: must be one of ${MULTITASK_POLICIES.join(", ")}`);
-    }
-    const agent = c.req.query("agent");
-    if (agent !== undefined && !agentRefSchema.safeParse(agent).success) {
-      throw new ApiError("invalid_request", 'agent: must be an agent name or "name@version"');
-    }
-    const tenantId = c.get("tenantId");
-    const stub = c.env.CHAT_SESSIONS.get(c.env.CHAT_SESSIONS.idFromName(chatSessionName(tenantId, id)));
-    const headers = new Headers(c.req.raw.headers);
-    headers.delete("authorization"); // the object needs the tenant, never the key
-    headers.set(CHAT_HEADERS.tenant, tenantId);
-    headers.set(CHAT_HEADERS.conversation, id);
-    headers.set(CHAT_HEADERS.multitask, multitask);
-    // Resolved per message, at its submit (the latest version then), like a job's `agent`.
-    if (agent !== undefined) headers.set(CHAT_HEADERS.agent, agent);
-    else headers.delete(CHAT_HEADERS.agent);
-    headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
-    // Frames bypass the /v1 rate limit once upgraded: the object counts each against this key.
-    headers.set(CHAT_HEADERS.keyHash, c.get("apiKeyHash"));
-    return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
-  })
-  .get("/:id/messages", async (c) => {
-    const id = conversationId(c.req.param("id"));
-    const db = c.get("deps").db();
-    const rows = await callDependency("postgres", () =>
-      listConversationJobsOldestFirst(db, c.get("tenantId"), id, HISTORY_MAX_JOBS),
-    );
-    if (rows.length === 0) throw new ApiError("not_found", "conversation not found");
-    return c.json({ messages: conversationMessages(rows) });
-  });
+export const conversationRoutes = routes(
+  route({
+    method: "get",
+    path: "/:id/ws",
+    operationId: "chatSocket",
+    tag: "conversations",
+    summary: "The conversation's chat WebSocket",
+    description:
+      "A WebSocket upgrade (`Upgrade: websocket`). Frames are JSON text: the client sends ClientFrame, the server sends ServerFrame (see `x-websocket`). A frame that fails gets an `error` frame and the connection stays open. A bad credential is a JSON 401 (403 for a read token or one bound elsewhere: the socket submits jobs) before any upgrade. A browser passes a write token in `access_token`; an API key is never accepted in the URL.",
+    auth: "url_token",
+    parameters: [
+      conversationIdParam,
+      {
+        name: "multitask",
+        in: "query",
+        required: false,
+        description: "The connection's default policy while a job of the conversation runs.",
+        schema: { type: "string", enum: [...MULTITASK_POLICIES], default: "queue" },
+      },
+      {
+        name: "agent",
+        in: "query",
+        required: false,
+        description:
+          "The agent (`name` or `name@N`) the connection's messages run when a message names none; resolved at each message's submit.",
+        schema: inline(CreateJobBodySchema.shape.agent),
+      },
+      { name: "Upgrade", in: "header", required: true, schema: { type: "string", const: "websocket" } },
+    ],
+    responses: [{ status: 101, description: "Switched to the WebSocket protocol." }],
+    errors: ["invalid_request", "not_found", ...V1_ERRORS],
+    extensions: {
+      "x-websocket": {
+        "client-frames": ref("ClientFrame"),
+        "server-frames": ref("ServerFrame"),
+        "error-frame-codes": [...CHAT_ERROR_CODES],
+      },
+    },
+    handler: async (c) => {
+      const id = conversationId(c.req.param("id"));
+      if (c.req.header("upgrade")?.toLowerCase() !== "websocket") {
+        throw new ApiError("invalid_request", "this route needs a WebSocket upgrade (Upgrade: websocket)");
+      }
+      const multitask = c.req.query("multitask") ?? "queue";
+      if (!(MULTITASK_POLICIES as readonly string[]).includes(multitask)) {
+        throw new ApiError("invalid_request", `multitask: must be one of ${MULTITASK_POLICIES.join(", ")}`);
+      }
+      const agent = c.req.query("agent");
+      if (agent !== undefined && !agentRefSchema.safeParse(agent).success) {
+        throw new ApiError("invalid_request", 'agent: must be an agent name or "name@version"');
+      }
+      const tenantId = c.get("tenantId");
+      const stub = c.env.CHAT_SESSIONS.get(c.env.CHAT_SESSIONS.idFromName(chatSessionName(tenantId, id)));
+      const headers = new Headers(c.req.raw.headers);
+      headers.delete("authorization"); // the object needs the tenant, never the key
+      headers.set(CHAT_HEADERS.tenant, tenantId);
+      headers.set(CHAT_HEADERS.conversation, id);
+      headers.set(CHAT_HEADERS.multitask, multitask);
+      // Resolved per message, at its submit (the latest version then), like a job's `agent`.
+      if (agent !== undefined) headers.set(CHAT_HEADERS.agent, agent);
+      else headers.delete(CHAT_HEADERS.agent);
+      headers.set(CHAT_HEADERS.streamCap, String(c.get("config").limits.maxStreamsPerTenant));
+      // Frames bypass the /v1 rate limit once upgraded: the object counts each against this key.
+      headers.set(CHAT_HEADERS.keyHash, c.get("apiKeyHash"));
+      return callDurableObject(() => stub.fetch("https://chat-session/ws", { headers }));
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:id/messages",
+    operationId: "conversationMessages",
+    tag: "conversations",
+    summary: "The conversation's turns, oldest first, from its jobs",
+    auth: "bearer",
+    parameters: [conversationIdParam],
+    responses: [{ status: 200, description: "The turns.", schema: ConversationMessagesSchema }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const id = conversationId(c.req.param("id"));
+      const db = c.get("deps").db();
+      const rows = await callDependency("postgres", () =>
+        listConversationJobsOldestFirst(db, c.get("tenantId"), id, HISTORY_MAX_JOBS),
+      );
+      if (rows.length === 0) throw new ApiError("not_found", "conversation not found");
+      return c.json({ messages: conversationMessages(rows) });
+    },
+  }),
+);

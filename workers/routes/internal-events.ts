@@ -15,8 +15,6 @@
  * checks it (job-events-object.ts). The route only makes sure a batch names a job by UUID before any
  * object is named, and hands the object the events' exact JSON the mac covers.
  */
-
-import { Hono } from "hono";
 import { ApiError } from "../../src/contracts/errors";
 import {
   INTERNAL_HEADERS,
@@ -25,6 +23,7 @@ import {
   type IngestMultiResult,
   IngestMultiSchema,
 } from "../../src/contracts/events";
+import { BODY_ERRORS, internalHeaderParams, ref } from "../../src/contracts/openapi";
 import { verifyRequest } from "../../src/domain/signing";
 import { isUuid } from "../../src/domain/uuid";
 import { callDurableObject, withTimeout } from "../deps";
@@ -33,6 +32,7 @@ import type { IngestResult } from "../durable-objects/rpc";
 import { log, loggableError } from "../log";
 import { parseJson, readBodyText, refuseDeepJson, requireJsonContentType, validate } from "../request/body";
 import type { GatewayEnv } from "../types";
+import { route, routes } from "./route";
 
 export const INGEST_PATH = "/internal/events";
 /** A batch holds up to 1000 events; model deltas are small, so 1 MiB is ample and still bounded. */
@@ -51,35 +51,58 @@ export const INGEST_OBJECT_TIMEOUT_MS = 3000;
  */
 export const INGEST_MAX_DEPTH = 256;
 
-export const internalEventRoutes = new Hono<GatewayEnv>().post(INGEST_PATH, async (c) => {
-  requireJsonContentType(c.req.raw);
-  const raw = await readBodyText(c.req.raw, INGEST_MAX_BODY_BYTES);
-  const signed = {
-    timestamp: c.req.header(INTERNAL_HEADERS.timestamp),
-    nonce: c.req.header(INTERNAL_HEADERS.nonce),
-    signature: c.req.header(INTERNAL_HEADERS.signature),
-  };
-  const verdict = await verifyRequest(c.get("config").signingSecrets, "POST", INGEST_PATH, raw, signed);
-  if (!verdict.ok) {
-    log.warn("rejected internal request", { reason: verdict.reason });
-    throw new ApiError("unauthorized", `request signature rejected (${verdict.reason})`);
-  }
-  refuseDeepJson(raw, INGEST_MAX_DEPTH);
-  const body = parseJson(raw);
-  const nonce = signed.nonce as string;
-  if (typeof body === "object" && body !== null && "batches" in body) {
-    // Taken before zod (which may strip or reorder keys): these are the bytes the macs cover.
-    const rawBatches = (body as { batches: unknown }).batches;
-    const eventsJson = Array.isArray(rawBatches) ? rawBatches.map(eventsJsonOf) : [];
-    const multi = validate(IngestMultiSchema, body);
-    const results = await Promise.all(multi.batches.map((b, i) => ingestOne(c.env, b, eventsJson[i] ?? "", nonce)));
-    return c.json({ results });
-  }
-  const eventsJson = eventsJsonOf(body);
-  const result = await ingestOne(c.env, validate(IngestBatchSchema, body), eventsJson, nonce);
-  if (result.status === 200) return c.json(result.ack);
-  throw new ApiError(result.error.code, result.error.message);
-});
+export const internalEventRoutes = routes(
+  route({
+    method: "post",
+    path: INGEST_PATH,
+    operationId: "ingestEvents",
+    tag: "internal",
+    summary: "Hosts deliver outbox batches (signed; not for API clients)",
+    description:
+      "The signature (INTERNAL_SIGNING_SECRET or, during a rotation, INTERNAL_SIGNING_SECRET_PREVIOUS) is checked over the raw body before anything is parsed. Each batch also carries `mac`, keyed by its execution's claim token, which the job's object checks against Postgres the first time it sees that execution (403 `forbidden` when the execution does not own the job or the mac is wrong). One job's batch answers its ack (or the error with that status); a multi-job request answers 200 with one result per batch, in request order.",
+    auth: "signature",
+    parameters: internalHeaderParams,
+    // Read here, not by the body reader: the signature covers the raw bytes, checked before any parse.
+    requestBody: { oneOf: [ref("IngestBatch"), ref("IngestMulti")] },
+    responses: [
+      {
+        status: 200,
+        description: "The batch's ack (one job), or one result per batch (many jobs).",
+        schema: { oneOf: [ref("IngestAck"), ref("IngestMultiAnswer")] },
+      },
+    ],
+    errors: [...BODY_ERRORS, "unauthorized", "forbidden", "conflict", "dependency_unavailable", "internal"],
+    handler: async (c) => {
+      requireJsonContentType(c.req.raw);
+      const raw = await readBodyText(c.req.raw, INGEST_MAX_BODY_BYTES);
+      const signed = {
+        timestamp: c.req.header(INTERNAL_HEADERS.timestamp),
+        nonce: c.req.header(INTERNAL_HEADERS.nonce),
+        signature: c.req.header(INTERNAL_HEADERS.signature),
+      };
+      const verdict = await verifyRequest(c.get("config").signingSecrets, "POST", INGEST_PATH, raw, signed);
+      if (!verdict.ok) {
+        log.warn("rejected internal request", { reason: verdict.reason });
+        throw new ApiError("unauthorized", `request signature rejected (${verdict.reason})`);
+      }
+      refuseDeepJson(raw, INGEST_MAX_DEPTH);
+      const body = parseJson(raw);
+      const nonce = signed.nonce as string;
+      if (typeof body === "object" && body !== null && "batches" in body) {
+        // Taken before zod (which may strip or reorder keys): these are the bytes the macs cover.
+        const rawBatches = (body as { batches: unknown }).batches;
+        const eventsJson = Array.isArray(rawBatches) ? rawBatches.map(eventsJsonOf) : [];
+        const multi = validate(IngestMultiSchema, body);
+        const results = await Promise.all(multi.batches.map((b, i) => ingestOne(c.env, b, eventsJson[i] ?? "", nonce)));
+        return c.json({ results });
+      }
+      const eventsJson = eventsJsonOf(body);
+      const result = await ingestOne(c.env, validate(IngestBatchSchema, body), eventsJson, nonce);
+      if (result.status === 200) return c.json(result.ack);
+      throw new ApiError(result.error.code, result.error.message);
+    },
+  }),
+);
 
 /**
  * `JSON.stringify(batch.events)` as JSON.parse returned them. A host serializes its events once

@@ -1,7 +1,8 @@
 /** Job REST routes (docs/api.md). Submitting is the `submitJob` command (commands/submit.ts). */
-import { Hono } from "hono";
 import { ApiError } from "../../src/contracts/errors";
-import { CreateJobBodySchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { CreateJobBodySchema, JobAnswerSchema, JobPageSchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import { BODY_ERRORS, jobIdParam, V1_ERRORS } from "../../src/contracts/openapi";
+import { JobTreeSchema } from "../../src/contracts/tree";
 import { getTree } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
@@ -9,8 +10,7 @@ import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo"
 import { wasPurged } from "../../src/db/retention-repo";
 import { submitJob } from "../commands/submit";
 import { callDependency } from "../deps";
-import { readJsonBody, validate } from "../request/body";
-import type { GatewayEnv } from "../types";
+import { route, routes } from "./route";
 
 export function notFoundJob(): ApiError {
   return new ApiError("not_found", "job not found");
@@ -27,39 +27,95 @@ export async function missingJob(db: Db, tenantId: string, id: string): Promise<
   return notFoundJob();
 }
 
-export const jobRoutes = new Hono<GatewayEnv>()
-  .post("/", async (c) => {
-    const config = c.get("config");
-    const body = await readJsonBody(c.req.raw, CreateJobBodySchema, config.maxBodyBytes);
-    // The answer waits for the row, which is the job, not for the ready-index wake-up.
-    const { job, created } = await submitJob(
-      c.get("deps"),
-      c.get("tenantId"),
-      body,
-      { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
-      (work) => c.executionCtx.waitUntil(work),
-    );
-    return c.json({ job: toJobView(job) }, created ? 202 : 200);
-  })
-  .get("/", async (c) => {
-    const query = validate(ListJobsQuerySchema, c.req.query());
-    const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-    if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
-    const db = c.get("deps").db();
-    const page = await callDependency("postgres", () =>
-      listJobs(db, c.get("tenantId"), { state: query.state, limit: query.limit, cursor }),
-    );
-    return c.json({ jobs: page.jobs.map(toJobView), next_cursor: page.nextCursor });
-  })
-  .get("/:id", async (c) => {
-    const db = c.get("deps").db();
-    const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
-    if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
-    return c.json({ job: toJobView(job) });
-  })
-  .get("/:id/tree", async (c) => {
-    const db = c.get("deps").db();
-    const tree = await callDependency("postgres", () => getTree(db, c.get("tenantId"), c.req.param("id")));
-    if (!tree) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
-    return c.json({ tree });
-  });
+export const jobRoutes = routes(
+  route({
+    method: "post",
+    path: "/",
+    operationId: "createJob",
+    tag: "jobs",
+    summary: "Submit a job",
+    description:
+      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
+    auth: "bearer",
+    body: CreateJobBodySchema,
+    responses: [
+      { status: 202, description: "A new job, state `queued`.", schema: JobAnswerSchema },
+      {
+        status: 200,
+        description: "`idempotency_key` names a job this tenant already created: that job, as it is now.",
+        schema: JobAnswerSchema,
+      },
+    ],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const config = c.get("config");
+      const body = await input.body();
+      // The answer waits for the row, which is the job, not for the ready-index wake-up.
+      const { job, created } = await submitJob(
+        c.get("deps"),
+        c.get("tenantId"),
+        body,
+        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
+        (work) => c.executionCtx.waitUntil(work),
+      );
+      return c.json({ job: toJobView(job) }, created ? 202 : 200);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/",
+    operationId: "listJobs",
+    tag: "jobs",
+    summary: "The tenant's jobs, newest first, keyset-paginated",
+    auth: "bearer",
+    query: ListJobsQuerySchema,
+    responses: [{ status: 200, description: "One page; `next_cursor` is null on the last.", schema: JobPageSchema }],
+    errors: ["invalid_request", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const query = input.query();
+      const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+      if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+      const db = c.get("deps").db();
+      const page = await callDependency("postgres", () =>
+        listJobs(db, c.get("tenantId"), { state: query.state, limit: query.limit, cursor }),
+      );
+      return c.json({ jobs: page.jobs.map(toJobView), next_cursor: page.nextCursor });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:id",
+    operationId: "getJob",
+    tag: "jobs",
+    summary: "One job",
+    auth: "bearer",
+    parameters: [jobIdParam],
+    responses: [{ status: 200, description: "The job.", schema: JobAnswerSchema }],
+    errors: ["not_found", "gone", ...V1_ERRORS],
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
+      if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+      return c.json({ job: toJobView(job) });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:id/tree",
+    operationId: "getJobTree",
+    tag: "jobs",
+    summary: "A job and the child jobs its delegate calls created, nested",
+    description:
+      "Every descendant with its state, timing facts and usage, and the usage summed over each subtree. A child's `parent_call_id` is the delegate call it answers.",
+    auth: "bearer",
+    parameters: [jobIdParam],
+    responses: [{ status: 200, description: "The tree.", schema: JobTreeSchema }],
+    errors: ["not_found", "gone", ...V1_ERRORS],
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const tree = await callDependency("postgres", () => getTree(db, c.get("tenantId"), c.req.param("id")));
+      if (!tree) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+      return c.json({ tree });
+    },
+  }),
+);

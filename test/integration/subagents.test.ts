@@ -441,7 +441,11 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
     await defineAgent("client-boss", { delegates: ["client-kid"] });
     const talk = mock({ tokens: 40, tokens_per_s: 200, ttft_ms: 100 });
     const id = await submit("client-boss", delegateCalls("client-kid", [talk, talk]));
-    // The first tree stream breaks after ~3 KB (mid-frame, wherever the chunk ends): the client must resume.
+    // The first tree stream breaks after 3,000 bytes (mid-frame, wherever that byte falls): the
+    // client must resume. The bytes before the cut are delivered first and the stream errors on the
+    // next chunk (a TransformStream's readable side has no buffer, so that chunk is asked for only
+    // once the prefix was read): under load one network chunk can carry more than 3 KB of events,
+    // and erroring at once left the client nothing to resume from (CI: lastEventId "" on reconnect).
     let cut = false;
     const fetchImpl = (async (input: string, init?: RequestInit) => {
       const res = await fetch(input, init);
@@ -451,9 +455,9 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       const broken = res.body.pipeThrough(
         new TransformStream<Uint8Array, Uint8Array>({
           transform(chunk, controller) {
+            if (bytes >= 3000) return controller.error(new TypeError("terminated: cut by the test"));
+            controller.enqueue(chunk.subarray(0, 3000 - bytes));
             bytes += chunk.length;
-            if (bytes > 3000) controller.error(new TypeError("terminated: cut by the test"));
-            else controller.enqueue(chunk);
           },
         }),
       );

@@ -153,9 +153,11 @@ export type BatchRefusal =
 const RACE_MARKER = "ear_batch_idempotency_race";
 const RACE_ATTEMPTS = 3;
 
+/** The server's own error (SQLSTATE 22P02, the failed cast), not a wrapper whose text lists the parameters. */
 function isRaceAbort(err: unknown): boolean {
-  for (let e = err as { message?: unknown; cause?: unknown } | null | undefined, depth = 0; e && depth < 5; depth++) {
-    if (typeof e.message === "string" && e.message.includes(RACE_MARKER)) return true;
+  type Link = { code?: unknown; message?: unknown; cause?: unknown };
+  for (let e = err as Link | null | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.code === "22P02" && typeof e.message === "string" && e.message.includes(RACE_MARKER)) return true;
     e = e.cause as typeof e;
   }
   return false;

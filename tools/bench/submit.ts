@@ -13,7 +13,8 @@
  * And the same CLIENTS jobs as one `POST /v1/jobs/batch` (issue 28): `gateway batch` against
  * `gateway` is one round trip and one INSERT against CLIENTS of each. Every configuration also
  * reports its wall time per round (the burst released → its last answer).
- * `--only gateway,gateway batch` runs just those (labels as printed).
+ * `--only "gateway batch,gateway"` runs just those, in that order (labels as printed), so two
+ * runs in opposite orders can tell a difference from the machine's load drifting.
  *
  * Self-contained: starts its own stack (2 sandbox-hosts × 50 slots, the mock model) and stops it.
  * Each configuration runs ROUNDS times after a warm-up burst; figures are per round and pooled,
@@ -204,7 +205,7 @@ async function main() {
       "postgres direct": burst(() => created(directDb)),
     };
     const results = [];
-    for (const label of CONFIGS) if (ONLY.includes(label)) results.push(await measure(label, pool, sends[label]));
+    for (const label of ONLY as Array<(typeof CONFIGS)[number]>) results.push(await measure(label, pool, sends[label]));
     bench.say(`load average at the end ${load()}`);
     bench.done({ clients: CLIENTS, rounds: ROUNDS, hosts: HOSTS, slots: SLOTS, results });
   } finally {

@@ -143,9 +143,12 @@ export async function submitJob(
   return created;
 }
 
-/** `jobs[3].` before an item's error, so a refused batch names the item at fault. */
+/**
+ * `jobs[3].` before an item's refusal, so a refused batch names the item at fault; a 5xx (a
+ * dependency down) is about the request, not the item, and goes out as it is.
+ */
 function atItem(index: number, err: unknown): unknown {
-  if (!(err instanceof ApiError)) return err;
+  if (!(err instanceof ApiError) || err.status >= 500) return err;
   return new ApiError(err.code, `jobs[${index}].${err.message}`, { cause: err, retryAfterS: err.retryAfterS });
 }
 

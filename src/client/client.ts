@@ -36,6 +36,7 @@ import type {
   InputAnswerSchema,
   InputListSchema,
   JobAnswerSchema,
+  JobBatchAnswerSchema,
   JobPageSchema,
   JobState,
   LatencyView,
@@ -85,6 +86,8 @@ export interface PageQuery {
 
 /** POST /v1/jobs, GET /v1/jobs/{id}: `{job}`. */
 export type JobAnswer = z.infer<typeof JobAnswerSchema>;
+/** POST /v1/jobs/batch: `{jobs}`, in the batch's order. */
+export type JobBatchAnswer = z.infer<typeof JobBatchAnswerSchema>;
 /** GET /v1/jobs: newest first. */
 export type JobPage = z.infer<typeof JobPageSchema>;
 export type CancelAnswer = z.infer<typeof CancelAnswerSchema>;
@@ -123,6 +126,16 @@ export class EarClient {
   /** POST /v1/jobs: `{job}`, and `created` false when `idempotency_key` named a job this tenant had already created. */
   async submit(body: CreateJobBody, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
     return created(await this.transport.json<JobAnswer>("POST", "/v1/jobs", { body, signal: opts.signal }));
+  }
+
+  /**
+   * POST /v1/jobs/batch: up to 100 submit bodies, created in one statement or not at all; `{jobs}`
+   * in order, and `created` false when every item's `idempotency_key` named an existing job.
+   */
+  async submitBatch(jobs: CreateJobBody[], opts: CallOptions = {}): Promise<Created<JobBatchAnswer>> {
+    return created(
+      await this.transport.json<JobBatchAnswer>("POST", "/v1/jobs/batch", { body: { jobs }, signal: opts.signal }),
+    );
   }
 
   /** GET /v1/jobs/{id}: `{job}`. */

@@ -27,6 +27,14 @@ export const LIMITS = {
    */
   maxInputsPerJob: 100,
   maxInputBytesPerJob: 256 * 1024,
+  /** Jobs one POST /v1/jobs/batch may carry. */
+  maxBatchJobs: 100,
+  /**
+   * A batch's body cap (MAX_BODY_BYTES when that is larger); each item must still fit
+   * MAX_BODY_BYTES on its own. 1 MiB is what a worker reads and parses in a few ms; 100 items at
+   * the single cap (25 MiB) would not be, and a batch that large is better sent as several.
+   */
+  maxBatchBodyBytes: 1024 * 1024,
 } as const;
 
 /**
@@ -92,6 +100,18 @@ export const CreateJobBodySchema = z
   })
   .strict();
 export type CreateJobBody = z.infer<typeof CreateJobBodySchema>;
+
+/** POST /v1/jobs/batch: up to LIMITS.maxBatchJobs submit bodies, created in order or not at all. */
+export const CreateJobBatchBodySchema = z
+  .object({ jobs: z.array(CreateJobBodySchema).min(1).max(LIMITS.maxBatchJobs) })
+  .strict();
+
+/**
+ * The batch as read before its items: the envelope, so that an item's failure is reported as
+ * `jobs[3].input: …` by the item check (workers/commands/submit.ts), which applies
+ * CreateJobBodySchema to each. The two together accept exactly CreateJobBatchBodySchema.
+ */
+export const JobBatchEnvelopeSchema = z.object({ jobs: z.array(z.unknown()).min(1).max(LIMITS.maxBatchJobs) }).strict();
 
 export const ListJobsQuerySchema = z.object({
   state: z.enum(JOB_STATES).optional(),
@@ -178,6 +198,8 @@ export type JobView = z.infer<typeof JobViewSchema>;
 
 /** The answer of POST /v1/jobs and GET /v1/jobs/:id. */
 export const JobAnswerSchema = z.object({ job: JobViewSchema });
+/** POST /v1/jobs/batch: the jobs in the order the batch gave them. */
+export const JobBatchAnswerSchema = z.object({ jobs: z.array(JobViewSchema) });
 
 /** A page of GET /v1/jobs; `next_cursor` is null on the last page. */
 export const JobPageSchema = z.object({ jobs: z.array(JobViewSchema), next_cursor: z.string().nullable() });

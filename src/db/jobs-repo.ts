@@ -94,8 +94,7 @@ export async function createJob(
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const agent = opts.agent;
-  const model = agent ? agent.model : (body.model ?? null);
-  const tools = agent ? agent.tools : (body.tools ?? []);
+  const { model, tools } = runsWith(body, agent);
   // Without an agent timeout the column's default applies (one home for the default).
   const timeout =
     agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
@@ -124,6 +123,142 @@ export async function createJob(
   throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
     retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
   });
+}
+
+/** What a job row runs: its agent version's model and tools, else the body's. */
+function runsWith(body: CreateJobBody, agent: ResolvedAgent | undefined): { model: string | null; tools: ToolName[] } {
+  return agent ? { model: agent.model, tools: agent.tools } : { model: body.model ?? null, tools: body.tools ?? [] };
+}
+
+/** One job of a batch, as submitJobs resolved it: its id, body, agent and idempotency hash. */
+export interface BatchItem {
+  id: string;
+  body: CreateJobBody;
+  agent?: ResolvedAgent;
+  /** The idempotency key's request hash (null: the body has no key). */
+  requestHash: string | null;
+}
+
+/** How createJobs refuses a batch: nothing was created. `index` names the item at fault. */
+export type BatchRefusal =
+  | { kind: "mismatch"; index: number }
+  | { kind: "queue_full"; fresh: number; maxQueued: number };
+
+/**
+ * The statement aborts itself (a cast of this marker to int fails) when its INSERT skipped a row
+ * of an idempotency key the snapshot did not show: a concurrent request committed that key
+ * between the snapshot and the insert. Aborting rolls back every row of the batch, so the batch
+ * stays all-or-nothing, and the retry's new snapshot sees that request's job as a replay.
+ */
+const RACE_MARKER = "ear_batch_idempotency_race";
+const RACE_ATTEMPTS = 3;
+
+/** The server's own error (SQLSTATE 22P02, the failed cast), not a wrapper whose text lists the parameters. */
+function isRaceAbort(err: unknown): boolean {
+  type Link = { code?: unknown; message?: unknown; cause?: unknown };
+  for (let e = err as Link | null | undefined, depth = 0; e && depth < 5; depth++) {
+    if (e.code === "22P02" && typeof e.message === "string" && e.message.includes(RACE_MARKER)) return true;
+    e = e.cause as typeof e;
+  }
+  return false;
+}
+
+/**
+ * Insert a batch of jobs in one statement, in order, or none of them. An item whose idempotency
+ * key this tenant already used answers that job (a different request hash refuses the whole
+ * batch as a mismatch); the others are inserted only if all of them fit under `maxQueued` (> 0)
+ * beside the tenant's queued jobs, with the same READ COMMITTED caveat as createJob. Items
+ * arrive as one jsonb parameter (jsonb_to_recordset), so the statement's size does not grow
+ * with parameters. Rows get created_at = now() + their index in µs: one statement's now() is
+ * one instant, and claims order by created_at, so this keeps the batch's order as submit order.
+ * Keys must be distinct within the batch (submitJobs refuses a repeat).
+ */
+export async function createJobs(
+  db: Db,
+  tenantId: string,
+  items: BatchItem[],
+  opts: { maxQueued?: number } = {},
+): Promise<CreatedJob[] | BatchRefusal> {
+  const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
+  const defaultTimeoutMs = jobs.timeoutMs.default as number;
+  const rows = items.map(({ id, body, agent, requestHash }, ord) => ({
+    ord,
+    id,
+    conversation_id: body.conversation_id ?? null,
+    input: body.input,
+    ...runsWith(body, agent),
+    metadata: body.metadata ?? {},
+    idempotency_key: body.idempotency_key ?? null,
+    request_hash: requestHash,
+    agent_name: agent?.name ?? null,
+    agent_version: agent?.version ?? null,
+    timeout_ms: agent?.timeoutMs ?? defaultTimeoutMs,
+  }));
+  const statement = sql`
+    WITH item AS (
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS i(ord int, id uuid, conversation_id text,
+        input jsonb, model text, tools jsonb, metadata jsonb, idempotency_key text, request_hash text,
+        agent_name text, agent_version int, timeout_ms int)
+    ),
+    existing AS (
+      SELECT i.ord AS batch_ord, j.* FROM item i JOIN jobs j ON j.tenant_id = ${tenantId} AND j.idempotency_key = i.idempotency_key
+    ),
+    fresh AS (SELECT i.* FROM item i WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.batch_ord = i.ord)),
+    gate AS (
+      SELECT
+        (SELECT min(i.ord) FROM existing e JOIN item i ON i.ord = e.batch_ord
+          WHERE e.request_hash IS NOT NULL AND e.request_hash IS DISTINCT FROM i.request_hash) AS mismatch,
+        (SELECT count(*) FROM fresh) AS fresh,
+        ${maxQueued}::int = 0
+          OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') + (SELECT count(*) FROM fresh)
+            <= ${maxQueued}::int AS fits
+    ),
+    ins AS (
+      INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
+        agent_name, agent_version, timeout_ms, created_at)
+      SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
+        f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond'
+      FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits
+      ORDER BY f.ord
+      ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+      RETURNING *
+    ),
+    outcome AS (
+      SELECT g.mismatch, g.fresh, g.fits,
+        CASE WHEN g.mismatch IS NULL AND g.fits AND (SELECT count(*) FROM ins) < g.fresh
+          THEN (${RACE_MARKER} || (SELECT count(*) FROM ins)::text)::int END AS raced
+      FROM gate g
+    )
+    SELECT o.mismatch AS batch_mismatch, o.fresh AS batch_fresh, o.fits AS batch_fits, o.raced AS batch_raced, r.*
+    FROM outcome o LEFT JOIN (SELECT NULL::int AS batch_ord, ins.* FROM ins UNION ALL SELECT * FROM existing) r ON true`;
+  for (let attempt = 1; ; attempt++) {
+    let result: Record<string, unknown>[];
+    try {
+      result = resultRows<Record<string, unknown>>(await db.execute(statement));
+    } catch (err) {
+      if (attempt < RACE_ATTEMPTS && isRaceAbort(err)) continue;
+      throw err;
+    }
+    const head = result[0];
+    if (!head) throw new Error("batch insert returned no outcome row");
+    if (head.batch_mismatch !== null) return { kind: "mismatch", index: Number(head.batch_mismatch) };
+    if (head.batch_fits !== true) return { kind: "queue_full", fresh: Number(head.batch_fresh), maxQueued };
+    const byId = new Map<string, JobRow>();
+    const byOrd = new Map<number, JobRow>();
+    for (const raw of result) {
+      if (raw.id === null || raw.id === undefined) continue;
+      const job = jobFromRow(raw);
+      if (raw.batch_ord === null) byId.set(job.id, job);
+      else byOrd.set(Number(raw.batch_ord), job);
+    }
+    return items.map((item, ord) => {
+      const existing = byOrd.get(ord);
+      if (existing) return { job: existing, created: false };
+      const job = byId.get(item.id);
+      if (!job) throw new Error(`batch item ${ord} neither inserted nor found`);
+      return { job, created: true };
+    });
+  }
 }
 
 /**

@@ -261,6 +261,41 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
     expect((await apiClient(stack.gatewayUrl, other.key).call("POST", "/v1/jobs", userMessage("x"))).status).toBe(202);
   });
 
+  it("a batch must fit the queued-jobs cap whole: past it 429 and nothing created; replays do not count", async () => {
+    const { tenantId, key } = await newTenant();
+    const api = apiClient(stack.gatewayUrl, key);
+    const queued = async () =>
+      (await pool.query("select count(*)::int as n from jobs where tenant_id = $1 and state = 'queued'", [tenantId]))
+        .rows[0].n;
+    const first = await api.call("POST", "/v1/jobs/batch", {
+      jobs: [
+        { ...userMessage("b0"), idempotency_key: "b-0" },
+        { ...userMessage("b1"), idempotency_key: "b-1" },
+      ],
+    });
+    expect(first.status).toBe(202);
+    const over = await api.call<{ error: { code: string; message: string } }>("POST", "/v1/jobs/batch", {
+      jobs: Array.from({ length: QUEUE_CAP - 1 }, (_, i) => userMessage(`over ${i}`)),
+    });
+    expect(over.status).toBe(429);
+    expect(over.body.error.code).toBe("rate_limited");
+    expect(over.body.error.message).toMatch(/nothing was created/);
+    expect(Number(over.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(await queued()).toBe(2);
+    // The two replays are answered, not counted: with two new ones the batch fills the cap exactly.
+    const fits = await api.call<{ jobs: unknown[] }>("POST", "/v1/jobs/batch", {
+      jobs: [
+        { ...userMessage("b0"), idempotency_key: "b-0" },
+        userMessage("new 0"),
+        { ...userMessage("b1"), idempotency_key: "b-1" },
+        userMessage("new 1"),
+      ],
+    });
+    expect(fits.status).toBe(202);
+    expect(fits.body.jobs).toHaveLength(4);
+    expect(await queued()).toBe(QUEUE_CAP);
+  });
+
   it("a model outside MODELS is refused at submit with 400 naming the field; listed ones are accepted", async () => {
     const { key } = await newTenant();
     const api = apiClient(stack.gatewayUrl, key);

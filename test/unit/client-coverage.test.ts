@@ -43,6 +43,7 @@ async function drain(it: AsyncIterable<unknown>): Promise<undefined> {
 /** Every client method, each with the invocations that together send every parameter it can. */
 const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
   submit: [(api) => api.submit({ input: { messages: [{ role: "user", content: "hi" }] } })],
+  submitBatch: [(api) => api.submitBatch([{ input: { messages: [{ role: "user", content: "hi" }] } }])],
   get: [(api) => api.get(JOB)],
   list: [(api) => api.list({ state: "running", limit: 5, cursor: "c1" })],
   tree: [(api) => api.tree(JOB)],

@@ -153,6 +153,79 @@ describe("POST /v1/jobs validation (before any database work)", () => {
   });
 });
 
+describe("POST /v1/jobs/batch validation (before any database work): refusals name the item", () => {
+  const ok = (content = "hi") => ({ input: { messages: [{ role: "user", content }] } });
+
+  async function postBatch(body: unknown): Promise<{ status: number; error: { code: string; message: string } }> {
+    const res = await gateway.fetch(`${BASE}/v1/jobs/batch`, {
+      method: "POST",
+      body: typeof body === "string" ? body : JSON.stringify(body),
+      headers: { authorization: `Bearer ${await knownKey()}`, "content-type": "application/json" },
+    });
+    return { status: res.status, error: await errorOf(res) };
+  }
+
+  it("an invalid item: 400 with its index and field", async () => {
+    const jobs = [ok(), ok(), ok(), { input: { messages: [] } }, ok()];
+    const r = await postBatch({ jobs });
+    expect(r.status).toBe(400);
+    expect(r.error.code).toBe("invalid_request");
+    expect(r.error.message).toMatch(/^jobs\[3\]\.input\.messages: /);
+  });
+
+  it("an unknown field in an item names the item and the field", async () => {
+    const r = await postBatch({ jobs: [ok(), { ...ok(), surprise: 1 }] });
+    expect(r.status).toBe(400);
+    expect(r.error.message).toMatch(/^jobs\[1\]: .*surprise/);
+  });
+
+  it.each([
+    ["no jobs", { jobs: [] }, /^jobs: /],
+    ["more than 100", { jobs: Array.from({ length: LIMITS.maxBatchJobs + 1 }, () => ok()) }, /^jobs: /],
+    ["no jobs field", { input: ok().input }, /jobs/],
+    ["jobs not an array", { jobs: ok() }, /^jobs: /],
+  ])("the envelope: %s is 400", async (_label, body, message) => {
+    const r = await postBatch(body);
+    expect(r.status).toBe(400);
+    expect(r.error.code).toBe("invalid_request");
+    expect(r.error.message).toMatch(message);
+  });
+
+  it("a key repeated inside the batch is 400 naming both items", async () => {
+    const r = await postBatch({
+      jobs: [{ ...ok("a"), idempotency_key: "same" }, ok(), { ...ok("a"), idempotency_key: "same" }],
+    });
+    expect(r.status).toBe(400);
+    expect(r.error.message).toMatch(/^jobs\[2\]\.idempotency_key: repeats jobs\[0\]'s/);
+  });
+
+  it("a model the deployment does not offer is 400 naming the item", async () => {
+    const r = await postBatch({ jobs: [ok(), { ...ok(), model: "not-offered" }] });
+    expect(r.status).toBe(400);
+    expect(r.error.message).toMatch(/^jobs\[1\]\.model: "not-offered" is not offered/);
+  });
+
+  it("an item past the single-job body cap is 413 naming it, though the batch fits its own cap", async () => {
+    const big = "x".repeat(LIMITS.maxMessageChars - 100);
+    const heavy = { input: { messages: Array.from({ length: 5 }, () => ({ role: "user", content: big })) } };
+    expect(JSON.stringify(heavy).length).toBeGreaterThan(LIMITS.maxBodyBytes);
+    const r = await postBatch({ jobs: [ok(), heavy] });
+    expect(r.status).toBe(413);
+    expect(r.error.code).toBe("payload_too_large");
+    expect(r.error.message).toMatch(/^jobs\[1\]: exceeds/);
+  });
+
+  it("a batch past its own body cap (1 MiB) is 413", async () => {
+    const big = "x".repeat(LIMITS.maxMessageChars - 100);
+    const item = { input: { messages: Array.from({ length: 3 }, () => ({ role: "user", content: big })) } };
+    const jobs = Array.from({ length: 6 }, () => item);
+    expect(JSON.stringify({ jobs }).length).toBeGreaterThan(LIMITS.maxBatchBodyBytes);
+    const r = await postBatch({ jobs });
+    expect(r.status).toBe(413);
+    expect(r.error.message).toBe(`request body exceeds ${LIMITS.maxBatchBodyBytes} bytes`);
+  });
+});
+
 describe("parseEventCursor", () => {
   it("prefers Last-Event-ID over ?after= and accepts only non-negative integers", () => {
     expect(parseEventCursor(undefined, undefined)).toBe(0);

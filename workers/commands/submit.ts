@@ -2,7 +2,8 @@
  * Submit a job: the row in Postgres is the job, so the caller answers once `createJob` commits.
  * Then, for a new job, the Redis ready-index ZADD that wakes a claimer: an accelerator (hosts
  * also LISTEN for `ear_ready` and sweep Postgres for queued jobs). Used by POST /v1/jobs and by a
- * chat message (ChatSession).
+ * chat message (ChatSession). `submitJobs` is POST /v1/jobs/batch: the same checks per item, then
+ * one statement for every row (createJobs) and one ZADD for every new job.
  *
  * A body naming an `agent` is resolved first, to the version the job will run (one read; a job
  * without an agent stays one round trip): the row records that version with its model, tools and
@@ -10,14 +11,25 @@
  */
 import { parseAgentRef } from "../../src/contracts/agent";
 import { ApiError } from "../../src/contracts/errors";
-import type { CreateJobBody } from "../../src/contracts/job";
+import { type CreateJobBody, CreateJobBodySchema } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
 import type { Db } from "../../src/db/client";
-import { type CreatedJob, createJob, findReplay, type ResolvedAgent } from "../../src/db/jobs-repo";
+import {
+  type BatchItem,
+  type CreatedJob,
+  createJob,
+  createJobs,
+  findReplay,
+  idempotencyMismatch,
+  QUEUE_FULL_RETRY_AFTER_S,
+  type ResolvedAgent,
+} from "../../src/db/jobs-repo";
 import { toolNames } from "../../src/domain/approval";
 import type { ModelCatalog } from "../../src/domain/models";
+import { jobRequestHash } from "../../src/domain/request-hash";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";
+import { describeZodError } from "../request/body";
 import { assertModelOffered } from "./models";
 import { accelerate } from "./redis-accelerator";
 
@@ -75,6 +87,28 @@ export async function resolveJobAgent(
   };
 }
 
+/** The checks a body's model gets before any read: it must be offered to the tenant. */
+function assertBodyModel(models: ModelCatalog, tenantId: string, body: CreateJobBody): void {
+  if (body.agent !== undefined) return;
+  // A job naming no model runs on the deployment's default, which an allow-list may also close
+  // to this tenant (the host does not check tenants).
+  const model = body.model ?? models.entries[0]?.name;
+  const field = body.model === undefined ? "model (omitted, so the default)" : "model";
+  if (model !== undefined) assertModelOffered(models, tenantId, model, field);
+}
+
+/** The ready-index wake-up for new jobs: one ZADD, however many. */
+function wake(deps: Deps, jobIds: string[], defer?: (work: Promise<unknown>) => void): Promise<void> {
+  const [first, ...rest] = jobIds.map((member) => ({ score: Date.now(), member }));
+  if (!first) return Promise.resolve();
+  return accelerate(
+    deps,
+    (redis) => redis.zadd(keys.readyIndex(), first, ...rest),
+    { msg: "ready index ZADD failed; hosts will find the job in Postgres", fields: { jobIds: jobIds.join(",") } },
+    defer,
+  );
+}
+
 /** `defer`, when given, takes the ZADD instead of it being awaited (see accelerate). */
 export async function submitJob(
   deps: Deps,
@@ -84,13 +118,7 @@ export async function submitJob(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CreatedJob> {
   const db = deps.db();
-  if (body.agent === undefined) {
-    // A job naming no model runs on the deployment's default, which an allow-list may also close
-    // to this tenant (the host does not check tenants).
-    const model = body.model ?? opts.models.entries[0]?.name;
-    const field = body.model === undefined ? "model (omitted, so the default)" : "model";
-    if (model !== undefined) assertModelOffered(opts.models, tenantId, model, field);
-  }
+  assertBodyModel(opts.models, tenantId, body);
   let agent: ResolvedAgent | undefined;
   try {
     agent = await resolveJobAgent(db, opts.models, tenantId, body);
@@ -111,14 +139,116 @@ export async function submitJob(
       agent,
     }),
   );
-  if (created.created) {
-    const jobId = created.job.id;
-    await accelerate(
-      deps,
-      (redis) => redis.zadd(keys.readyIndex(), { score: Date.now(), member: jobId }),
-      { msg: "ready index ZADD failed; hosts will find the job in Postgres", fields: { jobId } },
-      defer,
+  if (created.created) await wake(deps, [created.job.id], defer);
+  return created;
+}
+
+/**
+ * `jobs[3].` before an item's refusal, so a refused batch names the item at fault; a 5xx (a
+ * dependency down) is about the request, not the item, and goes out as it is.
+ */
+function atItem(index: number, err: unknown): unknown {
+  if (!(err instanceof ApiError) || err.status >= 500) return err;
+  return new ApiError(err.code, `jobs[${index}].${err.message}`, { cause: err, retryAfterS: err.retryAfterS });
+}
+
+/**
+ * Every item of a batch checked as POST /v1/jobs checks one body (schema, its byte cap
+ * `maxItemBytes` re-serialized, the model, the agent), then all rows in one statement: any
+ * refusal names its item (`jobs[3].input.messages: …`) and creates nothing. Agents are read once
+ * per distinct name, in parallel. A key repeated inside the batch is refused (the second could
+ * only ever be a replay of the first). An item whose agent cannot be used any more but whose key
+ * already made a job answers that job, as a single submit does.
+ */
+export async function submitJobs(
+  deps: Deps,
+  tenantId: string,
+  raw: unknown[],
+  opts: SubmitOptions & { maxItemBytes: number },
+  defer?: (work: Promise<unknown>) => void,
+): Promise<CreatedJob[]> {
+  const db = deps.db();
+  const encoder = new TextEncoder();
+  const keysSeen = new Map<string, number>();
+  const bodies = raw.map((item, i) => {
+    const parsed = CreateJobBodySchema.safeParse(item);
+    if (!parsed.success) throw new ApiError("invalid_request", describeZodError(parsed.error, `jobs[${i}]`));
+    if (encoder.encode(JSON.stringify(item)).byteLength > opts.maxItemBytes) {
+      throw new ApiError(
+        "payload_too_large",
+        `jobs[${i}]: exceeds ${opts.maxItemBytes} bytes (a single job's body cap)`,
+      );
+    }
+    const key = parsed.data.idempotency_key;
+    if (key !== undefined) {
+      const first = keysSeen.get(key);
+      if (first !== undefined) {
+        throw new ApiError(
+          "invalid_request",
+          `jobs[${i}].idempotency_key: repeats jobs[${first}]'s; keys must differ within a batch`,
+        );
+      }
+      keysSeen.set(key, i);
+    }
+    try {
+      assertBodyModel(opts.models, tenantId, parsed.data);
+    } catch (err) {
+      throw atItem(i, err);
+    }
+    return parsed.data;
+  });
+  // One read per distinct agent name (`model`/`tools` beside `agent` fail before any read).
+  const agentReads = new Map<string, Promise<ResolvedAgent | undefined>>();
+  const settled = await Promise.allSettled(
+    bodies.map((body) => {
+      if (body.agent === undefined || body.model !== undefined || body.tools !== undefined) {
+        return resolveJobAgent(db, opts.models, tenantId, body);
+      }
+      const read = agentReads.get(body.agent) ?? resolveJobAgent(db, opts.models, tenantId, body);
+      agentReads.set(body.agent, read);
+      return read;
+    }),
+  );
+  const answered = new Map<number, CreatedJob>();
+  const items: BatchItem[] = [];
+  const order: number[] = [];
+  for (const [i, outcome] of settled.entries()) {
+    const body = bodies[i] as CreateJobBody;
+    if (outcome.status === "rejected") {
+      const err = outcome.reason;
+      if (!(err instanceof ApiError) || err.status >= 500 || !body.idempotency_key) throw atItem(i, err);
+      let replay: CreatedJob | null;
+      try {
+        replay = await callDependency("postgres", () => findReplay(db, tenantId, body));
+      } catch (replayErr) {
+        throw atItem(i, replayErr);
+      }
+      if (!replay) throw atItem(i, err);
+      answered.set(i, replay);
+      continue;
+    }
+    const requestHash = body.idempotency_key ? await jobRequestHash(body) : null;
+    items.push({ id: crypto.randomUUID(), body, agent: outcome.value, requestHash });
+    order.push(i);
+  }
+  const result =
+    items.length === 0
+      ? []
+      : await callDependency("postgres", () => createJobs(db, tenantId, items, { maxQueued: opts.maxQueued }));
+  if (!Array.isArray(result)) {
+    if (result.kind === "mismatch") throw atItem(order[result.index] ?? result.index, idempotencyMismatch());
+    throw new ApiError(
+      "rate_limited",
+      `this batch's ${result.fresh} new jobs do not fit under this tenant's limit of ${result.maxQueued} queued jobs; nothing was created`,
+      { retryAfterS: QUEUE_FULL_RETRY_AFTER_S },
     );
   }
-  return created;
+  for (const [n, created] of result.entries()) answered.set(order[n] as number, created);
+  const all = bodies.map((_, i) => answered.get(i) as CreatedJob);
+  await wake(
+    deps,
+    all.filter((c) => c.created).map((c) => c.job.id),
+    defer,
+  );
+  return all;
 }

@@ -88,10 +88,13 @@ export function refuseDeepJson(text: string, maxDepth: number): void {
   }
 }
 
-/** "input.messages: Too small: expected array to have >=1 items" — at most three issues. */
-export function describeZodError(error: z.ZodError): string {
+/**
+ * "input.messages: Too small: expected array to have >=1 items" — at most three issues. `at`
+ * names where the value sits in a larger body (`jobs[3]`), before each issue's own path.
+ */
+export function describeZodError(error: z.ZodError, at?: string): string {
   const parts = error.issues.slice(0, 3).map((issue) => {
-    const path = issue.path.map(String).join(".");
+    const path = [...(at === undefined ? [] : [at]), ...issue.path.map(String)].join(".");
     return path ? `${path}: ${issue.message}` : issue.message;
   });
   const more = error.issues.length > 3 ? ` (and ${error.issues.length - 3} more)` : "";

@@ -1,6 +1,15 @@
 /** Job REST routes (docs/api.md). Submitting is the `submitJob` command (commands/submit.ts). */
 import { ApiError } from "../../src/contracts/errors";
-import { CreateJobBodySchema, JobAnswerSchema, JobPageSchema, ListJobsQuerySchema } from "../../src/contracts/job";
+import {
+  CreateJobBatchBodySchema,
+  CreateJobBodySchema,
+  JobAnswerSchema,
+  JobBatchAnswerSchema,
+  JobBatchEnvelopeSchema,
+  JobPageSchema,
+  LIMITS,
+  ListJobsQuerySchema,
+} from "../../src/contracts/job";
 import { BODY_ERRORS, jobIdParam, V1_ERRORS } from "../../src/contracts/openapi";
 import { JobTreeSchema } from "../../src/contracts/tree";
 import { getTree } from "../../src/db/children-repo";
@@ -8,8 +17,9 @@ import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
 import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo";
 import { wasPurged } from "../../src/db/retention-repo";
-import { submitJob } from "../commands/submit";
+import { submitJob, submitJobs } from "../commands/submit";
 import { callDependency } from "../deps";
+import { readJsonBody } from "../request/body";
 import { route, routes } from "./route";
 
 export function notFoundJob(): ApiError {
@@ -59,6 +69,47 @@ export const jobRoutes = routes(
         (work) => c.executionCtx.waitUntil(work),
       );
       return c.json({ job: toJobView(job) }, created ? 202 : 200);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/batch",
+    operationId: "createJobBatch",
+    tag: "jobs",
+    summary: "Submit up to 100 jobs in one call, all or none",
+    description:
+      "Each item is a POST /v1/jobs body under the same rules; the rows are one INSERT. Any refused item (400, 409, 413 naming `jobs[i]`) or a batch past the queued-jobs limit (429) creates nothing. An item whose `idempotency_key` this tenant already used answers that job. The body cap is 1 MiB (or MAX_BODY_BYTES if larger); each item must fit MAX_BODY_BYTES.",
+    auth: "bearer",
+    body: CreateJobBatchBodySchema,
+    responses: [
+      {
+        status: 202,
+        description: "At least one job was created; every job, in the batch's order.",
+        schema: JobBatchAnswerSchema,
+      },
+      {
+        status: 200,
+        description:
+          "Every item's `idempotency_key` named a job this tenant already created: those jobs, as they are now.",
+        schema: JobBatchAnswerSchema,
+      },
+    ],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", "conflict", ...V1_ERRORS],
+    handler: async (c) => {
+      const config = c.get("config");
+      // The envelope here, each item in submitJobs, so a refusal names its item (`jobs[3].input: …`);
+      // together they accept what CreateJobBatchBodySchema declares.
+      const cap = Math.max(LIMITS.maxBatchBodyBytes, config.maxBodyBytes);
+      const { jobs } = await readJsonBody(c.req.raw, JobBatchEnvelopeSchema, cap);
+      const answered = await submitJobs(
+        c.get("deps"),
+        c.get("tenantId"),
+        jobs,
+        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models, maxItemBytes: config.maxBodyBytes },
+        (work) => c.executionCtx.waitUntil(work),
+      );
+      const anyCreated = answered.some((a) => a.created);
+      return c.json({ jobs: answered.map((a) => toJobView(a.job)) }, anyCreated ? 202 : 200);
     },
   }),
   route({

@@ -84,6 +84,28 @@ function maxOverlap(intervals: Array<[number, number]>): number {
   return max;
 }
 
+/** A host without sandboxes on the mock model, finding jobs inserted straight into Postgres. */
+async function startTextHost(
+  t: TestDb,
+  o: { hostId: string; redisUrl: string; gatewayUrl: string; heartbeatMs: number } & Record<string, unknown>,
+): Promise<RunningHost> {
+  const { redisUrl, ...rest } = o;
+  const config = HostConfigSchema.parse({
+    ...rest,
+    databaseUrl: t.url,
+    redis: { url: redisUrl, token: BRIDGE_TOKEN },
+    signingSecret: SECRET,
+    listen: false,
+    sweepMs: 50,
+    sweepOlderThanMs: 0,
+    sandboxEnabled: false,
+    shutdownGraceMs: 0,
+  });
+  const s = services as HostServices;
+  const model = createOpenAICompatibleClient({ baseUrl: s.mock.url, apiKey: "mock", model: MOCK_MODEL_NAME });
+  return startHost(config, { model, log: silentLogger, sandbox: null });
+}
+
 describe.skipIf(!canRun || !docker)("overload degrades to waiting", () => {
   it("sandbox creations in flight never exceed the bound; the rest queue in order and may leave", {
     timeout: 120_000,
@@ -289,23 +311,14 @@ describe.skipIf(!canRun)("quota lease renewal under slow Redis", () => {
       res.end(Buffer.from(await upstream.arrayBuffer()));
     });
     await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-    const config = HostConfigSchema.parse({
-      hostId: testHostId("overload-lease"),
-      databaseUrl: t.url,
-      redis: { url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, token: BRIDGE_TOKEN },
-      gatewayUrl: s.ingest.url,
-      signingSecret: SECRET,
-      heartbeatMs: HEARTBEAT_MS,
-      listen: false,
-      sweepMs: 50,
-      sweepOlderThanMs: 0,
-      sandboxEnabled: false,
-      shutdownGraceMs: 0,
-    });
-    const model = createOpenAICompatibleClient({ baseUrl: s.mock.url, apiKey: "mock", model: MOCK_MODEL_NAME });
     let host: RunningHost | undefined;
     try {
-      host = await startHost(config, { model, log: silentLogger, sandbox: null });
+      host = await startTextHost(t, {
+        hostId: testHostId("overload-lease"),
+        redisUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+        gatewayUrl: s.ingest.url,
+        heartbeatMs: HEARTBEAT_MS,
+      });
       const jobId = randomUUID();
       // One model turn of ~8 s: several lease periods (lease timeout = 3 heartbeats = 3 s).
       const reply = Array.from({ length: 80 }, (_, i) => `w${i}`).join(" ");
@@ -357,25 +370,16 @@ describe.skipIf(!canRun)("a lost quota lease retries the turn", () => {
     await t.db.insert(schema.tenants).values({ id: TENANT, name: "overload" });
     const ingest = await recordingIngest();
     const redis = new IORedis(s.redisService.url);
-    const config = HostConfigSchema.parse({
-      hostId: testHostId("overload-lost"),
-      databaseUrl: t.url,
-      redis: { url: s.bridge.url, token: BRIDGE_TOKEN },
-      gatewayUrl: ingest.url,
-      signingSecret: SECRET,
-      heartbeatMs: HEARTBEAT_MS,
-      quotaModelLimit: opts.modelLimit,
-      quotaMaxWaitMs: opts.maxWaitMs,
-      listen: false,
-      sweepMs: 50,
-      sweepOlderThanMs: 0,
-      sandboxEnabled: false,
-      shutdownGraceMs: 0,
-    });
-    const model = createOpenAICompatibleClient({ baseUrl: s.mock.url, apiKey: "mock", model: MOCK_MODEL_NAME });
     let host: RunningHost | undefined;
     try {
-      host = await startHost(config, { model, log: silentLogger, sandbox: null });
+      host = await startTextHost(t, {
+        hostId: testHostId("overload-lost"),
+        redisUrl: s.bridge.url,
+        gatewayUrl: ingest.url,
+        heartbeatMs: HEARTBEAT_MS,
+        quotaModelLimit: opts.modelLimit,
+        quotaMaxWaitMs: opts.maxWaitMs,
+      });
       const jobId = randomUUID();
       await t.db.insert(schema.jobs).values({
         id: jobId,

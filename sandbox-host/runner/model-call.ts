@@ -59,6 +59,8 @@ export async function callModel(
     });
     if ("state" in admitted) return admitted;
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
+    // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
+    afterLoss = undefined;
     const result = await streamModelTurn(exec, { request, admitted });
     // A call that produced output (or finished) was served, and the provider counts it: so do we.
     if (result.ok || result.outputStarted) {

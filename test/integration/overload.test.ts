@@ -22,6 +22,7 @@ import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-compatible";
 import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
+import { MAX_LEASE_RETRIES } from "../../sandbox-host/runner/model-call";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, LABEL_RUN } from "../../sandbox-host/sandbox/manager";
 import type { IngestBatch } from "../../src/contracts/events";
@@ -364,6 +365,8 @@ describe.skipIf(!canRun)("a lost quota lease retries the turn", () => {
     maxWaitMs: number;
     modelLimit: number;
     steal: (tx: ChainableCommander, key: string, member: string) => void;
+    /** Take every later lease of the execution too, each as soon as it shows in the ZSET. */
+    stealEvery?: boolean;
   }) {
     const s = services as HostServices;
     const t: TestDb = await s.pgStack.freshDb(6);
@@ -411,10 +414,23 @@ describe.skipIf(!canRun)("a lost quota lease retries the turn", () => {
             [jobId],
           )
         ).rows[0]!;
-      await waitFor("the job finished", async () => ["completed", "failed"].includes((await row()).state), {
-        timeoutMs: 60_000,
-        intervalMs: 100,
-      });
+      const execution = member.slice(0, member.lastIndexOf(":") + 1);
+      const taken = new Set([member]);
+      await waitFor(
+        "the job finished",
+        async () => {
+          if (opts.stealEvery) {
+            for (const m of await redis.zrange(key, "0", "-1")) {
+              if (m.startsWith(execution) && !taken.has(m)) {
+                taken.add(m);
+                await redis.zrem(key, m);
+              }
+            }
+          }
+          return ["completed", "failed"].includes((await row()).state);
+        },
+        { timeoutMs: 60_000, intervalMs: 20 },
+      );
       await waitFor(
         "the terminal event delivered",
         async () =>
@@ -426,7 +442,7 @@ describe.skipIf(!canRun)("a lost quota lease retries the turn", () => {
       const events = ingest.events.get(jobId) ?? [];
       const left = await redis.zrange(key, "0", "-1");
       await redis.del(key);
-      return { final: await row(), events, left, member };
+      return { final: await row(), events, left, member, taken: [...taken] };
     } finally {
       await host?.close({ graceMs: 0 });
       ingest.close();
@@ -459,6 +475,30 @@ describe.skipIf(!canRun)("a lost quota lease retries the turn", () => {
     expect(types.at(-1)).toBe("run.completed");
     // Every lease given back.
     expect(r.left).toEqual([]);
+  });
+
+  it("leases lost again and again: after MAX_LEASE_RETRIES retries of the turn the run fails quota_lease_lost", {
+    timeout: 120_000,
+  }, async () => {
+    const r = await leaseRun({
+      maxWaitMs: 10_000,
+      modelLimit: 4,
+      steal: (tx, key, member) => tx.zrem(key, member),
+      stealEvery: true,
+    });
+    console.log(
+      `overload: every-lease run ended ${r.final.state} ${JSON.stringify(r.final.error)}; taken ${JSON.stringify(r.taken)}`,
+    );
+    expect(r.final.state).toBe("failed");
+    expect(r.final.error?.code).toBe("quota_lease_lost");
+    expect(r.final.error?.message).toContain(`lost ${MAX_LEASE_RETRIES + 1} times in this turn`);
+    // The first attempt and MAX_LEASE_RETRIES retries, each under its own holder, each announced.
+    expect(r.taken).toHaveLength(MAX_LEASE_RETRIES + 1);
+    expect(turns(r.events)).toEqual([
+      { turn: 1, reason: "start" },
+      ...Array.from({ length: MAX_LEASE_RETRIES }, () => ({ turn: 1, reason: "lease_lost" })),
+    ]);
+    expect(r.events.at(-1)?.type).toBe("run.failed");
   });
 
   it("a lease lost with no slot back within QUOTA_MAX_WAIT_MS: the run still fails quota_lease_lost", {

@@ -2,7 +2,12 @@
  * One model turn as a careful client makes it: behind the quota gate, retried when it failed
  * before producing output (model-retry.ts decides whether and how long to wait; each retry is a
  * `model.retry` event and the turn's quota slot is given back for the wait), and each call's
- * tokens recorded the moment it ends.
+ * tokens recorded the moment it ends. A call whose quota lease was lost (under load an acquire
+ * or renewal can come back past the lease's deadline) is not the run's end: the slot is given
+ * back, the gate waited at again and the turn asked again from its start, announced by
+ * `model.turn` with reason `lease_lost` (its partial output is discarded). Bounded: at most
+ * MAX_LEASE_RETRIES per turn, and those waits share one QUOTA_MAX_WAIT_MS; past either the run
+ * fails `quota_lease_lost` (docs/quota.md).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
@@ -21,6 +26,12 @@ import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-cont
  */
 export const CHARS_PER_TOKEN = 4;
 
+/**
+ * Lost leases one turn survives. The wait budget alone would not bound a loop of leases lost at
+ * once (Redis flushed again and again, a host frozen over and over): each wait may be short.
+ */
+export const MAX_LEASE_RETRIES = 3;
+
 /** The run's turn: its number, its request, and the run's answer so far (the outcome's partial output if it ends here). */
 export interface ModelCallInput {
   model: ModelEntry;
@@ -36,11 +47,21 @@ export async function callModel(
   const { deps, run } = exec;
   const { model, turn, request, textSoFar } = input;
   const began = performance.now();
+  // Lost leases so far and the quota wait spent on the retries after them (the shared budget).
+  const lost = { retries: 0, waitedMs: 0 };
+  let afterLoss: { maxWaitMs: number; retry: number } | undefined;
   for (let attempt = 1; ; attempt++) {
     // A retry is a new lease (its own holder): the slot was given back for the wait.
-    const admitted = await acquireQuota(exec, { model, turn: attempt === 1 ? turn : `${turn}.${attempt}` });
+    const admitted = await acquireQuota(exec, {
+      model,
+      turn: attempt === 1 ? turn : `${turn}.${attempt}`,
+      afterLoss,
+    });
     if ("state" in admitted) return admitted;
-    const result = await streamModelTurn(exec, { request, lease: admitted.lease });
+    if (afterLoss) lost.waitedMs += admitted.waitedMs;
+    // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
+    afterLoss = undefined;
+    const result = await streamModelTurn(exec, { request, admitted });
     // A call that produced output (or finished) was served, and the provider counts it: so do we.
     if (result.ok || result.outputStarted) {
       await recordUsage(exec, {
@@ -58,6 +79,25 @@ export async function callModel(
     if (exec.signal.aborted) {
       countCall(deps, model, "aborted");
       return abortedOutcome(run, result.text || textSoFar);
+    }
+    if ("leaseLost" in result) {
+      // Fail closed stays: no chunk was taken under the lost lease, and the next call has a new one.
+      const budgetMs = deps.quota?.maxWaitMs ?? 0;
+      lost.retries += 1;
+      if (lost.retries > MAX_LEASE_RETRIES || lost.waitedMs >= budgetMs) {
+        countCall(deps, model, "failed");
+        return failed(
+          "quota_lease_lost",
+          `the model quota lease was lost ${lost.retries} times in this turn (retried ${lost.retries - 1}, waited ${Math.round(lost.waitedMs)} of ${budgetMs} ms); no model call was made without a lease`,
+          textSoFar,
+        );
+      }
+      countCall(deps, model, "retried");
+      deps.log.warn("quota lease lost mid-turn; asking the turn again", { ...exec.fields, turn, retry: lost.retries });
+      afterLoss = { maxWaitMs: budgetMs - lost.waitedMs, retry: lost.retries };
+      // The turn starts over: a client drops the text it streamed since the last model.turn.
+      exec.emit("model.turn", { turn, reason: "lease_lost" });
+      continue;
     }
     const err = result.error;
     deps.log.warn("model call failed", { ...exec.fields, attempt, ...errorFields(err) });

@@ -2,9 +2,9 @@
  * One streamed model call under its quota lease: text deltas coalesced into `model.delta`
  * events, tool calls collected, the lease checked before the call and at every chunk, released
  * when the call ends however it ends. Whether the call failed before or after producing output
- * is part of the result: only the first may be retried (model-call.ts).
+ * is part of the result: only the first may be retried (model-call.ts). A lost lease stops the
+ * call (no chunk is taken under it) and is a result of its own: the turn is asked again.
  */
-import type { QuotaLease } from "../../src/quota/lease-store";
 import {
   ModelError,
   type ModelMessage,
@@ -13,7 +13,7 @@ import {
   type ModelToolSpec,
   type ModelUsage,
 } from "../model/types";
-import { leaseRanOut, releaseQuota } from "./quota-gate";
+import { type AdmittedTurn, leaseRanOut, releaseQuota } from "./quota-gate";
 import type { Emit, Execution } from "./run-context";
 
 /** Deltas are flushed at this size even inside the coalescing window. */
@@ -46,6 +46,15 @@ export type TurnResult =
       calls: ModelToolCall[];
       /** True once a text or tool-call chunk arrived: the call must not be repeated. */
       outputStarted: boolean;
+    }
+  | {
+      ok: false;
+      /** The lease was lost (renewal found it gone, or past its local deadline): the call was stopped. */
+      leaseLost: true;
+      /** What streamed before the loss (discarded: the turn is asked again). */
+      text: string;
+      calls: ModelToolCall[];
+      outputStarted: boolean;
     };
 
 /**
@@ -56,10 +65,23 @@ export type TurnResult =
  */
 export async function streamModelTurn(
   exec: Execution,
-  call: { request: TurnRequest; lease: QuotaLease | null },
+  call: { request: TurnRequest; admitted: AdmittedTurn },
 ): Promise<TurnResult> {
   const { deps, run } = exec;
-  const { request: req, lease } = call;
+  const { request: req } = call;
+  const { lease, lost } = call.admitted;
+  // The call's own signal: the run's abort or this lease's loss. Listeners, not AbortSignal.any,
+  // which leaks when combined with the run's long-lived signal (nodejs/node#55351).
+  const stop = new AbortController();
+  const onStop = () => stop.abort();
+  exec.signal.addEventListener("abort", onStop, { once: true });
+  lost.addEventListener("abort", onStop, { once: true });
+  if (exec.signal.aborted || lost.aborted) stop.abort();
+  let leaseLost = false;
+  const ranOut = () => {
+    leaseLost ||= lost.aborted || leaseRanOut(exec, lease);
+    return leaseLost;
+  };
   const onFirstOutput = () => run.observe("first_output_at");
   const deltas = new DeltaCoalescer(exec.emit, deps.coalesceMs);
   let text = "";
@@ -71,9 +93,9 @@ export async function streamModelTurn(
       // Checked before the call and at every chunk: a holder paused past its lease (SIGSTOP, a
       // stalled loop) wakes with its data and its timers due at once, and its renewal would
       // learn of the loss only a round trip later, after the run had carried on (docs/quota.md).
-      const chunks = leaseRanOut(exec, lease) ? [] : deps.model.streamTurn({ ...req, signal: exec.signal });
+      const chunks = ranOut() ? [] : deps.model.streamTurn({ ...req, signal: stop.signal });
       for await (const chunk of chunks) {
-        if (exec.signal.aborted || leaseRanOut(exec, lease)) break;
+        if (exec.signal.aborted || ranOut()) break;
         if (chunk.type === "text") {
           if (!chunk.text) continue;
           outputStarted = true;
@@ -90,14 +112,19 @@ export async function streamModelTurn(
         }
       }
     } finally {
+      exec.signal.removeEventListener("abort", onStop);
+      lost.removeEventListener("abort", onStop);
       await releaseQuota(deps, lease);
     }
   } catch (err) {
+    // A call stopped by its lost lease fails with the abort it was given: the loss is the result.
+    if (!exec.signal.aborted && ranOut()) return { ok: false, leaseLost: true, text, calls, outputStarted };
     if (!(err instanceof ModelError)) throw err;
     return { ok: false, error: err, text, calls, outputStarted };
   } finally {
     deltas.flush();
   }
+  if (!exec.signal.aborted && leaseLost) return { ok: false, leaseLost: true, text, calls, outputStarted };
   return { ok: true, text, calls, usage };
 }
 

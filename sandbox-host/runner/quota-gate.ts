@@ -1,7 +1,9 @@
 /**
  * The quota gate in front of every model turn: a named lease per turn (holder = execution id +
  * turn, so a late release of an earlier turn can never free this one), a bounded wait visible as
- * `quota.waiting`, and the holder-side rule that an expired lease is lost (docs/quota.md).
+ * `quota.waiting`, and the holder-side rule that an expired lease is lost (docs/quota.md). A lost
+ * lease stops that one model call (its `lost` signal), never the run: model-call.ts asks the turn
+ * again under a new lease, within the run's wait budget.
  */
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
@@ -25,19 +27,32 @@ export interface QuotaGate {
   onWait?(outcome: WaitOutcome): void;
 }
 
+/** A turn's lease (null = no quota), `lost` aborted when a renewal finds it gone or past its deadline. */
+export interface AdmittedTurn {
+  lease: QuotaLease | null;
+  lost: AbortSignal;
+  /** How long the wait for it took (0 without quota). */
+  waitedMs: number;
+}
+
+/** Never aborted: the `lost` signal of a turn without quota. */
+const NEVER_LOST = new AbortController().signal;
+
 /**
  * A lease for one model turn (null = no quota configured), or the outcome that ends the run.
- * `turn` names the holder: the turn's number, `<turn>.<attempt>` for a retry.
+ * `turn` names the holder: the turn's number, `<turn>.<attempt>` for a retry. `afterLoss`: this
+ * wait follows a lost lease, bounded by what is left of the turn's wait budget, and a timeout
+ * fails the run `quota_lease_lost` (the lease was lost and none came back in time).
  */
 export async function acquireQuota(
   exec: Execution,
-  call: { model: ModelEntry; turn: number | string },
-): Promise<{ lease: QuotaLease | null } | FinalOutcome> {
+  call: { model: ModelEntry; turn: number | string; afterLoss?: { maxWaitMs: number; retry: number } },
+): Promise<AdmittedTurn | FinalOutcome> {
   const { deps, run, job } = exec;
-  const { model, turn } = call;
+  const { model, turn, afterLoss } = call;
   const q = deps.quota;
   const modelLimit = modelQuotaLimit(q, model);
-  if (!q || modelLimit <= 0) return { lease: null };
+  if (!q || modelLimit <= 0) return { lease: null, lost: NEVER_LOST, waitedMs: 0 };
   // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
   const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: modelLimit }];
   const perTenant = tenantModelLimit(model, job.tenantId);
@@ -46,13 +61,20 @@ export async function acquireQuota(
   const outcome = await acquireWithWait(q.store, {
     holder: `${exec.id.executionId}:${turn}`,
     demands,
-    maxWaitMs: q.maxWaitMs,
+    maxWaitMs: afterLoss?.maxWaitMs ?? q.maxWaitMs,
     signal: exec.signal,
     onWaiting: (info) =>
       exec.emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
   });
   q.onWait?.(outcome);
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
+  if (outcome.kind === "timed_out" && afterLoss) {
+    return failed(
+      "quota_lease_lost",
+      `the model quota lease was lost and no slot came back within the wait limit (QUOTA_MAX_WAIT_MS, ${q.maxWaitMs} ms; retry ${afterLoss.retry}); no model call was made without a lease`,
+      "",
+    );
+  }
   if (outcome.kind === "timed_out") {
     return failed(
       "quota_unavailable",
@@ -62,8 +84,9 @@ export async function acquireQuota(
       "",
     );
   }
-  q.track(outcome.lease, () => run.loseLease());
-  return { lease: outcome.lease };
+  const lost = new AbortController();
+  q.track(outcome.lease, () => lost.abort(new Error("quota lease lost")));
+  return { lease: outcome.lease, lost: lost.signal, waitedMs: outcome.waitedMs };
 }
 
 /** A model's global slots: its registry `concurrency`, else the host's QUOTA_MODEL_LIMIT (0 = no quota). */
@@ -81,19 +104,18 @@ export async function releaseQuota(deps: RunDeps, lease: QuotaLease | null): Pro
 
 /**
  * The holder-side rule of a lease (lease-store.ts): usable only while `isValid`. Past its local
- * deadline the lease is lost whatever Redis would say: stop the run's model calls, as a renewal
- * that found it gone would.
+ * deadline the lease is lost whatever Redis would say: stop this model call, as a renewal that
+ * found it gone would (the caller asks the turn again under a new lease).
  */
 export function leaseRanOut(exec: Execution, lease: QuotaLease | null): boolean {
   const { deps } = exec;
   if (!lease || !deps.quota || deps.quota.store.isValid(lease)) return false;
-  deps.log.warn("quota lease ran out before it was renewed; stopping the run's model calls", {
+  deps.log.warn("quota lease ran out before it was renewed; stopping this model call", {
     ...exec.fields,
     holder: lease.holder,
   });
   // Counted like a lease a renewal found purged (docs/observability.md): an acquire that came
   // back past its deadline under load failed runs with this counter still at 0.
   deps.metrics.quotaLeasesLost.inc();
-  exec.run.loseLease();
   return true;
 }

@@ -92,7 +92,7 @@ export type Emit = <T extends EventType>(type: T, payload: EventPayload<T>) => v
 export type RunPhase = "claimed" | "running" | "finishing" | "done";
 
 /** Why a run stopped early, set by whoever aborts it. */
-export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled" | "quota_lease_lost";
+export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled";
 
 /** The state a run shares with the heartbeat loop and shutdown. */
 export class ActiveRun {
@@ -153,12 +153,6 @@ export class ActiveRun {
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 
-  /** The lease is gone (a renewal found it purged, or it ran past its local deadline): no further model call. */
-  loseLease(): void {
-    this.abortReason ??= "quota_lease_lost";
-    this.abort.abort(new Error("quota lease lost"));
-  }
-
   /** Shutdown grace ran out: stop the model stream and fail the run honestly. */
   stopForShutdown(): void {
     this.abortReason ??= "host_shutdown";
@@ -215,13 +209,6 @@ export class Execution implements ExecutionParts {
 /** The outcome of a run stopped by `run.abortReason`, with the text it had produced so far. */
 export function abortedOutcome(run: ActiveRun, text: string): FinalOutcome {
   if (run.abortReason === "cancelled") return { state: "cancelled", output: text || null };
-  if (run.abortReason === "quota_lease_lost") {
-    return failed(
-      "quota_lease_lost",
-      "the model quota lease was lost (renewal found it gone); no further model calls",
-      text,
-    );
-  }
   return run.abortReason === "host_shutdown"
     ? failed("host_shutdown", "the sandbox-host shut down before the run finished", text)
     : failed("aborted", "the run was aborted", text);

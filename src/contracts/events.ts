@@ -41,10 +41,11 @@ export type EventType = (typeof EVENT_TYPES)[number];
 /**
  * Why a model turn starts (`model.turn`): the run's first turn, the turn after the previous one's
  * tool results, the one repair turn after an answer the response_format refused, the first turn of
- * an execution that resumed from a wait, or the turn that takes input sent during the last one.
+ * an execution that resumed from a wait, the turn that takes input sent during the last one, or
+ * the same turn asked again because its quota lease was lost mid-call (its text so far is void).
  * Readers must accept reasons not listed here (more may come).
  */
-export const MODEL_TURN_REASONS = ["start", "tool_results", "repair", "resumed", "input"] as const;
+export const MODEL_TURN_REASONS = ["start", "tool_results", "repair", "resumed", "input", "lease_lost"] as const;
 export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 
 export function isTerminalEventType(type: string): type is TerminalEventType {

@@ -37,7 +37,7 @@ function summary(r: ChaosQuotaReport): string {
 }
 
 describe.skipIf(!canRun)("chaos: the global model quota under SIGKILL and SIGSTOP", () => {
-  it("never exceeds the provider's cap, returns killed holders' slots within lease timeout + heartbeat, and a frozen holder makes no call after SIGCONT", async () => {
+  it("never exceeds the provider's cap, returns killed holders' slots within lease timeout + heartbeat, and a frozen holder makes no call under its expired lease after SIGCONT", async () => {
     const r = await runChaosQuota({
       runs: RUNS,
       hosts: 4,
@@ -78,17 +78,21 @@ describe.skipIf(!canRun)("chaos: the global model quota under SIGKILL and SIGSTO
       expect(s.goneByMs, context).toBeLessThanOrEqual(slotReturnBoundMs(r) + SLOT_RETURN_TOLERANCE_MS);
     }
 
-    // 3. The frozen holder: its lease expired while it was stopped, it made no model request
-    //    after SIGCONT (though input was waiting for a second turn), and the run says why.
+    // 3. The frozen holder: its lease expired while it was stopped; after SIGCONT the expired
+    //    lease was never held again, the turn was asked again under a new one (the buffered
+    //    answer discarded), then the input's turn, and the run completed.
     const sc = r.stopCheck;
     expect(sc, context).not.toBeNull();
     expect(sc?.leaseAgeAtContMs ?? Number.POSITIVE_INFINITY, context).toBeGreaterThan(r.leaseTimeoutMs);
     expect(sc?.firstRequestOutcome, context).toBe("completed");
     expect(sc?.requestsBeforeCont, context).toBe(1);
-    expect(sc?.requestsAfter, context).toBe(1);
-    expect({ state: sc?.state, code: sc?.errorCode }, context).toEqual({ state: "failed", code: "quota_lease_lost" });
-    expect(sc?.events.at(-1), context).toBe("run.failed");
-    expect(sc?.inputStatus, context).not.toBe("applied");
+    expect(sc?.frozenHeldAgain, context).toBe(false);
+    expect(sc?.holdersAfterCont.length, context).toBeGreaterThan(0);
+    expect(sc?.requestsAfter, context).toBe(3);
+    expect(sc?.turnReasons, context).toEqual(["start", "lease_lost", "input"]);
+    expect({ state: sc?.state, code: sc?.errorCode }, context).toEqual({ state: "completed", code: null });
+    expect(sc?.events.at(-1), context).toBe("run.completed");
+    expect(sc?.inputStatus, context).toBe("applied");
 
     // Everything the harness checks, in one place (the CLI exits 1 on the same list).
     expect(quotaViolations(r), context).toEqual([]);

@@ -448,18 +448,20 @@ export function quotaViolations(r: ChaosQuotaReport): string[] {
   }
   const sc = r.stopCheck;
   if (sc) {
-    if (sc.requestsAfter !== 1) v.push(`stop check: the frozen run made ${sc.requestsAfter} model requests, not 1`);
+    if (sc.requestsAfter !== 3)
+      v.push(`stop check: the frozen run made ${sc.requestsAfter} model requests, not 3 (first, asked again, input)`);
     if (sc.firstRequestOutcome !== "completed")
       v.push(`stop check: first answer ${sc.firstRequestOutcome} while frozen`);
     if (sc.leaseAgeAtContMs !== null && sc.leaseAgeAtContMs <= sc.leaseTimeoutMs) {
       v.push(`stop check: lease only ${sc.leaseAgeAtContMs} ms old at SIGCONT (not expired)`);
     }
-    if (sc.state !== "failed" || sc.errorCode !== "quota_lease_lost") {
-      v.push(
-        `stop check: run ended ${sc.state}${sc.errorCode ? ` (${sc.errorCode})` : ""}, not failed (quota_lease_lost)`,
-      );
-    }
-    if (sc.events.at(-1) !== "run.failed") v.push(`stop check: last event ${sc.events.at(-1)}, not run.failed`);
+    if (sc.frozenHeldAgain) v.push(`stop check: the expired lease ${sc.frozenHolder} was held again after SIGCONT`);
+    if (sc.holdersAfterCont.length === 0) v.push("stop check: no new lease was seen for the turn asked again");
+    if (sc.turnReasons.join(",") !== "start,lease_lost,input")
+      v.push(`stop check: model.turn reasons ${sc.turnReasons.join(",")}, not start,lease_lost,input`);
+    if (sc.state !== "completed")
+      v.push(`stop check: run ended ${sc.state}${sc.errorCode ? ` (${sc.errorCode})` : ""}, not completed`);
+    if (sc.events.at(-1) !== "run.completed") v.push(`stop check: last event ${sc.events.at(-1)}, not run.completed`);
   }
   return v;
 }

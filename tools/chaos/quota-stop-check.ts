@@ -1,19 +1,22 @@
 /**
- * A lease holder frozen past its lease must make no model call after it wakes (another holder
- * may have its slot by then: a lost lease stops the holder's model calls). One run, on a quiet stack:
+ * A lease holder frozen past its lease must make no model call under it after it wakes (another
+ * holder may have its slot by then): the call is stopped, and the turn is asked again under a
+ * new lease (issue 27 item 6). One run, on a quiet stack:
  *
  *  1. its first model turn is in flight (the mock holds the answer back `ttft_ms`), so its host
  *     holds a lease on the model key;
- *  2. the harness SIGSTOPs that host, then appends an input to the run through the API: a run
- *     that carried on would take one more model turn for it (runner/agent-loop.ts applies input
- *     at turn boundaries);
+ *  2. the harness SIGSTOPs that host, then appends an input to the run through the API: the
+ *     run takes one more model turn for it (runner/agent-loop.ts applies input at turn
+ *     boundaries);
  *  3. it waits until the mock has written the whole first answer into the frozen host's socket
  *     and, on the Redis server's clock, the lease is older than the lease timeout;
  *  4. SIGCONT. The host finds the buffered answer and its due timers at once.
  *
- * Expected: no second request from this run in the mock's request log (the run is identified by
- * a marker in its prompt, which every turn repeats), and the run ends `failed` with
- * `quota_lease_lost`, visible in the job row and as its terminal event.
+ * Expected: the buffered answer is discarded (it came under the lost lease); the frozen holder
+ * never reappears in the lease ZSET while a new holder of the same execution does; the mock's
+ * request log (the run is identified by a marker in its prompt, which every turn repeats) holds
+ * 3 requests: the first, the turn asked again, and the input's turn; the stream's `model.turn`
+ * reasons are `start`, `lease_lost`, `input`, and the run ends `completed`.
  */
 import { randomUUID } from "node:crypto";
 import type { Redis as IORedis } from "ioredis";
@@ -34,6 +37,15 @@ export interface StopCheckReport {
   leaseTimeoutMs: number;
   /** Model requests carrying this run's marker: before SIGCONT, and once the run had ended. */
   requestsBeforeCont: number;
+  /**
+   * The frozen lease's holder; whether its score moved after SIGCONT (renewed or re-admitted:
+   * an expired lease held again); the execution's other holders seen in the ZSET after SIGCONT.
+   */
+  frozenHolder: string;
+  frozenHeldAgain: boolean;
+  holdersAfterCont: string[];
+  /** The `reason` of each `model.turn` on the stream, in order. */
+  turnReasons: string[];
   requestsAfter: number;
   /** Outcome the mock recorded for the first request (it must have completed while frozen). */
   firstRequestOutcome: string;
@@ -119,6 +131,7 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
   let contAt = stoppedAt;
   let leaseAgeAtContMs: number | null = null;
   let requestsBeforeCont = 0;
+  let scoreAtCont: number | null = null;
   try {
     // Frozen with the lease still held (not released in the moment before the freeze)?
     if ((await leaseScore()).score === null)
@@ -141,13 +154,25 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
     requestsBeforeCont = d.mock.requests(marker).length;
     const { now, score } = await leaseScore();
     contAt = now;
+    scoreAtCont = score;
     leaseAgeAtContMs = score === null ? null : now - score;
   } finally {
     signalHost(host, "SIGCONT");
   }
   d.log(`stop check: ${host.id} resumed after ${contAt - stoppedAt} ms`);
 
+  // Until the run ends: every holder of this execution in the ZSET (the retry holds its lease for
+  // the mock's 2.5 s first-token delay, far longer than this 20 ms poll). The expired member may
+  // linger until a script purges it; only a new score would mean it was held again.
+  const holdersAfterCont = new Set<string>();
+  let frozenHeldAgain = false;
   const final = await until("the run to end", 30_000, async () => {
+    const members = await d.redis.zrange(d.leasesKey, "0", "-1", "WITHSCORES");
+    for (let i = 0; i + 1 < members.length; i += 2) {
+      const [m, score] = [members[i] as string, Number(members[i + 1])];
+      if (m === holder) frozenHeldAgain ||= score !== scoreAtCont;
+      else if (m.startsWith(holderPrefix)) holdersAfterCont.add(m);
+    }
     const r = await d.db.query<{ state: string; error: { code?: string } | null }>(
       "SELECT state, error FROM jobs WHERE id = $1 AND state NOT IN ('queued', 'running')",
       [jobId],
@@ -158,12 +183,15 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
   await sleep(500);
   const inputs = await d.db.query<{ status: string }>("SELECT status FROM job_inputs WHERE job_id = $1", [jobId]);
   const events: string[] = [];
+  const turnReasons: string[] = [];
   try {
     for await (const ev of readSse(`${d.stack.gatewayUrl}/v1/jobs/${jobId}/events`, {
       headers: { authorization: `Bearer ${d.stack.apiKey}` },
       signal: AbortSignal.timeout(15_000),
     })) {
       events.push(ev.event);
+      if (ev.event === "model.turn")
+        turnReasons.push((JSON.parse(ev.data) as { payload: { reason: string } }).payload.reason);
       if (ev.event.startsWith("run.") && !["run.started", "run.prepared"].includes(ev.event)) break;
     }
   } catch (err) {
@@ -177,6 +205,10 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
     leaseTimeoutMs: d.leaseTimeoutMs,
     requestsBeforeCont,
     requestsAfter: d.mock.requests(marker).length,
+    frozenHolder: holder,
+    frozenHeldAgain,
+    holdersAfterCont: [...holdersAfterCont],
+    turnReasons,
     firstRequestOutcome: d.mock.requests(marker)[0]?.outcome ?? "none",
     state: final.state,
     errorCode: final.error?.code ?? null,

@@ -95,7 +95,7 @@ if (values.verbose) {
 const sc = r.stopCheck;
 if (sc) {
   console.log(
-    `stop check: ${sc.host} frozen ${sc.frozenMs} ms holding a lease (age at SIGCONT ${sc.leaseAgeAtContMs ?? "purged"} ms, timeout ${sc.leaseTimeoutMs}); model requests by the run ${sc.requestsBeforeCont} before SIGCONT, ${sc.requestsAfter} after; run ${sc.state} (${sc.errorCode ?? "-"}); events ${sc.events.join(" → ")}; input ${sc.inputStatus}`,
+    `stop check: ${sc.host} frozen ${sc.frozenMs} ms holding a lease (age at SIGCONT ${sc.leaseAgeAtContMs ?? "purged"} ms, timeout ${sc.leaseTimeoutMs}); model requests by the run ${sc.requestsBeforeCont} before SIGCONT, ${sc.requestsAfter} in all; leases after SIGCONT ${sc.holdersAfterCont.join(", ") || "none"} (frozen ${sc.frozenHolder}${sc.frozenHeldAgain ? " HELD AGAIN" : ", never held again"}); turns ${sc.turnReasons.join(" → ")}; run ${sc.state} (${sc.errorCode ?? "-"}); events ${sc.events.join(" → ")}; input ${sc.inputStatus}`,
   );
 }
 const violations = quotaViolations(r);

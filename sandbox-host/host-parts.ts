@@ -97,6 +97,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     fetch: deps.fetch,
     onBacklog: (n) => metrics.outboxBacklog.set(n),
   });
+  // One bound for the reaper (when to call a run lost) and the runner (when a run stops itself first).
+  const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
   const runner = new Runner({
     db,
     hostId: config.hostId,
@@ -106,6 +108,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     log,
     metrics,
     heartbeatMs: config.heartbeatMs,
+    runLostAfterMs,
     cancelHintMs: config.cancelHintMs,
     cancelDurableMs: config.cancelDurableMs,
     coalesceMs: config.deltaCoalesceMs,
@@ -172,7 +175,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     log,
     intervalMs: config.reapMs,
     claimTimeoutMs: config.claimTimeoutMs,
-    runLostAfterMs: config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs),
+    runLostAfterMs,
     indexRebuildMs: config.indexRebuildMs,
     purgeMs: config.purgeMs,
     jobRetentionMs: config.jobRetentionS * 1000,

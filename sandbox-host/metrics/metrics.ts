@@ -37,6 +37,8 @@ export interface HostMetrics {
   quotaLeasesHeld: Gauge;
   /** A renewal found the lease purged: the holder lost its slot and must stop model calls. */
   quotaLeasesLost: Counter;
+  /** A run stopped itself: no heartbeat acknowledged within the lost bound (ActiveRun.renew). */
+  runsSelfFenced: Counter;
   sandboxesActive: Gauge;
   /** Reads the sandbox creations waiting for a turn at each scrape (set once the manager exists). */
   watchSandboxCreateQueue(queued: () => number): void;
@@ -138,6 +140,11 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   const quotaLeasesLost = new Counter({
     name: "quota_leases_lost_total",
     help: "Leases lost while held: found purged on renewal, or past their local deadline at a model call (the holder stopped its model calls); nonzero means heartbeats or Redis were late",
+    registers: [registry],
+  });
+  const runsSelfFenced = new Counter({
+    name: "runs_self_fenced_total",
+    help: "Runs that stopped themselves because no heartbeat was acknowledged within the lost bound (Postgres unreachable, or the host paused): another host may take the job on from there",
     registers: [registry],
   });
   const sandboxesActive = new Gauge({
@@ -259,6 +266,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     quotaBreakerOpen,
     quotaLeasesHeld,
     quotaLeasesLost,
+    runsSelfFenced,
     sandboxesActive,
     watchSandboxCreateQueue: (queued) => {
       sandboxQueued = queued;

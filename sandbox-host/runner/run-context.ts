@@ -107,14 +107,67 @@ export class ActiveRun {
   /** The facts a fenced write (heartbeat or terminal) has put in the row. */
   readonly factsLanded = new Set<TimingPoint>();
 
-  constructor(readonly claim: Claim) {}
+  /**
+   * @param selfFence how long after the last acknowledged heartbeat was *sent* this run stops on
+   *   its own (see `renew`), and who is told when it does; absent: never (unit tests that drive a
+   *   run by hand).
+   */
+  constructor(
+    readonly claim: Claim,
+    private readonly selfFence?: { afterMs: number; onFence: (run: ActiveRun) => void },
+  ) {}
 
-  /** The started CAS hit under `id`: from here the heartbeat carries this identity. */
-  start(id: ExecutionIdentity): StartedRun {
+  /**
+   * The started CAS hit under `id`: from here the heartbeat carries this identity. `sentAt`
+   * (performance.now() before the CAS was sent) starts the ownership lease, as a heartbeat does.
+   */
+  start(id: ExecutionIdentity, sentAt = performance.now()): StartedRun {
     this.identity = id;
     this.phase = "running";
+    this.renew(sentAt);
     return this as StartedRun;
   }
+
+  private fenceTimer: NodeJS.Timeout | null = null;
+
+  /**
+   * A fenced write carrying this identity (the started CAS, a heartbeat) was acknowledged as
+   * ours; it was sent at `sentAt`. The row's heartbeat is Postgres' now() when the statement ran,
+   * which is no earlier than `sentAt`, so `sentAt + runLostAfterMs` (our monotonic clock) comes no
+   * later than the moment any reaper may call this run lost and hand the job to a new execution.
+   * Past that moment this execution must have stopped its side effects: a host cut off from
+   * Postgres (a partition; heartbeats failing is "unknown", not "lost") would otherwise go on
+   * calling tools while the new execution calls them too. So the run stops itself a margin
+   * earlier (Runner: a quarter heartbeat period, for timer lateness and for the abort to reach a
+   * tool call in flight; the hand-off itself needs a reaper pass, a claim and a start after the
+   * bound). Not more: a heartbeat slowed past the fence but not past the bound stops a run that
+   * was never in danger (measured in chaos:claims at load 9, lost 1.2 s, heartbeat 0.3 s: a
+   * whole period of margin self-fenced ~10 healthy runs in 80 jobs). Monotonic, so a host whose
+   * wall clock is off does not move the moment.
+   */
+  renew(sentAt: number): void {
+    const fence = this.selfFence;
+    if (!fence || this.phase !== "running") return;
+    if (this.fenceTimer) clearTimeout(this.fenceTimer);
+    const ms = Math.max(0, sentAt + fence.afterMs - performance.now());
+    this.fenceTimer = setTimeout(() => {
+      this.fenceTimer = null;
+      // The terminal write (or suspend) is under way: its own fence judges it.
+      if (this.phase !== "running" || !this.owned) return;
+      this.loseOwnership("lease_passed");
+      fence.onFence(this);
+    }, ms);
+    this.fenceTimer.unref();
+  }
+
+  /** The run ended: no self-fence is pending any more. */
+  disarm(): void {
+    if (this.fenceTimer) clearTimeout(this.fenceTimer);
+    this.fenceTimer = null;
+  }
+
+  /** Why ownership was lost: a heartbeat said the row is no longer ours, or our lease passed unacknowledged. */
+  lostBy: "heartbeat" | "lease_passed" | null = null;
 
   /** Observe a timing fact once; it rides on the next heartbeat or the terminal write. */
   observe(point: TimingPoint): void {
@@ -130,10 +183,12 @@ export class ActiveRun {
     return out;
   }
 
-  /** A heartbeat found the row no longer ours: stop the model stream, emit nothing more. */
-  loseOwnership(): void {
+  /** The row is no longer ours (or may not be): stop the model stream, emit nothing more. */
+  loseOwnership(by: "heartbeat" | "lease_passed" = "heartbeat"): void {
     if (!this.owned) return;
     this.owned = false;
+    this.lostBy = by;
+    this.disarm();
     this.abortReason ??= "ownership_lost";
     this.abort.abort(new Error("ownership lost"));
   }

@@ -32,6 +32,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
   const id: ExecutionIdentity = { ...active.claim, host: deps.hostId, executionId: randomUUID() };
   const fields = { ...runFields(id), epoch: id.epoch };
 
+  const startSentAt = performance.now();
   if (!(await deps.writes.start(id))) {
     // Cancelled before it started: end it with our claim identity. Otherwise someone else owns
     // it now (claim released and re-claimed): not ours to run.
@@ -42,7 +43,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     log.info("start CAS missed; dropping the claim", fields);
     return "not_started";
   }
-  const run = active.start(id);
+  const run = active.start(id, startSentAt);
   const out = deps.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
   const emit: Emit = (type, payload) => {
     if (run.owned) out.emit(type, payload);
@@ -58,7 +59,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
       outcome = unexpectedOutcome({ deps, run, emit }, err, "");
     }
     if (!run.owned) {
-      log.warn("run lost ownership; stopped without a terminal event", fields);
+      log.warn("run lost ownership; stopped without a terminal event", { ...fields, lost_by: run.lostBy });
       return "ownership_lost";
     }
     if (outcome.state === "waiting") {

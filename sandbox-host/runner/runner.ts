@@ -37,6 +37,12 @@ export interface RunnerOptions {
   log: Logger;
   metrics: HostMetrics;
   heartbeatMs: number;
+  /**
+   * The fleet's lost bound (HOST_RUN_LOST_AFTER_MS, the reapers' and the cron backstop's): a run
+   * whose last acknowledged heartbeat was sent longer ago than this, less a quarter heartbeat
+   * period, stops itself (ActiveRun.renew). Absent: runs never self-fence.
+   */
+  runLostAfterMs?: number;
   coalesceMs?: number;
   /** Cancel hints (Redis): one MGET for all running jobs this often (~100 ms to notice on average). */
   redis?: Redis;
@@ -181,7 +187,23 @@ export class Runner {
     if (this.runs.size >= this.opts.maxRuns) {
       throw new Error("no free run slot: the claimer must check capacity before claiming");
     }
-    const run = new ActiveRun(claim);
+    const lost = this.opts.runLostAfterMs;
+    const run = new ActiveRun(
+      claim,
+      lost === undefined
+        ? undefined
+        : {
+            afterMs: Math.max(0, lost - this.opts.heartbeatMs / 4),
+            onFence: (r) => {
+              this.opts.metrics.runsSelfFenced.inc();
+              this.opts.log.warn("self-fence: no heartbeat acknowledged within the lost bound; run stopped", {
+                job_id: r.claim.jobId,
+                execution_id: r.identity?.executionId,
+                lost_after_ms: lost,
+              });
+            },
+          },
+    );
     const done = runJob(this.deps, run).then(
       (result) => {
         if (result !== "not_started") this.opts.metrics.runsFinished.inc({ outcome: result });
@@ -195,6 +217,7 @@ export class Runner {
     const entry = {
       run,
       done: done.finally(() => {
+        run.disarm();
         this.runs.delete(claim.jobId);
         this.opts.metrics.runsActive.set(this.runs.size);
         for (const l of this.slotListeners) l();
@@ -317,6 +340,7 @@ export class Runner {
     let ours: Set<string>;
     // Each run's timing facts not yet in the row ride along (no statement of their own).
     const sent = running.map((r) => ({ ...r.identity!, facts: r.pendingFacts() }));
+    const sentAt = performance.now();
     try {
       ours = await heartbeat(this.opts.db, this.opts.hostId, sent);
     } catch (err) {
@@ -326,6 +350,7 @@ export class Runner {
     }
     running.forEach((run, i) => {
       if (!ours.has(run.identity!.executionId)) return;
+      run.renew(sentAt);
       for (const point of Object.keys(sent[i]?.facts ?? {})) run.factsLanded.add(point as TimingPoint);
     });
     for (const run of running) {

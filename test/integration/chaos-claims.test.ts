@@ -1,6 +1,7 @@
 /**
  * CI-sized run of the claims invariant harness (`npm run chaos:claims` is the full one): 4 real
- * host processes, 80 jobs, 10 SIGKILLs plus SIGSTOPs, a Redis FLUSHALL and a Redis restart.
+ * host processes, 80 jobs, 10 SIGKILLs plus SIGSTOPs, a Redis FLUSHALL and a Redis restart, a
+ * partition from Postgres and one from the gateway, and one host with its wall clock 30 s ahead.
  * Zero anomalies, every job's event stream agrees with its row, every kill kind really landed, and
  * the checker flagged the anomalies planted
  * after the verdict (so a green run is not a checker that cannot fail). Set CHAOS_SEED to replay.
@@ -41,6 +42,12 @@ describe.skipIf(!canRun)("chaos: fenced claims under SIGKILL, SIGSTOP and Redis 
     expect(r.faults.stop_claimed + r.faults.stop_running, context).toBeGreaterThanOrEqual(1);
     expect(r.faults.redis_flushall, context).toBe(1);
     expect(r.faults.redis_restart, context).toBe(1);
+    // Partitions (the host runs on, cut off) and a host with its wall clock 30 s off.
+    expect(r.faults.partition_pg, context).toBe(1);
+    expect(r.faults.partition_gateway, context).toBe(1);
+    // libfaketime is installed by .ci/run; a developer's machine without it runs no skewed host.
+    if (r.skewedHosts.ahead === 0 && process.env.CI !== "true") console.warn("no libfaketime: no skewed host ran");
+    else expect(r.skewedHosts.ahead, context).toBeGreaterThanOrEqual(1);
     // Recovery did its work: lost runs and released claims are visible, not hidden.
     expect(r.check.counts.lost + r.check.releases, context).toBeGreaterThan(0);
     // The checker is not blind: planted anomalies in the same database were detected.

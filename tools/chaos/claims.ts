@@ -43,6 +43,9 @@ console.log(`\nfaults landed (missed their window):`);
 for (const k of FAULT_KINDS) console.log(`  ${k.padEnd(20)}${String(r.faults[k]).padStart(5)}  (${r.faultsMissed[k]})`);
 console.log(`  kills dropped (no victim in any window) ${r.killsDropped}`);
 console.log(`  ${"SIGKILLs".padEnd(20)}${String(totalKills(r.faults)).padStart(5)}; hosts spawned ${r.hostsSpawned}`);
+console.log(
+  `  hosts with a skewed wall clock: ${r.skewedHosts.ahead} ahead, ${r.skewedHosts.behind} behind (±30 s, libfaketime)`,
+);
 console.log(`host-reported fenced writes that missed (stale owners stopped):`);
 for (const [k, v] of Object.entries(r.hostReports)) console.log(`  ${k.padEnd(24)}${String(v).padStart(5)}`);
 console.log(

@@ -12,12 +12,20 @@
  *  - kill_mid_run:      SIGKILL a host that Postgres says owns a running job;
  *  - stop_claimed / stop_running: SIGSTOP (and hold its traffic) past the claim timeout and the
  *    lost-run timeout, then SIGCONT: its late started CAS / heartbeat / terminal write must miss;
- *  - redis_flushall, redis_restart (stop, ~1 s down, start on the same port, empty).
+ *  - redis_flushall, redis_restart (stop, ~1 s down, start on the same port, empty);
+ *  - partition_pg: a host that owns a running job is cut off from Postgres (its proxy holds
+ *    everything, both ways) past the lost bound while the process goes on: its run must stop
+ *    itself before the job is handed on (self-fence) and what it sends after the heal must miss;
+ *  - partition_gateway: a host's event deliveries to the gateway are held as long (they pile up
+ *    in its outbox and arrive late, or are refused by the epoch fence when the run was lost).
+ * Every third host spawned runs with its wall clock 30 s off (alternately ahead and behind,
+ * libfaketime; monotonic time untouched): fencing and the lost bound must not depend on clocks.
  * Each victim is frozen (proxy paused + SIGSTOP) before it is inspected, so the recorded kind is
  * what it held when it died. Killed hosts are replaced. The seed fixes the schedule (fault order
  * and kinds, job mix and pacing); OS interleavings still vary between runs.
  */
 import { randomUUID } from "node:crypto";
+import { access } from "node:fs/promises";
 import { createConnection } from "node:net";
 import { resolve } from "node:path";
 import pg from "pg";
@@ -56,6 +64,8 @@ export const FAULT_KINDS = [
   "stop_running",
   "redis_flushall",
   "redis_restart",
+  "partition_pg",
+  "partition_gateway",
   "kill_other",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -92,12 +102,18 @@ const START_DELAY_MS = 300;
 const START_REPLY_DELAY_MS = 150;
 /** Frozen longer than claim timeout + lost-run timeout + a reaper pass or two. */
 const STOP_MS = 2200;
+/** Cut off as long: past the lost bound, so another host's reaper hands the job on meanwhile. */
+const PARTITION_MS = 2500;
+/** The skewed hosts' wall-clock offset, and the library that applies it (Debian's libfaketime). */
+const SKEW_S = 30;
+const FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /** What the hosts themselves reported as fenced writes that missed (from their JSON logs). */
 const HOST_REPORTS = {
   start_cas_missed: "start CAS missed",
   terminal_write_missed: "terminal write missed",
   heartbeat_not_ours: "heartbeat: execution no longer ours",
+  self_fenced: "self-fence",
 } as const;
 
 export interface ChaosReport {
@@ -112,6 +128,8 @@ export interface ChaosReport {
   hostReports: Record<keyof typeof HOST_REPORTS, number>;
   submitted: { direct: number; api: number; apiFailed: number };
   hostsSpawned: number;
+  /** Hosts spawned with their wall clock +SKEW_S / −SKEW_S (0 and 0 without libfaketime). */
+  skewedHosts: { ahead: number; behind: number };
   selfCheck: { doubleStartDetected: boolean; staleWriteDetected: boolean };
   /** Every job's event stream (read through the gateway's SSE) compared with its row. */
   streams: StreamCheck;
@@ -140,7 +158,11 @@ export function mulberry32(seed: number): () => number {
 interface LiveHost {
   handle: HostHandle;
   proxy: ChaosProxy;
+  /** Between the host and the gateway (event deliveries). */
+  gatewayProxy: ChaosProxy;
   stopped: boolean;
+  /** Cut off by a partition fault right now (not a victim for another fault meanwhile). */
+  cut: boolean;
   dead: boolean;
 }
 
@@ -177,6 +199,7 @@ export function scheduleFaults(kills: number, rand: () => number): FaultKind[] {
   for (let i = 0; i < stops; i++) list.push(i % 2 === 0 ? "stop_claimed" : "stop_running");
   for (let i = 0; i < Math.max(1, Math.ceil(kills / 12)); i++) list.push("redis_flushall");
   for (let i = 0; i < Math.max(1, Math.ceil(kills / 20)); i++) list.push("redis_restart");
+  for (let i = 0; i < Math.max(1, Math.ceil(kills / 10)); i++) list.push("partition_pg", "partition_gateway");
   for (let i = list.length - 1; i > 0; i--) {
     const j = Math.floor(rand() * (i + 1));
     [list[i], list[j]] = [list[j] as FaultKind, list[i] as FaultKind];
@@ -224,6 +247,11 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
   const background = backgroundTasks(log);
   const track = background.track;
   let hostsSpawned = 0;
+  const skewedHosts = { ahead: 0, behind: 0 };
+  const canSkew = await access(FAKETIME_LIB).then(
+    () => true,
+    () => false,
+  );
 
   let redis: RedisService | null = await startRedis();
   const redisPort = redis.port;
@@ -244,13 +272,16 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
     const db = pool;
     await installHistory(db);
     const pgUrl = new URL(st.databaseUrl);
+    const gatewayUrl = new URL(st.gatewayUrl);
     const indexClient = createRedisClient({ ...st.upstash, retries: 0 });
     const readyKey = redisKeys().readyIndex();
 
     const bundle = await bundleHost(root);
-    const onHostLine = (line: string) => {
+    const onHostLine = (hostId: string) => (line: string) => {
       for (const [k, needle] of Object.entries(HOST_REPORTS)) {
-        if (line.includes(needle)) hostReports[k as keyof typeof HOST_REPORTS]++;
+        if (!line.includes(needle)) continue;
+        hostReports[k as keyof typeof HOST_REPORTS]++;
+        log(`${hostId} reports ${k}`);
       }
     };
     const spawnChaosHost = async (): Promise<LiveHost> => {
@@ -261,18 +292,40 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
         startDelayMs: START_DELAY_MS,
         startReplyDelayMs: START_REPLY_DELAY_MS,
       });
+      const gatewayProxy = new ChaosProxy({
+        target: { host: gatewayUrl.hostname, port: Number(gatewayUrl.port) },
+        claimDelayMs: 0,
+        startDelayMs: 0,
+      });
       const port = await proxy.listen();
       const url = new URL(st.databaseUrl);
       url.port = String(port);
+      const gw = new URL(st.gatewayUrl);
+      gw.port = String(await gatewayProxy.listen());
+      const n = ++hostsSpawned;
+      // Every third host: its wall clock off by SKEW_S, ahead and behind in turn.
+      const skew = canSkew && n % 3 === 2 ? (skewedHosts.ahead <= skewedHosts.behind ? SKEW_S : -SKEW_S) : 0;
+      if (skew > 0) skewedHosts.ahead++;
+      else if (skew < 0) skewedHosts.behind++;
+      const skewEnv: Record<string, string> = skew
+        ? { LD_PRELOAD: FAKETIME_LIB, FAKETIME: `${skew > 0 ? "+" : ""}${skew}s`, FAKETIME_DONT_FAKE_MONOTONIC: "1" }
+        : {};
       const handle = await spawnBundledHost(
         bundle,
-        st.hostEnv({ ...CHAOS_HOST_ENV, DATABASE_URL: url.toString(), HOST_ID: `chaos-${++hostsSpawned}` }),
-        onHostLine,
+        st.hostEnv({
+          ...CHAOS_HOST_ENV,
+          ...skewEnv,
+          DATABASE_URL: url.toString(),
+          GATEWAY_URL: gw.origin,
+          HOST_ID: `chaos-${n}${skew ? `-skew${skew > 0 ? "ahead" : "behind"}` : ""}`,
+        }),
+        onHostLine(`chaos-${n}`),
       ).catch(async (e) => {
         await proxy.close();
+        await gatewayProxy.close();
         throw e;
       });
-      const h: LiveHost = { handle, proxy, stopped: false, dead: false };
+      const h: LiveHost = { handle, proxy, gatewayProxy, stopped: false, cut: false, dead: false };
       hosts.push(h);
       log(`host ${handle.id} up in ${Date.now() - spawnedAt} ms`);
       return h;
@@ -353,7 +406,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       await Promise.all(inflight);
     })();
 
-    const alive = () => hosts.filter((h) => !h.dead && !h.stopped);
+    const alive = () => hosts.filter((h) => !h.dead && !h.stopped && !h.cut);
     const ownedRows = async (hostId: string) => {
       const r = await db.query<{ state: string; n: string }>(
         "SELECT state, count(*) AS n FROM jobs WHERE owner = $1 AND state IN ('queued','running') GROUP BY state",
@@ -448,6 +501,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       signalGroup(victim, "SIGKILL");
       victim.dead = true;
       await victim.proxy.close();
+      await victim.gatewayProxy.close();
       if (landed) faults[kind]++;
       else faults.kill_other++;
       log(
@@ -479,6 +533,31 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       );
     };
 
+    /**
+     * Cut a host off (from Postgres: one that owns a running job; from the gateway: any) for
+     * PARTITION_MS while the process runs on, then heal. Held both ways: what it sends arrives
+     * after the heal, like TCP retransmitting across a partition that ends before it gives up.
+     */
+    const partition = async (kind: "partition_pg" | "partition_gateway") => {
+      await enoughHosts();
+      const victim = kind === "partition_pg" ? await findVictim("running", 4000) : (alive()[0] ?? null);
+      if (!victim) {
+        faultsMissed[kind]++;
+        return;
+      }
+      const proxy = kind === "partition_pg" ? victim.proxy : victim.gatewayProxy;
+      proxy.pause();
+      victim.cut = true;
+      faults[kind]++;
+      log(`${kind}: ${victim.handle.id} cut off for ${PARTITION_MS} ms`);
+      track(
+        sleep(PARTITION_MS).then(() => {
+          proxy.resume();
+          victim.cut = false;
+        }),
+      );
+    };
+
     const restartRedis = async () => {
       faults.redis_restart++;
       const old = redis;
@@ -499,6 +578,8 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
           await kill(f.kind as KillKind);
         } else if (f.kind === "stop_claimed" || f.kind === "stop_running") {
           await stop(f.kind);
+        } else if (f.kind === "partition_pg" || f.kind === "partition_gateway") {
+          await partition(f.kind);
         } else if (f.kind === "redis_flushall") {
           // Scheduled right after a restart, it would land while Redis is still down (the restart
           // takes > 1 s, faults come every ~0.9 s) and miss: let Redis come back first.
@@ -553,6 +634,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       hostReports,
       submitted,
       hostsSpawned,
+      skewedHosts,
       selfCheck,
       streams,
       durationMs: Date.now() - t0,
@@ -562,6 +644,7 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       signalGroup(h, "SIGCONT");
       signalGroup(h, "SIGKILL");
       await h.proxy.close().catch(() => {});
+      await h.gatewayProxy.close().catch(() => {});
     }
     await background.settle();
     await pool?.end().catch(() => {});

@@ -49,11 +49,11 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
   };
 
   try {
-    // The first event (run.started, or run.resumed from a checkpoint) is readRow's.
+    // The first event (run.started, run.resumed from a checkpoint, run.recovered from the journal) is readRow's.
     let outcome: FinalOutcome | WaitOutcome;
     try {
       const row = await readRow({ deps, run, emit });
-      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row.resume);
+      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
     } catch (err) {
       outcome = unexpectedOutcome({ deps, run, emit }, err, "");
     }

@@ -5,6 +5,7 @@
  * missing from its answer has lost ownership and is aborted without emitting anything further.
  */
 import type { Db } from "../../src/db/client";
+import { appendJournal, markRecovered, readJournal } from "../../src/db/journal-repo";
 import { cancelRequested, heartbeat, type TimingPoint } from "../../src/db/ownership-repo";
 import { settlesWithin } from "../../src/domain/async";
 import type { Claim } from "../../src/domain/identity";
@@ -96,6 +97,11 @@ export class Runner {
     this.deps = {
       db: opts.db,
       hostId: opts.hostId,
+      journal: {
+        append: (id, rows) => appendJournal(opts.db, id, rows),
+        read: (jobId) => readJournal(opts.db, jobId),
+        recovered: (id, payload) => markRecovered(opts.db, id, payload),
+      },
       writes: { start: (id) => starts.start(id), finish: (f) => finishes.finish(f) },
       model: opts.model,
       outbox: opts.outbox,

@@ -4,13 +4,17 @@
  * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
  */
 import { sql } from "drizzle-orm";
+import { RECOVERY_DEFAULTS } from "../contracts/agent";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
-const LOST = jobErrorSql("lost", "the run's host stopped heartbeating; it is not re-run automatically");
+const LOST = jobErrorSql(
+  "lost",
+  "the run's host stopped heartbeating, and the agent's recovery does not allow another execution",
+);
 
 /**
  * A claim that never reached `started` within the claim timeout is released: owner, claimed_at
@@ -41,37 +45,92 @@ export async function releaseStaleClaims(
 }
 
 /**
- * A running job past its deadline becomes `timed_out`; one whose owner stopped heartbeating
- * becomes `lost`. Neither is re-run: the agent may already have caused side effects. The
- * deadline is checked first so a run that is both late and silent reports the stronger fact.
+ * What the reaper does with a running job it reaps: past its deadline it is `timed_out`; silent
+ * (its owner stopped heartbeating), it is `recovered` (re-queued for a new execution that
+ * continues from the journal) when its agent's `recovery` allows one more, else `lost`.
+ */
+export type ReapState = "lost" | "timed_out" | "recovered";
+
+/**
+ * The agent's recovery settings for a job row aliased `j` joined to its version `v` (none: the
+ * built-in default agent), with the schema's defaults (AgentRecoverySchema, src/contracts/agent.ts)
+ * for a job without an agent or a version stored before the field existed.
+ */
+const RECOVERABLE =
+  sql.raw(`coalesce(v.definition->'recovery'->>'on_host_loss', '${RECOVERY_DEFAULTS.on_host_loss}') = 'resume'
+  AND j.recoveries < coalesce((v.definition->'recovery'->>'max_recoveries')::int, ${RECOVERY_DEFAULTS.max_recoveries})`);
+
+/**
+ * A running job past its deadline becomes `timed_out`. One whose owner stopped heartbeating is
+ * recovered when its agent allows it (RECOVERABLE): back to `queued` with no owner, claim and
+ * execution cleared, epoch + 1 (so the dead owner's identity can never match again, even before
+ * the next claim), `recoveries` + 1 and `recovery_reason` 'host_lost', for a new execution that
+ * rebuilds its conversation from the journal; else it becomes `lost`. An execution is never
+ * re-run: the reaped one ends (`executions.outcome` 'lost') either way. The deadline is checked
+ * first so a run that is both late and silent reports the stronger fact. Each row is decided and
+ * changed in one statement that re-checks the condition (a concurrent pass or owner write that
+ * changed the row first makes this one miss it).
  */
 export async function reapRuns(
   db: Db,
   heartbeatTimeoutMs: number,
-): Promise<Array<{ id: string; state: "lost" | "timed_out"; executionId: string }>> {
+): Promise<Array<{ id: string; state: ReapState; executionId: string; createdAt: Date }>> {
   // Retried on deadlock: marking many runs ends children of several parents (the resume trigger).
-  const rows = resultRows<{ id: string; state: "lost" | "timed_out"; execution_id: string }>(
+  const rows = resultRows<{ id: string; state: ReapState; execution_id: string; created_at: Date | string }>(
     await retryOnDeadlock(() =>
       db.execute(sql`
-      WITH reaped AS (
+      WITH due AS (
+        SELECT j.id, j.execution_id,
+          CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at < now() THEN 'timed_out'
+            WHEN ${RECOVERABLE} THEN 'recovered' ELSE 'lost' END AS outcome
+        FROM jobs j
+        LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
+        WHERE j.state = 'running'
+          AND ((j.deadline_at IS NOT NULL AND j.deadline_at < now())
+            OR j.heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
+      ), reaped AS (
         UPDATE jobs SET
-          state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
-          finished_at = now(),
-          error = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now()
-            THEN ${TIMED_OUT} ELSE ${LOST} END
-        WHERE state = 'running'
-          AND ((deadline_at IS NOT NULL AND deadline_at < now())
-            OR heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
-        RETURNING id, state, execution_id
+          state = CASE due.outcome WHEN 'recovered' THEN 'queued' ELSE due.outcome END,
+          finished_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE now() END,
+          error = CASE due.outcome WHEN 'timed_out' THEN ${TIMED_OUT} WHEN 'lost' THEN ${LOST} END,
+          ${REQUEUE_SET},
+          recovery_reason = CASE WHEN due.outcome = 'recovered' THEN 'host_lost' ELSE jobs.recovery_reason END
+        FROM due
+        WHERE jobs.id = due.id AND jobs.state = 'running' AND jobs.execution_id = due.execution_id
+          AND ((jobs.deadline_at IS NOT NULL AND jobs.deadline_at < now())
+            OR jobs.heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
+        RETURNING jobs.id, due.outcome AS state, due.execution_id, jobs.created_at
       ), recorded AS (
-        UPDATE executions SET finished_at = now(), outcome = reaped.state
+        UPDATE executions SET finished_at = now(),
+          outcome = CASE reaped.state WHEN 'timed_out' THEN 'timed_out' ELSE 'lost' END
         FROM reaped WHERE executions.id = reaped.execution_id AND executions.finished_at IS NULL
       )
-      SELECT id, state, execution_id FROM reaped`),
+      SELECT id, state, execution_id, created_at FROM reaped`),
     ),
   );
-  return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
+  return rows.map((r) => ({
+    id: r.id,
+    state: r.state,
+    executionId: r.execution_id,
+    createdAt: new Date(r.created_at),
+  }));
 }
+
+/**
+ * The SET clauses that hand a reaped or handed-off job (`due.outcome` 'recovered') to a new
+ * execution: the claim and the execution cleared (what `claimable()` asks), epoch + 1, one more
+ * recovery. Other outcomes keep the columns as they are.
+ */
+const REQUEUE_SET = sql.raw(`
+  owner = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.owner END,
+  claimed_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.claimed_at END,
+  token = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.token END,
+  execution_id = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_id END,
+  execution_started_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_started_at END,
+  heartbeat_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.heartbeat_at END,
+  deadline_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.deadline_at END,
+  epoch = CASE WHEN due.outcome = 'recovered' THEN jobs.epoch + 1 ELSE jobs.epoch END,
+  recoveries = CASE WHEN due.outcome = 'recovered' THEN jobs.recoveries + 1 ELSE jobs.recoveries END`);
 
 /**
  * Whether any job anywhere waits for a claim, is claimed but not started, or runs: an idle host's

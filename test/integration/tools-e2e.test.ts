@@ -61,6 +61,8 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
       input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
       tools: ["shell"],
     });
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [id]);
     const deadline = Date.now() + 20_000;
     while ((await countHostObjects(d, hostId)).containers === 0) {
       if (Date.now() > deadline) throw new Error("sandbox never appeared");

@@ -155,7 +155,10 @@ export class ActiveRun {
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 
-  /** Shutdown grace ran out: stop the model stream and fail the run honestly. */
+  /**
+   * Shutdown grace ran out: stop the model stream; the run is handed to a new execution at its
+   * last journaled step (run-job.ts), or fails `host_shutdown` when its agent allows no recovery.
+   */
   stopForShutdown(): void {
     this.abortReason ??= "host_shutdown";
     this.abort.abort(new Error("host shutting down"));

@@ -28,6 +28,9 @@ interface Job {
 }
 
 const FINAL_ANSWER = ["the ", "answer ", "is ", "42"];
+const DEPLOYED_ANSWER = ["answered ", "by ", "the ", "next ", "host"];
+/** A short shutdown grace, so that a SIGTERM hands the run off within the test. */
+const GRACE_MS = 500;
 
 /** The case a request belongs to: its first user message names it. */
 const caseOf = (req: ProviderRequest): string =>
@@ -51,6 +54,12 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       const which = caseOf(req);
       const last = lastOf(req);
       if (which === "case:fail") return { kind: "stream", pieces: ["never"], until: never };
+      if (which === "case:deploy") {
+        // The first answer outlives the stopping host's grace; the next execution's is quick.
+        if (heldOnce.has(which)) return { kind: "stream", pieces: DEPLOYED_ANSWER };
+        heldOnce.add(which);
+        return { kind: "stream", pieces: ["doomed"], until: never };
+      }
       if (last.role === "user") {
         const tool = which === "case:final" ? "files__echo" : "files__charge";
         return {
@@ -71,7 +80,12 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       hosts: 2,
       model: { baseUrl: provider.url, apiKey: "k", name: "fake-model" },
       gatewayVars: { MCP_ALLOWED_URLS: allowed },
-      hostEnv: { ...FAST_LOSS_HOST_ENV, MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false" },
+      hostEnv: {
+        ...FAST_LOSS_HOST_ENV,
+        MCP_ALLOWED_URLS: allowed,
+        SANDBOX_ENABLED: "false",
+        HOST_SHUTDOWN_GRACE_MS: String(GRACE_MS),
+      },
     });
     pool = testPool(stack.databaseUrl, 2);
   }, 180_000);
@@ -196,6 +210,48 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     // Two executions: the second one's epoch is higher.
     expect(Number(calls[1]?.headers["x-ear-epoch"])).toBeGreaterThan(Number(calls[0]?.headers["x-ear-epoch"]));
     expect(job.output).toBe(`saw: charged once under ${keys[0]}`);
+  });
+
+  it("SIGTERM mid-answer with a short grace: handed off at once, completed by another host, never run.failed", async () => {
+    await jobs.defineAgent("rec-deploy", {});
+    const id = await jobs.submit("rec-deploy", { input: { messages: [{ role: "user", content: "case:deploy" }] } });
+    await waitFor(
+      "the answer to start",
+      async () => provider.requests.some((r) => caseOf(r) === "case:deploy") || null,
+      {
+        timeoutMs: 30_000,
+        intervalMs: 20,
+      },
+    );
+    const owner = await ownerOf(id);
+    const host = stack.hosts.find((h) => h.id === owner);
+    expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
+    const termAt = Date.now();
+    host?.process.kill("SIGTERM");
+    const job = await jobs.finished(id, 60_000);
+    expect(job).toMatchObject({ state: "completed", output: DEPLOYED_ANSWER.join(""), recoveries: 1 });
+    const events = await eventsOf(id);
+    const types = events.map((e) => e.type);
+    expect(types).not.toContain("run.failed");
+    const recovered = events.find((e) => e.type === "run.recovered");
+    expect(recovered?.payload).toEqual({
+      reason: "host_shutdown",
+      from_step: 0,
+      discarded_turn: true,
+      unknown_calls: [],
+      sandbox_reset: false,
+    });
+    const execs = await pool.query<{ host: string; outcome: string }>(
+      "SELECT host, outcome FROM executions WHERE job_id = $1 ORDER BY epoch",
+      [id],
+    );
+    expect(execs.rows.map((r) => r.outcome)).toEqual(["handed_off", "completed"]);
+    expect(execs.rows[1]?.host).not.toBe(owner);
+    // Handed off after the grace, not after the lost bound (4 s here): running elsewhere soon after.
+    const handOffMs = Date.parse(recovered.ts) - termAt;
+    expect(handOffMs).toBeLessThan(GRACE_MS + 3000);
+    console.log(`[recovery] SIGTERM → run.recovered on another host in ${handOffMs} ms (grace ${GRACE_MS} ms)`);
+    await stack.addHost();
   });
 
   it('on_host_loss: "fail": the job ends lost, as before recovery existed', async () => {

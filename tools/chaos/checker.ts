@@ -8,8 +8,8 @@
  * anomaly: the model said no). A job may also be recovered (docs/architecture.md, "Recovery"):
  * its started execution's owner went silent and the reaper re-queued it (epoch + 1, owner,
  * token and execution cleared) for a new execution. Then the job has one start per recovery
- * plus one, executions strictly one after another (each earlier one ended `lost` before the
- * next started: epochs rising, never two open at once), and ends in any of the outcomes above
+ * plus one, executions strictly one after another (each earlier one ended `lost`, or
+ * `handed_off` by a shutdown, before the next started: epochs rising, never two open at once), and ends in any of the outcomes above
  * (`recovered_then_completed` when it completes). Anomalies: double-started, stale write accepted, lost without a
  * start, stuck (not terminal after the recovery window), missing (submitted, no row), unexpected
  * (a row nobody submitted).
@@ -97,7 +97,9 @@ export function checkHistory(submitted: Iterable<string>, h: History): CheckResu
     for (const e of execs) {
       // An execution before the job's last one was ended by a recovery: lost, never the job's again.
       if (e !== current) {
-        if (e.outcome !== "lost") stale.push(`execution ${e.id} before a recovery ended ${e.outcome}, not lost`);
+        if (e.outcome !== "lost" && e.outcome !== "handed_off") {
+          stale.push(`execution ${e.id} before a recovery ended ${e.outcome}, not lost or handed_off`);
+        }
         if (e.id === job.executionId) stale.push(`execution ${e.id} is the job's again after a recovery`);
         continue;
       }

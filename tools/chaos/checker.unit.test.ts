@@ -159,6 +159,7 @@ describe("claims checker", () => {
     const open = checkHistory([J], recovered(null));
     expect(open.anomalies).toBe(1);
     expect(open.verdicts[0]?.reasons.join()).toContain("before a recovery ended null");
+    expect(checkHistory([J], recovered("handed_off")).anomalies).toBe(0);
     // A recovered job's stream: run.started of the first execution, run.recovered of the row's.
     const row: StreamRow = { id: J, state: "completed", executionId: E2, started: true, output: "ok" };
     const ev = (offset: number, type: string, executionId: string, payload = {}): StreamEvent => ({

@@ -226,11 +226,14 @@ export async function finishedExecutions(db: Db, executionIds: string[]): Promis
 }
 
 /**
- * The sandboxes of these executions are gone: clear their jobs' cleanup fences where the job no
- * longer runs under them. Returns the ids whose job still runs under them (a sandbox removed at
- * host start before the reaper declared the run lost): their fences can only be cleared once the
- * run is over, so the caller asks again later. Every other id is settled: cleared now, already
- * clear, its job moved on to another execution, or unknown here.
+ * The sandboxes of these executions are gone: clear their jobs' cleanup fences where the job is
+ * not running. A job is found by its current execution or, once it continued in a new execution
+ * after a recovery or a hand-off (its row names the new one, or none while queued), by the
+ * `executions` row of the old one. Returns the ids whose job still runs (under them: a sandbox
+ * removed at host start before the reaper called the run over; or under a newer execution,
+ * whose own sandbox the fence may now guard): their fences can only be cleared once the job is
+ * not running, so the caller asks again later. Every other id is settled: cleared now, already
+ * clear, or unknown here.
  */
 export async function clearCleanupFences(
   db: Db,
@@ -242,15 +245,19 @@ export async function clearCleanupFences(
   // One statement: the SELECT sees the snapshot from before the UPDATE, which changes no state.
   const rows = resultRows<{ id: string; running: boolean }>(
     await db.execute(sql`
-      WITH cleared AS (
+      WITH mine AS (
+        SELECT id AS execution_id, job_id FROM executions WHERE id = ANY(${list})
+        UNION
+        SELECT execution_id, id FROM jobs WHERE execution_id = ANY(${list})
+      ), cleared AS (
         UPDATE jobs SET cleanup_pending = false
-        WHERE execution_id = ANY(${list}) AND state <> 'running' AND cleanup_pending
-        RETURNING id
+        FROM mine WHERE jobs.id = mine.job_id AND jobs.state <> 'running' AND jobs.cleanup_pending
+        RETURNING jobs.id
       )
-      SELECT id::text AS id, false AS running FROM cleared
+      SELECT DISTINCT id::text AS id, false AS running FROM cleared
       UNION ALL
-      SELECT execution_id::text AS id, true AS running FROM jobs
-      WHERE execution_id = ANY(${list}) AND state = 'running'`),
+      SELECT DISTINCT mine.execution_id::text AS id, true AS running FROM mine JOIN jobs ON jobs.id = mine.job_id
+      WHERE jobs.state = 'running'`),
   );
   return { cleared: rows.filter((r) => !r.running).length, running: rows.filter((r) => r.running).map((r) => r.id) };
 }

@@ -9,8 +9,15 @@ import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { appendJournal, markRecovered, readJournal } from "../../src/db/journal-repo";
-import { claimJob, type ExecutionIdentity, finishJob, heartbeat, markStarted } from "../../src/db/ownership-repo";
-import { reapRuns } from "../../src/db/reaper-repo";
+import {
+  claimJob,
+  type ExecutionIdentity,
+  finishJob,
+  heartbeat,
+  markStarted,
+  setCleanupPending,
+} from "../../src/db/ownership-repo";
+import { clearCleanupFences, reapRuns } from "../../src/db/reaper-repo";
 import { executions, jobs, tenants } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { startTestPostgres, type TestDb } from "../helpers/db";
@@ -111,6 +118,20 @@ describe("the job journal", () => {
       [5, "turn", b.epoch],
     ]);
     expect(journal[2]?.payload).toEqual({ call_id: "c1", content: "ok" });
+  });
+
+  it("the dead execution's sandbox fence is cleared by its old execution id once the recovered job no longer runs", async () => {
+    const job = await newJob();
+    const a = await claimAndStart(job, "A");
+    expect(await setCleanupPending(t.db, a, true)).toBe(true);
+    await sleep(5);
+    expect(await reapRuns(t.db, 1)).toContainEqual(expect.objectContaining({ id: job, state: "recovered" }));
+    const b = await claimAndStart(job, "B");
+    // The new execution runs (it may have a sandbox of its own under the same fence): ask again later.
+    expect(await clearCleanupFences(t.db, [a.executionId])).toEqual({ cleared: 0, running: [a.executionId] });
+    expect(await finishJob(t.db, b, { state: "completed", output: "ok" })).toBe(true);
+    expect(await clearCleanupFences(t.db, [a.executionId])).toEqual({ cleared: 1, running: [] });
+    expect((await row(job)).cleanupPending).toBe(false);
   });
 
   it("model text that Postgres cannot store (a NUL) is appended with U+FFFD, not refused", async () => {

@@ -25,6 +25,7 @@ interface Job {
   output: string | null;
   recoveries: number;
   error: { code: string } | null;
+  waiting_for: { call_id: string; question: string | null } | null;
 }
 
 const FINAL_ANSWER = ["the ", "answer ", "is ", "42"];
@@ -210,6 +211,33 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     // Two executions: the second one's epoch is higher.
     expect(Number(calls[1]?.headers["x-ear-epoch"])).toBeGreaterThan(Number(calls[0]?.headers["x-ear-epoch"]));
     expect(job.output).toBe(`saw: charged once under ${keys[0]}`);
+  });
+
+  it("SIGKILL during an approved call that requires approval: a person is asked again, told the outcome is unknown", async () => {
+    await jobs.defineAgent("rec-approve", { mcp_servers: server([{ name: "charge", requires_approval: true }]) });
+    const id = await jobs.submit("rec-approve", { input: { messages: [{ role: "user", content: "case:approve" }] } });
+    const callId = (await jobs.waiting(id)).waiting_for?.call_id as string;
+    const decide = (decision: string) =>
+      api().call("POST", `/v1/jobs/${id}/approvals/${encodeURIComponent(callId)}`, { decision });
+    expect((await decide("approve")).status).toBe(202);
+    await waitFor("the approved call", async () => callsOf(id, "charge").length > 0 || null, {
+      timeoutMs: 30_000,
+      intervalMs: 20,
+    });
+    await killOwner(id);
+    const again = await jobs.waiting(id, 30_000);
+    expect(again.recoveries).toBe(1);
+    expect(again.waiting_for).toMatchObject({ call_id: callId });
+    expect(again.waiting_for?.question).toContain("unknown");
+    expect((await decide("deny")).status).toBe(202);
+    const job = await jobs.finished(id, 60_000);
+    expect(job.state).toBe("completed");
+    expect(callsOf(id, "charge")).toHaveLength(1);
+    expect(job.output).toContain("denied");
+    const asked = (await eventsOf(id)).filter((e) => e.type === "tool.approval_requested");
+    expect(asked).toHaveLength(2);
+    expect(asked[0].payload.note).toBeUndefined();
+    expect(asked[1].payload.note).toContain("unknown");
   });
 
   it("SIGTERM mid-answer with a short grace: handed off at once, completed by another host, never run.failed", async () => {

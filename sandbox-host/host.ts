@@ -109,7 +109,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     // Stopped once the runs are over: admitted offload work finishes (bounded), then the threads end.
     { name: "offload pool", stop: () => offload.close({ timeoutMs: OFFLOAD_DRAIN_MS }) },
     // Stopped after admission: running jobs get the grace period (HOST_SHUTDOWN_GRACE_MS), then
-    // are aborted and end failed with host_shutdown.
+    // are stopped and handed off to a new execution (or fail host_shutdown when not allowed).
     {
       name: "runs",
       stop: async () => {

@@ -497,6 +497,7 @@ function AgentForm({
       delegates: parseNames(delegates),
       approval: { ...(deadline.trim() ? { deadline_s: Number(deadline) } : {}), on_deadline: onDeadline },
       sandbox_profile: base?.sandbox_profile ?? "default",
+      recovery: base?.recovery ?? {},
     };
     setBusy(true);
     try {

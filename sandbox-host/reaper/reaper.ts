@@ -19,7 +19,7 @@
  */
 import type { Db } from "../../src/db/client";
 import { fleetWork, readyJobs } from "../../src/db/reaper-repo";
-import { recoveryPass } from "../../src/db/recovery-pass";
+import { type ReapedRun, recoveryPass } from "../../src/db/recovery-pass";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import { jitter } from "../../src/domain/backoff";
 import type { RedisKeys } from "../../src/quota/keys";
@@ -45,8 +45,8 @@ export interface ReaperOptions {
   jobRetentionMs?: number;
   /** Whether the fleet is idle; without it every pass is a busy one. */
   activity?: FleetActivity;
-  /** Called for each run this pass declared lost or timed out. */
-  onReaped?: (r: { id: string; state: "lost" | "timed_out"; executionId: string }) => void;
+  /** Called for each run this pass declared lost, timed out or recovered. */
+  onReaped?: (r: ReapedRun) => void;
 }
 
 const REBUILD_BATCH = 1000;

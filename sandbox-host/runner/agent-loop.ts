@@ -6,14 +6,15 @@
  * agent's response_format, and decide the outcome. Input that arrives meanwhile is applied at
  * turn boundaries. A tool call that needs a person (an approval, or ask_user) ends the
  * execution as a wait with a checkpoint (waitpoint.ts); the execution that resumes continues
- * from it.
+ * from it. Every completed step is journaled before the next starts (journal.ts), so an
+ * execution that recovers the job after its host was lost continues from there (recovery.ts).
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelTurnReason } from "../../src/contracts/events";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
-import { approvalSettings, requiresApproval } from "../../src/domain/approval";
+import { approvalSettings, isIdempotent, requiresApproval } from "../../src/domain/approval";
 import { mcpServersOf } from "../../src/domain/mcp";
 import { type ModelEntry, resolveModel } from "../../src/domain/models";
 import { errorFields } from "../log";
@@ -22,12 +23,24 @@ import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
 import { childResults, delegateSpecs, delegateTarget, planChildren } from "./delegate";
+import type { Step } from "./journal";
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
+import {
+  beginRecovery,
+  OUTCOME_UNKNOWN,
+  OUTCOME_UNKNOWN_NOTE,
+  openCalls,
+  type Recovery,
+  recoveredPayload,
+  SANDBOX_RESET_NOTE,
+} from "./recovery";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { abortedOutcome, type Execution, type ExecutionParts, failed, runFields } from "./run-context";
 import { allowedTools, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
+
+type TurnStep = Extract<Step, { kind: "turn" }>;
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
 export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
@@ -35,27 +48,43 @@ export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
 /** How the wait a resuming execution continues from ended: its checkpoint and the decision. */
 export type Resume = { checkpoint: RunCheckpoint; decision: { callId: string; decision: ResumeDecision } };
 
+/** Where an execution starts: afresh, from a wait's checkpoint, or from the journal. */
+export interface Start {
+  resume: Resume | null;
+  recovery: Recovery | null;
+}
+
 /**
  * The execution's first step: its job row and pinned agent version (read once: a later version
  * never reaches a running job) and, when it resumes a waiting job, its checkpoint and how the
- * wait ended. Then the execution's first event: `run.resumed` when it continues from a
- * checkpoint, else `run.started` (emitted even when the read failed). Throws when it failed.
+ * wait ended, or, when it recovers a job whose last owner was lost, the journal. Then the
+ * execution's first event: `run.recovered` when it continues from the journal, `run.resumed`
+ * when it continues from a checkpoint, else `run.started` (emitted even when the read failed).
+ * Throws when it failed.
  */
-export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob; resume: Resume | null }> {
+export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob } & Start> {
   const { deps, run, emit } = parts;
   const id = run.identity;
   let resume: Resume | null = null;
+  let recovery: Recovery | null = null;
   try {
     const job = await loadRunnableJob(deps.db, id.jobId);
+    if (job.recoveryReason !== null) {
+      // A recovery: the journal holds everything the checkpoint would (decisions included).
+      recovery = await beginRecovery(parts, job.recoveryReason);
+      return { job, resume, recovery };
+    }
     const checkpoint = readCheckpoint(job.checkpoint);
     if (checkpoint) {
       const decision = await resumeDecision(deps.db, id.jobId, checkpoint.pending.id);
       if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.pending.id}`);
       resume = { checkpoint, decision: { callId: checkpoint.pending.id, decision } };
     }
-    return { job, resume };
+    return { job, resume, recovery };
   } finally {
-    if (resume) {
+    if (recovery) {
+      emit("run.recovered", recoveredPayload(recovery));
+    } else if (resume) {
       const d = resume.decision.decision;
       emit("run.resumed", {
         call_id: resume.decision.callId,
@@ -88,12 +117,13 @@ export function unexpectedOutcome(parts: ExecutionParts, err: unknown, text: str
 }
 
 /** Prepare, run the turns, and decide the outcome (or a wait). Never throws. */
-export async function runAgent(exec: Execution, resume: Resume | null): Promise<FinalOutcome | WaitOutcome> {
+export async function runAgent(exec: Execution, start: Start): Promise<FinalOutcome | WaitOutcome> {
   const { run, emit } = exec;
+  const { resume, recovery } = start;
   let text = "";
 
   try {
-    const prepared = await prepare(exec, resume);
+    const prepared = await prepare(exec, start);
     if ("state" in prepared) return prepared;
     const { model, messages, tools, request, format } = prepared;
     const loop: LoopState = {
@@ -120,13 +150,50 @@ export async function runAgent(exec: Execution, resume: Resume | null): Promise<
         loop,
         decided: checkpoint.children ? null : decision,
         delegated,
+        inFlight: new Set(),
       });
       if (ran) return ran;
     }
+    if (recovery) {
+      // Continue after the last journaled step: the open calls of its turn first.
+      const { rebuilt } = recovery;
+      text = rebuilt.text;
+      if (rebuilt.repairedAt !== null) {
+        loop.repaired = true;
+        loop.maxTurns = rebuilt.repairedAt + 1;
+      }
+      firstTurn = rebuilt.turn + 1;
+      const calls = openCalls(recovery);
+      if (calls.length > 0) {
+        // A parent recovering after its children's wait: their ends are their delegate calls' results.
+        const cp = readCheckpoint(exec.job.checkpoint);
+        const delegated = cp?.children ? await childResults(exec, cp.children) : new Map<string, string>();
+        const ran = await runCalls(exec, {
+          messages,
+          calls,
+          turn: rebuilt.turn,
+          text,
+          loop,
+          decided: null,
+          delegated,
+          inFlight: recovery.inFlight,
+        });
+        if (ran) return ran;
+      }
+      if (recovery.sandboxReset) {
+        messages.push({ role: "user", content: SANDBOX_RESET_NOTE });
+        exec.journal.note({
+          kind: "user",
+          payload: { content: SANDBOX_RESET_NOTE, why: "recovery", turn: rebuilt.turn },
+        });
+      }
+    }
 
     // Why the next turn starts, announced by `model.turn` so a client can tell the turns' text apart.
-    let reason: ModelTurnReason = resume ? "resumed" : "start";
+    let reason: ModelTurnReason = resume ? "resumed" : recovery ? "recovered" : "start";
     for (let turn = firstTurn; ; turn++) {
+      // The steps before this turn (its input, the last turn's results) are durable first.
+      if (!(await exec.journal.write())) return abortedOutcome(run, text);
       emit("model.turn", { turn, reason });
       const called = await callModel(exec, { model, turn, request: { ...request, messages, tools }, textSoFar: text });
       if ("state" in called) return called;
@@ -137,14 +204,27 @@ export async function runAgent(exec: Execution, resume: Resume | null): Promise<
       if (calls.length > 0) {
         if (turn >= loop.maxTurns) return failed("too_many_turns", `the agent used ${loop.maxTurns} model turns`, text);
         messages.push({ role: "assistant", content: turnText, toolCalls: calls });
-        const ran = await runCalls(exec, { messages, calls, turn, text, loop, decided: null, delegated: new Map() });
+        // Rides on the turn's first call (or wait): nothing the calls do comes before it.
+        exec.journal.note({ kind: "turn", payload: { turn, text: turnText, calls } });
+        const ran = await runCalls(exec, {
+          messages,
+          calls,
+          turn,
+          text,
+          loop,
+          decided: null,
+          delegated: new Map(),
+          inFlight: new Set(),
+        });
         if (ran) return ran;
         reason = "tool_results";
         continue;
       }
       // Input that arrived during the turn is applied in one more turn (bounded).
       messages.push({ role: "assistant", content: turnText });
-      if (turn < loop.maxTurns && (await applyInputs(exec, messages)) > 0) {
+      // Journaled only if the run goes on after it (the input or the repair note is noted with it).
+      const answered: TurnStep = { kind: "turn", payload: { turn, text: turnText, calls: [] } };
+      if (turn < loop.maxTurns && (await applyInputs(exec, messages, answered)) > 0) {
         reason = "input";
         continue;
       }
@@ -164,6 +244,8 @@ export async function runAgent(exec: Execution, resume: Resume | null): Promise<
       loop.maxTurns = turn + 1;
       reason = "repair";
       messages.push({ role: "user", content: repairMessage(checked.problems) });
+      exec.journal.note(answered);
+      exec.journal.note({ kind: "user", payload: { content: repairMessage(checked.problems), why: "repair", turn } });
     }
     return { state: "completed", output: text };
   } catch (err) {
@@ -189,7 +271,9 @@ interface LoopState {
  * `decided` is the call a resuming execution continues from: its result comes from the decision.
  * A delegate call with no result yet ends the execution as a `children` wait: it and every other
  * unresolved delegate call of the turn create their children together (parallel children), and
- * the resuming execution finds their results in `delegated`.
+ * the resuming execution finds their results in `delegated`. `inFlight`: calls a recovering
+ * execution found started with no result (recovery.ts): one not declared idempotent is never
+ * made again. Each result is journaled before the next call.
  * Returns null when every call ran, else the outcome that ends the execution.
  */
 async function runCalls(
@@ -202,10 +286,11 @@ async function runCalls(
     loop: LoopState;
     decided: { callId: string; decision: ResumeDecision } | null;
     delegated: Map<string, string>;
+    inFlight: ReadonlySet<string>;
   },
 ): Promise<FinalOutcome | WaitOutcome | null> {
   const { run, emit } = exec;
-  const { messages, calls, turn, text, loop, decided, delegated } = step;
+  const { messages, calls, turn, text, loop, decided, delegated, inFlight } = step;
   const definition = exec.job.agent?.definition ?? null;
   // What a waitpoint at call i keeps: the conversation so far, the call that waits, the rest of the turn.
   const checkpointAt = (i: number, call: ModelToolCall) => ({
@@ -227,6 +312,8 @@ async function runCalls(
       const batch = calls.slice(i).filter((c) => delegateTarget(definition, c.name) !== null && !delegated.has(c.id));
       const plan = await planChildren(exec, { definition, calls: batch });
       if (plan.children.length > 0) {
+        // The turn is durable before the job waits (a recovery after the resume rebuilds from it).
+        if (!(await exec.journal.write())) return abortedOutcome(run, text);
         return {
           state: "waiting",
           kind: "children",
@@ -246,11 +333,26 @@ async function runCalls(
       result = { content: delegated.get(call.id) as string };
     } else if (decided && call.id === decided.callId) {
       result = await decidedCallResult(exec, call, decided.decision);
+    } else if (inFlight.has(call.id) && !isIdempotent(definition, call.name)) {
+      // In flight at the loss, and not safe to repeat: a person decides again, or the model is told.
+      if (requiresApproval(definition, call.name) === "approval") {
+        if (!(await exec.journal.write())) return abortedOutcome(run, text);
+        return {
+          state: "waiting",
+          kind: "approval",
+          approval: approvalSettings(definition),
+          checkpoint: checkpointAt(i, call),
+          note: OUTCOME_UNKNOWN_NOTE,
+        };
+      }
+      emit("tool.result", { id: call.id, ok: false, output: OUTCOME_UNKNOWN });
+      result = { content: JSON.stringify({ error: OUTCOME_UNKNOWN }) };
     } else if (!loop.offered.has(call.name)) {
       result = unofferedCall(exec, call, text);
     } else {
       const wait = requiresApproval(definition, call.name);
       if (wait) {
+        if (!(await exec.journal.write())) return abortedOutcome(run, text);
         return {
           state: "waiting",
           kind: wait,
@@ -263,6 +365,9 @@ async function runCalls(
     if ("state" in result) return result;
     messages.push({ role: "tool", toolCallId: call.id, content: result.content });
     if (run.abort.signal.aborted) return abortedOutcome(run, text);
+    if (!(await exec.journal.write({ kind: "result", payload: { call_id: call.id, content: result.content } }))) {
+      return abortedOutcome(run, text);
+    }
   }
   return null;
 }
@@ -284,8 +389,9 @@ interface PreparedRun {
  * `run.prepared`. Without an agent the built-in default agent runs: the job's tools, no
  * instructions, MAX_TURNS turns, the provider's default sampling.
  */
-async function prepare(exec: Execution, resume: Resume | null): Promise<PreparedRun | FinalOutcome> {
+async function prepare(exec: Execution, start: Start): Promise<PreparedRun | FinalOutcome> {
   const { deps, run, job } = exec;
+  const { resume, recovery } = start;
   const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
   // gateway configured differently: never hand the provider (or the quota) a name not offered.
@@ -299,10 +405,17 @@ async function prepare(exec: Execution, resume: Resume | null): Promise<Prepared
     );
   }
   // A resumed run continues the conversation it suspended with (instructions, input and every
-  // completed tool result included); a first run starts from the job's input.
+  // completed tool result included); a recovered one the journal's after the job's input; a
+  // first run starts from the job's input.
+  const base: ModelMessage[] = [
+    ...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []),
+    ...job.messages,
+  ];
   const messages: ModelMessage[] = resume
     ? [...resume.checkpoint.messages]
-    : [...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []), ...job.messages];
+    : recovery
+      ? [...base, ...recovery.rebuilt.messages]
+      : base;
   const allowed = allowedTools(job);
   // In the order the agent (or job) lists them: what the provider sees is exactly that list;
   // ask_user needs no sandbox.
@@ -329,9 +442,10 @@ async function prepare(exec: Execution, resume: Resume | null): Promise<Prepared
   // A resumed conversation ends with the assistant's tool calls, whose results must come next:
   // input sent meanwhile waits for the next turn boundary (and the answer to ask_user is the
   // pending call's result, applied by decidedCallResult).
-  if (!resume) await applyInputs(exec, messages);
+  // So does a recovered conversation that ends with calls still open.
+  if (!resume && !(recovery && recovery.rebuilt.open.length > 0)) await applyInputs(exec, messages);
   run.observe("prepared_at");
-  if (!resume) exec.emit("run.prepared", {});
+  if (!resume && !recovery) exec.emit("run.prepared", {});
   return {
     model,
     messages,
@@ -350,15 +464,21 @@ async function prepare(exec: Execution, resume: Resume | null): Promise<Prepared
 
 /**
  * Take input sent while the job was queued or running, in arrival order, into the next model
- * turn: accepted (event), appended as user messages, then marked applied. Returns how many.
+ * turn: accepted (event), appended as user messages (journaled with the next turn's start,
+ * after `before`: the answer they follow), then marked applied. Returns how many.
  */
-async function applyInputs(exec: Execution, messages: ModelMessage[]): Promise<number> {
+async function applyInputs(exec: Execution, messages: ModelMessage[], before?: TurnStep): Promise<number> {
   const { deps, emit } = exec;
   const inputs = await acceptPendingInputs(deps.db, exec.id);
   if (inputs.length === 0) return 0;
+  if (before) exec.journal.note(before);
   for (const input of inputs) {
     emit("input.accepted", { input_id: input.id, content: input.content });
     messages.push({ role: "user", content: input.content });
+    exec.journal.note({
+      kind: "user",
+      payload: { content: input.content, why: "input", turn: before?.payload.turn ?? 0 },
+    });
   }
   await markInputsApplied(
     deps.db,

@@ -21,18 +21,20 @@ import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import { type JournalStore, RunJournal } from "./journal";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 
 /**
  * The host's collaborators, built once by the Runner and handed to every run (as trigger.dev's
  * run engine hands one typed resources object to every system): what a step needs from the host
- * is a field here, never a parameter of its own or an optional hook with a default. A new
- * collaborator (issue 27's journal writer, called at every completed step) is one more field.
+ * is a field here, never a parameter of its own or an optional hook with a default.
  */
 export interface RunDeps {
   db: Db;
   hostId: string;
+  /** The job journal's fenced appends and reads (journal.ts): every completed step, before the next. */
+  journal: JournalStore;
   /** The run's own row writes that the Runner group-commits (start-batcher.ts, finish-batcher.ts). */
   writes: RunWrites;
   model: ModelClient;
@@ -208,7 +210,10 @@ export class ActiveRun {
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 
-  /** Shutdown grace ran out: stop the model stream and fail the run honestly. */
+  /**
+   * Shutdown grace ran out: stop the model stream; the run is handed to a new execution at its
+   * last journaled step (run-job.ts), or fails `host_shutdown` when its agent allows no recovery.
+   */
   stopForShutdown(): void {
     this.abortReason ??= "host_shutdown";
     this.abort.abort(new Error("host shutting down"));
@@ -237,12 +242,15 @@ export class Execution implements ExecutionParts {
   readonly emit: Emit;
   /** The job's row as this execution read it, once (a later agent version never reaches it). */
   readonly job: RunnableJob;
+  /** This execution's journal writer (steps appended under its identity). */
+  readonly journal: RunJournal;
 
   constructor(parts: ExecutionParts & { job: RunnableJob }) {
     this.deps = parts.deps;
     this.run = parts.run;
     this.emit = parts.emit;
     this.job = parts.job;
+    this.journal = new RunJournal(parts.deps.journal, parts.run);
   }
 
   /** The identity every fenced write of this execution carries. */

@@ -1,18 +1,19 @@
 /**
- * One claimed job, start to terminal state (or to a waitpoint): the started CAS, the agent
- * (agent-loop.ts), the fenced terminal write and its event (or the fenced suspend,
- * waitpoint.ts), phase metrics, sandbox cleanup. Every write carries the
+ * One claimed job, start to terminal state (or to a waitpoint, or handed off at shutdown): the
+ * started CAS, the agent (agent-loop.ts), the fenced terminal write and its event (or the fenced
+ * suspend, waitpoint.ts, or the fenced hand-off), phase metrics, sandbox cleanup. Every write carries the
  * execution identity; the moment one misses (or a heartbeat says the row is no longer ours) the
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
 import { randomUUID } from "node:crypto";
 import { cancelClaim, type FinalOutcome, type FinishResult } from "../../src/db/ownership-repo";
+import { handOffRun } from "../../src/db/reaper-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
-import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
+import { type ActiveRun, type Emit, Execution, type RunDeps, runFields, type StartedRun } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
 
@@ -25,7 +26,9 @@ export type RunResult =
   | "ownership_lost"
   | "finish_error"
   /** Ended cleanly at a waitpoint: the job is `waiting`, and the execution `suspended`. */
-  | "suspended";
+  | "suspended"
+  /** Stopped by the host's shutdown at its last journaled step; the job is queued for a new execution. */
+  | "handed_off";
 
 export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResult> {
   const { log } = deps;
@@ -50,17 +53,22 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
   };
 
   try {
-    // The first event (run.started, or run.resumed from a checkpoint) is readRow's.
+    // The first event (run.started, run.resumed from a checkpoint, run.recovered from the journal) is readRow's.
     let outcome: FinalOutcome | WaitOutcome;
     try {
       const row = await readRow({ deps, run, emit });
-      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row.resume);
+      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
     } catch (err) {
       outcome = unexpectedOutcome({ deps, run, emit }, err, "");
     }
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", { ...fields, lost_by: run.lostBy });
       return "ownership_lost";
+    }
+    if (run.abortReason === "host_shutdown" && outcome.state === "failed" && outcome.error.code === "host_shutdown") {
+      const handed = await handOff(deps, run);
+      if (handed !== "not_allowed") return handed;
+      // The agent allows no recovery: the run fails host_shutdown, as before hand-offs.
     }
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
@@ -110,6 +118,39 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     run.phase = "done";
     if (run.sandboxUsed && deps.sandbox) await destroySandbox(deps, id);
     out.end();
+  }
+}
+
+/**
+ * The grace of a shutdown ran out: hand the job to a new execution at once (src/db/reaper-repo.ts
+ * `handOffRun`) instead of failing it. The sandbox goes first, inside its cleanup fence (as at a
+ * suspend: afterwards the row names no execution the janitor could match it by). The steps the
+ * run completed are in the journal; the one it was in is discarded (a model turn is asked again,
+ * a tool call in flight is treated as at a loss: recovery.ts). A failed statement is logged and
+ * leaves the run to the reaper, which recovers it after the lost bound instead.
+ */
+async function handOff(deps: RunDeps, run: StartedRun): Promise<"handed_off" | "ownership_lost" | "not_allowed"> {
+  const id = run.identity;
+  const fields = { ...runFields(id), epoch: id.epoch };
+  run.phase = "finishing";
+  if (run.sandboxUsed && deps.sandbox) {
+    await destroySandbox(deps, id);
+    run.sandboxUsed = false;
+  }
+  try {
+    const handed = await handOffRun(deps.db, id);
+    if (handed === "handed_off") {
+      deps.log.info("shutdown: run handed off at its last journaled step", fields);
+      return "handed_off";
+    }
+    if (handed === "not_owner") {
+      run.owned = false;
+      return "ownership_lost";
+    }
+    return "not_allowed";
+  } catch (err) {
+    deps.log.error("hand-off write failed; the reaper will recover the run", { ...fields, ...errorFields(err) });
+    return "ownership_lost";
   }
 }
 

@@ -5,6 +5,7 @@
  * missing from its answer has lost ownership and is aborted without emitting anything further.
  */
 import type { Db } from "../../src/db/client";
+import { appendJournal, markRecovered, readJournal } from "../../src/db/journal-repo";
 import { cancelRequested, heartbeat, type TimingPoint } from "../../src/db/ownership-repo";
 import { settlesWithin } from "../../src/domain/async";
 import type { Claim } from "../../src/domain/identity";
@@ -22,6 +23,14 @@ import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import { FinishBatcher } from "./finish-batcher";
+
+/**
+ * How long a shutdown waits, after the grace, for the runs it stopped to be handed off (a
+ * sandbox removal and one statement each) or failed: part of a pod's termination budget
+ * (deploy/k8s/deployment.yaml, test/unit/k8s-manifests.test.ts).
+ */
+export const HAND_OFF_WAIT_MS = 5000;
+
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 import { ActiveRun, type RunDeps } from "./run-context";
@@ -102,6 +111,11 @@ export class Runner {
     this.deps = {
       db: opts.db,
       hostId: opts.hostId,
+      journal: {
+        append: (id, rows) => appendJournal(opts.db, id, rows),
+        read: (jobId) => readJournal(opts.db, jobId),
+        recovered: (id, payload) => markRecovered(opts.db, id, payload),
+      },
       writes: { start: (id) => starts.start(id), finish: (f) => finishes.finish(f) },
       model: opts.model,
       outbox: opts.outbox,
@@ -366,10 +380,11 @@ export class Runner {
   }
 
   /**
-   * Wait for running jobs up to `graceMs`; then abort the rest (they end `failed` with
-   * `host_shutdown`) and wait for their terminal writes, bounded by `abortWaitMs`.
+   * Wait for running jobs up to `graceMs`; then abort the rest (each is handed off to a new
+   * execution at its last journaled step, or, when its agent allows no recovery, ends `failed`
+   * with `host_shutdown`) and wait for those writes, bounded by `abortWaitMs`.
    */
-  async shutdown(graceMs: number, abortWaitMs = 5000): Promise<void> {
+  async shutdown(graceMs: number, abortWaitMs = HAND_OFF_WAIT_MS): Promise<void> {
     const all = () => Promise.all([...this.runs.values()].map((e) => e.done));
     if (await settlesWithin(all(), graceMs)) return;
     this.opts.log.warn("shutdown grace over; aborting runs", { runs: this.runs.size });

@@ -50,8 +50,12 @@ export function unofferedCall(exec: Execution, call: ModelToolCall, text: string
 export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ content: string } | FinalOutcome> {
   const { deps, run, emit, id } = exec;
   const server = run.mcp?.serverOf(call.name) ?? null;
-  if (run.mcp && server !== null) return runMcpTool(exec, { mcp: run.mcp, server, call });
   const sandbox = deps.sandbox;
+  // Journaled as started before any of it happens (with the turn that asked for it): a recovery
+  // that finds this row with no result knows the call may have taken effect (recovery.ts).
+  const started = { call_id: call.id, name: call.name, sandbox: server === null && sandbox !== undefined };
+  if (!(await exec.journal.write({ kind: "call", payload: started }))) return abortedOutcome(run, "");
+  if (run.mcp && server !== null) return runMcpTool(exec, { mcp: run.mcp, server, call });
   emit("tool.call", { id: call.id, name: call.name, args: call.args });
   if (!sandbox) {
     // An agent with only MCP tools runs without a sandbox; a call of anything else is the model's mistake.

@@ -56,6 +56,8 @@ export interface WaitOutcome {
   approval: AgentApproval;
   /** Kind `children`: the child jobs the suspend statement creates. */
   children?: ChildJob[];
+  /** Kind `approval`: what the person is told besides the call (a recovery's outcome-unknown note). */
+  note?: string;
 }
 
 /** What a checkpoint's JSON must look like to be resumed from (a broken one fails the run, never loops). */
@@ -92,7 +94,7 @@ export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promi
   // From here the row stops being `running`: a heartbeat must not read that as a lost run.
   run.phase = "finishing";
   const call = wait.checkpoint.pending;
-  const question = wait.kind === "input" ? questionOf(call) : null;
+  const question = wait.kind === "input" ? questionOf(call) : (wait.note ?? null);
   const result = await suspendJob(deps.db, id, {
     kind: wait.kind,
     callId: call.id,
@@ -120,6 +122,7 @@ export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promi
       tool: call.name,
       arguments: call.args,
       deadline_at: result.deadlineAt,
+      ...(wait.note ? { note: wait.note } : {}),
     });
   } else {
     emit("input.requested", { call_id: call.id, question: question ?? "", deadline_at: result.deadlineAt });

@@ -90,13 +90,15 @@ const HEADER_NAME_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$/;
  */
 const RESERVED_HEADER_RE = /^(x-ear-.*|mcp-.*|host|content-type|content-length|accept|connection|transfer-encoding)$/i;
 
-/** One allowed tool of an MCP server: its name, or `{name, requires_approval}`. */
+/** One allowed tool of an MCP server: its name, or `{name, requires_approval, idempotent}`. */
 export const McpToolEntrySchema = z.union([
   text().regex(MCP_TOOL_NAME_RE, "must be 1-64 of A-Z a-z 0-9 _ -"),
   z
     .object({
       name: text().regex(MCP_TOOL_NAME_RE, "must be 1-64 of A-Z a-z 0-9 _ -"),
       requires_approval: z.boolean().default(false),
+      /** Safe to call again with the same idempotency key when a recovery finds it in flight (docs/tools.md). */
+      idempotent: z.boolean().default(false),
     })
     .strict(),
 ]);
@@ -191,13 +193,21 @@ export const McpServerSchema = z
   });
 export type McpServer = z.infer<typeof McpServerSchema>;
 /**
- * One tool an agent offers: its name, or `{name, requires_approval}`. A tool that requires
- * approval suspends the run when the model calls it, until a person decides (docs/api.md,
- * "Approvals and questions"). `jobs.tools` stays the list of names (toolNames).
+ * One tool an agent offers: its name, or `{name, requires_approval, idempotent}`. A tool that
+ * requires approval suspends the run when the model calls it, until a person decides (docs/api.md,
+ * "Approvals and questions"). An idempotent one is called again by an execution that recovers the
+ * job and finds the call in flight; any other such call is never repeated (docs/architecture.md). `jobs.tools` stays the list of names (toolNames).
  */
 export const AgentToolSchema = z.union([
   z.enum(TOOL_NAMES),
-  z.object({ name: z.enum(TOOL_NAMES), requires_approval: z.boolean().default(false) }).strict(),
+  z
+    .object({
+      name: z.enum(TOOL_NAMES),
+      requires_approval: z.boolean().default(false),
+      /** Safe to call again when a recovery finds the call in flight (docs/tools.md). */
+      idempotent: z.boolean().default(false),
+    })
+    .strict(),
 ]);
 export type AgentTool = z.infer<typeof AgentToolSchema>;
 
@@ -219,6 +229,24 @@ export const AgentApprovalSchema = z
   })
   .strict();
 export type AgentApproval = z.infer<typeof AgentApprovalSchema>;
+
+/** The recovery settings' defaults: a job without an agent, or whose agent says nothing, gets these. */
+export const RECOVERY_DEFAULTS = { on_host_loss: "resume", max_recoveries: 3 } as const;
+/** The most recoveries an agent may allow one job. */
+export const MAX_RECOVERIES = 10;
+
+/**
+ * What happens to a started job whose host is lost (stopped heartbeating) or hands it off at
+ * shutdown: `resume` re-queues it for a new execution that continues from its journal, at most
+ * `max_recoveries` times; `fail` (or one recovery too many) ends it `lost`.
+ */
+export const AgentRecoverySchema = z
+  .object({
+    on_host_loss: z.enum(["resume", "fail"]).default(RECOVERY_DEFAULTS.on_host_loss),
+    max_recoveries: z.number().int().min(0).max(MAX_RECOVERIES).default(RECOVERY_DEFAULTS.max_recoveries),
+  })
+  .strict();
+export type AgentRecovery = z.infer<typeof AgentRecoverySchema>;
 
 /** What a version holds; everything but `model` has a default. */
 const agentDefinitionFields = {
@@ -246,6 +274,7 @@ const agentDefinitionFields = {
     )
     .default([]),
   approval: AgentApprovalSchema.default(AgentApprovalSchema.parse({})),
+  recovery: AgentRecoverySchema.default(AgentRecoverySchema.parse({})),
   /** Offer the model an `ask_user` tool (argument `question`): the run waits for POST /v1/jobs/{id}/input. */
   ask_user: z.boolean().default(false),
   /**

@@ -28,6 +28,7 @@ export const EVENT_TYPES = [
   "input.requested",
   "run.suspended",
   "run.resumed",
+  "run.recovered",
   "sandbox.waiting",
   "sandbox.created",
   "input.accepted",
@@ -41,11 +42,20 @@ export type EventType = (typeof EVENT_TYPES)[number];
 /**
  * Why a model turn starts (`model.turn`): the run's first turn, the turn after the previous one's
  * tool results, the one repair turn after an answer the response_format refused, the first turn of
- * an execution that resumed from a wait, the turn that takes input sent during the last one, or
- * the same turn asked again because its quota lease was lost mid-call (its text so far is void).
+ * an execution that resumed from a wait, the turn that takes input sent during the last one,
+ * the same turn asked again because its quota lease was lost mid-call (its text so far is void),
+ * or the first turn of an execution that recovered the job from its journal (run.recovered).
  * Readers must accept reasons not listed here (more may come).
  */
-export const MODEL_TURN_REASONS = ["start", "tool_results", "repair", "resumed", "input", "lease_lost"] as const;
+export const MODEL_TURN_REASONS = [
+  "start",
+  "tool_results",
+  "repair",
+  "resumed",
+  "input",
+  "lease_lost",
+  "recovered",
+] as const;
 export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 
 export function isTerminalEventType(type: string): type is TerminalEventType {
@@ -145,6 +155,8 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     tool: z.string(),
     arguments: z.unknown(),
     deadline_at: z.string(),
+    /** Why a person is asked again: an approved call's outcome is unknown after a recovery. */
+    note: z.string().optional(),
   }),
   /** The model asked the user (ask_user): the run suspends until POST /v1/jobs/{id}/input answers. */
   "input.requested": z.looseObject({ call_id: z.string(), question: z.string(), deadline_at: z.string() }),
@@ -162,6 +174,23 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     decision: z.enum(WAIT_DECISIONS),
     by: z.enum(["api", "deadline", "children"]),
     waited_ms: z.number().int().min(0),
+  }),
+  /**
+   * The first event of an execution that continues a job from its journal after the last one's
+   * host was lost (`host_lost`) or handed it off at shutdown (`host_shutdown`). `from_step`: the
+   * journal row it continues after (0: from the start); `discarded_turn`: a model turn that had
+   * not completed is asked again (its deltas before this event are void: a client rebuilds the
+   * answer from the `model.delta` events after the last `run.recovered`); `unknown_calls`: tool
+   * calls in flight at the loss (idempotent ones are made again with the same idempotency key,
+   * the others get the result `outcome_unknown`); `sandbox_reset`: the run had a sandbox, and
+   * its workspace is gone (the model is told).
+   */
+  "run.recovered": z.looseObject({
+    reason: z.string().min(1),
+    from_step: z.number().int().min(0),
+    discarded_turn: z.boolean(),
+    unknown_calls: z.array(z.string()),
+    sandbox_reset: z.boolean(),
   }),
   /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
   "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
@@ -291,6 +320,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("input.requested"),
   envelopeOf("run.suspended"),
   envelopeOf("run.resumed"),
+  envelopeOf("run.recovered"),
   envelopeOf("sandbox.waiting"),
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),

@@ -193,6 +193,8 @@ export const JobViewSchema = z.object({
   root_job_id: z.uuid().nullable(),
   /** How deep in its tree: 0 for a submitted job, 1 for its children, … */
   depth: z.number().int().min(0),
+  /** How many times the job continued in a new execution after its host was lost or handed it off (`run.recovered`). */
+  recoveries: z.number().int().min(0),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -42,5 +42,6 @@ export function toJobView(row: JobRow): JobView {
     parent_job_id: row.parentJobId,
     root_job_id: row.rootJobId,
     depth: row.depth,
+    recoveries: row.recoveries,
   };
 }

@@ -4,13 +4,18 @@
  * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
  */
 import { sql } from "drizzle-orm";
+import { RECOVERY_DEFAULTS } from "../contracts/agent";
+import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
-const LOST = jobErrorSql("lost", "the run's host stopped heartbeating; it is not re-run automatically");
+const LOST = jobErrorSql(
+  "lost",
+  "the run's host stopped heartbeating, and the agent's recovery does not allow another execution",
+);
 
 /**
  * A claim that never reached `started` within the claim timeout is released: owner, claimed_at
@@ -41,36 +46,126 @@ export async function releaseStaleClaims(
 }
 
 /**
- * A running job past its deadline becomes `timed_out`; one whose owner stopped heartbeating
- * becomes `lost`. Neither is re-run: the agent may already have caused side effects. The
- * deadline is checked first so a run that is both late and silent reports the stronger fact.
+ * What the reaper does with a running job it reaps: past its deadline it is `timed_out`; silent
+ * (its owner stopped heartbeating), it is `recovered` (re-queued for a new execution that
+ * continues from the journal) when its agent's `recovery` allows one more, else `lost`.
+ */
+export type ReapState = "lost" | "timed_out" | "recovered";
+
+/**
+ * The agent's recovery settings for a job row aliased `j` joined to its version `v` (none: the
+ * built-in default agent), with the schema's defaults (AgentRecoverySchema, src/contracts/agent.ts)
+ * for a job without an agent or a version stored before the field existed.
+ */
+const RECOVERABLE =
+  sql.raw(`coalesce(v.definition->'recovery'->>'on_host_loss', '${RECOVERY_DEFAULTS.on_host_loss}') = 'resume'
+  AND j.recoveries < coalesce((v.definition->'recovery'->>'max_recoveries')::int, ${RECOVERY_DEFAULTS.max_recoveries})`);
+
+/**
+ * A running job past its deadline becomes `timed_out`. One whose owner stopped heartbeating is
+ * recovered when its agent allows it (RECOVERABLE): back to `queued` with no owner, claim and
+ * execution cleared, epoch + 1 (so the dead owner's identity can never match again, even before
+ * the next claim), `recoveries` + 1 and `recovery_reason` 'host_lost', for a new execution that
+ * rebuilds its conversation from the journal; else it becomes `lost`. An execution is never
+ * re-run: the reaped one ends (`executions.outcome` 'lost') either way. The deadline is checked
+ * first so a run that is both late and silent reports the stronger fact. Each row is decided and
+ * changed in one statement that re-checks the condition (a concurrent pass or owner write that
+ * changed the row first makes this one miss it).
  */
 export async function reapRuns(
   db: Db,
   heartbeatTimeoutMs: number,
-): Promise<Array<{ id: string; state: "lost" | "timed_out"; executionId: string }>> {
+): Promise<Array<{ id: string; state: ReapState; executionId: string; createdAt: Date }>> {
   // Retried on deadlock: marking many runs ends children of several parents (the resume trigger).
-  const rows = resultRows<{ id: string; state: "lost" | "timed_out"; execution_id: string }>(
+  const rows = resultRows<{ id: string; state: ReapState; execution_id: string; created_at: Date | string }>(
     await retryOnDeadlock(() =>
       db.execute(sql`
-      WITH reaped AS (
+      WITH due AS (
+        SELECT j.id, j.execution_id,
+          CASE WHEN j.deadline_at IS NOT NULL AND j.deadline_at < now() THEN 'timed_out'
+            WHEN ${RECOVERABLE} THEN 'recovered' ELSE 'lost' END AS outcome
+        FROM jobs j
+        LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
+        WHERE j.state = 'running'
+          AND ((j.deadline_at IS NOT NULL AND j.deadline_at < now())
+            OR j.heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
+      ), reaped AS (
         UPDATE jobs SET
-          state = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now() THEN 'timed_out' ELSE 'lost' END,
-          finished_at = now(),
-          error = CASE WHEN deadline_at IS NOT NULL AND deadline_at < now()
-            THEN ${TIMED_OUT} ELSE ${LOST} END
-        WHERE state = 'running'
-          AND ((deadline_at IS NOT NULL AND deadline_at < now())
-            OR heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
-        RETURNING id, state, execution_id
+          state = CASE due.outcome WHEN 'recovered' THEN 'queued' ELSE due.outcome END,
+          finished_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE now() END,
+          error = CASE due.outcome WHEN 'timed_out' THEN ${TIMED_OUT} WHEN 'lost' THEN ${LOST} END,
+          ${REQUEUE_SET},
+          recovery_reason = CASE WHEN due.outcome = 'recovered' THEN 'host_lost' ELSE jobs.recovery_reason END
+        FROM due
+        WHERE jobs.id = due.id AND jobs.state = 'running' AND jobs.execution_id = due.execution_id
+          AND ((jobs.deadline_at IS NOT NULL AND jobs.deadline_at < now())
+            OR jobs.heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
+        RETURNING jobs.id, due.outcome AS state, due.execution_id, jobs.created_at
       ), recorded AS (
-        UPDATE executions SET finished_at = now(), outcome = reaped.state
+        UPDATE executions SET finished_at = now(),
+          outcome = CASE reaped.state WHEN 'timed_out' THEN 'timed_out' ELSE 'lost' END
         FROM reaped WHERE executions.id = reaped.execution_id AND executions.finished_at IS NULL
       )
-      SELECT id, state, execution_id FROM reaped`),
+      SELECT id, state, execution_id, created_at FROM reaped`),
     ),
   );
-  return rows.map((r) => ({ id: r.id, state: r.state, executionId: r.execution_id }));
+  return rows.map((r) => ({
+    id: r.id,
+    state: r.state,
+    executionId: r.execution_id,
+    createdAt: new Date(r.created_at),
+  }));
+}
+
+/**
+ * The SET clauses that hand a reaped or handed-off job (`due.outcome` 'recovered') to a new
+ * execution: the claim and the execution cleared (what `claimable()` asks), epoch + 1, one more
+ * recovery. Other outcomes keep the columns as they are.
+ */
+const REQUEUE_SET = sql.raw(`
+  owner = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.owner END,
+  claimed_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.claimed_at END,
+  token = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.token END,
+  execution_id = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_id END,
+  execution_started_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_started_at END,
+  heartbeat_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.heartbeat_at END,
+  deadline_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.deadline_at END,
+  epoch = CASE WHEN due.outcome = 'recovered' THEN jobs.epoch + 1 ELSE jobs.epoch END,
+  recoveries = CASE WHEN due.outcome = 'recovered' THEN jobs.recoveries + 1 ELSE jobs.recoveries END`);
+
+/**
+ * A host shutting down hands a run it could not finish within its grace to a new execution, at
+ * once (no waiting for the lost bound): the same re-queue as a recovery (REQUEUE_SET: epoch + 1,
+ * one more recovery), with `recovery_reason` 'host_shutdown', under the owner's full fence, when
+ * the agent's `recovery` allows one more (RECOVERABLE) and no cancel was requested; its
+ * execution ends `handed_off`. The run stopped at its last journaled step, so the new execution
+ * continues from there. `not_allowed`: the row is still the caller's, and it should end the run
+ * as before (failed `host_shutdown`); `not_owner`: it is not the caller's any more.
+ */
+export async function handOffRun(db: Db, id: ExecutionIdentity): Promise<"handed_off" | "not_allowed" | "not_owner"> {
+  const rows = resultRows<{ outcome: string; handed: boolean }>(
+    await db.execute(sql`
+      WITH due AS (
+        SELECT j.id, j.execution_id,
+          CASE WHEN ${RECOVERABLE} AND j.cancel_requested_at IS NULL THEN 'recovered' ELSE 'refused' END AS outcome
+        FROM jobs j
+        LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
+        WHERE j.id = ${id.jobId} AND j.owner = ${id.host} AND j.epoch = ${id.epoch} AND j.token = ${id.token}
+          AND j.execution_id = ${id.executionId} AND j.state = 'running'
+        FOR UPDATE OF j
+      ), handed AS (
+        UPDATE jobs SET state = 'queued', ${REQUEUE_SET}, recovery_reason = 'host_shutdown'
+        FROM due WHERE jobs.id = due.id AND due.outcome = 'recovered'
+        RETURNING due.execution_id
+      ), recorded AS (
+        UPDATE executions SET finished_at = now(), outcome = 'handed_off'
+        FROM handed WHERE executions.id = handed.execution_id
+      )
+      SELECT due.outcome, EXISTS (SELECT 1 FROM handed) AS handed FROM due`),
+  );
+  const [r] = rows;
+  if (!r) return "not_owner";
+  return r.handed ? "handed_off" : "not_allowed";
 }
 
 /**
@@ -131,11 +226,14 @@ export async function finishedExecutions(db: Db, executionIds: string[]): Promis
 }
 
 /**
- * The sandboxes of these executions are gone: clear their jobs' cleanup fences where the job no
- * longer runs under them. Returns the ids whose job still runs under them (a sandbox removed at
- * host start before the reaper declared the run lost): their fences can only be cleared once the
- * run is over, so the caller asks again later. Every other id is settled: cleared now, already
- * clear, its job moved on to another execution, or unknown here.
+ * The sandboxes of these executions are gone: clear their jobs' cleanup fences where the job is
+ * not running. A job is found by its current execution or, once it continued in a new execution
+ * after a recovery or a hand-off (its row names the new one, or none while queued), by the
+ * `executions` row of the old one. Returns the ids whose job still runs (under them: a sandbox
+ * removed at host start before the reaper called the run over; or under a newer execution,
+ * whose own sandbox the fence may now guard): their fences can only be cleared once the job is
+ * not running, so the caller asks again later. Every other id is settled: cleared now, already
+ * clear, or unknown here.
  */
 export async function clearCleanupFences(
   db: Db,
@@ -147,15 +245,19 @@ export async function clearCleanupFences(
   // One statement: the SELECT sees the snapshot from before the UPDATE, which changes no state.
   const rows = resultRows<{ id: string; running: boolean }>(
     await db.execute(sql`
-      WITH cleared AS (
+      WITH mine AS (
+        SELECT id AS execution_id, job_id FROM executions WHERE id = ANY(${list})
+        UNION
+        SELECT execution_id, id FROM jobs WHERE execution_id = ANY(${list})
+      ), cleared AS (
         UPDATE jobs SET cleanup_pending = false
-        WHERE execution_id = ANY(${list}) AND state <> 'running' AND cleanup_pending
-        RETURNING id
+        FROM mine WHERE jobs.id = mine.job_id AND jobs.state <> 'running' AND jobs.cleanup_pending
+        RETURNING jobs.id
       )
-      SELECT id::text AS id, false AS running FROM cleared
+      SELECT DISTINCT id::text AS id, false AS running FROM cleared
       UNION ALL
-      SELECT execution_id::text AS id, true AS running FROM jobs
-      WHERE execution_id = ANY(${list}) AND state = 'running'`),
+      SELECT DISTINCT mine.execution_id::text AS id, true AS running FROM mine JOIN jobs ON jobs.id = mine.job_id
+      WHERE jobs.state = 'running'`),
   );
   return { cleared: rows.filter((r) => !r.running).length, running: rows.filter((r) => r.running).map((r) => r.id) };
 }

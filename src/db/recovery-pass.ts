@@ -4,10 +4,12 @@
  *  1. release claims that never reached `started` within the claim timeout (re-queued);
  *  2. end waits past their deadline as the agent configured (denied and re-queued, or failed
  *     `approval_expired`);
- *  3. mark silent runs `lost` and overdue runs `timed_out` (never re-run).
- * What 1 and 2 re-queued is handed to `reindex` (the ready index in Redis, which src/db may not
+ *  3. mark overdue runs `timed_out`, and silent runs (their owner stopped heartbeating) either
+ *     `recovered`, re-queued for a new execution that continues from the journal, when their
+ *     agent's `recovery` allows it, or `lost` (an execution is never re-run; reaper-repo.ts).
+ * What 1, 2 and 3 re-queued is handed to `reindex` (the ready index in Redis, which src/db may not
  * reach: the caller brings it). That is only an accelerator, the jobs are claimable in Postgres
- * already, so its failure is logged and the pass goes on to step 3.
+ * already, so its failure is logged and the pass goes on.
  *
  * Every step is one conditional UPDATE that re-checks its condition on the row it changes, against
  * Postgres' own clock (`now()`), so any number of hosts and the cron may run passes at once: each
@@ -15,18 +17,18 @@
  * for the same reason: one clock for the whole fleet, the database's.
  */
 import type { Db } from "./client";
-import { reapRuns, releaseStaleClaims } from "./reaper-repo";
+import { type ReapState, reapRuns, releaseStaleClaims } from "./reaper-repo";
 import { expireWaits } from "./wait-repo";
 
 export interface RecoveryLimits {
   /** A claim not started within this is released (src/domain/recovery.ts has the default). */
   claimTimeoutMs: number;
-  /** A running job whose heartbeat is older than this is `lost`. */
+  /** A running job whose heartbeat is older than this is recovered or `lost`. */
   runLostAfterMs: number;
 }
 
 export type RequeuedJob = { id: string; createdAt: Date };
-export type ReapedRun = { id: string; state: "lost" | "timed_out"; executionId: string };
+export type ReapedRun = { id: string; state: ReapState; executionId: string };
 
 /** The part of a host's or the Worker's logger the pass writes to. */
 export interface RecoveryLog {
@@ -72,11 +74,20 @@ export async function recoveryPass({ db, limits, log, reindex }: RecoveryPassOpt
     await requeue(expired.requeued);
   }
   const reaped = await reapRuns(db, limits.runLostAfterMs);
+  const said = { lost: "lost (owner stopped heartbeating)", timed_out: "timed out", recovered: "recovered" } as const;
   for (const r of reaped) {
-    log.warn(`run ${r.state === "lost" ? "lost (owner stopped heartbeating)" : "timed out"}`, {
-      job_id: r.id,
-      execution_id: r.executionId,
-    });
+    log.warn(
+      r.state === "recovered"
+        ? "run's owner stopped heartbeating; job re-queued for a new execution from its journal"
+        : `run ${said[r.state]}`,
+      { job_id: r.id, execution_id: r.executionId },
+    );
   }
-  return { released, waitsDenied: expired.requeued, waitsFailed: expired.failed, reaped };
+  await requeue(reaped.filter((r) => r.state === "recovered"));
+  return {
+    released,
+    waitsDenied: expired.requeued,
+    waitsFailed: expired.failed,
+    reaped: reaped.map(({ id, state, executionId }) => ({ id, state, executionId })),
+  };
 }

@@ -53,6 +53,7 @@ export async function purgeFinishedJobs(
         gone_executions AS (DELETE FROM executions WHERE job_id IN (SELECT id FROM doomed)),
         gone_inputs AS (DELETE FROM job_inputs WHERE job_id IN (SELECT id FROM doomed)),
         gone_waits AS (DELETE FROM job_waits WHERE job_id IN (SELECT id FROM doomed)),
+        gone_journal AS (DELETE FROM job_journal WHERE job_id IN (SELECT id FROM doomed)),
         tombstones AS (
           INSERT INTO purged_jobs (id, tenant_id) SELECT id, tenant_id FROM doomed ON CONFLICT (id) DO NOTHING
         )

@@ -23,6 +23,11 @@ export interface RunnableJob {
   agent: { name: string; version: number; definition: AgentDefinition } | null;
   /** Where the last execution suspended (the host's RunCheckpoint), or null for a first run. */
   checkpoint: Record<string, unknown> | null;
+  /**
+   * Why this execution continues the job from its journal (`host_lost`, `host_shutdown`: the
+   * reaper or a hand-off re-queued it, src/db/reaper-repo.ts), or null: not a recovery.
+   */
+  recoveryReason: string | null;
 }
 
 /**
@@ -41,6 +46,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       agentVersion: jobs.agentVersion,
       definition: agentVersions.definition,
       checkpoint: jobs.checkpoint,
+      recoveryReason: jobs.recoveryReason,
     })
     .from(jobs)
     .leftJoin(
@@ -69,6 +75,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     tenantId: row.tenantId,
     agent,
     checkpoint: row.checkpoint ?? null,
+    recoveryReason: row.recoveryReason ?? null,
   };
 }
 

@@ -24,6 +24,9 @@ import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolN
 import { FINAL_STATES } from "../contracts/job-state";
 import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
 
+/** What a journal row records (src/db/journal-repo.ts has each kind's payload). */
+export const JOURNAL_KINDS = ["turn", "call", "result", "user", "recovered"] as const;
+
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
 /** `('a','b',…)` from a contract's list of values (constants of this repo, never input). */
@@ -126,6 +129,11 @@ export const jobs = pgTable(
     parentCallId: text("parent_call_id"),
     rootJobId: uuid("root_job_id"),
     depth: integer("depth").notNull().default(0),
+    // Recovery (docs/architecture.md, "Recovery"): how many times the reaper re-queued the job
+    // for a new execution after its owner was lost or handed it off, and why the next execution
+    // starts from the journal (cleared by that execution's first write; null: a fresh start).
+    recoveries: integer("recoveries").notNull().default(0),
+    recoveryReason: text("recovery_reason"),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -176,6 +184,32 @@ export const executions = pgTable(
     outcome: text("outcome"),
   },
   (t) => [index("executions_job_idx").on(t.jobId)],
+);
+
+/**
+ * A job's journal: one row per completed step of its runs (an assistant turn with its tool calls,
+ * a tool call about to be made, a tool result, a user message the loop added, a recovery), in
+ * `seq` order across every execution of the job. Append-only, and every append is fenced by the
+ * appending execution's identity (src/db/journal-repo.ts): a new execution rebuilds the
+ * conversation from it and never from what a stale owner wrote after losing the job.
+ */
+export const jobJournal = pgTable(
+  "job_journal",
+  {
+    jobId: uuid("job_id")
+      .notNull()
+      .references(() => jobs.id),
+    seq: integer("seq").notNull(),
+    /** The epoch of the execution that appended the row. */
+    epoch: integer("epoch").notNull(),
+    kind: text("kind").notNull(),
+    payload: jsonb("payload").$type<Record<string, unknown>>().notNull(),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.jobId, t.seq] }),
+    check("job_journal_kind_ck", sql`${t.kind} in ${sqlList(JOURNAL_KINDS)}`),
+  ],
 );
 
 /**

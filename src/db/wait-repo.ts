@@ -63,7 +63,9 @@ export type SuspendResult =
  * The suspend, one statement: as the running owner (the full execution fence), the job becomes
  * `waiting` with what it waits for and its checkpoint, loses owner, claim and execution (so no
  * heartbeat, reaper or janitor treats it as running), the execution ends `suspended`, and the
- * waitpoint's job_waits row is written. A job whose cancel was requested does not suspend.
+ * waitpoint's job_waits row is written (or, for a call decided before, opened again: a recovery
+ * asks a person again about an approved call whose outcome is unknown). A job whose cancel was
+ * requested does not suspend.
  */
 export async function suspendJob(db: Db, id: ExecutionIdentity, suspension: Suspension): Promise<SuspendResult> {
   // The checkpoint, the question, the arguments and the children's inputs are model text.
@@ -94,7 +96,11 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, suspension: Susp
       ), wait AS (
         INSERT INTO job_waits (job_id, call_id, kind, tool, execution_id, deadline_at)
         SELECT id, ${s.callId}, ${s.kind}, ${s.tool}, ${id.executionId}::uuid, wait_deadline_at FROM waited
-        ON CONFLICT (job_id, call_id) DO NOTHING
+        ON CONFLICT (job_id, call_id) DO UPDATE SET execution_id = EXCLUDED.execution_id, requested_at = now(),
+          deadline_at = EXCLUDED.deadline_at, decision = NULL, note = NULL, input_id = NULL, decided_by = NULL,
+          decided_at = NULL
+        -- A decided call waiting again: a recovery found the approved call in flight, and asks again.
+        WHERE job_waits.decision IS NOT NULL
       )${childrenSql(id, s.children ?? [])}
       SELECT 'suspended' AS kind, ${iso(sql`wait_deadline_at`)} AS deadline_at FROM waited
       UNION ALL

@@ -13,7 +13,7 @@ import {
 } from "../contracts/agent";
 import type { ToolName } from "../contracts/tools";
 import type { WaitKind } from "../contracts/wait";
-import { mcpRequiresApproval } from "./mcp";
+import { findMcpTool, mcpRequiresApproval } from "./mcp";
 
 /** The tool the model calls to ask the user a question (offered when the agent sets `ask_user`). */
 export const ASK_USER_TOOL = "ask_user";
@@ -43,4 +43,20 @@ export function requiresApproval(
 /** The agent's wait settings, with the schema's defaults for a definition stored before they existed. */
 export function approvalSettings(definition: Pick<AgentDefinition, "approval"> | null): AgentApproval {
   return AgentApprovalSchema.parse(definition?.approval ?? {});
+}
+
+/**
+ * Whether a call of `toolName` may be made again by an execution that recovers the job and finds
+ * the call in flight (started, no result journaled): only when the definition's entry for it says
+ * `idempotent: true` (a sandbox tool in `tools`, an MCP tool in its server's `tools`). Every other
+ * call is never repeated: its result is `outcome_unknown`. The default agent declares none.
+ */
+export function isIdempotent(
+  definition: Pick<AgentDefinition, "tools" | "mcp_servers"> | null,
+  toolName: string,
+): boolean {
+  if (!definition) return false;
+  const entry = definition.tools.find((t) => agentToolName(t) === toolName);
+  if (entry !== undefined) return typeof entry === "object" && entry.idempotent === true;
+  return findMcpTool(definition, toolName)?.idempotent === true;
 }

@@ -151,12 +151,18 @@ export function mcpServersOf(definition: Pick<AgentDefinition, "mcp_servers"> | 
 export function findMcpTool(
   definition: Pick<AgentDefinition, "mcp_servers"> | null,
   toolName: string,
-): { server: McpServer; tool: string; requiresApproval: boolean } | null {
+): { server: McpServer; tool: string; requiresApproval: boolean; idempotent: boolean } | null {
   for (const server of mcpServersOf(definition)) {
     for (const entry of server.tools) {
       const tool = mcpToolEntryName(entry);
       if (mcpToolName(server.name, tool) === toolName) {
-        return { server, tool, requiresApproval: typeof entry === "object" && entry.requires_approval };
+        return {
+          server,
+          tool,
+          requiresApproval: typeof entry === "object" && entry.requires_approval,
+          // A version stored before the flag existed lacks it: not idempotent.
+          idempotent: typeof entry === "object" && entry.idempotent === true,
+        };
       }
     }
   }

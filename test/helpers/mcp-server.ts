@@ -40,11 +40,12 @@ export interface TestMcpServer {
 }
 
 /**
- * The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `fail` (isError),
+ * The tools it offers: `echo`, `slow` (waits until cancelled, up to 60 s), `charge` (hangs the
+ * first time per idempotency key, answers at once when asked again with it), `fail` (isError),
  * `whoami` (answers with the Authorization header it got), `hidden`, `big` (a text result of
  * BIG_RESULT_CHARS characters, as a server dumping a whole table would).
  */
-function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
+function buildServer(record: (c: RecordedCall) => RecordedCall, charged: Set<string>): McpServer {
   const server = new McpServer({ name: "test-mcp", version: "1.0.0" });
   const seen = (
     tool: string,
@@ -78,6 +79,23 @@ function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
     });
     return { content: [{ type: "text", text: "slow done" }] };
   });
+  // A side effect that hangs the first time it is asked under an idempotency key (the host is
+  // killed meanwhile, in the recovery tests) and answers at once when asked again under the same key.
+  server.registerTool("charge", { description: "Charges a card.", inputSchema: {} }, async (args, extra) => {
+    const call = seen("charge", args, extra as never);
+    const key = String(call.headers["x-ear-idempotency-key"]);
+    if (!charged.has(key)) {
+      charged.add(key);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 60_000);
+        extra.signal.addEventListener("abort", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    return { content: [{ type: "text", text: `charged once under ${key}` }] };
+  });
   server.registerTool("fail", { description: "Always fails.", inputSchema: {} }, async (args, extra) => {
     seen("fail", args, extra as never);
     return { isError: true, content: [{ type: "text", text: "the widget is broken" }] };
@@ -100,6 +118,8 @@ function buildServer(record: (c: RecordedCall) => RecordedCall): McpServer {
 
 export async function startTestMcpServer(): Promise<TestMcpServer> {
   const calls: RecordedCall[] = [];
+  // Idempotency keys `charge` was asked under, across sessions (a recovered run opens its own).
+  const charged = new Set<string>();
   const sessions: IncomingHttpHeaders[] = [];
   const transports = new Map<string, StreamableHTTPServerTransport>();
   const state = { deleted: 0 };
@@ -143,7 +163,7 @@ export async function startTestMcpServer(): Promise<TestMcpServer> {
         t.onclose = () => {
           if (t.sessionId) transports.delete(t.sessionId);
         };
-        await buildServer(record).connect(t);
+        await buildServer(record, charged).connect(t);
         transport = t;
       }
       if (req.method === "DELETE") state.deleted++;

@@ -98,6 +98,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       sandbox_profile: "default",
       response_format: null,
       approval: { deadline_s: 86_400, on_deadline: "deny" },
+      recovery: { on_host_loss: "resume", max_recoveries: 3 },
       ask_user: false,
       mcp_servers: [],
       delegates: [],

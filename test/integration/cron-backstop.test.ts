@@ -50,7 +50,10 @@ describe("the cron backstop with zero hosts", () => {
     // The dead host's last heartbeat was an hour ago; the overdue run is still heartbeating (its
     // host is a zombie that stopped enforcing the deadline) but is past its deadline; the claim
     // never reached `started`; the live run heartbeats now and has no deadline.
-    await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [silent]);
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour', recoveries = 3 WHERE id = $1", [
+      silent,
+    ]);
     await t.pool.query("UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = $1", [overdue]);
     await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [staleClaim]);
 

@@ -14,6 +14,8 @@ describe.skipIf(!canRun)("event stream when a host dies", () => {
     const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
     const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage());
     const jobId = submit.body.job.id;
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await t.pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [jobId]);
     const events: StreamedEvent[] = [];
     let killedAt = 0;
     let killed: string | null = null;

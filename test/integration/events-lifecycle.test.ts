@@ -51,6 +51,8 @@ describe.skipIf(!canRun)("lifecycle facts Postgres holds reach the stream", () =
     const submit = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage());
     expect(submit.status).toBe(202);
     const jobId = submit.body.job.id;
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await t.pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [jobId]);
 
     // The started CAS committed (Postgres: running, execution_started_at set) …
     const until = Date.now() + 30_000;

@@ -661,7 +661,7 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect(log.map((e) => e.type)).toEqual(["run.started", "run.prepared", "model.turn", "model.delta"]);
   });
 
-  it("on shutdown lets a running job finish, and fails what outlives the grace period", async () => {
+  it("on shutdown lets a running job finish, hands off what outlives the grace period, and fails it only when its recoveries are used up", async () => {
     const t = await freshDb();
     const model = fakeModel(async function* (req) {
       const content = req.messages[0]?.content;
@@ -679,15 +679,33 @@ describe.skipIf(!canRun)("sandbox-host runner", () => {
     expect((await waitEvents([quick!]))[0]!.at(-1)?.type).toBe("run.completed");
 
     const host2 = await startHost(hostConfig(t), { model, log: testLog("shutdown2") });
-    const [stuck] = await insertJobs(t, ["forever"]);
-    await waitJobs(t, [stuck!], ["running"]);
+    const [stuck, spent] = await insertJobs(t, ["forever", "forever"]);
+    // `spent` has used up its recoveries (the default allows 3): it cannot be handed off.
+    await t.pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [spent]);
+    await waitJobs(t, [stuck!, spent!], ["running"]);
+    const [before] = await jobRows(t, [stuck!]);
     const started = Date.now();
     await host2.close({ graceMs: 300 });
     expect(Date.now() - started).toBeLessThan(3000);
-    const [s] = await jobRows(t, [stuck!]);
-    expect(s).toMatchObject({ state: "failed", error: { code: "host_shutdown" } });
-    // The outbox was flushed before close returned.
-    expect((await waitEvents([stuck!], 100))[0]!.at(-1)?.type).toBe("run.failed");
+    const [s, f] = await jobRows(t, [stuck!, spent!]);
+    // Handed off at once: queued for a new execution, no owner, epoch + 1, no waiting for the lost bound.
+    expect(s).toMatchObject({
+      state: "queued",
+      owner: null,
+      executionId: null,
+      epoch: (before?.epoch ?? 0) + 1,
+      recoveries: 1,
+      recoveryReason: "host_shutdown",
+      error: null,
+    });
+    const execs = await t.pool.query("SELECT outcome FROM executions WHERE job_id = $1", [stuck]);
+    expect(execs.rows).toEqual([{ outcome: "handed_off" }]);
+    expect(f).toMatchObject({ state: "failed", error: { code: "host_shutdown" }, recoveries: 3 });
+    // The outbox was flushed before close returned: the failed one's terminal event, none for the handed-off one.
+    expect((await waitEvents([spent!], 100))[0]!.at(-1)?.type).toBe("run.failed");
+    const handedLog = ingest.log.get(before?.executionId as string) ?? [];
+    expect(handedLog.map((e) => e.type)).not.toContain("run.failed");
+    expect(handedLog.map((e) => e.type)).toContain("model.delta");
   });
 });
 

@@ -288,13 +288,16 @@ async function waitIdle(host: RunningHost): Promise<void> {
   });
 }
 
-/** A job inserted, claimed and started by a host that then died (one transaction, one commit). */
+/** A job inserted, claimed and started by a host that then died (one transaction, one commit), its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those). */
 async function startedByDeadHost(pool: pg.Pool): Promise<string> {
   const id = randomUUID();
   const client = await pool.connect();
   try {
     await client.query("BEGIN");
-    await client.query(`INSERT INTO jobs (id, tenant_id, input) VALUES ($1, $2, '{"messages":[]}')`, [id, TENANT]);
+    await client.query(`INSERT INTO jobs (id, tenant_id, input, recoveries) VALUES ($1, $2, '{"messages":[]}', 3)`, [
+      id,
+      TENANT,
+    ]);
     await client.query(
       `UPDATE jobs SET state = 'running', owner = 'dead-host', claimed_at = now(), epoch = 1,
          token = gen_random_uuid(), execution_id = gen_random_uuid(), execution_started_at = now(),

@@ -64,20 +64,28 @@ async function waitingPastDeadline(onDeadline: "deny" | "fail", deadlineS = 0.01
   return jobId;
 }
 
-/** The leftovers of dead hosts, one of each kind, plus a live run and a wait not yet due. */
+/**
+ * The leftovers of dead hosts, one of each kind, plus a live run and a wait not yet due. Of the
+ * two silent runs, `resumable` may recover (the defaults: no agent, no recovery yet) and
+ * `silent` has used up its recoveries.
+ */
 async function leftovers() {
   const staleClaim = (await claimAsDeadHost(t.db, await submitted(), false)).jobId;
   const silent = (await claimAsDeadHost(t.db, await submitted())).jobId;
+  const resumable = (await claimAsDeadHost(t.db, await submitted())).jobId;
   const overdue = (await claimAsDeadHost(t.db, await submitted())).jobId;
   const live = (await claimAsDeadHost(t.db, await submitted())).jobId;
   const deny = await waitingPastDeadline("deny");
   const fail = await waitingPastDeadline("fail");
   const notYet = await waitingPastDeadline("fail", 3600);
   await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [staleClaim]);
-  await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [silent]);
+  await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour', recoveries = 3 WHERE id = $1", [
+    silent,
+  ]);
+  await t.pool.query("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", [resumable]);
   await t.pool.query("UPDATE jobs SET deadline_at = now() - interval '1 second' WHERE id = $1", [overdue]);
   await new Promise((r) => setTimeout(r, 30)); // past the 10 ms wait deadlines
-  return { staleClaim, silent, overdue, live, deny, fail, notYet };
+  return { staleClaim, silent, resumable, overdue, live, deny, fail, notYet };
 }
 
 async function states(ids: Record<string, string>): Promise<Record<string, string>> {
@@ -98,6 +106,7 @@ describe("the recovery pass", () => {
     expect(await states(ids)).toEqual({
       staleClaim: "queued",
       silent: "lost",
+      resumable: "queued",
       overdue: "timed_out",
       live: "running",
       deny: "queued",
@@ -110,17 +119,19 @@ describe("the recovery pass", () => {
     expect(out.reaped.map((r) => [r.id, r.state]).sort()).toEqual(
       [
         [ids.silent, "lost"],
+        [ids.resumable, "recovered"],
         [ids.overdue, "timed_out"],
       ].sort(),
     );
-    // The ready index holds the released claim and the denied wait, scored by creation time.
-    expect((await redis.zrange<string[]>(key, 0, -1)).sort()).toEqual([ids.staleClaim, ids.deny].sort());
+    // The ready index holds the released claim, the denied wait and the recovered run, scored by creation time.
+    expect((await redis.zrange<string[]>(key, 0, -1)).sort()).toEqual([ids.staleClaim, ids.deny, ids.resumable].sort());
     expect(await redis.zscore(key, ids.deny)).toBe(out.waitsDenied[0]?.createdAt.getTime());
     expect(lines).toEqual(
       expect.arrayContaining([
         "warn released claims that never started",
         "info waits passed their deadline",
         "warn run lost (owner stopped heartbeating)",
+        "warn run's owner stopped heartbeating; job re-queued for a new execution from its journal",
         "warn run timed out",
       ]),
     );
@@ -144,7 +155,7 @@ describe("the recovery pass", () => {
       overdue: "timed_out",
     });
     expect(out.released.map((j) => j.id)).toEqual([ids.staleClaim]);
-    expect(lines.filter((l) => l === "warn re-queued jobs not re-indexed")).toHaveLength(2);
+    expect(lines.filter((l) => l === "warn re-queued jobs not re-indexed")).toHaveLength(3);
   }, 60_000);
 
   it("a host's reaper with Redis unreachable still ends the runs after releasing a claim", async () => {
@@ -168,7 +179,7 @@ describe("the recovery pass", () => {
       silent: "lost",
       overdue: "timed_out",
     });
-    expect(reaped.sort()).toEqual([ids.silent, ids.overdue].sort());
+    expect(reaped.sort()).toEqual([ids.silent, ids.resumable, ids.overdue].sort());
     expect(lines).not.toContain("warn reaper pass failed");
   }, 60_000);
 });

@@ -296,6 +296,8 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       },
       { timeoutMs: 30_000, intervalMs: 50 },
     );
+    // The child's recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await t.pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [kid.id]);
     const host = t.stack.hosts.find((h) => h.id === kid.owner);
     expect(host, `owner ${kid.owner} is one of this stack's hosts`).toBeDefined();
     host?.process.kill("SIGKILL");

@@ -61,6 +61,8 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
       input: { messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })] },
       tools: ["shell"],
     });
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [id]);
     const deadline = Date.now() + 20_000;
     while ((await countHostObjects(d, hostId)).containers === 0) {
       if (Date.now() > deadline) throw new Error("sandbox never appeared");
@@ -211,6 +213,46 @@ describe.skipIf(!canRun)("tool calls in sandboxes, end to end", () => {
     // cleared by the janitor once the reaper has declared the run lost (no listing finds the
     // sandbox any more, so nothing else would clear it, and a fenced job is never purged).
     expect(await fenceCleared(id)).toEqual({ state: "lost", cleanup_pending: false });
+  }, 60_000);
+
+  it("a host SIGKILLed mid tool call: the job continues from its journal on the restarted host, the call is not repeated, the model is told its sandbox was reset", async () => {
+    const id = await submit({
+      input: {
+        messages: [mock({ tool_calls: [{ name: "shell", args: { command: "sleep 60" } }] })],
+      },
+      tools: ["shell"],
+    });
+    const deadline = Date.now() + 20_000;
+    while ((await countHostObjects(d, hostId)).containers === 0) {
+      if (Date.now() > deadline) throw new Error("sandbox never appeared");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const victim = stack.hosts.at(-1);
+    process.kill(-(victim?.process.pid as number), "SIGKILL");
+    await stack.addHost({ HOST_ID: hostId, SANDBOX_JANITOR_MS: "300" });
+    const evs = await events(id);
+    const types = evs.map((e) => e.event);
+    expect(types.at(-1)).toBe("run.completed");
+    // The mock model answers the last user message: here the note the new execution added.
+    expect(payload(evs.at(-1) as SseEvent).output).toContain("The sandbox was reset");
+    // The shell call was made once (by the first execution); the second got outcome_unknown.
+    expect(types.filter((t) => t === "tool.call")).toHaveLength(1);
+    const recovered = evs.find((e) => e.event === "run.recovered");
+    expect(recovered && payload(recovered)).toMatchObject({
+      reason: "host_lost",
+      sandbox_reset: true,
+      discarded_turn: false,
+    });
+    expect((recovered && (payload(recovered).unknown_calls as string[]))?.length).toBe(1);
+    expect(payload(evs.filter((e) => e.event === "tool.result").at(-1) as SseEvent)).toMatchObject({
+      ok: false,
+      output: { code: "outcome_unknown" },
+    });
+    // The dead execution's sandbox is gone and its fence cleared, although the row names the new execution.
+    expect(await noSandboxLeft()).toEqual({ containers: 0, networks: 0 });
+    expect(await fenceCleared(id)).toEqual({ state: "completed", cleanup_pending: false });
+    const { rows } = await pool.query("select recoveries from jobs where id = $1", [id]);
+    expect(rows[0]?.recoveries).toBe(1);
   }, 60_000);
 
   it("a run that fails after a tool call removes its sandbox and clears the cleanup fence", async () => {

@@ -330,6 +330,8 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
       if (ev.event === "tool.call") break;
     }
     ac.abort();
+    // Its recoveries used up (the default allows 3), so the reaper ends it `lost`, not recovered (recovery.test.ts has those).
+    await t.pool.query("UPDATE jobs SET recoveries = 3 WHERE id = $1", [slow]);
     const owner = (await t.pool.query("select owner from jobs where id = $1", [slow])).rows[0]?.owner as string;
     const host = t.stack.hosts.find((h) => h.id === owner);
     expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();

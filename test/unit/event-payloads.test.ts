@@ -43,6 +43,14 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
   ["run.suspended", { waiting_for: { kind: "approval", call_id: "c2", tool: "shell" } }],
   ["run.resumed", { call_id: "c2", decision: "approve", by: "api", waited_ms: 1200 }],
   ["run.resumed", { call_id: "c3", decision: "deny", by: "deadline", waited_ms: 86_400_000 }],
+  [
+    "run.recovered",
+    { reason: "host_lost", from_step: 3, discarded_turn: false, unknown_calls: ["c2"], sandbox_reset: true },
+  ],
+  [
+    "run.recovered",
+    { reason: "host_shutdown", from_step: 0, discarded_turn: true, unknown_calls: [], sandbox_reset: false },
+  ],
   ["cancel.accepted", { via: "hint" }],
   ["cancel.accepted", { via: null }],
   ["run.suspended", { waiting_for: { kind: "children", call_id: "c4", tool: "delegate_worker" } }],

@@ -23,6 +23,7 @@ import { MCP_ENV_NAMES } from "../../sandbox-host/mcp/mcp-config";
 import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
 import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/provider-config";
+import { HAND_OFF_WAIT_MS } from "../../sandbox-host/runner/runner";
 import { parseModelRegistry } from "../../src/domain/models";
 
 const DIR = resolve(import.meta.dirname, "../../deploy/k8s");
@@ -141,11 +142,17 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
 
   const preStopMs = (c.lifecycle?.preStop?.sleep?.seconds ?? 0) * 1000;
   if (!c.lifecycle?.preStop) problems.push("no preStop: SIGTERM would race the endpoint removal");
-  const drainMs = preStopMs + config.shutdownGraceMs + OFFLOAD_DRAIN_MS + config.outboxFlushTimeoutMs + CLOSE_MARGIN_MS;
+  const drainMs =
+    preStopMs +
+    config.shutdownGraceMs +
+    HAND_OFF_WAIT_MS +
+    OFFLOAD_DRAIN_MS +
+    config.outboxFlushTimeoutMs +
+    CLOSE_MARGIN_MS;
   const graceS = pod.terminationGracePeriodSeconds ?? 30;
   if (graceS * 1000 < drainMs) {
     problems.push(
-      `terminationGracePeriodSeconds ${graceS} < preStop ${preStopMs} + HOST_SHUTDOWN_GRACE_MS ${config.shutdownGraceMs} + offload ${OFFLOAD_DRAIN_MS} + HOST_OUTBOX_FLUSH_TIMEOUT_MS ${config.outboxFlushTimeoutMs} + ${CLOSE_MARGIN_MS} ms`,
+      `terminationGracePeriodSeconds ${graceS} < preStop ${preStopMs} + HOST_SHUTDOWN_GRACE_MS ${config.shutdownGraceMs} + hand-off ${HAND_OFF_WAIT_MS} + offload ${OFFLOAD_DRAIN_MS} + HOST_OUTBOX_FLUSH_TIMEOUT_MS ${config.outboxFlushTimeoutMs} + ${CLOSE_MARGIN_MS} ms`,
     );
   }
   const sock = (pod.volumes ?? []).find((v: Doc) => v.hostPath?.path === "/var/run/docker.sock");

@@ -5,14 +5,26 @@
  *
  * Valid outcomes: completed once; re-queued (a claim released before start) then completed;
  * `lost` or `timed_out` after exactly one start; failed after one start (reported, not an
- * anomaly: the model said no). Anomalies: double-started, stale write accepted, lost without a
+ * anomaly: the model said no). A job may also be recovered (docs/architecture.md, "Recovery"):
+ * its started execution's owner went silent and the reaper re-queued it (epoch + 1, owner,
+ * token and execution cleared) for a new execution. Then the job has one start per recovery
+ * plus one, executions strictly one after another (each earlier one ended `lost`, or
+ * `handed_off` by a shutdown, before the next started: epochs rising, never two open at once), and ends in any of the outcomes above
+ * (`recovered_then_completed` when it completes). Anomalies: double-started, stale write accepted, lost without a
  * start, stuck (not terminal after the recovery window), missing (submitted, no row), unexpected
  * (a row nobody submitted).
  */
 import { isFinalState, stateOfTerminalEvent, terminalEventFor } from "../../src/contracts/job-state";
 import type { ExecutionRow, History, JobChange } from "./history";
 
-export const OK_CLASSES = ["completed_once", "requeued_then_completed", "lost", "timed_out", "failed"] as const;
+export const OK_CLASSES = [
+  "completed_once",
+  "requeued_then_completed",
+  "recovered_then_completed",
+  "lost",
+  "timed_out",
+  "failed",
+] as const;
 export const ANOMALY_CLASSES = [
   "double_started",
   "stale_write_accepted",
@@ -30,6 +42,8 @@ export interface JobVerdict {
   reasons: string[];
   starts: number;
   releases: number;
+  /** Re-queues of a started job for a new execution (the recovery edge). */
+  recoveries?: number;
 }
 
 export interface CheckResult {
@@ -61,18 +75,34 @@ export function checkHistory(submitted: Iterable<string>, h: History): CheckResu
     const double: string[] = [];
     let starts = 0;
     let releases = 0;
+    let recoveries = 0;
     for (const c of changesOf.get(job.id) ?? []) {
       const r = judgeChange(c);
       if (r.start) starts++;
       if (r.release) releases++;
+      if (r.recover) {
+        recoveries++;
+        // A recovery ends the execution that was running: only one started since the last one.
+        if (starts !== recoveries)
+          double.push(`#${c.seq} recovered with ${starts} starts after ${recoveries - 1} recoveries`);
+      }
       if (r.stale) stale.push(`#${c.seq} ${c.oldState}→${c.newState}: ${r.stale}`);
       if (r.double) double.push(`#${c.seq} ${r.double}`);
     }
-    const execs = execsOf.get(job.id) ?? [];
-    if (starts > 1) double.push(`${starts} started CAS hits`);
-    if (execs.length > 1)
+    const execs = [...(execsOf.get(job.id) ?? [])].sort((a, b) => a.epoch - b.epoch);
+    if (starts > recoveries + 1) double.push(`${starts} started CAS hits after ${recoveries} recoveries`);
+    if (execs.length > recoveries + 1)
       double.push(`${execs.length} executions rows (epochs ${execs.map((e) => e.epoch).join(",")})`);
+    const current = execs.at(-1);
     for (const e of execs) {
+      // An execution before the job's last one was ended by a recovery: lost, never the job's again.
+      if (e !== current) {
+        if (e.outcome !== "lost" && e.outcome !== "handed_off") {
+          stale.push(`execution ${e.id} before a recovery ended ${e.outcome}, not lost or handed_off`);
+        }
+        if (e.id === job.executionId) stale.push(`execution ${e.id} is the job's again after a recovery`);
+        continue;
+      }
       stale.push(...judgeExecution(e, job, execChangesOf.get(e.id) ?? []));
     }
     if (isFinalState(job.state) && job.state !== "cancelled" && starts === 0 && execs.length > 0) {
@@ -88,18 +118,20 @@ export function checkHistory(submitted: Iterable<string>, h: History): CheckResu
       reasons = [`still ${job.state}${job.owner ? ` (owner ${job.owner}, epoch ${job.epoch})` : ""}`];
       if (job.state === "queued" && job.owner !== null) leakedClaims++;
     } else if (job.state === "lost" || job.state === "timed_out") {
-      if (starts === 1 && execs.length === 1) cls = job.state;
+      if (starts === recoveries + 1 && execs.length === starts) cls = job.state;
       else [cls, reasons] = ["lost_without_start", [`${job.state} with ${starts} starts, ${execs.length} executions`]];
     } else if (job.state === "completed") {
-      if (starts === 1 && execs.length === 1) cls = job.epoch > 1 ? "requeued_then_completed" : "completed_once";
-      else [cls, reasons] = ["stale_write_accepted", [`completed with ${starts} starts, ${execs.length} executions`]];
+      if (starts === recoveries + 1 && execs.length === starts) {
+        cls =
+          recoveries > 0 ? "recovered_then_completed" : job.epoch > 1 ? "requeued_then_completed" : "completed_once";
+      } else [cls, reasons] = ["stale_write_accepted", [`completed with ${starts} starts, ${execs.length} executions`]];
     } else if (job.state === "failed") {
-      if (starts === 1 && execs.length === 1) cls = "failed";
+      if (starts === recoveries + 1 && execs.length === starts) cls = "failed";
       else [cls, reasons] = ["stale_write_accepted", [`failed with ${starts} starts, ${execs.length} executions`]];
     } else {
       [cls, reasons] = ["stale_write_accepted", [`unexpected final state ${job.state}`]];
     }
-    verdicts.push({ id: job.id, cls, reasons, starts, releases });
+    verdicts.push({ id: job.id, cls, reasons, starts, releases, recoveries });
   }
   for (const id of wanted) {
     if (!seen.has(id)) verdicts.push({ id, cls: "missing", reasons: ["no row"], starts: 0, releases: 0 });
@@ -115,6 +147,8 @@ export function checkHistory(submitted: Iterable<string>, h: History): CheckResu
 interface ChangeJudgement {
   start?: boolean;
   release?: boolean;
+  /** The recovery edge: a started job re-queued for a new execution. */
+  recover?: boolean;
   stale?: string;
   double?: string;
 }
@@ -148,7 +182,12 @@ export function judgeChange(c: JobChange): ChangeJudgement {
   }
   if (c.oldState === "queued" && c.newState === "cancelled") return {};
   if (c.oldState === "queued") return { stale: `left queued for ${c.newState} without a start` };
-  if (c.oldState === "running" && c.newState === "queued") return { double: "re-queued after it had started" };
+  if (c.oldState === "running" && c.newState === "queued") {
+    // The recovery edge: the execution is over (cleared), the epoch one up, no owner or token.
+    return c.newOwner === null && c.newToken === null && c.newExec === null && c.newEpoch === c.oldEpoch + 1
+      ? { recover: true }
+      : { double: "re-queued after it had started, not as a recovery (owner, token, execution cleared, epoch + 1)" };
+  }
   if (c.oldState === "running") {
     return sameIdentity ? {} : { stale: `a running job's identity changed (epoch ${c.oldEpoch}→${c.newEpoch})` };
   }
@@ -206,8 +245,10 @@ export interface StreamEvent {
 /**
  * Where a job's stream disagrees with its row (one line each; empty when they agree): offsets
  * contiguous from 1; exactly one terminal event, last, matching the row's state and execution;
- * `run.started` of the row's execution exactly once, before the terminal event, iff the row
- * started; a completion's output equal to the row's. A job still running has no terminal event.
+ * the row's execution's first event (`run.started`, or `run.recovered` when it continues a
+ * recovered job) exactly once, before the terminal event, iff the row started, and at most one
+ * `run.started` in all (only a job's first execution has one); a completion's output equal to
+ * the row's. A job still running has no terminal event.
  */
 export function streamDisagreements(row: StreamRow, events: StreamEvent[]): string[] {
   const out: string[] = [];
@@ -234,12 +275,13 @@ export function streamDisagreements(row: StreamRow, events: StreamEvent[]): stri
     }
   }
   const starts = events.filter((e) => e.type === "run.started");
+  const firsts = events.filter((e) => e.type === "run.started" || e.type === "run.recovered");
   if (row.started) {
-    const mine = starts.filter((e) => e.executionId === row.executionId);
-    if (mine.length !== 1 || starts.length !== 1) {
-      out.push(`row started, stream has ${starts.length} run.started (${mine.length} of its execution)`);
+    const mine = firsts.filter((e) => e.executionId === row.executionId);
+    if (mine.length !== 1 || starts.length > 1) {
+      out.push(`row started, stream has ${starts.length} run.started (${mine.length} first events of its execution)`);
     } else if (terminal && (mine[0] as StreamEvent).offset > terminal.offset) {
-      out.push("run.started after the terminal event");
+      out.push(`${(mine[0] as StreamEvent).type} after the terminal event`);
     }
   } else if (starts.length) out.push(`row never started, stream has ${starts.length} run.started`);
   return out;

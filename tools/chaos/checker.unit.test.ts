@@ -135,6 +135,52 @@ describe("claims checker", () => {
     expect(checkHistory([J], twice).counts.double_started).toBe(1);
   });
 
+  it("passes a recovered job (executions one after another) and flags one whose executions overlap", () => {
+    const requeued: Id = { owner: null, epoch: 2, token: null, exec: null };
+    const claimC: Id = { owner: "B", epoch: 3, token: T2, exec: null };
+    const runC: Id = { ...claimC, exec: E2 };
+    const recovered = (firstOutcome: string | null) =>
+      history({
+        jobs: [final("completed", runC)],
+        executions: [exec(E1, "A", 1, firstOutcome), exec(E2, "B", 3, "completed")],
+        jobChanges: [
+          change("queued", "queued", none, claimA),
+          change("queued", "running", claimA, runA),
+          change("running", "queued", runA, requeued),
+          change("queued", "queued", requeued, claimC),
+          change("queued", "running", claimC, runC),
+          change("running", "completed", runC, runC),
+        ],
+      });
+    const ok = checkHistory([J], recovered("lost"));
+    expect(ok.counts.recovered_then_completed).toBe(1);
+    expect(ok.anomalies).toBe(0);
+    // The first execution never ended: two were open at once.
+    const open = checkHistory([J], recovered(null));
+    expect(open.anomalies).toBe(1);
+    expect(open.verdicts[0]?.reasons.join()).toContain("before a recovery ended null");
+    expect(checkHistory([J], recovered("handed_off")).anomalies).toBe(0);
+    // A recovered job's stream: run.started of the first execution, run.recovered of the row's.
+    const row: StreamRow = { id: J, state: "completed", executionId: E2, started: true, output: "ok" };
+    const ev = (offset: number, type: string, executionId: string, payload = {}): StreamEvent => ({
+      offset,
+      type,
+      executionId,
+      payload,
+    });
+    const stream = [
+      ev(1, "run.started", E1),
+      ev(2, "model.delta", E1),
+      ev(3, "run.recovered", E2),
+      ev(4, "run.completed", E2, { output: "ok" }),
+    ];
+    expect(streamDisagreements(row, stream)).toEqual([]);
+    const noRecovered = [stream[0], { ...stream[3], offset: 2 }] as StreamEvent[];
+    expect(streamDisagreements(row, noRecovered)).toEqual([
+      "row started, stream has 1 run.started (0 first events of its execution)",
+    ]);
+  });
+
   it("flags stale writes: after terminal, mismatched start, identity switch, overwritten outcome", () => {
     const afterTerminal = happy();
     afterTerminal.jobChanges.push(change("completed", "completed", runA, runA, { timingMoved: true }));
@@ -218,7 +264,7 @@ describe("stream vs row", () => {
 
   it("reports run.lost with no run.started for a row that started (the host died with it in memory)", () => {
     expect(streamDisagreements(row({ state: "lost", output: null }), [ev(1, "run.lost")])).toEqual([
-      "row started, stream has 0 run.started (0 of its execution)",
+      "row started, stream has 0 run.started (0 first events of its execution)",
     ]);
   });
 

@@ -51,6 +51,7 @@ export const reaperBackstop: BackstopTask = {
       released: outcome.released.length,
       lost: outcome.reaped.filter((r) => r.state === "lost").length,
       timed_out: outcome.reaped.filter((r) => r.state === "timed_out").length,
+      recovered: outcome.reaped.filter((r) => r.state === "recovered").length,
       waits_denied: outcome.waitsDenied.length,
       waits_failed: outcome.waitsFailed.length,
     };

@@ -160,9 +160,9 @@ export class EventLog {
 
   /**
    * Whether the log shows `executionId` started: it holds any event of that execution. A host's
-   * first event is `run.started`, or `run.resumed` for an execution resuming from a checkpoint
-   * (which has no `run.started`: asking for that one type projected a start after a resumed
-   * run's own events). A projected `run.started` is an event of the execution too.
+   * first event is `run.started`, or `run.resumed` for an execution resuming from a checkpoint,
+   * or `run.recovered` for one continuing from the journal (neither has a `run.started`: asking
+   * for that one type projected a start after a resumed run's own events). A projected `run.started` is an event of the execution too.
    */
   hasStarted(executionId: string): boolean {
     return (

@@ -1,0 +1,81 @@
+/**
+ * An execution that continues a job from its journal (docs/architecture.md, "Recovery"): the
+ * reaper found the last owner gone, or the owner handed the job off at shutdown, and re-queued
+ * it. This execution is new (its own identity, its own events); it never re-runs the last one:
+ *  - the conversation is rebuilt from the journal (journal.ts), so completed turns and tool
+ *    results are not asked or called again;
+ *  - a model turn that had not completed is asked again (`discarded_turn`);
+ *  - a tool call in flight at the loss (a `call` row, no `result`) is never repeated unless its
+ *    agent declares it idempotent (then it is made again with the same idempotency key); else
+ *    the model gets `outcome_unknown`, or, when the call needs approval, a person is asked again;
+ *  - the sandbox's workspace died with the host: the model is told (`sandbox_reset`).
+ */
+import type { ModelToolCall } from "../model/types";
+import { type Rebuilt, rebuildFromJournal } from "./journal";
+import type { ExecutionParts } from "./run-context";
+
+/** What readRow hands the loop when this execution recovers the job. */
+export interface Recovery {
+  reason: string;
+  rebuilt: Rebuilt;
+  /** Open calls that had started (in flight at the loss). */
+  inFlight: ReadonlySet<string>;
+  /** The model must be told the sandbox is new. */
+  sandboxReset: boolean;
+}
+
+/** The error the model reads for a call in flight at the loss that is not made again. */
+export const OUTCOME_UNKNOWN = {
+  code: "outcome_unknown",
+  message:
+    "the host running this tool call was lost before its result was recorded; whether the call took effect is unknown, and it was not repeated",
+} as const;
+
+/** What a person deciding again on an approved call in flight at the loss is told (waiting_for.question). */
+export const OUTCOME_UNKNOWN_NOTE =
+  "This call was approved and started, but the host running it was lost before its result was recorded: whether it took effect is unknown. Approve to make it again, deny to tell the model it was not.";
+
+/** The user message that tells the model its sandbox was reset. */
+export const SANDBOX_RESET_NOTE =
+  "[runtime note] This run moved to a new host after its previous host was lost. The sandbox was reset: files and processes from earlier tool calls are gone.";
+
+/**
+ * Read the journal, write the `recovered` row (clearing the job's recovery reason, fenced), and
+ * say what this execution continues from. Throws when the fence missed (the run then lost
+ * ownership and stops): another execution has the job.
+ */
+export async function beginRecovery(parts: ExecutionParts, reason: string): Promise<Recovery> {
+  const { deps, run } = parts;
+  const rebuilt = rebuildFromJournal(await deps.journal.read(run.identity.jobId));
+  const inFlight = new Set(rebuilt.open.filter((o) => o.started).map((o) => o.call.id));
+  const recovery: Recovery = { reason, rebuilt, inFlight, sandboxReset: rebuilt.hadSandbox };
+  if (!(await deps.journal.recovered(run.identity, recoveredPayload(recovery)))) {
+    run.loseOwnership();
+    throw new Error("the recovered job is no longer this execution's");
+  }
+  return recovery;
+}
+
+/** The `run.recovered` event's payload (and the journal's `recovered` row). */
+export function recoveredPayload(r: Recovery): {
+  reason: string;
+  from_step: number;
+  discarded_turn: boolean;
+  unknown_calls: string[];
+  sandbox_reset: boolean;
+} {
+  return {
+    reason: r.reason,
+    from_step: r.rebuilt.lastSeq,
+    // With no open call the next step is a model turn: whatever turn the last execution was
+    // streaming had not completed (a completed one is journaled before its calls) and is asked again.
+    discarded_turn: r.rebuilt.open.length === 0,
+    unknown_calls: [...r.inFlight],
+    sandbox_reset: r.sandboxReset,
+  };
+}
+
+/** The open calls of the last journaled turn, in order: what the recovering execution runs first. */
+export function openCalls(r: Recovery): ModelToolCall[] {
+  return r.rebuilt.open.map((o) => o.call);
+}

@@ -1,0 +1,91 @@
+/**
+ * The job journal (table `job_journal`): what a run has completed, step by step, so that a new
+ * execution can continue the job from there after its host was lost or handed it off
+ * (docs/architecture.md, "Recovery"). Two rules make it safe:
+ *  - Append-only: a step is one new row (or a few, in one statement); the transcript is never
+ *    rewritten, so the WAL a run writes grows with its steps, not with their square.
+ *  - Fenced: a row is inserted only while the job is still running under the appending
+ *    execution's full identity, the same fence as every owner write (ownership-repo.ts). The
+ *    job row is locked FOR SHARE by the insert, so the reaper's re-queue (an UPDATE of that row)
+ *    is ordered before or after it, never beside it: a stale owner's append after the re-queue
+ *    inserts nothing, and the new execution never reads a row its predecessor wrote later.
+ * Model and tool text goes through `storable` (a NUL would fail the statement).
+ * `seq` numbers a job's rows across all its executions; the insert takes the next numbers itself
+ * (the primary key makes two appends racing for one number fail rather than interleave).
+ */
+import { sql } from "drizzle-orm";
+import { storable } from "../contracts/text";
+import type { ExecutionIdentity } from "../domain/identity";
+import type { Db } from "./client";
+import { resultRows } from "./client";
+import type { JOURNAL_KINDS } from "./schema";
+
+export type JournalKind = (typeof JOURNAL_KINDS)[number];
+
+/** One step as written; the payload's shape is the host's (sandbox-host/runner/journal.ts). */
+export interface JournalRow {
+  kind: JournalKind;
+  payload: Record<string, unknown>;
+}
+
+/** One step as read back, with its number and the epoch of the execution that wrote it. */
+export interface JournalRecord extends JournalRow {
+  seq: number;
+  epoch: number;
+}
+
+/** The fence of a journal append: the job runs under this execution, row locked for the statement. */
+const owned = (id: ExecutionIdentity) => sql`
+  SELECT id, epoch FROM jobs
+  WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
+    AND execution_id = ${id.executionId} AND state = 'running'
+  FOR SHARE`;
+
+/**
+ * Append `rows` (in order) as the execution `id`; true when they were written, false when the
+ * job no longer runs under `id` (nothing was written: the caller must stop acting under it).
+ */
+export async function appendJournal(db: Db, id: ExecutionIdentity, rows: JournalRow[]): Promise<boolean> {
+  if (rows.length === 0) return true;
+  const written = resultRows<{ seq: number }>(
+    await db.execute(sql`
+      WITH mine AS (${owned(id)}),
+      last AS (SELECT coalesce(max(seq), 0) AS seq FROM job_journal WHERE job_id = ${id.jobId})
+      INSERT INTO job_journal (job_id, seq, epoch, kind, payload)
+      SELECT mine.id, last.seq + r.n, mine.epoch, r.kind, r.payload
+      FROM mine, last, jsonb_to_recordset(${JSON.stringify(storable(rows).map((r, i) => ({ n: i + 1, ...r })))}::jsonb)
+        AS r(n int, kind text, payload jsonb)
+      RETURNING seq`),
+  );
+  return written.length === rows.length;
+}
+
+/**
+ * The first write of an execution that recovers a job: the `recovered` row, and the job's
+ * `recovery_reason` cleared (so a later execution of the job, one resuming from a wait, is not
+ * taken for a recovery), in one statement under the same fence. False: not the owner any more.
+ */
+export async function markRecovered(db: Db, id: ExecutionIdentity, payload: Record<string, unknown>): Promise<boolean> {
+  const rows = resultRows<{ seq: number }>(
+    await db.execute(sql`
+      WITH mine AS (
+        UPDATE jobs SET recovery_reason = NULL
+        WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
+          AND execution_id = ${id.executionId} AND state = 'running'
+        RETURNING id, epoch
+      ),
+      last AS (SELECT coalesce(max(seq), 0) AS seq FROM job_journal WHERE job_id = ${id.jobId})
+      INSERT INTO job_journal (job_id, seq, epoch, kind, payload)
+      SELECT mine.id, last.seq + 1, mine.epoch, 'recovered', ${JSON.stringify(storable(payload))}::jsonb FROM mine, last
+      RETURNING seq`),
+  );
+  return rows.length === 1;
+}
+
+/** Every row of the job's journal, in order (what a recovering execution rebuilds from). */
+export async function readJournal(db: Db, jobId: string): Promise<JournalRecord[]> {
+  const rows = resultRows<{ seq: number; epoch: number; kind: JournalKind; payload: Record<string, unknown> }>(
+    await db.execute(sql`SELECT seq, epoch, kind, payload FROM job_journal WHERE job_id = ${jobId} ORDER BY seq`),
+  );
+  return rows.map((r) => ({ seq: Number(r.seq), epoch: Number(r.epoch), kind: r.kind, payload: r.payload }));
+}

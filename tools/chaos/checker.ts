@@ -213,7 +213,7 @@ function judgeExecution(e: ExecutionRow, job: History["jobs"][number], changes: 
   return out;
 }
 
-function groupBy<T>(items: T[], key: (t: T) => string): Map<string, T[]> {
+export function groupBy<T>(items: T[], key: (t: T) => string): Map<string, T[]> {
   const m = new Map<string, T[]>();
   for (const it of items) {
     const k = key(it);

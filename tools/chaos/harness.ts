@@ -32,12 +32,12 @@ import pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
-import { readSse } from "../lib/sse";
 import { type RedisService, startRedis } from "../stack/services/redis";
 import { type HostHandle, type Stack, startStack } from "../stack/start";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
-import { type CheckResult, checkHistory, type StreamEvent, type StreamRow, streamDisagreements } from "./checker";
+import { type CheckResult, checkHistory, type StreamRow, streamDisagreements } from "./checker";
 import { installHistory, readHistory } from "./history";
+import { readJobStream } from "./job-stream";
 import { ChaosProxy } from "./pg-chaos-proxy";
 
 export interface ChaosOptions {
@@ -686,19 +686,8 @@ async function checkStreams(st: Stack, db: pg.Pool, ids: string[], log: (l: stri
         started: r.started,
         output: r.output,
       };
-      const events: StreamEvent[] = [];
-      let readError = "";
-      try {
-        for await (const ev of readSse(`${st.gatewayUrl}/v1/jobs/${id}/events`, {
-          headers: { authorization: `Bearer ${st.apiKey}` },
-          signal: AbortSignal.timeout(STREAM_READ_MS),
-        })) {
-          const data = JSON.parse(ev.data) as { execution_id: string; payload: Record<string, unknown> };
-          events.push({ offset: Number(ev.id), type: ev.event, executionId: data.execution_id, payload: data.payload });
-        }
-      } catch (err) {
-        readError = ` (stream read: ${err instanceof Error ? err.message : String(err)})`;
-      }
+      const { events, error } = await readJobStream(st, id, STREAM_READ_MS);
+      const readError = error ? ` (stream read: ${error})` : "";
       result.checked++;
       const why = streamDisagreements(row, events);
       if (why.length) {

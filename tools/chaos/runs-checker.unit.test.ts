@@ -1,0 +1,137 @@
+import { describe, expect, it } from "vitest";
+import type { ToolCallRecord } from "./recording-mcp";
+import { checkRuns, type RunExecutionRow, type RunHistory, type RunStreamEvent } from "./runs-checker";
+
+const J = "00000000-0000-4000-8000-000000000001";
+const E1 = "e1";
+const E2 = "e2";
+
+const ev = (
+  offset: number,
+  type: string,
+  executionId: string,
+  payload: Record<string, unknown> = {},
+): RunStreamEvent => ({
+  offset,
+  type,
+  executionId,
+  payload,
+});
+const exec = (id: string, epoch: number, startedAt: number, finishedAt: number | null): RunExecutionRow => ({
+  id,
+  jobId: J,
+  epoch,
+  startedAt,
+  finishedAt,
+});
+const call = (
+  executionId: string,
+  epoch: number,
+  startedAt: number,
+  tool: ToolCallRecord["tool"] = "charge",
+): ToolCallRecord => ({
+  tool,
+  key: `${J}:call_1`,
+  jobId: J,
+  executionId,
+  epoch,
+  startedAt,
+  endedAt: startedAt + 10,
+});
+
+/** A job that ran its tool in epoch 1, lost its host in the final turn, and completed in epoch 2. */
+function recovered(over: Partial<RunHistory> = {}): RunHistory {
+  return {
+    jobs: [{ id: J, state: "completed", recoveries: 1, output: "paid" }],
+    executions: [exec(E1, 1, 1000, 3000), exec(E2, 2, 3500, 5000)],
+    calls: [call(E1, 1, 1500)],
+    streams: new Map([
+      [
+        J,
+        [
+          ev(1, "run.started", E1),
+          ev(2, "model.turn", E1, { turn: 1, reason: "start" }),
+          ev(3, "tool.call", E1),
+          ev(4, "tool.result", E1),
+          ev(5, "model.turn", E1, { turn: 2, reason: "tool_results" }),
+          ev(6, "model.delta", E1, { text: "pa" }),
+          ev(7, "run.recovered", E2, { reason: "host_lost" }),
+          ev(8, "model.turn", E2, { turn: 2, reason: "recovered" }),
+          ev(9, "model.delta", E2, { text: "pa" }),
+          ev(10, "model.delta", E2, { text: "id" }),
+          ev(11, "run.completed", E2, { output: "paid" }),
+        ],
+      ],
+    ]),
+    ...over,
+  };
+}
+
+describe("the run checker", () => {
+  it("accepts a job that continued in a second execution after its host died", () => {
+    const r = checkRuns([J], recovered());
+    expect(r.verdicts).toEqual([{ id: J, cls: "completed_after_recovery", reasons: [] }]);
+    expect(r.anomalies).toBe(0);
+    expect(r.recoveries).toBe(1);
+  });
+
+  it("flags executions that overlap, or an old one that never ended", () => {
+    const overlap = checkRuns([J], recovered({ executions: [exec(E1, 1, 1000, 4000), exec(E2, 2, 3500, 5000)] }));
+    expect(overlap.verdicts[0]?.cls).toBe("interleaved_executions");
+    const open = checkRuns([J], recovered({ executions: [exec(E1, 1, 1000, null), exec(E2, 2, 3500, 5000)] }));
+    expect(open.verdicts[0]?.reasons[0]).toContain("never ended");
+  });
+
+  it("flags a non-idempotent call made twice with one key, and counts an idempotent one", () => {
+    const twice = checkRuns([J], recovered({ calls: [call(E1, 1, 1500), call(E2, 2, 3600)] }));
+    expect(twice.verdicts[0]?.cls).toBe("tool_repeated");
+    const lookup = checkRuns([J], recovered({ calls: [call(E1, 1, 1500, "lookup"), call(E2, 2, 3600, "lookup")] }));
+    expect(lookup.anomalies).toBe(0);
+    expect(lookup.idempotentRecalls).toBe(1);
+  });
+
+  it("flags a call an old execution began after its successor started", () => {
+    const r = checkRuns([J], recovered({ calls: [call(E1, 1, 3700, "lookup")] }));
+    expect(r.verdicts[0]?.cls).toBe("call_after_handoff");
+    expect(r.verdicts[0]?.reasons[0]).toContain("200 ms after epoch 2 started");
+  });
+
+  it("flags a recovery the stream does not show", () => {
+    const h = recovered();
+    h.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
+    expect(checkRuns([J], h).verdicts[0]?.cls).toBe("recovery_unseen");
+  });
+
+  it("flags deltas that do not rebuild the output after the last restart point", () => {
+    const h = recovered();
+    const events = h.streams.get(J) as RunStreamEvent[];
+    // Drop the recovered execution's first delta: what follows run.recovered reads "id".
+    h.streams.set(
+      J,
+      events.filter((e) => e.offset !== 9).map((e, i) => ({ ...e, offset: i + 1 })),
+    );
+    const r = checkRuns([J], h);
+    expect(r.verdicts[0]?.cls).toBe("stream_disagrees");
+    expect(r.verdicts[0]?.reasons.join()).toContain('rebuild "id"');
+  });
+
+  it("flags a stream with two terminal events and a gap in its offsets", () => {
+    const h = recovered();
+    const events = h.streams.get(J) as RunStreamEvent[];
+    h.streams.set(J, [...events.slice(0, 5), ...events.slice(6), ev(12, "run.failed", E1)]);
+    const reasons = checkRuns([J], h).verdicts[0]?.reasons.join("; ") ?? "";
+    expect(reasons).toContain("offset 7 at position 6");
+    expect(reasons).toContain("2 terminal events");
+  });
+
+  it("flags a job left running and one never written", () => {
+    const h = recovered();
+    h.jobs = [{ id: J, state: "running", recoveries: 1, output: null }];
+    h.streams = new Map();
+    const other = "00000000-0000-4000-8000-000000000002";
+    const r = checkRuns([J, other], h);
+    expect(r.counts.stuck).toBe(1);
+    expect(r.counts.missing).toBe(1);
+    expect(r.anomalies).toBe(2);
+  });
+});

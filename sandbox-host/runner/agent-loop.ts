@@ -165,9 +165,12 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       firstTurn = rebuilt.turn + 1;
       const calls = openCalls(recovery);
       if (calls.length > 0) {
-        // A parent recovering after its children's wait: their ends are their delegate calls' results.
+        // A parent recovering after its children's wait, before their results were journaled:
+        // their ends are the open delegate calls' results (a children wait of an earlier turn is
+        // not read again).
         const cp = readCheckpoint(exec.job.checkpoint);
-        const delegated = cp?.children ? await childResults(exec, cp.children) : new Map<string, string>();
+        const waitedFor = cp?.children && calls.some((c) => cp.children?.calls[c.id] !== undefined);
+        const delegated = waitedFor && cp.children ? await childResults(exec, cp.children) : new Map<string, string>();
         const ran = await runCalls(exec, {
           messages,
           calls,

@@ -247,11 +247,12 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
     const approver = (async () => {
       const seen = new Set<string>();
       while (loading || seen.size < submitted.approval) {
-        const w = await db.query<{ job_id: string; call_id: string }>(
-          "SELECT job_id, call_id FROM job_waits WHERE decision IS NULL AND kind = 'approval'",
+        const w = await db.query<{ job_id: string; call_id: string; asked: string }>(
+          "SELECT job_id, call_id, requested_at::text AS asked FROM job_waits WHERE decision IS NULL AND kind = 'approval'",
         );
-        for (const { job_id, call_id } of w.rows) {
-          const k = `${job_id}:${call_id}`;
+        // A call asked again after a recovery (outcome unknown) is a new question: keyed by when it was asked.
+        for (const { job_id, call_id, asked } of w.rows) {
+          const k = `${job_id}:${call_id}:${asked}`;
           if (seen.has(k)) continue;
           seen.add(k);
           background.track(
@@ -421,6 +422,13 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       finished_at: Date | null;
     }>("SELECT id, job_id, epoch, started_at, finished_at FROM executions WHERE job_id = ANY($1::uuid[])", [all]);
     const streams = await readStreams(st, all);
+    const dump = (id: string) =>
+      (streams.get(id) ?? [])
+        .map(
+          (e) =>
+            `${e.offset}:${e.type}@${e.executionId.slice(0, 4)}${e.type === "model.delta" ? `(${String(e.payload.text)})` : e.type === "model.turn" ? `(${JSON.stringify(e.payload)})` : ""}`,
+        )
+        .join(" ");
     const check = checkRuns(all, {
       jobs: jobs.rows.map((r) => ({ id: r.id, state: r.state, recoveries: r.recoveries, output: r.output })),
       executions: execs.rows.map((r) => ({
@@ -433,6 +441,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       calls: mcp.calls,
       streams,
     });
+    for (const v of check.verdicts) if (v.cls === "stream_disagrees") log(`stream of ${v.id}: ${dump(v.id)}`);
     return {
       seed: opts.seed,
       check,

@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { refineStorableJson, text, whenValid } from "./text";
-import { MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
+import { DELEGATE_TOOL_PREFIX, MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
 
 export const AGENT_LIMITS = {
   maxInstructionsChars: 64 * 1024,
@@ -50,8 +50,7 @@ export const DELEGATION_LIMITS = {
   maxDelegateNameChars: 55,
 } as const;
 
-/** The tool the model calls to delegate to agent `name`. */
-export const DELEGATE_TOOL_PREFIX = "delegate_";
+export { DELEGATE_TOOL_PREFIX };
 
 /** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
 export const AGENT_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;

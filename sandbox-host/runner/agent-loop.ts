@@ -21,12 +21,13 @@ import { MCP_DISABLED } from "../mcp/mcp-config";
 import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
+import { codeToolSpec } from "./code-tool-step";
 import { childResults, delegateSpecs, delegateTarget, planChildren } from "./delegate";
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { abortedOutcome, type Execution, type ExecutionParts, failed, runFields } from "./run-context";
-import { allowedTools, runTool, unofferedCall } from "./tool-step";
+import { allowedTools, codeToolNames, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
@@ -249,7 +250,10 @@ async function runCalls(
     } else if (!loop.offered.has(call.name)) {
       result = unofferedCall(exec, call, text);
     } else {
-      const wait = requiresApproval(definition, call.name);
+      // A code tool may ask for approval itself (defineTool's requires_approval), as an agent may.
+      const wait =
+        requiresApproval(definition, call.name) ??
+        (exec.deps.codeTools?.spec(call.name)?.requires_approval ? "approval" : null);
       if (wait) {
         return {
           state: "waiting",
@@ -319,6 +323,8 @@ async function prepare(exec: Execution, resume: Resume | null): Promise<Prepared
   const mcpTools = run.mcp?.specs ?? [];
   const offered = [
     ...sandboxTools,
+    // The agent's code tools, in its order; one this host lacks is offered as unavailable.
+    ...codeToolNames(job).map((name) => codeToolSpec(exec, name)),
     ...mcpTools,
     ...(agent?.ask_user === true ? [ASK_USER_SPEC] : []),
     ...(await delegateSpecs(exec, agent)),

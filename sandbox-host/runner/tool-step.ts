@@ -2,7 +2,7 @@
  * One tool call, with its events: an MCP tool of the run's agent at its server, anything else in
  * the run's sandbox (created lazily by the first call).
  */
-import { type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
+import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toolNames } from "../../src/domain/approval";
@@ -11,7 +11,8 @@ import { errorFields } from "../log";
 import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/sandbox-errors";
-import { callSandboxTool, toolResultContent } from "../sandbox/tools";
+import { callSandboxTool, isSandboxTool, toolResultContent } from "../sandbox/tools";
+import { runCodeTool } from "./code-tool-step";
 import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
 
 /** A call the run must not make: visible as a call and its failed result, which the model reads. */
@@ -23,9 +24,15 @@ export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { 
 }
 
 /** The sandbox tools a job may use: its agent's, else the job's own `tools`. */
-export function allowedTools(job: RunnableJob): readonly ToolName[] {
+export function allowedTools(job: RunnableJob): readonly string[] {
   const agent = job.agent?.definition ?? null;
-  return agent ? toolNames(agent.tools) : job.tools;
+  return agent ? toolNames(agent.tools).filter(isSandboxTool) : job.tools;
+}
+
+/** The code tools (HOST_TOOLS) a job's agent lists: its `tools` that are not sandbox tools. */
+export function codeToolNames(job: RunnableJob): readonly string[] {
+  const agent = job.agent?.definition ?? null;
+  return agent ? toolNames(agent.tools).filter((n) => !isSandboxTool(n)) : [];
 }
 
 /**
@@ -51,6 +58,7 @@ export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ c
   const { deps, run, emit, id } = exec;
   const server = run.mcp?.serverOf(call.name) ?? null;
   if (run.mcp && server !== null) return runMcpTool(exec, { mcp: run.mcp, server, call });
+  if (codeToolNames(exec.job).includes(call.name)) return runCodeTool(exec, call);
   const sandbox = deps.sandbox;
   emit("tool.call", { id: call.id, name: call.name, args: call.args });
   if (!sandbox) {

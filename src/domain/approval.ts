@@ -11,15 +11,15 @@ import {
   type AgentTool,
   agentToolName,
 } from "../contracts/agent";
-import { ASK_USER_TOOL, type ToolName } from "../contracts/tools";
+import { ASK_USER_TOOL } from "../contracts/tools";
 import type { WaitKind } from "../contracts/wait";
 import { mcpRequiresApproval } from "./mcp";
 
 export { ASK_USER_TOOL };
 
-/** The sandbox tool names of an agent's `tools` (what `jobs.tools` stores). */
-export function toolNames(tools: readonly AgentTool[]): ToolName[] {
-  return tools.map((t) => agentToolName(t) as ToolName);
+/** The tool names of an agent's `tools`, sandbox and code tools (what `jobs.tools` stores). */
+export function toolNames(tools: readonly AgentTool[]): string[] {
+  return tools.map((t) => agentToolName(t));
 }
 
 /**

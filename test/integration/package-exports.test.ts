@@ -82,6 +82,21 @@ describe("package exports", () => {
     ]);
   });
 
+  it("Node imports defineAgent from edge-agent-runtime/agents: checked at definition, defaults applied by agentBody", async () => {
+    const script = `
+      const { defineAgent, isDefinedAgent, agentBody } = await import("edge-agent-runtime/agents");
+      const a = defineAgent({ name: "orders", model: "m", tools: ["lookup_order"] });
+      let refused = "";
+      try { defineAgent({ name: "Bad Name", model: "m" }); } catch (e) { refused = e.message; }
+      const body = agentBody(a);
+      console.log(JSON.stringify({ marked: isDefinedAgent(a), turns: body.limits.max_turns, tools: body.tools, refused }));`;
+    const { code, out } = await run(process.execPath, ["--input-type=module", "-e", script]);
+    expect(code, out).toBe(0);
+    const got = JSON.parse(out.trim());
+    expect(got).toMatchObject({ marked: true, turns: 8, tools: ["lookup_order"] });
+    expect(got.refused).toMatch(/^agent "Bad Name": .*name/);
+  });
+
   it("their declarations typecheck a consumer by name (bundler resolution, as Vite apps use)", async () => {
     const config = join(ROOT, "test", "package-consumer", ".tsconfig.json");
     await writeFile(

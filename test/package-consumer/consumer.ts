@@ -5,6 +5,7 @@
  * (an untyped import is `any`, and then nothing is an error).
  */
 import type { ChatTransport } from "ai";
+import { defineAgent } from "edge-agent-runtime/agents";
 import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
 import { EarClient, type JobRun, useJob, useJobTree } from "edge-agent-runtime/react";
 import { defineTool, type ToolContext } from "edge-agent-runtime/tools";
@@ -44,3 +45,8 @@ export const lookup = defineTool({
 });
 // @ts-expect-error run is required
 defineTool({ name: "x", description: "d", input: { type: "object" } });
+
+// An agent as code: the API's fields, typed.
+export const support = defineAgent({ name: "support", model: "m", tools: ["lookup_order"], limits: { max_turns: 4 } });
+// @ts-expect-error max_turns is a number
+defineAgent({ name: "x", model: "m", limits: { max_turns: "many" } });

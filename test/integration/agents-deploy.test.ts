@@ -37,7 +37,10 @@ describe.skipIf(!canRun)("agents deploy and the orders example", () => {
     hostEnv: { HOST_TOOLS: "examples/orders/order-tools.ts" },
   });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
-  const { submit, finished } = agentJobs<JobView>(api, () => t.stack.modelName);
+  const { submit, finished, waiting } = agentJobs<JobView & { waiting_for: { call_id: string } | null }>(
+    api,
+    () => t.stack.modelName,
+  );
 
   const cli = (args: string[]) =>
     new Promise<{ code: number | null; out: string }>((ok) => {
@@ -119,5 +122,27 @@ describe.skipIf(!canRun)("agents deploy and the orders example", () => {
     const done = await finished(id);
     expect(done.state).toBe("completed");
     expect(done.output).toContain("shipped");
+  });
+
+  it("request_refund asks for approval itself (defineTool's requires_approval): it runs once approved, keyed by the call", async () => {
+    const id = await submit("orders", {
+      input: {
+        messages: [
+          {
+            role: "user",
+            content: `!mock ${JSON.stringify({ tool_calls: [{ name: "request_refund", args: { id: "A-1002", reason: "arrived broken" } }] })}`,
+          },
+        ],
+      },
+    });
+    const w = await waiting(id);
+    const callId = w.waiting_for?.call_id as string;
+    const decided = await api().call("POST", `/v1/jobs/${id}/approvals/${encodeURIComponent(callId)}`, {
+      decision: "approve",
+    });
+    expect(decided.status).toBeLessThan(300);
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    expect(done.output).toContain(`"reference":"${id}:${callId}"`);
   });
 });

@@ -6,7 +6,12 @@
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { Gauge } from "prom-client";
-import { publishCodeTools, unpublishCodeTools } from "../src/db/code-tools-repo";
+import {
+  CODE_TOOLS_REFRESH_MS,
+  publishCodeTools,
+  refreshCodeTools,
+  unpublishCodeTools,
+} from "../src/db/code-tools-repo";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import * as schema from "../src/db/schema";
 import { defaultRunLostAfterMs } from "../src/domain/recovery";
@@ -19,6 +24,7 @@ import { CodeTools } from "./code-tools/code-tool-pool";
 import type { HostDeps } from "./host";
 import { type HostConfig, listenDatabaseUrl } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
+import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
@@ -228,13 +234,31 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     activity,
   });
   const specs = deps.codeTools?.specs ?? [];
+  // Only a host with tools refreshes them: one without adds no statement to an idle host's few.
+  const refresh =
+    specs.length > 0
+      ? new PeriodicTask(
+          {
+            name: "code tool catalog refresh",
+            everyMs: CODE_TOOLS_REFRESH_MS,
+            spread: 0.1,
+            onError: (err) => log.warn("code tool catalog refresh failed", errorFields(err)),
+          },
+          () => refreshCodeTools(db, config.hostId),
+        )
+      : null;
   const toolCatalog: Service = {
     name: "code tool catalog",
-    start: () => publishCodeTools(db, config.hostId, specs),
-    stop: () =>
-      unpublishCodeTools(db, config.hostId).catch((err: unknown) =>
+    start: async () => {
+      await publishCodeTools(db, config.hostId, specs);
+      refresh?.start();
+    },
+    stop: async () => {
+      await refresh?.stop();
+      await unpublishCodeTools(db, config.hostId).catch((err: unknown) =>
         log.warn("code tools not removed from the catalog", errorFields(err)),
-      ),
+      );
+    },
   };
   return {
     metrics,

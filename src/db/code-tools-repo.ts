@@ -1,11 +1,19 @@
 /**
  * The code tool catalog (table code_tools): what each host's HOST_TOOLS offer. A host replaces
  * its own entries at start (one statement: the old ones it no longer has go, the rest are
- * upserted) and removes them at its graceful stop; the gateway lists the fleet's tools and
- * checks an agent's tool names against them.
+ * upserted), refreshes them while it runs and removes them at its graceful stop; the gateway
+ * lists the fleet's fresh tools and checks an agent's tool names against them.
  */
 import { sql } from "drizzle-orm";
 import { type Db, resultRows } from "./client";
+
+/**
+ * A host with tools refreshes its rows this often, and rows not refreshed for CODE_TOOLS_STALE_S
+ * are not listed (their host died without a graceful stop): 10 refreshes may be missed (a
+ * Postgres outage) before a live host's tools drop out, and a dead host's go within 10 minutes.
+ */
+export const CODE_TOOLS_REFRESH_MS = 60_000;
+export const CODE_TOOLS_STALE_S = 600;
 
 export interface CodeToolEntry {
   name: string;
@@ -35,14 +43,19 @@ export async function publishCodeTools(db: Db, hostId: string, tools: readonly C
       timeout_ms = excluded.timeout_ms, published_at = now()`);
 }
 
+/** This host is alive: its rows stay fresh (one UPDATE a minute per host with tools). */
+export async function refreshCodeTools(db: Db, hostId: string): Promise<void> {
+  await db.execute(sql`UPDATE code_tools SET published_at = now() WHERE host_id = ${hostId}`);
+}
+
 /** A graceful stop: this host offers nothing any more. */
 export async function unpublishCodeTools(db: Db, hostId: string): Promise<void> {
   await db.execute(sql`DELETE FROM code_tools WHERE host_id = ${hostId}`);
 }
 
 /**
- * Every code tool some host offers, by name: the most recently published definition (hosts of a
- * rollout may differ) and how many hosts offer it.
+ * Every code tool some live host offers, by name: the most recently refreshed host's definition
+ * (hosts of a rollout may differ) and how many hosts offer it.
  */
 export async function listCodeTools(db: Db): Promise<Array<CodeToolEntry & { hosts: number }>> {
   const rows = resultRows<Record<string, unknown>>(
@@ -50,6 +63,7 @@ export async function listCodeTools(db: Db): Promise<Array<CodeToolEntry & { hos
       SELECT DISTINCT ON (name) name, description, input_schema, idempotent, requires_approval, timeout_ms,
         count(*) OVER (PARTITION BY name) AS hosts
       FROM code_tools
+      WHERE published_at > now() - make_interval(secs => ${CODE_TOOLS_STALE_S})
       ORDER BY name, published_at DESC, host_id`),
   );
   return rows.map((r) => ({
@@ -72,7 +86,8 @@ export async function knownCodeTools(db: Db, names: readonly string[]): Promise<
   const rows = resultRows<{ name: string }>(
     await db.execute(sql`
       SELECT DISTINCT name FROM code_tools
-      WHERE name IN (SELECT jsonb_array_elements_text(${JSON.stringify(names)}::jsonb))`),
+      WHERE name IN (SELECT jsonb_array_elements_text(${JSON.stringify(names)}::jsonb))
+        AND published_at > now() - make_interval(secs => ${CODE_TOOLS_STALE_S})`),
   );
   return new Set(rows.map((r) => r.name));
 }

@@ -5,11 +5,17 @@
  * blocking its thread for 4 s beside another job's stream (the stream's largest gap between
  * deltas under 1 s), ctx's identity as the job and its execution row know it, a throw and a
  * timeout read by the model while the job completes, a cancel during a call deaf to it, and
- * tool_unavailable for a tool only another host offers.
+ * tool_unavailable for a tool only another host offers (and, once that host's rows are stale, the
+ * tool neither listed nor accepted).
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
-import { publishCodeTools, unpublishCodeTools } from "../../src/db/code-tools-repo";
+import {
+  CODE_TOOLS_STALE_S,
+  publishCodeTools,
+  refreshCodeTools,
+  unpublishCodeTools,
+} from "../../src/db/code-tools-repo";
 import * as schema from "../../src/db/schema";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/stack/services/ports";
@@ -253,6 +259,26 @@ describe.skipIf(!canRun)("code tools on a host (HOST_TOOLS)", () => {
         output: { code: "tool_unavailable", message: 'this host has no tool "remote_only"' },
       });
       expect((await finished(id)).state).toBe("completed");
+
+      // That host died without a graceful stop: once its rows are past CODE_TOOLS_STALE_S
+      // without a refresh, the tool is neither listed nor accepted.
+      await t.pool.query(
+        "UPDATE code_tools SET published_at = now() - make_interval(secs => $1 + 1) WHERE host_id = 'another-host'",
+        [CODE_TOOLS_STALE_S],
+      );
+      const listed = await api().call<{ tools: ToolView[] }>("GET", "/v1/tools");
+      expect(listed.body.tools.map((x) => x.name)).not.toContain("remote_only");
+      expect(listed.body.tools.map((x) => x.name)).toContain("echo");
+      const refused = await api().call<{ error: { message: string } }>("POST", "/v1/agents/elsewhere/versions", {
+        model: t.stack.modelName,
+        tools: ["remote_only"],
+      });
+      expect(refused.status).toBe(400);
+      expect(refused.body.error.message).toMatch(/^tools\.0: unknown tool "remote_only"/);
+      // A live host's refresh (every CODE_TOOLS_REFRESH_MS) makes its rows fresh again.
+      await refreshCodeTools(db, "another-host");
+      const again = await api().call<{ tools: ToolView[] }>("GET", "/v1/tools");
+      expect(again.body.tools.map((x) => x.name)).toContain("remote_only");
     } finally {
       await unpublishCodeTools(db, "another-host");
     }

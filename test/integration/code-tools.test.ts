@@ -86,7 +86,7 @@ describe.skipIf(!canRun)("code tools on a host (HOST_TOOLS)", () => {
         .filter((x) => x.kind === "code")
         .map((x) => x.name)
         .sort(),
-    ).toEqual(["boom", "echo", "hog", "ignore_cancel", "spin", "stuck", "wait_for_cancel", "whoami"]);
+    ).toEqual(["big", "boom", "echo", "hog", "ignore_cancel", "quit", "spin", "stuck", "wait_for_cancel", "whoami"]);
     expect(byName.get("echo")).toEqual({
       name: "echo",
       kind: "code",
@@ -208,6 +208,23 @@ describe.skipIf(!canRun)("code tools on a host (HOST_TOOLS)", () => {
     expect(await finished(id)).toMatchObject({ state: "completed", output: "handled" });
     const ready = await fetch(new URL("/readyz", t.stack.hosts[0]!.metricsUrl));
     expect(ready.status).toBe(200);
+  });
+
+  it("a result past 64 KiB reaches the event and the model cut, marked truncated", async () => {
+    await defineAgent("bulky", { tools: ["big"] });
+    const id = await submit("bulky", script({ tool_calls: [{ name: "big", args: {} }] }));
+    const events = await eventsOf(id);
+    const result = events.find((e) => e.event === "tool.result")?.payload as {
+      ok: boolean;
+      output: { text: string; truncated: boolean };
+    };
+    expect(result.ok).toBe(true);
+    expect(result.output.truncated).toBe(true);
+    expect(result.output.text.length).toBe(64 * 1024);
+    const done = await finished(id);
+    expect(done.state).toBe("completed");
+    // The mock model echoes the tool message it read: the cut JSON and the marker.
+    expect(done.output).toContain("[truncated]");
   });
 
   it("a job cancelled during a call deaf to its cancel ends cancelled at once, and the next call gets a thread", async () => {

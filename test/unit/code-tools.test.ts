@@ -10,7 +10,11 @@ import { spawn } from "node:child_process";
 import { resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CodeTools } from "../../sandbox-host/code-tools/code-tool-pool";
-import { CODE_TOOL_CANCEL_GRACE_MS, type CodeToolIdentity } from "../../sandbox-host/code-tools/tool-call";
+import {
+  CODE_TOOL_CANCEL_GRACE_MS,
+  CODE_TOOL_RESULT_MAX_CHARS,
+  type CodeToolIdentity,
+} from "../../sandbox-host/code-tools/tool-call";
 import {
   CodeToolsError,
   describeTool,
@@ -41,7 +45,7 @@ describe("loading HOST_TOOLS modules", () => {
   it("finds every defineTool export and describes it with a JSON Schema input", async () => {
     const loaded = await loadToolModules([TEST_TOOLS]);
     expect([...loaded.keys()].sort()).toEqual(
-      ["boom", "echo", "hog", "ignore_cancel", "spin", "stuck", "wait_for_cancel", "whoami"].sort(),
+      ["big", "boom", "echo", "hog", "ignore_cancel", "quit", "spin", "stuck", "wait_for_cancel", "whoami"].sort(),
     );
     const echo = describeTool(loaded.get("echo")!);
     expect(echo).toEqual({
@@ -175,6 +179,22 @@ describe("calls on tool threads", () => {
       message: "RangeError: the order store is down",
     });
     expect((await call("echo", { text: "after" }, "b2")).ok).toBe(true);
+  });
+
+  it("a result past 64 KiB of JSON is cut on the tool thread, and says so", async () => {
+    const r = await call("big", {}, "g1");
+    expect(r.ok).toBe(true);
+    const { json, truncated } = r as { json: string; truncated: boolean };
+    expect(truncated).toBe(true);
+    expect(json.length).toBe(CODE_TOOL_RESULT_MAX_CHARS);
+    expect(json.startsWith('{"text":"xxx')).toBe(true);
+  });
+
+  it("a tool that ends its own thread is tool_crashed; the next call works", async () => {
+    const r = await call("quit", {}, "q1");
+    expect(r).toMatchObject({ ok: false, code: "tool_crashed" });
+    expect((r as { message: string }).message).toMatch(/^tool "quit" ended its thread: .*7/);
+    expect((await call("echo", { text: "after" }, "q2")).ok).toBe(true);
   });
 
   it("out of memory ends only its thread: tool_out_of_memory, and the next call works", async () => {

@@ -1,6 +1,7 @@
 /**
- * One tool call, with its events: an MCP tool of the run's agent at its server, anything else in
- * the run's sandbox (created lazily by the first call).
+ * One tool call, with its events: an MCP tool of the run's agent at its server, a code tool the
+ * agent lists on a tool thread (code-tool-step.ts), anything else in the run's sandbox (created
+ * lazily by the first call).
  */
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";

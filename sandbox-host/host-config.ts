@@ -155,6 +155,26 @@ export const HostConfigSchema = z.object({
    */
   sandboxJanitorMs: intFromEnv(200, 3_600_000).default(30_000),
   /**
+   * The team's code tool modules (docs/tools.md "Code tools"): comma-separated paths (relative to
+   * the host's working directory) or package specifiers, loaded once by main.ts at startup.
+   */
+  toolModules: z
+    .string()
+    .default("")
+    .transform((v) =>
+      v
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s.length > 0),
+    ),
+  /**
+   * Code tool calls running at once on this host, each on its own thread; more wait their turn.
+   * 4: a host's few cores are shared with the runs' own loop, and a tool that blocks holds a core.
+   */
+  toolConcurrency: intFromEnv(1, 64).default(4),
+  /** Each tool thread's heap limit (resourceLimits.maxOldGenerationSizeMb); past it the call fails tool_out_of_memory. */
+  toolMemoryMb: intFromEnv(16, 16_384).default(256),
+  /**
    * Model deltas arriving within this window become one `model.delta` event. Every event costs a
    * trip through ingest, the job's log and each watcher; a provider streaming 50 tokens/s sends
    * one every ~20 ms, so a window below that coalesces nothing.
@@ -197,6 +217,9 @@ const ENV_NAMES: Record<string, string> = {
   cancelHintMs: "HOST_CANCEL_HINT_MS",
   cancelDurableMs: "HOST_CANCEL_DURABLE_MS",
   listen: "HOST_LISTEN",
+  toolModules: "HOST_TOOLS",
+  toolConcurrency: "HOST_TOOLS_CONCURRENCY",
+  toolMemoryMb: "HOST_TOOLS_MEMORY_MB",
   quotaModelLimit: "QUOTA_MODEL_LIMIT",
   quotaTenantLimit: "QUOTA_TENANT_LIMIT",
   quotaMaxWaitMs: "QUOTA_MAX_WAIT_MS",
@@ -275,6 +298,9 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     sandboxCreateQueue: v("SANDBOX_CREATE_QUEUE"),
     maxQueuedJobsPerTenant: v("MAX_QUEUED_JOBS_PER_TENANT"),
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
+    toolModules: v("HOST_TOOLS"),
+    toolConcurrency: v("HOST_TOOLS_CONCURRENCY"),
+    toolMemoryMb: v("HOST_TOOLS_MEMORY_MB"),
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };
   const parsed = HostConfigSchema.safeParse(raw);

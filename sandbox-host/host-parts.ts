@@ -6,6 +6,12 @@
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { Gauge } from "prom-client";
+import {
+  CODE_TOOLS_REFRESH_MS,
+  publishCodeTools,
+  refreshCodeTools,
+  unpublishCodeTools,
+} from "../src/db/code-tools-repo";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import * as schema from "../src/db/schema";
 import { defaultRunLostAfterMs } from "../src/domain/recovery";
@@ -14,9 +20,12 @@ import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient } from "../src/quota/redis";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
+import { CodeTools } from "./code-tools/code-tool-pool";
 import type { HostDeps } from "./host";
 import { type HostConfig, listenDatabaseUrl } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
+import { PeriodicTask } from "./lifecycle/periodic";
+import type { Service } from "./lifecycle/service";
 import { errorFields, type Logger } from "./log";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
 import { QueueDepthSampler } from "./metrics/queue-depth";
@@ -35,6 +44,10 @@ export interface HostParts {
   metrics: HostMetrics;
   leaseStore: LeaseStore | null;
   offload: OffloadPool;
+  /** The host's code tools (HOST_TOOLS), null when it has none. */
+  codeTools: CodeTools | null;
+  /** Publishes this host's code tools in the catalog at start (none: clears its old entries), removes them at stop. */
+  toolCatalog: Service;
   outbox: Outbox;
   runner: Runner;
   claimer: Claimer;
@@ -90,6 +103,16 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   const sandbox = deps.sandbox !== undefined ? deps.sandbox : (started?.manager ?? null);
   if (sandbox) metrics.watchSandboxCreateQueue(() => sandbox.creationLoad().queued);
   const offload = new OffloadPool({ ...deps.offload, observer: metrics.offloadObserver });
+  const codeTools =
+    deps.codeTools && deps.codeTools.specs.length > 0
+      ? new CodeTools({
+          modules: deps.codeTools.modules,
+          specs: deps.codeTools.specs,
+          concurrency: config.toolConcurrency,
+          memoryMb: config.toolMemoryMb,
+          log,
+        })
+      : null;
   const outbox = new Outbox({
     gatewayUrl: config.gatewayUrl,
     signingSecret: config.signingSecret,
@@ -120,6 +143,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     sandboxQueueLimit: config.sandboxCreateQueue,
     maxQueuedJobsPerTenant: config.maxQueuedJobsPerTenant,
     offload,
+    codeTools: codeTools ?? undefined,
     models,
     mcp: deps.mcp,
     retry: {
@@ -212,7 +236,48 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     log,
     activity,
   });
-  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener, queueDepth, activity };
+  const specs = deps.codeTools?.specs ?? [];
+  // Only a host with tools refreshes them: one without adds no statement to an idle host's few.
+  const refresh =
+    specs.length > 0
+      ? new PeriodicTask(
+          {
+            name: "code tool catalog refresh",
+            everyMs: CODE_TOOLS_REFRESH_MS,
+            spread: 0.1,
+            onError: (err) => log.warn("code tool catalog refresh failed", errorFields(err)),
+          },
+          () => refreshCodeTools(db, config.hostId),
+        )
+      : null;
+  const toolCatalog: Service = {
+    name: "code tool catalog",
+    start: async () => {
+      await publishCodeTools(db, config.hostId, specs);
+      refresh?.start();
+    },
+    stop: async () => {
+      await refresh?.stop();
+      await unpublishCodeTools(db, config.hostId).catch((err: unknown) =>
+        log.warn("code tools not removed from the catalog", errorFields(err)),
+      );
+    },
+  };
+  return {
+    metrics,
+    leaseStore,
+    offload,
+    codeTools,
+    toolCatalog,
+    outbox,
+    runner,
+    claimer,
+    reaper,
+    janitor,
+    listener,
+    queueDepth,
+    activity,
+  };
 }
 
 /**

@@ -7,6 +7,7 @@
 import type { ModelCatalog } from "../src/domain/models";
 import type { LeaseStore } from "../src/quota/lease-store";
 import type { Redis } from "../src/quota/redis";
+import type { CodeToolSpec } from "./code-tools/tool-modules";
 import type { HostConfig } from "./host-config";
 import { buildParts, connectPostgres, type HostParts } from "./host-parts";
 import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
@@ -34,6 +35,8 @@ export interface HostDeps {
   fetch?: typeof fetch;
   /** MCP's allowed URLs and secrets (main.ts: MCP_ALLOWED_URLS, MCP_SECRETS[_FILE]); default: MCP off. */
   mcp?: McpHostConfig;
+  /** The code tools HOST_TOOLS loaded (main.ts, code-tools/tool-modules.ts); default: none. */
+  codeTools?: { modules: readonly string[]; specs: readonly CodeToolSpec[] };
   /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
   offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
 }
@@ -73,6 +76,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   const services: Service[] = [
     // Stopped last: every other part writes through the pool until it has stopped.
     { name: "postgres pool", stop: () => pool.end() },
+    // Published before the first claim; removed once the runs are over (they still use the tools).
+    parts.toolCatalog,
     // Up before any work starts (the dev orchestrator and the probes wait on it); closed after
     // the outbox so /metrics shows the final backlog and runs while the shutdown drains.
     {
@@ -108,6 +113,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     runner.heartbeats,
     // Stopped once the runs are over: admitted offload work finishes (bounded), then the threads end.
     { name: "offload pool", stop: () => offload.close({ timeoutMs: OFFLOAD_DRAIN_MS }) },
+    ...(parts.codeTools ? [{ name: "code tools", stop: () => codeToolsClose(parts, OFFLOAD_DRAIN_MS) }] : []),
     // Stopped after admission: running jobs get the grace period (HOST_SHUTDOWN_GRACE_MS), then
     // are stopped and handed off to a new execution (or fail host_shutdown when not allowed).
     {
@@ -142,6 +148,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     metrics.stop();
     outbox.close();
     await offload.close({ timeoutMs: 0 }).catch(() => {});
+    await parts.codeTools?.close({ timeoutMs: 0 }).catch(() => {});
     throw err;
   }
   const url = (server as MetricsServer).url;
@@ -181,4 +188,9 @@ function readiness(stopping: boolean, leaseStore: LeaseStore | null): Readiness 
     );
   }
   return { ready: reasons.length === 0, reasons, quota };
+}
+
+/** Calls still running this long after the runs ended are stopped with their threads. */
+function codeToolsClose(parts: HostParts, timeoutMs: number): Promise<void> {
+  return parts.codeTools?.close({ timeoutMs }) ?? Promise.resolve();
 }

@@ -5,6 +5,7 @@
  * grace period, flushes the outbox and exits. A second signal exits at once.
  */
 import { readFileSync } from "node:fs";
+import { CodeToolsError, describeTool, loadToolModules, toolModuleSpecifiers } from "./code-tools/tool-modules";
 import { startHost } from "./host";
 import { HostConfigError, hostConfigFromEnv } from "./host-config";
 import { createLogger, errorFields } from "./log";
@@ -52,12 +53,27 @@ async function main(): Promise<void> {
     }
     throw err;
   }
+  // HOST_TOOLS, once: the modules load here (their top-level code runs on this thread, at
+  // startup only) to find and describe the tools; every call runs on a tool thread.
+  let codeTools: { modules: string[]; specs: ReturnType<typeof describeTool>[] };
+  try {
+    const modules = toolModuleSpecifiers(config.toolModules, process.cwd());
+    const loaded = await loadToolModules(modules);
+    codeTools = { modules, specs: [...loaded.values()].map(describeTool) };
+  } catch (err) {
+    if (err instanceof CodeToolsError) {
+      process.stderr.write(`sandbox-host: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
 
   const log = createLogger({ host: config.hostId });
   const host = await startHost(config, {
     model: createModelRouter(models),
     models: models.catalog,
     mcp,
+    codeTools,
     log,
   });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);

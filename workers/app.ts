@@ -10,7 +10,7 @@ import { handleError, handleNotFound } from "./middleware/error-handler/error-ha
 import { rateLimit } from "./middleware/rate-limit/rate-limit";
 import { withConfig } from "./middleware/with-config/with-config";
 import { agentRoutes } from "./routes/agents";
-import { modelRoutes, usageRoutes } from "./routes/catalog";
+import { modelRoutes, toolRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
@@ -40,6 +40,7 @@ export function createApp() {
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/models", modelRoutes);
+  app.route("/v1/tools", toolRoutes);
   app.route("/v1/usage", usageRoutes);
   return app;
 }

@@ -434,6 +434,11 @@ function AgentForm({
   const [gated, setGated] = useState<string[]>(
     (base?.tools ?? []).filter((t) => typeof t !== "string" && t.requires_approval).map(toolName),
   );
+  // The tools an agent may list (GET /v1/tools: sandbox tools, then the hosts' code tools); the
+  // built-ins until it answers, and a tool the version lists stays offered even if no host has it now.
+  const [toolChoices, setToolChoices] = useState<Array<{ name: string; description: string }>>(
+    TOOL_NAMES.map((name) => ({ name, description: "" })),
+  );
   const [askUser, setAskUser] = useState(base?.ask_user ?? false);
   const [delegates, setDelegates] = useState((base?.delegates ?? []).join(", "));
   const [mcp, setMcp] = useState(base?.mcp_servers.length ? JSON.stringify(base.mcp_servers, null, 2) : "");
@@ -461,6 +466,16 @@ function AgentForm({
         setModel((cur) => cur || (m.find((x) => x.default) ?? m[0])?.name || "");
       })
       .catch((err) => setError(`models: ${(err as Error).message}`));
+    client
+      .listTools()
+      .then(({ tools: listed }) => {
+        const names = new Set(listed.map((t) => t.name));
+        const kept = tools
+          .filter((t) => !names.has(t))
+          .map((name) => ({ name, description: "not offered by any host now" }));
+        setToolChoices([...listed.map((t) => ({ name: t.name, description: t.description })), ...kept]);
+      })
+      .catch((err) => setError(`tools: ${(err as Error).message}`));
   }, []);
 
   const submit = async (e: Event) => {
@@ -572,9 +587,9 @@ function AgentForm({
       )}
       <fieldset class="field">
         <legend>Tools</legend>
-        {TOOL_NAMES.map((t) => (
+        {toolChoices.map(({ name: t, description: about }) => (
           <div key={t} class="tool-choice">
-            <label class="check">
+            <label class="check" title={about || undefined}>
               <input
                 type="checkbox"
                 checked={tools.includes(t)}

@@ -13,9 +13,14 @@
  *
  * Shutdown is `drain()` (stop admission, let admitted work finish) then `close()` (terminate the
  * threads).
+ *
+ * The same pool runs the hosts' code tools (code-tools/code-tool-pool.ts) from another worker
+ * entry (`entry`), with memory limits per thread (`resourceLimits`) and a cancel that reaches the
+ * task (`cancelGraceMs`: the worker is told, and its thread is terminated if the task has not
+ * returned within the grace).
  */
 import { performance } from "node:perf_hooks";
-import { Worker } from "node:worker_threads";
+import { type ResourceLimits, Worker } from "node:worker_threads";
 import {
   OffloadAbortedError,
   OffloadClosedError,
@@ -28,9 +33,11 @@ import type * as Tasks from "./tasks";
 import type { TaskReply, TaskRequest } from "./worker";
 
 type TaskTable = typeof Tasks;
-export type OffloadTaskName = keyof TaskTable;
-export type OffloadTaskArgs<K extends OffloadTaskName> = Parameters<TaskTable[K]>;
-export type OffloadTaskResult<K extends OffloadTaskName> = Awaited<ReturnType<TaskTable[K]>>;
+// biome-ignore lint/suspicious/noExplicitAny: a task table's functions take any arguments
+export type TaskTableShape = Record<string, (...args: any[]) => unknown>;
+export type OffloadTaskName<T extends TaskTableShape = TaskTable> = keyof T & string;
+export type OffloadTaskArgs<K extends keyof T, T extends TaskTableShape = TaskTable> = Parameters<T[K]>;
+export type OffloadTaskResult<K extends keyof T, T extends TaskTableShape = TaskTable> = Awaited<ReturnType<T[K]>>;
 
 export type OffloadOutcome = "ok" | "error" | "worker_died" | "timeout";
 
@@ -53,6 +60,16 @@ export interface OffloadPoolOptions {
   /** Tasks allowed to wait for a thread; one more is rejected. Default 64. */
   maxQueue?: number;
   observer?: OffloadObserver;
+  /** The worker entry (`workerEntry`); default: the tasks of tasks.ts (worker.ts). */
+  entry?: URL;
+  /** Handed to every thread (`workerData`), e.g. the tool modules it loads. */
+  workerData?: unknown;
+  /** Per-thread memory limits: a task past them ends its thread (`worker_died`, remoteName ERR_WORKER_OUT_OF_MEMORY). */
+  resourceLimits?: ResourceLimits;
+  /** The thread's name in diagnostics. */
+  name?: string;
+  /** Messages a worker sends besides its replies (a tool's log lines). */
+  onMessage?: (message: unknown) => void;
 }
 
 export interface RunOptions {
@@ -66,6 +83,12 @@ export interface RunOptions {
    * the input decides (a tenant's regex), where no abort could reach a loop that never yields.
    */
   timeoutMs?: number;
+  /**
+   * When set, an abort of a started task is sent to its worker (`{cancel: id}`, the task's own
+   * AbortSignal), and the thread is terminated if the task has not returned this long after; the
+   * slot is freed when it returned or the thread is gone. Unset: the task runs to its end.
+   */
+  cancelGraceMs?: number;
 }
 
 export interface OffloadStats {
@@ -93,6 +116,7 @@ interface Job {
   timer: NodeJS.Timeout | undefined;
   /** Its bound passed and its thread is being terminated. */
   timedOut: boolean;
+  cancelGraceMs: number | undefined;
   detach(): void;
 }
 
@@ -111,7 +135,7 @@ interface Slot {
 
 const noopObserver: OffloadObserver = { inFlight() {}, queued() {}, rejected() {}, finished() {} };
 
-export class OffloadPool {
+export class OffloadPool<T extends TaskTableShape = TaskTable> {
   private readonly slots: Slot[] = [];
   private readonly queue: Job[] = [];
   private readonly observer: OffloadObserver;
@@ -125,6 +149,8 @@ export class OffloadPool {
   private rejectedCount = 0;
   private completedCount = 0;
   private idleWaiters: Array<() => void> = [];
+  private readonly entry: URL;
+  private readonly workerOptions: Pick<OffloadPoolOptions, "workerData" | "resourceLimits" | "name" | "onMessage">;
 
   constructor(opts: OffloadPoolOptions = {}) {
     this.size = opts.size ?? 2;
@@ -133,6 +159,13 @@ export class OffloadPool {
     this.maxQueue = opts.maxQueue ?? 64;
     if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0) throw new RangeError("maxQueue must be ≥ 0");
     this.observer = opts.observer ?? noopObserver;
+    this.entry = opts.entry ?? WORKER_ENTRY;
+    this.workerOptions = {
+      workerData: opts.workerData,
+      resourceLimits: opts.resourceLimits,
+      name: opts.name ?? "offload",
+      onMessage: opts.onMessage,
+    };
     this.report();
   }
 
@@ -144,11 +177,11 @@ export class OffloadPool {
   }
 
   /** Run `task(...args)` on a worker thread. Rejects with a typed `OffloadError`. */
-  run<K extends OffloadTaskName>(
+  run<K extends OffloadTaskName<T>>(
     task: K,
-    args: OffloadTaskArgs<K>,
+    args: OffloadTaskArgs<K, T>,
     opts: RunOptions = {},
-  ): Promise<OffloadTaskResult<K>> {
+  ): Promise<OffloadTaskResult<K, T>> {
     if (this.closing) {
       this.reject("closed");
       return Promise.reject(new OffloadClosedError());
@@ -161,7 +194,7 @@ export class OffloadPool {
       this.reject("queue_full");
       return Promise.reject(new OffloadQueueFullError(this.maxQueue));
     }
-    return new Promise<OffloadTaskResult<K>>((resolve, reject) => {
+    return new Promise<OffloadTaskResult<K, T>>((resolve, reject) => {
       const job: Job = {
         id: this.nextId++,
         task,
@@ -174,6 +207,7 @@ export class OffloadPool {
         timeoutMs: opts.timeoutMs,
         timer: undefined,
         timedOut: false,
+        cancelGraceMs: opts.cancelGraceMs,
         detach: () => signal?.removeEventListener("abort", onAbort),
       };
       const onAbort = () => {
@@ -188,6 +222,7 @@ export class OffloadPool {
         }
         // Running: the caller leaves, the slot stays held until the worker says done.
         job.callerGone = true;
+        if (job.cancelGraceMs !== undefined) this.cancelRunning(job, job.cancelGraceMs);
         reject(new OffloadAbortedError(true, signal?.reason));
       };
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -244,14 +279,32 @@ export class OffloadPool {
     );
   }
 
+  /** Tell the task's worker to abort it; end the thread if the task is still running after `graceMs`. */
+  private cancelRunning(job: Job, graceMs: number): void {
+    const slot = this.slots.find((s) => s.job === job);
+    if (!slot) return;
+    slot.worker.postMessage({ cancel: job.id });
+    clearTimeout(job.timer);
+    job.timer = setTimeout(() => {
+      if (slot.job !== job) return;
+      slot.retiring = true;
+      // As for a timeout: the exit (onExit) frees the slot, the work is over only then.
+      void slot.worker.terminate();
+    }, graceMs);
+  }
+
   private spawn(): Slot {
-    const worker = new Worker(WORKER_ENTRY, { name: "offload" });
+    const { workerData, resourceLimits, name, onMessage } = this.workerOptions;
+    const worker = new Worker(this.entry, { name, workerData, resourceLimits });
     worker.unref();
     let markLoaded = () => {};
     const loaded = new Promise<void>((r) => (markLoaded = r));
     const slot: Slot = { worker, job: null, exitError: null, ready: false, loaded, markLoaded, retiring: false };
     this.slots.push(slot);
-    worker.on("message", (reply: TaskReply) => this.onReply(slot, reply));
+    worker.on("message", (reply: TaskReply | { log: unknown }) => {
+      if ("log" in reply) onMessage?.(reply.log);
+      else this.onReply(slot, reply);
+    });
     worker.on("error", (err) => {
       slot.exitError = err;
     });
@@ -318,10 +371,11 @@ export class OffloadPool {
       this.finish(slot, job, job.timedOut ? "timeout" : "worker_died", false);
       if (!job.callerGone) {
         const why = slot.exitError?.message ?? `worker thread exited with code ${code}`;
+        const errCode = (slot.exitError as { code?: unknown } | null)?.code;
         job.reject(
           job.timedOut
             ? new OffloadTimeoutError(job.task, job.timeoutMs ?? 0)
-            : new OffloadTaskError("worker_died", job.task, why),
+            : new OffloadTaskError("worker_died", job.task, why, typeof errCode === "string" ? errCode : undefined),
         );
       }
     }
@@ -391,14 +445,23 @@ export class OffloadPool {
 // bootstrap that registers tsx in that thread and then imports worker.ts. A build to .js
 // starts worker.js directly.
 const SELF_IS_TS = /\.[cm]?ts$/.test(new URL(import.meta.url).pathname);
-const WORKER_ENTRY: URL = SELF_IS_TS
-  ? new URL(
-      `data:text/javascript,${encodeURIComponent(
-        `import { register } from ${JSON.stringify(tsxApiUrl())}; register(); ` +
-          `await import(${JSON.stringify(new URL("./worker.ts", import.meta.url).href)});`,
-      )}`,
-    )
-  : new URL("./worker.js", import.meta.url);
+
+/**
+ * A worker entry: the .ts module (through the bootstrap) when running from source, else its
+ * built file beside the host's bundle (tools/build/host.ts writes `<builtName>` there).
+ */
+export function workerEntry(tsModule: URL, builtName: string): URL {
+  return SELF_IS_TS
+    ? new URL(
+        `data:text/javascript,${encodeURIComponent(
+          `import { register } from ${JSON.stringify(tsxApiUrl())}; register(); ` +
+            `await import(${JSON.stringify(tsModule.href)});`,
+        )}`,
+      )
+    : new URL(`./${builtName}`, import.meta.url);
+}
+
+const WORKER_ENTRY: URL = workerEntry(new URL("./worker.ts", import.meta.url), "worker.js");
 
 function tsxApiUrl(): string {
   return import.meta.resolve("tsx/esm/api");

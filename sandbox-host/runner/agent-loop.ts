@@ -22,6 +22,7 @@ import { MCP_DISABLED } from "../mcp/mcp-config";
 import { McpToolset } from "../mcp/toolset";
 import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec } from "../model/types";
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
+import { codeToolSpec } from "./code-tool-step";
 import { childResults, delegateSpecs, delegateTarget, planChildren } from "./delegate";
 import type { Step } from "./journal";
 import { callModel } from "./model-call";
@@ -37,7 +38,7 @@ import {
 } from "./recovery";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
 import { abortedOutcome, type Execution, type ExecutionParts, failed, runFields } from "./run-context";
-import { allowedTools, runTool, unofferedCall } from "./tool-step";
+import { allowedTools, codeToolNames, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
 type TurnStep = Extract<Step, { kind: "turn" }>;
@@ -336,7 +337,11 @@ async function runCalls(
       result = { content: delegated.get(call.id) as string };
     } else if (decided && call.id === decided.callId) {
       result = await decidedCallResult(exec, call, decided.decision);
-    } else if (inFlight.has(call.id) && !isIdempotent(definition, call.name)) {
+    } else if (
+      inFlight.has(call.id) &&
+      // The agent's entry says so, or the code tool's own definition (defineTool's `idempotent`).
+      !(isIdempotent(definition, call.name) || exec.deps.codeTools?.spec(call.name)?.idempotent === true)
+    ) {
       // In flight at the loss, and not safe to repeat: a person decides again, or the model is told.
       if (requiresApproval(definition, call.name) === "approval") {
         if (!(await exec.journal.write())) return abortedOutcome(run, text);
@@ -353,7 +358,10 @@ async function runCalls(
     } else if (!loop.offered.has(call.name)) {
       result = unofferedCall(exec, call, text);
     } else {
-      const wait = requiresApproval(definition, call.name);
+      // A code tool may ask for approval itself (defineTool's requires_approval), as an agent may.
+      const wait =
+        requiresApproval(definition, call.name) ??
+        (exec.deps.codeTools?.spec(call.name)?.requires_approval ? "approval" : null);
       if (wait) {
         if (!(await exec.journal.write())) return abortedOutcome(run, text);
         return {
@@ -435,6 +443,8 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
   const mcpTools = run.mcp?.specs ?? [];
   const offered = [
     ...sandboxTools,
+    // The agent's code tools, in its order; one this host lacks is offered as unavailable.
+    ...codeToolNames(job).map((name) => codeToolSpec(exec, name)),
     ...mcpTools,
     ...(agent?.ask_user === true ? [ASK_USER_SPEC] : []),
     ...(await delegateSpecs(exec, agent)),

@@ -13,6 +13,7 @@ import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } fr
 import type { RunnableJob } from "../../src/db/run-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
+import type { CodeTools } from "../code-tools/code-tool-pool";
 import type { Logger } from "../log";
 import type { McpHostConfig } from "../mcp/mcp-config";
 import type { McpToolset } from "../mcp/toolset";
@@ -46,6 +47,8 @@ export interface RunDeps {
   metrics: RunMetrics;
   /** Where a run's tenant-priced CPU work goes (the answer's response_format check), off the loop. */
   offload: Pick<OffloadPool, "run">;
+  /** The host's code tools (HOST_TOOLS), each call on a tool thread; absent = none on this host. */
+  codeTools?: Pick<CodeTools, "spec" | "call">;
   /** Global model quota (named leases shared by every host); absent = no quota. */
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */

@@ -13,6 +13,7 @@ import type { ModelCatalog } from "../../src/domain/models";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { Redis } from "../../src/quota/redis";
+import type { CodeTools } from "../code-tools/code-tool-pool";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
 import { errorFields, type Logger } from "../log";
@@ -78,6 +79,8 @@ export interface RunnerOptions {
   mcp?: McpHostConfig;
   /** Child jobs a delegating run may queue while its tenant has this many queued (0 or absent: no check). */
   maxQueuedJobsPerTenant?: number;
+  /** The host's code tools (HOST_TOOLS, RunDeps.codeTools); absent: none. */
+  codeTools?: Pick<CodeTools, "spec" | "call">;
   /** The host's offload pool (RunDeps.offload). */
   offload: Pick<OffloadPool, "run">;
 }
@@ -129,6 +132,7 @@ export class Runner {
       mcp: opts.mcp,
       maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
       offload: opts.offload,
+      codeTools: opts.codeTools,
       quota: opts.quota
         ? {
             ...opts.quota,

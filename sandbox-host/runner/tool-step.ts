@@ -1,8 +1,9 @@
 /**
- * One tool call, with its events: an MCP tool of the run's agent at its server, anything else in
- * the run's sandbox (created lazily by the first call).
+ * One tool call, with its events: an MCP tool of the run's agent at its server, a code tool the
+ * agent lists on a tool thread (code-tool-step.ts), anything else in the run's sandbox (created
+ * lazily by the first call).
  */
-import { type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
+import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toolNames } from "../../src/domain/approval";
@@ -11,7 +12,8 @@ import { errorFields } from "../log";
 import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/sandbox-errors";
-import { callSandboxTool, toolResultContent } from "../sandbox/tools";
+import { callSandboxTool, isSandboxTool, toolResultContent } from "../sandbox/tools";
+import { runCodeTool } from "./code-tool-step";
 import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
 
 /** A call the run must not make: visible as a call and its failed result, which the model reads. */
@@ -23,9 +25,15 @@ export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { 
 }
 
 /** The sandbox tools a job may use: its agent's, else the job's own `tools`. */
-export function allowedTools(job: RunnableJob): readonly ToolName[] {
+export function allowedTools(job: RunnableJob): readonly string[] {
   const agent = job.agent?.definition ?? null;
-  return agent ? toolNames(agent.tools) : job.tools;
+  return agent ? toolNames(agent.tools).filter(isSandboxTool) : job.tools;
+}
+
+/** The code tools (HOST_TOOLS) a job's agent lists: its `tools` that are not sandbox tools. */
+export function codeToolNames(job: RunnableJob): readonly string[] {
+  const agent = job.agent?.definition ?? null;
+  return agent ? toolNames(agent.tools).filter((n) => !isSandboxTool(n)) : [];
 }
 
 /**
@@ -53,9 +61,11 @@ export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ c
   const sandbox = deps.sandbox;
   // Journaled as started before any of it happens (with the turn that asked for it): a recovery
   // that finds this row with no result knows the call may have taken effect (recovery.ts).
-  const started = { call_id: call.id, name: call.name, sandbox: server === null && sandbox !== undefined };
+  const code = server === null && codeToolNames(exec.job).includes(call.name);
+  const started = { call_id: call.id, name: call.name, sandbox: server === null && !code && sandbox !== undefined };
   if (!(await exec.journal.write({ kind: "call", payload: started }))) return abortedOutcome(run, "");
   if (run.mcp && server !== null) return runMcpTool(exec, { mcp: run.mcp, server, call });
+  if (code) return runCodeTool(exec, call);
   emit("tool.call", { id: call.id, name: call.name, args: call.args });
   if (!sandbox) {
     // An agent with only MCP tools runs without a sandbox; a call of anything else is the model's mistake.

@@ -13,7 +13,7 @@ import { ASK_USER_TOOL } from "../../src/domain/approval";
 import type { ModelMessage, ModelToolCall, ModelToolSpec } from "../model/types";
 import type { ChildrenCheckpoint } from "./delegate";
 import { type Execution, type ExecutionParts, failed, runFields } from "./run-context";
-import { destroySandbox, runTool } from "./tool-step";
+import { codeToolNames, destroySandbox, runTool } from "./tool-step";
 
 /** The ask_user tool as the model sees it (offered when the agent sets `ask_user: true`). */
 export const ASK_USER_SPEC: ModelToolSpec = {
@@ -145,8 +145,8 @@ export async function decidedCallResult(
 ): Promise<{ content: string } | ReturnType<typeof failed>> {
   const { deps, run, emit } = exec;
   if (decided.decision === "approve") {
-    // An MCP tool runs at its server: only a sandbox tool needs the host's Docker.
-    if (!deps.sandbox && run.mcp?.serverOf(call.name) == null)
+    // An MCP tool runs at its server, a code tool on a tool thread: only a sandbox tool needs the host's Docker.
+    if (!deps.sandbox && run.mcp?.serverOf(call.name) == null && !codeToolNames(exec.job).includes(call.name))
       return failed("tools_unavailable", "the approved tool needs a sandbox (Docker), and this host has none", "");
     return runTool(exec, call);
   }

@@ -1,38 +1,25 @@
 /**
- * The agent's sandbox tools: input schemas (zod, turned into the JSON Schema the model sees),
+ * The agent's sandbox tools: their input schemas (declared in src/contracts/sandbox-tools.ts,
+ * so the gateway's GET /v1/tools lists them too; turned into the JSON Schema the model sees),
  * and one dispatcher that runs a call against the run's sandbox. Every call goes through the
  * manager, so the first one creates the sandbox and a text-only run never does. A mistake of the
  * model (bad arguments, a path outside /workspace, a missing file) comes back as a tool error it
  * can read; an infrastructure failure (no sandbox) is thrown, and ends the run (`isRunFatal`).
  */
 import { z } from "zod";
+import {
+  isSandboxTool,
+  ListDirInput,
+  ReadFileInput,
+  SANDBOX_TOOLS,
+  type SandboxToolName,
+  ShellInput,
+  sandboxToolSpecs,
+  WriteFileInput,
+} from "../../src/contracts/sandbox-tools";
 import type { ModelToolSpec } from "../model/types";
 import type { SandboxManager } from "./manager";
 import { isRunFatal, SandboxError } from "./sandbox-errors";
-
-export const ShellInput = z.object({
-  command: z.string().min(1).describe("Shell command line, run by /bin/sh -c in /workspace"),
-  timeout_s: z
-    .number()
-    .int()
-    .min(1)
-    .max(600)
-    .optional()
-    .describe("Kill the command after this many seconds (default 60)"),
-});
-export const ReadFileInput = z.object({
-  path: z.string().min(1).describe("File path, relative to /workspace or absolute inside it"),
-  encoding: z.enum(["utf8", "base64"]).optional().describe("utf8 (default) for text; base64 for binary content"),
-  max_bytes: z.number().int().min(1).max(1_048_576).optional().describe("Read at most this many bytes (default 1 MiB)"),
-});
-export const WriteFileInput = z.object({
-  path: z.string().min(1).describe("File path, relative to /workspace or absolute inside it"),
-  content: z.string().describe("The whole new content of the file"),
-  encoding: z.enum(["utf8", "base64"]).optional().describe("How `content` is encoded (default utf8)"),
-});
-export const ListDirInput = z.object({
-  path: z.string().min(1).optional().describe("Directory, relative to /workspace (default: /workspace itself)"),
-});
 
 export type ShellOutput = {
   exit_code: number | null;
@@ -58,30 +45,13 @@ export type ListDirOutput = {
   truncated: boolean;
 };
 
-const TOOLS = {
-  shell: {
-    input: ShellInput,
-    description:
-      "Run a shell command in the sandbox (busybox/POSIX sh, no network). Returns exit code, stdout and stderr; long output is truncated with a marker.",
-  },
-  read_file: { input: ReadFileInput, description: "Read a file from the sandbox workspace (/workspace)." },
-  write_file: {
-    input: WriteFileInput,
-    description: "Create or overwrite a file in the sandbox workspace (/workspace); parent directories are created.",
-  },
-  list_dir: { input: ListDirInput, description: "List a directory of the sandbox workspace (/workspace)." },
-} as const;
+export { isSandboxTool, ListDirInput, ReadFileInput, type SandboxToolName, ShellInput, WriteFileInput };
 
-export type SandboxToolName = keyof typeof TOOLS;
-
-export function isSandboxTool(name: string): name is SandboxToolName {
-  return Object.hasOwn(TOOLS, name);
-}
-
-export const SANDBOX_TOOL_SPECS: ModelToolSpec[] = Object.entries(TOOLS).map(([name, t]) => {
-  const { $schema: _drop, ...parameters } = z.toJSONSchema(t.input) as Record<string, unknown>;
-  return { name, description: t.description, parameters };
-});
+export const SANDBOX_TOOL_SPECS: ModelToolSpec[] = sandboxToolSpecs().map((t) => ({
+  name: t.name,
+  description: t.description,
+  parameters: t.input_schema,
+}));
 
 export type ToolOutput = ShellOutput | ReadFileOutput | WriteFileOutput | ListDirOutput;
 export type ToolResult = { ok: true; output: ToolOutput } | { ok: false; error: { code: string; message: string } };
@@ -119,7 +89,7 @@ async function dispatch(
   signal?: AbortSignal,
 ): Promise<ToolOutput> {
   if (!isSandboxTool(name)) throw new SandboxError("invalid_input", `unknown tool "${name}"`, { runId });
-  const parsed = TOOLS[name].input.safeParse(args);
+  const parsed = SANDBOX_TOOLS[name].input.safeParse(args);
   if (!parsed.success) {
     throw new SandboxError("invalid_input", `invalid arguments for ${name}: ${z.prettifyError(parsed.error)}`, {
       runId,

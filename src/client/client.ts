@@ -27,6 +27,8 @@ import type {
   AgentVersionPageSchema,
   ModelListSchema,
   ModelViewSchema,
+  ToolListSchema,
+  ToolViewSchema,
   UsageAnswerSchema,
 } from "../contracts/catalog";
 import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
@@ -104,6 +106,8 @@ export type AgentPage = z.infer<typeof AgentPageSchema>;
 export type AgentVersionPage = z.infer<typeof AgentVersionPageSchema>;
 export type ModelList = z.infer<typeof ModelListSchema>;
 export type ModelView = z.infer<typeof ModelViewSchema>;
+export type ToolList = z.infer<typeof ToolListSchema>;
+export type ToolView = z.infer<typeof ToolViewSchema>;
 export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;
 /** POST /v1/agents as a client writes it: the name plus the definition, defaults not yet applied. */
 export type CreateAgentInput = { name: CreateAgentBody["name"] } & AgentDefinitionInput;
@@ -281,6 +285,11 @@ export class EarClient {
   /** GET /v1/models: `{models}`, the ones this tenant may name, the deployment's default first. */
   async listModels(opts: CallOptions = {}): Promise<ModelList> {
     return (await this.transport.json<ModelList>("GET", "/v1/models", opts)).body;
+  }
+
+  /** GET /v1/tools: `{tools}`, the sandbox tools and the hosts' code tools an agent may list. */
+  async listTools(opts: CallOptions = {}): Promise<ToolList> {
+    return (await this.transport.json<ToolList>("GET", "/v1/tools", opts)).body;
   }
 
   /** GET /v1/usage: tokens and model calls per UTC day and model, `from` through `to` (YYYY-MM-DD, both included). */

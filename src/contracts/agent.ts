@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { refineStorableJson, text, whenValid } from "./text";
-import { MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
+import { codeToolNameProblem, DELEGATE_TOOL_PREFIX, MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
 
 export const AGENT_LIMITS = {
   maxInstructionsChars: 64 * 1024,
@@ -19,6 +19,11 @@ export const AGENT_LIMITS = {
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,
+  /**
+   * Tools an agent lists (sandbox and code tools): a bound on the specs every turn sends, the
+   * same as one MCP server's allowed tools.
+   */
+  maxTools: 64,
   /** MCP servers per agent, and allowed tools per server: a bound on the specs every turn sends. */
   maxMcpServers: 8,
   maxMcpToolsPerServer: 64,
@@ -50,8 +55,7 @@ export const DELEGATION_LIMITS = {
   maxDelegateNameChars: 55,
 } as const;
 
-/** The tool the model calls to delegate to agent `name`. */
-export const DELEGATE_TOOL_PREFIX = "delegate_";
+export { DELEGATE_TOOL_PREFIX };
 
 /** Lower-case, digits, `-` and `_`; no `@` (it separates the version in a reference). */
 export const AGENT_NAME_RE = /^[a-z0-9][a-z0-9_-]{0,62}$/;
@@ -198,11 +202,19 @@ export type McpServer = z.infer<typeof McpServerSchema>;
  * "Approvals and questions"). An idempotent one is called again by an execution that recovers the
  * job and finds the call in flight; any other such call is never repeated (docs/architecture.md). `jobs.tools` stays the list of names (toolNames).
  */
-export const AgentToolSchema = z.union([
+const agentToolName_ = z.union([
   z.enum(TOOL_NAMES),
+  // A code tool (HOST_TOOLS, docs/tools.md "Code tools"): the gateway checks the catalog has it.
+  text().superRefine((name, ctx) => {
+    const problem = codeToolNameProblem(name);
+    if (problem !== null) ctx.addIssue({ code: "custom", message: `"${name}" is not a built-in tool, and ${problem}` });
+  }),
+]);
+export const AgentToolSchema = z.union([
+  agentToolName_,
   z
     .object({
-      name: z.enum(TOOL_NAMES),
+      name: agentToolName_,
       requires_approval: z.boolean().default(false),
       /** Safe to call again when a recovery finds the call in flight (docs/tools.md). */
       idempotent: z.boolean().default(false),
@@ -257,7 +269,7 @@ const agentDefinitionFields = {
   instructions: text().max(AGENT_LIMITS.maxInstructionsChars).default(""),
   tools: z
     .array(AgentToolSchema)
-    .max(TOOL_NAMES.length)
+    .max(AGENT_LIMITS.maxTools)
     .refine((t) => new Set(t.map(agentToolName)).size === t.length, { message: "lists a tool twice" })
     .default([]),
   /** MCP servers whose allowed tools are offered next to the sandbox tools (docs/tools.md). */

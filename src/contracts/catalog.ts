@@ -37,6 +37,27 @@ export const ModelViewSchema = z.object({
 });
 export const ModelListSchema = z.object({ models: z.array(ModelViewSchema) });
 
+/**
+ * A tool an agent may list in `tools`: a built-in sandbox tool, or a code tool some host offers
+ * (HOST_TOOLS, docs/tools.md "Code tools"), as the model sees it.
+ */
+export const ToolViewSchema = z.object({
+  name: z.string(),
+  kind: z.enum(["sandbox", "code"]),
+  description: z.string(),
+  /** The arguments' JSON Schema, as offered to the model. */
+  input_schema: z.record(z.string(), z.unknown()),
+  /** A repeat of the same call (same idempotency key) is safe. Sandbox tools: false. */
+  idempotent: z.boolean(),
+  /** Every call waits for a person's approval (the tool's own setting; an agent can ask it of any tool). */
+  requires_approval: z.boolean(),
+  /** Code tools: the call's bound on its thread, ms; sandbox tools: null (a shell call takes its own timeout_s). */
+  timeout_ms: z.number().int().nullable(),
+  /** Code tools: how many hosts offer it now (a job on a host without it gets tool_unavailable); sandbox tools: null. */
+  hosts: z.number().int().min(1).nullable(),
+});
+export const ToolListSchema = z.object({ tools: z.array(ToolViewSchema) });
+
 /** The longest range one GET /v1/usage covers, in days (both ends included). */
 export const MAX_USAGE_DAYS = 366;
 

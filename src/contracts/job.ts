@@ -178,7 +178,8 @@ export const JobViewSchema = z.object({
   finished_at: isoTime.nullable(),
   latency: LatencyViewSchema,
   model: z.string().nullable(),
-  tools: z.array(z.enum(TOOL_NAMES)),
+  /** The sandbox tools, and the agent's code tools (HOST_TOOLS). */
+  tools: z.array(z.string()),
   metadata: z.record(z.string(), z.unknown()),
   /** The agent version the job runs (resolved at submit), or null for the built-in default agent. */
   agent: z.object({ name: z.string(), version: z.number().int().min(1) }).nullable(),

@@ -388,7 +388,7 @@ export function buildOpenApiDocument(operations: readonly Operation[]): JsonSche
       { name: "conversations", description: "WebSocket chat and history." },
       { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
       { name: "agents", description: "The tenant's agent definitions, as immutable numbered versions." },
-      { name: "models", description: "The models a tenant may use, and its usage of them." },
+      { name: "models", description: "The models and tools a tenant may use, and its usage of the models." },
       { name: "health", description: "Liveness, readiness and this document; no key." },
       { name: "internal", description: "Signed by sandbox-hosts with INTERNAL_SIGNING_SECRET; not for API clients." },
     ],

@@ -4,7 +4,7 @@
  */
 import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
-import type { CreateJobBody, JobState, ToolName } from "../contracts/job";
+import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
 import { isUuid } from "../domain/uuid";
 import { type Db, resultRows } from "./client";
@@ -46,7 +46,8 @@ export interface ResolvedAgent {
   name: string;
   version: number;
   model: string;
-  tools: ToolName[];
+  /** Sandbox tools, and an agent's code tools. */
+  tools: string[];
   /** The agent's limits.timeout_s in ms; null: the jobs table's default. */
   timeoutMs: number | null;
 }
@@ -126,7 +127,7 @@ export async function createJob(
 }
 
 /** What a job row runs: its agent version's model and tools, else the body's. */
-function runsWith(body: CreateJobBody, agent: ResolvedAgent | undefined): { model: string | null; tools: ToolName[] } {
+function runsWith(body: CreateJobBody, agent: ResolvedAgent | undefined): { model: string | null; tools: string[] } {
   return agent ? { model: agent.model, tools: agent.tools } : { model: body.model ?? null, tools: body.tools ?? [] };
 }
 

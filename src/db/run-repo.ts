@@ -5,7 +5,7 @@
  */
 import { and, eq, sql } from "drizzle-orm";
 import type { AgentDefinition } from "../contracts/agent";
-import type { ChatMessage, ToolName } from "../contracts/job";
+import type { ChatMessage } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
 import type { Db } from "./client";
 import { agentVersions, FINAL_STATES_SQL, jobs } from "./schema";
@@ -14,7 +14,8 @@ import { agentVersions, FINAL_STATES_SQL, jobs } from "./schema";
 export interface RunnableJob {
   messages: ChatMessage[];
   model: string | null;
-  tools: ToolName[];
+  /** Sandbox tools, and an agent's code tools. */
+  tools: string[];
   tenantId: string;
   /**
    * The agent version the job was submitted with (resolved at submit, so later versions never

@@ -20,7 +20,7 @@ import {
   uuid,
 } from "drizzle-orm/pg-core";
 import type { AgentDefinition } from "../contracts/agent";
-import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError, type ToolName } from "../contracts/job";
+import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError } from "../contracts/job";
 import { FINAL_STATES } from "../contracts/job-state";
 import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
 
@@ -92,7 +92,7 @@ export const jobs = pgTable(
     output: text("output"),
     error: jsonb("error").$type<JobError>(),
     model: text("model"),
-    tools: jsonb("tools").$type<ToolName[]>().notNull().default([]),
+    tools: jsonb("tools").$type<string[]>().notNull().default([]),
     metadata: jsonb("metadata").$type<Record<string, unknown>>().notNull().default({}),
     idempotencyKey: text("idempotency_key"),
     /** SHA-256 hex of the submitted body: a reused idempotency key with another body is a 409. */
@@ -348,6 +348,27 @@ export const modelUsage = pgTable(
     // GET /v1/usage sums a tenant's calls by day and model over a date range.
     index("model_usage_tenant_created_idx").on(t.tenantId, t.createdAt),
   ],
+);
+
+/**
+ * The code tools each host offers (HOST_TOOLS), published by the host at start and removed at
+ * its graceful stop: GET /v1/tools lists them, and an agent may name only a tool some host (or
+ * the built-ins) has. Per host, because hosts of one fleet may run different tool modules (a
+ * rollout); a job whose claiming host lacks a tool gets the tool error tool_unavailable.
+ */
+export const codeTools = pgTable(
+  "code_tools",
+  {
+    hostId: text("host_id").notNull(),
+    name: text("name").notNull(),
+    description: text("description").notNull(),
+    inputSchema: jsonb("input_schema").$type<Record<string, unknown>>().notNull(),
+    idempotent: boolean("idempotent").notNull(),
+    requiresApproval: boolean("requires_approval").notNull(),
+    timeoutMs: integer("timeout_ms").notNull(),
+    publishedAt: tstz("published_at").notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.hostId, t.name] }), index("code_tools_name_idx").on(t.name)],
 );
 
 export type JobRow = typeof jobs.$inferSelect;

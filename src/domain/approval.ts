@@ -11,16 +11,15 @@ import {
   type AgentTool,
   agentToolName,
 } from "../contracts/agent";
-import type { ToolName } from "../contracts/tools";
+import { ASK_USER_TOOL } from "../contracts/tools";
 import type { WaitKind } from "../contracts/wait";
 import { findMcpTool, mcpRequiresApproval } from "./mcp";
 
-/** The tool the model calls to ask the user a question (offered when the agent sets `ask_user`). */
-export const ASK_USER_TOOL = "ask_user";
+export { ASK_USER_TOOL };
 
-/** The sandbox tool names of an agent's `tools` (what `jobs.tools` stores). */
-export function toolNames(tools: readonly AgentTool[]): ToolName[] {
-  return tools.map((t) => agentToolName(t) as ToolName);
+/** The tool names of an agent's `tools`, sandbox and code tools (what `jobs.tools` stores). */
+export function toolNames(tools: readonly AgentTool[]): string[] {
+  return tools.map((t) => agentToolName(t));
 }
 
 /**

@@ -1,7 +1,10 @@
+import { drizzle } from "drizzle-orm/node-postgres";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentDefinitionSchema, type AgentView } from "../../src/contracts/agent";
 import type { JobView } from "../../src/contracts/job";
+import { publishCodeTools, unpublishCodeTools } from "../../src/db/code-tools-repo";
+import * as schema from "../../src/db/schema";
 import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
 import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
@@ -395,6 +398,37 @@ describe.runIf(canRun)("web console: agents", () => {
     await expect.poll(() => shown(inspector), { timeout: 10_000 }).toEqual(expected);
     await shoot(page, "inspector-repair-steps", true);
     await page.close();
+  });
+
+  it("offers the hosts' code tools (GET /v1/tools) beside the sandbox tools, and saves one checked", async () => {
+    const db = drizzle(t.pool, { schema });
+    await publishCodeTools(db, "console-test-host", [
+      {
+        name: "lookup_order",
+        description: "Find an order by id",
+        input_schema: { type: "object" },
+        idempotent: true,
+        requires_approval: false,
+        timeout_ms: 5000,
+      },
+    ]);
+    const page = await open("/agents/_new");
+    try {
+      await page.getByTestId("agent-form").waitFor();
+      await page.getByLabel("Name", { exact: true }).fill("order-helper");
+      const box = page.getByRole("checkbox", { name: "lookup_order", exact: true });
+      await box.waitFor({ timeout: 10_000 });
+      await box.check();
+      await page.getByRole("button", { name: "Create agent" }).click();
+      await expect
+        .poll(() => page.getByTestId("agent-definition").getAttribute("data-version"), { timeout: 10_000 })
+        .toBe("1");
+      const stored = await api().call<{ agent: AgentView }>("GET", "/v1/agents/order-helper");
+      expect(stored.body.agent.tools).toEqual(["lookup_order"]);
+    } finally {
+      await page.close();
+      await unpublishCodeTools(db, "console-test-host");
+    }
   });
 
   it("pages the agent list with its cursor", async () => {

@@ -47,6 +47,56 @@ describe("package exports", () => {
     });
   });
 
+  it("Node imports defineTool from edge-agent-runtime/tools: a zod or JSON Schema tool is marked, a bad one is refused naming it", async () => {
+    const script = `
+      const { defineTool, isCodeTool } = await import("edge-agent-runtime/tools");
+      const { z } = await import("zod");
+      const zodTool = defineTool({ name: "lookup_order", description: "d", input: z.object({ id: z.string() }), run: async (a) => a.id });
+      const jsonTool = defineTool({ name: "ping", description: "d", input: { type: "object" }, idempotent: true, timeout_ms: 500, run: () => "pong" });
+      const refused = [];
+      for (const bad of [
+        { name: "shell", description: "d", input: { type: "object" }, run() {} },
+        { name: "a__b", description: "d", input: { type: "object" }, run() {} },
+        { name: "nice", description: "d", input: { type: "string" }, run() {} },
+        { name: "slow", description: "d", input: { type: "object" }, timeout_ms: 10, run() {} },
+      ]) {
+        try { defineTool(bad); refused.push("accepted " + bad.name); } catch (e) { refused.push(e.message); }
+      }
+      console.log(JSON.stringify({
+        marked: [isCodeTool(zodTool), isCodeTool(jsonTool), isCodeTool({ name: "x" })],
+        defaults: [zodTool.idempotent, zodTool.requires_approval, zodTool.timeout_ms, jsonTool.idempotent, jsonTool.timeout_ms],
+        ran: await zodTool.run({ id: "o-1" }),
+        refused,
+      }));`;
+    const { code, out } = await run(process.execPath, ["--input-type=module", "-e", script]);
+    expect(code, out).toBe(0);
+    const got = JSON.parse(out.trim());
+    expect(got.marked).toEqual([true, true, false]);
+    expect(got.defaults).toEqual([false, false, 30_000, true, 500]);
+    expect(got.ran).toBe("o-1");
+    expect(got.refused).toEqual([
+      `tool "shell": name is a built-in tool's name`,
+      `tool "a__b": name must not contain "__" (MCP tools' separator)`,
+      `tool "nice": input must be a zod schema or a JSON Schema object with "type": "object"`,
+      `tool "slow": timeout_ms must be an integer from 100 to 600000`,
+    ]);
+  });
+
+  it("Node imports defineAgent from edge-agent-runtime/agents: checked at definition, defaults applied by agentBody", async () => {
+    const script = `
+      const { defineAgent, isDefinedAgent, agentBody } = await import("edge-agent-runtime/agents");
+      const a = defineAgent({ name: "orders", model: "m", tools: ["lookup_order"] });
+      let refused = "";
+      try { defineAgent({ name: "Bad Name", model: "m" }); } catch (e) { refused = e.message; }
+      const body = agentBody(a);
+      console.log(JSON.stringify({ marked: isDefinedAgent(a), turns: body.limits.max_turns, tools: body.tools, refused }));`;
+    const { code, out } = await run(process.execPath, ["--input-type=module", "-e", script]);
+    expect(code, out).toBe(0);
+    const got = JSON.parse(out.trim());
+    expect(got).toMatchObject({ marked: true, turns: 8, tools: ["lookup_order"] });
+    expect(got.refused).toMatch(/^agent "Bad Name": .*name/);
+  });
+
   it("their declarations typecheck a consumer by name (bundler resolution, as Vite apps use)", async () => {
     const config = join(ROOT, "test", "package-consumer", ".tsconfig.json");
     await writeFile(

@@ -5,8 +5,11 @@
  * (an untyped import is `any`, and then nothing is an error).
  */
 import type { ChatTransport } from "ai";
+import { defineAgent } from "edge-agent-runtime/agents";
 import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
 import { EarClient, type JobRun, useJob, useJobTree } from "edge-agent-runtime/react";
+import { defineTool, type ToolContext } from "edge-agent-runtime/tools";
+import { z } from "zod";
 
 export const transport: ChatTransport<EarUIMessage> = new EarChatTransport({
   baseUrl: "https://api.example.com",
@@ -26,3 +29,24 @@ export function useLatency(id: string): number | null {
 }
 
 export const answerState = (m: EarUIMessage) => m.metadata?.state;
+
+// A code tool's args are the zod schema's output, and ctx carries the run's identity.
+export const lookup = defineTool({
+  name: "lookup_order",
+  description: "Find an order by id",
+  input: z.object({ id: z.string(), verbose: z.boolean().default(false) }),
+  idempotent: true,
+  run: async (args, ctx: ToolContext) => {
+    const verbose: boolean = args.verbose;
+    // @ts-expect-error the schema has no field `total`
+    void args.total;
+    return { id: args.id, verbose, key: ctx.idempotency_key, epoch: ctx.epoch + 1 };
+  },
+});
+// @ts-expect-error run is required
+defineTool({ name: "x", description: "d", input: { type: "object" } });
+
+// An agent as code: the API's fields, typed.
+export const support = defineAgent({ name: "support", model: "m", tools: ["lookup_order"], limits: { max_turns: 4 } });
+// @ts-expect-error max_turns is a number
+defineAgent({ name: "x", model: "m", limits: { max_turns: "many" } });

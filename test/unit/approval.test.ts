@@ -29,7 +29,8 @@ describe("requiresApproval", () => {
     const bad = (extra: Record<string, unknown>) => AgentDefinitionSchema.safeParse({ model: "m", ...extra }).success;
     expect(bad({ tools: ["shell", { name: "shell", requires_approval: true }] })).toBe(false);
     expect(bad({ tools: [{ name: "shell", requires_approval: true, extra: 1 }] })).toBe(false);
-    expect(bad({ tools: [{ name: "rm" }] })).toBe(false);
+    // "rm" could be a code tool's name (the gateway then checks the catalog); "rm -rf" cannot.
+    expect(bad({ tools: [{ name: "rm -rf" }] })).toBe(false);
     expect(bad({ approval: { deadline_s: 0 } })).toBe(false);
     expect(bad({ approval: { on_deadline: "retry" } })).toBe(false);
     expect(bad({ approval: { deadline_s: 60, on_deadline: "fail" } })).toBe(true);

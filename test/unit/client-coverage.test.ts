@@ -69,6 +69,7 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
   createAgentVersion: [(api) => api.createAgentVersion("triage", { model: "mock-model" })],
   archiveAgent: [(api) => api.archiveAgent("triage")],
   listModels: [(api) => api.listModels()],
+  listTools: [(api) => api.listTools()],
   usage: [(api) => api.usage({ from: "2026-03-01", to: "2026-03-02" })],
   createToken: [(api) => api.createToken({ scope: "read" })],
 };

@@ -138,6 +138,8 @@ function violations(): string[] {
     // The package's browser entries (tools/build/packages.ts) build on the client, as pages do.
     "ai-sdk": ["contracts", "client", "ai-sdk"],
     react: ["contracts", "client", "react"],
+    // The package's Node entries (`edge-agent-runtime/tools`): what a team's tool modules import.
+    "code-tools": ["contracts", "code-tools"],
   };
   for (const dir of ["src", "workers", "sandbox-host"]) {
     for (const file of walk(dir)) {

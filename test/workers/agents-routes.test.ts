@@ -113,7 +113,8 @@ describe("POST /v1/agents: the body is checked before any database work", () => 
     ["a wrong type", { ...agentBody, limits: { max_turns: "8" } }, /limits\.max_turns/],
     ["a NUL byte", { ...agentBody, instructions: "a\u0000b" }, /instructions: must not contain a NUL/],
     ["an unknown field", { ...agentBody, temperature: 0.5 }, /temperature/],
-    ["an unknown tool", { ...agentBody, tools: ["browser"] }, /tools\.0/],
+    // A name that could be a code tool's is checked against the catalog (test/integration/code-tools.test.ts).
+    ["an unknown tool", { ...agentBody, tools: ["Browser!"] }, /tools\.0: "Browser!" is not a built-in tool/],
     ["a name that cannot be one", { ...agentBody, name: "Triage Bot" }, /^name: /],
     ["no model", { name: "x" }, /^model: /],
     [

@@ -5,6 +5,7 @@
  *   dist/host/main.mjs   sandbox-host/main.ts and all of our own code (src/, sandbox-host/)
  *   dist/host/worker.js  the offload pool's worker-thread entry; offload/pool.ts starts
  *                        `./worker.js` beside its own module when it is not running from .ts
+ *   dist/host/tool-worker.js  the code tools' thread entry (HOST_TOOLS), started the same way
  *
  * npm packages stay external (`packages: "external"`) and come from node_modules: the
  * production install is then what really runs, and a runtime import of a devDependency fails
@@ -52,7 +53,11 @@ export async function buildHost(outdir = join(ROOT, "dist", "host")): Promise<{ 
   });
   await build({
     ...common,
-    entryPoints: { worker: join(ROOT, "sandbox-host", "offload", "worker.ts") },
+    entryPoints: {
+      worker: join(ROOT, "sandbox-host", "offload", "worker.ts"),
+      // The code tools' thread (code-tools/code-tool-pool.ts starts `./tool-worker.js` the same way).
+      "tool-worker": join(ROOT, "sandbox-host", "code-tools", "tool-worker.ts"),
+    },
     outdir,
   });
   // worker.js is ESM; without a package.json saying so beside it, Node would read it as CommonJS

@@ -1,10 +1,11 @@
 /**
  * The package's client entry points as ESM plus declarations, into dist/pkg (package.json
- * `exports`): `edge-agent-runtime/ai-sdk` (the useChat transport) and `edge-agent-runtime/react`
- * (the run hooks). Built, not source exports, because Node cannot load our extensionless
+ * `exports`): `edge-agent-runtime/ai-sdk` (the useChat transport), `edge-agent-runtime/react`
+ * (the run hooks), `edge-agent-runtime/tools` (`defineTool`, for the hosts' HOST_TOOLS modules)
+ * and `edge-agent-runtime/agents` (`defineAgent`, for `npm run cli -- agents deploy`). Built, not source exports, because Node cannot load our extensionless
  * TypeScript imports and a consumer's bundler should not have to compile them either.
  *
- *   dist/pkg/ai-sdk.js, dist/pkg/react.js   esbuild, code shared by both in one chunk
+ *   dist/pkg/ai-sdk.js, react.js, tools.js, agents.js  esbuild, shared code in chunks
  *   dist/pkg/types/…                        tsc declarations (tools/build/packages.tsconfig.json)
  *
  * npm packages stay external: `ai` and `react` are the consumer's (peer dependencies), so the
@@ -24,7 +25,12 @@ export async function buildPackages(): Promise<void> {
   await rm(PKG_OUT, { recursive: true, force: true });
   await build({
     absWorkingDir: ROOT,
-    entryPoints: { "ai-sdk": "src/ai-sdk/transport.ts", react: "src/react/hooks.ts" },
+    entryPoints: {
+      "ai-sdk": "src/ai-sdk/transport.ts",
+      react: "src/react/hooks.ts",
+      tools: "src/code-tools/define-tool.ts",
+      agents: "src/code-tools/define-agent.ts",
+    },
     outdir: PKG_OUT,
     bundle: true,
     splitting: true,

@@ -7,6 +7,9 @@
  *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
  *   key list <tenant>                list keys: id, prefix, name, created, live/revoked
  *   key revoke <tenant> <key-id>     revoke one key by its id (from `key list`)
+ *   agents deploy <dir|file> [--dry-run]   agents as code (defineAgent) → the tenant's agents,
+ *                                    through the API (EAR_URL + EAR_API_KEY, else the dev stack);
+ *                                    a new version only for changed definitions (agents-deploy.ts)
  */
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
@@ -14,6 +17,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../../src/db/tenants-repo";
+import { deployAgents, deployTarget, loadAgents } from "./agents-deploy";
 
 const USAGE = `usage: npm run cli -- <command>
   tenant create <id> [--name N]
@@ -21,7 +25,9 @@ const USAGE = `usage: npm run cli -- <command>
   key create <tenant> [--name N]
   key list <tenant>
   key revoke <tenant> <key-id>
-DATABASE_URL selects the database (default: the running dev stack's, from .dev/stack.json).`;
+  agents deploy <dir|file> [--dry-run]
+DATABASE_URL selects the database (default: the running dev stack's, from .dev/stack.json).
+agents deploy talks to the API: EAR_URL and EAR_API_KEY (default: the running dev stack's).`;
 
 async function databaseUrl(): Promise<string> {
   if (process.env.DATABASE_URL) return process.env.DATABASE_URL;
@@ -35,12 +41,18 @@ async function databaseUrl(): Promise<string> {
 async function main(): Promise<number> {
   const { positionals, values } = parseArgs({
     allowPositionals: true,
-    options: { name: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: { name: { type: "string" }, "dry-run": { type: "boolean" }, help: { type: "boolean", short: "h" } },
   });
   const [noun, verb, arg, arg2] = positionals;
   if (values.help || !noun) {
     console.log(USAGE);
     return values.help ? 0 : 2;
+  }
+  if (noun === "agents" && verb === "deploy" && arg) {
+    const target = await deployTarget(process.env, process.cwd());
+    const agents = await loadAgents(arg);
+    await deployAgents(target, agents, { dryRun: values["dry-run"] === true, out: (line) => console.log(line) });
+    return 0;
   }
   const pool = new pg.Pool({ connectionString: await databaseUrl(), max: 1 });
   const db = drizzle(pool, { schema });

@@ -17,7 +17,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { EarClient } from "../../src/client/client";
 import { ApiClientError } from "../../src/client/http";
 import { isTerminalEventType } from "../../src/contracts/events";
-import type { JobView as ApiJobView } from "../../src/contracts/job";
+import type { JobView as ApiJobView, CreateJobBody } from "../../src/contracts/job";
 import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 import { readSse, type SseEvent } from "../lib/sse";
 import type { ModelScript, RunRecord, Scenario, Target } from "./types";
@@ -192,7 +192,7 @@ export async function runVu(
       {
         input: { messages: [{ role: "user", content: plan.content }] },
         conversation_id: conversationId,
-        ...(plan.tools ? { tools: plan.tools as ApiJobView["tools"] } : {}),
+        ...(plan.tools ? { tools: plan.tools as NonNullable<CreateJobBody["tools"]> } : {}),
         metadata: { load_run: ctx.runId, step: ctx.step, vu, scenario, ...ctx.metadata },
       },
       { signal: deadline },

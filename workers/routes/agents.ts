@@ -7,6 +7,7 @@ import {
   AGENT_NAME_RE,
   type AgentDefinition,
   AgentDefinitionSchema,
+  agentToolName,
   CreateAgentBodySchema,
 } from "../../src/contracts/agent";
 import {
@@ -17,6 +18,7 @@ import {
 } from "../../src/contracts/catalog";
 import { ApiError } from "../../src/contracts/errors";
 import { agentNameParam, agentVersionParam, BODY_ERRORS, V1_ERRORS } from "../../src/contracts/openapi";
+import { isSandboxTool } from "../../src/contracts/sandbox-tools";
 import {
   archiveAgent,
   createAgent,
@@ -25,6 +27,9 @@ import {
   listAgents,
   listAgentVersions,
 } from "../../src/db/agents-repo";
+import type { Db } from "../../src/db/client";
+import { knownCodeTools } from "../../src/db/code-tools-repo";
+import { toolNames } from "../../src/domain/approval";
 import { jsonSchemaProblem } from "../../src/domain/json-schema";
 import { mcpServersProblem } from "../../src/domain/mcp";
 import { assertModelOffered } from "../commands/models";
@@ -64,6 +69,24 @@ function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefini
   if (mcpProblem !== null) throw new ApiError("invalid_request", mcpProblem);
 }
 
+/**
+ * Every tool the definition lists is built in or a code tool some host offers (the catalog,
+ * GET /v1/tools): a name no host has would only ever answer tool_unavailable.
+ */
+async function checkToolNames(db: Db, d: AgentDefinition): Promise<void> {
+  const code = toolNames(d.tools).filter((n) => !isSandboxTool(n));
+  if (code.length === 0) return;
+  const known = await callDependency("postgres", () => knownCodeTools(db, code));
+  const i = d.tools.findIndex((t) => !isSandboxTool(agentToolName(t)) && !known.has(agentToolName(t)));
+  if (i >= 0) {
+    const name = agentToolName(d.tools[i] as AgentDefinition["tools"][number]);
+    throw new ApiError(
+      "invalid_request",
+      `tools.${i}: unknown tool "${name}" (not a built-in tool, and no host offers a code tool of that name: GET /v1/tools lists them)`,
+    );
+  }
+}
+
 /** The definition fields of a create body (everything but the name). */
 function definitionOf(body: Record<string, unknown>): AgentDefinition {
   const { name: _, ...definition } = body;
@@ -101,6 +124,7 @@ export const agentRoutes = routes(
       const definition = definitionOf(body);
       checkDefinition(config, c.get("tenantId"), definition);
       const db = c.get("deps").db();
+      await checkToolNames(db, definition);
       const created = await callDependency("postgres", () => createAgent(db, c.get("tenantId"), body.name, definition));
       if (!created) {
         throw new ApiError(
@@ -214,6 +238,7 @@ export const agentRoutes = routes(
       const definition = await input.body();
       checkDefinition(config, c.get("tenantId"), definition);
       const db = c.get("deps").db();
+      await checkToolNames(db, definition);
       const result = await callDependency("postgres", () =>
         createAgentVersion(db, c.get("tenantId"), name, definition),
       );

@@ -1,9 +1,12 @@
 /**
- * GET /v1/models (the models this tenant may name, from the operator's registry) and GET
- * /v1/usage (the tenant's tokens per UTC day and model).
+ * GET /v1/models (the models this tenant may name, from the operator's registry), GET /v1/tools
+ * (the built-in sandbox tools and the hosts' code tools an agent may list) and GET /v1/usage
+ * (the tenant's tokens per UTC day and model).
  */
-import { ModelListSchema, UsageAnswerSchema, UsageQuerySchema } from "../../src/contracts/catalog";
+import { ModelListSchema, ToolListSchema, UsageAnswerSchema, UsageQuerySchema } from "../../src/contracts/catalog";
 import { V1_ERRORS } from "../../src/contracts/openapi";
+import { sandboxToolSpecs } from "../../src/contracts/sandbox-tools";
+import { listCodeTools } from "../../src/db/code-tools-repo";
 import { usageByDay } from "../../src/db/usage-repo";
 import { tenantModelLimit } from "../../src/domain/models";
 import { modelsFor } from "../commands/models";
@@ -30,6 +33,42 @@ export const modelRoutes = routes(
           default: e.name === deploymentDefault,
           tenant_concurrency: tenantModelLimit(e, tenantId),
         })),
+      });
+    },
+  }),
+);
+
+/** The sandbox tools' JSON Schemas, converted once per isolate. */
+let sandboxTools: ReturnType<typeof sandboxToolSpecs> | undefined;
+
+export const toolRoutes = routes(
+  route({
+    method: "get",
+    path: "/",
+    operationId: "listTools",
+    tag: "models",
+    summary: "The tools an agent may list in `tools`: the sandbox tools, then the hosts' code tools by name",
+    description:
+      "Code tools are the operator's (the hosts' HOST_TOOLS modules), the same for every tenant; a host publishes its own when it starts and removes them when it stops. An agent naming a tool that is neither here nor built in is a 400.",
+    auth: "bearer",
+    responses: [{ status: 200, description: "The tools.", schema: ToolListSchema }],
+    errors: V1_ERRORS,
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const code = await callDependency("postgres", () => listCodeTools(db));
+      sandboxTools ??= sandboxToolSpecs();
+      return c.json({
+        tools: [
+          ...sandboxTools.map((t) => ({
+            ...t,
+            kind: "sandbox" as const,
+            idempotent: false,
+            requires_approval: false,
+            timeout_ms: null,
+            hosts: null,
+          })),
+          ...code.map((t) => ({ ...t, kind: "code" as const })),
+        ],
       });
     },
   }),

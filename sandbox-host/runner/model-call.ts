@@ -12,7 +12,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
-import type { ModelEntry } from "../../src/domain/models";
+import type { ModelEntry, ModelPricing } from "../../src/domain/models";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
 import { retryDelayMs } from "./model-retry";
@@ -154,11 +154,25 @@ async function recordUsage(
   const labels = { model: model.name, estimated: String(estimated) };
   deps.metrics.modelTokens.inc({ ...labels, kind: "prompt" }, usage.promptTokens);
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
+  if (model.pricing) {
+    deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, callCostUsd(usage, model.pricing));
+  }
   try {
-    await recordModelUsage(deps.db, exec.id, { tenantId: exec.job.tenantId, model: model.name, ...usage, estimated });
+    await recordModelUsage(deps.db, exec.id, {
+      tenantId: exec.job.tenantId,
+      model: model.name,
+      ...usage,
+      estimated,
+      ...(model.pricing ? { pricing: model.pricing } : {}),
+    });
   } catch (err) {
     deps.log.warn("model usage not recorded", { ...exec.fields, ...usage, estimated, ...errorFields(err) });
   }
+}
+
+/** A call's cost in US dollars for the metric (the ledger's own is computed in Postgres numeric). */
+export function callCostUsd(usage: ModelUsage, pricing: ModelPricing): number {
+  return (usage.promptTokens * pricing.inputUsdPerMtok + usage.completionTokens * pricing.outputUsdPerMtok) / 1_000_000;
 }
 
 /**

@@ -78,6 +78,7 @@ export type RunMetrics = Pick<
   | "runPhase"
   | "cancelConvergence"
   | "modelTokens"
+  | "modelCost"
   | "modelCalls"
   | "modelRetries"
   | "modelRetryDelay"

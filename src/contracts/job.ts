@@ -159,6 +159,8 @@ export const JobUsageSchema = z.object({
   model_calls: z.number().int().min(0),
   /** Some call's tokens were estimated because its provider reported none. */
   estimated: z.boolean(),
+  /** US dollars at the registry's `pricing` when each call was made; null: no call was priced. */
+  cost_usd: z.number().min(0).nullable(),
 });
 
 /** The public Job every job route and chat `job` frame returns (built by src/db/job-view.ts). */

@@ -118,6 +118,7 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
     prompt_tokens: string | number;
     completion_tokens: string | number;
     model_calls: number;
+    cost_usd: string | number | null;
   }>(
     await db.execute(sql`
       WITH RECURSIVE tree AS (
@@ -126,7 +127,8 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
         SELECT c.id FROM jobs c JOIN tree ON c.parent_job_id = tree.id
       )
       SELECT j.id, j.agent_name, j.agent_version, j.state, j.depth, j.parent_job_id, j.parent_call_id,
-        j.created_at, j.started_at, j.finished_at, j.prompt_tokens, j.completion_tokens, j.model_calls
+        j.created_at, j.started_at, j.finished_at, j.prompt_tokens, j.completion_tokens, j.model_calls,
+        j.cost_usd
       FROM jobs j JOIN tree USING (id) ORDER BY j.depth, j.created_at, j.id`),
   );
   const iso = (v: string | Date | null) => (v === null ? null : new Date(v).toISOString());
@@ -136,6 +138,7 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
       prompt_tokens: Number(r.prompt_tokens),
       completion_tokens: Number(r.completion_tokens),
       model_calls: Number(r.model_calls),
+      cost_usd: r.cost_usd === null ? null : Number(r.cost_usd),
     };
     nodes.set(r.id, {
       id: r.id,
@@ -161,6 +164,9 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
     parent.subtree_usage.prompt_tokens += n.subtree_usage.prompt_tokens;
     parent.subtree_usage.completion_tokens += n.subtree_usage.completion_tokens;
     parent.subtree_usage.model_calls += n.subtree_usage.model_calls;
+    // Null only while no job of the subtree was priced: an unpriced child adds nothing, not 0.
+    const childCost = n.subtree_usage.cost_usd;
+    if (childCost !== null) parent.subtree_usage.cost_usd = (parent.subtree_usage.cost_usd ?? 0) + childCost;
   }
   return nodes.get(jobId) ?? null;
 }

@@ -36,6 +36,7 @@ export function toJobView(row: JobRow): JobView {
       completion_tokens: row.completionTokens,
       model_calls: row.modelCalls,
       estimated: row.usageEstimated,
+      cost_usd: row.costUsd,
     },
     output_json: row.outputJson ?? null,
     waiting_for: row.state === "waiting" ? (row.waitingFor ?? null) : null,

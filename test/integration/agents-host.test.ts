@@ -43,6 +43,9 @@ const canRun =
 const TENANT = "t-agents";
 const OTHER_TENANT = "t-agents-2";
 const BRIDGE_TOKEN = "agents-host-bridge-token";
+/** agent-model's registry prices, US dollars per million tokens (the other models have none). */
+const PRICE_IN = 0.15;
+const PRICE_OUT = 0.6;
 
 let services: HostServices;
 let t: TestDb;
@@ -70,7 +73,13 @@ if (canRun) {
     const registry = {
       default: "agent-model",
       models: [
-        { name: "agent-model", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1" },
+        {
+          name: "agent-model",
+          base_url: p1.url,
+          api_key_env: "P1_KEY",
+          upstream_model: "up-model-1",
+          pricing: { input_usd_per_mtok: PRICE_IN, output_usd_per_mtok: PRICE_OUT },
+        },
         // The same provider with a short timeout: a second client, for the timeout retry.
         { name: "impatient", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1", timeout_ms: 400 },
         { name: "model-a", base_url: pa.url, api_key_env: "PA_KEY", upstream_model: "up-a", concurrency: 2 },
@@ -265,6 +274,7 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
           kind: "completion",
           estimated: "false",
         })) ?? 0,
+      cost: (await sampleValue(host.metricsUrl, "model_cost_usd_total", { model: "agent-model", tenant: TENANT })) ?? 0,
     };
     let release!: () => void;
     const held = new Promise<void>((r) => {
@@ -317,6 +327,23 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
       calls: row.modelCalls,
       estimated: row.usageEstimated,
     }).toEqual({ prompt: 333, completion: 54, calls: 2, estimated: false });
+    // Each row's cost is its tokens × the registry's prices, exact in numeric; the job's and the
+    // tenant's day sum them.
+    const costs = await t.pool.query<{ cost: string }>(
+      "select trim_scale(cost_usd)::text as cost from model_usage where job_id = $1 order by prompt_tokens",
+      [id],
+    );
+    expect(costs.rows.map((r) => r.cost)).toEqual(["0.00004545", "0.0000369"]);
+    expect(Number(costs.rows[0]?.cost)).toBeCloseTo((123 * PRICE_IN + 45 * PRICE_OUT) / 1e6, 15);
+    expect(row.costUsd).toBe(0.00008235);
+    const spend = await t.pool.query<{ cost: string }>(
+      "select cost_usd::text as cost from tenant_daily_spend where tenant_id = $1 and day = (now() at time zone 'UTC')::date",
+      [TENANT],
+    );
+    expect(Number(spend.rows[0]?.cost)).toBeGreaterThanOrEqual(0.00008235);
+    expect(
+      (await sampleValue(host.metricsUrl, "model_cost_usd_total", { model: "agent-model", tenant: TENANT })) ?? 0,
+    ).toBeCloseTo(before.cost + 0.00008235, 12);
     const labels = { model: "agent-model", estimated: "false" };
     expect(await sampleValue(host.metricsUrl, "model_tokens_total", { ...labels, kind: "prompt" })).toBe(
       before.prompt + 333,

@@ -14,6 +14,7 @@ import { createAgent } from "../../src/db/agents-repo";
 import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
+import { recordModelUsage } from "../../src/db/run-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
@@ -172,6 +173,40 @@ describe("sub-agents in Postgres", () => {
     const upper = await getTree(t.db, "s1", mid.jobId.toUpperCase());
     expect(upper).toMatchObject({ id: mid.jobId, parent_job_id: null, parent_call_id: null, depth: 1 });
     expect(upper?.children.map((c) => c.id)).toEqual([grand[0]?.id]);
+  });
+
+  it("prices each call at the registry's prices; a tree sums cost_usd per subtree, null where nothing was priced", async () => {
+    const pricing = { inputUsdPerMtok: 2.5, outputUsdPerMtok: 10 };
+    const root = await runningJob();
+    const kids = [childJob("priced"), childJob("unpriced")];
+    await suspendJob(t.db, root, delegateWait(kids));
+    const priced = await start(kids[0]?.id as string);
+    const unpriced = await start(kids[1]?.id as string);
+    const use = (id: ExecutionIdentity, p: number, c: number, withPrice: boolean) =>
+      recordModelUsage(t.db, id, {
+        tenantId: "s1",
+        model: withPrice ? "m-priced" : "m-free",
+        promptTokens: p,
+        completionTokens: c,
+        estimated: false,
+        ...(withPrice ? { pricing } : {}),
+      });
+    await use(root, 1000, 100, true); // 0.0025 + 0.001
+    await use(priced, 400, 30, true); // 0.001 + 0.0003
+    await use(priced, 1, 1, true); // 0.0000025 + 0.00001
+    await use(unpriced, 5000, 5000, false);
+    expect((await row(root.jobId))?.costUsd).toBe(0.0035);
+    expect((await row(priced.jobId))?.costUsd).toBe(0.0013125);
+    expect((await row(unpriced.jobId))?.costUsd).toBeNull();
+    const tree = await getTree(t.db, "s1", root.jobId);
+    const a = tree?.children.find((c) => c.id === priced.jobId);
+    const b = tree?.children.find((c) => c.id === unpriced.jobId);
+    expect(a?.usage.cost_usd).toBe(0.0013125);
+    expect(b?.usage).toEqual({ prompt_tokens: 5000, completion_tokens: 5000, model_calls: 1, cost_usd: null });
+    expect(b?.subtree_usage.cost_usd).toBeNull();
+    expect(tree?.usage.cost_usd).toBe(0.0035);
+    expect(tree?.subtree_usage.cost_usd).toBeCloseTo(0.0048125, 15);
+    expect(tree?.subtree_usage.prompt_tokens).toBe(6401);
   });
 
   it("a delegate call that would queue past the tenant's queued-jobs limit is a rate_limited tool error", async () => {

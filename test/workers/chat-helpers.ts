@@ -49,7 +49,7 @@ export class FakeChatBackend implements ChatBackend {
       tools: [],
       metadata: {},
       agent: null,
-      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
+      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false, cost_usd: null },
       output_json: null,
       waiting_for: null,
       parent_job_id: null,

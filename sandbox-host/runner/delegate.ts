@@ -60,7 +60,7 @@ const toolError = (code: string, message: string) => ({ error: { code, message }
 
 /**
  * Plan the children of a turn's delegate calls: each call over a limit (depth, children per job,
- * children per tree, the tenant's queued jobs, in call order), naming an agent that no longer exists or is archived, whose
+ * children per tree, the tenant's queued jobs, its daily budget, in call order), naming an agent that no longer exists or is archived, whose
  * model this host does not offer, or without a string `input` gets a tool error instead.
  */
 export async function planChildren(
@@ -81,6 +81,12 @@ export async function planChildren(
     let planned: DelegatedCall | ChildJob;
     if (typeof input !== "string" || input.length === 0) {
       planned = toolError("invalid_arguments", "delegate tools take one argument: `input`, a non-empty string");
+    } else if (place.overBudget) {
+      // The submit's rule (docs/quota.md, "Daily budgets"): a spent budget makes no new job.
+      planned = toolError(
+        "budget_exceeded",
+        "this tenant's daily budget is spent; no child job until the next UTC midnight",
+      );
     } else if (place.depth + 1 > DELEGATION_LIMITS.maxDepth) {
       planned = toolError(
         "delegation_depth",

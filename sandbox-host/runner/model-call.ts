@@ -10,6 +10,7 @@
  * fails `quota_lease_lost` (docs/quota.md).
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
@@ -50,6 +51,8 @@ export async function callModel(
   // Lost leases so far and the quota wait spent on the retries after them (the shared budget).
   const lost = { retries: 0, waitedMs: 0 };
   let afterLoss: { maxWaitMs: number; retry: number } | undefined;
+  const overBudget = await budgetCheck(exec);
+  if (overBudget) return failed("budget_exceeded", overBudget, textSoFar);
   for (let attempt = 1; ; attempt++) {
     // A retry is a new lease (its own holder): the slot was given back for the wait.
     const admitted = await acquireQuota(exec, {
@@ -125,6 +128,22 @@ export async function callModel(
       // Cancelled (or shut down) during the wait: end now, not after it.
       return abortedOutcome(run, textSoFar);
     }
+  }
+}
+
+/**
+ * The tenant's daily budget, read before each turn (a primary-key read; a turn is a provider
+ * round trip): a spent budget ends the run before the call, so only the calls already in flight
+ * when the budget ran out can pass it. A failed read lets the turn go on: the budget bounds
+ * spend, it guards no state, and the usage write will count the call either way.
+ */
+async function budgetCheck(exec: Execution): Promise<string | null> {
+  try {
+    const refusal = await budgetRefusal(exec.deps.db, exec.job.tenantId);
+    return refusal ? budgetMessage(refusal) : null;
+  } catch (err) {
+    exec.deps.log.warn("budget check failed; the turn goes on", { ...exec.fields, ...errorFields(err) });
+    return null;
   }
 }
 

@@ -64,6 +64,8 @@ export const CHAT_ERROR_CODES = [
   "queue_full",
   "not_found",
   "rate_limited",
+  /** The tenant's daily budget is spent; `retry_after_s` runs to the next UTC midnight. */
+  "budget_exceeded",
   "dependency_unavailable",
   "idempotency_mismatch",
   /** The message's agent is unknown, or its model is not offered to the tenant. */

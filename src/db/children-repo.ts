@@ -9,6 +9,7 @@ import { sql } from "drizzle-orm";
 import type { JobError } from "../contracts/job";
 import type { TreeNode } from "../contracts/tree";
 import { isUuid } from "../domain/uuid";
+import { overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
 
 export interface TreePlace {
@@ -20,6 +21,8 @@ export interface TreePlace {
   treeSize: number;
   /** The tenant's jobs in `queued` now (by jobs_tenant_queued_idx), for its queued-jobs limit. */
   tenantQueued: number;
+  /** The tenant's daily budget is spent (budget-repo.ts): delegate calls create no child. */
+  overBudget: boolean;
 }
 
 export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
@@ -28,12 +31,14 @@ export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
     children: string | number;
     tree_size: string | number;
     tenant_queued: string | number;
+    over_budget: boolean;
   }>(
     await db.execute(sql`
       SELECT j.depth,
         (SELECT count(*) FROM jobs c WHERE c.parent_job_id = j.id) AS children,
         (SELECT count(*) FROM jobs d WHERE d.root_job_id = coalesce(j.root_job_id, j.id)) AS tree_size,
-        (SELECT count(*) FROM jobs q WHERE q.tenant_id = j.tenant_id AND q.state = 'queued') AS tenant_queued
+        (SELECT count(*) FROM jobs q WHERE q.tenant_id = j.tenant_id AND q.state = 'queued') AS tenant_queued,
+        ${overBudgetSql(sql`j.tenant_id`)} AS over_budget
       FROM jobs j WHERE j.id = ${jobId}`),
   );
   const r = rows[0];
@@ -43,6 +48,7 @@ export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
     children: Number(r.children),
     treeSize: Number(r.tree_size),
     tenantQueued: Number(r.tenant_queued),
+    overBudget: r.over_budget === true,
   };
 }
 

@@ -375,6 +375,44 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
   });
 });
 
+describe.skipIf(!canRun)("the tenant's daily budget on a running job", () => {
+  it("a budget spent during turn 1 fails the run budget_exceeded before turn 2's call; the call in flight is billed", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    p1.script = (_req, n) =>
+      n === 1
+        ? { kind: "stream", pieces: ["one"], until: held, usage: { prompt_tokens: 1000, completion_tokens: 100 } }
+        : { kind: "stream", pieces: ["two"], usage: { prompt_tokens: 1, completion_tokens: 1 } };
+    p1.reset();
+    const id = await submit("budget marker");
+    await waitFor("turn 1 at the provider", async () => p1.requests.length === 1);
+    // A budget just above what the tenant spent so far: turn 1's call (0.00021 $) passes it.
+    const spent = await t.pool.query<{ cost: string | null }>(
+      "select cost_usd::text as cost from tenant_daily_spend where tenant_id = $1 and day = (now() at time zone 'UTC')::date",
+      [TENANT],
+    );
+    const budget = Number(spent.rows[0]?.cost ?? 0) + 0.0001;
+    await t.pool.query("update tenants set daily_budget_usd = $2 where id = $1", [TENANT, budget]);
+    try {
+      await t.db.insert(schema.jobInputs).values({ jobId: id, tenantId: TENANT, content: "more" });
+      release();
+      const row = await ended(id);
+      expect(row.state).toBe("failed");
+      expect(row.error?.code).toBe("budget_exceeded");
+      expect(row.error?.message).toMatch(/daily budget of \$/);
+      // Turn 2 never reached the provider; turn 1, in flight when the budget ran out, is billed.
+      expect(p1.requests.length).toBe(1);
+      expect(row.modelCalls).toBe(1);
+      expect(row.costUsd).toBeCloseTo((1000 * PRICE_IN + 100 * PRICE_OUT) / 1e6, 15);
+      expect(row.output).toBe("one");
+    } finally {
+      await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
+    }
+  });
+});
+
 describe.skipIf(!canRun)("provider errors, handled like a careful client", () => {
   it("retries a 429 after its Retry-After, with the quota slot given back meanwhile: one model.retry", async () => {
     p1.script = (_req, n) =>

@@ -11,11 +11,13 @@ import { planChildren } from "../../sandbox-host/runner/delegate";
 import { ActiveRun, type Emit, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import { createAgent } from "../../src/db/agents-repo";
+import { budgetRefusal } from "../../src/db/budget-repo";
 import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
+import { setTenantSettings } from "../../src/db/tenants-repo";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { startTestPostgres, type TestDb } from "../helpers/db";
@@ -244,5 +246,58 @@ describe("sub-agents in Postgres", () => {
       },
     );
     expect(open.children).toHaveLength(3);
+  });
+
+  it("a delegate call of a tenant whose daily budget is spent is a budget_exceeded tool error; under it, a child", async () => {
+    await t.pool.query("insert into tenants (id, name, daily_budget_usd) values ('b1', 'b1', 0.01)");
+    const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
+    await createAgent(t.db, "b1", "worker", AgentDefinitionSchema.parse({ model: "m" }));
+    const jobId = randomUUID();
+    await t.db.insert(jobs).values({ id: jobId, tenantId: "b1", input: { messages: [] } });
+    const parent = await start(jobId);
+    const deps = { db: t.db, models: { entries: [{ name: "m" }] } } as unknown as RunDeps;
+    const plan = () =>
+      planChildren(
+        new Execution({
+          deps,
+          run: new ActiveRun(parent).start(parent),
+          emit: () => {},
+          job: { tenantId: "b1" } as never,
+        }),
+        { definition, calls: [{ id: "d1", name: "delegate_worker", args: { input: "task" } }] },
+      );
+    expect((await plan()).children).toHaveLength(1);
+    // 0.009 $ spent: still under. The call that reaches 0.01 $ closes the day.
+    const use = (p: number) =>
+      recordModelUsage(t.db, parent, {
+        tenantId: "b1",
+        model: "m",
+        promptTokens: p,
+        completionTokens: 0,
+        estimated: false,
+        pricing: { inputUsdPerMtok: 10, outputUsdPerMtok: 10 },
+      });
+    await use(900);
+    expect((await plan()).children).toHaveLength(1);
+    await use(100);
+    const refused = await plan();
+    expect(refused.children).toEqual([]);
+    expect(refused.checkpoint.calls.d1).toEqual({
+      error: {
+        code: "budget_exceeded",
+        message: "this tenant's daily budget is spent; no child job until the next UTC midnight",
+      },
+    });
+    const r = await budgetRefusal(t.db, "b1");
+    expect(r).toMatchObject({ budgetUsd: 0.01, spentUsd: 0.01 });
+    // Retry-After: the seconds to the next UTC midnight, by Postgres's clock.
+    const now = new Date();
+    const midnight = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+    expect(Math.abs((r?.retryAfterS ?? 0) - (midnight - now.getTime()) / 1000)).toBeLessThan(5);
+    // Another tenant's spend is its own.
+    expect(await budgetRefusal(t.db, "s1")).toBeNull();
+    await setTenantSettings(t.db, "b1", { dailyBudgetUsd: null });
+    expect(await budgetRefusal(t.db, "b1")).toBeNull();
+    expect((await plan()).children).toHaveLength(1);
   });
 });

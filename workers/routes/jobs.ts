@@ -56,7 +56,7 @@ export const jobRoutes = routes(
         schema: JobAnswerSchema,
       },
     ],
-    errors: [...BODY_ERRORS, "idempotency_mismatch", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", "budget_exceeded", ...V1_ERRORS],
     handler: async (c, input) => {
       const config = c.get("config");
       const body = await input.body();
@@ -78,7 +78,7 @@ export const jobRoutes = routes(
     tag: "jobs",
     summary: "Submit up to 100 jobs in one call, all or none",
     description:
-      "Each item is a POST /v1/jobs body under the same rules; the rows are one INSERT. Any refused item (400, 409, 413 naming `jobs[i]`) or a batch past the queued-jobs limit (429) creates nothing. An item whose `idempotency_key` this tenant already used answers that job. The body cap is 1 MiB (or MAX_BODY_BYTES if larger); each item must fit MAX_BODY_BYTES.",
+      "Each item is a POST /v1/jobs body under the same rules; the rows are one INSERT. Any refused item (400, 409, 413 naming `jobs[i]`) or a batch past the queued-jobs limit or the tenant's daily budget (429) creates nothing. An item whose `idempotency_key` this tenant already used answers that job. The body cap is 1 MiB (or MAX_BODY_BYTES if larger); each item must fit MAX_BODY_BYTES.",
     auth: "bearer",
     body: CreateJobBatchBodySchema,
     responses: [
@@ -94,7 +94,7 @@ export const jobRoutes = routes(
         schema: JobBatchAnswerSchema,
       },
     ],
-    errors: [...BODY_ERRORS, "idempotency_mismatch", "conflict", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", "conflict", "budget_exceeded", ...V1_ERRORS],
     handler: async (c) => {
       const config = c.get("config");
       // The envelope here, each item in submitJobs, so a refusal names its item (`jobs[3].input: …`);

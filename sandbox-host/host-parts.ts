@@ -119,6 +119,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     offload,
     models,
     mcp: deps.mcp,
+    ...(deps.tracing ? { tracing: deps.tracing } : {}),
     retry: {
       maxRetries: config.modelRetryMax,
       baseMs: config.modelRetryBaseMs,

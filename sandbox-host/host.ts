@@ -16,6 +16,7 @@ import { type Readiness, startMetricsServer } from "./metrics/server";
 import type { ModelClient } from "./model/types";
 import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
 import type { SandboxManager } from "./sandbox/manager";
+import type { HostTracing } from "./tracing/tracing";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
 export const OFFLOAD_DRAIN_MS = 5000;
@@ -36,6 +37,8 @@ export interface HostDeps {
   mcp?: McpHostConfig;
   /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
   offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
+  /** OpenTelemetry (main.ts: startTracing from the OTEL_* variables); default: off. */
+  tracing?: HostTracing;
 }
 
 export interface RunningHost {
@@ -73,6 +76,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   const services: Service[] = [
     // Stopped last: every other part writes through the pool until it has stopped.
     { name: "postgres pool", stop: () => pool.end() },
+    // After the runs: their last spans are ended by then, and this exports what is buffered.
+    { name: "tracing", stop: () => deps.tracing?.shutdown() ?? Promise.resolve() },
     // Up before any work starts (the dev orchestrator and the probes wait on it); closed after
     // the outbox so /metrics shows the final backlog and runs while the shutdown drains.
     {

@@ -10,12 +10,14 @@
  * fails `quota_lease_lost` (docs/quota.md).
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { type Attributes, SpanKind } from "@opentelemetry/api";
 import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
+import { inSpan, markOutcome } from "../tracing/spans";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
 import { acquireQuota } from "./quota-gate";
@@ -64,17 +66,41 @@ export async function callModel(
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
     // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
     afterLoss = undefined;
-    const result = await streamModelTurn(exec, { request, admitted });
-    // A call that produced output (or finished) was served, and the provider counts it: so do we.
-    if (result.ok || result.outputStarted) {
-      await recordUsage(exec, {
-        model,
-        request,
-        text: result.text,
-        calls: result.calls,
-        reported: result.ok ? result.usage : undefined,
-      });
-    }
+    const result = await inSpan(
+      deps.tracing.tracer,
+      `chat ${model.name}`,
+      { kind: SpanKind.CLIENT, attributes: modelSpanAttributes(model, request, attempt) },
+      async (span) => {
+        const r = await streamModelTurn(exec, { request, admitted });
+        // A call that produced output (or finished) was served, and the provider counts it: so do we.
+        if (r.ok || r.outputStarted) {
+          const used = await recordUsage(exec, {
+            model,
+            request,
+            text: r.text,
+            calls: r.calls,
+            reported: r.ok ? r.usage : undefined,
+          });
+          span.setAttributes({
+            "gen_ai.usage.input_tokens": used.promptTokens,
+            "gen_ai.usage.output_tokens": used.completionTokens,
+            "ear.usage.estimated": used.estimated,
+            ...(used.costUsd === null ? {} : { "ear.cost_usd": used.costUsd }),
+          });
+        }
+        if (r.ok) {
+          span.setAttribute("gen_ai.response.finish_reasons", [
+            r.finishReason ?? (r.calls.length ? "tool_calls" : "stop"),
+          ]);
+          markOutcome(span, exec.signal.aborted ? "aborted" : "ok");
+        } else if ("leaseLost" in r) {
+          markOutcome(span, "lease_lost");
+        } else {
+          markOutcome(span, r.outputStarted ? "failed" : "retryable", { code: r.error.code, message: r.error.message });
+        }
+        return r;
+      },
+    );
     if (result.ok) {
       countCall(deps, model, exec.signal.aborted ? "aborted" : "ok");
       return { text: result.text, calls: result.calls };
@@ -165,7 +191,7 @@ async function recordUsage(
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
   },
-): Promise<void> {
+): Promise<ModelUsage & { estimated: boolean; costUsd: number | null }> {
   const { deps } = exec;
   const { model, reported } = call;
   const usage = reported ?? estimateUsage(call.request, call.text, call.calls);
@@ -173,9 +199,8 @@ async function recordUsage(
   const labels = { model: model.name, estimated: String(estimated) };
   deps.metrics.modelTokens.inc({ ...labels, kind: "prompt" }, usage.promptTokens);
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
-  if (model.pricing) {
-    deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, callCostUsd(usage, model.pricing));
-  }
+  const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
+  if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
   try {
     await recordModelUsage(deps.db, exec.id, {
       tenantId: exec.job.tenantId,
@@ -187,6 +212,24 @@ async function recordUsage(
   } catch (err) {
     deps.log.warn("model usage not recorded", { ...exec.fields, ...usage, estimated, ...errorFields(err) });
   }
+  return { ...usage, estimated, costUsd };
+}
+
+/**
+ * A model call's span attributes before it is made (OpenTelemetry GenAI conventions): the
+ * registry's public name as `gen_ai.request.model` (what the job named; the upstream id is the
+ * provider's business), and the request's sampling and output bound when set.
+ */
+function modelSpanAttributes(model: ModelEntry, request: TurnRequest, attempt: number): Attributes {
+  return {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": "openai",
+    "gen_ai.request.model": model.name,
+    ...(request.maxOutputTokens == null ? {} : { "gen_ai.request.max_tokens": request.maxOutputTokens }),
+    ...(request.temperature == null ? {} : { "gen_ai.request.temperature": request.temperature }),
+    ...(request.topP == null ? {} : { "gen_ai.request.top_p": request.topP }),
+    "ear.attempt": attempt,
+  };
 }
 
 /** A call's cost in US dollars for the metric (the ledger's own is computed in Postgres numeric). */

@@ -21,6 +21,7 @@ import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import type { HostTracing } from "../tracing/tracing";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 
@@ -64,6 +65,8 @@ export interface RunDeps {
    * applied here to the children a turn's delegate calls would queue; 0 or absent: no check.
    */
   maxQueuedJobsPerTenant?: number;
+  /** OpenTelemetry spans of each run (sandbox-host/tracing/spans.ts); off: the API's no-op tracer. */
+  tracing: HostTracing;
 }
 
 /** The started CAS and the terminal write, each fenced by the execution identity. */

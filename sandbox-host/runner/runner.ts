@@ -21,6 +21,7 @@ import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import { type HostTracing, TRACING_OFF } from "../tracing/tracing";
 import { FinishBatcher } from "./finish-batcher";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
@@ -65,6 +66,8 @@ export interface RunnerOptions {
   maxQueuedJobsPerTenant?: number;
   /** The host's offload pool (RunDeps.offload). */
   offload: Pick<OffloadPool, "run">;
+  /** OpenTelemetry (RunDeps.tracing; default: off). */
+  tracing?: HostTracing;
 }
 
 const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
@@ -109,6 +112,7 @@ export class Runner {
       mcp: opts.mcp,
       maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
       offload: opts.offload,
+      tracing: opts.tracing ?? TRACING_OFF,
       quota: opts.quota
         ? {
             ...opts.quota,

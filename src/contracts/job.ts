@@ -195,6 +195,11 @@ export const JobViewSchema = z.object({
   root_job_id: z.uuid().nullable(),
   /** How deep in its tree: 0 for a submitted job, 1 for its children, … */
   depth: z.number().int().min(0),
+  /**
+   * The OpenTelemetry trace the run's spans are in (hosts with tracing on): the submit's
+   * traceparent's trace, else the job id's 32 hex digits (docs/observability.md, "Traces").
+   */
+  trace_id: z.string().regex(/^[0-9a-f]{32}$/),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

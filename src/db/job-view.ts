@@ -1,6 +1,8 @@
 /** Row → the public Job every job route and chat `job` frame returns (docs/api.md). Latencies come from the one timing serializer. */
+
 import { type JobState, type JobView, tenantJobError } from "../contracts/job";
 import { deriveLatency, isoOrNull } from "../domain/timing";
+import { jobTraceId } from "../domain/traceparent";
 import type { JobRow } from "./schema";
 
 export function toJobView(row: JobRow): JobView {
@@ -43,5 +45,6 @@ export function toJobView(row: JobRow): JobView {
     parent_job_id: row.parentJobId,
     root_job_id: row.rootJobId,
     depth: row.depth,
+    trace_id: jobTraceId(row.id, row.traceparent),
   };
 }

@@ -6,6 +6,7 @@ import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState, ToolName } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
+import { formatTraceparent, parseTraceparent } from "../domain/traceparent";
 import { isUuid } from "../domain/uuid";
 import { type BudgetRefusal, budgetExceeded, budgetRefusal, overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
@@ -91,12 +92,15 @@ export async function createJob(
   tenantId: string,
   id: string,
   body: CreateJobBody,
-  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent } = {},
+  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent; traceparent?: string | null } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const agent = opts.agent;
   const { model, tools } = runsWith(body, agent);
+  // Only a valid one is kept; an invalid header is ignored, as a W3C receiver does.
+  const parsedParent = parseTraceparent(opts.traceparent);
+  const traceparent = parsedParent ? formatTraceparent(parsedParent) : null;
   // Without an agent timeout the column's default applies (one home for the default).
   const timeout =
     agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
@@ -109,10 +113,11 @@ export async function createJob(
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version${timeout?.column ?? sql``})
+        agent_name, agent_version, traceparent${timeout?.column ?? sql``})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
-        ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int${timeout?.value ?? sql``}
+        ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
+        ${traceparent}${timeout?.value ?? sql``}
       WHERE (${maxQueued}::int = 0
         OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int)
         AND NOT ${overBudgetSql(tenantId)}

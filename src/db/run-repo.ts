@@ -24,6 +24,8 @@ export interface RunnableJob {
   agent: { name: string; version: number; definition: AgentDefinition } | null;
   /** Where the last execution suspended (the host's RunCheckpoint), or null for a first run. */
   checkpoint: Record<string, unknown> | null;
+  /** The W3C traceparent kept with the job (the client's, or the delegating call's); null: none. */
+  traceparent: string | null;
 }
 
 /**
@@ -42,6 +44,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       agentVersion: jobs.agentVersion,
       definition: agentVersions.definition,
       checkpoint: jobs.checkpoint,
+      traceparent: jobs.traceparent,
     })
     .from(jobs)
     .leftJoin(
@@ -70,6 +73,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     tenantId: row.tenantId,
     agent,
     checkpoint: row.checkpoint ?? null,
+    traceparent: row.traceparent,
   };
 }
 

@@ -128,6 +128,11 @@ export const jobs = pgTable(
     usageEstimated: boolean("usage_estimated").notNull().default(false),
     /** US dollars of the priced calls (numeric: sums stay exact); null while none was priced. */
     costUsd: numeric("cost_usd", { mode: "number" }),
+    /**
+     * The W3C traceparent the client sent with the submit (or the delegating call's, for a child
+     * job): the run's spans join that trace (sandbox-host/tracing/). Null: a trace of its own.
+     */
+    traceparent: text("traceparent"),
     // What the job's inputs (job_inputs) take of LIMITS.maxInputsPerJob / maxInputBytesPerJob,
     // kept on the row submitInput locks so that the check and the count move together (counting
     // job_inputs read the statement's snapshot: a burst overshot the caps). Not indexed: HOT.

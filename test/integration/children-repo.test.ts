@@ -9,6 +9,7 @@ import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { planChildren } from "../../sandbox-host/runner/delegate";
 import { ActiveRun, type Emit, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
+import { TRACING_OFF } from "../../sandbox-host/tracing/tracing";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import { createAgent } from "../../src/db/agents-repo";
 import { budgetRefusal } from "../../src/db/budget-repo";
@@ -222,7 +223,12 @@ describe("sub-agents in Postgres", () => {
     for (let i = 0; i < 2; i++) {
       await t.db.insert(jobs).values({ id: randomUUID(), tenantId: "q1", input: { messages: [] } });
     }
-    const deps = { db: t.db, models: { entries: [{ name: "m" }] }, maxQueuedJobsPerTenant: 4 } as unknown as RunDeps;
+    const deps = {
+      db: t.db,
+      models: { entries: [{ name: "m" }] },
+      maxQueuedJobsPerTenant: 4,
+      tracing: TRACING_OFF,
+    } as unknown as RunDeps;
     // The parent's execution: only its identity, its row's tenant and its events matter here.
     const parentExecution = (d: RunDeps, emit: Emit) =>
       new Execution({ deps: d, run: new ActiveRun(parent).start(parent), emit, job: { tenantId: "q1" } as never });
@@ -255,7 +261,7 @@ describe("sub-agents in Postgres", () => {
     const jobId = randomUUID();
     await t.db.insert(jobs).values({ id: jobId, tenantId: "b1", input: { messages: [] } });
     const parent = await start(jobId);
-    const deps = { db: t.db, models: { entries: [{ name: "m" }] } } as unknown as RunDeps;
+    const deps = { db: t.db, models: { entries: [{ name: "m" }] }, tracing: TRACING_OFF } as unknown as RunDeps;
     const plan = () =>
       planChildren(
         new Execution({

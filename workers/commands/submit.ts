@@ -43,6 +43,8 @@ export interface SubmitOptions {
   models: ModelCatalog;
   /** What the idempotency key is bound to, when not the body itself (a chat message's content). */
   requestHash?: string;
+  /** The request's W3C traceparent, kept with the job when valid (src/domain/traceparent.ts). */
+  traceparent?: string | null;
 }
 
 /**
@@ -138,6 +140,7 @@ export async function submitJob(
       maxQueued: opts.maxQueued,
       requestHash: opts.requestHash,
       agent,
+      traceparent: opts.traceparent ?? null,
     }),
   );
   if (created.created) await wake(deps, [created.job.id], defer);

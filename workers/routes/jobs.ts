@@ -45,7 +45,7 @@ export const jobRoutes = routes(
     tag: "jobs",
     summary: "Submit a job",
     description:
-      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
+      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`. A valid W3C `traceparent` header is kept with the job: the run's spans join that trace (`trace_id`).",
     auth: "bearer",
     body: CreateJobBodySchema,
     responses: [
@@ -65,7 +65,11 @@ export const jobRoutes = routes(
         c.get("deps"),
         c.get("tenantId"),
         body,
-        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
+        {
+          maxQueued: config.limits.maxQueuedJobsPerTenant,
+          models: config.models,
+          traceparent: c.req.header("traceparent") ?? null,
+        },
         (work) => c.executionCtx.waitUntil(work),
       );
       return c.json({ job: toJobView(job) }, created ? 202 : 200);

@@ -9,6 +9,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import { startTracing } from "../../sandbox-host/tracing/tracing";
 import { waitFor } from "../../tools/stack/services/ports";
 import { type Stack, startStack } from "../../tools/stack/start";
@@ -143,6 +144,82 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
     // The MCP request carried the tool call span's context: the server's spans would join here.
     const call = mcp.calls.find((c) => c.meta?.["ear/job_id"] === job.id);
     expect(call?.headers.traceparent).toBe(`00-${traceId}-${tool?.spanId}-01`);
+  });
+
+  it("a child job's execution is a child of its parent's delegate span, in the parent's trace", async () => {
+    for (const [name, extra] of [
+      ["worker", {}],
+      ["boss", { delegates: ["worker"] }],
+    ] as const) {
+      expect((await api.call("POST", "/v1/agents", { name, model: stack.modelName, ...extra })).status).toBe(201);
+    }
+    const traceId = hex(16);
+    const submitted = await api.call<{ job: JobView }>(
+      "POST",
+      "/v1/jobs",
+      {
+        agent: "boss",
+        input: {
+          messages: [
+            {
+              role: "user",
+              content: `!mock ${JSON.stringify({ tool_calls: [{ name: "delegate_worker", args: { input: "sub task" } }] })}`,
+            },
+          ],
+        },
+      },
+      { traceparent: `00-${traceId}-${hex(8)}-01` },
+    );
+    const parent = await waitFor(
+      "the parent to complete",
+      async () => {
+        const { body } = await api.call<{ job: JobView }>("GET", `/v1/jobs/${submitted.body.job.id}`);
+        return body.job.state === "completed" ? body.job : null;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+    const tree = await api.call<{ tree: { children: Array<{ id: string }> } }>("GET", `/v1/jobs/${parent.id}/tree`);
+    const childId = tree.body.tree.children[0]?.id as string;
+    const child = (await api.call<{ job: JobView }>("GET", `/v1/jobs/${childId}`)).body.job;
+    expect(child.trace_id).toBe(traceId);
+    // Two executions of the parent (the delegating one, the resumed one) and the child's.
+    const spans = await spansOf(traceId, (s) => s.filter((x) => x.name === "execution").length >= 3);
+    const delegate = spans.find((s) => s.name === "delegate worker");
+    const childExecution = spans.find((s) => s.name === "execution" && s.attributes["ear.job.id"] === childId);
+    expect(delegate?.attributes["gen_ai.agent.name"]).toBe("worker");
+    expect(childExecution?.parentSpanId).toBe(delegate?.spanId);
+  });
+
+  it("keeps a chat message's traceparent (a frame field: no headers on a browser's WebSocket)", async () => {
+    const traceId = hex(16);
+    const ws = await new Promise<WebSocket>((resolve, reject) => {
+      const socket = new WebSocket(`${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/traced-chat/ws`, {
+        perMessageDeflate: false,
+        headers: { authorization: `Bearer ${stack.apiKey}` },
+      });
+      socket.once("open", () => resolve(socket));
+      socket.once("error", reject);
+    });
+    try {
+      const frame = await new Promise<{ type: string; job?: JobView }>((resolve) => {
+        ws.on("message", (data) => {
+          const f = JSON.parse(String(data));
+          if (f.type === "job" || f.type === "error") resolve(f);
+        });
+        ws.send(
+          JSON.stringify({
+            type: "message",
+            content: "hi",
+            client_message_id: "t1",
+            traceparent: `00-${traceId}-${hex(8)}-01`,
+          }),
+        );
+      });
+      expect(frame.job?.trace_id).toBe(traceId);
+      await spansOf(traceId, (s) => s.some((x) => x.name === "execution"));
+    } finally {
+      ws.close();
+    }
   });
 
   it("without a traceparent, names the run's trace after the job (the view's trace_id), as a root", async () => {

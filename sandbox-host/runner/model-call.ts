@@ -158,14 +158,20 @@ export async function callModel(
 }
 
 /**
- * The tenant's daily budget, read before each turn (a primary-key read; a turn is a provider
- * round trip): a spent budget ends the run before the call, so only the calls already in flight
- * when the budget ran out can pass it. A failed read lets the turn go on: the budget bounds
- * spend, it guards no state, and the usage write will count the call either way.
+ * The tenant's daily budget before each turn, with no statement of its own while it is not spent:
+ * the run's last usage write returned the state (its own spend, and what the tenant's other runs
+ * had written by then), else the job's read at the start did. Only a spent budget is read again,
+ * for the refusal's figures and to see that the UTC day has not turned since. A spent budget ends
+ * the run before the call, so what can pass it is the calls in flight when it ran out, plus one
+ * turn per run whose last write came before another run's spend crossed it (docs/quota.md). A
+ * failed read lets the turn go on: the budget bounds spend, it guards no state.
  */
 async function budgetCheck(exec: Execution): Promise<string | null> {
+  if (!(exec.run.budgetSpent ?? exec.job.budgetSpent)) return null;
   try {
     const refusal = await budgetRefusal(exec.deps.db, exec.job.tenantId);
+    // Not spent any more (a new UTC day, or the operator raised the budget): no read next turn.
+    if (!refusal) exec.run.budgetSpent = false;
     return refusal ? budgetMessage(refusal) : null;
   } catch (err) {
     exec.deps.log.warn("budget check failed; the turn goes on", { ...exec.fields, ...errorFields(err) });
@@ -202,7 +208,7 @@ async function recordUsage(
   const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
   if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
   try {
-    await recordModelUsage(deps.db, exec.id, {
+    exec.run.budgetSpent = await recordModelUsage(deps.db, exec.id, {
       tenantId: exec.job.tenantId,
       model: model.name,
       ...usage,

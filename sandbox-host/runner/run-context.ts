@@ -152,6 +152,12 @@ export class ActiveRun {
   }
 
   cancelledVia: "hint" | "durable" | null = null;
+
+  /**
+   * Whether the tenant's daily budget is spent, as this run's last usage write said (null: no
+   * write yet; the job's read at the start says). Read before each model turn (model-call.ts).
+   */
+  budgetSpent: boolean | null = null;
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */

@@ -411,6 +411,22 @@ describe.skipIf(!canRun)("the tenant's daily budget on a running job", () => {
       await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
     }
   });
+
+  it("a job that starts with the budget already spent fails budget_exceeded before its first call", async () => {
+    p1.script = () => ({ kind: "stream", pieces: ["never"], usage: { prompt_tokens: 1, completion_tokens: 1 } });
+    p1.reset();
+    // A budget of 0 is spent by definition: the operator's way to stop a tenant's spend.
+    await t.pool.query("update tenants set daily_budget_usd = 0 where id = $1", [TENANT]);
+    try {
+      const row = await ended(await submit("budget already spent"));
+      expect(row.state).toBe("failed");
+      expect(row.error?.code).toBe("budget_exceeded");
+      expect(p1.requests.length).toBe(0);
+      expect(row.modelCalls).toBe(0);
+    } finally {
+      await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
+    }
+  });
 });
 
 describe.skipIf(!canRun)("provider errors, handled like a careful client", () => {

@@ -146,6 +146,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     codeTools: codeTools ?? undefined,
     models,
     mcp: deps.mcp,
+    ...(deps.tracing ? { tracing: deps.tracing } : {}),
     retry: {
       maxRetries: config.modelRetryMax,
       baseMs: config.modelRetryBaseMs,

@@ -17,6 +17,7 @@ import { type Readiness, startMetricsServer } from "./metrics/server";
 import type { ModelClient } from "./model/types";
 import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
 import type { SandboxManager } from "./sandbox/manager";
+import type { HostTracing } from "./tracing/tracing";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
 export const OFFLOAD_DRAIN_MS = 5000;
@@ -39,6 +40,8 @@ export interface HostDeps {
   codeTools?: { modules: readonly string[]; specs: readonly CodeToolSpec[] };
   /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
   offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
+  /** OpenTelemetry (main.ts: startTracing from the OTEL_* variables); default: off. */
+  tracing?: HostTracing;
 }
 
 export interface RunningHost {
@@ -78,6 +81,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     { name: "postgres pool", stop: () => pool.end() },
     // Published before the first claim; removed once the runs are over (they still use the tools).
     parts.toolCatalog,
+    // After the runs: their last spans are ended by then, and this exports what is buffered.
+    { name: "tracing", stop: () => deps.tracing?.shutdown() ?? Promise.resolve() },
     // Up before any work starts (the dev orchestrator and the probes wait on it); closed after
     // the outbox so /metrics shows the final backlog and runs while the shutdown drains.
     {

@@ -12,6 +12,7 @@ import { createLogger, errorFields } from "./log";
 import { McpConfigError, type McpHostConfig, mcpConfigFromEnv } from "./mcp/mcp-config";
 import { type HostModels, hostModelsFromEnv, ModelConfigError } from "./model/provider-config";
 import { createModelRouter } from "./model/router";
+import { type HostTracing, startTracing, TracingConfigError } from "./tracing/tracing";
 
 /**
  * The text of the file an env variable names, read once here at startup (never again: a host's
@@ -36,6 +37,7 @@ async function main(): Promise<void> {
   let config: ReturnType<typeof hostConfigFromEnv>;
   let models: HostModels;
   let mcp: McpHostConfig;
+  let tracing: HostTracing;
   try {
     config = hostConfigFromEnv(env);
     models = hostModelsFromEnv(
@@ -46,8 +48,14 @@ async function main(): Promise<void> {
       env,
       configFileText(env, "MCP_SECRETS_FILE", (m) => new McpConfigError(`invalid MCP configuration: ${m}`)),
     );
+    tracing = await startTracing(env, config.hostId);
   } catch (err) {
-    if (err instanceof HostConfigError || err instanceof ModelConfigError || err instanceof McpConfigError) {
+    if (
+      err instanceof HostConfigError ||
+      err instanceof ModelConfigError ||
+      err instanceof McpConfigError ||
+      err instanceof TracingConfigError
+    ) {
       process.stderr.write(`sandbox-host: ${err.message}\n`);
       process.exit(2);
     }
@@ -75,6 +83,7 @@ async function main(): Promise<void> {
     mcp,
     codeTools,
     log,
+    tracing,
   });
   process.stdout.write(`${JSON.stringify({ event: "host.ready", id: host.id, metrics_url: host.metricsUrl })}\n`);
 

@@ -1,6 +1,6 @@
 /**
  * One run's facts for debugging: the five timing facts and the latencies derived from them (as
- * the API reports them, never recomputed here), execution id and epoch, quota waits, waits for a
+ * the API reports them, never recomputed here), execution id, epoch and trace id, quota waits, waits for a
  * person (the execution that suspended and the one that resumed), sandbox events, and the raw
  * event timeline with offsets and per-execution seq numbers.
  */
@@ -81,6 +81,16 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
                 epoch
               </th>
               <td data-testid="epoch">{job?.epoch ?? "–"}</td>
+            </tr>
+            <tr>
+              <th scope="row" class="nowrap">
+                trace id
+              </th>
+              <td>
+                <code data-testid="trace-id" title="the OpenTelemetry trace of the run's spans (hosts with tracing on)">
+                  {job?.trace_id ?? "–"}
+                </code>
+              </td>
             </tr>
             {run.executions.length > 1 && (
               <tr>

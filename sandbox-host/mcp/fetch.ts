@@ -17,8 +17,10 @@
  *   at once instead of waiting out its timeout), and an over-long event on the session's GET
  *   stream is dropped. An error page is cut at the bound (its text is only a message).
  */
+
 import type { McpServer } from "../../src/contracts/agent";
 import { type AllowedUrl, isUrlAllowed, MCP_FENCING_HEADERS, MCP_FENCING_META } from "../../src/domain/mcp";
+import { activeTraceparent } from "../tracing/spans";
 
 /** How long a `notifications/cancelled` may take to reach the server (it must outlive the client's close). */
 export const CANCEL_NOTICE_MS = 5000;
@@ -63,9 +65,13 @@ export function mcpTransportFetch(server: McpServer, allowedUrls: readonly Allow
     const message = init?.method === "POST" && typeof init.body === "string" ? parseMessage(init.body) : null;
     if (message?.method === "tools/call") {
       const key = message.params?._meta?.[MCP_FENCING_META.idempotencyKey];
-      if (typeof key === "string") {
+      // The tool call's span (active here: the SDK sends from within the call), so the server's
+      // own spans join the run's trace. Absent with tracing off: no span records.
+      const traceparent = activeTraceparent();
+      if (typeof key === "string" || traceparent !== null) {
         const headers = new Headers(init?.headers);
-        headers.set(MCP_FENCING_HEADERS.idempotencyKey, key);
+        if (typeof key === "string") headers.set(MCP_FENCING_HEADERS.idempotencyKey, key);
+        if (traceparent !== null) headers.set("traceparent", traceparent);
         next = { ...next, headers };
       }
     }

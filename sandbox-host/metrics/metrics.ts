@@ -48,6 +48,8 @@ export interface HostMetrics {
   cancelConvergence: Histogram<"outcome">;
   /** Tokens of model calls by public model name, kind (prompt|completion) and whether estimated. */
   modelTokens: Counter<"model" | "kind" | "estimated">;
+  /** US dollars of priced model calls (the registry's `pricing`), by public model name and tenant. */
+  modelCost: Counter<"model" | "tenant">;
   /** Model calls by model and how they ended (ok, retried, failed, aborted). */
   modelCalls: Counter<"model" | "outcome">;
   /** Retries of failed model calls by model and reason (the ModelError code). */
@@ -188,6 +190,14 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     labelNames: ["model", "kind", "estimated"] as const,
     registers: [registry],
   });
+  // Per tenant because spend is what an operator bills and budgets by; the series exist only for
+  // tenants that ran a priced model on this host.
+  const modelCost = new Counter({
+    name: "model_cost_usd_total",
+    help: "US dollars of model calls at the registry's pricing (tokens × price per million), by public model name and tenant; unpriced models add nothing",
+    labelNames: ["model", "tenant"] as const,
+    registers: [registry],
+  });
   const modelCalls = new Counter({
     name: "model_calls_total",
     help: "Model calls (one request to a provider each), by public model name and outcome: ok, retried (failed before output and tried again), failed, aborted",
@@ -275,6 +285,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     sandboxDelete,
     cancelConvergence,
     modelTokens,
+    modelCost,
     modelCalls,
     modelRetries,
     modelRetryDelay,

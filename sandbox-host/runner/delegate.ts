@@ -8,7 +8,9 @@
  * the agent by tool name with the agent's description in front of it, and a name the agent may
  * not delegate to is not a tool at all instead of an argument to validate.
  */
+
 import { randomUUID } from "node:crypto";
+import { context, trace } from "@opentelemetry/api";
 import { type AgentDefinition, DELEGATE_TOOL_PREFIX, DELEGATION_LIMITS } from "../../src/contracts/agent";
 import { getAgentVersion } from "../../src/db/agents-repo";
 import { childrenOf, treePlace } from "../../src/db/children-repo";
@@ -16,6 +18,7 @@ import type { ChildJob } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
 import { resolveModel } from "../../src/domain/models";
 import type { ModelToolCall, ModelToolSpec } from "../model/types";
+import { activeTraceparent } from "../tracing/spans";
 import type { Execution } from "./run-context";
 
 /** The delegate tools of a definition, in the order it lists its delegates. */
@@ -60,7 +63,7 @@ const toolError = (code: string, message: string) => ({ error: { code, message }
 
 /**
  * Plan the children of a turn's delegate calls: each call over a limit (depth, children per job,
- * children per tree, the tenant's queued jobs, in call order), naming an agent that no longer exists or is archived, whose
+ * children per tree, the tenant's queued jobs, its daily budget, in call order), naming an agent that no longer exists or is archived, whose
  * model this host does not offer, or without a string `input` gets a tool error instead.
  */
 export async function planChildren(
@@ -81,6 +84,12 @@ export async function planChildren(
     let planned: DelegatedCall | ChildJob;
     if (typeof input !== "string" || input.length === 0) {
       planned = toolError("invalid_arguments", "delegate tools take one argument: `input`, a non-empty string");
+    } else if (place.overBudget) {
+      // The submit's rule (docs/quota.md, "Daily budgets"): a spent budget makes no new job.
+      planned = toolError(
+        "budget_exceeded",
+        "this tenant's daily budget is spent; no child job until the next UTC midnight",
+      );
     } else if (place.depth + 1 > DELEGATION_LIMITS.maxDepth) {
       planned = toolError(
         "delegation_depth",
@@ -109,7 +118,19 @@ export async function planChildren(
         planned = toolError("model_not_allowed", `the agent "${agent}"'s model is not offered by this host`);
       } else {
         const d = found.definition;
+        // The delegating call's span, ended at once (the wait is not a span: the parent holds no
+        // slot while its children run); the child's execution span is its child, in this trace.
+        const span = deps.tracing.tracer.startSpan(`delegate ${agent}`, {
+          attributes: {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent,
+            "gen_ai.tool.call.id": call.id,
+          },
+        });
+        const traceparent = activeTraceparent(trace.setSpan(context.active(), span));
+        span.end();
         planned = {
+          traceparent,
           id: randomUUID(),
           callId: call.id,
           agentName: found.view.name,

@@ -10,11 +10,14 @@
  * fails `quota_lease_lost` (docs/quota.md).
  */
 import { setTimeout as sleep } from "node:timers/promises";
+import { type Attributes, SpanKind } from "@opentelemetry/api";
+import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
-import type { ModelEntry } from "../../src/domain/models";
+import type { ModelEntry, ModelPricing } from "../../src/domain/models";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
+import { inSpan, markOutcome } from "../tracing/spans";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
 import { acquireQuota } from "./quota-gate";
@@ -50,6 +53,8 @@ export async function callModel(
   // Lost leases so far and the quota wait spent on the retries after them (the shared budget).
   const lost = { retries: 0, waitedMs: 0 };
   let afterLoss: { maxWaitMs: number; retry: number } | undefined;
+  const overBudget = await budgetCheck(exec);
+  if (overBudget) return failed("budget_exceeded", overBudget, textSoFar);
   for (let attempt = 1; ; attempt++) {
     // A retry is a new lease (its own holder): the slot was given back for the wait.
     const admitted = await acquireQuota(exec, {
@@ -61,17 +66,41 @@ export async function callModel(
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
     // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
     afterLoss = undefined;
-    const result = await streamModelTurn(exec, { request, admitted });
-    // A call that produced output (or finished) was served, and the provider counts it: so do we.
-    if (result.ok || result.outputStarted) {
-      await recordUsage(exec, {
-        model,
-        request,
-        text: result.text,
-        calls: result.calls,
-        reported: result.ok ? result.usage : undefined,
-      });
-    }
+    const result = await inSpan(
+      deps.tracing.tracer,
+      `chat ${model.name}`,
+      { kind: SpanKind.CLIENT, attributes: modelSpanAttributes(model, request, attempt) },
+      async (span) => {
+        const r = await streamModelTurn(exec, { request, admitted });
+        // A call that produced output (or finished) was served, and the provider counts it: so do we.
+        if (r.ok || r.outputStarted) {
+          const used = await recordUsage(exec, {
+            model,
+            request,
+            text: r.text,
+            calls: r.calls,
+            reported: r.ok ? r.usage : undefined,
+          });
+          span.setAttributes({
+            "gen_ai.usage.input_tokens": used.promptTokens,
+            "gen_ai.usage.output_tokens": used.completionTokens,
+            "ear.usage.estimated": used.estimated,
+            ...(used.costUsd === null ? {} : { "ear.cost_usd": used.costUsd }),
+          });
+        }
+        if (r.ok) {
+          span.setAttribute("gen_ai.response.finish_reasons", [
+            r.finishReason ?? (r.calls.length ? "tool_calls" : "stop"),
+          ]);
+          markOutcome(span, exec.signal.aborted ? "aborted" : "ok");
+        } else if ("leaseLost" in r) {
+          markOutcome(span, "lease_lost");
+        } else {
+          markOutcome(span, r.outputStarted ? "failed" : "retryable", { code: r.error.code, message: r.error.message });
+        }
+        return r;
+      },
+    );
     if (result.ok) {
       countCall(deps, model, exec.signal.aborted ? "aborted" : "ok");
       return { text: result.text, calls: result.calls };
@@ -128,6 +157,28 @@ export async function callModel(
   }
 }
 
+/**
+ * The tenant's daily budget before each turn, with no statement of its own while it is not spent:
+ * the run's last usage write returned the state (its own spend, and what the tenant's other runs
+ * had written by then), else the job's read at the start did. Only a spent budget is read again,
+ * for the refusal's figures and to see that the UTC day has not turned since. A spent budget ends
+ * the run before the call, so what can pass it is the calls in flight when it ran out, plus one
+ * turn per run whose last write came before another run's spend crossed it (docs/quota.md). A
+ * failed read lets the turn go on: the budget bounds spend, it guards no state.
+ */
+async function budgetCheck(exec: Execution): Promise<string | null> {
+  if (!(exec.run.budgetSpent ?? exec.job.budgetSpent)) return null;
+  try {
+    const refusal = await budgetRefusal(exec.deps.db, exec.job.tenantId);
+    // Not spent any more (a new UTC day, or the operator raised the budget): no read next turn.
+    if (!refusal) exec.run.budgetSpent = false;
+    return refusal ? budgetMessage(refusal) : null;
+  } catch (err) {
+    exec.deps.log.warn("budget check failed; the turn goes on", { ...exec.fields, ...errorFields(err) });
+    return null;
+  }
+}
+
 function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
   deps.metrics.modelCalls.inc({ model: model.name, outcome });
 }
@@ -146,7 +197,7 @@ async function recordUsage(
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
   },
-): Promise<void> {
+): Promise<ModelUsage & { estimated: boolean; costUsd: number | null }> {
   const { deps } = exec;
   const { model, reported } = call;
   const usage = reported ?? estimateUsage(call.request, call.text, call.calls);
@@ -154,11 +205,42 @@ async function recordUsage(
   const labels = { model: model.name, estimated: String(estimated) };
   deps.metrics.modelTokens.inc({ ...labels, kind: "prompt" }, usage.promptTokens);
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
+  const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
+  if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
   try {
-    await recordModelUsage(deps.db, exec.id, { tenantId: exec.job.tenantId, model: model.name, ...usage, estimated });
+    exec.run.budgetSpent = await recordModelUsage(deps.db, exec.id, {
+      tenantId: exec.job.tenantId,
+      model: model.name,
+      ...usage,
+      estimated,
+      ...(model.pricing ? { pricing: model.pricing } : {}),
+    });
   } catch (err) {
     deps.log.warn("model usage not recorded", { ...exec.fields, ...usage, estimated, ...errorFields(err) });
   }
+  return { ...usage, estimated, costUsd };
+}
+
+/**
+ * A model call's span attributes before it is made (OpenTelemetry GenAI conventions): the
+ * registry's public name as `gen_ai.request.model` (what the job named; the upstream id is the
+ * provider's business), and the request's sampling and output bound when set.
+ */
+function modelSpanAttributes(model: ModelEntry, request: TurnRequest, attempt: number): Attributes {
+  return {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": "openai",
+    "gen_ai.request.model": model.name,
+    ...(request.maxOutputTokens == null ? {} : { "gen_ai.request.max_tokens": request.maxOutputTokens }),
+    ...(request.temperature == null ? {} : { "gen_ai.request.temperature": request.temperature }),
+    ...(request.topP == null ? {} : { "gen_ai.request.top_p": request.topP }),
+    "ear.attempt": attempt,
+  };
+}
+
+/** A call's cost in US dollars for the metric (the ledger's own is computed in Postgres numeric). */
+export function callCostUsd(usage: ModelUsage, pricing: ModelPricing): number {
+  return (usage.promptTokens * pricing.inputUsdPerMtok + usage.completionTokens * pricing.outputUsdPerMtok) / 1_000_000;
 }
 
 /**

@@ -37,6 +37,8 @@ export type TurnResult =
       calls: ModelToolCall[];
       /** What the provider's usage chunk said; undefined when it sent none. */
       usage: ModelUsage | undefined;
+      /** The provider's finish_reason (`stop`, `tool_calls`, `length`, …); null when it sent none. */
+      finishReason: string | null;
     }
   | {
       ok: false;
@@ -87,6 +89,7 @@ export async function streamModelTurn(
   let text = "";
   const calls: ModelToolCall[] = [];
   let usage: ModelUsage | undefined;
+  let finishReason: string | null = null;
   let outputStarted = false;
   try {
     try {
@@ -108,6 +111,7 @@ export async function streamModelTurn(
           calls.push({ id: chunk.id, name: chunk.name, args: chunk.args });
         } else if (chunk.type === "done") {
           usage = chunk.usage;
+          finishReason = chunk.finishReason;
           break;
         }
       }
@@ -125,7 +129,7 @@ export async function streamModelTurn(
     deltas.flush();
   }
   if (!exec.signal.aborted && leaseLost) return { ok: false, leaseLost: true, text, calls, outputStarted };
-  return { ok: true, text, calls, usage };
+  return { ok: true, text, calls, usage, finishReason };
 }
 
 /** Text arriving within `windowMs` (or up to MAX_DELTA_CHARS) becomes one `model.delta` event. */

@@ -10,6 +10,7 @@ import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
+import { inSpan } from "../tracing/spans";
 import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
@@ -58,14 +59,23 @@ export async function acquireQuota(
   const perTenant = tenantModelLimit(model, job.tenantId);
   if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
   if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
-  const outcome = await acquireWithWait(q.store, {
-    holder: `${exec.id.executionId}:${turn}`,
-    demands,
-    maxWaitMs: afterLoss?.maxWaitMs ?? q.maxWaitMs,
-    signal: exec.signal,
-    onWaiting: (info) =>
-      exec.emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
-  });
+  const outcome = await inSpan(
+    deps.tracing.tracer,
+    "quota.wait",
+    { attributes: { "ear.quota.turn": String(turn) } },
+    async (span) => {
+      const waited = await acquireWithWait(q.store, {
+        holder: `${exec.id.executionId}:${turn}`,
+        demands,
+        maxWaitMs: afterLoss?.maxWaitMs ?? q.maxWaitMs,
+        signal: exec.signal,
+        onWaiting: (info) =>
+          exec.emit("quota.waiting", { reason: info.reason, key: info.key ?? null, ahead: info.ahead ?? null }),
+      });
+      span.setAttributes({ "ear.outcome": waited.kind, "ear.quota.waited_ms": Math.round(waited.waitedMs) });
+      return waited;
+    },
+  );
   q.onWait?.(outcome);
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
   if (outcome.kind === "timed_out" && afterLoss) {

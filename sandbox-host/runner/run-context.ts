@@ -23,6 +23,7 @@ import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import { type JournalStore, RunJournal } from "./journal";
+import type { HostTracing } from "../tracing/tracing";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 
@@ -69,6 +70,8 @@ export interface RunDeps {
    * applied here to the children a turn's delegate calls would queue; 0 or absent: no check.
    */
   maxQueuedJobsPerTenant?: number;
+  /** OpenTelemetry spans of each run (sandbox-host/tracing/spans.ts); off: the API's no-op tracer. */
+  tracing: HostTracing;
 }
 
 /** The started CAS and the terminal write, each fenced by the execution identity. */
@@ -83,6 +86,7 @@ export type RunMetrics = Pick<
   | "runPhase"
   | "cancelConvergence"
   | "modelTokens"
+  | "modelCost"
   | "modelCalls"
   | "modelRetries"
   | "modelRetryDelay"
@@ -208,6 +212,12 @@ export class ActiveRun {
   }
 
   cancelledVia: "hint" | "durable" | null = null;
+
+  /**
+   * Whether the tenant's daily budget is spent, as this run's last usage write said (null: no
+   * write yet; the job's read at the start says). Read before each model turn (model-call.ts).
+   */
+  budgetSpent: boolean | null = null;
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
@@ -248,12 +258,20 @@ export class Execution implements ExecutionParts {
   /** This execution's journal writer (steps appended under its identity). */
   readonly journal: RunJournal;
 
-  constructor(parts: ExecutionParts & { job: RunnableJob }) {
+  constructor(parts: ExecutionParts & { job: RunnableJob; journal?: RunJournal }) {
     this.deps = parts.deps;
     this.run = parts.run;
     this.emit = parts.emit;
     this.job = parts.job;
-    this.journal = new RunJournal(parts.deps.journal, parts.run);
+    this.journal = parts.journal ?? new RunJournal(parts.deps.journal, parts.run);
+  }
+
+  /**
+   * The same execution seen through another emit (a span watching a tool's events): one journal
+   * writer, so a step noted to ride on the next write (the turn on its first call) is not lost.
+   */
+  withEmit(emit: Emit): Execution {
+    return new Execution({ deps: this.deps, run: this.run, emit, job: this.job, journal: this.journal });
   }
 
   /** The identity every fenced write of this execution carries. */

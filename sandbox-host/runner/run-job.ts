@@ -12,6 +12,7 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
+import { inExecutionSpan, markOutcome } from "../tracing/spans";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
 import { type ActiveRun, type Emit, Execution, type RunDeps, runFields, type StartedRun } from "./run-context";
 import { destroySandbox } from "./tool-step";
@@ -57,7 +58,12 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     let outcome: FinalOutcome | WaitOutcome;
     try {
       const row = await readRow({ deps, run, emit });
-      outcome = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
+      const traced = { ...id, tenantId: row.job.tenantId, traceparent: row.job.traceparent };
+      outcome = await inExecutionSpan(deps.tracing, traced, async (span) => {
+        const ended = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
+        markOutcome(span, ended.state, ended.state === "failed" ? ended.error : null);
+        return ended;
+      });
     } catch (err) {
       outcome = unexpectedOutcome({ deps, run, emit }, err, "");
     }

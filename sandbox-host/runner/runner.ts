@@ -23,6 +23,7 @@ import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
+import { type HostTracing, TRACING_OFF } from "../tracing/tracing";
 import { FinishBatcher } from "./finish-batcher";
 
 /**
@@ -83,6 +84,8 @@ export interface RunnerOptions {
   codeTools?: Pick<CodeTools, "spec" | "call">;
   /** The host's offload pool (RunDeps.offload). */
   offload: Pick<OffloadPool, "run">;
+  /** OpenTelemetry (RunDeps.tracing; default: off). */
+  tracing?: HostTracing;
 }
 
 const NO_RETRIES: RetryPolicy = { maxRetries: 0, baseMs: 1, maxDelayMs: 1, budgetMs: 0 };
@@ -133,6 +136,7 @@ export class Runner {
       maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
       offload: opts.offload,
       codeTools: opts.codeTools,
+      tracing: opts.tracing ?? TRACING_OFF,
       quota: opts.quota
         ? {
             ...opts.quota,

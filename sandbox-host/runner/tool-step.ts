@@ -3,7 +3,8 @@
  * agent lists on a tool thread (code-tool-step.ts), anything else in the run's sandbox (created
  * lazily by the first call).
  */
-import { type JobError, tenantJobError } from "../../src/contracts/job";
+import type { EventPayload } from "../../src/contracts/events";
+import { type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toolNames } from "../../src/domain/approval";
@@ -13,6 +14,7 @@ import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
 import { isRunFatal } from "../sandbox/sandbox-errors";
 import { callSandboxTool, isSandboxTool, toolResultContent } from "../sandbox/tools";
+import { inSpan, markOutcome } from "../tracing/spans";
 import { runCodeTool } from "./code-tool-step";
 import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
 
@@ -55,7 +57,40 @@ export function unofferedCall(exec: Execution, call: ModelToolCall, text: string
   return refuseTool(call, exec.emit, `unknown tool "${call.name}"`);
 }
 
+/**
+ * A tool call in its span (`execute_tool <name>`, GenAI conventions): the outcome is the
+ * `tool.result` the call emitted (ok or its error code), or the run's failure.
+ */
 export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ content: string } | FinalOutcome> {
+  const server = exec.run.mcp?.serverOf(call.name) ?? null;
+  const attributes = {
+    "gen_ai.operation.name": "execute_tool",
+    "gen_ai.tool.name": call.name,
+    "gen_ai.tool.call.id": call.id,
+    ...(server === null ? {} : { "ear.mcp.server": server }),
+  };
+  return inSpan(exec.deps.tracing.tracer, `execute_tool ${call.name}`, { attributes }, async (span) => {
+    let outcome = "no_result";
+    let error: { code: string; message: string } | null = null;
+    const emit: Emit = (type, payload) => {
+      if (type === "tool.result") {
+        const r = payload as EventPayload<"tool.result">;
+        if (r.id === call.id) {
+          outcome = r.ok ? "ok" : "error";
+          const out = r.output as { code?: unknown; message?: unknown } | null;
+          if (!r.ok && out && typeof out.code === "string") error = { code: out.code, message: String(out.message) };
+        }
+      }
+      exec.emit(type, payload);
+    };
+    const result = await runToolCall(exec.withEmit(emit), call);
+    if ("state" in result) markOutcome(span, result.state, result.state === "failed" ? result.error : null);
+    else markOutcome(span, outcome, error);
+    return result;
+  });
+}
+
+async function runToolCall(exec: Execution, call: ModelToolCall): Promise<{ content: string } | FinalOutcome> {
   const { deps, run, emit, id } = exec;
   const server = run.mcp?.serverOf(call.name) ?? null;
   const sandbox = deps.sandbox;
@@ -86,10 +121,12 @@ export async function runTool(exec: Execution, call: ModelToolCall): Promise<{ c
     if (!hadSandbox) {
       // Creation is admitted a few at a time (SANDBOX_CREATE_CONCURRENCY): a turn in the queue is
       // back-pressure, reported as a wait like quota.waiting, never as an error.
-      await sandbox.ensure(id.executionId, {
-        signal: exec.signal,
-        onQueued: (ahead) => emit("sandbox.waiting", { ahead }),
-      });
+      await inSpan(deps.tracing.tracer, "sandbox.create", {}, () =>
+        sandbox.ensure(id.executionId, {
+          signal: exec.signal,
+          onQueued: (ahead) => emit("sandbox.waiting", { ahead }),
+        }),
+      );
     }
     const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, exec.signal);
     if (!hadSandbox) emit("sandbox.created", {});

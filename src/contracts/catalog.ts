@@ -34,6 +34,8 @@ export const ModelViewSchema = z.object({
   default: z.boolean(),
   /** Model turns this tenant may have in flight on it at once; null: no per-tenant limit. */
   tenant_concurrency: z.number().int().min(1).nullable(),
+  /** The operator's prices (the registry's `pricing`); null: calls on it have no cost. */
+  pricing: z.object({ input_usd_per_mtok: z.number().min(0), output_usd_per_mtok: z.number().min(0) }).nullable(),
 });
 export const ModelListSchema = z.object({ models: z.array(ModelViewSchema) });
 
@@ -96,6 +98,8 @@ export const UsageDaySchema = z.object({
   model_calls: z.number().int().min(0),
   /** Some call's tokens were estimated because its provider reported none. */
   estimated: z.boolean(),
+  /** US dollars the day's calls cost at the registry's prices when they were made; null: none was priced. */
+  cost_usd: z.number().min(0).nullable(),
 });
 /** Days with usage only, oldest first, then by model. */
 export const UsageAnswerSchema = z.object({ from: z.string(), to: z.string(), usage: z.array(UsageDaySchema) });

@@ -27,6 +27,11 @@ export const ClientMessageFrameSchema = z.object({
   multitask: z.enum(MULTITASK_POLICIES).optional(),
   /** The agent this message's job runs (`name` or `name@N`); default: the connection's `?agent=`, else none. */
   agent: agentRefSchema.optional(),
+  /**
+   * A W3C traceparent for this message's job (a browser cannot set headers on a WebSocket):
+   * kept with the job when valid, like POST /v1/jobs's header; ignored when not.
+   */
+  traceparent: text().max(100).optional(),
 });
 
 export const ClientCancelFrameSchema = z.object({
@@ -64,6 +69,8 @@ export const CHAT_ERROR_CODES = [
   "queue_full",
   "not_found",
   "rate_limited",
+  /** The tenant's daily budget is spent; `retry_after_s` runs to the next UTC midnight. */
+  "budget_exceeded",
   "dependency_unavailable",
   "idempotency_mismatch",
   /** The message's agent is unknown, or its model is not offered to the tenant. */

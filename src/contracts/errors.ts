@@ -21,6 +21,8 @@ export const ERROR_STATUS = {
   payload_too_large: 413,
   unsupported_media_type: 415,
   rate_limited: 429,
+  /** The tenant's daily budget is spent (docs/quota.md, "Daily budgets"); Retry-After: the next UTC midnight. */
+  budget_exceeded: 429,
   internal: 500,
   dependency_unavailable: 503,
 } as const;
@@ -59,6 +61,8 @@ export const JOB_ERROR_CODES = [
   "model_not_allowed",
   "quota_unavailable",
   "quota_lease_lost",
+  // The tenant's daily budget was spent when the run was about to call the model again.
+  "budget_exceeded",
   "tools_unavailable",
   "too_many_turns",
   // The answer did not satisfy the agent's response_format, even after one repair turn.
@@ -82,7 +86,7 @@ export type ApiErrorBody = z.infer<typeof ErrorBodySchema>;
 export class ApiError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
-  /** Whole seconds (≥ 1) for a `Retry-After` header; set on `rate_limited`. */
+  /** Whole seconds (≥ 1) for a `Retry-After` header; set on `rate_limited` and `budget_exceeded`. */
   readonly retryAfterS: number | undefined;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown; retryAfterS?: number }) {
     super(message, options);

@@ -159,6 +159,8 @@ export const JobUsageSchema = z.object({
   model_calls: z.number().int().min(0),
   /** Some call's tokens were estimated because its provider reported none. */
   estimated: z.boolean(),
+  /** US dollars at the registry's `pricing` when each call was made; null: no call was priced. */
+  cost_usd: z.number().min(0).nullable(),
 });
 
 /** The public Job every job route and chat `job` frame returns (built by src/db/job-view.ts). */
@@ -196,6 +198,11 @@ export const JobViewSchema = z.object({
   depth: z.number().int().min(0),
   /** How many times the job continued in a new execution after its host was lost or handed it off (`run.recovered`). */
   recoveries: z.number().int().min(0),
+  /**
+   * The OpenTelemetry trace the run's spans are in (hosts with tracing on): the submit's
+   * traceparent's trace, else the job id's 32 hex digits (docs/observability.md, "Traces").
+   */
+  trace_id: z.string().regex(/^[0-9a-f]{32}$/),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

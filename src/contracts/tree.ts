@@ -10,6 +10,8 @@ export const TreeUsageSchema = z.object({
   prompt_tokens: z.number().int().min(0),
   completion_tokens: z.number().int().min(0),
   model_calls: z.number().int().min(0),
+  /** US dollars; null when no call counted here was priced. */
+  cost_usd: z.number().min(0).nullable(),
 });
 export type TreeUsage = z.infer<typeof TreeUsageSchema>;
 

@@ -9,6 +9,7 @@ import { sql } from "drizzle-orm";
 import type { JobError } from "../contracts/job";
 import type { TreeNode } from "../contracts/tree";
 import { isUuid } from "../domain/uuid";
+import { overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
 
 export interface TreePlace {
@@ -20,6 +21,8 @@ export interface TreePlace {
   treeSize: number;
   /** The tenant's jobs in `queued` now (by jobs_tenant_queued_idx), for its queued-jobs limit. */
   tenantQueued: number;
+  /** The tenant's daily budget is spent (budget-repo.ts): delegate calls create no child. */
+  overBudget: boolean;
 }
 
 export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
@@ -28,12 +31,14 @@ export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
     children: string | number;
     tree_size: string | number;
     tenant_queued: string | number;
+    over_budget: boolean;
   }>(
     await db.execute(sql`
       SELECT j.depth,
         (SELECT count(*) FROM jobs c WHERE c.parent_job_id = j.id) AS children,
         (SELECT count(*) FROM jobs d WHERE d.root_job_id = coalesce(j.root_job_id, j.id)) AS tree_size,
-        (SELECT count(*) FROM jobs q WHERE q.tenant_id = j.tenant_id AND q.state = 'queued') AS tenant_queued
+        (SELECT count(*) FROM jobs q WHERE q.tenant_id = j.tenant_id AND q.state = 'queued') AS tenant_queued,
+        ${overBudgetSql(sql`j.tenant_id`)} AS over_budget
       FROM jobs j WHERE j.id = ${jobId}`),
   );
   const r = rows[0];
@@ -43,6 +48,7 @@ export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
     children: Number(r.children),
     treeSize: Number(r.tree_size),
     tenantQueued: Number(r.tenant_queued),
+    overBudget: r.over_budget === true,
   };
 }
 
@@ -118,6 +124,7 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
     prompt_tokens: string | number;
     completion_tokens: string | number;
     model_calls: number;
+    cost_usd: string | number | null;
   }>(
     await db.execute(sql`
       WITH RECURSIVE tree AS (
@@ -126,7 +133,8 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
         SELECT c.id FROM jobs c JOIN tree ON c.parent_job_id = tree.id
       )
       SELECT j.id, j.agent_name, j.agent_version, j.state, j.depth, j.parent_job_id, j.parent_call_id,
-        j.created_at, j.started_at, j.finished_at, j.prompt_tokens, j.completion_tokens, j.model_calls
+        j.created_at, j.started_at, j.finished_at, j.prompt_tokens, j.completion_tokens, j.model_calls,
+        j.cost_usd
       FROM jobs j JOIN tree USING (id) ORDER BY j.depth, j.created_at, j.id`),
   );
   const iso = (v: string | Date | null) => (v === null ? null : new Date(v).toISOString());
@@ -136,6 +144,7 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
       prompt_tokens: Number(r.prompt_tokens),
       completion_tokens: Number(r.completion_tokens),
       model_calls: Number(r.model_calls),
+      cost_usd: r.cost_usd === null ? null : Number(r.cost_usd),
     };
     nodes.set(r.id, {
       id: r.id,
@@ -161,6 +170,9 @@ export async function getTree(db: Db, tenantId: string, requestedId: string): Pr
     parent.subtree_usage.prompt_tokens += n.subtree_usage.prompt_tokens;
     parent.subtree_usage.completion_tokens += n.subtree_usage.completion_tokens;
     parent.subtree_usage.model_calls += n.subtree_usage.model_calls;
+    // Null only while no job of the subtree was priced: an unpriced child adds nothing, not 0.
+    const childCost = n.subtree_usage.cost_usd;
+    if (childCost !== null) parent.subtree_usage.cost_usd = (parent.subtree_usage.cost_usd ?? 0) + childCost;
   }
   return nodes.get(jobId) ?? null;
 }

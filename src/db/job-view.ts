@@ -1,6 +1,8 @@
 /** Row → the public Job every job route and chat `job` frame returns (docs/api.md). Latencies come from the one timing serializer. */
+
 import { type JobState, type JobView, tenantJobError } from "../contracts/job";
 import { deriveLatency, isoOrNull } from "../domain/timing";
+import { jobTraceId } from "../domain/traceparent";
 import type { JobRow } from "./schema";
 
 export function toJobView(row: JobRow): JobView {
@@ -36,6 +38,7 @@ export function toJobView(row: JobRow): JobView {
       completion_tokens: row.completionTokens,
       model_calls: row.modelCalls,
       estimated: row.usageEstimated,
+      cost_usd: row.costUsd,
     },
     output_json: row.outputJson ?? null,
     waiting_for: row.state === "waiting" ? (row.waitingFor ?? null) : null,
@@ -43,5 +46,6 @@ export function toJobView(row: JobRow): JobView {
     root_job_id: row.rootJobId,
     depth: row.depth,
     recoveries: row.recoveries,
+    trace_id: jobTraceId(row.id, row.traceparent),
   };
 }

@@ -6,7 +6,9 @@ import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
+import { formatTraceparent, parseTraceparent } from "../domain/traceparent";
 import { isUuid } from "../domain/uuid";
+import { type BudgetRefusal, budgetExceeded, budgetRefusal, overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
 
@@ -82,20 +84,24 @@ async function findByIdempotencyKey(db: Db, tenantId: string, key: string): Prom
  * pretending to be the new one. A row from before hashes were stored (null) matches any body.
  *
  * `opts.maxQueued` (> 0): refuse with 429 `rate_limited` when the tenant already has that many
- * queued jobs; an idempotent replay of a job that exists is answered (or refused as a mismatch),
- * never refused as over the limit.
+ * queued jobs; refuse with 429 `budget_exceeded` when its daily budget is spent (budget-repo.ts).
+ * An idempotent replay of a job that exists is answered (or refused as a mismatch), never
+ * refused as over the limit or the budget.
  */
 export async function createJob(
   db: Db,
   tenantId: string,
   id: string,
   body: CreateJobBody,
-  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent } = {},
+  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent; traceparent?: string | null } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const agent = opts.agent;
   const { model, tools } = runsWith(body, agent);
+  // Only a valid one is kept; an invalid header is ignored, as a W3C receiver does.
+  const parsedParent = parseTraceparent(opts.traceparent);
+  const traceparent = parsedParent ? formatTraceparent(parsedParent) : null;
   // Without an agent timeout the column's default applies (one home for the default).
   const timeout =
     agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
@@ -108,18 +114,23 @@ export async function createJob(
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version${timeout?.column ?? sql``})
+        agent_name, agent_version, traceparent${timeout?.column ?? sql``})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
-        ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int${timeout?.value ?? sql``}
-      WHERE ${maxQueued}::int = 0
-        OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int
+        ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
+        ${traceparent}${timeout?.value ?? sql``}
+      WHERE (${maxQueued}::int = 0
+        OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int)
+        AND NOT ${overBudgetSql(tenantId)}
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
       RETURNING *`),
   );
   if (inserted[0]) return { job: jobFromRow(inserted[0]), created: true };
   const existing = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
   if (existing) return idempotentReplay(existing, hash);
+  // The refusal path only: which gate closed (a budget spent, or the queue full) is read again.
+  const refusal = await budgetRefusal(db, tenantId);
+  if (refusal) throw budgetExceeded(refusal);
   if (maxQueued === 0) throw new Error("idempotent insert conflicted but no row was found");
   throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
     retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
@@ -143,7 +154,8 @@ export interface BatchItem {
 /** How createJobs refuses a batch: nothing was created. `index` names the item at fault. */
 export type BatchRefusal =
   | { kind: "mismatch"; index: number }
-  | { kind: "queue_full"; fresh: number; maxQueued: number };
+  | { kind: "queue_full"; fresh: number; maxQueued: number }
+  | { kind: "budget"; refusal: BudgetRefusal };
 
 /**
  * The statement aborts itself (a cast of this marker to int fails) when its INSERT skipped a row
@@ -212,25 +224,27 @@ export async function createJobs(
         (SELECT count(*) FROM fresh) AS fresh,
         ${maxQueued}::int = 0
           OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') + (SELECT count(*) FROM fresh)
-            <= ${maxQueued}::int AS fits
+            <= ${maxQueued}::int AS fits,
+        ${overBudgetSql(tenantId)} AS over_budget
     ),
     ins AS (
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
         agent_name, agent_version, timeout_ms, created_at)
       SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
         f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond'
-      FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits
+      FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits AND NOT g.over_budget
       ORDER BY f.ord
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
       RETURNING *
     ),
     outcome AS (
-      SELECT g.mismatch, g.fresh, g.fits,
-        CASE WHEN g.mismatch IS NULL AND g.fits AND (SELECT count(*) FROM ins) < g.fresh
+      SELECT g.mismatch, g.fresh, g.fits, g.over_budget,
+        CASE WHEN g.mismatch IS NULL AND g.fits AND NOT g.over_budget AND (SELECT count(*) FROM ins) < g.fresh
           THEN (${RACE_MARKER} || (SELECT count(*) FROM ins)::text)::int END AS raced
       FROM gate g
     )
-    SELECT o.mismatch AS batch_mismatch, o.fresh AS batch_fresh, o.fits AS batch_fits, o.raced AS batch_raced, r.*
+    SELECT o.mismatch AS batch_mismatch, o.fresh AS batch_fresh, o.fits AS batch_fits, o.over_budget AS batch_over_budget,
+      o.raced AS batch_raced, r.*
     FROM outcome o LEFT JOIN (SELECT NULL::int AS batch_ord, ins.* FROM ins UNION ALL SELECT * FROM existing) r ON true`;
   for (let attempt = 1; ; attempt++) {
     let result: Record<string, unknown>[];
@@ -244,6 +258,14 @@ export async function createJobs(
     if (!head) throw new Error("batch insert returned no outcome row");
     if (head.batch_mismatch !== null) return { kind: "mismatch", index: Number(head.batch_mismatch) };
     if (head.batch_fits !== true) return { kind: "queue_full", fresh: Number(head.batch_fresh), maxQueued };
+    // A batch of replays only creates nothing and spends nothing: it is answered over a budget too.
+    if (head.batch_over_budget === true && Number(head.batch_fresh) > 0) {
+      const refusal = await budgetRefusal(db, tenantId);
+      if (refusal) return { kind: "budget", refusal };
+      // Null: the day turned (or the budget was raised) since the statement; the next try decides.
+      if (attempt < RACE_ATTEMPTS) continue;
+      throw new Error("a tenant's budget state changed under every attempt of a batch insert");
+    }
     const byId = new Map<string, JobRow>();
     const byOrd = new Map<number, JobRow>();
     for (const raw of result) {

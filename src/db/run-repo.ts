@@ -7,7 +7,9 @@ import { and, eq, sql } from "drizzle-orm";
 import type { AgentDefinition } from "../contracts/agent";
 import type { ChatMessage } from "../contracts/job";
 import type { ExecutionIdentity } from "../domain/identity";
-import type { Db } from "./client";
+import type { ModelPricing } from "../domain/models";
+import { overBudgetSql } from "./budget-repo";
+import { type Db, resultRows } from "./client";
 import { agentVersions, FINAL_STATES_SQL, jobs } from "./schema";
 
 /** What an execution runs: the conversation, the model it asked for, the tools it allows, its agent. */
@@ -29,6 +31,10 @@ export interface RunnableJob {
    * reaper or a hand-off re-queued it, src/db/reaper-repo.ts), or null: not a recovery.
    */
   recoveryReason: string | null;
+  /** The W3C traceparent kept with the job (the client's, or the delegating call's); null: none. */
+  traceparent: string | null;
+  /** The tenant's daily budget was spent when the run started (budget-repo.ts; read in the same statement). */
+  budgetSpent: boolean;
 }
 
 /**
@@ -48,6 +54,8 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       definition: agentVersions.definition,
       checkpoint: jobs.checkpoint,
       recoveryReason: jobs.recoveryReason,
+      traceparent: jobs.traceparent,
+      budgetSpent: sql<boolean>`${overBudgetSql(sql`${jobs.tenantId}`)}`,
     })
     .from(jobs)
     .leftJoin(
@@ -77,6 +85,8 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     agent,
     checkpoint: row.checkpoint ?? null,
     recoveryReason: row.recoveryReason ?? null,
+    traceparent: row.traceparent,
+    budgetSpent: row.budgetSpent === true,
   };
 }
 
@@ -89,11 +99,25 @@ export interface CallUsage {
   completionTokens: number;
   /** The provider reported none: these are the host's estimate. */
   estimated: boolean;
+  /** The host's registry prices for the model; absent: the call has no cost (null, not 0). */
+  pricing?: ModelPricing;
 }
 
 /**
- * Record one model call's usage: its model_usage row and the job's running sums, in one
- * statement, as soon as the call ends (a host dying later loses none of it).
+ * The call's cost in US dollars, computed by Postgres in numeric (exact: tokens × price per
+ * million, no binary rounding before the sums), or NULL for a model without a price.
+ */
+function callCostSql(usage: CallUsage) {
+  const p = usage.pricing;
+  if (!p) return sql`NULL::numeric`;
+  return sql`(${usage.promptTokens}::numeric * ${String(p.inputUsdPerMtok)}::numeric
+    + ${usage.completionTokens}::numeric * ${String(p.outputUsdPerMtok)}::numeric) / 1000000`;
+}
+
+/**
+ * Record one model call's usage: its model_usage row (with its cost), the job's running sums and
+ * the tenant's spend of the UTC day (what budgets check), in one statement, as soon as the call
+ * ends (a host dying later loses none of it).
  *
  * The ledger row is deliberately NOT fenced by the execution identity, unlike every other write
  * a run makes: the fence protects the job's state from a run that no longer owns it, but tokens
@@ -102,18 +126,42 @@ export interface CallUsage {
  * the tenant used (GET /v1/usage reads the ledger). The job's sums move only while the job is not
  * final: a final row is never written again (the chaos checker counts any later write as a stale
  * one), so a call a stale owner finished after its job was called lost is in the ledger only.
+ * The day's spend is the ledger's, so it moves either way.
+ *
+ * Returns whether the tenant's daily budget is spent after this call (its new day sum, or the
+ * row as it was for an unpriced call), so the run's next turn needs no read of its own.
  */
-export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: CallUsage): Promise<void> {
-  await db.execute(sql`
+export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: CallUsage): Promise<boolean> {
+  const rows = resultRows<{ over_budget: boolean }>(
+    await db.execute(sql`
     WITH used AS (
-      INSERT INTO model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated)
+      INSERT INTO model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated, cost_usd)
       VALUES (${usage.tenantId}, ${id.jobId}, ${id.executionId}, ${usage.model}, ${usage.promptTokens},
-        ${usage.completionTokens}, ${usage.estimated})
-      RETURNING job_id, prompt_tokens, completion_tokens, estimated
+        ${usage.completionTokens}, ${usage.estimated}, ${callCostSql(usage)})
+      RETURNING tenant_id, job_id, prompt_tokens, completion_tokens, estimated, cost_usd, created_at
+    ),
+    spent AS (
+      INSERT INTO tenant_daily_spend (tenant_id, day, cost_usd)
+      SELECT tenant_id, (created_at AT TIME ZONE 'UTC')::date, cost_usd FROM used WHERE cost_usd IS NOT NULL
+      ON CONFLICT (tenant_id, day) DO UPDATE SET cost_usd = tenant_daily_spend.cost_usd + excluded.cost_usd
+      RETURNING cost_usd
+    ),
+    summed AS (
+      UPDATE jobs SET prompt_tokens = jobs.prompt_tokens + used.prompt_tokens,
+        completion_tokens = jobs.completion_tokens + used.completion_tokens,
+        model_calls = jobs.model_calls + 1,
+        usage_estimated = jobs.usage_estimated OR used.estimated,
+        cost_usd = CASE WHEN used.cost_usd IS NULL THEN jobs.cost_usd ELSE coalesce(jobs.cost_usd, 0) + used.cost_usd END
+      FROM used WHERE jobs.id = used.job_id AND jobs.state NOT IN ${FINAL_STATES_SQL}
+      RETURNING 1
     )
-    UPDATE jobs SET prompt_tokens = jobs.prompt_tokens + used.prompt_tokens,
-      completion_tokens = jobs.completion_tokens + used.completion_tokens,
-      model_calls = jobs.model_calls + 1,
-      usage_estimated = jobs.usage_estimated OR used.estimated
-    FROM used WHERE jobs.id = used.job_id AND jobs.state NOT IN ${FINAL_STATES_SQL}`);
+    SELECT EXISTS (
+      SELECT 1 FROM tenants t WHERE t.id = ${usage.tenantId} AND t.daily_budget_usd IS NOT NULL
+        AND coalesce(
+          (SELECT cost_usd FROM spent),
+          (SELECT s.cost_usd FROM tenant_daily_spend s WHERE s.tenant_id = t.id AND s.day = (now() AT TIME ZONE 'UTC')::date),
+          0) >= t.daily_budget_usd
+    ) AS over_budget`),
+  );
+  return rows[0]?.over_budget === true;
 }

@@ -8,10 +8,12 @@ import {
   bigint,
   boolean,
   check,
+  date,
   foreignKey,
   index,
   integer,
   jsonb,
+  numeric,
   pgTable,
   primaryKey,
   text,
@@ -39,7 +41,25 @@ export const tenants = pgTable("tenants", {
   id: text("id").primaryKey(),
   name: text("name").notNull(),
   createdAt: tstz("created_at").notNull().defaultNow(),
+  /** US dollars the tenant may spend per UTC day (tenant_daily_spend); null: no budget. */
+  dailyBudgetUsd: numeric("daily_budget_usd", { mode: "number" }),
 });
+
+/**
+ * What each tenant's priced model calls cost per UTC day: the running sum the budget checks read
+ * (one primary-key row, where summing model_usage would read every call of the day). Moved by
+ * the same statement that writes the call's model_usage row (recordModelUsage).
+ */
+export const tenantDailySpend = pgTable(
+  "tenant_daily_spend",
+  {
+    tenantId: text("tenant_id").notNull(),
+    /** The UTC day. */
+    day: date("day", { mode: "string" }).notNull(),
+    costUsd: numeric("cost_usd", { mode: "number" }).notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.day] })],
+);
 
 export const apiKeys = pgTable(
   "api_keys",
@@ -109,6 +129,13 @@ export const jobs = pgTable(
     modelCalls: integer("model_calls").notNull().default(0),
     /** True once any call's tokens were estimated because the provider reported none. */
     usageEstimated: boolean("usage_estimated").notNull().default(false),
+    /** US dollars of the priced calls (numeric: sums stay exact); null while none was priced. */
+    costUsd: numeric("cost_usd", { mode: "number" }),
+    /**
+     * The W3C traceparent the client sent with the submit (or the delegating call's, for a child
+     * job): the run's spans join that trace (sandbox-host/tracing/). Null: a trace of its own.
+     */
+    traceparent: text("traceparent"),
     // What the job's inputs (job_inputs) take of LIMITS.maxInputsPerJob / maxInputBytesPerJob,
     // kept on the row submitInput locks so that the check and the count move together (counting
     // job_inputs read the statement's snapshot: a burst overshot the caps). Not indexed: HOT.
@@ -342,6 +369,8 @@ export const modelUsage = pgTable(
     promptTokens: integer("prompt_tokens").notNull(),
     completionTokens: integer("completion_tokens").notNull(),
     estimated: boolean("estimated").notNull().default(false),
+    /** The call's cost at the host's registry prices when it was made; null: the model has no price. */
+    costUsd: numeric("cost_usd", { mode: "number" }),
     createdAt: tstz("created_at").notNull().defaultNow(),
   },
   (t) => [

@@ -16,6 +16,27 @@ export async function createTenant(db: Db, id: string, name = id): Promise<{ id:
   return { id, created: rows.length === 1 };
 }
 
+/**
+ * What `tenant set` may change, each field optional (a partial update: what is not named is
+ * kept). `dailyBudgetUsd`: US dollars per UTC day (docs/quota.md, "Daily budgets"); null
+ * removes the budget.
+ */
+export interface TenantSettings {
+  dailyBudgetUsd?: number | null;
+}
+
+/** Apply `settings` to tenant `id`; false when there is no such tenant. */
+export async function setTenantSettings(db: Db, id: string, settings: TenantSettings): Promise<boolean> {
+  const set: Partial<typeof tenants.$inferInsert> = {};
+  if (settings.dailyBudgetUsd !== undefined) set.dailyBudgetUsd = settings.dailyBudgetUsd;
+  if (Object.keys(set).length === 0) {
+    const found = await db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, id)).limit(1);
+    return found.length === 1;
+  }
+  const rows = await db.update(tenants).set(set).where(eq(tenants.id, id)).returning({ id: tenants.id });
+  return rows.length === 1;
+}
+
 export async function listTenants(db: Db) {
   return db.select().from(tenants).orderBy(tenants.createdAt);
 }

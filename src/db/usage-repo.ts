@@ -15,7 +15,7 @@ export async function usageByDay(db: Db, tenantId: string, from: string, to: str
     await db.execute(sql`
       SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, model,
         sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
-        count(*) AS model_calls, bool_or(estimated) AS estimated
+        count(*) AS model_calls, bool_or(estimated) AS estimated, sum(cost_usd) AS cost_usd
       FROM model_usage
       WHERE tenant_id = ${tenantId}
         AND created_at >= (${from}::date)::timestamp AT TIME ZONE 'UTC'
@@ -31,5 +31,7 @@ export async function usageByDay(db: Db, tenantId: string, from: string, to: str
     completion_tokens: Number(r.completion_tokens),
     model_calls: Number(r.model_calls),
     estimated: r.estimated === true,
+    // numeric too; sum() over only unpriced calls is NULL, which stays null (no price, not free).
+    cost_usd: r.cost_usd === null || r.cost_usd === undefined ? null : Number(r.cost_usd),
   }));
 }

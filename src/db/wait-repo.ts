@@ -52,6 +52,8 @@ export interface ChildJob {
   timeoutMs: number | null;
   /** The delegate call's `input`: the child's one user message. */
   input: string;
+  /** The delegate call's span as a W3C traceparent: the child's run joins the parent's trace there. */
+  traceparent?: string | null;
 }
 
 export type SuspendResult =
@@ -124,18 +126,18 @@ function childrenSql(id: ExecutionIdentity, children: ChildJob[]) {
       (c) =>
         sql`(${c.id}::uuid, ${c.callId}::text, ${c.agentName}::text, ${c.agentVersion}::int, ${c.model}::text,
           ${JSON.stringify(c.tools)}::jsonb, ${c.timeoutMs ?? (jobs.timeoutMs.default as number)}::int,
-          ${JSON.stringify({ messages: [{ role: "user", content: c.input }] })}::jsonb)`,
+          ${JSON.stringify({ messages: [{ role: "user", content: c.input }] })}::jsonb, ${c.traceparent ?? null}::text)`,
     ),
     sql`, `,
   );
   return sql`, spawned AS (
         INSERT INTO jobs (id, tenant_id, input, model, tools, agent_name, agent_version, timeout_ms,
-          parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth)
+          parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth, traceparent)
         SELECT v.id, t.tenant_id, v.input, v.model, v.tools, v.agent_name, v.agent_version,
           v.timeout_ms,
-          t.id, ${id.executionId}::uuid, v.call_id, coalesce(t.root_job_id, t.id), t.depth + 1
+          t.id, ${id.executionId}::uuid, v.call_id, coalesce(t.root_job_id, t.id), t.depth + 1, v.traceparent
         FROM waited JOIN target t ON t.id = waited.id,
-          (VALUES ${rows}) AS v(id, call_id, agent_name, agent_version, model, tools, timeout_ms, input)
+          (VALUES ${rows}) AS v(id, call_id, agent_name, agent_version, model, tools, timeout_ms, input, traceparent)
       )`;
 }
 

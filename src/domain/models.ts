@@ -37,6 +37,14 @@ export interface ModelEntry {
   tenantLimits?: Readonly<Record<string, number>>;
   /** The tenants that may use the model; absent: every tenant. */
   tenants?: readonly string[];
+  /** The operator's prices; absent: the model's calls have no cost (`cost_usd` null). */
+  pricing?: ModelPricing;
+}
+
+/** What one million tokens cost, in US dollars, as the operator's registry says. */
+export interface ModelPricing {
+  inputUsdPerMtok: number;
+  outputUsdPerMtok: number;
 }
 
 export interface ModelCatalog {
@@ -88,6 +96,14 @@ const RegistryEntrySchema = z
     tenant_concurrency: limit.optional(),
     tenant_limits: z.record(z.string().min(1), limit).optional(),
     tenants: z.array(z.string().min(1)).optional(),
+    // US dollars per million tokens; the host multiplies in Postgres numeric (run-repo.ts).
+    pricing: z
+      .object({
+        input_usd_per_mtok: z.number().min(0).max(1_000_000),
+        output_usd_per_mtok: z.number().min(0).max(1_000_000),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
   .refine((e) => (e.base_url === undefined) === (e.api_key_env === undefined), {
@@ -138,6 +154,14 @@ export function parseModelRegistry(raw: string): ModelCatalog | string {
       tenantConcurrency: e.tenant_concurrency ?? null,
       ...(e.tenant_limits ? { tenantLimits: e.tenant_limits } : {}),
       ...(e.tenants ? { tenants: e.tenants } : {}),
+      ...(e.pricing
+        ? {
+            pricing: {
+              inputUsdPerMtok: e.pricing.input_usd_per_mtok,
+              outputUsdPerMtok: e.pricing.output_usd_per_mtok,
+            },
+          }
+        : {}),
     });
   }
   const def = parsed.data.default;

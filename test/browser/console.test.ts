@@ -155,6 +155,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     );
     expect(await panel.getByTestId("execution-id").textContent()).toBe(view.execution_id);
     expect(await panel.getByTestId("epoch").textContent()).toBe(String(view.epoch));
+    expect(await panel.getByTestId("trace-id").textContent()).toBe(view.trace_id);
 
     // The timeline is the job's log as the SSE stream serves it: same offsets, types and seqs.
     const log = await api().events(jobId);

@@ -181,7 +181,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       agent: { name: "runner", version: 2 },
       model: "big-model",
       tools: ["shell", "list_dir"],
-      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false },
+      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false, cost_usd: null },
       output_json: null,
     });
     const pinned = await submit({ input, agent: "runner@1" });
@@ -329,11 +329,17 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     const job = (await submit({ input })).body.job;
     await pool.query(
       `update jobs set prompt_tokens = 1200, completion_tokens = 34, model_calls = 3, usage_estimated = true,
-         output_json = '{"verdict":"ok","n":[1,2]}'::jsonb where id = $1`,
+         cost_usd = 0.0002004, output_json = '{"verdict":"ok","n":[1,2]}'::jsonb where id = $1`,
       [job.id],
     );
     const view = (await api.call<{ job: JobView }>("GET", `/v1/jobs/${job.id}`)).body.job;
-    expect(view.usage).toEqual({ prompt_tokens: 1200, completion_tokens: 34, model_calls: 3, estimated: true });
+    expect(view.usage).toEqual({
+      prompt_tokens: 1200,
+      completion_tokens: 34,
+      model_calls: 3,
+      estimated: true,
+      cost_usd: 0.0002004,
+    });
     expect(view.output_json).toEqual({ verdict: "ok", n: [1, 2] });
   });
 
@@ -350,20 +356,21 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
   it("GET /v1/usage sums the tenant's model calls per UTC day and model", async () => {
     const job = crypto.randomUUID();
     const exec = crypto.randomUUID();
-    const rows: Array<[string, string, string, number, number, boolean]> = [
-      ["dev", "mock-model", "2026-03-01T00:00:00Z", 100, 10, false],
-      ["dev", "mock-model", "2026-03-01T23:59:59.999Z", 50, 5, false],
-      ["dev", "big-model", "2026-03-01T12:00:00Z", 7, 3, true],
-      ["dev", "mock-model", "2026-03-02T00:00:00Z", 1, 1, false],
-      ["dev", "mock-model", "2026-02-28T23:59:59Z", 1000, 1000, false], // before the range
-      ["dev", "mock-model", "2026-03-03T00:00:00Z", 1000, 1000, false], // after it
-      ["other", "mock-model", "2026-03-01T10:00:00Z", 999, 999, false], // another tenant's
+    // The cost column as hosts write it: priced calls carry theirs, big-model's are unpriced (null).
+    const rows: Array<[string, string, string, number, number, boolean, string | null]> = [
+      ["dev", "mock-model", "2026-03-01T00:00:00Z", 100, 10, false, "0.1"],
+      ["dev", "mock-model", "2026-03-01T23:59:59.999Z", 50, 5, false, "0.2"],
+      ["dev", "big-model", "2026-03-01T12:00:00Z", 7, 3, true, null],
+      ["dev", "mock-model", "2026-03-02T00:00:00Z", 1, 1, false, "0.000001"],
+      ["dev", "mock-model", "2026-02-28T23:59:59Z", 1000, 1000, false, "5"], // before the range
+      ["dev", "mock-model", "2026-03-03T00:00:00Z", 1000, 1000, false, "5"], // after it
+      ["other", "mock-model", "2026-03-01T10:00:00Z", 999, 999, false, "5"], // another tenant's
     ];
-    for (const [tenant, model, at, p, c, est] of rows) {
+    for (const [tenant, model, at, p, c, est, cost] of rows) {
       await pool.query(
-        `insert into model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated, created_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8)`,
-        [tenant, job, exec, model, p, c, est, at],
+        `insert into model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated, created_at, cost_usd)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        [tenant, job, exec, model, p, c, est, at, cost],
       );
     }
     const r = await api.call<{ from: string; to: string; usage: unknown[] }>(
@@ -382,6 +389,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
           completion_tokens: 3,
           model_calls: 1,
           estimated: true,
+          cost_usd: null,
         },
         {
           day: "2026-03-01",
@@ -390,6 +398,8 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
           completion_tokens: 15,
           model_calls: 2,
           estimated: false,
+          // Summed in numeric: exactly 0.3, not 0.1 + 0.2 in binary floating point.
+          cost_usd: 0.3,
         },
         {
           day: "2026-03-02",
@@ -398,6 +408,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
           completion_tokens: 1,
           model_calls: 1,
           estimated: false,
+          cost_usd: 0.000001,
         },
       ],
     });

@@ -43,6 +43,9 @@ const canRun =
 const TENANT = "t-agents";
 const OTHER_TENANT = "t-agents-2";
 const BRIDGE_TOKEN = "agents-host-bridge-token";
+/** agent-model's registry prices, US dollars per million tokens (the other models have none). */
+const PRICE_IN = 0.15;
+const PRICE_OUT = 0.6;
 
 let services: HostServices;
 let t: TestDb;
@@ -70,7 +73,13 @@ if (canRun) {
     const registry = {
       default: "agent-model",
       models: [
-        { name: "agent-model", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1" },
+        {
+          name: "agent-model",
+          base_url: p1.url,
+          api_key_env: "P1_KEY",
+          upstream_model: "up-model-1",
+          pricing: { input_usd_per_mtok: PRICE_IN, output_usd_per_mtok: PRICE_OUT },
+        },
         // The same provider with a short timeout: a second client, for the timeout retry.
         { name: "impatient", base_url: p1.url, api_key_env: "P1_KEY", upstream_model: "up-model-1", timeout_ms: 400 },
         { name: "model-a", base_url: pa.url, api_key_env: "PA_KEY", upstream_model: "up-a", concurrency: 2 },
@@ -265,6 +274,7 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
           kind: "completion",
           estimated: "false",
         })) ?? 0,
+      cost: (await sampleValue(host.metricsUrl, "model_cost_usd_total", { model: "agent-model", tenant: TENANT })) ?? 0,
     };
     let release!: () => void;
     const held = new Promise<void>((r) => {
@@ -317,6 +327,23 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
       calls: row.modelCalls,
       estimated: row.usageEstimated,
     }).toEqual({ prompt: 333, completion: 54, calls: 2, estimated: false });
+    // Each row's cost is its tokens × the registry's prices, exact in numeric; the job's and the
+    // tenant's day sum them.
+    const costs = await t.pool.query<{ cost: string }>(
+      "select trim_scale(cost_usd)::text as cost from model_usage where job_id = $1 order by prompt_tokens",
+      [id],
+    );
+    expect(costs.rows.map((r) => r.cost)).toEqual(["0.00004545", "0.0000369"]);
+    expect(Number(costs.rows[0]?.cost)).toBeCloseTo((123 * PRICE_IN + 45 * PRICE_OUT) / 1e6, 15);
+    expect(row.costUsd).toBe(0.00008235);
+    const spend = await t.pool.query<{ cost: string }>(
+      "select cost_usd::text as cost from tenant_daily_spend where tenant_id = $1 and day = (now() at time zone 'UTC')::date",
+      [TENANT],
+    );
+    expect(Number(spend.rows[0]?.cost)).toBeGreaterThanOrEqual(0.00008235);
+    expect(
+      (await sampleValue(host.metricsUrl, "model_cost_usd_total", { model: "agent-model", tenant: TENANT })) ?? 0,
+    ).toBeCloseTo(before.cost + 0.00008235, 12);
     const labels = { model: "agent-model", estimated: "false" };
     expect(await sampleValue(host.metricsUrl, "model_tokens_total", { ...labels, kind: "prompt" })).toBe(
       before.prompt + 333,
@@ -345,6 +372,60 @@ describe.skipIf(!canRun)("the job's agent, on the registry's providers", () => {
       calls: 1,
       prompt: u?.promptTokens,
     });
+  });
+});
+
+describe.skipIf(!canRun)("the tenant's daily budget on a running job", () => {
+  it("a budget spent during turn 1 fails the run budget_exceeded before turn 2's call; the call in flight is billed", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    p1.script = (_req, n) =>
+      n === 1
+        ? { kind: "stream", pieces: ["one"], until: held, usage: { prompt_tokens: 1000, completion_tokens: 100 } }
+        : { kind: "stream", pieces: ["two"], usage: { prompt_tokens: 1, completion_tokens: 1 } };
+    p1.reset();
+    const id = await submit("budget marker");
+    await waitFor("turn 1 at the provider", async () => p1.requests.length === 1);
+    // A budget just above what the tenant spent so far: turn 1's call (0.00021 $) passes it.
+    const spent = await t.pool.query<{ cost: string | null }>(
+      "select cost_usd::text as cost from tenant_daily_spend where tenant_id = $1 and day = (now() at time zone 'UTC')::date",
+      [TENANT],
+    );
+    const budget = Number(spent.rows[0]?.cost ?? 0) + 0.0001;
+    await t.pool.query("update tenants set daily_budget_usd = $2 where id = $1", [TENANT, budget]);
+    try {
+      await t.db.insert(schema.jobInputs).values({ jobId: id, tenantId: TENANT, content: "more" });
+      release();
+      const row = await ended(id);
+      expect(row.state).toBe("failed");
+      expect(row.error?.code).toBe("budget_exceeded");
+      expect(row.error?.message).toMatch(/daily budget of \$/);
+      // Turn 2 never reached the provider; turn 1, in flight when the budget ran out, is billed.
+      expect(p1.requests.length).toBe(1);
+      expect(row.modelCalls).toBe(1);
+      expect(row.costUsd).toBeCloseTo((1000 * PRICE_IN + 100 * PRICE_OUT) / 1e6, 15);
+      expect(row.output).toBe("one");
+    } finally {
+      await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
+    }
+  });
+
+  it("a job that starts with the budget already spent fails budget_exceeded before its first call", async () => {
+    p1.script = () => ({ kind: "stream", pieces: ["never"], usage: { prompt_tokens: 1, completion_tokens: 1 } });
+    p1.reset();
+    // A budget of 0 is spent by definition: the operator's way to stop a tenant's spend.
+    await t.pool.query("update tenants set daily_budget_usd = 0 where id = $1", [TENANT]);
+    try {
+      const row = await ended(await submit("budget already spent"));
+      expect(row.state).toBe("failed");
+      expect(row.error?.code).toBe("budget_exceeded");
+      expect(p1.requests.length).toBe(0);
+      expect(row.modelCalls).toBe(0);
+    } finally {
+      await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
+    }
   });
 });
 

@@ -122,9 +122,33 @@ onEveryDriver(
         );
       }
       expect(await usageByDay(db(), "t1", "2026-05-01", "2026-05-02")).toEqual([
-        { day: "2026-05-01", model: "m1", prompt_tokens: 30, completion_tokens: 3, model_calls: 2, estimated: true },
-        { day: "2026-05-01", model: "m2", prompt_tokens: 3, completion_tokens: 3, model_calls: 1, estimated: false },
-        { day: "2026-05-02", model: "m1", prompt_tokens: 4, completion_tokens: 4, model_calls: 1, estimated: false },
+        {
+          day: "2026-05-01",
+          model: "m1",
+          prompt_tokens: 30,
+          completion_tokens: 3,
+          model_calls: 2,
+          estimated: true,
+          cost_usd: null,
+        },
+        {
+          day: "2026-05-01",
+          model: "m2",
+          prompt_tokens: 3,
+          completion_tokens: 3,
+          model_calls: 1,
+          estimated: false,
+          cost_usd: null,
+        },
+        {
+          day: "2026-05-02",
+          model: "m1",
+          prompt_tokens: 4,
+          completion_tokens: 4,
+          model_calls: 1,
+          estimated: false,
+          cost_usd: null,
+        },
       ]);
       // Sums past 2^31 come back exact (bigint from both drivers).
       await admin.query(
@@ -140,6 +164,7 @@ onEveryDriver(
           completion_tokens: 0,
           model_calls: 3,
           estimated: false,
+          cost_usd: null,
         },
       ]);
     });

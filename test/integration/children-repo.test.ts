@@ -9,12 +9,16 @@ import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { planChildren } from "../../sandbox-host/runner/delegate";
 import { ActiveRun, type Emit, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
+import { TRACING_OFF } from "../../sandbox-host/tracing/tracing";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import { createAgent } from "../../src/db/agents-repo";
+import { budgetRefusal } from "../../src/db/budget-repo";
 import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { claimJob, markStarted } from "../../src/db/ownership-repo";
+import { recordModelUsage } from "../../src/db/run-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
+import { setTenantSettings } from "../../src/db/tenants-repo";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { startTestPostgres, type TestDb } from "../helpers/db";
@@ -174,6 +178,40 @@ describe("sub-agents in Postgres", () => {
     expect(upper?.children.map((c) => c.id)).toEqual([grand[0]?.id]);
   });
 
+  it("prices each call at the registry's prices; a tree sums cost_usd per subtree, null where nothing was priced", async () => {
+    const pricing = { inputUsdPerMtok: 2.5, outputUsdPerMtok: 10 };
+    const root = await runningJob();
+    const kids = [childJob("priced"), childJob("unpriced")];
+    await suspendJob(t.db, root, delegateWait(kids));
+    const priced = await start(kids[0]?.id as string);
+    const unpriced = await start(kids[1]?.id as string);
+    const use = (id: ExecutionIdentity, p: number, c: number, withPrice: boolean) =>
+      recordModelUsage(t.db, id, {
+        tenantId: "s1",
+        model: withPrice ? "m-priced" : "m-free",
+        promptTokens: p,
+        completionTokens: c,
+        estimated: false,
+        ...(withPrice ? { pricing } : {}),
+      });
+    await use(root, 1000, 100, true); // 0.0025 + 0.001
+    await use(priced, 400, 30, true); // 0.001 + 0.0003
+    await use(priced, 1, 1, true); // 0.0000025 + 0.00001
+    await use(unpriced, 5000, 5000, false);
+    expect((await row(root.jobId))?.costUsd).toBe(0.0035);
+    expect((await row(priced.jobId))?.costUsd).toBe(0.0013125);
+    expect((await row(unpriced.jobId))?.costUsd).toBeNull();
+    const tree = await getTree(t.db, "s1", root.jobId);
+    const a = tree?.children.find((c) => c.id === priced.jobId);
+    const b = tree?.children.find((c) => c.id === unpriced.jobId);
+    expect(a?.usage.cost_usd).toBe(0.0013125);
+    expect(b?.usage).toEqual({ prompt_tokens: 5000, completion_tokens: 5000, model_calls: 1, cost_usd: null });
+    expect(b?.subtree_usage.cost_usd).toBeNull();
+    expect(tree?.usage.cost_usd).toBe(0.0035);
+    expect(tree?.subtree_usage.cost_usd).toBeCloseTo(0.0048125, 15);
+    expect(tree?.subtree_usage.prompt_tokens).toBe(6401);
+  });
+
   it("a delegate call that would queue past the tenant's queued-jobs limit is a rate_limited tool error", async () => {
     await t.pool.query("insert into tenants (id, name) values ('q1', 'q1')");
     const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
@@ -185,7 +223,12 @@ describe("sub-agents in Postgres", () => {
     for (let i = 0; i < 2; i++) {
       await t.db.insert(jobs).values({ id: randomUUID(), tenantId: "q1", input: { messages: [] } });
     }
-    const deps = { db: t.db, models: { entries: [{ name: "m" }] }, maxQueuedJobsPerTenant: 4 } as unknown as RunDeps;
+    const deps = {
+      db: t.db,
+      models: { entries: [{ name: "m" }] },
+      maxQueuedJobsPerTenant: 4,
+      tracing: TRACING_OFF,
+    } as unknown as RunDeps;
     // The parent's execution: only its identity, its row's tenant and its events matter here.
     const parentExecution = (d: RunDeps, emit: Emit) =>
       new Execution({ deps: d, run: new ActiveRun(parent).start(parent), emit, job: { tenantId: "q1" } as never });
@@ -209,5 +252,58 @@ describe("sub-agents in Postgres", () => {
       },
     );
     expect(open.children).toHaveLength(3);
+  });
+
+  it("a delegate call of a tenant whose daily budget is spent is a budget_exceeded tool error; under it, a child", async () => {
+    await t.pool.query("insert into tenants (id, name, daily_budget_usd) values ('b1', 'b1', 0.01)");
+    const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
+    await createAgent(t.db, "b1", "worker", AgentDefinitionSchema.parse({ model: "m" }));
+    const jobId = randomUUID();
+    await t.db.insert(jobs).values({ id: jobId, tenantId: "b1", input: { messages: [] } });
+    const parent = await start(jobId);
+    const deps = { db: t.db, models: { entries: [{ name: "m" }] }, tracing: TRACING_OFF } as unknown as RunDeps;
+    const plan = () =>
+      planChildren(
+        new Execution({
+          deps,
+          run: new ActiveRun(parent).start(parent),
+          emit: () => {},
+          job: { tenantId: "b1" } as never,
+        }),
+        { definition, calls: [{ id: "d1", name: "delegate_worker", args: { input: "task" } }] },
+      );
+    expect((await plan()).children).toHaveLength(1);
+    // 0.009 $ spent: still under. The call that reaches 0.01 $ closes the day.
+    const use = (p: number) =>
+      recordModelUsage(t.db, parent, {
+        tenantId: "b1",
+        model: "m",
+        promptTokens: p,
+        completionTokens: 0,
+        estimated: false,
+        pricing: { inputUsdPerMtok: 10, outputUsdPerMtok: 10 },
+      });
+    await use(900);
+    expect((await plan()).children).toHaveLength(1);
+    await use(100);
+    const refused = await plan();
+    expect(refused.children).toEqual([]);
+    expect(refused.checkpoint.calls.d1).toEqual({
+      error: {
+        code: "budget_exceeded",
+        message: "this tenant's daily budget is spent; no child job until the next UTC midnight",
+      },
+    });
+    const r = await budgetRefusal(t.db, "b1");
+    expect(r).toMatchObject({ budgetUsd: 0.01, spentUsd: 0.01 });
+    // Retry-After: the seconds to the next UTC midnight, by Postgres's clock.
+    const now = new Date();
+    const midnight = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+    expect(Math.abs((r?.retryAfterS ?? 0) - (midnight - now.getTime()) / 1000)).toBeLessThan(5);
+    // Another tenant's spend is its own.
+    expect(await budgetRefusal(t.db, "s1")).toBeNull();
+    await setTenantSettings(t.db, "b1", { dailyBudgetUsd: null });
+    expect(await budgetRefusal(t.db, "b1")).toBeNull();
+    expect((await plan()).children).toHaveLength(1);
   });
 });

@@ -39,8 +39,8 @@ interface TreeNode {
   parent_job_id: string | null;
   started_at: string | null;
   finished_at: string | null;
-  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
-  subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number };
+  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; cost_usd: number | null };
+  subtree_usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; cost_usd: number | null };
   children: TreeNode[];
 }
 
@@ -193,13 +193,15 @@ describe.skipIf(!canRun)("sub-agents: delegate calls create child jobs the paren
       expect(c.finished_at).not.toBeNull();
       expect(c.usage.model_calls).toBe(1);
     }
-    const sum = (k: keyof TreeNode["usage"]) =>
+    const sum = (k: "prompt_tokens" | "completion_tokens") =>
       root.usage[k] + root.children.reduce((acc, c) => acc + c.subtree_usage[k], 0);
     expect(root.usage.model_calls).toBe(2);
     expect(root.subtree_usage).toEqual({
       prompt_tokens: sum("prompt_tokens"),
       completion_tokens: sum("completion_tokens"),
       model_calls: 5,
+      // The stack's mock model has no price in its registry.
+      cost_usd: null,
     });
     // A delegate call is not an approval: deciding it is refused, before and after the resume.
     const delegateCall = (

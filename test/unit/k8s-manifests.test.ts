@@ -24,6 +24,7 @@ import { createHostMetrics } from "../../sandbox-host/metrics/metrics";
 import { registerQueueDepthGauges } from "../../sandbox-host/metrics/queue-depth";
 import { hostModelsFromEnv, MODEL_ENV_NAMES } from "../../sandbox-host/model/provider-config";
 import { HAND_OFF_WAIT_MS } from "../../sandbox-host/runner/runner";
+import { TRACING_ENV_NAMES } from "../../sandbox-host/tracing/tracing";
 import { parseModelRegistry } from "../../src/domain/models";
 
 const DIR = resolve(import.meta.dirname, "../../deploy/k8s");
@@ -101,7 +102,7 @@ function problemsOf(manifests: Manifest[], scrape: Doc[], metricNames: Set<strin
     registry && typeof registry !== "string"
       ? registry.entries.flatMap((e) => (e.provider ? [e.provider.apiKeyEnv] : []))
       : [];
-  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...MCP_ENV_NAMES, ...keyVars]);
+  const known = new Set([...HOST_ENV_NAMES, ...MODEL_ENV_NAMES, ...MCP_ENV_NAMES, ...TRACING_ENV_NAMES, ...keyVars]);
   for (const name of Object.keys(env)) {
     if (!known.has(name))
       problems.push(`env ${name} is read by nothing in sandbox-host (host-config.ts, model/provider-config.ts)`);

@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { hostConfigFromEnv } from "../../sandbox-host/host-config";
 import { ModelConfigError, modelCatalogFromEnv } from "../../sandbox-host/model/provider-config";
-import { parseModelList, resolveModel } from "../../src/domain/models";
+import { callCostUsd } from "../../sandbox-host/runner/model-call";
+import { parseModelList, parseModelRegistry, resolveModel } from "../../src/domain/models";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
 
 describe("the host's per-tenant quota default", () => {
@@ -42,5 +43,31 @@ describe("the model list", () => {
     expect(parseModelList("a,")).toMatch(/empty name/);
     expect(parseModelList("a b")).toMatch(/not a model name/);
     expect(parseModelList("a,a")).toMatch(/listed twice/);
+  });
+});
+
+describe("registry pricing", () => {
+  it("reads `pricing` per million tokens, leaves it off an unpriced entry, and refuses a bad one", () => {
+    const catalog = parseModelRegistry(
+      JSON.stringify({
+        models: [
+          { name: "priced", pricing: { input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6 } },
+          { name: "free-of-price" },
+        ],
+      }),
+    );
+    if (typeof catalog === "string") throw new Error(catalog);
+    expect(catalog.entries[0]?.pricing).toEqual({ inputUsdPerMtok: 0.15, outputUsdPerMtok: 0.6 });
+    expect(catalog.entries[1]?.pricing).toBeUndefined();
+    expect(
+      callCostUsd(
+        { promptTokens: 1_000_000, completionTokens: 500_000 },
+        { inputUsdPerMtok: 0.15, outputUsdPerMtok: 0.6 },
+      ),
+    ).toBeCloseTo(0.45, 12);
+    const bad = (pricing: unknown) => parseModelRegistry(JSON.stringify({ models: [{ name: "m", pricing }] }));
+    expect(bad({ input_usd_per_mtok: -1, output_usd_per_mtok: 1 })).toMatch(/pricing\.input_usd_per_mtok/);
+    expect(bad({ input_usd_per_mtok: 1 })).toMatch(/pricing\.output_usd_per_mtok/);
+    expect(bad({ input_usd_per_mtok: 1, output_usd_per_mtok: 1, currency: "EUR" })).toMatch(/pricing/);
   });
 });

@@ -158,6 +158,7 @@ describe("OpenAPI document", () => {
       completionTokens: 8,
       modelCalls: 2,
       usageEstimated: false,
+      costUsd: 0.000042,
       parentJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
       rootJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
       depth: 1,
@@ -191,7 +192,9 @@ describe("OpenAPI document", () => {
     expect(componentValidator("AgentVersionPage")({ versions: [agent], next_cursor: null })).toEqual([]);
     expect(componentValidator("Agent")({ ...agent, version: 0 })).not.toEqual([]);
     expect(
-      componentValidator("ModelList")({ models: [{ name: "m", default: true, tenant_concurrency: null }] }),
+      componentValidator("ModelList")({
+        models: [{ name: "m", default: true, tenant_concurrency: null, pricing: null }],
+      }),
     ).toEqual([]);
     const day = {
       day: "2026-03-01",
@@ -200,6 +203,7 @@ describe("OpenAPI document", () => {
       completion_tokens: 2,
       model_calls: 1,
       estimated: false,
+      cost_usd: 0.0000012,
     };
     expect(componentValidator("UsageAnswer")({ from: "2026-03-01", to: "2026-03-01", usage: [day] })).toEqual([]);
     expect(

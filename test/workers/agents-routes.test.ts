@@ -28,7 +28,7 @@ const REGISTRY = JSON.stringify({
       tenant_concurrency: 3,
       tenant_limits: { ta: 5 },
     },
-    { name: "shared-model", tenant_concurrency: 2 },
+    { name: "shared-model", tenant_concurrency: 2, pricing: { input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6 } },
     { name: "tb-model", tenants: ["tb"] },
   ],
 });
@@ -73,8 +73,13 @@ describe("GET /v1/models", () => {
     expect(ta.status).toBe(200);
     expect(ta.body).toEqual({
       models: [
-        { name: "shared-model", default: true, tenant_concurrency: 2 },
-        { name: "ta-model", default: false, tenant_concurrency: 5 },
+        {
+          name: "shared-model",
+          default: true,
+          tenant_concurrency: 2,
+          pricing: { input_usd_per_mtok: 0.15, output_usd_per_mtok: 0.6 },
+        },
+        { name: "ta-model", default: false, tenant_concurrency: 5, pricing: null },
       ],
     });
     for (const secret of ["provider-a.internal", "PROVIDER_A_SECRET_KEY", "upstream-a-2026", "tb-model"]) {
@@ -88,8 +93,8 @@ describe("GET /v1/models", () => {
     const r = await call("ta", "GET", "/v1/models", undefined, { MODEL_REGISTRY: "", MODELS: "m1,m2" });
     expect(r.body).toEqual({
       models: [
-        { name: "m1", default: true, tenant_concurrency: null },
-        { name: "m2", default: false, tenant_concurrency: null },
+        { name: "m1", default: true, tenant_concurrency: null, pricing: null },
+        { name: "m2", default: false, tenant_concurrency: null, pricing: null },
       ],
     });
   });

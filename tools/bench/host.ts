@@ -49,7 +49,7 @@ const ROOT = resolve(import.meta.dirname, "..", "..");
 const TENANT = "bench-host";
 const bench = startBench({
   usage:
-    "npm run bench:host -- [--runs 1,10,100] [--tool-runs 1,10] [--kinds text,tool] [--cpu-prof DIR] [--prof-runs 100] [--skip-gateway] [--json]",
+    "npm run bench:host -- [--runs 1,10,100] [--tool-runs 1,10] [--kinds text,tool] [--tracing] [--cpu-prof DIR] [--prof-runs 100] [--skip-gateway] [--json]",
   options: {
     runs: { type: "string", default: "1,10,100" },
     "tool-runs": { type: "string", default: "1,10" },
@@ -59,6 +59,11 @@ const bench = startBench({
     "prof-runs": { type: "string", default: "100" },
     /** Skip the gateway's CPU per route (it starts a whole stack of its own). */
     "skip-gateway": { type: "boolean", default: false },
+    /**
+     * Run the text batches again on a second host with OpenTelemetry on (OTLP/HTTP json to a
+     * counting receiver here), after the untraced host: tracing's CPU and spans per run.
+     */
+    tracing: { type: "boolean", default: false },
   },
 });
 const args = bench.args;
@@ -124,6 +129,44 @@ interface Row {
   ingestPerRun: Q;
   latencyMs: Q;
   load: string;
+}
+
+/** An OTLP/HTTP json receiver that only counts the spans it is sent (for --tracing). */
+async function spanCounter(): Promise<{
+  url: string;
+  readonly spans: number;
+  readonly requests: number;
+  close(): void;
+}> {
+  const { createServer } = await import("node:http");
+  let spans = 0;
+  let requests = 0;
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      requests++;
+      try {
+        const doc = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
+          resourceSpans?: Array<{ scopeSpans?: Array<{ spans?: unknown[] }> }>;
+        };
+        for (const rs of doc.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans += ss.spans?.length ?? 0;
+      } catch {}
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    get spans() {
+      return spans;
+    },
+    get requests() {
+      return requests;
+    },
+    close: () => void server.close(),
+  };
 }
 
 /** tools/mock-model/main.ts as a child process; resolves once it printed its URL. */
@@ -215,10 +258,14 @@ async function main(): Promise<void> {
   });
   const redisCommands = async (): Promise<number> => redisSent;
 
-  async function startBenchHost(profileDir?: string): Promise<HostHandle> {
+  async function startBenchHost(profileDir?: string, extraEnv: Record<string, string> = {}): Promise<HostHandle> {
     const hostId = `bench-${randomUUID().slice(0, 8)}`;
     const argv = profileDir ? ["--cpu-prof", "--cpu-prof-dir", profileDir, bundle] : [bundle];
-    return spawnHost(ROOT, hostEnv(hostId), () => {}, { argv, readyTimeoutMs: 60_000, stopGraceMs: 20_000 });
+    return spawnHost(ROOT, { ...hostEnv(hostId), ...extraEnv }, () => {}, {
+      argv,
+      readyTimeoutMs: 60_000,
+      stopGraceMs: 20_000,
+    });
   }
 
   async function batch(host: HostHandle, kind: "text" | "tool", n: number, idleCpuPerS: number, idleRedisPerS: number) {
@@ -308,22 +355,29 @@ async function main(): Promise<void> {
     log(
       `idle host: ${idle.cpuPerS.toFixed(1)} CPU ms/s, ${idle.redisPerS.toFixed(2)} Redis commands/s, ${idle.pgPerS.toFixed(2)} Postgres statements/s`,
     );
+    const plan: Array<{ host: HostHandle; kind: "text" | "tool"; label: string; idle: typeof idle }> = [];
     for (const kind of kinds as Array<"text" | "tool">) {
       if (kind === "tool" && !dockerUp) {
         log("no Docker engine: tool runs skipped");
         continue;
       }
+      plan.push({ host, kind, label: kind, idle });
+    }
+    for (const step of plan) {
+      const { kind } = step;
       for (const n of sizes(kind === "tool" ? args["tool-runs"] : args.runs)) {
         const samples: Sample[] = [];
         // One warm-up batch (JIT, connection pool growth), not counted.
-        await batch(host, kind, n, idle.cpuPerS, idle.redisPerS);
-        for (let i = 0; i < repsFor(n); i++) samples.push(await batch(host, kind, n, idle.cpuPerS, idle.redisPerS));
+        await batch(step.host, kind, n, step.idle.cpuPerS, step.idle.redisPerS);
+        for (let i = 0; i < repsFor(n); i++) {
+          samples.push(await batch(step.host, kind, n, step.idle.cpuPerS, step.idle.redisPerS));
+        }
         const pick = (f: (s: Sample) => number) => {
           const xs = samples.map(f);
           return { p50: pct(xs, 50), p95: pct(xs, 95) };
         };
         const row: Row = {
-          kind,
+          kind: step.label,
           runs: n,
           reps: samples.length,
           cpuMsPerRun: pick((s) => s.cpuPerRunMs),
@@ -347,6 +401,61 @@ async function main(): Promise<void> {
       }
     }
     await host.stop();
+
+    if (args.tracing) {
+      const receiver = await spanCounter();
+      const traced = await startBenchHost(undefined, {
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+        OTEL_BSP_SCHEDULE_DELAY: "200",
+      });
+      try {
+        const tracedIdle = await idleRates(traced);
+        log(`idle traced host: ${tracedIdle.cpuPerS.toFixed(1)} CPU ms/s`);
+        for (const n of sizes(args.runs)) {
+          const samples: Sample[] = [];
+          const spans: number[] = [];
+          await batch(traced, "text", n, tracedIdle.cpuPerS, tracedIdle.redisPerS);
+          for (let i = 0; i < repsFor(n); i++) {
+            await sleep(600);
+            const before = receiver.spans;
+            samples.push(await batch(traced, "text", n, tracedIdle.cpuPerS, tracedIdle.redisPerS));
+            // Two batch delays: every span of the batch has been exported.
+            await sleep(600);
+            spans.push((receiver.spans - before) / n);
+          }
+          const pick = (f: (s: Sample) => number) => {
+            const xs = samples.map(f);
+            return { p50: pct(xs, 50), p95: pct(xs, 95) };
+          };
+          const row: Row = {
+            kind: "text, traced",
+            runs: n,
+            reps: samples.length,
+            cpuMsPerRun: pick((s) => s.cpuPerRunMs),
+            cpuMsPerRunNet: pick((s) => s.cpuPerRunNetMs),
+            rssMiBPerRun: pick((s) => s.rssPerRunMiB),
+            redisPerRun: pick((s) => s.redisPerRun),
+            pgStatementsPerRun: pick((s) => s.pgStatementsPerRun),
+            pgTripsPerRun: pick((s) => s.pgTripsPerRun),
+            ingestPerRun: pick((s) => s.ingestPerRun),
+            latencyMs: (() => {
+              const xs = samples.flatMap((s) => s.latenciesMs);
+              return { p50: pct(xs, 50), p95: pct(xs, 95) };
+            })(),
+            load: load(),
+          };
+          rows.push(row);
+          log(
+            `text, traced × ${n}: spans per run ${spans.map((x) => x.toFixed(2)).join(", ")}; ${JSON.stringify(row)}`,
+          );
+        }
+        log(`OTLP requests received: ${receiver.requests}, spans: ${receiver.spans}`);
+      } finally {
+        await traced.stop();
+        receiver.close();
+      }
+    }
 
     if (args["cpu-prof"]) {
       const dir = resolve(args["cpu-prof"]);

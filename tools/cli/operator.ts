@@ -3,6 +3,8 @@
  * running dev stack's database from .dev/stack.json.
  *
  *   tenant create <id> [--name N]    create a tenant (idempotent)
+ *   tenant set <id> [--daily-budget-usd X|none]
+ *                                    change a tenant's settings (only the flags given)
  *   tenant list
  *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
  *   key list <tenant>                list keys: id, prefix, name, created, live/revoked
@@ -16,11 +18,20 @@ import { parseArgs } from "node:util";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../../src/db/schema";
-import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../../src/db/tenants-repo";
+import {
+  createApiKey,
+  createTenant,
+  listApiKeys,
+  listTenants,
+  revokeApiKey,
+  setTenantSettings,
+  type TenantSettings,
+} from "../../src/db/tenants-repo";
 import { deployAgents, deployTarget, loadAgents } from "./agents-deploy";
 
 const USAGE = `usage: npm run cli -- <command>
   tenant create <id> [--name N]
+  tenant set <id> [--daily-budget-usd X|none]   (US dollars per UTC day; none removes it)
   tenant list
   key create <tenant> [--name N]
   key list <tenant>
@@ -38,10 +49,28 @@ async function databaseUrl(): Promise<string> {
   throw new Error("DATABASE_URL is not set and no dev stack is running (.dev/stack.json not found)");
 }
 
+/** `tenant set`'s flags as a partial update (a flag not given is not touched); a bad value throws. */
+function tenantSettingsFromFlags(values: { "daily-budget-usd"?: string | undefined }): TenantSettings {
+  const settings: TenantSettings = {};
+  const budget = values["daily-budget-usd"];
+  if (budget !== undefined) {
+    if (budget === "none") settings.dailyBudgetUsd = null;
+    else if (/^\d+(\.\d+)?$/.test(budget)) settings.dailyBudgetUsd = Number(budget);
+    else throw new Error(`--daily-budget-usd: "${budget}" is not a number of US dollars (e.g. 25 or 0.5), or none`);
+  }
+  if (Object.keys(settings).length === 0) throw new Error("tenant set: give at least one setting (--daily-budget-usd)");
+  return settings;
+}
+
 async function main(): Promise<number> {
   const { positionals, values } = parseArgs({
     allowPositionals: true,
-    options: { name: { type: "string" }, "dry-run": { type: "boolean" }, help: { type: "boolean", short: "h" } },
+    options: {
+      name: { type: "string" },
+      "dry-run": { type: "boolean" },
+      "daily-budget-usd": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
   });
   const [noun, verb, arg, arg2] = positionals;
   if (values.help || !noun) {
@@ -60,8 +89,18 @@ async function main(): Promise<number> {
     if (noun === "tenant" && verb === "create" && arg) {
       const t = await createTenant(db, arg, values.name ?? arg);
       console.log(t.created ? `created tenant ${t.id}` : `tenant ${t.id} already exists`);
+    } else if (noun === "tenant" && verb === "set" && arg) {
+      const settings = tenantSettingsFromFlags(values);
+      if (!(await setTenantSettings(db, arg, settings))) {
+        console.error(`no tenant "${arg}"; create it first`);
+        return 1;
+      }
+      console.log(`tenant ${arg}: ${describeSettings(settings)}`);
     } else if (noun === "tenant" && verb === "list") {
-      for (const t of await listTenants(db)) console.log(`${t.id}\t${t.name}\t${t.createdAt.toISOString()}`);
+      for (const t of await listTenants(db)) {
+        const budget = t.dailyBudgetUsd === null ? "" : `\tdaily budget $${t.dailyBudgetUsd}`;
+        console.log(`${t.id}\t${t.name}\t${t.createdAt.toISOString()}${budget}`);
+      }
     } else if (noun === "key" && verb === "create" && arg) {
       const k = await createApiKey(db, arg, values.name ?? null);
       console.log(k.key);
@@ -84,6 +123,14 @@ async function main(): Promise<number> {
   } finally {
     await pool.end();
   }
+}
+
+function describeSettings(s: TenantSettings): string {
+  const parts: string[] = [];
+  if (s.dailyBudgetUsd !== undefined) {
+    parts.push(s.dailyBudgetUsd === null ? "no daily budget" : `daily budget $${s.dailyBudgetUsd} (UTC day)`);
+  }
+  return parts.join(", ");
 }
 
 main().then(

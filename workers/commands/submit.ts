@@ -13,6 +13,7 @@ import { parseAgentRef } from "../../src/contracts/agent";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, CreateJobBodySchema } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
+import { budgetExceeded } from "../../src/db/budget-repo";
 import type { Db } from "../../src/db/client";
 import {
   type BatchItem,
@@ -42,6 +43,8 @@ export interface SubmitOptions {
   models: ModelCatalog;
   /** What the idempotency key is bound to, when not the body itself (a chat message's content). */
   requestHash?: string;
+  /** The request's W3C traceparent, kept with the job when valid (src/domain/traceparent.ts). */
+  traceparent?: string | null;
 }
 
 /**
@@ -137,6 +140,7 @@ export async function submitJob(
       maxQueued: opts.maxQueued,
       requestHash: opts.requestHash,
       agent,
+      traceparent: opts.traceparent ?? null,
     }),
   );
   if (created.created) await wake(deps, [created.job.id], defer);
@@ -237,6 +241,7 @@ export async function submitJobs(
       : await callDependency("postgres", () => createJobs(db, tenantId, items, { maxQueued: opts.maxQueued }));
   if (!Array.isArray(result)) {
     if (result.kind === "mismatch") throw atItem(order[result.index] ?? result.index, idempotencyMismatch());
+    if (result.kind === "budget") throw budgetExceeded(result.refusal);
     throw new ApiError(
       "rate_limited",
       `this batch's ${result.fresh} new jobs do not fit under this tenant's limit of ${result.maxQueued} queued jobs; nothing was created`,

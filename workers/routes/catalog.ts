@@ -32,6 +32,9 @@ export const modelRoutes = routes(
           name: e.name,
           default: e.name === deploymentDefault,
           tenant_concurrency: tenantModelLimit(e, tenantId),
+          pricing: e.pricing
+            ? { input_usd_per_mtok: e.pricing.inputUsdPerMtok, output_usd_per_mtok: e.pricing.outputUsdPerMtok }
+            : null,
         })),
       });
     },
@@ -80,7 +83,7 @@ export const usageRoutes = routes(
     path: "/",
     operationId: "getUsage",
     tag: "models",
-    summary: "The tenant's tokens and model calls per UTC day and model",
+    summary: "The tenant's tokens, model calls and cost per UTC day and model",
     description:
       "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
     auth: "bearer",

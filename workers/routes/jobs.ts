@@ -45,7 +45,7 @@ export const jobRoutes = routes(
     tag: "jobs",
     summary: "Submit a job",
     description:
-      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`.",
+      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`. A valid W3C `traceparent` header is kept with the job: the run's spans join that trace (`trace_id`).",
     auth: "bearer",
     body: CreateJobBodySchema,
     responses: [
@@ -56,7 +56,7 @@ export const jobRoutes = routes(
         schema: JobAnswerSchema,
       },
     ],
-    errors: [...BODY_ERRORS, "idempotency_mismatch", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", "budget_exceeded", ...V1_ERRORS],
     handler: async (c, input) => {
       const config = c.get("config");
       const body = await input.body();
@@ -65,7 +65,11 @@ export const jobRoutes = routes(
         c.get("deps"),
         c.get("tenantId"),
         body,
-        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
+        {
+          maxQueued: config.limits.maxQueuedJobsPerTenant,
+          models: config.models,
+          traceparent: c.req.header("traceparent") ?? null,
+        },
         (work) => c.executionCtx.waitUntil(work),
       );
       return c.json({ job: toJobView(job) }, created ? 202 : 200);
@@ -78,7 +82,7 @@ export const jobRoutes = routes(
     tag: "jobs",
     summary: "Submit up to 100 jobs in one call, all or none",
     description:
-      "Each item is a POST /v1/jobs body under the same rules; the rows are one INSERT. Any refused item (400, 409, 413 naming `jobs[i]`) or a batch past the queued-jobs limit (429) creates nothing. An item whose `idempotency_key` this tenant already used answers that job. The body cap is 1 MiB (or MAX_BODY_BYTES if larger); each item must fit MAX_BODY_BYTES.",
+      "Each item is a POST /v1/jobs body under the same rules; the rows are one INSERT. Any refused item (400, 409, 413 naming `jobs[i]`) or a batch past the queued-jobs limit or the tenant's daily budget (429) creates nothing. An item whose `idempotency_key` this tenant already used answers that job. The body cap is 1 MiB (or MAX_BODY_BYTES if larger); each item must fit MAX_BODY_BYTES.",
     auth: "bearer",
     body: CreateJobBatchBodySchema,
     responses: [
@@ -94,7 +98,7 @@ export const jobRoutes = routes(
         schema: JobBatchAnswerSchema,
       },
     ],
-    errors: [...BODY_ERRORS, "idempotency_mismatch", "conflict", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "idempotency_mismatch", "conflict", "budget_exceeded", ...V1_ERRORS],
     handler: async (c) => {
       const config = c.get("config");
       // The envelope here, each item in submitJobs, so a refusal names its item (`jobs[3].input: …`);

@@ -27,6 +27,7 @@ export async function onMessage(
     content: frame.content,
     client_message_id: frame.client_message_id,
     ...(agent ? { agent } : {}),
+    ...(frame.traceparent ? { traceparent: frame.traceparent } : {}),
   };
   // A client_message_id that already became a job: the same job again, whatever is running.
   // ...but only for the same content: another message under a used id is a client bug to report,

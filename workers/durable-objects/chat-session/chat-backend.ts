@@ -27,6 +27,8 @@ export interface ChatSubmission {
   clientMessageId: string;
   /** The agent reference the message named (or its connection's), resolved at submit like POST /v1/jobs. */
   agent?: string;
+  /** The message's W3C traceparent (kept with the job when valid). */
+  traceparent?: string;
 }
 
 export interface ChatBackend {
@@ -68,7 +70,7 @@ export function postgresChatBackend(env: Env): ChatBackend {
   // Per call, not per object: clients must not be shared across requests (see deps.ts).
   const deps = () => createDeps(loadConfig(env));
   return {
-    async submit({ tenantId, conversationId, content, clientMessageId, agent }) {
+    async submit({ tenantId, conversationId, content, clientMessageId, agent, traceparent }) {
       const config = loadConfig(env);
       const d = createDeps(config);
       const db = d.db();
@@ -90,7 +92,12 @@ export function postgresChatBackend(env: Env): ChatBackend {
           idempotency_key: chatIdempotencyKey(conversationId, clientMessageId),
           metadata: { source: "chat", client_message_id: clientMessageId },
         },
-        { requestHash: hash, maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
+        {
+          requestHash: hash,
+          maxQueued: config.limits.maxQueuedJobsPerTenant,
+          models: config.models,
+          traceparent: traceparent ?? null,
+        },
       );
       return { job: toJobView(job), created };
     },

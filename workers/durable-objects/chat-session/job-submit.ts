@@ -20,6 +20,7 @@ export async function submit(s: Session, identity: Identity, frame: QueuedMessag
     content: frame.content,
     clientMessageId: frame.client_message_id,
     ...(frame.agent ? { agent: frame.agent } : {}),
+    ...(frame.traceparent ? { traceparent: frame.traceparent } : {}),
   });
   const sent = await s.store.sentMessages();
   const recorded = sent[frame.client_message_id];

@@ -45,14 +45,18 @@ export async function startNext(s: Session, jobId: string): Promise<void> {
       return;
     } catch (err) {
       log.warn("queued chat message could not be submitted", { error: err });
-      // A refusal of the message itself (its agent was archived while it waited, say) is told
-      // as such; anything else is the dependency that failed, and sending again may work.
-      const refused = err instanceof ApiError && (err.code === "invalid_request" || err.code === "conflict");
+      // A refusal of the message itself (its agent was archived while it waited, say, or the
+      // tenant's budget was spent) is told as such; anything else is the dependency that
+      // failed, and sending again may work.
+      const refused =
+        err instanceof ApiError &&
+        (err.code === "invalid_request" || err.code === "conflict" || err.code === "budget_exceeded");
       broadcast(s.ctx, {
         ...(refused
-          ? errorFrame(err.code as "invalid_request" | "conflict", err.message)
+          ? errorFrame(err.code as "invalid_request" | "conflict" | "budget_exceeded", err.message)
           : errorFrame("dependency_unavailable", "the queued message could not be submitted; send it again")),
         client_message_id: next.client_message_id,
+        ...(refused && err.retryAfterS !== undefined ? { retry_after_s: err.retryAfterS } : {}),
       });
     }
   }

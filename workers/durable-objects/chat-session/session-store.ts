@@ -26,6 +26,8 @@ export interface QueuedMessage {
   client_message_id: string;
   /** The agent reference the job will be submitted with (resolved to a version only then). */
   agent?: string;
+  /** The message's traceparent, kept with its job (validated at submit). */
+  traceparent?: string;
 }
 
 /** client_message_id → its job and the hash of its content (a bare job id: stored before hashes were kept). */

@@ -22,8 +22,8 @@ import type { ModelClient } from "../model/types";
 import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
-import { type JournalStore, RunJournal } from "./journal";
 import type { HostTracing } from "../tracing/tracing";
+import { type JournalStore, RunJournal } from "./journal";
 import type { RetryPolicy } from "./model-retry";
 import type { QuotaGate } from "./quota-gate";
 

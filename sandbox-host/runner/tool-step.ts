@@ -4,7 +4,7 @@
  * lazily by the first call).
  */
 import type { EventPayload } from "../../src/contracts/events";
-import { type JobError, type ToolName, tenantJobError } from "../../src/contracts/job";
+import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toolNames } from "../../src/domain/approval";

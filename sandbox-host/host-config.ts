@@ -86,6 +86,14 @@ export const HostConfigSchema = z.object({
   shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
   /** Reaper pass interval (jittered ±30 %). */
   reapMs: intFromEnv(100, 600_000).default(2000),
+  /**
+   * The schedule ticker's longest sleep (0 = this host fires no schedule ticks). It sleeps until
+   * the soonest tick it knows of; this bounds how late a tick of a schedule created or changed
+   * meanwhile is seen, at the cost of one indexed statement per period.
+   */
+  scheduleMs: intFromEnv(0, 600_000)
+    .refine((v) => v === 0 || v >= 50, "must be 0 (off) or at least 50 ms")
+    .default(1000),
   /** A claim not started within this is released and re-indexed. A host starts within ms of claiming. */
   claimTimeoutMs: intFromEnv(100, 3_600_000).default(DEFAULT_CLAIM_TIMEOUT_MS),
   /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
@@ -189,6 +197,7 @@ const ENV_NAMES: Record<string, string> = {
   shutdownGraceMs: "HOST_SHUTDOWN_GRACE_MS",
   outboxFlushTimeoutMs: "HOST_OUTBOX_FLUSH_TIMEOUT_MS",
   reapMs: "HOST_REAP_MS",
+  scheduleMs: "HOST_SCHEDULE_MS",
   claimTimeoutMs: "HOST_CLAIM_TIMEOUT_MS",
   runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
   indexRebuildMs: "HOST_INDEX_REBUILD_MS",
@@ -254,6 +263,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     shutdownGraceMs: v("HOST_SHUTDOWN_GRACE_MS"),
     outboxFlushTimeoutMs: v("HOST_OUTBOX_FLUSH_TIMEOUT_MS"),
     reapMs: v("HOST_REAP_MS"),
+    scheduleMs: v("HOST_SCHEDULE_MS"),
     claimTimeoutMs: v("HOST_CLAIM_TIMEOUT_MS"),
     runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
     indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),

@@ -29,6 +29,7 @@ import { SandboxJanitor } from "./reaper/sandbox-janitor";
 import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
+import { ScheduleTicker } from "./scheduler/schedule-ticker";
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {
@@ -39,6 +40,8 @@ export interface HostParts {
   runner: Runner;
   claimer: Claimer;
   reaper: Reaper;
+  /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
+  scheduler: ScheduleTicker | null;
   janitor: SandboxJanitor | null;
   listener: ReadyListener | null;
   /** The autoscaling signal: queued jobs and the oldest one's age, per tenant (HOST_QUEUE_DEPTH_MS). */
@@ -178,6 +181,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
+  const scheduler = config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs }) : null;
   const janitor = sandbox
     ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
     : null;
@@ -209,7 +213,20 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     log,
     activity,
   });
-  return { metrics, leaseStore, offload, outbox, runner, claimer, reaper, janitor, listener, queueDepth, activity };
+  return {
+    metrics,
+    leaseStore,
+    offload,
+    outbox,
+    runner,
+    claimer,
+    reaper,
+    scheduler,
+    janitor,
+    listener,
+    queueDepth,
+    activity,
+  };
 }
 
 /**

@@ -122,6 +122,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,
+    // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
+    ...(parts.scheduler ? [parts.scheduler] : []),
     // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
     parts.claimer,
     ...(parts.listener ? [parts.listener] : []),

@@ -18,6 +18,7 @@ import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
+import { scheduleRoutes } from "./routes/schedules";
 import { tokenRoutes } from "./routes/tokens";
 import type { GatewayEnv } from "./types";
 
@@ -39,6 +40,7 @@ export function createApp() {
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/agents", agentRoutes);
+  app.route("/v1/schedules", scheduleRoutes);
   app.route("/v1/models", modelRoutes);
   app.route("/v1/usage", usageRoutes);
   return app;

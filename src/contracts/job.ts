@@ -115,6 +115,8 @@ export const JobBatchEnvelopeSchema = z.object({ jobs: z.array(z.unknown()).min(
 
 export const ListJobsQuerySchema = z.object({
   state: z.enum(JOB_STATES).optional(),
+  /** Only the jobs this schedule's ticks made. */
+  schedule_id: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(LIMITS.maxListLimit).default(LIMITS.defaultListLimit),
   cursor: text().max(200).optional(),
 });
@@ -193,6 +195,10 @@ export const JobViewSchema = z.object({
   root_job_id: z.uuid().nullable(),
   /** How deep in its tree: 0 for a submitted job, 1 for its children, … */
   depth: z.number().int().min(0),
+  /** The schedule whose tick made the job (GET /v1/schedules/{id}), else null. */
+  schedule_id: z.uuid().nullable(),
+  /** That tick's time (the job was due then); null for a job no schedule made. */
+  scheduled_for: isoTime.nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -42,5 +42,7 @@ export function toJobView(row: JobRow): JobView {
     parent_job_id: row.parentJobId,
     root_job_id: row.rootJobId,
     depth: row.depth,
+    schedule_id: row.scheduleId,
+    scheduled_for: isoOrNull(row.scheduledFor),
   };
 }

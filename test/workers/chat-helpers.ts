@@ -55,6 +55,8 @@ export class FakeChatBackend implements ChatBackend {
       parent_job_id: null,
       root_job_id: null,
       depth: 0,
+      schedule_id: null,
+      scheduled_for: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

@@ -33,6 +33,7 @@ CREATE TABLE "webhook_deliveries" (
 	"state" text DEFAULT 'pending' NOT NULL,
 	"attempts" integer DEFAULT 0 NOT NULL,
 	"next_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
+	"payload" text,
 	"created_at" timestamp with time zone DEFAULT now() NOT NULL,
 	"finished_at" timestamp with time zone,
 	CONSTRAINT "webhook_deliveries_state_ck" CHECK ("webhook_deliveries"."state" in ('pending','delivered','failed'))
@@ -58,6 +59,31 @@ CREATE INDEX "schedules_tenant_created_idx" ON "schedules" USING btree ("tenant_
 CREATE INDEX "schedules_due_idx" ON "schedules" USING btree ("next_run_at") WHERE "schedules"."enabled";--> statement-breakpoint
 CREATE INDEX "webhook_attempts_delivery_idx" ON "webhook_attempts" USING btree ("delivery_id","attempted_at");--> statement-breakpoint
 CREATE INDEX "webhook_deliveries_due_idx" ON "webhook_deliveries" USING btree ("next_attempt_at") WHERE "webhook_deliveries"."state" = 'pending';--> statement-breakpoint
+CREATE INDEX "webhook_deliveries_endpoint_due_idx" ON "webhook_deliveries" USING btree ("webhook_id","next_attempt_at") WHERE "webhook_deliveries"."state" = 'pending';--> statement-breakpoint
 CREATE INDEX "webhook_deliveries_webhook_idx" ON "webhook_deliveries" USING btree ("webhook_id","created_at");--> statement-breakpoint
+CREATE INDEX "webhook_deliveries_job_idx" ON "webhook_deliveries" USING btree ("job_id");--> statement-breakpoint
 CREATE INDEX "webhooks_tenant_idx" ON "webhooks" USING btree ("tenant_id","created_at","id");--> statement-breakpoint
-CREATE UNIQUE INDEX "jobs_schedule_tick_uq" ON "jobs" USING btree ("schedule_id","scheduled_for") WHERE "jobs"."schedule_id" is not null;
+CREATE UNIQUE INDEX "jobs_schedule_tick_uq" ON "jobs" USING btree ("schedule_id","scheduled_for") WHERE "jobs"."schedule_id" is not null;--> statement-breakpoint
+-- The webhook outbox (hand-written, like 0003): whenever a job's state changes to one a webhook
+-- can be told of (job.<state>: completed, failed, cancelled, lost, timed_out, waiting, and any
+-- state added later, e.g. expired), a delivery row for each of the tenant's enabled endpoints
+-- subscribed to it is inserted in the same transaction as the change, by whichever statement
+-- made it (the host's finish, the reaper's lost/timed_out, a cancel, an expiry, a suspend). A
+-- crash between the state change and the send loses nothing; a new terminal statement needs no
+-- code for it. ear_webhook wakes the hosts' senders (they also poll).
+CREATE FUNCTION ear_webhook_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO webhook_deliveries (webhook_id, tenant_id, job_id, event_type)
+  SELECT w.id, NEW.tenant_id, NEW.id, 'job.' || NEW.state
+  FROM webhooks w
+  WHERE w.tenant_id = NEW.tenant_id AND w.enabled AND w.events ? ('job.' || NEW.state);
+  IF FOUND THEN
+    PERFORM pg_notify('ear_webhook', '');
+  END IF;
+  RETURN NULL;
+END
+$$;
+--> statement-breakpoint
+CREATE TRIGGER jobs_webhook_outbox AFTER UPDATE OF state ON jobs
+  FOR EACH ROW WHEN (NEW.state NOT IN ('queued', 'running') AND OLD.state IS DISTINCT FROM NEW.state)
+  EXECUTE FUNCTION ear_webhook_outbox();

@@ -30,6 +30,7 @@ import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
 import { ScheduleTicker } from "./scheduler/schedule-ticker";
+import { WebhookSender } from "./webhooks/webhook-sender";
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {
@@ -42,6 +43,8 @@ export interface HostParts {
   reaper: Reaper;
   /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
   scheduler: ScheduleTicker | null;
+  /** Sends webhook deliveries (null: HOST_WEBHOOK_POLL_MS=0). */
+  webhooks: WebhookSender | null;
   janitor: SandboxJanitor | null;
   listener: ReadyListener | null;
   /** The autoscaling signal: queued jobs and the oldest one's age, per tenant (HOST_QUEUE_DEPTH_MS). */
@@ -182,6 +185,17 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     activity,
   });
   const scheduler = config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs }) : null;
+  const webhooks =
+    config.webhookPollMs > 0
+      ? new WebhookSender({
+          db,
+          log,
+          allowedUrls: config.webhookAllowedUrls,
+          concurrency: config.webhookConcurrency,
+          pollMs: config.webhookPollMs,
+          attemptTimeoutMs: config.webhookTimeoutMs,
+        })
+      : null;
   const janitor = sandbox
     ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
     : null;
@@ -202,6 +216,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         onCancel: (owner) => {
           if (owner === config.hostId) runner.wakeCancelCheck();
         },
+        onWebhook: webhooks ? () => webhooks.wake() : undefined,
         onConnected: () => activity.noteWork(),
         onDisconnected: () => activity.noteWork(),
       })
@@ -222,6 +237,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     claimer,
     reaper,
     scheduler,
+    webhooks,
     janitor,
     listener,
     queueDepth,

@@ -124,6 +124,9 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     parts.reaper,
     // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
     ...(parts.scheduler ? [parts.scheduler] : []),
+    // Webhook deliveries: stopped after admission and before the runs' wait (attempts in flight
+    // end by their timeout; a delivery a run's end queues during the shutdown is sent by any host).
+    ...(parts.webhooks ? [parts.webhooks] : []),
     // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
     parts.claimer,
     ...(parts.listener ? [parts.listener] : []),

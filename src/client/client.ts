@@ -50,6 +50,14 @@ import type {
 import type { CreateTokenBody, TokenAnswer } from "../contracts/tokens";
 import type { JobTreeSchema } from "../contracts/tree";
 import type { ApprovalAnswer, ApprovalBody } from "../contracts/wait";
+import type {
+  CreateWebhookBody,
+  DeliveryAnswerSchema,
+  DeliveryPageSchema,
+  WebhookAnswerSchema,
+  WebhookCreatedSchema,
+  WebhookPageSchema,
+} from "../contracts/webhook";
 import { ChatConnection, type ChatOptions, type WebSocketConstructor } from "./chat";
 import {
   type FollowOptions,
@@ -117,6 +125,13 @@ export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;
 export type ScheduleAnswer = z.infer<typeof ScheduleAnswerSchema>;
 /** GET /v1/schedules: every schedule, oldest first. */
 export type SchedulePage = z.infer<typeof SchedulePageSchema>;
+/** POST /v1/webhooks: `{webhook}` with its `secret`, shown this once. */
+export type WebhookCreated = z.infer<typeof WebhookCreatedSchema>;
+export type WebhookAnswer = z.infer<typeof WebhookAnswerSchema>;
+export type WebhookPage = z.infer<typeof WebhookPageSchema>;
+/** GET /v1/webhooks/{id}/deliveries: newest first, each with its attempts. */
+export type DeliveryPage = z.infer<typeof DeliveryPageSchema>;
+export type DeliveryAnswer = z.infer<typeof DeliveryAnswerSchema>;
 /** POST /v1/agents as a client writes it: the name plus the definition, defaults not yet applied. */
 export type CreateAgentInput = { name: CreateAgentBody["name"] } & AgentDefinitionInput;
 
@@ -316,6 +331,43 @@ export class EarClient {
   async deleteSchedule(id: string, opts: CallOptions = {}): Promise<void> {
     const res = await this.transport.send("DELETE", `/v1/schedules/${enc(id)}`, opts);
     if (!res.ok) throw await errorOf(res);
+  }
+
+  /** POST /v1/webhooks: `{webhook}` with `secret` (`whsec_…`), which no later answer shows. */
+  async createWebhook(body: CreateWebhookBody, opts: CallOptions = {}): Promise<WebhookCreated> {
+    return (await this.transport.json<WebhookCreated>("POST", "/v1/webhooks", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/webhooks: `{webhooks}`, oldest first. */
+  async listWebhooks(opts: CallOptions = {}): Promise<WebhookPage> {
+    return (await this.transport.json<WebhookPage>("GET", "/v1/webhooks", opts)).body;
+  }
+
+  /** GET /v1/webhooks/{id}: `{webhook}`. */
+  async getWebhook(id: string, opts: CallOptions = {}): Promise<WebhookAnswer> {
+    return (await this.transport.json<WebhookAnswer>("GET", `/v1/webhooks/${enc(id)}`, opts)).body;
+  }
+
+  /** DELETE /v1/webhooks/{id}: no body (204); its deliveries go with it. */
+  async deleteWebhook(id: string, opts: CallOptions = {}): Promise<void> {
+    const res = await this.transport.send("DELETE", `/v1/webhooks/${enc(id)}`, opts);
+    if (!res.ok) throw await errorOf(res);
+  }
+
+  /** GET /v1/webhooks/{id}/deliveries: `{deliveries}`, newest first, each with its attempts. */
+  async listWebhookDeliveries(
+    id: string,
+    query: { limit?: number } = {},
+    opts: CallOptions = {},
+  ): Promise<DeliveryPage> {
+    const qs = query.limit === undefined ? "" : `?limit=${query.limit}`;
+    return (await this.transport.json<DeliveryPage>("GET", `/v1/webhooks/${enc(id)}/deliveries${qs}`, opts)).body;
+  }
+
+  /** POST /v1/webhooks/{id}/deliveries/{delivery_id}/retry: `{delivery}`, due now, under the same webhook-id. */
+  async retryWebhookDelivery(id: string, deliveryId: string, opts: CallOptions = {}): Promise<DeliveryAnswer> {
+    const path = `/v1/webhooks/${enc(id)}/deliveries/${enc(deliveryId)}/retry`;
+    return (await this.transport.json<DeliveryAnswer>("POST", path, opts)).body;
   }
 
   /** GET /v1/models: `{models}`, the ones this tenant may name, the deployment's default first. */

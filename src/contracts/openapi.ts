@@ -261,6 +261,22 @@ export const scheduleIdParam: JsonSchema = {
   schema: { type: "string" },
 };
 
+export const webhookIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The webhook endpoint's id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+export const deliveryIdParam: JsonSchema = {
+  name: "delivery_id",
+  in: "path",
+  required: true,
+  description: "The delivery's id, its `webhook-id` header (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
 export const agentVersionParam: JsonSchema = {
   name: "version",
   in: "path",

@@ -378,9 +378,10 @@ export const webhooks = pgTable(
 );
 
 /**
- * The webhook outbox: one row per (endpoint, job event) owed, inserted by the statement that ends
- * the job (WEBHOOK_OUTBOX_SQL, src/db/webhook-outbox.ts), so no crash falls between the two. Its
- * id is the delivery's `webhook-id`, the same on every attempt.
+ * The webhook outbox: one row per (endpoint, job event) owed, inserted by the trigger
+ * jobs_webhook_outbox (drizzle/0016) inside whichever statement changes the job's state, so no
+ * crash falls between the two and a new terminal statement needs nothing. Its id is the
+ * delivery's `webhook-id`, the same on every attempt.
  */
 export const webhookDeliveries = pgTable(
   "webhook_deliveries",
@@ -397,14 +398,22 @@ export const webhookDeliveries = pgTable(
     attempts: integer("attempts").notNull().default(0),
     /** When the next attempt is due; while one is in flight, when its lease ends. */
     nextAttemptAt: tstz("next_attempt_at").notNull().defaultNow(),
+    /**
+     * The body, built at the first attempt and sent byte for byte on every later one (text, not
+     * jsonb: jsonb reorders keys, and a retry must carry the body its signature was made for).
+     */
+    payload: text("payload"),
     createdAt: tstz("created_at").notNull().defaultNow(),
     finishedAt: tstz("finished_at"),
   },
   (t) => [
     check("webhook_deliveries_state_ck", sql`${t.state} in ('pending','delivered','failed')`),
-    // The senders' read: pending deliveries by due time.
+    // The senders' reads: which endpoints have deliveries due, then each endpoint's oldest due.
     index("webhook_deliveries_due_idx").on(t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
+    index("webhook_deliveries_endpoint_due_idx").on(t.webhookId, t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
     index("webhook_deliveries_webhook_idx").on(t.webhookId, t.createdAt),
+    // The retention purge deletes a purged job's deliveries by it.
+    index("webhook_deliveries_job_idx").on(t.jobId),
   ],
 );
 

@@ -51,6 +51,7 @@ export class WebhookSender implements Service {
   /** In-flight attempts per endpoint (webhook id). */
   private readonly perEndpoint = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
+  private wakePending = false;
 
   constructor(private readonly opts: WebhookSenderOptions) {
     this.fetchImpl = opts.fetch ?? fetch;
@@ -70,9 +71,17 @@ export class WebhookSender implements Service {
     this.loop.start();
   }
 
-  /** A delivery was queued or made due (ear_webhook): claim now. */
+  /**
+   * A delivery was queued or made due (ear_webhook), or a slot came free: claim now. Wakes while
+   * one is already pending coalesce into it, so a burst of them is one more pass, not one each.
+   */
   wake(): void {
-    void this.loop.runNow();
+    if (this.wakePending) return;
+    this.wakePending = true;
+    void this.loop.runNow(() => {
+      this.wakePending = false;
+      return this.pass();
+    });
   }
 
   async stop(): Promise<void> {
@@ -97,8 +106,8 @@ export class WebhookSender implements Service {
         const n = (this.perEndpoint.get(d.webhookId) ?? 1) - 1;
         if (n <= 0) this.perEndpoint.delete(d.webhookId);
         else this.perEndpoint.set(d.webhookId, n);
-        // A slot is free: more may be due (a backlog larger than one claim).
-        if (claimed.length >= free) this.wake();
+        // A slot (and maybe this endpoint's share) is free: more may be due.
+        this.wake();
       });
       this.inFlight.set(d.id, run);
     }

@@ -9,10 +9,14 @@
  */
 import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
+import { drizzle } from "drizzle-orm/node-postgres";
 import { Webhook } from "standardwebhooks";
 import { afterAll, describe, expect, it } from "vitest";
+import type { Db } from "../../src/db/client";
+import { recoveryPass } from "../../src/db/recovery-pass";
+import * as schema from "../../src/db/schema";
 import { waitFor } from "../../tools/stack/services/ports";
-import { apiClient, userMessage } from "../helpers/api";
+import { apiClient, longRunMessage, userMessage } from "../helpers/api";
 import { useStack } from "../helpers/stack";
 
 interface Received {
@@ -42,6 +46,7 @@ const server = createServer((req, res) => {
     seen.set(key, n);
     if (r.path === "/hooks/fail-once" && n === 1) return res.writeHead(500).end("not yet");
     if (r.path === "/hooks/hang-once" && n === 1) return void hanging.push(() => res.destroy());
+    if (r.path === "/hooks/slow") return void setTimeout(() => res.writeHead(204).end(), 3000);
     if (r.path === "/hooks/redirect") return res.writeHead(302, { location: "http://127.0.0.1:1/elsewhere" }).end();
     res.writeHead(204).end();
   });
@@ -243,4 +248,109 @@ describe("webhooks", () => {
     expect(received.some((r) => r.path === "/elsewhere")).toBe(false);
     expect((await api().call("DELETE", `/v1/webhooks/${w.id}`)).status).toBe(204);
   }, 60_000);
+
+  it("job.cancelled (a cancel through the API, the host's terminal write) and job.lost (the recovery pass) are queued by the same trigger", async () => {
+    const w = await addWebhook("ok", ["job.cancelled", "job.lost"]);
+    const cancelled = (await api().call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage())).body.job.id;
+    await waitFor("running", async () => {
+      const r = await t.pool.query("SELECT 1 FROM jobs WHERE id = $1 AND state = 'running'", [cancelled]);
+      return (r.rowCount ?? 0) > 0;
+    });
+    expect((await api().call("POST", `/v1/jobs/${cancelled}/cancel`)).status).toBeLessThan(300);
+    // A run whose host died an hour ago, written as that host left it; the pass any host or the cron runs ends it.
+    const lost = crypto.randomUUID();
+    await t.pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, state, owner, claimed_at, epoch, token, execution_id,
+         execution_started_at, started_at, heartbeat_at)
+       VALUES ($1, $2, '{"messages":[{"role":"user","content":"x"}]}', 'running', 'dead-host', now(), 1,
+         gen_random_uuid(), gen_random_uuid(), now(), now(), now() - interval '1 hour')`,
+      [lost, t.stack.tenantId],
+    );
+    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
+    const pass = await recoveryPass({ db, limits: { claimTimeoutMs: 10_000, runLostAfterMs: 8_000 }, log: console });
+    expect(pass.reaped.map((r) => r.id)).toContain(lost);
+    const got = await waitFor(
+      "both delivered",
+      async () => {
+        const d = await deliveries(w.id);
+        return d.length === 2 && d.every((x) => x.state === "delivered") ? d : null;
+      },
+      { timeoutMs: 30_000 },
+    );
+    expect(Object.fromEntries(got.map((d) => [d.job_id, d.event_type]))).toEqual({
+      [cancelled]: "job.cancelled",
+      [lost]: "job.lost",
+    });
+    for (const d of got) {
+      const [v] = verified(w.secret, "ok", d.id);
+      expect(v?.payload.data.job.state).toBe(d.event_type.slice(4));
+    }
+    expect((await api().call("DELETE", `/v1/webhooks/${w.id}`)).status).toBe(204);
+  }, 60_000);
+
+  it("one slow endpoint stalls no other: 300 deliveries to a fast one go through while a 3 s one holds its 2 slots", async () => {
+    const fast = await addWebhook("ok", ["job.completed"]);
+    const slow = await addWebhook("slow", ["job.completed"]);
+    const [anyJob] = (
+      await t.pool.query<{ id: string }>("SELECT id FROM jobs WHERE tenant_id = $1 LIMIT 1", [t.stack.tenantId])
+    ).rows;
+    const insert = (webhookId: string, n: number) =>
+      t.pool.query(
+        `INSERT INTO webhook_deliveries (webhook_id, tenant_id, job_id, event_type)
+         SELECT $1, $2, $3, 'job.completed' FROM generate_series(1, $4::int); SELECT pg_notify('ear_webhook', '')`.split(
+          ";",
+        )[0] as string,
+        [webhookId, t.stack.tenantId, anyJob?.id, n],
+      );
+    await insert(slow.id, 20);
+    const started = Date.now();
+    await insert(fast.id, 300);
+    await t.pool.query("SELECT pg_notify('ear_webhook', '')");
+    await waitFor(
+      "the fast endpoint's 300 delivered",
+      async () => {
+        const r = await t.pool.query<{ n: string }>(
+          "SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = $1 AND state = 'delivered'",
+          [fast.id],
+        );
+        return Number(r.rows[0]?.n) === 300;
+      },
+      { timeoutMs: 60_000, intervalMs: 20 },
+    );
+    const elapsedMs = Date.now() - started;
+    const slowDone = await t.pool.query<{ n: string }>(
+      "SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = $1 AND state = 'delivered'",
+      [slow.id],
+    );
+    // 20 at 3 s each, 2 at a time, take ≥ 30 s: the fast endpoint did not wait for them.
+    expect(Number(slowDone.rows[0]?.n)).toBeLessThan(20);
+    const inFlightToSlow = received.filter((r) => r.path === "/hooks/slow").length;
+    expect(inFlightToSlow).toBeLessThanOrEqual(2 * Math.ceil(elapsedMs / 3000) + 2);
+    console.log(
+      `webhook deliveries: 300 to a fast endpoint in ${elapsedMs} ms (${Math.round((300 * 1000) / elapsedMs)}/s, one host, 16 slots) while a 3 s endpoint took ${inFlightToSlow} requests`,
+    );
+    for (const w of [fast, slow]) expect((await api().call("DELETE", `/v1/webhooks/${w.id}`)).status).toBe(204);
+
+    // Spread over 8 endpoints, the host's 16 slots are all in use (2 per endpoint).
+    const eight = await Promise.all(Array.from({ length: 8 }, () => addWebhook("ok", ["job.completed"])));
+    const spreadStarted = Date.now();
+    for (const w of eight) await insert(w.id, 50);
+    await t.pool.query("SELECT pg_notify('ear_webhook', '')");
+    await waitFor(
+      "400 over 8 endpoints delivered",
+      async () => {
+        const r = await t.pool.query<{ n: string }>(
+          "SELECT count(*) AS n FROM webhook_deliveries WHERE webhook_id = ANY($1::uuid[]) AND state = 'delivered'",
+          [eight.map((w) => w.id)],
+        );
+        return Number(r.rows[0]?.n) === 400;
+      },
+      { timeoutMs: 60_000, intervalMs: 20 },
+    );
+    const spreadMs = Date.now() - spreadStarted;
+    console.log(
+      `webhook deliveries: 400 over 8 endpoints in ${spreadMs} ms (${Math.round((400 * 1000) / spreadMs)}/s, one host, 16 slots)`,
+    );
+    for (const w of eight) expect((await api().call("DELETE", `/v1/webhooks/${w.id}`)).status).toBe(204);
+  }, 120_000);
 });

@@ -6,18 +6,9 @@
  */
 import { z } from "zod";
 import { text } from "./text";
+import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "./webhook-events";
 
-/** The events an endpoint may subscribe to: `job.<state>` for each state a job can be told of in. */
-export const WEBHOOK_EVENT_TYPES = [
-  "job.completed",
-  "job.failed",
-  "job.cancelled",
-  "job.lost",
-  "job.timed_out",
-  "job.expired",
-  "job.waiting",
-] as const;
-export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+export { WEBHOOK_EVENT_TYPES, type WebhookEventType };
 
 export const WEBHOOK_LIMITS = {
   /** Endpoints one tenant may have (each is a lookup in every state change of its jobs). */

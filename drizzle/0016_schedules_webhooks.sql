@@ -87,3 +87,16 @@ $$;
 CREATE TRIGGER jobs_webhook_outbox AFTER UPDATE OF state ON jobs
   FOR EACH ROW WHEN (NEW.state NOT IN ('queued', 'running') AND OLD.state IS DISTINCT FROM NEW.state)
   EXECUTE FUNCTION ear_webhook_outbox();
+--> statement-breakpoint
+-- A schedule created, or its cron, timezone or enabled changed (the gateway's writes; firing a
+-- tick sets only next_run_at and last_run_at): every host's ticker reads the first tick at once
+-- instead of at the end of its sleep.
+CREATE FUNCTION ear_notify_schedule() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('ear_schedule', '');
+  RETURN NULL;
+END
+$$;
+--> statement-breakpoint
+CREATE TRIGGER schedules_notify AFTER INSERT OR UPDATE OF cron, timezone, enabled ON schedules
+  FOR EACH ROW EXECUTE FUNCTION ear_notify_schedule();

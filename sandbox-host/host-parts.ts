@@ -184,7 +184,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
-  const scheduler = config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs }) : null;
+  const scheduler =
+    config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs, activity }) : null;
   const webhooks =
     config.webhookPollMs > 0
       ? new WebhookSender({
@@ -194,6 +195,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
           concurrency: config.webhookConcurrency,
           pollMs: config.webhookPollMs,
           attemptTimeoutMs: config.webhookTimeoutMs,
+          activity,
         })
       : null;
   const janitor = sandbox
@@ -217,6 +219,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
           if (owner === config.hostId) runner.wakeCancelCheck();
         },
         onWebhook: webhooks ? () => webhooks.wake() : undefined,
+        onSchedule: scheduler ? () => scheduler.wake() : undefined,
         onConnected: () => activity.noteWork(),
         onDisconnected: () => activity.noteWork(),
       })

@@ -4,70 +4,67 @@
  * fires it within a minute). Racing hosts make one job per tick: the repo's statement decides.
  *
  * It sleeps until the soonest tick ahead (Postgres' clock, so host clock skew does not matter),
- * but never longer than `maxWaitMs` (HOST_SCHEDULE_MS): a schedule created or changed meanwhile
- * with an earlier tick is seen within that. A pass with nothing due is one indexed statement.
+ * never longer than `maxWaitMs` (HOST_SCHEDULE_MS), or HOST_IDLE_MS while the fleet is idle; a
+ * schedule created or changed meanwhile wakes it at once (ear_schedule, drizzle/0016, through the
+ * ready listener), so the cap only bounds a lost notification. A pass with nothing due is one
+ * indexed statement.
  */
 import type { Db } from "../../src/db/client";
 import { fireDueSchedules } from "../../src/db/schedules-repo";
+import type { FleetActivity } from "../lifecycle/activity";
 import type { Service } from "../lifecycle/service";
+import { TimedLoop } from "../lifecycle/timed-loop";
 import { errorFields, type Logger } from "../log";
 
 export interface ScheduleTickerOptions {
   db: Db;
   log: Logger;
-  /** The longest sleep between passes. */
+  /** The longest sleep while the fleet is busy. */
   maxWaitMs: number;
-  /** Called for each job this host's passes made (tests, metrics). */
-  onFired?: (t: { scheduleId: string; jobId: string; scheduledFor: Date }) => void;
+  activity?: FleetActivity;
 }
 
 export class ScheduleTicker implements Service {
   readonly name = "schedule ticker";
-  private timer: NodeJS.Timeout | undefined;
-  private inFlight: Promise<void> | null = null;
-  private active = false;
+  private readonly loop: TimedLoop;
 
-  constructor(private readonly opts: ScheduleTickerOptions) {}
+  constructor(private readonly opts: ScheduleTickerOptions) {
+    const activity = opts.activity;
+    this.loop = new TimedLoop(
+      {
+        name: this.name,
+        busyMs: opts.maxWaitMs,
+        idle: activity ? { everyMs: activity.idleMs, when: () => activity.idle } : undefined,
+        onError: (err) => opts.log.warn("schedule pass failed", errorFields(err)),
+      },
+      () => this.pass(),
+    );
+  }
 
   start(): void {
-    if (this.active) return;
-    this.active = true;
-    this.wait(0);
+    this.loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.active = false;
-    clearTimeout(this.timer);
-    while (this.inFlight) await this.inFlight;
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
-  private wait(ms: number): void {
-    if (!this.active) return;
-    this.timer = setTimeout(() => {
-      this.inFlight = this.pass().finally(() => {
-        this.inFlight = null;
-      });
-    }, ms);
+  /** A schedule was created or changed (ear_schedule): its first tick may be sooner than the sleep. */
+  wake(): void {
+    this.loop.wake();
   }
 
-  private async pass(): Promise<void> {
-    let nextInMs: number | null = null;
-    try {
-      const outcome = await fireDueSchedules(this.opts.db, this.opts.log);
-      nextInMs = outcome.nextInMs;
-      for (const f of outcome.fired) {
-        if (f.jobId && f.scheduledFor) {
-          this.opts.log.info("schedule tick fired", {
-            schedule_id: f.scheduleId,
-            job_id: f.jobId,
-            scheduled_for: f.scheduledFor.toISOString(),
-          });
-          this.opts.onFired?.({ scheduleId: f.scheduleId, jobId: f.jobId, scheduledFor: f.scheduledFor });
-        }
+  private async pass(): Promise<number | null> {
+    const outcome = await fireDueSchedules(this.opts.db, this.opts.log);
+    for (const f of outcome.fired) {
+      if (f.jobId && f.scheduledFor) {
+        this.opts.log.info("schedule tick fired", {
+          schedule_id: f.scheduleId,
+          job_id: f.jobId,
+          scheduled_for: f.scheduledFor.toISOString(),
+        });
       }
-    } catch (err) {
-      this.opts.log.warn("schedule pass failed", errorFields(err));
     }
-    this.wait(Math.min(nextInMs ?? this.opts.maxWaitMs, this.opts.maxWaitMs));
+    return outcome.nextInMs;
   }
 }

@@ -11,8 +11,9 @@
  * tenant gave, and a redirect could point anywhere. A URL the allowlist no longer covers fails
  * the delivery without a request.
  *
- * Woken by ear_webhook (the outbox trigger and the retry route notify it), and polls every
- * `pollMs` for retries coming due.
+ * Woken by ear_webhook (the outbox trigger and the retry route notify it) and by a finished
+ * attempt; otherwise it sleeps until the next retry is due, at most `pollMs` (HOST_WEBHOOK_POLL_MS),
+ * or HOST_IDLE_MS while the fleet is idle (lifecycle/timed-loop.ts).
  */
 
 import { WEBHOOK_LIMITS, type WebhookPayload } from "../../src/contracts/webhook";
@@ -23,8 +24,9 @@ import { type AttemptResult, type ClaimedDelivery, claimDeliveries, recordAttemp
 import { backoffDelay } from "../../src/domain/backoff";
 import { type AllowedUrl, isUrlAllowed } from "../../src/domain/mcp";
 import { webhookHeaders } from "../../src/domain/webhook-signature";
-import { PeriodicTask } from "../lifecycle/periodic";
+import type { FleetActivity } from "../lifecycle/activity";
 import type { Service } from "../lifecycle/service";
+import { TimedLoop } from "../lifecycle/timed-loop";
 import { errorFields, type Logger } from "../log";
 
 export interface WebhookSenderOptions {
@@ -33,7 +35,9 @@ export interface WebhookSenderOptions {
   allowedUrls: readonly AllowedUrl[];
   /** Attempts in flight on this host at once. */
   concurrency: number;
+  /** The longest sleep while the fleet is busy (it sleeps until the next retry is due). */
   pollMs: number;
+  activity?: FleetActivity;
   /** One attempt's timeout (WEBHOOK_LIMITS.attemptTimeoutMs unless a test shortens it). */
   attemptTimeoutMs: number;
   fetch?: typeof fetch;
@@ -46,21 +50,20 @@ const LEASE_MARGIN_MS = 5_000;
 
 export class WebhookSender implements Service {
   readonly name = "webhook sender";
-  private readonly loop: PeriodicTask;
+  private readonly loop: TimedLoop;
   private readonly inFlight = new Map<string, Promise<void>>();
   /** In-flight attempts per endpoint (webhook id). */
   private readonly perEndpoint = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
-  private wakePending = false;
 
   constructor(private readonly opts: WebhookSenderOptions) {
     this.fetchImpl = opts.fetch ?? fetch;
-    this.loop = new PeriodicTask(
+    const activity = opts.activity;
+    this.loop = new TimedLoop(
       {
         name: this.name,
-        everyMs: opts.pollMs,
-        spread: 0.2,
-        firstDelayMs: 0,
+        busyMs: opts.pollMs,
+        idle: activity ? { everyMs: activity.idleMs, when: () => activity.idle } : undefined,
         onError: (err) => opts.log.warn("webhook pass failed", errorFields(err)),
       },
       () => this.pass(),
@@ -73,15 +76,10 @@ export class WebhookSender implements Service {
 
   /**
    * A delivery was queued or made due (ear_webhook), or a slot came free: claim now. Wakes while
-   * one is already pending coalesce into it, so a burst of them is one more pass, not one each.
+   * a pass runs coalesce into one more pass after it.
    */
   wake(): void {
-    if (this.wakePending) return;
-    this.wakePending = true;
-    void this.loop.runNow(() => {
-      this.wakePending = false;
-      return this.pass();
-    });
+    this.loop.wake();
   }
 
   async stop(): Promise<void> {
@@ -90,10 +88,12 @@ export class WebhookSender implements Service {
     await Promise.allSettled([...this.inFlight.values()]);
   }
 
-  private async pass(): Promise<void> {
+  /** Claims what this host has room for; returns how long until the next row is due. */
+  private async pass(): Promise<number | null> {
     const free = this.opts.concurrency - this.inFlight.size;
-    if (free <= 0) return;
-    const claimed = await claimDeliveries(this.opts.db, {
+    // Full: a finishing attempt wakes the loop.
+    if (free <= 0) return null;
+    const { claimed, nextInMs } = await claimDeliveries(this.opts.db, {
       free,
       perEndpoint: WEBHOOK_LIMITS.perEndpointInFlight,
       busy: Object.fromEntries(this.perEndpoint),
@@ -111,6 +111,7 @@ export class WebhookSender implements Service {
       });
       this.inFlight.set(d.id, run);
     }
+    return nextInMs;
   }
 
   private async attempt(d: ClaimedDelivery): Promise<void> {

@@ -181,9 +181,10 @@ export async function fireDueSchedules(
   let soonest = head?.soonest ? new Date(head.soonest).getTime() : null;
   for (const s of rows) {
     if (!s.id) continue;
-    const outcome = await fireOne(db, s, now, log);
-    if (outcome) fired.push(outcome);
-    if (outcome?.next) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, outcome.next.getTime());
+    const { fired: tick, next } = await fireOne(db, s, now, log);
+    if (tick) fired.push(tick);
+    // Whoever won the tick, the one after it is the same: a firer that lost the race sleeps until then too.
+    if (next) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, next.getTime());
   }
   return { fired, nextInMs: soonest === null ? null : Math.max(0, soonest - now.getTime()) };
 }
@@ -193,7 +194,7 @@ async function fireOne(
   s: ScheduleRow & { next_iso: string },
   now: Date,
   log?: FireLog,
-): Promise<FiredTick | null> {
+): Promise<{ fired: FiredTick | null; next: Date | null }> {
   const dueAt = new Date(s.nextRunAt as Date);
   let { fire, next } = tickToFire({ cron: s.cron, timezone: s.timezone, catchUp: s.catchUp as CatchUp }, dueAt, now);
   const agent = fire && s.agent ? await resolveAgent(db, s.tenantId, s.agent) : null;
@@ -223,8 +224,8 @@ async function fireOne(
       SELECT (SELECT id FROM j) AS job_id FROM s`),
   );
   const row = rows[0];
-  if (!row) return null;
-  return { scheduleId: s.id, scheduledFor: row.job_id ? fire : null, jobId: row.job_id, next };
+  if (!row) return { fired: null, next };
+  return { fired: { scheduleId: s.id, scheduledFor: row.job_id ? fire : null, jobId: row.job_id, next }, next };
 }
 
 async function resolveAgent(db: Db, tenantId: string, ref: string) {

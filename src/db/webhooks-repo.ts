@@ -173,14 +173,16 @@ export interface ClaimedDelivery {
  * `perEndpoint` minus what this host already has in flight there (`busy`), oldest due first
  * within each endpoint, so one endpoint's backlog never crowds out another's. SKIP LOCKED:
  * concurrent hosts claim disjoint rows. The lease is `leaseMs` (the attempt's timeout and a margin).
+ * Also how long until the next pending row not claimed here is due (null: none), so a sender can
+ * sleep until then.
  */
 export async function claimDeliveries(
   db: Db,
   opts: { free: number; perEndpoint: number; busy: Record<string, number>; leaseMs: number },
-): Promise<ClaimedDelivery[]> {
-  if (opts.free <= 0) return [];
+): Promise<{ claimed: ClaimedDelivery[]; nextInMs: number | null }> {
+  // With no free slot nothing is claimed, but the statement still says when the next row is due.
   const rows = resultRows<{
-    id: string;
+    id: string | null;
     webhook_id: string;
     tenant_id: string;
     job_id: string;
@@ -190,6 +192,7 @@ export async function claimDeliveries(
     secret: string;
     payload: string | null;
     created_at: string | Date;
+    next_in_ms: string | number | null;
   }>(
     await db.execute(sql`
       WITH endpoints AS (
@@ -202,27 +205,38 @@ export async function claimDeliveries(
           LIMIT greatest(0, ${opts.perEndpoint}::int - coalesce((${JSON.stringify(opts.busy)}::jsonb ->> e.webhook_id::text)::int, 0))
           FOR UPDATE SKIP LOCKED
         ) d
-        ORDER BY d.next_attempt_at LIMIT ${opts.free}::int
+        ORDER BY d.next_attempt_at LIMIT ${Math.max(0, opts.free)}::int
+      ), claimed AS (
+        UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
+          next_attempt_at = now() + make_interval(secs => ${opts.leaseMs / 1000}::float8)
+        FROM pick, webhooks w
+        WHERE d.id = pick.id AND w.id = d.webhook_id
+        RETURNING d.id, d.webhook_id, d.tenant_id, d.job_id, d.event_type, d.attempts, w.url, w.secret, d.payload,
+          d.created_at
+      ), soonest AS (
+        -- The statement's snapshot still shows the claimed rows as due: leave them out.
+        SELECT extract(epoch FROM min(next_attempt_at) - now()) * 1000 AS next_in_ms
+        FROM webhook_deliveries WHERE state = 'pending' AND id NOT IN (SELECT id FROM claimed)
       )
-      UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
-        next_attempt_at = now() + make_interval(secs => ${opts.leaseMs / 1000}::float8)
-      FROM pick, webhooks w
-      WHERE d.id = pick.id AND w.id = d.webhook_id
-      RETURNING d.id, d.webhook_id, d.tenant_id, d.job_id, d.event_type, d.attempts, w.url, w.secret, d.payload,
-        d.created_at`),
+      SELECT c.*, s.next_in_ms FROM soonest s LEFT JOIN claimed c ON true`),
   );
-  return rows.map((r) => ({
-    id: r.id,
-    webhookId: r.webhook_id,
-    tenantId: r.tenant_id,
-    jobId: r.job_id,
-    eventType: r.event_type,
-    attempt: Number(r.attempts),
-    url: r.url,
-    secret: r.secret,
-    payload: r.payload,
-    createdAt: new Date(r.created_at),
-  }));
+  const head = rows[0];
+  const claimed = rows
+    .filter((r) => r.id !== null)
+    .map((r) => ({
+      id: r.id as string,
+      webhookId: r.webhook_id,
+      tenantId: r.tenant_id,
+      jobId: r.job_id,
+      eventType: r.event_type,
+      attempt: Number(r.attempts),
+      url: r.url,
+      secret: r.secret,
+      payload: r.payload,
+      createdAt: new Date(r.created_at),
+    }));
+  const next = head?.next_in_ms;
+  return { claimed, nextInMs: next === null || next === undefined ? null : Math.max(0, Number(next)) };
 }
 
 /** How an attempt ended. `retryInMs` null: no retry (delivered, or out of time: failed). */

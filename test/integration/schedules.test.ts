@@ -5,7 +5,11 @@
  * tick, none missed, each started within 2 s of its tick. The DST arithmetic is
  * test/unit/schedule-time.test.ts.
  */
+import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
+import type { Db } from "../../src/db/client";
+import * as schema from "../../src/db/schema";
+import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { waitFor } from "../../tools/stack/services/ports";
 import { apiClient, userMessage } from "../helpers/api";
 import { useStack } from "../helpers/stack";
@@ -168,4 +172,41 @@ describe("schedules", () => {
     await new Promise((r) => setTimeout(r, 3500));
     expect((await jobsOf()).length).toBe(rows.length);
   }, 90_000);
+
+  it("another tenant's schedule is 404 everywhere, and its jobs are not in this tenant's ?schedule_id= list", async () => {
+    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
+    await createTenant(db, "other-tenant");
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(db, "other-tenant")).key);
+    const mine = await api().call<{ schedule: Schedule }>("POST", "/v1/schedules", {
+      ...userMessage("mine"),
+      cron: "0 9 * * *",
+    });
+    const id = mine.body.schedule.id;
+    expect((await other.call("GET", `/v1/schedules/${id}`)).status).toBe(404);
+    expect((await other.call("PATCH", `/v1/schedules/${id}`, { enabled: false })).status).toBe(404);
+    expect((await other.call("DELETE", `/v1/schedules/${id}`)).status).toBe(404);
+    const list = await other.call<{ schedules: Schedule[] }>("GET", "/v1/schedules");
+    expect(list.body.schedules.map((x) => x.id)).not.toContain(id);
+    // A tick of this tenant's schedule, made by hand the way a firer makes it.
+    await t.pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, schedule_id, scheduled_for)
+       VALUES (gen_random_uuid(), $1, '{"messages":[{"role":"user","content":"x"}]}', $2, '2026-01-01T09:00:00Z')`,
+      [t.stack.tenantId, id],
+    );
+    const theirs = await other.call<{ jobs: unknown[] }>("GET", `/v1/jobs?schedule_id=${id}`);
+    expect(theirs.status).toBe(200);
+    expect(theirs.body.jobs).toEqual([]);
+    const ours = await api().call<{ jobs: Array<{ schedule_id: string }> }>("GET", `/v1/jobs?schedule_id=${id}`);
+    expect(ours.body.jobs.map((j) => j.schedule_id)).toEqual([id]);
+    // The same tick cannot make a second job: (schedule_id, scheduled_for) is unique.
+    await expect(
+      t.pool.query(
+        `INSERT INTO jobs (id, tenant_id, input, schedule_id, scheduled_for)
+         VALUES (gen_random_uuid(), $1, '{"messages":[]}', $2, '2026-01-01T09:00:00Z')`,
+        [t.stack.tenantId, id],
+      ),
+    ).rejects.toThrow(/jobs_schedule_tick_uq/);
+    expect((await api().call("DELETE", `/v1/schedules/${id}`)).status).toBe(204);
+    expect((await api().call("GET", "/v1/jobs?schedule_id=not-a-uuid")).status).toBe(400);
+  });
 });

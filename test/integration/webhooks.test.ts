@@ -15,6 +15,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import type { Db } from "../../src/db/client";
 import { recoveryPass } from "../../src/db/recovery-pass";
 import * as schema from "../../src/db/schema";
+import { suspendJob } from "../../src/db/wait-repo";
 import { waitFor } from "../../tools/stack/services/ports";
 import { apiClient, longRunMessage, userMessage } from "../helpers/api";
 import { useStack } from "../helpers/stack";
@@ -249,8 +250,8 @@ describe("webhooks", () => {
     expect((await api().call("DELETE", `/v1/webhooks/${w.id}`)).status).toBe(204);
   }, 60_000);
 
-  it("job.cancelled (a cancel through the API, the host's terminal write) and job.lost (the recovery pass) are queued by the same trigger", async () => {
-    const w = await addWebhook("ok", ["job.cancelled", "job.lost"]);
+  it("job.cancelled (a cancel through the API, the host's terminal write), job.lost (the recovery pass) and job.waiting (a suspend) are queued by the same trigger", async () => {
+    const w = await addWebhook("ok", ["job.cancelled", "job.lost", "job.waiting"]);
     const cancelled = (await api().call<{ job: { id: string } }>("POST", "/v1/jobs", longRunMessage())).body.job.id;
     await waitFor("running", async () => {
       const r = await t.pool.query("SELECT 1 FROM jobs WHERE id = $1 AND state = 'running'", [cancelled]);
@@ -267,19 +268,55 @@ describe("webhooks", () => {
       [lost, t.stack.tenantId],
     );
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;
-    const pass = await recoveryPass({ db, limits: { claimTimeoutMs: 10_000, runLostAfterMs: 8_000 }, log: console });
+    const pass = await recoveryPass({
+      db,
+      limits: { claimTimeoutMs: 10_000, runLostAfterMs: 8_000 },
+      log: { info() {}, warn() {} },
+    });
     expect(pass.reaped.map((r) => r.id)).toContain(lost);
+    // A run (of a host the test plays) suspending at a gated call: the waitpoint's own statement.
+    const waiting = {
+      jobId: crypto.randomUUID(),
+      host: "test-host",
+      epoch: 1,
+      token: crypto.randomUUID(),
+      executionId: crypto.randomUUID(),
+    };
+    await t.pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, state, owner, claimed_at, epoch, token, execution_id,
+         execution_started_at, started_at, heartbeat_at)
+       VALUES ($1, $2, '{"messages":[{"role":"user","content":"x"}]}', 'running', $3, now(), 1, $4, $5, now(), now(), now())`,
+      [waiting.jobId, t.stack.tenantId, waiting.host, waiting.token, waiting.executionId],
+    );
+    await t.pool.query("INSERT INTO executions (id, job_id, host, epoch, token) VALUES ($1, $2, $3, 1, $4)", [
+      waiting.executionId,
+      waiting.jobId,
+      waiting.host,
+      waiting.token,
+    ]);
+    const suspended = await suspendJob(db, waiting, {
+      kind: "approval",
+      callId: "call-1",
+      tool: "shell",
+      arguments: {},
+      question: null,
+      deadlineS: 3600,
+      onDeadline: "deny",
+      checkpoint: { v: 1 },
+    });
+    expect(suspended.suspended).toBe(true);
     const got = await waitFor(
-      "both delivered",
+      "all three delivered",
       async () => {
         const d = await deliveries(w.id);
-        return d.length === 2 && d.every((x) => x.state === "delivered") ? d : null;
+        return d.length === 3 && d.every((x) => x.state === "delivered") ? d : null;
       },
       { timeoutMs: 30_000 },
     );
     expect(Object.fromEntries(got.map((d) => [d.job_id, d.event_type]))).toEqual({
       [cancelled]: "job.cancelled",
       [lost]: "job.lost",
+      [waiting.jobId]: "job.waiting",
     });
     for (const d of got) {
       const [v] = verified(w.secret, "ok", d.id);

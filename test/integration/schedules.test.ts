@@ -209,4 +209,30 @@ describe("schedules", () => {
     expect((await api().call("DELETE", `/v1/schedules/${id}`)).status).toBe(204);
     expect((await api().call("GET", "/v1/jobs?schedule_id=not-a-uuid")).status).toBe(400);
   });
+
+  it("a schedule naming an agent runs its version at each tick", async () => {
+    const agent = await api().call("POST", "/v1/agents", { name: "ticker", model: t.stack.modelName });
+    expect(agent.status).toBe(201);
+    const created = await api().call<{ schedule: Schedule }>("POST", "/v1/schedules", {
+      ...userMessage("as the agent"),
+      cron: "*/2 * * * * *",
+      agent: "ticker",
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.schedule.id;
+    const job = await waitFor(
+      "a tick's job",
+      async () =>
+        (
+          await api().call<{ jobs: Array<{ agent: { name: string; version: number } | null; model: string | null }> }>(
+            "GET",
+            `/v1/jobs?schedule_id=${id}`,
+          )
+        ).body.jobs[0],
+      { timeoutMs: 15_000 },
+    );
+    expect(job.agent).toEqual({ name: "ticker", version: 1 });
+    expect(job.model).toBe(t.stack.modelName);
+    expect((await api().call("DELETE", `/v1/schedules/${id}`)).status).toBe(204);
+  });
 });

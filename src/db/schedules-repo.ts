@@ -181,7 +181,19 @@ export async function fireDueSchedules(
   let soonest = head?.soonest ? new Date(head.soonest).getTime() : null;
   for (const s of rows) {
     if (!s.id) continue;
-    const { fired: tick, next } = await fireOne(db, s, now, log);
+    let outcome: Awaited<ReturnType<typeof fireOne>>;
+    try {
+      outcome = await fireOne(db, s, now, log);
+    } catch (err) {
+      // One schedule's failure (its agent read, its statement) must not starve the others behind it.
+      log?.warn("schedule tick not fired; retried next pass", {
+        schedule_id: s.id,
+        // The loggers write an `error` field through loggableError (no SQL parameters in the log).
+        error: err,
+      });
+      continue;
+    }
+    const { fired: tick, next } = outcome;
     if (tick) fired.push(tick);
     // Whoever won the tick, the one after it is the same: a firer that lost the race sleeps until then too.
     if (next) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, next.getTime());

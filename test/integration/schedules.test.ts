@@ -114,13 +114,25 @@ describe("schedules", () => {
       );
     const jobsOf = async () =>
       (
-        await t.pool.query<{ scheduled_for: Date; created_at: Date; started_at: Date | null; state: string }>(
-          "SELECT scheduled_for, created_at, started_at, state FROM jobs WHERE schedule_id = $1 ORDER BY scheduled_for",
+        await t.pool.query<{
+          scheduled_for: Date;
+          created_at: Date;
+          started_at: Date | null;
+          state: string;
+          epoch: number;
+        }>(
+          "SELECT scheduled_for, created_at, started_at, state, epoch FROM jobs WHERE schedule_id = $1 ORDER BY scheduled_for",
           [id],
         )
       ).rows;
 
-    await waitFor("two ticks fired", async () => (await jobsOf()).length >= 2, { timeoutMs: 15_000 });
+    // Killed mid-schedule, right after a tick's job started (the likeliest moment holds no claim;
+    // a tick's job the victim claimed but never started is released after the claim timeout).
+    await waitFor(
+      "two ticks' jobs started",
+      async () => (await jobsOf()).filter((j) => j.started_at !== null).length >= 2,
+      { timeoutMs: 15_000, intervalMs: 20 },
+    );
     // The cron handler fires the same ticks as the hosts, concurrently with them.
     const racing = [fireCron(), fireCron()];
     const [victim] = t.stack.hosts;
@@ -150,7 +162,16 @@ describe("schedules", () => {
     const madeLateMs = rows.map((r) => r.created_at.getTime() - r.scheduled_for.getTime());
     const startLateMs = rows.map((r) => (r.started_at as Date).getTime() - r.scheduled_for.getTime());
     expect(Math.min(...madeLateMs)).toBeGreaterThanOrEqual(0);
-    expect(Math.max(...startLateMs)).toBeLessThan(2000);
+    // Every tick's job was made within 2 s, with a host up. It started within 2 s unless the killed
+    // host had claimed it first (epoch > 1: re-claimed after HOST_CLAIM_TIMEOUT_MS, 10 s, plus a
+    // reaper pass, ≤ 2.6 s): recovery's bound, not the scheduler's.
+    expect(Math.max(...madeLateMs)).toBeLessThan(2000);
+    rows.forEach((r, i) => {
+      expect(startLateMs[i], `tick ${r.scheduled_for.toISOString()} epoch ${r.epoch}`).toBeLessThan(
+        r.epoch > 1 ? 15_000 : 2000,
+      );
+    });
+    expect(rows.filter((r) => r.epoch > 1).length).toBeLessThanOrEqual(1);
     console.log(
       `schedule ticks: ${rows.length}; job made after its tick p50 ${pct(madeLateMs, 50)} ms p95 ${pct(madeLateMs, 95)} ms; started p50 ${pct(startLateMs, 50)} ms p95 ${pct(startLateMs, 95)} ms max ${Math.max(...startLateMs)} ms`,
     );

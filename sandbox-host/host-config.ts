@@ -6,8 +6,10 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
+import { WEBHOOK_LIMITS } from "../src/contracts/webhook";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
+import { parseAllowedUrls } from "../src/domain/mcp";
 import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
 import { DEFAULT_CREATE_CONCURRENCY } from "./sandbox/manager";
 
@@ -86,6 +88,35 @@ export const HostConfigSchema = z.object({
   shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
   /** Reaper pass interval (jittered ±30 %). */
   reapMs: intFromEnv(100, 600_000).default(2000),
+  /**
+   * The schedule ticker's longest sleep (0 = this host fires no schedule ticks). It sleeps until
+   * the soonest tick it knows of; this bounds how late a tick of a schedule created or changed
+   * meanwhile is seen, at the cost of one indexed statement per period.
+   */
+  scheduleMs: intFromEnv(0, 600_000)
+    .refine((v) => v === 0 || v >= 50, "must be 0 (off) or at least 50 ms")
+    .default(1000),
+  /**
+   * The URL prefixes webhook deliveries may go to (the gateway's own list, WEBHOOK_ALLOWED_URLS);
+   * a delivery to a URL outside it fails without a request. Unset or empty: none.
+   */
+  webhookAllowedUrls: z
+    .string()
+    .optional()
+    .transform((raw, ctx) => {
+      const parsed = parseAllowedUrls(raw);
+      if (typeof parsed !== "string") return parsed;
+      ctx.addIssue({ code: "custom", message: parsed });
+      return z.NEVER;
+    }),
+  /** The webhook sender's poll for retries coming due (0 = this host sends no webhooks); new ones wake it at once. */
+  webhookPollMs: intFromEnv(0, 600_000)
+    .refine((v) => v === 0 || v >= 50, "must be 0 (off) or at least 50 ms")
+    .default(1000),
+  /** Webhook attempts in flight on this host at once (at most 2 of them to one endpoint). */
+  webhookConcurrency: intFromEnv(1, 1024).default(16),
+  /** One webhook attempt's timeout. */
+  webhookTimeoutMs: intFromEnv(100, 60_000).default(WEBHOOK_LIMITS.attemptTimeoutMs),
   /** A claim not started within this is released and re-indexed. A host starts within ms of claiming. */
   claimTimeoutMs: intFromEnv(100, 3_600_000).default(DEFAULT_CLAIM_TIMEOUT_MS),
   /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
@@ -209,6 +240,11 @@ const ENV_NAMES: Record<string, string> = {
   shutdownGraceMs: "HOST_SHUTDOWN_GRACE_MS",
   outboxFlushTimeoutMs: "HOST_OUTBOX_FLUSH_TIMEOUT_MS",
   reapMs: "HOST_REAP_MS",
+  scheduleMs: "HOST_SCHEDULE_MS",
+  webhookAllowedUrls: "WEBHOOK_ALLOWED_URLS",
+  webhookPollMs: "HOST_WEBHOOK_POLL_MS",
+  webhookConcurrency: "HOST_WEBHOOK_CONCURRENCY",
+  webhookTimeoutMs: "HOST_WEBHOOK_TIMEOUT_MS",
   claimTimeoutMs: "HOST_CLAIM_TIMEOUT_MS",
   runLostAfterMs: "HOST_RUN_LOST_AFTER_MS",
   indexRebuildMs: "HOST_INDEX_REBUILD_MS",
@@ -277,6 +313,11 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     shutdownGraceMs: v("HOST_SHUTDOWN_GRACE_MS"),
     outboxFlushTimeoutMs: v("HOST_OUTBOX_FLUSH_TIMEOUT_MS"),
     reapMs: v("HOST_REAP_MS"),
+    scheduleMs: v("HOST_SCHEDULE_MS"),
+    webhookAllowedUrls: v("WEBHOOK_ALLOWED_URLS"),
+    webhookPollMs: v("HOST_WEBHOOK_POLL_MS"),
+    webhookConcurrency: v("HOST_WEBHOOK_CONCURRENCY"),
+    webhookTimeoutMs: v("HOST_WEBHOOK_TIMEOUT_MS"),
     claimTimeoutMs: v("HOST_CLAIM_TIMEOUT_MS"),
     runLostAfterMs: v("HOST_RUN_LOST_AFTER_MS"),
     indexRebuildMs: v("HOST_INDEX_REBUILD_MS"),

@@ -38,6 +38,8 @@ import { SandboxJanitor } from "./reaper/sandbox-janitor";
 import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
+import { ScheduleTicker } from "./scheduler/schedule-ticker";
+import { WebhookSender } from "./webhooks/webhook-sender";
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {
@@ -52,6 +54,10 @@ export interface HostParts {
   runner: Runner;
   claimer: Claimer;
   reaper: Reaper;
+  /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
+  scheduler: ScheduleTicker | null;
+  /** Sends webhook deliveries (null: HOST_WEBHOOK_POLL_MS=0). */
+  webhooks: WebhookSender | null;
   janitor: SandboxJanitor | null;
   listener: ReadyListener | null;
   /** The autoscaling signal: queued jobs and the oldest one's age, per tenant (HOST_QUEUE_DEPTH_MS). */
@@ -206,6 +212,20 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
+  const scheduler =
+    config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs, activity }) : null;
+  const webhooks =
+    config.webhookPollMs > 0
+      ? new WebhookSender({
+          db,
+          log,
+          allowedUrls: config.webhookAllowedUrls,
+          concurrency: config.webhookConcurrency,
+          pollMs: config.webhookPollMs,
+          attemptTimeoutMs: config.webhookTimeoutMs,
+          activity,
+        })
+      : null;
   const janitor = sandbox
     ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
     : null;
@@ -226,6 +246,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         onCancel: (owner) => {
           if (owner === config.hostId) runner.wakeCancelCheck();
         },
+        onWebhook: webhooks ? () => webhooks.wake() : undefined,
+        onSchedule: scheduler ? () => scheduler.wake() : undefined,
         onConnected: () => activity.noteWork(),
         onDisconnected: () => activity.noteWork(),
       })
@@ -274,6 +296,8 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     runner,
     claimer,
     reaper,
+    scheduler,
+    webhooks,
     janitor,
     listener,
     queueDepth,

@@ -133,6 +133,11 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,
+    // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
+    ...(parts.scheduler ? [parts.scheduler] : []),
+    // Webhook deliveries: stopped after admission and before the runs' wait (attempts in flight
+    // end by their timeout; a delivery a run's end queues during the shutdown is sent by any host).
+    ...(parts.webhooks ? [parts.webhooks] : []),
     // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
     parts.claimer,
     ...(parts.listener ? [parts.listener] : []),

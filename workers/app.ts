@@ -18,7 +18,9 @@ import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
+import { scheduleRoutes } from "./routes/schedules";
 import { tokenRoutes } from "./routes/tokens";
+import { webhookRoutes } from "./routes/webhooks";
 import type { GatewayEnv } from "./types";
 
 export function createApp() {
@@ -39,6 +41,8 @@ export function createApp() {
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/agents", agentRoutes);
+  app.route("/v1/schedules", scheduleRoutes);
+  app.route("/v1/webhooks", webhookRoutes);
   app.route("/v1/models", modelRoutes);
   app.route("/v1/tools", toolRoutes);
   app.route("/v1/usage", usageRoutes);

@@ -27,6 +27,7 @@ export interface Env {
   MODEL_REGISTRY?: string;
   MCP_ALLOWED_URLS?: string;
   MCP_SECRET_NAMES?: string;
+  WEBHOOK_ALLOWED_URLS?: string;
   REAPER_RUN_LOST_AFTER_MS?: string;
   REAPER_CLAIM_TIMEOUT_MS?: string;
   JOB_EVENTS_RETENTION_S?: string;

@@ -85,6 +85,15 @@ const ConfigSchema = z.object({
       return z.NEVER;
     }),
   ),
+  /** The URL prefixes webhook endpoints may be at (the hosts' own list); unset or empty: webhooks off. */
+  WEBHOOK_ALLOWED_URLS: optional(
+    z.string().transform((raw, ctx) => {
+      const parsed = parseAllowedUrls(raw);
+      if (typeof parsed !== "string") return parsed;
+      ctx.addIssue({ code: "custom", message: parsed });
+      return z.NEVER;
+    }),
+  ),
   REAPER_RUN_LOST_AFTER_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   REAPER_CLAIM_TIMEOUT_MS: optional(z.coerce.number().int().min(1000).max(3_600_000)),
   JOB_EVENTS_RETENTION_S: optional(z.coerce.number().int().min(60)),
@@ -157,6 +166,8 @@ export interface GatewayConfig {
    * unknown here, the hosts check).
    */
   mcp: { allowedUrls: readonly AllowedUrl[]; secretNames: ReadonlyMap<string, SecretTenants> | null };
+  /** Where webhook endpoints may be (WEBHOOK_ALLOWED_URLS); empty: every endpoint is refused. */
+  webhookAllowedUrls: readonly AllowedUrl[];
   /** Thresholds of the scheduled reaper backstop (REAPER_RUN_LOST_AFTER_MS, REAPER_CLAIM_TIMEOUT_MS). */
   backstop: { runLostAfterMs: number; claimTimeoutMs: number };
   /** How long a finished job's event log is kept (JOB_EVENTS_RETENTION_S). */
@@ -237,6 +248,7 @@ export function loadConfig(env: Env): GatewayConfig {
               allowedUrls: parsed.data.MCP_ALLOWED_URLS ?? [],
               secretNames: parsed.data.MCP_SECRET_NAMES ?? null,
             },
+            webhookAllowedUrls: parsed.data.WEBHOOK_ALLOWED_URLS ?? [],
             backstop: {
               runLostAfterMs: parsed.data.REAPER_RUN_LOST_AFTER_MS ?? BACKSTOP_DEFAULTS.runLostAfterMs,
               claimTimeoutMs: parsed.data.REAPER_CLAIM_TIMEOUT_MS ?? BACKSTOP_DEFAULTS.claimTimeoutMs,

@@ -8,12 +8,13 @@
 import type { BackstopTask } from "./cron/backstop-task";
 import { reaperBackstop } from "./cron/reaper-backstop";
 import { retentionBackstop } from "./cron/retention-backstop";
+import { scheduleBackstop } from "./cron/schedule-backstop";
 import { createDeps } from "./deps";
 import type { Env } from "./env";
 import { type GatewayConfig, loadConfig } from "./gateway-config";
 import { log } from "./log";
 
-export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop];
+export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop, scheduleBackstop];
 
 /**
  * Runs every task, each to the end whatever the others do, then fails the invocation if any

@@ -1,6 +1,7 @@
 /**
  * The console's shell: sign-in, navigation and the hash routes
- *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>].
+ *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>],
+ *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries).
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
  * the history. The key is exchanged for a token (api.ts) like a pasted one.
@@ -12,6 +13,8 @@ import { client, newConversationId, onSessionChange, signedIn, signIn, signOut }
 import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
+import { ScheduleDetail, Schedules } from "./schedules";
+import { WebhookDeliveries, Webhooks } from "./webhooks";
 import "./style.css";
 
 /** The key from a `#key=…&next=/route` fragment, with the fragment replaced by the route. */
@@ -131,7 +134,7 @@ function App() {
       <header class="top">
         <strong>Edge agent runtime</strong>
         <nav aria-label="Sections">
-          <a href="#/chat" aria-current={section !== "jobs" && section !== "agents" ? "page" : undefined}>
+          <a href="#/chat" aria-current={!section || section === "chat" ? "page" : undefined}>
             Chat
           </a>
           <a href="#/agents" aria-current={section === "agents" ? "page" : undefined}>
@@ -139,6 +142,12 @@ function App() {
           </a>
           <a href="#/jobs" aria-current={section === "jobs" ? "page" : undefined}>
             Jobs
+          </a>
+          <a href="#/schedules" aria-current={section === "schedules" ? "page" : undefined}>
+            Schedules
+          </a>
+          <a href="#/webhooks" aria-current={section === "webhooks" ? "page" : undefined}>
+            Webhooks
           </a>
         </nav>
         <button type="button" onClick={signOut}>
@@ -155,6 +164,14 @@ function App() {
           ) : (
             <Agents />
           )}
+        </main>
+      ) : section === "schedules" ? (
+        <main id="main" tabIndex={-1}>
+          {id ? <ScheduleDetail id={id} /> : <Schedules />}
+        </main>
+      ) : section === "webhooks" ? (
+        <main id="main" tabIndex={-1}>
+          {id ? <WebhookDeliveries id={id} /> : <Webhooks />}
         </main>
       ) : section === "jobs" ? (
         <main id="main" tabIndex={-1}>

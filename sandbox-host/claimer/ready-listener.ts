@@ -3,7 +3,8 @@
  * every job that becomes claimable). Each notification names a job the claimer tries at once.
  * The same connection LISTENs ear_cancel (drizzle/0004_cancel_notify.sql: a cancel requested for
  * a job with an owner, the owner's host id as payload), so the owner checks its runs' cancel flags
- * at once. Only wake-ups: a lost notification costs latency, never a job or a cancel (the index,
+ * at once, and ear_webhook / ear_schedule (drizzle/0016: a webhook delivery is due, a schedule
+ * was created or changed) for the webhook sender and the schedule ticker. Only wake-ups: a lost notification costs latency, never a job or a cancel (the index,
  * the sweep, the hint poll and the durable check still find them). Reconnects with backoff when
  * the connection drops.
  */
@@ -14,6 +15,10 @@ import { errorFields, type Logger } from "../log";
 
 export const READY_CHANNEL = "ear_ready";
 export const CANCEL_CHANNEL = "ear_cancel";
+/** drizzle/0016: a webhook delivery was queued or made due again (no payload). */
+export const WEBHOOK_CHANNEL = "ear_webhook";
+/** drizzle/0016: a schedule was created, or its cron, timezone or enabled changed (no payload). */
+export const SCHEDULE_CHANNEL = "ear_schedule";
 
 export class ReadyListener implements Service {
   readonly name = "ready listener";
@@ -29,6 +34,10 @@ export class ReadyListener implements Service {
       onReady: (jobId: string) => void;
       /** A cancel was requested for a job owned by the host named in the payload. */
       onCancel?: (ownerHostId: string) => void;
+      /** A webhook delivery is due (the sender claims at once). */
+      onWebhook?: () => void;
+      /** A schedule was created or changed (the ticker reads its first tick at once). */
+      onSchedule?: () => void;
       /** LISTEN is in place (after a start or a reconnect). */
       onConnected?: () => void;
       /** The connection dropped; a reconnect is scheduled. */
@@ -55,6 +64,8 @@ export class ReadyListener implements Service {
     client.on("notification", (msg) => {
       if (msg.channel === READY_CHANNEL && msg.payload) this.opts.onReady(msg.payload);
       else if (msg.channel === CANCEL_CHANNEL && msg.payload) this.opts.onCancel?.(msg.payload);
+      else if (msg.channel === WEBHOOK_CHANNEL) this.opts.onWebhook?.();
+      else if (msg.channel === SCHEDULE_CHANNEL) this.opts.onSchedule?.();
     });
     client.on("error", (err) => {
       this.opts.log.warn("ready listener connection failed", errorFields(err));
@@ -65,6 +76,8 @@ export class ReadyListener implements Service {
       await client.connect();
       await client.query(`LISTEN ${READY_CHANNEL}`);
       if (this.opts.onCancel) await client.query(`LISTEN ${CANCEL_CHANNEL}`);
+      if (this.opts.onWebhook) await client.query(`LISTEN ${WEBHOOK_CHANNEL}`);
+      if (this.opts.onSchedule) await client.query(`LISTEN ${SCHEDULE_CHANNEL}`);
       if (this.stopped) {
         await client.end().catch(() => {});
         return;

@@ -43,9 +43,23 @@ import type {
   JobState,
   LatencyView,
 } from "../contracts/job";
+import type {
+  CreateScheduleBody,
+  PatchScheduleBody,
+  ScheduleAnswerSchema,
+  SchedulePageSchema,
+} from "../contracts/schedule";
 import type { CreateTokenBody, TokenAnswer } from "../contracts/tokens";
 import type { JobTreeSchema } from "../contracts/tree";
 import type { ApprovalAnswer, ApprovalBody } from "../contracts/wait";
+import type {
+  CreateWebhookBody,
+  DeliveryAnswerSchema,
+  DeliveryPageSchema,
+  WebhookAnswerSchema,
+  WebhookCreatedSchema,
+  WebhookPageSchema,
+} from "../contracts/webhook";
 import { ChatConnection, type ChatOptions, type WebSocketConstructor } from "./chat";
 import {
   type FollowOptions,
@@ -55,7 +69,7 @@ import {
   type TreeFollowOptions,
   type TreeStreamedEvent,
 } from "./events";
-import { type Credential, Transport } from "./http";
+import { type Credential, errorOf, Transport } from "./http";
 
 export interface ClientOptions {
   /** The gateway's origin, e.g. `https://api.example.com` or `http://127.0.0.1:8787`. */
@@ -77,6 +91,8 @@ export type Created<T> = T & { created: boolean };
 
 export interface ListQuery {
   state?: JobState;
+  /** Only the jobs this schedule's ticks made. */
+  schedule_id?: string;
   limit?: number;
   cursor?: string;
 }
@@ -109,6 +125,17 @@ export type ModelView = z.infer<typeof ModelViewSchema>;
 export type ToolList = z.infer<typeof ToolListSchema>;
 export type ToolView = z.infer<typeof ToolViewSchema>;
 export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;
+/** Every route of one schedule: `{schedule}`. */
+export type ScheduleAnswer = z.infer<typeof ScheduleAnswerSchema>;
+/** GET /v1/schedules: every schedule, oldest first. */
+export type SchedulePage = z.infer<typeof SchedulePageSchema>;
+/** POST /v1/webhooks: `{webhook}` with its `secret`, shown this once. */
+export type WebhookCreated = z.infer<typeof WebhookCreatedSchema>;
+export type WebhookAnswer = z.infer<typeof WebhookAnswerSchema>;
+export type WebhookPage = z.infer<typeof WebhookPageSchema>;
+/** GET /v1/webhooks/{id}/deliveries: newest first, each with its attempts. */
+export type DeliveryPage = z.infer<typeof DeliveryPageSchema>;
+export type DeliveryAnswer = z.infer<typeof DeliveryAnswerSchema>;
 /** POST /v1/agents as a client writes it: the name plus the definition, defaults not yet applied. */
 export type CreateAgentInput = { name: CreateAgentBody["name"] } & AgentDefinitionInput;
 
@@ -151,6 +178,7 @@ export class EarClient {
   async list(query: ListQuery = {}, opts: CallOptions = {}): Promise<JobPage> {
     const params = new URLSearchParams();
     if (query.state !== undefined) params.set("state", query.state);
+    if (query.schedule_id !== undefined) params.set("schedule_id", query.schedule_id);
     if (query.limit !== undefined) params.set("limit", String(query.limit));
     if (query.cursor !== undefined) params.set("cursor", query.cursor);
     const qs = params.size > 0 ? `?${params}` : "";
@@ -280,6 +308,70 @@ export class EarClient {
   async archiveAgent(name: string, opts: CallOptions = {}): Promise<AgentAnswer> {
     const path = `/v1/agents/${enc(name)}/archive`;
     return (await this.transport.json<AgentAnswer>("POST", path, opts)).body;
+  }
+
+  /** POST /v1/schedules: `{schedule}`, with its first tick in `next_run_at`. */
+  async createSchedule(body: CreateScheduleBody, opts: CallOptions = {}): Promise<ScheduleAnswer> {
+    return (await this.transport.json<ScheduleAnswer>("POST", "/v1/schedules", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/schedules: `{schedules}`, oldest first. */
+  async listSchedules(opts: CallOptions = {}): Promise<SchedulePage> {
+    return (await this.transport.json<SchedulePage>("GET", "/v1/schedules", opts)).body;
+  }
+
+  /** GET /v1/schedules/{id}: `{schedule}`. */
+  async getSchedule(id: string, opts: CallOptions = {}): Promise<ScheduleAnswer> {
+    return (await this.transport.json<ScheduleAnswer>("GET", `/v1/schedules/${enc(id)}`, opts)).body;
+  }
+
+  /** PATCH /v1/schedules/{id}: `{schedule}` as it now is (enable, disable, cron, timezone, input, …). */
+  async updateSchedule(id: string, body: PatchScheduleBody, opts: CallOptions = {}): Promise<ScheduleAnswer> {
+    const path = `/v1/schedules/${enc(id)}`;
+    return (await this.transport.json<ScheduleAnswer>("PATCH", path, { body, signal: opts.signal })).body;
+  }
+
+  /** DELETE /v1/schedules/{id}: no body (204); its jobs stay. */
+  async deleteSchedule(id: string, opts: CallOptions = {}): Promise<void> {
+    const res = await this.transport.send("DELETE", `/v1/schedules/${enc(id)}`, opts);
+    if (!res.ok) throw await errorOf(res);
+  }
+
+  /** POST /v1/webhooks: `{webhook}` with `secret` (`whsec_…`), which no later answer shows. */
+  async createWebhook(body: CreateWebhookBody, opts: CallOptions = {}): Promise<WebhookCreated> {
+    return (await this.transport.json<WebhookCreated>("POST", "/v1/webhooks", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/webhooks: `{webhooks}`, oldest first. */
+  async listWebhooks(opts: CallOptions = {}): Promise<WebhookPage> {
+    return (await this.transport.json<WebhookPage>("GET", "/v1/webhooks", opts)).body;
+  }
+
+  /** GET /v1/webhooks/{id}: `{webhook}`. */
+  async getWebhook(id: string, opts: CallOptions = {}): Promise<WebhookAnswer> {
+    return (await this.transport.json<WebhookAnswer>("GET", `/v1/webhooks/${enc(id)}`, opts)).body;
+  }
+
+  /** DELETE /v1/webhooks/{id}: no body (204); its deliveries go with it. */
+  async deleteWebhook(id: string, opts: CallOptions = {}): Promise<void> {
+    const res = await this.transport.send("DELETE", `/v1/webhooks/${enc(id)}`, opts);
+    if (!res.ok) throw await errorOf(res);
+  }
+
+  /** GET /v1/webhooks/{id}/deliveries: `{deliveries}`, newest first, each with its attempts. */
+  async listWebhookDeliveries(
+    id: string,
+    query: { limit?: number } = {},
+    opts: CallOptions = {},
+  ): Promise<DeliveryPage> {
+    const qs = query.limit === undefined ? "" : `?limit=${query.limit}`;
+    return (await this.transport.json<DeliveryPage>("GET", `/v1/webhooks/${enc(id)}/deliveries${qs}`, opts)).body;
+  }
+
+  /** POST /v1/webhooks/{id}/deliveries/{delivery_id}/retry: `{delivery}`, due now, under the same webhook-id. */
+  async retryWebhookDelivery(id: string, deliveryId: string, opts: CallOptions = {}): Promise<DeliveryAnswer> {
+    const path = `/v1/webhooks/${enc(id)}/deliveries/${enc(deliveryId)}/retry`;
+    return (await this.transport.json<DeliveryAnswer>("POST", path, opts)).body;
   }
 
   /** GET /v1/models: `{models}`, the ones this tenant may name, the deployment's default first. */

@@ -115,6 +115,8 @@ export const JobBatchEnvelopeSchema = z.object({ jobs: z.array(z.unknown()).min(
 
 export const ListJobsQuerySchema = z.object({
   state: z.enum(JOB_STATES).optional(),
+  /** Only the jobs this schedule's ticks made. */
+  schedule_id: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(LIMITS.maxListLimit).default(LIMITS.defaultListLimit),
   cursor: text().max(200).optional(),
 });
@@ -203,6 +205,10 @@ export const JobViewSchema = z.object({
    * traceparent's trace, else the job id's 32 hex digits (docs/observability.md, "Traces").
    */
   trace_id: z.string().regex(/^[0-9a-f]{32}$/),
+  /** The schedule whose tick made the job (GET /v1/schedules/{id}), else null. */
+  schedule_id: z.uuid().nullable(),
+  /** That tick's time (the job was due then); null for a job no schedule made. */
+  scheduled_for: isoTime.nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -162,9 +162,19 @@ export interface Success {
 
 /** What a route declares about itself (workers/routes/route.ts); its path comes from the app. */
 export interface OperationSpec {
-  method: "get" | "post";
+  method: "get" | "post" | "patch" | "delete";
   operationId: string;
-  tag: "jobs" | "events" | "conversations" | "tokens" | "agents" | "models" | "health" | "internal";
+  tag:
+    | "jobs"
+    | "events"
+    | "conversations"
+    | "tokens"
+    | "agents"
+    | "schedules"
+    | "webhooks"
+    | "models"
+    | "health"
+    | "internal";
   summary: string;
   description?: string;
   /**
@@ -241,6 +251,30 @@ export const agentNameParam: JsonSchema = {
   required: true,
   description: "The agent's name (any other value answers 404 not_found).",
   schema: inline(CreateAgentBodySchema.shape.name),
+};
+
+export const scheduleIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The schedule id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+export const webhookIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The webhook endpoint's id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+export const deliveryIdParam: JsonSchema = {
+  name: "delivery_id",
+  in: "path",
+  required: true,
+  description: "The delivery's id, its `webhook-id` header (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
 };
 
 export const agentVersionParam: JsonSchema = {
@@ -388,6 +422,8 @@ export function buildOpenApiDocument(operations: readonly Operation[]): JsonSche
       { name: "conversations", description: "WebSocket chat and history." },
       { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
       { name: "agents", description: "The tenant's agent definitions, as immutable numbered versions." },
+      { name: "schedules", description: "Cron schedules that submit a job at each tick, exactly once." },
+      { name: "webhooks", description: "Endpoints the runtime tells of job events, signed per Standard Webhooks." },
       { name: "models", description: "The models and tools a tenant may use, and its usage of the models." },
       { name: "health", description: "Liveness, readiness and this document; no key." },
       { name: "internal", description: "Signed by sandbox-hosts with INTERNAL_SIGNING_SECRET; not for API clients." },

@@ -47,5 +47,7 @@ export function toJobView(row: JobRow): JobView {
     depth: row.depth,
     recoveries: row.recoveries,
     trace_id: jobTraceId(row.id, row.traceparent),
+    schedule_id: row.scheduleId,
+    scheduled_for: isoOrNull(row.scheduledFor),
   };
 }

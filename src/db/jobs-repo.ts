@@ -376,10 +376,11 @@ const exactCreatedAt = sql<string>`to_char(${jobs.createdAt} at time zone 'UTC',
 export async function listJobs(
   db: Db,
   tenantId: string,
-  opts: { state?: JobState; limit: number; cursor?: ListCursor },
+  opts: { state?: JobState; scheduleId?: string; limit: number; cursor?: ListCursor },
 ): Promise<{ jobs: JobRow[]; nextCursor: string | null }> {
   const conds = [eq(jobs.tenantId, tenantId)];
   if (opts.state) conds.push(eq(jobs.state, opts.state));
+  if (opts.scheduleId) conds.push(eq(jobs.scheduleId, opts.scheduleId));
   if (opts.cursor) {
     // (created_at, id) strictly after the cursor in the page order.
     conds.push(sql`(${jobs.createdAt}, ${jobs.id}) < (${opts.cursor.createdAt}::timestamptz, ${opts.cursor.id}::uuid)`);

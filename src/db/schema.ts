@@ -161,6 +161,10 @@ export const jobs = pgTable(
     // starts from the journal (cleared by that execution's first write; null: a fresh start).
     recoveries: integer("recoveries").notNull().default(0),
     recoveryReason: text("recovery_reason"),
+    // The schedule tick that made the job (null: a submitted job). Unique together: the one
+    // thing that makes a tick fire once however many hosts and cron invocations race for it.
+    scheduleId: uuid("schedule_id"),
+    scheduledFor: tstz("scheduled_for"),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -189,6 +193,9 @@ export const jobs = pgTable(
     index("jobs_finished_idx")
       .on(t.finishedAt)
       .where(sql`${t.state} in ${sqlList(FINAL_STATES)}`),
+    // One job per schedule tick (src/db/schedules-repo.ts fires with ON CONFLICT DO NOTHING), and
+    // GET /v1/jobs?schedule_id=… reads a schedule's jobs by it.
+    uniqueIndex("jobs_schedule_tick_uq").on(t.scheduleId, t.scheduledFor).where(sql`${t.scheduleId} is not null`),
   ],
 );
 
@@ -400,4 +407,115 @@ export const codeTools = pgTable(
   (t) => [primaryKey({ columns: [t.hostId, t.name] }), index("code_tools_name_idx").on(t.name)],
 );
 
+/**
+ * A tenant's cron schedule (docs/api.md "Schedules"): each tick makes one job (jobs.schedule_id,
+ * jobs.scheduled_for). `next_run_at` is the tick owed next; whoever fires it (any host's
+ * scheduler, the Worker's cron) inserts the job and moves it on, src/db/schedules-repo.ts.
+ */
+export const schedules = pgTable(
+  "schedules",
+  {
+    id: uuid("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    cron: text("cron").notNull(),
+    timezone: text("timezone").notNull().default("UTC"),
+    /** An agent reference (`name` or `name@N`), resolved at each tick; null: the default agent. */
+    agent: text("agent"),
+    input: jsonb("input").$type<{ messages: ChatMessage[] }>().notNull(),
+    metadata: jsonb("metadata").$type<Record<string, unknown>>().notNull().default({}),
+    enabled: boolean("enabled").notNull().default(true),
+    catchUp: text("catch_up").notNull().default("latest"),
+    /** Null while disabled. */
+    nextRunAt: tstz("next_run_at"),
+    lastRunAt: tstz("last_run_at"),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    updatedAt: tstz("updated_at").notNull().defaultNow(),
+  },
+  (t) => [
+    check("schedules_catch_up_ck", sql`${t.catchUp} in ('latest','none')`),
+    index("schedules_tenant_created_idx").on(t.tenantId, t.createdAt, t.id),
+    // The schedulers' one read: the enabled schedules whose tick is due.
+    index("schedules_due_idx").on(t.nextRunAt).where(sql`${t.enabled}`),
+  ],
+);
+
+/**
+ * A tenant's webhook endpoint (docs/api.md "Webhooks"). `secret` (whsec_ + base64 of 24 random
+ * bytes) is what deliveries are signed with, so it is stored as it is; the API shows it once.
+ */
+export const webhooks = pgTable(
+  "webhooks",
+  {
+    id: uuid("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    url: text("url").notNull(),
+    events: jsonb("events").$type<string[]>().notNull(),
+    secret: text("secret").notNull(),
+    enabled: boolean("enabled").notNull().default(true),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [index("webhooks_tenant_idx").on(t.tenantId, t.createdAt, t.id)],
+);
+
+/**
+ * The webhook outbox: one row per (endpoint, job event) owed, inserted by the trigger
+ * jobs_webhook_outbox (drizzle/0016) inside whichever statement changes the job's state, so no
+ * crash falls between the two and a new terminal statement needs nothing. Its id is the
+ * delivery's `webhook-id`, the same on every attempt.
+ */
+export const webhookDeliveries = pgTable(
+  "webhook_deliveries",
+  {
+    id: uuid("id").primaryKey().defaultRandom(),
+    webhookId: uuid("webhook_id")
+      .notNull()
+      .references(() => webhooks.id, { onDelete: "cascade" }),
+    tenantId: text("tenant_id").notNull(),
+    jobId: uuid("job_id").notNull(),
+    eventType: text("event_type").notNull(),
+    /** pending → delivered | failed. */
+    state: text("state").notNull().default("pending"),
+    attempts: integer("attempts").notNull().default(0),
+    /** When the next attempt is due; while one is in flight, when its lease ends. */
+    nextAttemptAt: tstz("next_attempt_at").notNull().defaultNow(),
+    /**
+     * The body, built at the first attempt and sent byte for byte on every later one (text, not
+     * jsonb: jsonb reorders keys, and a retry must carry the body its signature was made for).
+     */
+    payload: text("payload"),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    finishedAt: tstz("finished_at"),
+  },
+  (t) => [
+    check("webhook_deliveries_state_ck", sql`${t.state} in ('pending','delivered','failed')`),
+    // The senders' reads: which endpoints have deliveries due, then each endpoint's oldest due.
+    index("webhook_deliveries_due_idx").on(t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
+    index("webhook_deliveries_endpoint_due_idx").on(t.webhookId, t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
+    index("webhook_deliveries_webhook_idx").on(t.webhookId, t.createdAt),
+    // The retention purge deletes a purged job's deliveries by it.
+    index("webhook_deliveries_job_idx").on(t.jobId),
+  ],
+);
+
+/** One attempt of a delivery: when, what came back (or the error), how long it took. */
+export const webhookAttempts = pgTable(
+  "webhook_attempts",
+  {
+    id: bigint("id", { mode: "number" }).primaryKey().generatedAlwaysAsIdentity(),
+    deliveryId: uuid("delivery_id")
+      .notNull()
+      .references(() => webhookDeliveries.id, { onDelete: "cascade" }),
+    attemptedAt: tstz("attempted_at").notNull().defaultNow(),
+    statusCode: integer("status_code"),
+    error: text("error"),
+    durationMs: integer("duration_ms").notNull(),
+  },
+  (t) => [index("webhook_attempts_delivery_idx").on(t.deliveryId, t.attemptedAt)],
+);
+
 export type JobRow = typeof jobs.$inferSelect;
+export type ScheduleRow = typeof schedules.$inferSelect;

@@ -163,6 +163,8 @@ describe("OpenAPI document", () => {
       rootJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
       depth: 1,
       recoveries: 1,
+      scheduleId: "7d2e4a10-1b3c-4d5e-8f90-a1b2c3d4e5f6",
+      scheduledFor: t,
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);

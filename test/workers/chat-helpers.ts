@@ -57,6 +57,8 @@ export class FakeChatBackend implements ChatBackend {
       depth: 0,
       recoveries: 0,
       trace_id: id.replaceAll("-", ""),
+      schedule_id: null,
+      scheduled_for: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

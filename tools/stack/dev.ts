@@ -18,6 +18,7 @@
  *                                      the gateway's abuse limits (README; unset = their defaults)
  *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
  *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host)
+ *   WEBHOOK_ALLOWED_URLS                where webhook endpoints may be, to the gateway and every host
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   DEV_DIR                            where the above lives (default .dev in the checkout)
@@ -56,6 +57,8 @@ const GATEWAY_LIMIT_VARS = [
   // MCP: the hosts get these (and MCP_SECRETS / MCP_SECRETS_FILE) from this process's environment.
   "MCP_ALLOWED_URLS",
   "MCP_SECRET_NAMES",
+  // Webhooks: the hosts read the same list from this process's environment.
+  "WEBHOOK_ALLOWED_URLS",
 ] as const;
 const started = Date.now();
 

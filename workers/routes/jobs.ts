@@ -132,7 +132,12 @@ export const jobRoutes = routes(
       if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
       const db = c.get("deps").db();
       const page = await callDependency("postgres", () =>
-        listJobs(db, c.get("tenantId"), { state: query.state, limit: query.limit, cursor }),
+        listJobs(db, c.get("tenantId"), {
+          state: query.state,
+          scheduleId: query.schedule_id,
+          limit: query.limit,
+          cursor,
+        }),
       );
       return c.json({ jobs: page.jobs.map(toJobView), next_cursor: page.nextCursor });
     },

@@ -1,0 +1,255 @@
+/**
+ * Schedules (src/contracts/schedule.ts) and the firing of their ticks.
+ *
+ * Firing is exactly once per tick however many firers race (every host's scheduler,
+ * sandbox-host/scheduler/schedule-ticker.ts, and the Worker's cron, workers/cron/schedule-backstop.ts):
+ * one statement per tick whose first step is the UPDATE that moves `next_run_at` from the tick
+ * the firer read to the one after it. That UPDATE takes the row lock and re-checks `next_run_at`
+ * and `enabled` after any wait, so of all firers that read the same tick exactly one changes the
+ * row, and only its statement goes on to INSERT the job; the others change nothing. The job row
+ * carries (schedule_id, scheduled_for), unique (jobs_schedule_tick_uq), so even a tick that comes
+ * round again (a PATCH that set the same next tick) cannot make a second job. A firer killed
+ * mid-statement committed nothing (one statement is one transaction), and Redis plays no part.
+ */
+import { type SQL, sql } from "drizzle-orm";
+import { parseAgentRef } from "../contracts/agent";
+import type { CatchUp, ScheduleView } from "../contracts/schedule";
+import { toolNames } from "../domain/approval";
+import { tickToFire } from "../domain/schedule-time";
+import { isUuid } from "../domain/uuid";
+import { getAgentVersion } from "./agents-repo";
+import { type Db, resultCount, resultRows } from "./client";
+import { jobs, type ScheduleRow } from "./schema";
+
+interface RawSchedule {
+  id: string;
+  tenant_id: string;
+  cron: string;
+  timezone: string;
+  agent: string | null;
+  input: ScheduleView["input"] | string;
+  metadata: Record<string, unknown> | string;
+  enabled: boolean;
+  catch_up: CatchUp;
+  next_run_at: string | null;
+  last_run_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+const iso = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+const COLUMNS = sql`id, tenant_id, cron, timezone, agent, input, metadata, enabled, catch_up,
+  ${iso(sql`next_run_at`)} AS next_run_at, ${iso(sql`last_run_at`)} AS last_run_at,
+  ${iso(sql`created_at`)} AS created_at, ${iso(sql`updated_at`)} AS updated_at`;
+
+const json = <T>(v: T | string): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
+
+function toView(r: RawSchedule): ScheduleView {
+  return {
+    id: r.id,
+    cron: r.cron,
+    timezone: r.timezone,
+    agent: r.agent,
+    input: json(r.input),
+    metadata: json(r.metadata),
+    enabled: r.enabled,
+    catch_up: r.catch_up,
+    next_run_at: r.next_run_at,
+    last_run_at: r.last_run_at,
+    created_at: r.created_at,
+    updated_at: r.updated_at,
+  };
+}
+
+/** What a schedule is made of (the body with its defaults applied), and its first tick. */
+export interface ScheduleFields {
+  cron: string;
+  timezone: string;
+  agent: string | null;
+  input: ScheduleView["input"];
+  metadata: Record<string, unknown>;
+  enabled: boolean;
+  catchUp: CatchUp;
+  /** Null when disabled or when the cron never fires again. */
+  nextRunAt: Date | null;
+}
+
+/** A new schedule, or null when the tenant already has `maxPerTenant` (counted in the INSERT's own statement). */
+export async function createSchedule(
+  db: Db,
+  tenantId: string,
+  f: ScheduleFields,
+  maxPerTenant: number,
+): Promise<ScheduleView | null> {
+  const rows = resultRows<RawSchedule>(
+    await db.execute(sql`
+      INSERT INTO schedules (id, tenant_id, cron, timezone, agent, input, metadata, enabled, catch_up, next_run_at)
+      SELECT ${crypto.randomUUID()}::uuid, ${tenantId}, ${f.cron}, ${f.timezone}, ${f.agent},
+        ${JSON.stringify(f.input)}::jsonb, ${JSON.stringify(f.metadata)}::jsonb, ${f.enabled}, ${f.catchUp},
+        ${f.nextRunAt?.toISOString() ?? null}::timestamptz
+      WHERE (SELECT count(*) FROM schedules WHERE tenant_id = ${tenantId}) < ${maxPerTenant}::int
+      RETURNING ${COLUMNS}`),
+  );
+  return rows[0] ? toView(rows[0]) : null;
+}
+
+export async function getSchedule(db: Db, tenantId: string, id: string): Promise<ScheduleView | null> {
+  if (!isUuid(id)) return null;
+  const rows = resultRows<RawSchedule>(
+    await db.execute(sql`SELECT ${COLUMNS} FROM schedules WHERE tenant_id = ${tenantId} AND id = ${id}::uuid`),
+  );
+  return rows[0] ? toView(rows[0]) : null;
+}
+
+/** Every schedule of the tenant, oldest first (at most SCHEDULE_LIMITS.maxSchedulesPerTenant). */
+export async function listSchedules(db: Db, tenantId: string): Promise<ScheduleView[]> {
+  const rows = resultRows<RawSchedule>(
+    await db.execute(sql`SELECT ${COLUMNS} FROM schedules WHERE tenant_id = ${tenantId} ORDER BY created_at, id`),
+  );
+  return rows.map(toView);
+}
+
+/** Replace the editable fields (the route merged the patch onto the row it read); null when gone. */
+export async function updateSchedule(
+  db: Db,
+  tenantId: string,
+  id: string,
+  f: Omit<ScheduleFields, "agent">,
+): Promise<ScheduleView | null> {
+  if (!isUuid(id)) return null;
+  const rows = resultRows<RawSchedule>(
+    await db.execute(sql`
+      UPDATE schedules SET cron = ${f.cron}, timezone = ${f.timezone}, input = ${JSON.stringify(f.input)}::jsonb,
+        metadata = ${JSON.stringify(f.metadata)}::jsonb, enabled = ${f.enabled}, catch_up = ${f.catchUp},
+        next_run_at = ${f.nextRunAt?.toISOString() ?? null}::timestamptz, updated_at = now()
+      WHERE tenant_id = ${tenantId} AND id = ${id}::uuid
+      RETURNING ${COLUMNS}`),
+  );
+  return rows[0] ? toView(rows[0]) : null;
+}
+
+export async function deleteSchedule(db: Db, tenantId: string, id: string): Promise<boolean> {
+  if (!isUuid(id)) return false;
+  return (
+    resultCount(await db.execute(sql`DELETE FROM schedules WHERE tenant_id = ${tenantId} AND id = ${id}::uuid`)) > 0
+  );
+}
+
+/** How many due schedules one pass reads (the rest are next pass's, a few hundred ms later). */
+const DUE_BATCH = 100;
+
+export interface FiredTick {
+  scheduleId: string;
+  /** The tick a job was made for; null when the tick was skipped (catch_up none, agent gone). */
+  scheduledFor: Date | null;
+  jobId: string | null;
+  /** The tick owed next. */
+  next: Date | null;
+}
+
+export interface FireLog {
+  warn(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/**
+ * Fire every due tick once: read the enabled schedules whose `next_run_at` has come (by
+ * Postgres' clock, the fleet's one clock), then one statement per schedule (see the file
+ * comment). Returns the ticks this caller fired (a tick another firer won is not in the list) and
+ * how long until the soonest tick ahead (Postgres' clock), so a scheduler can sleep until then.
+ */
+export async function fireDueSchedules(
+  db: Db,
+  log?: FireLog,
+): Promise<{ fired: FiredTick[]; nextInMs: number | null }> {
+  // One statement when nothing is due (the common pass): the soonest tick ahead comes with it.
+  const rows = resultRows<ScheduleRow & { db_now: string | Date; soonest: string | Date | null; next_iso: string }>(
+    await db.execute(sql`
+      SELECT m.db_now, m.soonest, d.* FROM (
+        SELECT now() AS db_now, min(next_run_at) FILTER (WHERE next_run_at > now()) AS soonest
+        FROM schedules WHERE enabled
+      ) m LEFT JOIN LATERAL (
+        SELECT id, tenant_id AS "tenantId", cron, timezone, agent, catch_up AS "catchUp",
+          next_run_at AS "nextRunAt", ${iso(sql`next_run_at`)} AS next_iso
+        FROM schedules WHERE enabled AND next_run_at <= now()
+        ORDER BY next_run_at LIMIT ${DUE_BATCH}
+      ) d ON true`),
+  );
+  const head = rows[0];
+  const now = new Date(head?.db_now ?? Date.now());
+  const fired: FiredTick[] = [];
+  let soonest = head?.soonest ? new Date(head.soonest).getTime() : null;
+  for (const s of rows) {
+    if (!s.id) continue;
+    let outcome: Awaited<ReturnType<typeof fireOne>>;
+    try {
+      outcome = await fireOne(db, s, now, log);
+    } catch (err) {
+      // One schedule's failure (its agent read, its statement) must not starve the others behind it.
+      log?.warn("schedule tick not fired; retried next pass", {
+        schedule_id: s.id,
+        // The loggers write an `error` field through loggableError (no SQL parameters in the log).
+        error: err,
+      });
+      continue;
+    }
+    const { fired: tick, next } = outcome;
+    if (tick) fired.push(tick);
+    // Whoever won the tick, the one after it is the same: a firer that lost the race sleeps until then too.
+    if (next) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, next.getTime());
+  }
+  return { fired, nextInMs: soonest === null ? null : Math.max(0, soonest - now.getTime()) };
+}
+
+async function fireOne(
+  db: Db,
+  s: ScheduleRow & { next_iso: string },
+  now: Date,
+  log?: FireLog,
+): Promise<{ fired: FiredTick | null; next: Date | null }> {
+  const dueAt = new Date(s.nextRunAt as Date);
+  let { fire, next } = tickToFire({ cron: s.cron, timezone: s.timezone, catchUp: s.catchUp as CatchUp }, dueAt, now);
+  const agent = fire && s.agent ? await resolveAgent(db, s.tenantId, s.agent) : null;
+  if (fire && s.agent && !agent) {
+    log?.warn("schedule tick skipped: its agent is gone or archived", { schedule_id: s.id, agent: s.agent });
+    fire = null;
+  }
+  const jobId = crypto.randomUUID();
+  const timeoutMs = agent?.timeoutMs ?? (jobs.timeoutMs.default as number);
+  const rows = resultRows<{ job_id: string | null }>(
+    await db.execute(sql`
+      WITH s AS (
+        UPDATE schedules SET next_run_at = ${next?.toISOString() ?? null}::timestamptz,
+          last_run_at = coalesce(${fire?.toISOString() ?? null}::timestamptz, last_run_at)
+        WHERE id = ${s.id}::uuid AND enabled AND next_run_at = ${s.next_iso}::timestamptz
+        RETURNING id, tenant_id, input, metadata
+      ), j AS (
+        INSERT INTO jobs (id, tenant_id, input, model, tools, metadata, agent_name, agent_version, timeout_ms,
+          schedule_id, scheduled_for)
+        SELECT ${jobId}::uuid, s.tenant_id, s.input, ${agent?.model ?? null}, ${JSON.stringify(agent?.tools ?? [])}::jsonb,
+          s.metadata, ${agent?.name ?? null}, ${agent?.version ?? null}::int, ${timeoutMs}::int, s.id,
+          ${fire?.toISOString() ?? null}::timestamptz
+        FROM s WHERE ${fire?.toISOString() ?? null}::timestamptz IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING id
+      )
+      SELECT (SELECT id FROM j) AS job_id FROM s`),
+  );
+  const row = rows[0];
+  if (!row) return { fired: null, next };
+  return { fired: { scheduleId: s.id, scheduledFor: row.job_id ? fire : null, jobId: row.job_id, next }, next };
+}
+
+async function resolveAgent(db: Db, tenantId: string, ref: string) {
+  const parsed = parseAgentRef(ref);
+  if (!parsed) return null;
+  const found = await getAgentVersion(db, tenantId, parsed.name, parsed.version);
+  if (!found || found.archived) return null;
+  return {
+    name: found.view.name,
+    version: found.view.version,
+    model: found.definition.model,
+    tools: toolNames(found.definition.tools),
+    timeoutMs: found.definition.limits.timeout_s === null ? null : found.definition.limits.timeout_s * 1000,
+  };
+}

@@ -1,0 +1,180 @@
+/**
+ * Schedules (docs/api.md "Schedules"): a tenant's cron schedules. The gateway only stores them,
+ * with their first tick; hosts' schedulers (and the Worker's cron) fire the ticks
+ * (src/db/schedules-repo.ts). A bad cron or timezone is a 400 naming it (croner and Intl decide,
+ * src/domain/schedule-time.ts).
+ */
+import { ApiError } from "../../src/contracts/errors";
+import { BODY_ERRORS, scheduleIdParam, V1_ERRORS } from "../../src/contracts/openapi";
+import {
+  type CatchUp,
+  CreateScheduleBodySchema,
+  PatchScheduleBodySchema,
+  SCHEDULE_LIMITS,
+  ScheduleAnswerSchema,
+  SchedulePageSchema,
+} from "../../src/contracts/schedule";
+import {
+  createSchedule,
+  deleteSchedule,
+  getSchedule,
+  listSchedules,
+  updateSchedule,
+} from "../../src/db/schedules-repo";
+import { cronProblem, nextTick, timezoneProblem } from "../../src/domain/schedule-time";
+import { resolveJobAgent } from "../commands/submit";
+import { callDependency } from "../deps";
+import { route, routes } from "./route";
+
+const notFound = () => new ApiError("not_found", "schedule not found");
+
+/** The cron and timezone checked (400 naming the bad one), and the first tick after now (null: disabled). */
+function firstTick(cron: string, timezone: string, enabled: boolean): Date | null {
+  const tz = timezoneProblem(timezone);
+  if (tz !== null) throw new ApiError("invalid_request", `timezone: ${tz}`);
+  const problem = cronProblem(cron, timezone);
+  if (problem !== null) throw new ApiError("invalid_request", `cron: ${problem}`);
+  return enabled ? nextTick(cron, timezone, new Date()) : null;
+}
+
+export const scheduleRoutes = routes(
+  route({
+    method: "post",
+    path: "/",
+    operationId: "createSchedule",
+    tag: "schedules",
+    summary: "Create a schedule: a job at every tick of its cron",
+    description:
+      "`cron` has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first; `timezone` is an IANA name (default UTC), daylight-saving changes included (a wall time the change skips fires at the first instant after it; one it repeats fires once). Each tick makes one job with `schedule_id` and `scheduled_for`. `catch_up` `latest` (default): after ticks passed with nothing firing, one job for the latest; `none`: those ticks make no job. A bad `cron` or `timezone` is a 400 naming it; `agent` is checked as POST /v1/jobs checks it.",
+    auth: "bearer",
+    body: CreateScheduleBodySchema,
+    responses: [{ status: 201, description: "The schedule, with its first tick.", schema: ScheduleAnswerSchema }],
+    errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const body = await input.body();
+      const timezone = body.timezone ?? "UTC";
+      const enabled = body.enabled ?? true;
+      const next = firstTick(body.cron, timezone, enabled);
+      const db = c.get("deps").db();
+      const tenantId = c.get("tenantId");
+      if (body.agent !== undefined) await resolveJobAgent(db, c.get("config").models, tenantId, { agent: body.agent });
+      const created = await callDependency("postgres", () =>
+        createSchedule(
+          db,
+          tenantId,
+          {
+            cron: body.cron.trim(),
+            timezone,
+            agent: body.agent ?? null,
+            input: body.input,
+            metadata: body.metadata ?? {},
+            enabled,
+            catchUp: body.catch_up ?? "latest",
+            nextRunAt: next,
+          },
+          SCHEDULE_LIMITS.maxSchedulesPerTenant,
+        ),
+      );
+      if (!created) {
+        throw new ApiError(
+          "conflict",
+          `this tenant already has ${SCHEDULE_LIMITS.maxSchedulesPerTenant} schedules (the limit); delete one first`,
+        );
+      }
+      return c.json({ schedule: created }, 201);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/",
+    operationId: "listSchedules",
+    tag: "schedules",
+    summary: "The tenant's schedules, oldest first",
+    auth: "bearer",
+    responses: [{ status: 200, description: "Every schedule (at most 100).", schema: SchedulePageSchema }],
+    errors: [...V1_ERRORS],
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const schedules = await callDependency("postgres", () => listSchedules(db, c.get("tenantId")));
+      return c.json({ schedules });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/:id",
+    operationId: "getSchedule",
+    tag: "schedules",
+    summary: "One schedule",
+    auth: "bearer",
+    parameters: [scheduleIdParam],
+    responses: [{ status: 200, description: "The schedule.", schema: ScheduleAnswerSchema }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const found = await callDependency("postgres", () => getSchedule(db, c.get("tenantId"), c.req.param("id")));
+      if (!found) throw notFound();
+      return c.json({ schedule: found });
+    },
+  }),
+  route({
+    method: "patch",
+    path: "/:id",
+    operationId: "updateSchedule",
+    tag: "schedules",
+    summary: "Change a schedule: enable, disable, its cron, timezone, input, catch_up or metadata",
+    description:
+      "Fields left out keep their value. The next tick is computed again from now (a disabled schedule has none); a tick whose job was already made is never made twice.",
+    auth: "bearer",
+    parameters: [scheduleIdParam],
+    body: PatchScheduleBodySchema,
+    responses: [{ status: 200, description: "The schedule as it now is.", schema: ScheduleAnswerSchema }],
+    errors: [...BODY_ERRORS, "not_found", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const db = c.get("deps").db();
+      const tenantId = c.get("tenantId");
+      const id = c.req.param("id");
+      const current = await callDependency("postgres", () => getSchedule(db, tenantId, id));
+      if (!current) throw notFound();
+      const patch = await input.body();
+      const cron = patch.cron?.trim() ?? current.cron;
+      const timezone = patch.timezone ?? current.timezone;
+      const enabled = patch.enabled ?? current.enabled;
+      const timingChanged = patch.cron !== undefined || patch.timezone !== undefined || enabled !== current.enabled;
+      const next = timingChanged
+        ? firstTick(cron, timezone, enabled)
+        : current.next_run_at === null
+          ? null
+          : new Date(current.next_run_at);
+      const updated = await callDependency("postgres", () =>
+        updateSchedule(db, tenantId, id, {
+          cron,
+          timezone,
+          input: patch.input ?? current.input,
+          metadata: patch.metadata ?? current.metadata,
+          enabled,
+          catchUp: (patch.catch_up ?? current.catch_up) as CatchUp,
+          nextRunAt: next,
+        }),
+      );
+      if (!updated) throw notFound();
+      return c.json({ schedule: updated });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/:id",
+    operationId: "deleteSchedule",
+    tag: "schedules",
+    summary: "Delete a schedule (its jobs stay)",
+    auth: "bearer",
+    parameters: [scheduleIdParam],
+    responses: [{ status: 204, description: "Deleted; no more ticks fire." }],
+    errors: ["not_found", ...V1_ERRORS],
+    handler: async (c) => {
+      const db = c.get("deps").db();
+      const deleted = await callDependency("postgres", () => deleteSchedule(db, c.get("tenantId"), c.req.param("id")));
+      if (!deleted) throw notFound();
+      return c.body(null, 204);
+    },
+  }),
+);

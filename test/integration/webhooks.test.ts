@@ -258,13 +258,14 @@ describe("webhooks", () => {
       return (r.rowCount ?? 0) > 0;
     });
     expect((await api().call("POST", `/v1/jobs/${cancelled}/cancel`)).status).toBeLessThan(300);
-    // A run whose host died an hour ago, written as that host left it; the pass any host or the cron runs ends it.
+    // A run whose host died an hour ago, written as that host left it, its recoveries spent (a
+    // job with recoveries left is re-queued, not lost); the pass any host or the cron runs ends it.
     const lost = crypto.randomUUID();
     await t.pool.query(
       `INSERT INTO jobs (id, tenant_id, input, state, owner, claimed_at, epoch, token, execution_id,
-         execution_started_at, started_at, heartbeat_at)
+         execution_started_at, started_at, heartbeat_at, recoveries)
        VALUES ($1, $2, '{"messages":[{"role":"user","content":"x"}]}', 'running', 'dead-host', now(), 1,
-         gen_random_uuid(), gen_random_uuid(), now(), now(), now() - interval '1 hour')`,
+         gen_random_uuid(), gen_random_uuid(), now(), now(), now() - interval '1 hour', 3)`,
       [lost, t.stack.tenantId],
     );
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;

@@ -42,5 +42,9 @@ export function toJobView(row: JobRow): JobView {
     parent_job_id: row.parentJobId,
     root_job_id: row.rootJobId,
     depth: row.depth,
+    priority: row.priority,
+    run_at: isoOrNull(row.runAt),
+    expires_at: isoOrNull(row.expiresAt),
+    concurrency_key: row.concurrencyKey,
   };
 }

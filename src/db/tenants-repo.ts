@@ -1,5 +1,6 @@
 /** Tenants and their API keys. A key is returned once, at creation; only its hash is stored. */
 import { and, eq, isNull } from "drizzle-orm";
+import { ADMISSION_LIMITS } from "../contracts/admission";
 import { generateApiKey, hashApiKey } from "../domain/api-keys";
 import { TENANT_ID_RE } from "../domain/tenant-id";
 import { isUuid } from "../domain/uuid";
@@ -14,6 +15,34 @@ export async function createTenant(db: Db, id: string, name = id): Promise<{ id:
   }
   const rows = await db.insert(tenants).values({ id, name }).onConflictDoNothing().returning({ id: tenants.id });
   return { id, created: rows.length === 1 };
+}
+
+/**
+ * The settings `tenant set` can change, each a column of `tenants` with its range. Another
+ * setting is one more entry here (and its flag in tools/cli/operator.ts).
+ */
+export const TENANT_SETTINGS = {
+  /** Share of the fleet's slots relative to the other tenants with runnable work (the claim's weighted round-robin). */
+  weight: { min: ADMISSION_LIMITS.minWeight, max: ADMISSION_LIMITS.maxWeight },
+  /** At most this many of the tenant's jobs claimed or running at once across the fleet (0 = no cap). */
+  maxRunning: { min: 0, max: ADMISSION_LIMITS.maxMaxRunning },
+} as const;
+export type TenantSettings = { -readonly [K in keyof typeof TENANT_SETTINGS]?: number };
+
+/** Changes the given settings of a tenant; returns the tenant's row, or null when there is no such tenant. */
+export async function setTenantSettings(db: Db, id: string, settings: TenantSettings) {
+  for (const [name, value] of Object.entries(settings)) {
+    const range = TENANT_SETTINGS[name as keyof typeof TENANT_SETTINGS];
+    if (!range) throw new Error(`unknown tenant setting "${name}"`);
+    if (value === undefined) continue;
+    if (!Number.isInteger(value) || value < range.min || value > range.max) {
+      throw new Error(`${name} must be an integer from ${range.min} to ${range.max}`);
+    }
+  }
+  const set = Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined));
+  if (Object.keys(set).length === 0) throw new Error("nothing to set");
+  const rows = await db.update(tenants).set(set).where(eq(tenants.id, id)).returning();
+  return rows[0] ?? null;
 }
 
 export async function listTenants(db: Db) {

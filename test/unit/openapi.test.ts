@@ -161,6 +161,10 @@ describe("OpenAPI document", () => {
       parentJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
       rootJobId: "4f1c2a9e-8d3b-4c7a-9e2f-1a2b3c4d5e6f",
       depth: 1,
+      priority: 10,
+      runAt: t,
+      expiresAt: null,
+      concurrencyKey: "repo-1",
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);

@@ -55,6 +55,10 @@ export class FakeChatBackend implements ChatBackend {
       parent_job_id: null,
       root_job_id: null,
       depth: 0,
+      priority: 0,
+      run_at: null,
+      expires_at: null,
+      concurrency_key: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

@@ -4,6 +4,9 @@
  *
  *   tenant create <id> [--name N]    create a tenant (idempotent)
  *   tenant list
+ *   tenant set <id> [--max-running N] [--weight W]
+ *                                    admission settings: at most N jobs claimed or running at once
+ *                                    (0 = no cap), share W of the fleet against other tenants
  *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
  *   key list <tenant>                list keys: id, prefix, name, created, live/revoked
  *   key revoke <tenant> <key-id>     revoke one key by its id (from `key list`)
@@ -13,11 +16,20 @@ import { parseArgs } from "node:util";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import * as schema from "../../src/db/schema";
-import { createApiKey, createTenant, listApiKeys, listTenants, revokeApiKey } from "../../src/db/tenants-repo";
+import {
+  createApiKey,
+  createTenant,
+  listApiKeys,
+  listTenants,
+  revokeApiKey,
+  setTenantSettings,
+  type TenantSettings,
+} from "../../src/db/tenants-repo";
 
 const USAGE = `usage: npm run cli -- <command>
   tenant create <id> [--name N]
   tenant list
+  tenant set <id> [--max-running N] [--weight W]
   key create <tenant> [--name N]
   key list <tenant>
   key revoke <tenant> <key-id>
@@ -32,10 +44,31 @@ async function databaseUrl(): Promise<string> {
   throw new Error("DATABASE_URL is not set and no dev stack is running (.dev/stack.json not found)");
 }
 
+/** `tenant set` flags → the setting each changes (src/db/tenants-repo.ts TENANT_SETTINGS). */
+const SETTING_FLAGS = { "max-running": "maxRunning", weight: "weight" } as const satisfies Record<
+  string,
+  keyof TenantSettings
+>;
+
+function parseSettings(values: Record<string, unknown>): TenantSettings {
+  const settings: TenantSettings = {};
+  for (const [flag, setting] of Object.entries(SETTING_FLAGS)) {
+    const raw = values[flag];
+    if (typeof raw !== "string") continue;
+    if (!/^\d+$/.test(raw)) throw new Error(`--${flag} must be a whole number, got "${raw}"`);
+    settings[setting] = Number(raw);
+  }
+  return settings;
+}
+
 async function main(): Promise<number> {
   const { positionals, values } = parseArgs({
     allowPositionals: true,
-    options: { name: { type: "string" }, help: { type: "boolean", short: "h" } },
+    options: {
+      name: { type: "string" },
+      help: { type: "boolean", short: "h" },
+      ...Object.fromEntries(Object.keys(SETTING_FLAGS).map((f) => [f, { type: "string" as const }])),
+    },
   });
   const [noun, verb, arg, arg2] = positionals;
   if (values.help || !noun) {
@@ -49,7 +82,18 @@ async function main(): Promise<number> {
       const t = await createTenant(db, arg, values.name ?? arg);
       console.log(t.created ? `created tenant ${t.id}` : `tenant ${t.id} already exists`);
     } else if (noun === "tenant" && verb === "list") {
-      for (const t of await listTenants(db)) console.log(`${t.id}\t${t.name}\t${t.createdAt.toISOString()}`);
+      for (const t of await listTenants(db)) {
+        console.log(
+          `${t.id}\t${t.name}\t${t.createdAt.toISOString()}\tweight=${t.weight}\tmax_running=${t.maxRunning}`,
+        );
+      }
+    } else if (noun === "tenant" && verb === "set" && arg) {
+      const t = await setTenantSettings(db, arg, parseSettings(values));
+      if (!t) {
+        console.error(`no tenant "${arg}"`);
+        return 1;
+      }
+      console.log(`tenant ${t.id}: weight=${t.weight} max_running=${t.maxRunning}`);
     } else if (noun === "key" && verb === "create" && arg) {
       const k = await createApiKey(db, arg, values.name ?? null);
       console.log(k.key);

@@ -42,11 +42,13 @@ export function claimable(table?: string) {
 
 /**
  * Due and not expired: the admission conditions on top of `claimable` (a job queued with a later
- * `run_at` waits for it; one past its `expires_at` is the expiry sweep's, never claimed).
+ * `run_at` waits for it; one past its `expires_at` is the expiry sweep's, never claimed). A job
+ * that has started once (a resumed one, back in the queue after a wait) no longer expires: its
+ * ttl was about its first start.
  */
 export function runnable(table: string) {
   return sql.raw(
-    `(${table}.run_at IS NULL OR ${table}.run_at <= now()) AND (${table}.expires_at IS NULL OR ${table}.expires_at > now())`,
+    `(${table}.run_at IS NULL OR ${table}.run_at <= now()) AND (${table}.expires_at IS NULL OR ${table}.expires_at > now() OR ${table}.started_at IS NOT NULL)`,
   );
 }
 
@@ -130,27 +132,43 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
 
 async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
   const want = tokens.length;
+  // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
+  // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
+  const admissible = sql`j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
+    AND j.created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
+    AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
+      WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
     await db.execute(sql`${named("ear_claim_poll")}
       WITH held AS (
         SELECT tenant_id, count(*)::int AS n,
           coalesce(array_agg(tenant_slot) FILTER (WHERE tenant_slot IS NOT NULL), '{}') AS slots
         FROM jobs WHERE ${held()} GROUP BY tenant_id
+      ), served AS (
+        -- The first B tenants with takeable work, in the order of their next job's rank: only
+        -- they can fill B slots (any other tenant's first job ranks after theirs). Walked in
+        -- order and stopped at B, so tenants further down are never probed.
+        SELECT o.* FROM (
+          SELECT t.id, t.weight, t.max_running, coalesce(h.n, 0) AS held, coalesce(h.slots, '{}') AS slots,
+            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, random() AS tie
+          FROM tenants t LEFT JOIN held h ON h.tenant_id = t.id
+          WHERE t.max_running = 0 OR coalesce(h.n, 0) < t.max_running
+          ORDER BY first_turn, tie
+        ) o
+        CROSS JOIN LATERAL (SELECT 1 FROM jobs j, (SELECT o.id) AS t(id) WHERE ${admissible}
+          ORDER BY j.priority DESC NULLS LAST, j.created_at LIMIT 1) w
+        ORDER BY o.first_turn, o.tie
+        LIMIT ${want}
       ), cand AS (
-        SELECT t.id AS tenant_id, t.weight, t.max_running, coalesce(h.n, 0) AS held,
-          coalesce(h.slots, '{}') AS slots, c.id, c.created_at, c.priority, c.concurrency_key
-        FROM tenants t
-        LEFT JOIN held h ON h.tenant_id = t.id
+        SELECT s.id AS tenant_id, s.weight, s.max_running, s.held, s.slots, s.tie,
+          c.id, c.created_at, c.priority, c.concurrency_key
+        FROM served s
         CROSS JOIN LATERAL (
-          SELECT j.id, j.created_at, j.priority, j.concurrency_key FROM jobs j
-          WHERE j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
-            AND j.created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
-            AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
-              WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))
-          ORDER BY j.priority DESC, j.created_at
+          SELECT j.id, j.created_at, j.priority, j.concurrency_key FROM jobs j, (SELECT s.id) AS t(id)
+          WHERE ${admissible}
+          ORDER BY j.priority DESC NULLS LAST, j.created_at
           LIMIT ${want}
         ) c
-        WHERE t.max_running = 0 OR coalesce(h.n, 0) < t.max_running
       ), heads AS (
         SELECT *, row_number() OVER (PARTITION BY tenant_id, concurrency_key ORDER BY priority DESC, created_at) AS in_key
         FROM cand

@@ -119,6 +119,15 @@ describe("admission order of the claim statement", () => {
     expect(await expireOverdue(db())).toEqual([]);
     await new Promise((r) => setTimeout(r, 1600));
     expect((await claim(8)).map((c) => c.jobId)).toEqual([atSoon]);
+    // A job that started once and is queued again (resumed after a wait) is past its ttl but
+    // still claimable: its ttl was about the first start, and the sweep leaves it alone.
+    const [resumed] = await submit("a", 1, { ttl_s: 1 });
+    await t.pool.query(
+      "UPDATE jobs SET started_at = now() - interval '5 seconds', expires_at = now() - interval '1 second' WHERE id = $1",
+      [resumed],
+    );
+    expect(await expireOverdue(db())).toEqual([]);
+    expect((await claim(8)).map((c) => c.jobId)).toEqual([resumed]);
     const runAt = (
       await t.pool.query<{ d: number }>("SELECT extract(epoch FROM run_at - created_at) AS d FROM jobs WHERE id = $1", [
         later,

@@ -32,7 +32,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
-import { claimFromPostgres, stillClaimable } from "../../src/db/ownership-repo";
+import { claimCounting, stillClaimable } from "../../src/db/ownership-repo";
 import { TimeoutError, withTimeout } from "../../src/domain/async";
 import { jitter } from "../../src/domain/backoff";
 import type { Claim } from "../../src/domain/identity";
@@ -238,12 +238,14 @@ export class Claimer implements Service {
     const free = this.opts.runner.free;
     if (free === 0 || this.stopped) return 0;
     const tokens = Array.from({ length: free }, () => randomUUID());
-    const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    const { claims: claimed, lost } = await claimCounting(this.opts.db, this.opts.hostId, tokens, olderThanMs);
     if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
     }
+    // Picked for a slot but taken first by another claimer: the races the fence settles.
+    if (lost > 0) this.opts.metrics.claims.inc({ source, result: "lost" }, lost);
     if (this.redisState.up && claimed.length > 0) this.removeFromIndex(claimed.map((c) => c.jobId));
     if (claimed.length > 0 && source === "sweep") {
       this.opts.log.info("sweep claimed jobs the ready index did not name", { jobs: claimed.map((c) => c.jobId) });

@@ -120,7 +120,21 @@ const CLAIM_RACE_ATTEMPTS = 3;
  * and is run again with a new snapshot, which sees the winner.
  */
 export async function claimFromPostgres(db: Db, host: string, tokens: string[], olderThanMs = 0): Promise<Claim[]> {
-  if (tokens.length === 0) return [];
+  return (await claimCounting(db, host, tokens, olderThanMs)).claims;
+}
+
+/**
+ * claimFromPostgres, also saying how many of the jobs it picked for its slots another claimer
+ * took first (`lost`: locked by a concurrent claim, or claimed since this statement's snapshot):
+ * the host's `claims_total{result="lost"}`, the evidence that hosts really race.
+ */
+export async function claimCounting(
+  db: Db,
+  host: string,
+  tokens: string[],
+  olderThanMs = 0,
+): Promise<{ claims: Claim[]; lost: number }> {
+  if (tokens.length === 0) return { claims: [], lost: 0 };
   for (let attempt = 1; ; attempt++) {
     try {
       return await claimAdmitted(db, host, tokens, olderThanMs);
@@ -130,7 +144,12 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
   }
 }
 
-async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
+async function claimAdmitted(
+  db: Db,
+  host: string,
+  tokens: string[],
+  olderThanMs: number,
+): Promise<{ claims: Claim[]; lost: number }> {
   const want = tokens.length;
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
@@ -138,7 +157,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
     AND j.created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
     AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
       WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
-  const rows = resultRows<{ id: string; epoch: number; token: string }>(
+  const rows = resultRows<{ id: string | null; epoch: number | null; token: string | null; lost: number }>(
     await db.execute(sql`${named("ear_claim_poll")}
       WITH held AS (
         SELECT tenant_id, count(*)::int AS n,
@@ -177,13 +196,14 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
         FROM heads WHERE concurrency_key IS NULL OR in_key = 1
       ), picked AS (
         SELECT id, (held + k)::float8 / weight AS turn, created_at,
+          row_number() OVER (ORDER BY (held + k)::float8 / weight, created_at) AS r,
           CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
             WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END AS slot
         FROM ranked
         WHERE max_running = 0 OR held + k <= max_running
         ORDER BY turn, created_at LIMIT ${want * 2}
       ), locked AS (
-        SELECT j.id, p.slot, p.turn, p.created_at FROM picked p JOIN jobs j ON j.id = p.id
+        SELECT j.id, p.slot, p.turn, p.created_at, p.r FROM picked p JOIN jobs j ON j.id = p.id
         WHERE ${claimable("j")}
         ORDER BY p.turn, p.created_at LIMIT ${want}
         FOR UPDATE OF j SKIP LOCKED
@@ -191,14 +211,26 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
         SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM locked
       ), toks AS (
         SELECT t, n FROM unnest(string_to_array(${tokens.join(",")}, ',')::uuid[]) WITH ORDINALITY AS u(t, n)
+      ), claimed AS (
+        UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t,
+          tenant_slot = numbered.slot
+        FROM numbered JOIN toks USING (n)
+        WHERE j.id = numbered.id AND ${claimable("j")}
+        RETURNING j.id, j.epoch, j.token
+      ), looked AS (
+        -- How far down the picks the claim went: to its last locked pick when it filled its
+        -- slots, else to the end. Every pick up to there that it did not lock, another claimer
+        -- held or had taken since the snapshot.
+        SELECT CASE WHEN (SELECT count(*) FROM locked) < ${want} THEN (SELECT count(*) FROM picked)
+          ELSE (SELECT max(r) FROM locked) END::int AS upto
       )
-      UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t,
-        tenant_slot = numbered.slot
-      FROM numbered JOIN toks USING (n)
-      WHERE j.id = numbered.id AND ${claimable("j")}
-      RETURNING j.id, j.epoch, j.token`),
+      SELECT c.id, c.epoch, c.token, l.upto - (SELECT count(*) FROM locked)::int AS lost
+      FROM looked l LEFT JOIN claimed c ON true`),
   );
-  return rows.map((r) => ({ jobId: r.id, epoch: Number(r.epoch), token: r.token }));
+  const claims = rows
+    .filter((r) => r.id !== null)
+    .map((r) => ({ jobId: r.id as string, epoch: Number(r.epoch), token: r.token as string }));
+  return { claims, lost: Math.max(0, Number(rows[0]?.lost ?? 0)) };
 }
 
 /** Of these job ids, the ones still claimable (the claimer drops ready-index entries of the others). */

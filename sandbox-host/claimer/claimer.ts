@@ -32,7 +32,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
-import { claimCounting, stillClaimable } from "../../src/db/ownership-repo";
+import { claimFromPostgres, stillClaimable } from "../../src/db/ownership-repo";
 import { TimeoutError, withTimeout } from "../../src/domain/async";
 import { jitter } from "../../src/domain/backoff";
 import type { Claim } from "../../src/domain/identity";
@@ -87,6 +87,8 @@ export class Claimer implements Service {
   private unsubscribe: (() => void) | null = null;
   /** Jobs Postgres just announced as claimable (LISTEN ear_ready), tried before the index. */
   private readonly hints = new Set<string>();
+  /** Jobs the current pass claimed (so its index prune does not count them as lost). */
+  private readonly claimedThisPass = new Set<string>();
 
   constructor(private readonly opts: ClaimerOptions) {
     this.delay = opts.pollMs;
@@ -156,6 +158,7 @@ export class Claimer implements Service {
 
   /** One claim pass. Returns whether there was anything to claim (keeps the short cadence). */
   private async pass(): Promise<boolean> {
+    this.claimedThisPass.clear();
     if (Date.now() >= this.nextSweepAt) {
       this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
       if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
@@ -226,26 +229,29 @@ export class Claimer implements Service {
 
   /** Removes the entries among `jobIds` that name no claimable job any more (one read). */
   private async pruneIndex(jobIds: string[]): Promise<void> {
-    const wellFormed = jobIds.filter((id) => isUuid(id));
+    const wellFormed = jobIds.filter((id) => isUuid(id) && !this.claimedThisPass.has(id));
     const malformed = jobIds.filter((id) => !isUuid(id));
     for (const entry of malformed)
       this.opts.log.warn("removing a malformed ready-index entry", { entry: entry.slice(0, 100) });
     const live = await stillClaimable(this.opts.db, wellFormed);
-    this.removeFromIndex([...malformed, ...wellFormed.filter((id) => !live.has(id))]);
+    const gone = wellFormed.filter((id) => !live.has(id));
+    // Due entries this pass read and did not claim, whose job is no longer claimable: another
+    // claimer took it first (or it ended). The races the fence settles, counted as `lost`.
+    if (gone.length > 0) this.opts.metrics.claims.inc({ source: "index", result: "lost" }, gone.length);
+    this.removeFromIndex([...malformed, ...gone]);
   }
 
   private async claimFromPostgres(source: ClaimSource, olderThanMs: number): Promise<number> {
     const free = this.opts.runner.free;
     if (free === 0 || this.stopped) return 0;
     const tokens = Array.from({ length: free }, () => randomUUID());
-    const { claims: claimed, lost } = await claimCounting(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
     if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
+      this.claimedThisPass.add(claim.jobId);
     }
-    // Picked for a slot but taken first by another claimer: the races the fence settles.
-    if (lost > 0) this.opts.metrics.claims.inc({ source, result: "lost" }, lost);
     if (this.redisState.up && claimed.length > 0) this.removeFromIndex(claimed.map((c) => c.jobId));
     if (claimed.length > 0 && source === "sweep") {
       this.opts.log.info("sweep claimed jobs the ready index did not name", { jobs: claimed.map((c) => c.jobId) });

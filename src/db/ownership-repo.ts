@@ -113,28 +113,15 @@ const CLAIM_RACE_ATTEMPTS = 3;
  * - A tenant with `max_running` N gets at most N − held; each claimed job takes a free slot
  *   number 1..N.
  *
- * Racing claimers: the ranked candidates are locked SKIP LOCKED (twice as many as wanted, so a
- * pass that loses some to another host still fills its slots). Two claimers whose snapshots both
+ * Racing claimers: each served tenant's candidates are locked SKIP LOCKED as they are read
+ * (like the first-come claim), so concurrent claimers take different jobs rather than all
+ * picking the same ones and losing them at the lock. Two claimers whose snapshots both
  * saw a key free, or the same slot numbers free, collide in the unique indexes jobs_held_key_uq /
  * jobs_held_slot_uq instead of both winning; the loser's statement fails whole (nothing claimed)
  * and is run again with a new snapshot, which sees the winner.
  */
 export async function claimFromPostgres(db: Db, host: string, tokens: string[], olderThanMs = 0): Promise<Claim[]> {
-  return (await claimCounting(db, host, tokens, olderThanMs)).claims;
-}
-
-/**
- * claimFromPostgres, also saying how many of the jobs it picked for its slots another claimer
- * took first (`lost`: locked by a concurrent claim, or claimed since this statement's snapshot):
- * the host's `claims_total{result="lost"}`, the evidence that hosts really race.
- */
-export async function claimCounting(
-  db: Db,
-  host: string,
-  tokens: string[],
-  olderThanMs = 0,
-): Promise<{ claims: Claim[]; lost: number }> {
-  if (tokens.length === 0) return { claims: [], lost: 0 };
+  if (tokens.length === 0) return [];
   for (let attempt = 1; ; attempt++) {
     try {
       return await claimAdmitted(db, host, tokens, olderThanMs);
@@ -144,12 +131,7 @@ export async function claimCounting(
   }
 }
 
-async function claimAdmitted(
-  db: Db,
-  host: string,
-  tokens: string[],
-  olderThanMs: number,
-): Promise<{ claims: Claim[]; lost: number }> {
+async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
   const want = tokens.length;
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
@@ -157,7 +139,7 @@ async function claimAdmitted(
     AND j.created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
     AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
       WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
-  const rows = resultRows<{ id: string | null; epoch: number | null; token: string | null; lost: number }>(
+  const rows = resultRows<{ id: string; epoch: number; token: string }>(
     await db.execute(sql`${named("ear_claim_poll")}
       WITH held AS (
         SELECT tenant_id, count(*)::int AS n,
@@ -179,6 +161,9 @@ async function claimAdmitted(
         ORDER BY o.first_turn, o.tie
         LIMIT ${want}
       ), cand AS (
+        -- Each served tenant's first B takeable jobs, locked as they are read and skipping what
+        -- a concurrent claim holds (as the first-come claim did): racing claimers take
+        -- different jobs instead of all picking the same ones.
         SELECT s.id AS tenant_id, s.weight, s.max_running, s.held, s.slots, s.tie,
           c.id, c.created_at, c.priority, c.concurrency_key
         FROM served s
@@ -187,6 +172,7 @@ async function claimAdmitted(
           WHERE ${admissible}
           ORDER BY j.priority DESC NULLS LAST, j.created_at
           LIMIT ${want}
+          FOR UPDATE OF j SKIP LOCKED
         ) c
       ), heads AS (
         SELECT *, row_number() OVER (PARTITION BY tenant_id, concurrency_key ORDER BY priority DESC, created_at) AS in_key
@@ -196,41 +182,23 @@ async function claimAdmitted(
         FROM heads WHERE concurrency_key IS NULL OR in_key = 1
       ), picked AS (
         SELECT id, (held + k)::float8 / weight AS turn, created_at,
-          row_number() OVER (ORDER BY (held + k)::float8 / weight, created_at) AS r,
           CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
             WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END AS slot
         FROM ranked
         WHERE max_running = 0 OR held + k <= max_running
-        ORDER BY turn, created_at LIMIT ${want * 2}
-      ), locked AS (
-        SELECT j.id, p.slot, p.turn, p.created_at, p.r FROM picked p JOIN jobs j ON j.id = p.id
-        WHERE ${claimable("j")}
-        ORDER BY p.turn, p.created_at LIMIT ${want}
-        FOR UPDATE OF j SKIP LOCKED
+        ORDER BY turn, created_at LIMIT ${want}
       ), numbered AS (
-        SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM locked
+        SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM picked
       ), toks AS (
         SELECT t, n FROM unnest(string_to_array(${tokens.join(",")}, ',')::uuid[]) WITH ORDINALITY AS u(t, n)
-      ), claimed AS (
-        UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t,
-          tenant_slot = numbered.slot
-        FROM numbered JOIN toks USING (n)
-        WHERE j.id = numbered.id AND ${claimable("j")}
-        RETURNING j.id, j.epoch, j.token
-      ), looked AS (
-        -- How far down the picks the claim went: to its last locked pick when it filled its
-        -- slots, else to the end. Every pick up to there that it did not lock, another claimer
-        -- held or had taken since the snapshot.
-        SELECT CASE WHEN (SELECT count(*) FROM locked) < ${want} THEN (SELECT count(*) FROM picked)
-          ELSE (SELECT max(r) FROM locked) END::int AS upto
       )
-      SELECT c.id, c.epoch, c.token, l.upto - (SELECT count(*) FROM locked)::int AS lost
-      FROM looked l LEFT JOIN claimed c ON true`),
+      UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t,
+        tenant_slot = numbered.slot
+      FROM numbered JOIN toks USING (n)
+      WHERE j.id = numbered.id AND ${claimable("j")}
+      RETURNING j.id, j.epoch, j.token`),
   );
-  const claims = rows
-    .filter((r) => r.id !== null)
-    .map((r) => ({ jobId: r.id as string, epoch: Number(r.epoch), token: r.token as string }));
-  return { claims, lost: Math.max(0, Number(rows[0]?.lost ?? 0)) };
+  return rows.map((r) => ({ jobId: r.id, epoch: Number(r.epoch), token: r.token }));
 }
 
 /** Of these job ids, the ones still claimable (the claimer drops ready-index entries of the others). */

@@ -92,6 +92,17 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
                 </code>
               </td>
             </tr>
+            <tr>
+              <th scope="row" class="nowrap">
+                admission
+              </th>
+              <td data-testid="admission">
+                priority {job?.priority ?? 0}
+                {job?.run_at ? `, run_at ${job.run_at}` : ""}
+                {job?.expires_at ? `, expires_at ${job.expires_at}` : ""}
+                {job?.concurrency_key ? `, key ${job.concurrency_key}` : ""}
+              </td>
+            </tr>
             {run.executions.length > 1 && (
               <tr>
                 <th scope="row" class="nowrap">

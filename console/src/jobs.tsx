@@ -76,6 +76,18 @@ export function Jobs() {
                         {WAIT_VERB[j.waiting_for.kind]} <code>{j.waiting_for.tool}</code>
                       </span>
                     )}
+                    {j.state === "queued" && j.run_at && Date.parse(j.run_at) > Date.now() && (
+                      <span class="muted" data-testid="run-at">
+                        {" "}
+                        from <time dateTime={j.run_at}>{day(j.run_at)}</time>
+                      </span>
+                    )}
+                    {j.priority !== 0 && (
+                      <span class="muted" data-testid="priority">
+                        {" "}
+                        priority {j.priority}
+                      </span>
+                    )}
                   </td>
                   <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
                   <td>

@@ -193,6 +193,7 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
       case "run.failed":
       case "run.lost":
       case "run.timed_out":
+      case "run.expired":
         f.terminal = { type: e.type, offset, error: e.payload.error ?? null };
         break;
       case "run.completed":

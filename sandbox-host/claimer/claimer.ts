@@ -1,9 +1,13 @@
 /**
  * The claimer: takes a job only when a run slot is free, and only a one-row claim hit counts.
  *
- * Wake path: read the oldest entries of the ready index (a Redis ZSET the gateway fills) and try
- * the fenced claim on as many of them as there are free slots, in one statement. An entry is removed only after our claim hit, or when Postgres says
- * the job is no longer claimable (stale entry). A Redis read is never ownership.
+ * Wake path: read the due entries of the ready index (a Redis ZSET the gateway fills, scored by
+ * when each job becomes runnable) and, when there are any, run the fenced claim statement for as
+ * many jobs as there are free slots. The statement chooses which jobs, in admission order (fair
+ * share across tenants, priority, keys, caps: src/db/ownership-repo.ts claimFromPostgres), so
+ * every path — index, NOTIFY, the sweep, Redis down — admits alike. An entry is removed after a
+ * claim took its job, or when Postgres says the job is no longer claimable (stale entry). A Redis
+ * read is never ownership. A delayed job's wake-up is its entry coming due.
  *
  * Poll cadence: 25 ms while the index has candidates, stretching ×1.5 per empty pass to 250 ms
  * when the index is empty (back to 250 ms in ~0.5 s). Numbers from this machine: a ZRANGE through
@@ -28,7 +32,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { Db } from "../../src/db/client";
-import { claimFromPostgres, claimJobs } from "../../src/db/ownership-repo";
+import { claimFromPostgres, stillClaimable } from "../../src/db/ownership-repo";
 import { TimeoutError, withTimeout } from "../../src/domain/async";
 import { jitter } from "../../src/domain/backoff";
 import type { Claim } from "../../src/domain/identity";
@@ -83,6 +87,8 @@ export class Claimer implements Service {
   private unsubscribe: (() => void) | null = null;
   /** Jobs Postgres just announced as claimable (LISTEN ear_ready), tried before the index. */
   private readonly hints = new Set<string>();
+  /** Jobs the current pass claimed (so its index prune does not count them as lost). */
+  private readonly claimedThisPass = new Set<string>();
 
   constructor(private readonly opts: ClaimerOptions) {
     this.delay = opts.pollMs;
@@ -152,36 +158,34 @@ export class Claimer implements Service {
 
   /** One claim pass. Returns whether there was anything to claim (keeps the short cadence). */
   private async pass(): Promise<boolean> {
+    this.claimedThisPass.clear();
     if (Date.now() >= this.nextSweepAt) {
       this.nextSweepAt = Date.now() + jitter(this.opts.sweepMs);
       if (this.redisState.up) await this.claimFromPostgres("sweep", this.opts.sweepOlderThanMs);
     }
     if (this.opts.runner.free === 0) return true;
 
-    let hinted = false;
-    while (this.hints.size > 0 && !this.stopped && this.opts.runner.free > 0) {
-      const batch = [...this.hints].slice(0, this.opts.runner.free);
-      for (const jobId of batch) this.hints.delete(jobId);
-      hinted = true;
-      await this.claimCandidates(batch, "notify");
+    // An announcement (NOTIFY) is a reason to claim now, not a choice of job: the claim statement
+    // picks fairly among everything runnable (src/db/ownership-repo.ts claimFromPostgres).
+    let won = 0;
+    if (this.hints.size > 0) {
+      this.hints.clear();
+      won += await this.claimFromPostgres("notify", 0);
     }
-    if (hinted && this.opts.runner.free === 0) return true;
+    if (this.opts.runner.free === 0) return true;
 
-    const candidates = await this.readIndex();
-    if (candidates === null) return (await this.claimFromPostgres("poll", 0)) > 0;
-
-    // As many candidates per statement as there are free slots; what other hosts took first is
-    // simply not won, and the next ones are tried with the slots still free.
-    let next = 0;
-    while (next < candidates.length && !this.stopped && this.opts.runner.free > 0) {
-      const batch = candidates.slice(next, next + this.opts.runner.free);
-      next += batch.length;
-      await this.claimCandidates(batch, "index");
-    }
-    return hinted || candidates.length > 0;
+    const due = await this.readIndex();
+    if (due === null) return (await this.claimFromPostgres("poll", 0)) + won > 0;
+    if (due.length === 0) return won > 0;
+    const claimed = await this.claimFromPostgres("index", 0);
+    // Slots left free with due entries read: those entries are stale (finished, gone), held back
+    // (a key or the tenant's cap) or another host's by now. Drop the ones Postgres no longer has
+    // as claimable; the held-back ones stay, and the cadence stretches while nothing is won.
+    if (this.opts.runner.free > 0) await this.pruneIndex(due);
+    return claimed + won > 0;
   }
 
-  /** Oldest entries of the ready index, or null while Redis is unreachable. */
+  /** The oldest due entries of the ready index (score ≤ now), or null while Redis is unreachable. */
   private async readIndex(): Promise<string[] | null> {
     const state = this.redisState;
     const now = Date.now();
@@ -189,7 +193,11 @@ export class Claimer implements Service {
     if (this.redisHung) return this.markRedisDown(new Error("an earlier Redis request is still hanging"));
     if (!state.up) state.lastProbe = now;
     const count = this.opts.runner.free + (this.opts.extraCandidates ?? 8);
-    const request = this.opts.redis.zrange<string[]>(this.opts.keys.readyIndex(), 0, count - 1);
+    const request = this.opts.redis.zrange<string[]>(this.opts.keys.readyIndex(), "-inf", now, {
+      byScore: true,
+      offset: 0,
+      count,
+    });
     try {
       const ids = await withTimeout(request, this.opts.redisTimeoutMs ?? 1000);
       if (!this.redisState.up) {
@@ -219,27 +227,18 @@ export class Claimer implements Service {
     return null;
   }
 
-  /** One claim statement for candidates from the index or NOTIFY; never more than the free slots. */
-  private async claimCandidates(jobIds: string[], source: "index" | "notify"): Promise<void> {
-    const candidates: Array<{ jobId: string; token: string }> = [];
-    for (const jobId of jobIds) {
-      if (isUuid(jobId)) candidates.push({ jobId, token: randomUUID() });
-      else {
-        this.opts.log.warn("removing a malformed ready-index entry", { entry: jobId.slice(0, 100) });
-        this.removeFromIndex([jobId]);
-      }
-    }
-    if (candidates.length === 0) return;
-    const won = await claimJobs(this.opts.db, this.opts.hostId, candidates);
-    if (won.size > 0) this.opts.activity?.noteWork();
-    for (const c of candidates) {
-      const epoch = won.get(c.jobId);
-      this.opts.metrics.claims.inc({ source, result: epoch === undefined ? "lost" : "won" });
-      if (epoch !== undefined) this.opts.runner.start({ jobId: c.jobId, epoch, token: c.token });
-    }
-    // Claimed by us, or no longer claimable (another host has it, or it is finished or gone):
-    // either way the entries have done their job.
-    this.removeFromIndex(candidates.map((c) => c.jobId));
+  /** Removes the entries among `jobIds` that name no claimable job any more (one read). */
+  private async pruneIndex(jobIds: string[]): Promise<void> {
+    const wellFormed = jobIds.filter((id) => isUuid(id) && !this.claimedThisPass.has(id));
+    const malformed = jobIds.filter((id) => !isUuid(id));
+    for (const entry of malformed)
+      this.opts.log.warn("removing a malformed ready-index entry", { entry: entry.slice(0, 100) });
+    const live = await stillClaimable(this.opts.db, wellFormed);
+    const gone = wellFormed.filter((id) => !live.has(id));
+    // Due entries this pass read and did not claim, whose job is no longer claimable: another
+    // claimer took it first (or it ended). The races the fence settles, counted as `lost`.
+    if (gone.length > 0) this.opts.metrics.claims.inc({ source: "index", result: "lost" }, gone.length);
+    this.removeFromIndex([...malformed, ...gone]);
   }
 
   private async claimFromPostgres(source: ClaimSource, olderThanMs: number): Promise<number> {
@@ -251,6 +250,7 @@ export class Claimer implements Service {
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
       this.opts.runner.start(claim);
+      this.claimedThisPass.add(claim.jobId);
     }
     if (this.redisState.up && claimed.length > 0) this.removeFromIndex(claimed.map((c) => c.jobId));
     if (claimed.length > 0 && source === "sweep") {

@@ -92,7 +92,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   });
   const claims = new Counter({
     name: "claims_total",
-    help: "Claim attempts by where the candidate came from and whether the one-row CAS hit",
+    help: "Jobs a claim took (won) or picked for a slot but another claimer took first (lost), by what woke the claim",
     labelNames: ["source", "result"] as const,
     registers: [registry],
   });

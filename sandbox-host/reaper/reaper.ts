@@ -5,6 +5,7 @@
  * the same pass every minute). Each pass:
  *  - releases stale claims, ends waits past their deadline, and marks silent runs `lost` and
  *    overdue runs `timed_out` (the recovery pass), re-indexing what it re-queued;
+ *  - ends queued jobs past their ttl_s `expired` (src/db/admission-repo.ts);
  *  - rebuilds the ready index from Postgres when it is due, or at once when Redis lost its data
  *    (detected by a marker key the rebuild sets: FLUSHALL or a restart without persistence
  *    removes it);
@@ -17,6 +18,7 @@
  * (the Redis marker read included). A look that finds work runs them in the same pass and ends
  * idleness. A host without runs in a busy fleet also looks now and then, to learn when it is over.
  */
+import { expireOverdue } from "../../src/db/admission-repo";
 import type { Db } from "../../src/db/client";
 import { fleetWork, readyJobs } from "../../src/db/reaper-repo";
 import { type ReapedRun, recoveryPass } from "../../src/db/recovery-pass";
@@ -88,11 +90,15 @@ export class Reaper implements Service {
       const work = await this.look(activity);
       // A failed look knows nothing: the pass runs in full.
       if (work === null || work.claimed || work.running || work.expiring) await this.reap();
-      if (work === null || work.waiting) await this.maybeRebuildIndex();
+      if (work === null || work.waiting) {
+        await this.expire();
+        await this.maybeRebuildIndex();
+      }
       await this.maybePurge();
       return;
     }
     await this.reap();
+    await this.expire();
     await this.maybeRebuildIndex();
     await this.maybePurge();
     if (activity?.shouldLook()) await this.look(activity);
@@ -126,6 +132,16 @@ export class Reaper implements Service {
     }
   }
 
+  /** Queued jobs past their ttl_s end `expired` (src/db/admission-repo.ts). */
+  private async expire(): Promise<void> {
+    try {
+      const expired = await expireOverdue(this.opts.db);
+      if (expired.length > 0) this.opts.log.info("expired jobs not started within their ttl_s", { jobs: expired });
+    } catch (err) {
+      this.opts.log.warn("expiry sweep failed", errorFields(err));
+    }
+  }
+
   private async maybePurge(): Promise<void> {
     const { purgeMs = 0, jobRetentionMs, log } = this.opts;
     if (purgeMs === 0 || jobRetentionMs === undefined || Date.now() < this.nextPurgeAt) return;
@@ -154,7 +170,7 @@ export class Reaper implements Service {
     }
   }
 
-  private index(jobs: Array<{ id: string; createdAt: Date }>): Promise<void> {
+  private index(jobs: Array<{ id: string; createdAt: Date; runAt?: Date | null }>): Promise<void> {
     return indexReady(this.opts.redis, this.opts.keys.readyIndex(), jobs);
   }
 }

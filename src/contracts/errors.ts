@@ -56,6 +56,8 @@ export const JOB_ERROR_CODES = [
   "cancelled",
   "lost",
   "timed_out",
+  // Not started within its ttl_s (src/db/admission-repo.ts, every host's reaper).
+  "expired",
   // The host's run (sandbox-host/runner/run-job.ts).
   ...MODEL_ERROR_CODES,
   "model_not_allowed",

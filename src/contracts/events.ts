@@ -12,6 +12,7 @@ export const TERMINAL_EVENT_TYPES = [
   "run.cancelled",
   "run.lost",
   "run.timed_out",
+  "run.expired",
 ] as const;
 export type TerminalEventType = (typeof TERMINAL_EVENT_TYPES)[number];
 
@@ -217,6 +218,7 @@ export const EVENT_PAYLOAD_SCHEMAS = {
   "run.cancelled": z.union([z.looseObject({ output: z.string().nullable() }), projected]),
   "run.lost": projected,
   "run.timed_out": projected,
+  "run.expired": projected,
 } as const satisfies Record<EventType, z.ZodType<Record<string, unknown>>>;
 
 export type EventPayload<T extends EventType> = z.infer<(typeof EVENT_PAYLOAD_SCHEMAS)[T]>;
@@ -332,6 +334,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("run.cancelled"),
   envelopeOf("run.lost"),
   envelopeOf("run.timed_out"),
+  envelopeOf("run.expired"),
 ]);
 export type EventEnvelope = z.infer<typeof EventEnvelopeSchema>;
 /** The envelope of one event type. */

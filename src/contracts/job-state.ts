@@ -21,6 +21,7 @@ export const JOB_STATES = [
   "cancelled",
   "lost",
   "timed_out",
+  "expired",
 ] as const;
 export type JobState = (typeof JOB_STATES)[number];
 
@@ -37,6 +38,8 @@ export const TERMINAL_EVENT_OF: Readonly<Record<FinalState, TerminalEventType>> 
   cancelled: "run.cancelled",
   lost: "run.lost",
   timed_out: "run.timed_out",
+  /** Never started: not claimed within its `ttl_s` of becoming runnable (src/db/admission-repo.ts). */
+  expired: "run.expired",
 };
 
 export const FINAL_STATES = Object.keys(TERMINAL_EVENT_OF) as readonly FinalState[];

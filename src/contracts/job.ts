@@ -1,5 +1,6 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
+import { ADMISSION_LIMITS } from "./admission";
 import { agentRefSchema } from "./agent";
 import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
@@ -97,8 +98,28 @@ export const CreateJobBodySchema = z
         message: `metadata must serialize to at most ${LIMITS.maxMetadataBytes} bytes`,
         ...whenValid,
       }),
+    /** Higher runs first among this tenant's runnable jobs (default 0, or the agent's). */
+    priority: z.number().int().min(ADMISSION_LIMITS.minPriority).max(ADMISSION_LIMITS.maxPriority).optional(),
+    /** Not claimable for this many seconds after the submit (`queued` meanwhile). */
+    delay_s: z.number().int().min(0).max(ADMISSION_LIMITS.maxDelayS).optional(),
+    /** Not claimable before this instant (RFC 3339 with an offset); not together with delay_s. */
+    run_at: z.iso.datetime({ offset: true }).optional(),
+    /** Ends `expired` (never started) when not started within this many seconds of becoming runnable. */
+    ttl_s: z.number().int().min(ADMISSION_LIMITS.minTtlS).max(ADMISSION_LIMITS.maxTtlS).optional(),
+    /** This tenant's jobs sharing a key run one at a time. */
+    concurrency_key: text().min(1).max(ADMISSION_LIMITS.maxConcurrencyKey).optional(),
   })
-  .strict();
+  .strict()
+  .refine((b) => b.delay_s === undefined || b.run_at === undefined, {
+    message: "give delay_s or run_at, not both",
+    path: ["run_at"],
+    ...whenValid,
+  })
+  .refine((b) => b.run_at === undefined || Date.parse(b.run_at) - Date.now() <= ADMISSION_LIMITS.maxDelayS * 1000, {
+    message: `must be at most ${ADMISSION_LIMITS.maxDelayS} s (a year) ahead, like delay_s`,
+    path: ["run_at"],
+    ...whenValid,
+  });
 export type CreateJobBody = z.infer<typeof CreateJobBodySchema>;
 
 /** POST /v1/jobs/batch: up to LIMITS.maxBatchJobs submit bodies, created in order or not at all. */
@@ -209,6 +230,13 @@ export const JobViewSchema = z.object({
   schedule_id: z.uuid().nullable(),
   /** That tick's time (the job was due then); null for a job no schedule made. */
   scheduled_for: isoTime.nullable(),
+  /** Its order among its tenant's runnable jobs (higher first). */
+  priority: z.number().int(),
+  /** Not claimable before this instant (delay_s / run_at), else null. */
+  run_at: isoTime.nullable(),
+  /** Ends `expired` if not started by then (ttl_s), else null. */
+  expires_at: isoTime.nullable(),
+  concurrency_key: z.string().nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

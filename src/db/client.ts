@@ -20,14 +20,23 @@ export function resultCount(result: unknown): number {
   return r.rowCount ?? r.rows?.length ?? 0;
 }
 
-/** SQLSTATE 40P01: Postgres aborted this transaction to break a cycle of lock waits. */
-export function isDeadlock(err: unknown): boolean {
-  // Drivers wrap the server's error (drizzle's DrizzleQueryError keeps it as `cause`).
+/** Whether the server's error (drivers wrap it: drizzle's DrizzleQueryError keeps it as `cause`) has this SQLSTATE. */
+function hasSqlState(err: unknown, code: string): boolean {
   for (let e = err as { code?: unknown; cause?: unknown } | null | undefined, depth = 0; e && depth < 5; depth++) {
-    if (e.code === "40P01") return true;
+    if (e.code === code) return true;
     e = e.cause as typeof e;
   }
   return false;
+}
+
+/** SQLSTATE 40P01: Postgres aborted this transaction to break a cycle of lock waits. */
+export function isDeadlock(err: unknown): boolean {
+  return hasSqlState(err, "40P01");
+}
+
+/** SQLSTATE 23505: a unique index refused the row (the claim's key and tenant-slot guards). */
+export function isUniqueViolation(err: unknown): boolean {
+  return hasSqlState(err, "23505");
 }
 
 /**

@@ -49,5 +49,9 @@ export function toJobView(row: JobRow): JobView {
     trace_id: jobTraceId(row.id, row.traceparent),
     schedule_id: row.scheduleId,
     scheduled_for: isoOrNull(row.scheduledFor),
+    priority: row.priority,
+    run_at: isoOrNull(row.runAt),
+    expires_at: isoOrNull(row.expiresAt),
+    concurrency_key: row.concurrencyKey,
   };
 }

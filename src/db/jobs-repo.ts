@@ -2,7 +2,7 @@
  * Job reads and writes the gateway needs. Owner writes (claim, start, heartbeat, timing,
  * terminal) live in ownership-repo.ts, each fenced by the owner's identity.
  */
-import { and, desc, eq, getTableColumns, sql } from "drizzle-orm";
+import { and, desc, eq, getTableColumns, type SQL, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
@@ -111,14 +111,17 @@ export async function createJob(
   // number in flight at once: it guards against one tenant filling the queue, not an exact quota.
   // An idempotency key already used makes the insert a no-op, like a full queue; the lookup
   // below tells the two apart (a replay is answered, never refused as over the limit).
+  const a = admissionOf(body);
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, traceparent${timeout?.column ?? sql``})
+        agent_name, agent_version, traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
         ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
-        ${traceparent}${timeout?.value ?? sql``}
+        ${traceparent}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
+        ${expiresAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`, sql`${a.ttl_s}::int`)},
+        ${a.concurrency_key}${timeout?.value ?? sql``}
       WHERE (${maxQueued}::int = 0
         OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int)
         AND NOT ${overBudgetSql(tenantId)}
@@ -135,6 +138,27 @@ export async function createJob(
   throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
     retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
   });
+}
+
+/** A body's admission fields as the insert statements take them (null: not given). */
+function admissionOf(body: CreateJobBody) {
+  return {
+    priority: body.priority ?? 0,
+    delay_s: body.delay_s ?? null,
+    run_at: body.run_at ?? null,
+    ttl_s: body.ttl_s ?? null,
+    concurrency_key: body.concurrency_key ?? null,
+  };
+}
+
+/** run_at from `delay_s` (from the statement's now(), Postgres' clock) or the body's `run_at`. */
+function runAtSql(delay: SQL, runAt: SQL): SQL {
+  return sql`CASE WHEN ${delay} IS NOT NULL THEN now() + make_interval(secs => ${delay}) ELSE ${runAt} END`;
+}
+
+/** expires_at: ttl_s after the job becomes runnable (its run_at, else the submit). */
+function expiresAtSql(delay: SQL, runAt: SQL, ttl: SQL): SQL {
+  return sql`CASE WHEN ${ttl} IS NOT NULL THEN GREATEST(now(), coalesce(${runAtSql(delay, runAt)}, now())) + make_interval(secs => ${ttl}) END`;
 }
 
 /** What a job row runs: its agent version's model and tools, else the body's. */
@@ -206,12 +230,14 @@ export async function createJobs(
     agent_name: agent?.name ?? null,
     agent_version: agent?.version ?? null,
     timeout_ms: agent?.timeoutMs ?? defaultTimeoutMs,
+    ...admissionOf(body),
   }));
   const statement = sql`
     WITH item AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS i(ord int, id uuid, conversation_id text,
         input jsonb, model text, tools jsonb, metadata jsonb, idempotency_key text, request_hash text,
-        agent_name text, agent_version int, timeout_ms int)
+        agent_name text, agent_version int, timeout_ms int, priority int, delay_s int, run_at timestamptz, ttl_s int,
+        concurrency_key text)
     ),
     existing AS (
       SELECT i.ord AS batch_ord, j.* FROM item i JOIN jobs j ON j.tenant_id = ${tenantId} AND j.idempotency_key = i.idempotency_key
@@ -229,9 +255,11 @@ export async function createJobs(
     ),
     ins AS (
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, timeout_ms, created_at)
+        agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key)
       SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
-        f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond'
+        f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond',
+        f.priority, ${runAtSql(sql`f.delay_s`, sql`f.run_at`)}, ${expiresAtSql(sql`f.delay_s`, sql`f.run_at`, sql`f.ttl_s`)},
+        f.concurrency_key
       FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits AND NOT g.over_budget
       ORDER BY f.ord
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

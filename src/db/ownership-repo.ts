@@ -12,7 +12,8 @@ import { storable } from "../contracts/text";
 import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
-import { resultCount, resultRows, retryOnDeadlock } from "./client";
+import { isUniqueViolation, resultCount, resultRows, retryOnDeadlock } from "./client";
+import { held } from "./schema";
 
 /**
  * The statements of every run's lifecycle (the claims, the started CAS, the heartbeat, the
@@ -36,6 +37,18 @@ export function claimable(table?: string) {
   const c = table ? `${table}.` : "";
   return sql.raw(
     `${c}state = 'queued' AND ${c}owner IS NULL AND ${c}claimed_at IS NULL AND ${c}execution_id IS NULL AND ${c}execution_started_at IS NULL`,
+  );
+}
+
+/**
+ * Due and not expired: the admission conditions on top of `claimable` (a job queued with a later
+ * `run_at` waits for it; one past its `expires_at` is the expiry sweep's, never claimed). A job
+ * that has started once (a resumed one, back in the queue after a wait) no longer expires: its
+ * ttl was about its first start.
+ */
+export function runnable(table: string) {
+  return sql.raw(
+    `(${table}.run_at IS NULL OR ${table}.run_at <= now()) AND (${table}.expires_at IS NULL OR ${table}.expires_at > now() OR ${table}.started_at IS NOT NULL)`,
   );
 }
 
@@ -83,33 +96,119 @@ export async function claimJobs(
   return new Map(rows.map((r) => [r.id, Number(r.epoch)]));
 }
 
+/** How often a claim refused by a key or tenant-slot guard (a racing claimer won it) is tried again. */
+const CLAIM_RACE_ATTEMPTS = 3;
+
 /**
- * Claim up to `limit` of the oldest claimable jobs straight from Postgres, for when the ready
- * index is unavailable or has lost entries. SKIP LOCKED keeps concurrent pollers off each
- * other's rows; the outer WHERE repeats the claim conditions so the claim stays a CAS.
+ * Claim up to `tokens.length` jobs straight from Postgres, in admission order (docs/claims.md,
+ * "Admission"): every host's one claim statement, whether the ready index woke it, NOTIFY did, or
+ * Redis is gone (so the fallback is as fair as the index path: both are this statement).
+ *
+ * - Runnable: claimable, `run_at` passed, `expires_at` not passed, older than `olderThanMs`
+ *   (the sweep's age), and its concurrency key (if any) held by none of its tenant's jobs.
+ * - Inside a tenant: priority, then submit order; of a key only its first job.
+ * - Across tenants: the k-th job a tenant would get now is ranked (held + k) / weight, held being
+ *   the jobs it already has claimed or running fleet-wide; lowest rank first, then submit order.
+ *   That is weighted round-robin over the tenants with runnable work, with the fleet as it is.
+ * - A tenant with `max_running` N gets at most N − held; each claimed job takes a free slot
+ *   number 1..N.
+ *
+ * Racing claimers: each served tenant's candidates are locked SKIP LOCKED as they are read
+ * (like the first-come claim), so concurrent claimers take different jobs rather than all
+ * picking the same ones and losing them at the lock. Two claimers whose snapshots both
+ * saw a key free, or the same slot numbers free, collide in the unique indexes jobs_held_key_uq /
+ * jobs_held_slot_uq instead of both winning; the loser's statement fails whole (nothing claimed)
+ * and is run again with a new snapshot, which sees the winner.
  */
 export async function claimFromPostgres(db: Db, host: string, tokens: string[], olderThanMs = 0): Promise<Claim[]> {
   if (tokens.length === 0) return [];
-  // One token per claimed row: number the candidates and pair each with tokens[n].
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await claimAdmitted(db, host, tokens, olderThanMs);
+    } catch (err) {
+      if (attempt >= CLAIM_RACE_ATTEMPTS || !isUniqueViolation(err)) throw err;
+    }
+  }
+}
+
+async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
+  const want = tokens.length;
+  // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
+  // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
+  const admissible = sql`j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
+    AND j.created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
+    AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
+      WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
     await db.execute(sql`${named("ear_claim_poll")}
-      WITH candidates AS (
-        SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
-          SELECT id, created_at FROM jobs
-          WHERE ${claimable()}
-            AND created_at <= now() - make_interval(secs => ${olderThanMs / 1000})
-          ORDER BY created_at LIMIT ${tokens.length}
-          FOR UPDATE SKIP LOCKED
+      WITH held AS (
+        SELECT tenant_id, count(*)::int AS n,
+          coalesce(array_agg(tenant_slot) FILTER (WHERE tenant_slot IS NOT NULL), '{}') AS slots
+        FROM jobs WHERE ${held()} GROUP BY tenant_id
+      ), served AS (
+        -- The first B tenants with takeable work, in the order of their next job's rank: only
+        -- they can fill B slots (any other tenant's first job ranks after theirs). Walked in
+        -- order and stopped at B, so tenants further down are never probed.
+        SELECT o.* FROM (
+          SELECT t.id, t.weight, t.max_running, coalesce(h.n, 0) AS held, coalesce(h.slots, '{}') AS slots,
+            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, random() AS tie
+          FROM tenants t LEFT JOIN held h ON h.tenant_id = t.id
+          WHERE t.max_running = 0 OR coalesce(h.n, 0) < t.max_running
+          ORDER BY first_turn, tie
+        ) o
+        CROSS JOIN LATERAL (SELECT 1 FROM jobs j, (SELECT o.id) AS t(id) WHERE ${admissible}
+          ORDER BY j.priority DESC NULLS LAST, j.created_at LIMIT 1) w
+        ORDER BY o.first_turn, o.tie
+        LIMIT ${want}
+      ), cand AS (
+        -- Each served tenant's first B takeable jobs, locked as they are read and skipping what
+        -- a concurrent claim holds (as the first-come claim did): racing claimers take
+        -- different jobs instead of all picking the same ones.
+        SELECT s.id AS tenant_id, s.weight, s.max_running, s.held, s.slots, s.tie,
+          c.id, c.created_at, c.priority, c.concurrency_key
+        FROM served s
+        CROSS JOIN LATERAL (
+          SELECT j.id, j.created_at, j.priority, j.concurrency_key FROM jobs j, (SELECT s.id) AS t(id)
+          WHERE ${admissible}
+          ORDER BY j.priority DESC NULLS LAST, j.created_at
+          LIMIT ${want}
+          FOR UPDATE OF j SKIP LOCKED
         ) c
+      ), heads AS (
+        SELECT *, row_number() OVER (PARTITION BY tenant_id, concurrency_key ORDER BY priority DESC, created_at) AS in_key
+        FROM cand
+      ), ranked AS (
+        SELECT *, row_number() OVER (PARTITION BY tenant_id ORDER BY priority DESC, created_at) AS k
+        FROM heads WHERE concurrency_key IS NULL OR in_key = 1
+      ), picked AS (
+        SELECT id, (held + k)::float8 / weight AS turn, created_at,
+          CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
+            WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END AS slot
+        FROM ranked
+        WHERE max_running = 0 OR held + k <= max_running
+        ORDER BY turn, created_at LIMIT ${want}
+      ), numbered AS (
+        SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM picked
       ), toks AS (
         SELECT t, n FROM unnest(string_to_array(${tokens.join(",")}, ',')::uuid[]) WITH ORDINALITY AS u(t, n)
       )
-      UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t
-      FROM candidates JOIN toks USING (n)
-      WHERE j.id = candidates.id AND ${claimable("j")}
+      UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t,
+        tenant_slot = numbered.slot
+      FROM numbered JOIN toks USING (n)
+      WHERE j.id = numbered.id AND ${claimable("j")}
       RETURNING j.id, j.epoch, j.token`),
   );
   return rows.map((r) => ({ jobId: r.id, epoch: Number(r.epoch), token: r.token }));
+}
+
+/** Of these job ids, the ones still claimable (the claimer drops ready-index entries of the others). */
+export async function stillClaimable(db: Db, jobIds: string[]): Promise<Set<string>> {
+  if (jobIds.length === 0) return new Set();
+  const rows = resultRows<{ id: string }>(
+    await db.execute(sql`
+      SELECT id FROM jobs WHERE id = ANY(string_to_array(${jobIds.join(",")}, ',')::uuid[]) AND ${claimable()}`),
+  );
+  return new Set(rows.map((r) => r.id));
 }
 
 /** The started CAS, the recovery boundary, plus the execution record, in one statement. */

@@ -196,15 +196,22 @@ export async function fleetWork(
   };
 }
 
-/** Queued, ownerless jobs (oldest first): what the ready index should hold. */
-export async function readyJobs(db: Db, limit: number): Promise<Array<{ id: string; createdAt: Date }>> {
-  const rows = resultRows<{ id: string; created_at: Date | string }>(
+/** Queued, ownerless jobs (oldest first), with their run_at: what the ready index should hold. */
+export async function readyJobs(
+  db: Db,
+  limit: number,
+): Promise<Array<{ id: string; createdAt: Date; runAt: Date | null }>> {
+  const rows = resultRows<{ id: string; created_at: Date | string; run_at: Date | string | null }>(
     await db.execute(sql`
-      SELECT id, created_at FROM jobs
+      SELECT id, created_at, run_at FROM jobs
       WHERE ${claimable()}
       ORDER BY created_at LIMIT ${limit}`),
   );
-  return rows.map((r) => ({ id: r.id, createdAt: new Date(r.created_at) }));
+  return rows.map((r) => ({
+    id: r.id,
+    createdAt: new Date(r.created_at),
+    runAt: r.run_at === null ? null : new Date(r.run_at),
+  }));
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   uniqueIndex,
   uuid,
 } from "drizzle-orm/pg-core";
+import { ADMISSION_LIMITS } from "../contracts/admission";
 import type { AgentDefinition } from "../contracts/agent";
 import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError } from "../contracts/job";
 import { FINAL_STATES } from "../contracts/job-state";
@@ -37,13 +38,35 @@ const sqlList = (values: readonly string[]) => sql.raw(`(${values.map((v) => `'$
 /** `('completed',…)`: the final states, for statements that must leave finished jobs alone. */
 export const FINAL_STATES_SQL = sqlList(FINAL_STATES);
 
-export const tenants = pgTable("tenants", {
-  id: text("id").primaryKey(),
-  name: text("name").notNull(),
-  createdAt: tstz("created_at").notNull().defaultNow(),
-  /** US dollars the tenant may spend per UTC day (tenant_daily_spend); null: no budget. */
-  dailyBudgetUsd: numeric("daily_budget_usd", { mode: "number" }),
-});
+/**
+ * The jobs a tenant holds slots with (claimed or running): the jobs_held_* predicates here and
+ * the claim statement's counts (ownership-repo.ts). `table` qualifies the columns (an alias
+ * written in this package, never input).
+ */
+export function held(table?: string) {
+  const c = table ? `${table}.` : "";
+  return sql.raw(`${c}owner IS NOT NULL AND ${c}state IN ('queued', 'running')`);
+}
+const HELD = held();
+
+export const tenants = pgTable(
+  "tenants",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+    // Admission (`npm run cli -- tenant set`, applied by the claim statement): the tenant's share
+    // of the fleet's slots relative to the others, and its cap on held jobs (0 = none).
+    weight: integer("weight").notNull().default(1),
+    maxRunning: integer("max_running").notNull().default(0),
+    /** US dollars the tenant may spend per UTC day (tenant_daily_spend); null: no budget. */
+    dailyBudgetUsd: numeric("daily_budget_usd", { mode: "number" }),
+  },
+  (t) => [
+    check("tenants_weight_ck", sql`${t.weight} >= 1`),
+    check("tenants_max_running_ck", sql`${t.maxRunning} >= 0`),
+  ],
+);
 
 /**
  * What each tenant's priced model calls cost per UTC day: the running sum the budget checks read
@@ -165,6 +188,17 @@ export const jobs = pgTable(
     // thing that makes a tick fire once however many hosts and cron invocations race for it.
     scheduleId: uuid("schedule_id"),
     scheduledFor: tstz("scheduled_for"),
+    // Admission (docs/claims.md "Admission"): order inside the tenant's share, not claimable
+    // before run_at, `expired` when not claimed by expires_at, one held job per concurrency key.
+    priority: integer("priority").notNull().default(0),
+    runAt: tstz("run_at"),
+    expiresAt: tstz("expires_at"),
+    concurrencyKey: text("concurrency_key"),
+    /**
+     * Which of its tenant's `max_running` slots a held job occupies (null for an uncapped tenant).
+     * Unique among held jobs, so two hosts claiming at once cannot both fill the last slot.
+     */
+    tenantSlot: integer("tenant_slot"),
   },
   (t) => [
     check("jobs_state_ck", sql`${t.state} in ${sqlList(JOB_STATES)}`),
@@ -177,6 +211,24 @@ export const jobs = pgTable(
     index("jobs_conversation_idx")
       .on(t.tenantId, t.conversationId, t.createdAt)
       .where(sql`${t.conversationId} is not null`),
+    // The claim's per-tenant candidates, in the order it takes them.
+    index("jobs_admission_idx")
+      .on(t.tenantId, t.priority.desc(), t.createdAt)
+      .where(sql`${t.state} = 'queued' and ${t.owner} is null`),
+    // What each tenant holds (claimed or running): its share and its cap at claim.
+    index("jobs_held_idx").on(t.tenantId).where(HELD),
+    // The database, not the claimers' snapshots, keeps a key to one held job and a capped
+    // tenant to max_running held jobs: a second claimer racing for either fails and retries.
+    uniqueIndex("jobs_held_key_uq")
+      .on(t.tenantId, t.concurrencyKey)
+      .where(sql`${t.concurrencyKey} is not null and ${HELD}`),
+    uniqueIndex("jobs_held_slot_uq").on(t.tenantId, t.tenantSlot).where(sql`${t.tenantSlot} is not null and ${HELD}`),
+    // The expiry sweep (admission-repo.ts).
+    index("jobs_expiry_idx").on(t.expiresAt).where(sql`${t.state} = 'queued' and ${t.expiresAt} is not null`),
+    check(
+      "jobs_priority_ck",
+      sql`${t.priority} between ${sql.raw(String(ADMISSION_LIMITS.minPriority))} and ${sql.raw(String(ADMISSION_LIMITS.maxPriority))}`,
+    ),
     // Candidate selection when the ready index is unavailable, and index rebuilds.
     index("jobs_ready_idx").on(t.createdAt).where(sql`${t.state} = 'queued' and ${t.owner} is null`),
     // Heartbeats and reaping of running jobs by owner.

@@ -1,5 +1,6 @@
 /** Tenants and their API keys. A key is returned once, at creation; only its hash is stored. */
 import { and, eq, isNull } from "drizzle-orm";
+import { ADMISSION_LIMITS } from "../contracts/admission";
 import { generateApiKey, hashApiKey } from "../domain/api-keys";
 import { TENANT_ID_RE } from "../domain/tenant-id";
 import { isUuid } from "../domain/uuid";
@@ -17,24 +18,42 @@ export async function createTenant(db: Db, id: string, name = id): Promise<{ id:
 }
 
 /**
- * What `tenant set` may change, each field optional (a partial update: what is not named is
- * kept). `dailyBudgetUsd`: US dollars per UTC day (docs/quota.md, "Daily budgets"); null
- * removes the budget.
+ * The settings `tenant set` can change, each a column of `tenants`. The integer ones with their
+ * range (another is one more entry here, and its flag in tools/cli/operator.ts); `dailyBudgetUsd`:
+ * US dollars per UTC day (docs/quota.md, "Daily budgets"), null removes the budget.
  */
-export interface TenantSettings {
+export const TENANT_SETTINGS = {
+  /** Share of the fleet's slots relative to the other tenants with runnable work (the claim's weighted round-robin). */
+  weight: { min: ADMISSION_LIMITS.minWeight, max: ADMISSION_LIMITS.maxWeight },
+  /** At most this many of the tenant's jobs claimed or running at once across the fleet (0 = no cap). */
+  maxRunning: { min: 0, max: ADMISSION_LIMITS.maxMaxRunning },
+} as const;
+export type TenantSettings = { -readonly [K in keyof typeof TENANT_SETTINGS]?: number } & {
   dailyBudgetUsd?: number | null;
-}
+};
 
-/** Apply `settings` to tenant `id`; false when there is no such tenant. */
-export async function setTenantSettings(db: Db, id: string, settings: TenantSettings): Promise<boolean> {
+/**
+ * Changes the given settings of a tenant (a partial update: what is not named is kept); returns
+ * the tenant's row, or null when there is no such tenant. A value out of its range throws.
+ */
+export async function setTenantSettings(db: Db, id: string, settings: TenantSettings) {
   const set: Partial<typeof tenants.$inferInsert> = {};
-  if (settings.dailyBudgetUsd !== undefined) set.dailyBudgetUsd = settings.dailyBudgetUsd;
-  if (Object.keys(set).length === 0) {
-    const found = await db.select({ id: tenants.id }).from(tenants).where(eq(tenants.id, id)).limit(1);
-    return found.length === 1;
+  for (const [name, range] of Object.entries(TENANT_SETTINGS)) {
+    const value = settings[name as keyof typeof TENANT_SETTINGS];
+    if (value === undefined) continue;
+    if (!Number.isInteger(value) || value < range.min || value > range.max) {
+      throw new Error(`${name} must be an integer from ${range.min} to ${range.max}`);
+    }
+    set[name as keyof typeof TENANT_SETTINGS] = value;
   }
-  const rows = await db.update(tenants).set(set).where(eq(tenants.id, id)).returning({ id: tenants.id });
-  return rows.length === 1;
+  if (settings.dailyBudgetUsd !== undefined) {
+    const b = settings.dailyBudgetUsd;
+    if (b !== null && !(Number.isFinite(b) && b >= 0)) throw new Error("dailyBudgetUsd must be a number ≥ 0, or null");
+    set.dailyBudgetUsd = b;
+  }
+  if (Object.keys(set).length === 0) throw new Error("nothing to set");
+  const rows = await db.update(tenants).set(set).where(eq(tenants.id, id)).returning();
+  return rows[0] ?? null;
 }
 
 export async function listTenants(db: Db) {

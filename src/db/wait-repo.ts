@@ -77,7 +77,7 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, suspension: Susp
   const rows = resultRows<{ kind: "suspended" | "cancel"; deadline_at: string | null }>(
     await db.execute(sql`
       WITH target AS (
-        SELECT id, cancel_requested_at, tenant_id, root_job_id, depth FROM jobs
+        SELECT id, cancel_requested_at, tenant_id, root_job_id, depth, priority FROM jobs
         WHERE id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
           AND execution_id = ${id.executionId} AND state = 'running'
       ), waited AS (
@@ -116,8 +116,10 @@ export async function suspendJob(db: Db, id: ExecutionIdentity, suspension: Susp
 /**
  * The children's insert, a CTE of the suspend: only when the suspend itself happened (so a
  * fenced-out or cancelled parent creates none). A child gets the parent's tenant, the root of
- * the parent's tree (the parent itself when it is a root), depth + 1, and which execution and
- * call of the parent it answers. The insert trigger announces each on ear_ready like a submit.
+ * the parent's tree (the parent itself when it is a root), depth + 1, which execution and call
+ * of the parent it answers, and the parent's priority (it is the parent's work, admitted in the
+ * same tenant's share; no delay, ttl or key: a waiting parent must not wait on a child that
+ * expired or queues behind its own key). The insert trigger announces each on ear_ready like a submit.
  */
 function childrenSql(id: ExecutionIdentity, children: ChildJob[]) {
   if (children.length === 0) return sql``;
@@ -132,10 +134,10 @@ function childrenSql(id: ExecutionIdentity, children: ChildJob[]) {
   );
   return sql`, spawned AS (
         INSERT INTO jobs (id, tenant_id, input, model, tools, agent_name, agent_version, timeout_ms,
-          parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth, traceparent)
+          parent_job_id, parent_execution_id, parent_call_id, root_job_id, depth, traceparent, priority)
         SELECT v.id, t.tenant_id, v.input, v.model, v.tools, v.agent_name, v.agent_version,
           v.timeout_ms,
-          t.id, ${id.executionId}::uuid, v.call_id, coalesce(t.root_job_id, t.id), t.depth + 1, v.traceparent
+          t.id, ${id.executionId}::uuid, v.call_id, coalesce(t.root_job_id, t.id), t.depth + 1, v.traceparent, t.priority
         FROM waited JOIN target t ON t.id = waited.id,
           (VALUES ${rows}) AS v(id, call_id, agent_name, agent_version, model, tools, timeout_ms, input, traceparent)
       )`;

@@ -9,6 +9,8 @@ import { toHex } from "./hex";
 
 const encoder = new TextEncoder();
 
+const ADMISSION_FIELDS = ["priority", "delay_s", "run_at", "ttl_s", "concurrency_key"] as const;
+
 const byKey = ([a]: [string, unknown], [b]: [string, unknown]) => (a < b ? -1 : a > b ? 1 : 0);
 
 /**
@@ -31,10 +33,14 @@ export async function requestHash(value: unknown): Promise<string> {
  * filled in (an omitted `tools` and `tools: []` create the same job, so they are the same request).
  * The idempotency key itself is left out: it names the request, it is not part of it. `agent`
  * counts as sent (`name` and `name@3` are different requests even when the latest is 3), and
- * only when sent, so a body without one hashes as it did before agents existed.
+ * only when sent, so a body without one hashes as it did before agents existed. The admission
+ * fields (priority, delay_s, run_at, ttl_s, concurrency_key) count the same way: each only when
+ * sent, so a body with none of them hashes as it did before they existed.
  */
 export function jobRequestHash(body: CreateJobBody): Promise<string> {
+  const admission = Object.fromEntries(ADMISSION_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]]));
   return requestHash({
+    ...admission,
     kind: "job",
     input: body.input,
     conversation_id: body.conversation_id ?? null,

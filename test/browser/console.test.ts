@@ -395,6 +395,39 @@ describe.runIf(canRun)("web console in Chromium", () => {
     await page.close();
   });
 
+  it("shows a delayed job's run_at and priority in the jobs list, and an expired job under its state", async () => {
+    const later = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      ...userMessage("admission later"),
+      delay_s: 3600,
+      priority: 5,
+    });
+    expect(later.status).toBe(202);
+    const doomed = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      ...userMessage("admission doomed"),
+      delay_s: 3600,
+      ttl_s: 1,
+    });
+    expect(doomed.status).toBe(202);
+    // Overdue now, without an hour's wait: the host's reaper pass ends it expired.
+    await t.pool.query("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = $1", [doomed.body.job.id]);
+    await expect.poll(async () => (await job(doomed.body.job.id)).state, { timeout: 20_000 }).toBe("expired");
+    const page = await open("/jobs");
+    const row = page.locator(`tr[data-job-id="${later.body.job.id}"]`);
+    await row.waitFor();
+    expect(await row.getByTestId("run-at").locator("time").getAttribute("datetime")).toBe(later.body.job.run_at);
+    expect((await row.getByTestId("priority").textContent())?.trim()).toBe("priority 5");
+    await page.getByTestId("state-filter").selectOption("expired");
+    const expiredRow = page.locator(`tr[data-job-id="${doomed.body.job.id}"]`);
+    await expiredRow.waitFor();
+    expect(await expiredRow.locator(".state").textContent()).toBe("expired");
+    await page.goto(`${t.stack.gatewayUrl}/#/jobs/${later.body.job.id}`);
+    await expect
+      .poll(async () => page.getByTestId("admission").textContent())
+      .toBe(`priority 5, run_at ${later.body.job.run_at}`);
+    await page.close();
+    await api().call("POST", `/v1/jobs/${later.body.job.id}/cancel`);
+  });
+
   it.runIf(docker !== null)("the inspector shows a tool call collapsed, with its arguments and output", async () => {
     const script = {
       tool_calls: [{ name: "shell", args: { command: "echo hello-from-the-sandbox" } }],

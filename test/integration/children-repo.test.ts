@@ -48,8 +48,10 @@ async function runningJob(): Promise<ExecutionIdentity> {
 const row = async (id: string) => (await t.db.select().from(jobs).where(eq(jobs.id, id)))[0];
 
 describe("sub-agents in Postgres", () => {
-  it("the suspend inserts the turn's children (tenant, root, depth, parent execution); a fenced-out one inserts none", async () => {
+  it("the suspend inserts the turn's children (tenant, root, depth, parent execution, priority); a fenced-out one inserts none", async () => {
     const parent = await runningJob();
+    // Admission: a child is admitted with its parent's priority (docs/limits.md "Admission").
+    await t.db.update(jobs).set({ priority: 7 }).where(eq(jobs.id, parent.jobId));
     const stale = [childJob("s1")];
     expect((await suspendJob(t.db, { ...parent, token: randomUUID() }, delegateWait(stale))).suspended).toBe(false);
     expect(await row(stale[0]?.id as string)).toBeUndefined();
@@ -66,6 +68,7 @@ describe("sub-agents in Postgres", () => {
         depth: 1,
         agentName: "worker",
         timeoutMs: 900_000,
+        priority: 7,
       });
     }
     expect((await row(parent.jobId))?.state).toBe("waiting");

@@ -19,6 +19,43 @@ describe("request contracts", () => {
     expect(CreateJobBodySchema.safeParse({ ...ok, metadata: { big: "x".repeat(20_000) } }).success).toBe(false);
   });
 
+  it("bounds the admission fields and refuses delay_s with run_at, naming run_at", () => {
+    const parse = (extra: Record<string, unknown>) => CreateJobBodySchema.safeParse({ ...ok, ...extra });
+    for (const good of [
+      { priority: -100 },
+      { priority: 100 },
+      { delay_s: 0 },
+      { delay_s: 31_536_000 },
+      { run_at: new Date(Date.now() + 60_000).toISOString() },
+      { run_at: "2020-01-01T00:00:00+02:00" },
+      { ttl_s: 1 },
+      { ttl_s: 2_592_000 },
+      { concurrency_key: "k".repeat(128) },
+    ]) {
+      expect(parse(good).success, JSON.stringify(good)).toBe(true);
+    }
+    for (const bad of [
+      { priority: 101 },
+      { priority: 1.5 },
+      { delay_s: -1 },
+      { delay_s: 31_536_001 },
+      { run_at: "tomorrow" },
+      { run_at: "2026-12-02T09:00:00" },
+      { run_at: new Date(Date.now() + 400 * 86_400_000).toISOString() },
+      { ttl_s: 0 },
+      { ttl_s: 2_592_001 },
+      { concurrency_key: "" },
+      { concurrency_key: "k".repeat(129) },
+    ]) {
+      expect(parse(bad).success, JSON.stringify(bad)).toBe(false);
+    }
+    const both = parse({ delay_s: 5, run_at: new Date().toISOString() });
+    expect(both.success).toBe(false);
+    expect(both.error?.issues.map((i) => [i.path.join("."), i.message])).toEqual([
+      ["run_at", "give delay_s or run_at, not both"],
+    ]);
+  });
+
   it("bounds list limits", () => {
     expect(ListJobsQuerySchema.parse({}).limit).toBe(20);
     expect(ListJobsQuerySchema.safeParse({ limit: "0" }).success).toBe(false);

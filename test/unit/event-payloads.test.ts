@@ -83,7 +83,7 @@ describe("event payloads", () => {
     expect(IngestBatchSchema.parse(batch)).toEqual(batch);
     // Every type a host emits is covered above.
     const hostTypes = new Set(HOST_PAYLOADS.map(([t]) => t));
-    expect(EVENT_TYPES.filter((t) => !hostTypes.has(t))).toEqual(["run.lost", "run.timed_out"]);
+    expect(EVENT_TYPES.filter((t) => !hostTypes.has(t))).toEqual(["run.lost", "run.timed_out", "run.expired"]);
   });
 
   it("refuses a named field of the wrong type, and a payload missing for its type", () => {

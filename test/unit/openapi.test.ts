@@ -165,6 +165,10 @@ describe("OpenAPI document", () => {
       recoveries: 1,
       scheduleId: "7d2e4a10-1b3c-4d5e-8f90-a1b2c3d4e5f6",
       scheduledFor: t,
+      priority: 10,
+      runAt: t,
+      expiresAt: null,
+      concurrencyKey: "repo-1",
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);

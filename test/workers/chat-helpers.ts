@@ -59,6 +59,10 @@ export class FakeChatBackend implements ChatBackend {
       trace_id: id.replaceAll("-", ""),
       schedule_id: null,
       scheduled_for: null,
+      priority: 0,
+      run_at: null,
+      expires_at: null,
+      concurrency_key: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

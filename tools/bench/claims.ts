@@ -29,6 +29,8 @@
  *     task start with its own LISTEN wake-up. (pg-boss has no wake-up: it polls, ≥ 0.5 s.)
  *  3. bloat: n_dead_tup / HOT updates on `jobs` over the whole lifecycle, now and pre-change.
  *  4. with --investigate: why graphile-worker once looked slower at 4 workers than at 1.
+ *  --admission instead runs only the admission claim's cost against the first-come claim, with
+ *  1 and 1,000 tenants holding queued work (`admissionCost` below).
  */
 import { randomUUID } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -58,13 +60,15 @@ import { dist, loadAverage, pct, startBench, summary } from "./harness";
 
 const bench = startBench({
   usage:
-    "npm run bench:claims -- [--jobs 4000] [--reps 3] [--claimers 1,4,16] [--only NAME,…] [--investigate] [--json]",
+    "npm run bench:claims -- [--jobs 4000] [--reps 3] [--claimers 1,4,16] [--only NAME,…] [--investigate] [--admission [--samples 200]] [--json]",
   options: {
     jobs: { type: "string" },
     reps: { type: "string" },
     claimers: { type: "string" },
     investigate: { type: "boolean" },
     only: { type: "string" },
+    admission: { type: "boolean" },
+    samples: { type: "string" },
   },
 });
 const values = bench.args;
@@ -384,121 +388,303 @@ const fmt = (xs: number[]) => {
 };
 const median = (xs: number[]) => pct(xs, 50);
 
-try {
-  await applyMigrations(url);
-  await admin.query("INSERT INTO tenants (id, name) VALUES ($1, 'bench')", [TENANT]);
-  await graphileMigrations({ connectionString: url, logger: silent });
-  const boss = new PgBoss({ connectionString: url, max: Math.max(...KS) + 2, supervise: false, schedule: false });
-  boss.on("error", (e) => console.error("pg-boss:", e));
-  await boss.start();
-  bench.say(
-    `bench:claims — ${N} jobs per run, ${REPS} runs per configuration (interleaved), Postgres 18 (embedded, fsync=off), ${availableParallelism()} cores, load average ${load()} at start\n`,
-  );
+// --admission: the admission claim's cost against the first-come claim it replaced (docs/claims.md
+// "Admission"). Scenarios: 4,000 queued jobs held by 1 tenant or by 1,000 tenants (4 each), with
+// 64 running (spread over the first 64 tenants), so the statement has held counts to weigh. Each
+// sample is one claim of B = 8 inside BEGIN … ROLLBACK on one connection, so every sample sees the
+// same table; timed at the client, both sent as named prepared statements as a host on a direct
+// connection sends them; plus the server's plan + execute time of an unprepared one.
 
-  // Every configuration, by column; run REPS times round-robin so drift hits all alike.
-  const columns: Array<{ name: string; run: (k: number) => Promise<number> }> = [
-    { name: "ours b1", run: (k) => ours(k, 1, "now") },
-    { name: "ours b8", run: (k) => ours(k, 8, "now") },
-    { name: "ours b16", run: (k) => ours(k, 16, "now") },
-    { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
-    { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
-    { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
-    { name: "graphile", run: (k) => graphile(k) },
-    { name: "graphile lq16", run: (k) => graphile(k, { localQueue: 16 }) },
-    { name: "pg-boss b1", run: (k) => pgBoss(boss, k, 1) },
-    { name: "pg-boss b8", run: (k) => pgBoss(boss, k, 8) },
-    { name: "pg-boss b16", run: (k) => pgBoss(boss, k, 16) },
+/**
+ * The claim statement before admission (first-come across all tenants, by created_at): kept
+ * here only as the baseline, like preChangeTimingFact in claims.ts.
+ */
+function preAdmissionClaim(db: Db, host: string, tokens: string[]) {
+  // Named like a lifecycle statement, so it goes out prepared as the admission claim does.
+  return db.execute(sql`/* ear_claim_first_come */
+    WITH candidates AS (
+      SELECT id, row_number() OVER (ORDER BY created_at) AS n FROM (
+        SELECT id, created_at FROM jobs
+        WHERE state = 'queued' AND owner IS NULL AND claimed_at IS NULL AND execution_id IS NULL AND execution_started_at IS NULL
+        ORDER BY created_at LIMIT ${tokens.length}
+        FOR UPDATE SKIP LOCKED
+      ) c
+    ), toks AS (
+      SELECT t, n FROM unnest(string_to_array(${tokens.join(",")}, ',')::uuid[]) WITH ORDINALITY AS u(t, n)
+    )
+    UPDATE jobs j SET owner = ${host}, claimed_at = now(), epoch = j.epoch + 1, token = toks.t
+    FROM candidates JOIN toks USING (n)
+    WHERE j.id = candidates.id AND j.state = 'queued' AND j.owner IS NULL AND j.claimed_at IS NULL
+      AND j.execution_id IS NULL AND j.execution_started_at IS NULL
+    RETURNING j.id, j.epoch, j.token`);
+}
+
+async function setUp(admin: pg.Pool, tenants: number, jobs: number, running: number): Promise<void> {
+  await admin.query("TRUNCATE executions, jobs CASCADE");
+  await admin.query("DELETE FROM tenants WHERE id LIKE 'adm-%'");
+  await admin.query(`INSERT INTO tenants (id, name) SELECT 'adm-' || i, 'bench' FROM generate_series(1, $1) i`, [
+    tenants,
+  ]);
+  // Jobs interleaved across tenants in submit order (job i belongs to tenant i mod T).
+  await admin.query(
+    `INSERT INTO jobs (id, tenant_id, input, created_at)
+     SELECT gen_random_uuid(), 'adm-' || (1 + i % $1), '{"messages":[{"role":"user","content":"bench"}]}',
+       now() - interval '1 hour' + i * interval '1 millisecond'
+     FROM generate_series(0, $2 - 1) i`,
+    [tenants, jobs],
+  );
+  await admin.query(
+    `INSERT INTO jobs (id, tenant_id, input, state, owner, claimed_at, epoch, token, execution_id,
+       execution_started_at, started_at, heartbeat_at)
+     SELECT gen_random_uuid(), 'adm-' || (1 + i % $1), '{"messages":[{"role":"user","content":"bench"}]}', 'running',
+       'busy-host', now(), 1, gen_random_uuid(), gen_random_uuid(), now(), now(), now()
+     FROM generate_series(0, $2 - 1) i`,
+    [Math.min(tenants, running), running],
+  );
+  await admin.query("VACUUM ANALYZE jobs");
+  await admin.query("VACUUM ANALYZE tenants");
+}
+
+type Claim = (db: Db, tokens: string[]) => Promise<unknown>;
+
+async function sample(client: pg.PoolClient, db: Db, claim: Claim, batch: number): Promise<number> {
+  await client.query("BEGIN");
+  const t0 = performance.now();
+  await claim(
+    db,
+    Array.from({ length: batch }, () => randomUUID()),
+  );
+  const ms = performance.now() - t0;
+  await client.query("ROLLBACK");
+  return ms;
+}
+
+/** The server's execution time of one claim (EXPLAIN ANALYZE of the statement, rolled back). */
+async function serverMs(client: pg.PoolClient, text: string, values: unknown[]): Promise<number> {
+  await client.query("BEGIN");
+  const r = await client.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, values);
+  await client.query("ROLLBACK");
+  const plan = (r.rows[0] as { "QUERY PLAN": Array<{ "Execution Time": number; "Planning Time": number }> })[
+    "QUERY PLAN"
+  ][0];
+  return (plan?.["Execution Time"] ?? Number.NaN) + (plan?.["Planning Time"] ?? Number.NaN);
+}
+
+interface AdmissionCostResult {
+  scenario: string;
+  side: string;
+  p50: number;
+  p95: number;
+  serverP50: number;
+  claimed: number;
+}
+
+/** Runs every scenario; `say` prints a line. Returns the figures for --json. */
+async function admissionCost(
+  admin: pg.Pool,
+  url: string,
+  opts: { samples: number; batch: number; say: (line: string) => void; load: () => string },
+): Promise<AdmissionCostResult[]> {
+  const named = new pg.Pool({ connectionString: url, max: 1 });
+  named.on("error", () => {});
+  nameLifecycleStatements(named);
+  const client = await named.connect();
+  const captured: Array<{ text: string; values: unknown[] }> = [];
+  const db = drizzle(client, { schema }) as unknown as Db;
+  // A second handle that records the statement instead of sending it, for EXPLAIN.
+  const recorder = drizzle(
+    {
+      query: (q: { text: string; values?: unknown[] } | string, values?: unknown[]) => {
+        if (typeof q === "string") captured.push({ text: q, values: values ?? [] });
+        else captured.push({ text: q.text, values: q.values ?? values ?? [] });
+        return Promise.resolve({ rows: [], rowCount: 0, command: "UPDATE", fields: [] });
+      },
+    } as unknown as pg.PoolClient,
+    { schema },
+  ) as unknown as Db;
+  const sides: Array<{ side: string; claim: Claim }> = [
+    { side: "admission (now)", claim: (d, tokens) => claimFromPostgres(d, "bench-host", tokens) },
+    { side: "first-come (before)", claim: (d, tokens) => preAdmissionClaim(d, "bench-host", tokens) },
   ];
-  if (values.only) {
-    const keep = values.only.split(",");
-    columns.splice(0, columns.length, ...columns.filter((c) => keep.includes(c.name)));
-  }
-  const results = new Map<string, number[]>();
-  // WAL bytes per job: the work Postgres did for a lifecycle, independent of the machine's load
-  // (the timings above are not, on a shared machine).
-  const wal = new Map<string, number[]>();
-  const loads: string[] = [];
-  for (let rep = 0; rep < REPS; rep++) {
-    for (const k of KS) {
-      for (const c of columns) {
-        const key = `${k}|${c.name}`;
-        results.set(key, [...(results.get(key) ?? []), await c.run(k)]);
-        wal.set(key, [...(wal.get(key) ?? []), walBytes / N]);
+  const out: AdmissionCostResult[] = [];
+  try {
+    for (const tenants of [1, 1000]) {
+      await setUp(admin, tenants, 4000, 64);
+      const times = new Map<string, number[]>(sides.map((s) => [s.side, []]));
+      for (let i = 0; i < opts.samples; i++) {
+        for (const s of i % 2 === 0 ? sides : [...sides].reverse()) {
+          times.get(s.side)?.push(await sample(client, db, s.claim, opts.batch));
+        }
+      }
+      opts.say(`  ${tenants} tenant(s) with 4,000 queued jobs, 64 running, B = ${opts.batch} (load ${opts.load()}):`);
+      for (const s of sides) {
+        captured.length = 0;
+        await s.claim(
+          recorder,
+          Array.from({ length: opts.batch }, () => randomUUID()),
+        );
+        const stmt = captured[0];
+        const server: number[] = [];
+        for (let i = 0; i < 20 && stmt; i++) server.push(await serverMs(client, stmt.text, stmt.values));
+        await client.query("BEGIN");
+        const claimed = await s.claim(
+          db,
+          Array.from({ length: opts.batch }, () => randomUUID()),
+        );
+        await client.query("ROLLBACK");
+        const n = Array.isArray(claimed) ? claimed.length : ((claimed as { rowCount?: number }).rowCount ?? Number.NaN);
+        const xs = times.get(s.side) ?? [];
+        const r = {
+          scenario: `${tenants} tenants`,
+          side: s.side,
+          p50: pct(xs, 50),
+          p95: pct(xs, 95),
+          serverP50: pct(server, 50),
+          claimed: n,
+        };
+        out.push(r);
+        opts.say(
+          `    ${s.side.padEnd(20)} prepared, at the client: p50 ${r.p50.toFixed(2)} ms, p95 ${r.p95.toFixed(2)} ms · unprepared, server plan + execute p50 ${r.serverP50.toFixed(2)} ms · ${n} claimed per statement`,
+        );
       }
     }
-    loads.push(load());
+  } finally {
+    client.release();
+    await named.end();
   }
+  return out;
+}
 
-  bench.say("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
-  for (const k of KS) {
-    bench.say(`  ${k} claimer(s)/worker(s):`);
-    for (const c of columns) {
-      const key = `${k}|${c.name}`;
+try {
+  await applyMigrations(url);
+  if (values.admission) {
+    bench.say(
+      `bench:claims --admission — the claim statement now against the first-come one it replaced, ${availableParallelism()} cores, load average ${load()} at start`,
+    );
+    const figures = await admissionCost(admin, url, {
+      samples: Number(values.samples ?? 200),
+      batch: 8,
+      say: (line) => bench.say(line),
+      load,
+    });
+    bench.done({ admission: figures });
+  } else {
+    await admin.query("INSERT INTO tenants (id, name) VALUES ($1, 'bench')", [TENANT]);
+    await graphileMigrations({ connectionString: url, logger: silent });
+    const boss = new PgBoss({ connectionString: url, max: Math.max(...KS) + 2, supervise: false, schedule: false });
+    boss.on("error", (e) => console.error("pg-boss:", e));
+    await boss.start();
+    bench.say(
+      `bench:claims — ${N} jobs per run, ${REPS} runs per configuration (interleaved), Postgres 18 (embedded, fsync=off), ${availableParallelism()} cores, load average ${load()} at start\n`,
+    );
+
+    // Every configuration, by column; run REPS times round-robin so drift hits all alike.
+    const columns: Array<{ name: string; run: (k: number) => Promise<number> }> = [
+      { name: "ours b1", run: (k) => ours(k, 1, "now") },
+      { name: "ours b8", run: (k) => ours(k, 8, "now") },
+      { name: "ours b16", run: (k) => ours(k, 16, "now") },
+      { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
+      { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
+      { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
+      { name: "graphile", run: (k) => graphile(k) },
+      { name: "graphile lq16", run: (k) => graphile(k, { localQueue: 16 }) },
+      { name: "pg-boss b1", run: (k) => pgBoss(boss, k, 1) },
+      { name: "pg-boss b8", run: (k) => pgBoss(boss, k, 8) },
+      { name: "pg-boss b16", run: (k) => pgBoss(boss, k, 16) },
+    ];
+    if (values.only) {
+      const keep = values.only.split(",");
+      columns.splice(0, columns.length, ...columns.filter((c) => keep.includes(c.name)));
+    }
+    const results = new Map<string, number[]>();
+    // WAL bytes per job: the work Postgres did for a lifecycle, independent of the machine's load
+    // (the timings above are not, on a shared machine).
+    const wal = new Map<string, number[]>();
+    const loads: string[] = [];
+    for (let rep = 0; rep < REPS; rep++) {
+      for (const k of KS) {
+        for (const c of columns) {
+          const key = `${k}|${c.name}`;
+          results.set(key, [...(results.get(key) ?? []), await c.run(k)]);
+          wal.set(key, [...(wal.get(key) ?? []), walBytes / N]);
+        }
+      }
+      loads.push(load());
+    }
+
+    bench.say("whole lifecycles per second (claim/fetch → start → no-op → terminal write/complete), median (min–max)");
+    for (const k of KS) {
+      bench.say(`  ${k} claimer(s)/worker(s):`);
+      for (const c of columns) {
+        const key = `${k}|${c.name}`;
+        bench.say(
+          `    ${c.name.padEnd(22)} ${fmt(results.get(key) ?? []).padEnd(20)} WAL ${median(wal.get(key) ?? []).toFixed(0)} B/job`,
+        );
+      }
+      const m = (name: string) => median(results.get(`${k}|${name}`) ?? []);
+      const pairs: Array<[string, string, string]> = [
+        ["b8/graphile", "ours b8", "graphile"],
+        ["b16/graphile-lq16", "ours b16", "graphile lq16"],
+        ["b8/pg-boss-b8", "ours b8", "pg-boss b8"],
+        ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
+        ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
+        ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
+        ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
+      ];
+      const ratios = pairs
+        .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
+        .map(([label, a, b]) => `${label} ${(m(a) / m(b)).toFixed(2)}×`);
+      bench.say(`    ratios of medians: ${ratios.join(" · ")}`);
+    }
+    bench.say(`  load average after each round: ${loads.join(", ")}`);
+    bench.say(
+      `  heartbeat statements of ours (every ${DEFAULT_HEARTBEAT_MS} ms per claimer; every pass in "hb every pass"): ${heartbeatStatements}`,
+    );
+
+    bench.say("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
+    const o = await oursLatency(300);
+    const g = await graphileLatency(300);
+    const f = (xs: number[]) => summary(xs, 1);
+    bench.say(`  ours (NOTIFY → claim → start):   ${f(o.client)}`);
+    bench.say(`  ours, Postgres clock (created→started): ${f(o.db)}`);
+    bench.say(`  graphile-worker (add_job → task): ${f(g)}`);
+    bench.say(`  load average ${load()}`);
+
+    bench.say("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
+    for (const mode of ["pre-change", "now"] as const) {
+      const [b, a] = await bloat(mode);
+      const upd = a.upd - b.upd;
+      const hot = a.hot - b.hot;
       bench.say(
-        `    ${c.name.padEnd(22)} ${fmt(results.get(key) ?? []).padEnd(20)} WAL ${median(wal.get(key) ?? []).toFixed(0)} B/job`,
+        `  ${mode.padEnd(10)}: ${upd} updates (${(upd / N).toFixed(1)} per job), ${hot} HOT (${((100 * hot) / upd).toFixed(0)}%), n_dead_tup ${b.dead} → ${a.dead}, heap ${b.sizeKb} → ${a.sizeKb} kB`,
       );
     }
-    const m = (name: string) => median(results.get(`${k}|${name}`) ?? []);
-    const pairs: Array<[string, string, string]> = [
-      ["b8/graphile", "ours b8", "graphile"],
-      ["b16/graphile-lq16", "ours b16", "graphile lq16"],
-      ["b8/pg-boss-b8", "ours b8", "pg-boss b8"],
-      ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
-      ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
-      ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
-      ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
-    ];
-    const ratios = pairs
-      .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
-      .map(([label, a, b]) => `${label} ${(m(a) / m(b)).toFixed(2)}×`);
-    bench.say(`    ratios of medians: ${ratios.join(" · ")}`);
-  }
-  bench.say(`  load average after each round: ${loads.join(", ")}`);
-  bench.say(
-    `  heartbeat statements of ours (every ${DEFAULT_HEARTBEAT_MS} ms per claimer; every pass in "hb every pass"): ${heartbeatStatements}`,
-  );
 
-  bench.say("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
-  const o = await oursLatency(300);
-  const g = await graphileLatency(300);
-  const f = (xs: number[]) => summary(xs, 1);
-  bench.say(`  ours (NOTIFY → claim → start):   ${f(o.client)}`);
-  bench.say(`  ours, Postgres clock (created→started): ${f(o.db)}`);
-  bench.say(`  graphile-worker (add_job → task): ${f(g)}`);
-  bench.say(`  load average ${load()}`);
-
-  bench.say("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
-  for (const mode of ["pre-change", "now"] as const) {
-    const [b, a] = await bloat(mode);
-    const upd = a.upd - b.upd;
-    const hot = a.hot - b.hot;
-    bench.say(
-      `  ${mode.padEnd(10)}: ${upd} updates (${(upd / N).toFixed(1)} per job), ${hot} HOT (${((100 * hot) / upd).toFixed(0)}%), n_dead_tup ${b.dead} → ${a.dead}, heap ${b.sizeKb} → ${a.sizeKb} kB`,
-    );
-  }
-
-  if (values.investigate) {
-    bench.say("\ngraphile-worker at 1 and 4 workers: what moves the figure (3 runs each, alternating)");
-    const variants: Array<[string, GraphileOpts]> = [
-      ["as this bench runs it", {}],
-      ["timed from before run() (start-up counted)", { fromRunnerStart: true }],
-      ["no VACUUM between runs", { noVacuum: true }],
-      ["maxPoolSize 10 (its default)", { maxPoolSize: 10 }],
-    ];
-    for (const [label, opts] of variants) {
-      const by: Record<number, number[]> = { 1: [], 4: [] };
-      for (let rep = 0; rep < 3; rep++) for (const k of [1, 4]) by[k]?.push(await graphile(k, opts));
-      bench.say(`  ${label.padEnd(44)} 1 worker ${fmt(by[1] ?? [])} · 4 workers ${fmt(by[4] ?? [])}  (load ${load()})`);
+    if (values.investigate) {
+      bench.say("\ngraphile-worker at 1 and 4 workers: what moves the figure (3 runs each, alternating)");
+      const variants: Array<[string, GraphileOpts]> = [
+        ["as this bench runs it", {}],
+        ["timed from before run() (start-up counted)", { fromRunnerStart: true }],
+        ["no VACUUM between runs", { noVacuum: true }],
+        ["maxPoolSize 10 (its default)", { maxPoolSize: 10 }],
+      ];
+      for (const [label, opts] of variants) {
+        const by: Record<number, number[]> = { 1: [], 4: [] };
+        for (let rep = 0; rep < 3; rep++) for (const k of [1, 4]) by[k]?.push(await graphile(k, opts));
+        bench.say(
+          `  ${label.padEnd(44)} 1 worker ${fmt(by[1] ?? [])} · 4 workers ${fmt(by[4] ?? [])}  (load ${load()})`,
+        );
+      }
     }
+    bench.done({
+      jobs: N,
+      reps: REPS,
+      lifecycles_per_s_median: Object.fromEntries([...results].map(([key, xs]) => [key, median(xs)])),
+      wal_bytes_per_job_median: Object.fromEntries([...wal].map(([key, xs]) => [key, median(xs)])),
+      enqueue_to_started_ms: { ours: dist(o.client), ours_db: dist(o.db), graphile: dist(g) },
+    });
+    await boss.stop({ graceful: false, wait: true });
   }
-  bench.done({
-    jobs: N,
-    reps: REPS,
-    lifecycles_per_s_median: Object.fromEntries([...results].map(([key, xs]) => [key, median(xs)])),
-    wal_bytes_per_job_median: Object.fromEntries([...wal].map(([key, xs]) => [key, median(xs)])),
-    enqueue_to_started_ms: { ours: dist(o.client), ours_db: dist(o.db), graphile: dist(g) },
-  });
-  await boss.stop({ graceful: false, wait: true });
 } finally {
   await admin.end();
   process.on("uncaughtException", (err) => {

@@ -3,8 +3,10 @@
  * running dev stack's database from .dev/stack.json.
  *
  *   tenant create <id> [--name N]    create a tenant (idempotent)
- *   tenant set <id> [--daily-budget-usd X|none]
- *                                    change a tenant's settings (only the flags given)
+ *   tenant set <id> [--max-running N] [--weight W] [--daily-budget-usd X|none]
+ *                                    change a tenant's settings (only the flags given): at most N
+ *                                    jobs claimed or running at once (0 = no cap), share W of the
+ *                                    fleet against other tenants, a daily budget in US dollars
  *   tenant list
  *   key create <tenant> [--name N]   create an API key; printed once, only its hash is stored
  *   key list <tenant>                list keys: id, prefix, name, created, live/revoked
@@ -25,13 +27,15 @@ import {
   listTenants,
   revokeApiKey,
   setTenantSettings,
+  type TENANT_SETTINGS,
   type TenantSettings,
 } from "../../src/db/tenants-repo";
 import { deployAgents, deployTarget, loadAgents } from "./agents-deploy";
 
 const USAGE = `usage: npm run cli -- <command>
   tenant create <id> [--name N]
-  tenant set <id> [--daily-budget-usd X|none]   (US dollars per UTC day; none removes it)
+  tenant set <id> [--max-running N] [--weight W] [--daily-budget-usd X|none]
+                                 (0 = no cap; budget in US dollars per UTC day, none removes it)
   tenant list
   key create <tenant> [--name N]
   key list <tenant>
@@ -49,16 +53,30 @@ async function databaseUrl(): Promise<string> {
   throw new Error("DATABASE_URL is not set and no dev stack is running (.dev/stack.json not found)");
 }
 
+/** `tenant set`'s integer flags → the setting each changes (src/db/tenants-repo.ts TENANT_SETTINGS). */
+const SETTING_FLAGS = { "max-running": "maxRunning", weight: "weight" } as const satisfies Record<
+  string,
+  keyof typeof TENANT_SETTINGS
+>;
+
 /** `tenant set`'s flags as a partial update (a flag not given is not touched); a bad value throws. */
-function tenantSettingsFromFlags(values: { "daily-budget-usd"?: string | undefined }): TenantSettings {
+function tenantSettingsFromFlags(values: Record<string, unknown>): TenantSettings {
   const settings: TenantSettings = {};
+  for (const [flag, setting] of Object.entries(SETTING_FLAGS)) {
+    const raw = values[flag];
+    if (typeof raw !== "string") continue;
+    if (!/^\d+$/.test(raw)) throw new Error(`--${flag} must be a whole number, got "${raw}"`);
+    settings[setting] = Number(raw);
+  }
   const budget = values["daily-budget-usd"];
-  if (budget !== undefined) {
+  if (typeof budget === "string") {
     if (budget === "none") settings.dailyBudgetUsd = null;
     else if (/^\d+(\.\d+)?$/.test(budget)) settings.dailyBudgetUsd = Number(budget);
     else throw new Error(`--daily-budget-usd: "${budget}" is not a number of US dollars (e.g. 25 or 0.5), or none`);
   }
-  if (Object.keys(settings).length === 0) throw new Error("tenant set: give at least one setting (--daily-budget-usd)");
+  if (Object.keys(settings).length === 0) {
+    throw new Error("tenant set: give at least one setting (--max-running, --weight, --daily-budget-usd)");
+  }
   return settings;
 }
 
@@ -70,6 +88,7 @@ async function main(): Promise<number> {
       "dry-run": { type: "boolean" },
       "daily-budget-usd": { type: "string" },
       help: { type: "boolean", short: "h" },
+      ...Object.fromEntries(Object.keys(SETTING_FLAGS).map((f) => [f, { type: "string" as const }])),
     },
   });
   const [noun, verb, arg, arg2] = positionals;
@@ -91,15 +110,18 @@ async function main(): Promise<number> {
       console.log(t.created ? `created tenant ${t.id}` : `tenant ${t.id} already exists`);
     } else if (noun === "tenant" && verb === "set" && arg) {
       const settings = tenantSettingsFromFlags(values);
-      if (!(await setTenantSettings(db, arg, settings))) {
+      const t = await setTenantSettings(db, arg, settings);
+      if (!t) {
         console.error(`no tenant "${arg}"; create it first`);
         return 1;
       }
-      console.log(`tenant ${arg}: ${describeSettings(settings)}`);
+      console.log(`tenant ${t.id}: weight=${t.weight} max_running=${t.maxRunning}, ${describeSettings(t)}`);
     } else if (noun === "tenant" && verb === "list") {
       for (const t of await listTenants(db)) {
         const budget = t.dailyBudgetUsd === null ? "" : `\tdaily budget $${t.dailyBudgetUsd}`;
-        console.log(`${t.id}\t${t.name}\t${t.createdAt.toISOString()}${budget}`);
+        console.log(
+          `${t.id}\t${t.name}\t${t.createdAt.toISOString()}\tweight=${t.weight}\tmax_running=${t.maxRunning}${budget}`,
+        );
       }
     } else if (noun === "key" && verb === "create" && arg) {
       const k = await createApiKey(db, arg, values.name ?? null);

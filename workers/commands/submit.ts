@@ -25,10 +25,12 @@ import {
   QUEUE_FULL_RETRY_AFTER_S,
   type ResolvedAgent,
 } from "../../src/db/jobs-repo";
+import type { JobRow } from "../../src/db/schema";
 import { toolNames } from "../../src/domain/approval";
 import type { ModelCatalog } from "../../src/domain/models";
 import { jobRequestHash } from "../../src/domain/request-hash";
 import { redisKeys } from "../../src/quota/keys";
+import { readyScore } from "../../src/quota/ready-index";
 import { callDependency, type Deps } from "../deps";
 import { describeZodError } from "../request/body";
 import { assertModelOffered } from "./models";
@@ -100,9 +102,13 @@ function assertBodyModel(models: ModelCatalog, tenantId: string, body: CreateJob
   if (model !== undefined) assertModelOffered(models, tenantId, model, field);
 }
 
-/** The ready-index wake-up for new jobs: one ZADD, however many. */
-function wake(deps: Deps, jobIds: string[], defer?: (work: Promise<unknown>) => void): Promise<void> {
-  const [first, ...rest] = jobIds.map((member) => ({ score: Date.now(), member }));
+/**
+ * The ready-index wake-up for new jobs: one ZADD, however many, each scored by when it becomes
+ * runnable (a delayed job's entry comes due at its run_at; claimers read only due entries).
+ */
+function wake(deps: Deps, created: JobRow[], defer?: (work: Promise<unknown>) => void): Promise<void> {
+  const jobIds = created.map((j) => j.id);
+  const [first, ...rest] = created.map((j) => ({ score: Math.max(Date.now(), readyScore(j)), member: j.id }));
   if (!first) return Promise.resolve();
   return accelerate(
     deps,
@@ -143,7 +149,7 @@ export async function submitJob(
       traceparent: opts.traceparent ?? null,
     }),
   );
-  if (created.created) await wake(deps, [created.job.id], defer);
+  if (created.created) await wake(deps, [created.job], defer);
   return created;
 }
 
@@ -252,7 +258,7 @@ export async function submitJobs(
   const all = bodies.map((_, i) => answered.get(i) as CreatedJob);
   await wake(
     deps,
-    all.filter((c) => c.created).map((c) => c.job.id),
+    all.filter((c) => c.created).map((c) => c.job),
     defer,
   );
   return all;

@@ -1,0 +1,225 @@
+/**
+ * The claim statement's admission order on a real Postgres (src/db/ownership-repo.ts
+ * claimFromPostgres): weighted round-robin across tenants, priority then submit order inside a
+ * tenant, run_at, expiry, a tenant's max_running and concurrency keys, also under claimers racing
+ * on separate connections. It is the one statement every host path claims with (index, NOTIFY,
+ * sweep, Redis down), so these hold for the Postgres fallback as much as for the index path.
+ */
+import { randomUUID } from "node:crypto";
+import { drizzle } from "drizzle-orm/node-postgres";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import type { CreateJobBody } from "../../src/contracts/job";
+import { expireOverdue } from "../../src/db/admission-repo";
+import type { Db } from "../../src/db/client";
+import { createJob } from "../../src/db/jobs-repo";
+import { claimFromPostgres } from "../../src/db/ownership-repo";
+import * as schema from "../../src/db/schema";
+import { createTenant, setTenantSettings } from "../../src/db/tenants-repo";
+import { startTestPostgres, type TestDb } from "../helpers/db";
+
+let pg: Awaited<ReturnType<typeof startTestPostgres>>;
+let t: TestDb;
+const db = () => t.db as unknown as Db;
+
+beforeAll(async () => {
+  pg = await startTestPostgres();
+}, 120_000);
+afterAll(async () => {
+  await pg?.stop();
+});
+beforeEach(async () => {
+  t = await pg.freshDb(12);
+});
+
+const body = (extra: Partial<CreateJobBody> = {}, label = "j"): CreateJobBody => ({
+  input: { messages: [{ role: "user", content: label }] },
+  ...extra,
+});
+
+/** `n` jobs of `tenant`, in submit order (each its own statement, so created_at increases). */
+async function submit(tenant: string, n: number, extra: Partial<CreateJobBody> = {}): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const c = await createJob(db(), tenant, randomUUID(), body(extra, `${tenant}-${i}`));
+    ids.push(c.job.id);
+  }
+  return ids;
+}
+
+const claim = (n: number, host = "h1") =>
+  claimFromPostgres(
+    db(),
+    host,
+    Array.from({ length: n }, () => randomUUID()),
+  );
+
+async function tenantsOf(jobIds: string[]): Promise<string[]> {
+  if (jobIds.length === 0) return [];
+  const r = await t.pool.query<{ tenant_id: string }>(
+    "SELECT tenant_id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY tenant_id",
+    [jobIds],
+  );
+  return r.rows.map((x) => x.tenant_id);
+}
+
+/** Ends a held job as its host would (only the state matters to admission). */
+const finish = (id: string) =>
+  t.pool.query("UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1", [id]);
+
+describe("admission order of the claim statement", () => {
+  it("shares slots round-robin by weight among tenants with runnable work, whatever came first", async () => {
+    await createTenant(db(), "big");
+    await createTenant(db(), "small");
+    await createTenant(db(), "heavy");
+    await setTenantSettings(db(), "heavy", { weight: 3 });
+    // `big` queued first and most: first-come would give it every slot.
+    await submit("big", 20);
+    await submit("small", 3);
+    await submit("heavy", 20);
+    const first = await claim(10);
+    const counts = (await tenantsOf(first.map((c) => c.jobId))).reduce<Record<string, number>>((m, x) => {
+      m[x] = (m[x] ?? 0) + 1;
+      return m;
+    }, {});
+    // Ranks (held + k) / weight: big 1,2,3…; small 1,2,3; heavy 1/3,2/3,1,4/3,… → 10 slots:
+    // heavy 6 (≤ 2), big 2, small 2 (ties broken by submit order).
+    expect(counts).toEqual({ heavy: 6, big: 2, small: 2 });
+    // What they hold now counts: the next pass evens out from there, not from zero.
+    // held heavy 6, big 2, small 2 → heavy 7/3, 8/3, then big 3, small 3, heavy 9/3 (submit order).
+    const second = await claim(5);
+    expect(await tenantsOf(second.map((c) => c.jobId))).toEqual(["big", "heavy", "heavy", "heavy", "small"]);
+  });
+
+  it("inside a tenant: priority first, then submit order", async () => {
+    await createTenant(db(), "a");
+    const low = await submit("a", 3);
+    const [high] = await submit("a", 1, { priority: 10 });
+    const [neg] = await submit("a", 1, { priority: -5 });
+    const order: string[] = [];
+    for (let i = 0; i < 5; i++) order.push(...(await claim(1)).map((c) => c.jobId));
+    expect(order).toEqual([high, ...low, neg]);
+  });
+
+  it("a job waits for its run_at, and one past its ttl is never claimed but ends expired", async () => {
+    await createTenant(db(), "a");
+    const [later] = await submit("a", 1, { delay_s: 3600 });
+    const [atSoon] = await submit("a", 1, { run_at: new Date(Date.now() + 1500).toISOString() });
+    const [short] = await submit("a", 1, { ttl_s: 1 });
+    // Make the ttl job overdue without waiting (its expires_at is Postgres' now() + 1 s).
+    await t.pool.query("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = $1", [short]);
+    expect(await claim(8)).toEqual([]);
+    expect(await expireOverdue(db())).toEqual([short]);
+    const row = (
+      await t.pool.query<{ state: string; error: { code: string }; started_at: Date | null; owner: string | null }>(
+        "SELECT state, error, started_at, owner FROM jobs WHERE id = $1",
+        [short],
+      )
+    ).rows[0];
+    expect(row).toMatchObject({ state: "expired", error: { code: "expired" }, started_at: null, owner: null });
+    expect(await expireOverdue(db())).toEqual([]);
+    await new Promise((r) => setTimeout(r, 1600));
+    expect((await claim(8)).map((c) => c.jobId)).toEqual([atSoon]);
+    // A job that started once and is queued again (resumed after a wait) is past its ttl but
+    // still claimable: its ttl was about the first start, and the sweep leaves it alone.
+    const [resumed] = await submit("a", 1, { ttl_s: 1 });
+    await t.pool.query(
+      "UPDATE jobs SET started_at = now() - interval '5 seconds', expires_at = now() - interval '1 second' WHERE id = $1",
+      [resumed],
+    );
+    expect(await expireOverdue(db())).toEqual([]);
+    expect((await claim(8)).map((c) => c.jobId)).toEqual([resumed]);
+    const runAt = (
+      await t.pool.query<{ d: number }>("SELECT extract(epoch FROM run_at - created_at) AS d FROM jobs WHERE id = $1", [
+        later,
+      ])
+    ).rows[0];
+    expect(Number(runAt?.d)).toBeCloseTo(3600, 0);
+  });
+
+  it("max_running caps what a tenant holds, and a freed slot is taken again", async () => {
+    await createTenant(db(), "capped");
+    await createTenant(db(), "free");
+    await setTenantSettings(db(), "capped", { maxRunning: 2 });
+    await submit("capped", 6);
+    await submit("free", 1);
+    const first = await claim(8);
+    expect(await tenantsOf(first.map((c) => c.jobId))).toEqual(["capped", "capped", "free"]);
+    expect(await claim(8)).toEqual([]);
+    const [held] = (
+      await t.pool.query<{ id: string }>("SELECT id FROM jobs WHERE tenant_id = 'capped' AND owner IS NOT NULL LIMIT 1")
+    ).rows;
+    await finish(held?.id as string);
+    expect(await tenantsOf((await claim(8)).map((c) => c.jobId))).toEqual(["capped"]);
+  });
+
+  it("a concurrency key holds one job at a time, in priority then submit order", async () => {
+    await createTenant(db(), "a");
+    const keyed = await submit("a", 3, { concurrency_key: "repo-1" });
+    const [other] = await submit("a", 1, { concurrency_key: "repo-2" });
+    const [plain] = await submit("a", 1);
+    const first = (await claim(8)).map((c) => c.jobId).sort();
+    expect(first).toEqual([keyed[0], other, plain].sort());
+    expect(await claim(8)).toEqual([]);
+    await finish(keyed[0] as string);
+    expect((await claim(8)).map((c) => c.jobId)).toEqual([keyed[1]]);
+  });
+
+  it("racing claimers on separate connections never pass a cap or share a key", async () => {
+    await createTenant(db(), "capped");
+    await createTenant(db(), "keyed");
+    await setTenantSettings(db(), "capped", { maxRunning: 3 });
+    await submit("capped", 20);
+    await submit("keyed", 10, { concurrency_key: "k" });
+    for (let round = 0; round < 3; round++) {
+      // 10 claimers at the same moment, each its own pool connection and transaction.
+      const won = (await Promise.all(Array.from({ length: 10 }, (_, i) => claim(2, `h${i}`)))).flat();
+      const held = (
+        await t.pool.query<{ tenant_id: string; n: string }>(
+          "SELECT tenant_id, count(*) AS n FROM jobs WHERE owner IS NOT NULL AND state IN ('queued','running') GROUP BY tenant_id ORDER BY tenant_id",
+        )
+      ).rows.map((r) => [r.tenant_id, Number(r.n)]);
+      expect(held).toEqual([
+        ["capped", 3],
+        ["keyed", 1],
+      ]);
+      expect(won.length).toBe(round === 0 ? 4 : 0);
+    }
+  });
+
+  it("a claim that saw the last slot or the key free misses when an uncommitted claim took it first", async () => {
+    // The interleaving SKIP LOCKED alone does not stop: claimer 1 has claimed (not committed yet)
+    // the tenant's last free slot and its key's head; a higher-priority job arrives; claimer 2's
+    // snapshot shows the slot and the key free and picks the new job, a row claimer 1 never
+    // locked. The unique indexes make claimer 2 wait for claimer 1 and then fail; its retry sees
+    // claimer 1's claims and takes nothing.
+    await createTenant(db(), "capped");
+    await createTenant(db(), "keyed");
+    await setTenantSettings(db(), "capped", { maxRunning: 1 });
+    await submit("capped", 1);
+    await submit("keyed", 1, { concurrency_key: "k" });
+    const client = await t.pool.connect();
+    try {
+      const inTx = drizzle({ client, schema }) as unknown as Db;
+      await client.query("BEGIN");
+      const first = await claimFromPostgres(inTx, "h1", [randomUUID(), randomUUID()]);
+      expect(first.length).toBe(2);
+      await submit("capped", 1, { priority: 10 });
+      await submit("keyed", 1, { concurrency_key: "k", priority: 10 });
+      const second = claim(2, "h2");
+      await new Promise((r) => setTimeout(r, 300));
+      await client.query("COMMIT");
+      expect(await second).toEqual([]);
+    } finally {
+      client.release();
+    }
+    const held = (
+      await t.pool.query<{ tenant_id: string; n: string }>(
+        "SELECT tenant_id, count(*) AS n FROM jobs WHERE owner IS NOT NULL AND state IN ('queued','running') GROUP BY tenant_id ORDER BY tenant_id",
+      )
+    ).rows.map((r) => [r.tenant_id, Number(r.n)]);
+    expect(held).toEqual([
+      ["capped", 1],
+      ["keyed", 1],
+    ]);
+  });
+});

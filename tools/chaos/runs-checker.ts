@@ -67,12 +67,18 @@ export interface RunCheckResult {
   idempotentRecalls: number;
   /** The rows' `recoveries`, summed. */
   recoveries: number;
+  /** Non-idempotent calls made again after a person approved them again (outcome unknown). */
+  reapproved: number;
+  /** Recoveries whose execution died before delivering its run.recovered (see checkRuns). */
+  recoveriesOffStream: number;
 }
 
 export interface RunHistory {
   jobs: RunJobRow[];
   executions: RunExecutionRow[];
   calls: ToolCallRecord[];
+  /** Approvals given per idempotency key (`<job id>:<call id>`) by the harness's person. */
+  approvals?: Map<string, number>;
   /** Each job's stream, as read after the window (absent: not read). */
   streams: Map<string, RunStreamEvent[]>;
 }
@@ -83,6 +89,8 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
   const callsOf = group(h.calls, (c) => c.jobId);
   const verdicts: RunVerdict[] = [];
   let idempotentRecalls = 0;
+  let reapproved = 0;
+  let recoveriesOffStream = 0;
   let recoveries = 0;
   for (const id of submitted) {
     const row = rows.get(id);
@@ -111,7 +119,15 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
       const tool = key.split("\u0000")[0];
       if (same.length < 2) continue;
       if (tool === "charge") {
-        found.push(["tool_repeated", `charge called ${same.length} times with key ${same[0]?.key}`]);
+        // A call that needs approval and was in flight at a loss goes back to a person: each
+        // approval they gave is consent to one call (recovery asks again, "outcome unknown").
+        const consented = Math.max(1, h.approvals?.get(same[0]?.key ?? "") ?? 0);
+        if (same.length > consented) {
+          found.push([
+            "tool_repeated",
+            `charge called ${same.length} times with key ${same[0]?.key} (${consented} consented)`,
+          ]);
+        } else if (same.length > 1) reapproved += same.length - 1;
       } else idempotentRecalls += same.length - 1;
     }
     for (const c of calls) {
@@ -132,12 +148,15 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
     const events = h.streams.get(id);
     if (events) {
       const recovered = events.filter((e) => e.type === "run.recovered").length;
-      if (recovered !== row.recoveries) {
+      // An execution that died before its outbox delivered anything leaves no run.recovered (its
+      // events died with it; only a terminal state is projected from Postgres): counted, printed.
+      // None at all for a recovered job, or more than the row's count, is an anomaly.
+      if (recovered > row.recoveries || (row.recoveries > 0 && recovered === 0)) {
         found.push([
           "recovery_unseen",
           `row says ${row.recoveries} recoveries, the stream has ${recovered} run.recovered`,
         ]);
-      }
+      } else recoveriesOffStream += row.recoveries - recovered;
       for (const why of runStreamDisagreements(row, events)) found.push(["stream_disagrees", why]);
     }
 
@@ -163,7 +182,7 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
   >;
   for (const v of verdicts) counts[v.cls]++;
   const anomalies = RUN_ANOMALY_CLASSES.reduce((n, c) => n + counts[c], 0);
-  return { counts, anomalies, verdicts, idempotentRecalls, recoveries };
+  return { counts, anomalies, verdicts, idempotentRecalls, reapproved, recoveriesOffStream, recoveries };
 }
 
 /** Where a restart point leaves the text a client is rebuilding: nothing of before counts. */
@@ -190,7 +209,10 @@ export function runStreamDisagreements(row: RunJobRow, events: RunStreamEvent[])
   if (!terminal) return out;
   if (terminal !== events[events.length - 1]) out.push(`${terminal.type} is not the last event`);
   if (terminal.type !== expected) out.push(`stream ends ${terminal.type}, row is ${row.state}`);
-  if (row.state === "completed") {
+  // Projected from Postgres (payload.source "projector"): the last execution died after its
+  // terminal write, before its outbox delivered; its deltas died with it, so only the row's
+  // output is known, and the terminal event carries none.
+  if (row.state === "completed" && terminal.payload.source !== "projector") {
     if (terminal.payload.output !== row.output) out.push("completed output differs from the row's");
     let text = "";
     for (const e of events) {
@@ -211,6 +233,8 @@ export function formatRunCounts(r: RunCheckResult): string {
   for (const c of RUN_ANOMALY_CLASSES) lines.push(`  ${c.padEnd(26)}${String(r.counts[c]).padStart(6)}  ANOMALY`);
   lines.push(`  ${"recoveries (sum)".padEnd(26)}${String(r.recoveries).padStart(6)}`);
   lines.push(`  ${"idempotent re-calls".padEnd(26)}${String(r.idempotentRecalls).padStart(6)}`);
+  lines.push(`  ${"calls re-approved".padEnd(26)}${String(r.reapproved).padStart(6)}`);
+  lines.push(`  ${"recoveries off the stream".padEnd(26)}${String(r.recoveriesOffStream).padStart(6)}`);
   lines.push(`anomalies: ${r.anomalies}`);
   return lines.join("\n");
 }

@@ -96,10 +96,40 @@ describe("the run checker", () => {
     expect(r.verdicts[0]?.reasons[0]).toContain("200 ms after epoch 2 started");
   });
 
-  it("flags a recovery the stream does not show", () => {
+  it("flags a recovered job whose stream shows no recovery, and counts one that died before its first event", () => {
+    const none = recovered();
+    none.streams.set(
+      J,
+      (none.streams.get(J) as RunStreamEvent[])
+        .filter((e) => e.type !== "run.recovered")
+        .map((e, i) => ({ ...e, offset: i + 1 })),
+    );
+    expect(checkRuns([J], none).verdicts[0]?.cls).toBe("recovery_unseen");
+    const more = recovered();
+    more.jobs = [{ id: J, state: "completed", recoveries: 0, output: "paid" }];
+    expect(checkRuns([J], more).verdicts[0]?.cls).toBe("recovery_unseen");
+    const twice = recovered();
+    twice.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
+    const r = checkRuns([J], twice);
+    expect(r.anomalies).toBe(0);
+    expect(r.recoveriesOffStream).toBe(1);
+  });
+
+  it("allows a charge made again only as often as a person approved it again", () => {
+    const h = recovered({ calls: [call(E1, 1, 1500), call(E2, 2, 3600)] });
+    h.approvals = new Map([[`${J}:call_1`, 2]]);
+    const r = checkRuns([J], h);
+    expect(r.anomalies).toBe(0);
+    expect(r.reapproved).toBe(1);
+    h.approvals = new Map([[`${J}:call_1`, 1]]);
+    expect(checkRuns([J], h).verdicts[0]?.reasons[0]).toContain("(1 consented)");
+  });
+
+  it("does not ask a projected completion's stream to rebuild the output", () => {
     const h = recovered();
-    h.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
-    expect(checkRuns([J], h).verdicts[0]?.cls).toBe("recovery_unseen");
+    const events = (h.streams.get(J) as RunStreamEvent[]).filter((e) => e.offset <= 7);
+    h.streams.set(J, [...events, ev(8, "run.completed", "projector", { source: "projector" })]);
+    expect(checkRuns([J], h).anomalies).toBe(0);
   });
 
   it("flags deltas that do not rebuild the output after the last restart point", () => {

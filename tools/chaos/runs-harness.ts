@@ -244,6 +244,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
 
     // Approvals: a person who answers every waiting call after 100–400 ms.
     let loading = true;
+    const approvals = new Map<string, number>();
     const approver = (async () => {
       const seen = new Set<string>();
       while (loading || seen.size < submitted.approval) {
@@ -256,9 +257,11 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
           if (seen.has(k)) continue;
           seen.add(k);
           background.track(
-            sleep(100 + Math.floor(Math.random() * 300)).then(() =>
-              api("POST", `/v1/jobs/${job_id}/approvals/${call_id}`, { decision: "approve" }),
-            ),
+            sleep(100 + Math.floor(Math.random() * 300)).then(async () => {
+              const r = await api("POST", `/v1/jobs/${job_id}/approvals/${call_id}`, { decision: "approve" });
+              const key = `${job_id}:${call_id}`;
+              if (r.status === 202) approvals.set(key, (approvals.get(key) ?? 0) + 1);
+            }),
           );
         }
         if (!loading && Date.now() > t0 + loadMs + opts.recoveryWindowMs + 60_000) break;
@@ -439,6 +442,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
         finishedAt: r.finished_at?.getTime() ?? null,
       })),
       calls: mcp.calls,
+      approvals,
       streams,
     });
     for (const v of check.verdicts) if (v.cls === "stream_disagrees") log(`stream of ${v.id}: ${dump(v.id)}`);

@@ -154,6 +154,14 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="sandbox_profile">{agent.sandbox_profile}</td>
           </tr>
           <tr>
+            <th scope="row">host lost</th>
+            <td data-field="recovery">
+              {agent.recovery?.on_host_loss === "fail"
+                ? "fail the run (lost)"
+                : `resume from its journal, at most ${agent.recovery?.max_recoveries ?? 3} times`}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">created</th>
             <td>
               <time dateTime={agent.created_at}>{day(agent.created_at)}</time>
@@ -497,9 +505,12 @@ function AgentForm({
       model,
       description,
       instructions,
-      tools: tools.map((n) =>
-        gated.includes(n) ? { name: n, requires_approval: true } : n,
-      ) as DefinitionBody["tools"],
+      // A tool's idempotent flag (recovery may call it again) has no control here: carried from the base.
+      tools: tools.map((n) => {
+        const idempotent = base?.tools.some((t) => typeof t === "object" && t.name === n && t.idempotent === true);
+        if (!gated.includes(n) && !idempotent) return n;
+        return { name: n, requires_approval: gated.includes(n), ...(idempotent ? { idempotent: true } : {}) };
+      }) as DefinitionBody["tools"],
       limits: {
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),

@@ -235,13 +235,13 @@ describe.runIf(canRun)("web console: agents", () => {
     description: "Routes tickets to the right desk",
     model: "mock-model",
     instructions: "Route the ticket.",
-    tools: [{ name: "shell", requires_approval: true }, "read_file"],
+    tools: [{ name: "shell", requires_approval: true, idempotent: true }, "read_file"],
     mcp_servers: [
       {
         name: "tracker",
         url: "https://mcp.example.com/tracker",
         headers: { authorization: { secret: "TRACKER_TOKEN" } },
-        tools: ["search", { name: "close_issue", requires_approval: true }],
+        tools: ["search", { name: "close_issue", requires_approval: true, idempotent: false }],
         timeout_ms: 5000,
       },
     ],
@@ -252,6 +252,7 @@ describe.runIf(canRun)("web console: agents", () => {
     sampling: { temperature: 0.3, top_p: 0.9 },
     sandbox_profile: "default",
     response_format: SCHEMA,
+    recovery: { on_host_loss: "resume", max_recoveries: 5 },
   });
 
   it("carries every field of a definition through a version made in the console, and shows each on its page", async () => {
@@ -299,6 +300,7 @@ describe.runIf(canRun)("web console: agents", () => {
       sampling: [await shown("temperature"), await shown("top_p")],
       sandbox_profile: await shown("sandbox_profile"),
       response_format: JSON.parse(await shown("response_format")),
+      recovery: await shown("recovery"),
     }).toEqual({
       description: full.description,
       model: full.model,
@@ -316,6 +318,7 @@ describe.runIf(canRun)("web console: agents", () => {
       sampling: ["0.3", "0.9"],
       sandbox_profile: "default",
       response_format: SCHEMA,
+      recovery: "resume from its journal, at most 5 times",
     });
     await shoot(page, "agents-detail-every-field", true);
     await page.close();

@@ -237,7 +237,14 @@ describe("neon() over POST /sql", () => {
     const at = new Date("2024-02-03T04:05:06.789Z");
     await db.insert(schema.tenants).values({ id: "types", name: "ünï 🌍", createdAt: at });
     const [tenant] = await db.select().from(schema.tenants).where(sql`${schema.tenants.id} = 'types'`);
-    expect(tenant).toEqual({ id: "types", name: "ünï 🌍", createdAt: at, weight: 1, maxRunning: 0 });
+    expect(tenant).toEqual({
+      id: "types",
+      name: "ünï 🌍",
+      createdAt: at,
+      weight: 1,
+      maxRunning: 0,
+      dailyBudgetUsd: null,
+    });
   });
 
   it("runs a batch in one transaction with the requested options, all or nothing", async () => {

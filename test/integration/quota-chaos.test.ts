@@ -63,13 +63,17 @@ describe.skipIf(!canRun)("chaos: the global model quota under SIGKILL and SIGSTO
     expect(r.maxLeasesSeen, context).toBe(LIMIT);
     expect(r.mock.max_concurrency_seen, context).toBeGreaterThanOrEqual(LIMIT / 2);
     expect(r.kills, context).toBe(KILLS);
-    // Every run ended: completed, or lost with its killed host (never re-run); a run can also
-    // lose its own lease on a starved host, which is an honest failure, not a quota breach.
+    // Every run ended: completed (a killed host's run continues in a new execution from its
+    // journal, issue 27), or lost (its recoveries spent); a run can also lose its own lease on a
+    // starved host, which is an honest failure, not a quota breach.
     const { completed = 0, lost = 0, "failed:quota_lease_lost": leaseLost = 0, ...other } = r.outcomes;
     expect(other, context).toEqual({});
     expect(completed + lost + leaseLost, context).toBe(RUNS);
     expect(completed, context).toBeGreaterThanOrEqual(RUNS / 3);
-    expect(lost, context).toBeGreaterThan(0);
+    // The kills cut model calls off mid-answer (the mock saw them aborted), and those runs were
+    // asked again elsewhere rather than lost.
+    expect(r.mock.aborted, context).toBeGreaterThan(0);
+    expect(lost, context).toBeLessThanOrEqual(KILLS);
 
     // 2. Each SIGKILLed holder's slot came back within lease timeout + one heartbeat.
     const measured = r.slotReturns.filter((s) => s.goneByMs !== null);

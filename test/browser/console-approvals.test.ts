@@ -257,7 +257,7 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
       .poll(() => page.getByTestId("agent-definition").getAttribute("data-version"), { timeout: 10_000 })
       .toBe("1");
     const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
-    expect(v1.tools).toEqual([{ name: "shell", requires_approval: true }, "read_file"]);
+    expect(v1.tools).toEqual([{ name: "shell", requires_approval: true, idempotent: false }, "read_file"]);
     expect(v1.ask_user).toBe(true);
 
     // A new version starts from v1's gates; unticking ask_user is the only change.
@@ -271,7 +271,7 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
       .poll(() => page.getByTestId("agent-definition").getAttribute("data-version"), { timeout: 10_000 })
       .toBe("2");
     const v2 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
-    expect(v2.tools).toEqual([{ name: "shell", requires_approval: true }, "read_file"]);
+    expect(v2.tools).toEqual([{ name: "shell", requires_approval: true, idempotent: false }, "read_file"]);
     expect(v2.ask_user).toBe(false);
     expect(v2.approval).toEqual(v1.approval);
     await page.close();

@@ -822,7 +822,9 @@ describe.skipIf(!canRun)("sandbox-host processes", () => {
     console.log(
       `60 jobs over 3 processes: ${JSON.stringify(Object.fromEntries(byHost))}; lost claim races: ${lost}; all done in ${drainMs} ms`,
     );
-    expect(lost).toBeGreaterThan(0);
+    // Not required above zero: the admission claim reads only due entries and skips locked rows,
+    // so on a quiet machine three hosts can drain 60 jobs without one lost race (seen in CI at
+    // load 2–4); the races themselves are fencing.test.ts's (real processes, repeated).
     expect(byHost.size).toBeGreaterThanOrEqual(2);
 
     // Graceful stop: SIGTERM → admission stops, runs and outbox drain, the daemon logs it and exits.

@@ -3,7 +3,7 @@ import { useState } from "preact/hooks";
 import { JOB_STATES, type JobState } from "../../src/contracts/job-state";
 import { client, type JobView } from "./api";
 import { ms } from "./debug-panel";
-import { day, usePaged } from "./list";
+import { day, JobLink, ListTable, usePaged, when } from "./list";
 
 const PAGE = 20;
 /** The jobs table's word for what a waiting job waits for, by wait kind. */
@@ -41,65 +41,44 @@ export function Jobs() {
         </label>
         {pager}
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
-      {!page && !error && <p class="muted">loading…</p>}
-      {page && page.items.length === 0 && <p class="muted">no jobs</p>}
-      {page && page.items.length > 0 && (
-        <div class="scroll">
-          <table class="list" data-testid="jobs-table">
-            <thead>
-              <tr>
-                <th scope="col">job</th>
-                <th scope="col">state</th>
-                <th scope="col">conversation</th>
-                <th scope="col">created</th>
-                <th scope="col">total</th>
-              </tr>
-            </thead>
-            <tbody>
-              {page.items.map((j) => (
-                <tr key={j.id} data-job-id={j.id}>
-                  <td>
-                    <a href={`#/jobs/${j.id}`}>
-                      <code>{j.id.slice(0, 8)}</code>
-                    </a>
-                  </td>
-                  <td>
-                    <span class={`state state-${j.state}`}>{j.state}</span>
-                    {j.waiting_for && (
-                      <span class="muted" data-testid="waiting-for">
-                        {" "}
-                        {WAIT_VERB[j.waiting_for.kind]} <code>{j.waiting_for.tool}</code>
-                      </span>
-                    )}
-                    {j.state === "queued" && j.run_at && Date.parse(j.run_at) > Date.now() && (
-                      <span class="muted" data-testid="run-at">
-                        {" "}
-                        from <time dateTime={j.run_at}>{day(j.run_at)}</time>
-                      </span>
-                    )}
-                    {j.priority !== 0 && (
-                      <span class="muted" data-testid="priority">
-                        {" "}
-                        priority {j.priority}
-                      </span>
-                    )}
-                  </td>
-                  <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
-                  <td>
-                    <time dateTime={j.created_at}>{day(j.created_at)}</time>
-                  </td>
-                  <td>{ms(j.latency.total_latency_ms)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <ListTable
+        items={page?.items}
+        error={error}
+        empty="no jobs"
+        testId="jobs-table"
+        columns={["job", "state", "conversation", "created", "total"]}
+        row={(j) => (
+          <tr key={j.id} data-job-id={j.id}>
+            <td>
+              <JobLink id={j.id} />
+            </td>
+            <td>
+              <span class={`state state-${j.state}`}>{j.state}</span>
+              {j.waiting_for && (
+                <span class="muted" data-testid="waiting-for">
+                  {" "}
+                  {WAIT_VERB[j.waiting_for.kind]} <code>{j.waiting_for.tool}</code>
+                </span>
+              )}
+              {j.state === "queued" && j.run_at && Date.parse(j.run_at) > Date.now() && (
+                <span class="muted" data-testid="run-at">
+                  {" "}
+                  from <time dateTime={j.run_at}>{day(j.run_at)}</time>
+                </span>
+              )}
+              {j.priority !== 0 && (
+                <span class="muted" data-testid="priority">
+                  {" "}
+                  priority {j.priority}
+                </span>
+              )}
+            </td>
+            <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
+            <td>{when(j.created_at)}</td>
+            <td>{ms(j.latency.total_latency_ms)}</td>
+          </tr>
+        )}
+      />
     </div>
   );
 }

@@ -327,7 +327,7 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.close();
   });
 
-  it("sets delegates, MCP servers and the wait's deadline from the new-agent form, and refuses MCP servers that are not a JSON array", async () => {
+  it("sets delegates, MCP servers, the wait's deadline and the priority from the new-agent form, and refuses MCP servers that are not a JSON array", async () => {
     const name = `form-every-${process.pid}`;
     const helper = `desk-c-${process.pid}`;
     expect((await api().call("POST", "/v1/agents", { name: helper, model: "mock-model" })).status).toBe(201);

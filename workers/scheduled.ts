@@ -6,6 +6,7 @@
  */
 
 import type { BackstopTask } from "./cron/backstop-task";
+import { expiryBackstop } from "./cron/expiry-backstop";
 import { reaperBackstop } from "./cron/reaper-backstop";
 import { retentionBackstop } from "./cron/retention-backstop";
 import { scheduleBackstop } from "./cron/schedule-backstop";
@@ -14,7 +15,12 @@ import type { Env } from "./env";
 import { type GatewayConfig, loadConfig } from "./gateway-config";
 import { log } from "./log";
 
-export const BACKSTOP_TASKS: readonly BackstopTask[] = [reaperBackstop, retentionBackstop, scheduleBackstop];
+export const BACKSTOP_TASKS: readonly BackstopTask[] = [
+  reaperBackstop,
+  retentionBackstop,
+  scheduleBackstop,
+  expiryBackstop,
+];
 
 /**
  * Runs every task, each to the end whatever the others do, then fails the invocation if any

@@ -130,6 +130,10 @@ function Definition({ agent }: { agent: AgentView }) {
             </td>
           </tr>
           <tr>
+            <th scope="row">priority</th>
+            <td data-field="priority">{agent.priority ?? 0}</td>
+          </tr>
+          <tr>
             <th scope="row">max turns</th>
             <td data-field="max_turns">{agent.limits.max_turns}</td>
           </tr>
@@ -454,6 +458,7 @@ function AgentForm({
   const [onDeadline, setOnDeadline] = useState<AgentView["approval"]["on_deadline"]>(
     base?.approval.on_deadline ?? "deny",
   );
+  const [priority, setPriority] = useState(String(base?.priority ?? ""));
   const [maxTurns, setMaxTurns] = useState(String(base?.limits.max_turns ?? ""));
   const [maxOutput, setMaxOutput] = useState(String(base?.limits.max_output_tokens ?? ""));
   const [timeout, setTimeoutS] = useState(String(base?.limits.timeout_s ?? ""));
@@ -517,6 +522,7 @@ function AgentForm({
         timeout_s: numberOrNull(timeout),
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
+      priority: numberOrNull(priority) ?? 0,
       response_format: response_format as Record<string, unknown> | null,
       mcp_servers: mcp_servers as DefinitionBody["mcp_servers"],
       ask_user: askUser,
@@ -667,6 +673,12 @@ function AgentForm({
         'empty: none; else [{"name", "url", "tools": [name or {"name", "requires_approval"}], "headers", "timeout_ms"}]',
       )}
       <div class="field-row">
+        {field(
+          "agent-priority",
+          "Priority",
+          <input id="agent-priority" type="number" min={-100} max={100} step={1} {...text(priority, setPriority)} />,
+          "−100..100: its jobs' priority when a submit gives none; empty: 0",
+        )}
         {field(
           "agent-max-turns",
           "Max turns",

@@ -5,6 +5,7 @@
  * row records the version it resolved to, so a running job never sees a later edit.
  */
 import { z } from "zod";
+import { ADMISSION_LIMITS } from "./admission";
 import { refineStorableJson, text, whenValid } from "./text";
 import { codeToolNameProblem, DELEGATE_TOOL_PREFIX, MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
 
@@ -304,6 +305,12 @@ const agentDefinitionFields = {
     .refine((d) => new Set(d).size === d.length, { message: "lists an agent twice" })
     .default([]),
   limits: AgentLimitsSchema.default(AgentLimitsSchema.parse({})),
+  /**
+   * The `priority` of this agent's jobs when the submit gives none (a job, a batch item, a chat
+   * message, a schedule's tick); a body's own `priority` wins, and a delegated child takes its
+   * parent's (docs/api.md "Agents").
+   */
+  priority: z.number().int().min(ADMISSION_LIMITS.minPriority).max(ADMISSION_LIMITS.maxPriority).default(0),
   sampling: AgentSamplingSchema.default(AgentSamplingSchema.parse({})),
   sandbox_profile: z.enum(SANDBOX_PROFILES).default("default"),
   /**
@@ -326,6 +333,9 @@ export const AgentDefinitionSchema = z
 export type AgentDefinition = z.infer<typeof AgentDefinitionSchema>;
 /** As a client writes it (defaults not yet applied). */
 export type AgentDefinitionInput = z.input<typeof AgentDefinitionSchema>;
+
+/** A version's default priority; a version stored before the field existed has none, so 0. */
+export const agentPriority = (d: Pick<AgentDefinition, "priority">): number => d.priority ?? 0;
 
 /** POST /v1/agents: the name and the first version's definition, flat. */
 export const CreateAgentBodySchema = z

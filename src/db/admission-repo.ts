@@ -15,7 +15,7 @@ import { claimable, jobErrorSql } from "./ownership-repo";
 const EXPIRED = jobErrorSql("expired", "the job was not started within its ttl_s");
 
 /** At most this many jobs per statement: a sweep after a long outage stays a short statement. */
-const EXPIRE_BATCH = 500;
+export const EXPIRE_BATCH = 500;
 
 /** Ends every overdue unclaimed job `expired`; returns their ids. */
 export async function expireOverdue(db: Db): Promise<string[]> {

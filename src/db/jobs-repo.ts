@@ -52,6 +52,8 @@ export interface ResolvedAgent {
   tools: string[];
   /** The agent's limits.timeout_s in ms; null: the jobs table's default. */
   timeoutMs: number | null;
+  /** The agent's default `priority`, for a body that gives none. */
+  priority: number;
 }
 
 /** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
@@ -111,7 +113,7 @@ export async function createJob(
   // number in flight at once: it guards against one tenant filling the queue, not an exact quota.
   // An idempotency key already used makes the insert a no-op, like a full queue; the lookup
   // below tells the two apart (a replay is answered, never refused as over the limit).
-  const a = admissionOf(body);
+  const a = admissionOf(body, agent);
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
@@ -140,10 +142,13 @@ export async function createJob(
   });
 }
 
-/** A body's admission fields as the insert statements take them (null: not given). */
-function admissionOf(body: CreateJobBody) {
+/**
+ * A body's admission fields as the insert statements take them (null: not given). `priority`:
+ * the body's, else its agent's default, else 0.
+ */
+function admissionOf(body: CreateJobBody, agent: ResolvedAgent | undefined) {
   return {
-    priority: body.priority ?? 0,
+    priority: body.priority ?? agent?.priority ?? 0,
     delay_s: body.delay_s ?? null,
     run_at: body.run_at ?? null,
     ttl_s: body.ttl_s ?? null,
@@ -230,7 +235,7 @@ export async function createJobs(
     agent_name: agent?.name ?? null,
     agent_version: agent?.version ?? null,
     timeout_ms: agent?.timeoutMs ?? defaultTimeoutMs,
-    ...admissionOf(body),
+    ...admissionOf(body, agent),
   }));
   const statement = sql`
     WITH item AS (

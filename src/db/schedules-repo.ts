@@ -12,7 +12,7 @@
  * mid-statement committed nothing (one statement is one transaction), and Redis plays no part.
  */
 import { type SQL, sql } from "drizzle-orm";
-import { parseAgentRef } from "../contracts/agent";
+import { agentPriority, parseAgentRef } from "../contracts/agent";
 import type { CatchUp, ScheduleView } from "../contracts/schedule";
 import { toolNames } from "../domain/approval";
 import { tickToFire } from "../domain/schedule-time";
@@ -225,10 +225,10 @@ async function fireOne(
         RETURNING id, tenant_id, input, metadata
       ), j AS (
         INSERT INTO jobs (id, tenant_id, input, model, tools, metadata, agent_name, agent_version, timeout_ms,
-          schedule_id, scheduled_for)
+          priority, schedule_id, scheduled_for)
         SELECT ${jobId}::uuid, s.tenant_id, s.input, ${agent?.model ?? null}, ${JSON.stringify(agent?.tools ?? [])}::jsonb,
-          s.metadata, ${agent?.name ?? null}, ${agent?.version ?? null}::int, ${timeoutMs}::int, s.id,
-          ${fire?.toISOString() ?? null}::timestamptz
+          s.metadata, ${agent?.name ?? null}, ${agent?.version ?? null}::int, ${timeoutMs}::int,
+          ${agent?.priority ?? 0}::int, s.id, ${fire?.toISOString() ?? null}::timestamptz
         FROM s WHERE ${fire?.toISOString() ?? null}::timestamptz IS NOT NULL
         ON CONFLICT DO NOTHING
         RETURNING id
@@ -251,5 +251,7 @@ async function resolveAgent(db: Db, tenantId: string, ref: string) {
     model: found.definition.model,
     tools: toolNames(found.definition.tools),
     timeoutMs: found.definition.limits.timeout_s === null ? null : found.definition.limits.timeout_s * 1000,
+    // A tick's job takes its agent's default priority (a schedule has no priority of its own).
+    priority: agentPriority(found.definition),
   };
 }

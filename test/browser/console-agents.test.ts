@@ -249,6 +249,7 @@ describe.runIf(canRun)("web console: agents", () => {
     ask_user: true,
     delegates,
     limits: { max_turns: 5, max_output_tokens: 700, timeout_s: 120 },
+    priority: 7,
     sampling: { temperature: 0.3, top_p: 0.9 },
     sandbox_profile: "default",
     response_format: SCHEMA,
@@ -297,6 +298,7 @@ describe.runIf(canRun)("web console: agents", () => {
       ask_user: await shown("ask_user"),
       delegates: await shown("delegates"),
       limits: [await shown("max_turns"), await shown("max_output_tokens"), await shown("timeout_s")],
+      priority: await shown("priority"),
       sampling: [await shown("temperature"), await shown("top_p")],
       sandbox_profile: await shown("sandbox_profile"),
       response_format: JSON.parse(await shown("response_format")),
@@ -315,6 +317,7 @@ describe.runIf(canRun)("web console: agents", () => {
       ask_user: "yes: may ask and wait for an answer",
       delegates: helpers.join(", "),
       limits: ["5", "700", "120 s"],
+      priority: "7",
       sampling: ["0.3", "0.9"],
       sandbox_profile: "default",
       response_format: SCHEMA,
@@ -324,7 +327,7 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.close();
   });
 
-  it("sets delegates, MCP servers and the wait's deadline from the new-agent form, and refuses MCP servers that are not a JSON array", async () => {
+  it("sets delegates, MCP servers, the wait's deadline and the priority from the new-agent form, and refuses MCP servers that are not a JSON array", async () => {
     const name = `form-every-${process.pid}`;
     const helper = `desk-c-${process.pid}`;
     expect((await api().call("POST", "/v1/agents", { name: helper, model: "mock-model" })).status).toBe(201);
@@ -335,6 +338,7 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.getByLabel("Delegates").fill(helper);
     await page.getByLabel("Wait deadline (s)").fill("600");
     await page.getByLabel("At the deadline").selectOption("fail");
+    await page.getByLabel("Priority").fill("-5");
     await page.getByLabel("MCP servers (JSON)").fill(JSON.stringify(mcp_servers[0]));
     await page.getByRole("button", { name: "Create agent" }).click();
     await expect
@@ -351,7 +355,12 @@ describe.runIf(canRun)("web console: agents", () => {
     await page.getByRole("button", { name: "Create agent" }).click();
     await expect.poll(() => page.getByTestId("agent-definition").getAttribute("data-version")).toBe("1");
     const v1 = (await api().call<{ agent: AgentView }>("GET", `/v1/agents/${name}`)).body.agent;
-    expect(v1).toMatchObject({ delegates: [helper], mcp_servers, approval: { deadline_s: 600, on_deadline: "fail" } });
+    expect(v1).toMatchObject({
+      delegates: [helper],
+      mcp_servers,
+      approval: { deadline_s: 600, on_deadline: "fail" },
+      priority: -5,
+    });
     await page.close();
   });
 

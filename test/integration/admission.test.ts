@@ -4,7 +4,8 @@
  *  - starvation: tenant A queues 120 jobs of ~2 s on one host with 8 slots, tenant B's 4 jobs
  *    come right after; B's dispatch p95 ≤ 3 s (first-come claims: 27.7–28.0 s);
  *  - a later priority-10 job starts before earlier priority-0 ones; `ttl_s: 1` on a full fleet
- *    ends `expired` with `run.expired` and no start; `delay_s: 3` starts 3–4.5 s after submit;
+ *    ends `expired` with `run.expired` and no start; the same with an agent's default priority
+ *    (a body's own wins); `delay_s: 3` starts 3–4.5 s after submit;
  *  - on 3 hosts: a concurrency key never runs two at once; `tenant set --max-running 2` holds;
  *  - the starvation scenario again with Redis stopped (the hosts poll Postgres with the same
  *    claim statement): B's p95 still ≤ 3 s, and the claims were the poll's.
@@ -97,6 +98,35 @@ describe.skipIf(!canRun)("admission with real hosts", () => {
     );
   }
 
+  /**
+   * Fills the 8-slot host: one batch, so all 8 are queued at once and none ends before the last
+   * starts, of 5 to 7.1 s, so the slots free one at a time (slots freed together may be claimed
+   * and started in one statement, start-batcher.ts, with one started_at). Returns once all run.
+   */
+  async function fillSlots(client: ReturnType<typeof apiClient>): Promise<string[]> {
+    const r = await client.call<{ jobs: Array<{ id: string }> }>("POST", "/v1/jobs/batch", {
+      jobs: Array.from({ length: 8 }, (_, i) => timed(5 + i * 0.3)),
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    const ids = r.body.jobs.map((j) => j.id);
+    await waitFor(
+      "8 fillers running",
+      async () => (await rows(ids)).filter((x) => x.state === "running").length === 8,
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    return ids;
+  }
+
+  /** Every job of `ids` was submitted before the first filler ended: they all queued behind a full host. */
+  async function queuedBehindFull(fillers: string[], ids: string[]): Promise<boolean> {
+    const r = await t.pool.query<{ ok: boolean }>(
+      `SELECT (SELECT max(created_at) FROM jobs WHERE id = ANY($2::uuid[]))
+         < (SELECT min(finished_at) FROM jobs WHERE id = ANY($1::uuid[])) AS ok`,
+      [fillers, ids],
+    );
+    return r.rows[0]?.ok === true;
+  }
+
   /** The most executions of `ids` that overlapped in time (Postgres' start and finish instants). */
   async function maxConcurrent(ids: string[]): Promise<{ max: number; hosts: number }> {
     const r = await t.pool.query<{ started_at: Date; finished_at: Date; host: string }>(
@@ -145,18 +175,13 @@ describe.skipIf(!canRun)("admission with real hosts", () => {
 
   it("a later priority-10 job starts before earlier priority-0 ones; ttl_s 1 on a full fleet expires, never started", async () => {
     const c = await tenantApi("tenant-c");
-    const fillers: string[] = [];
-    for (let i = 0; i < 8; i++) fillers.push(await submit(c, timed(4)));
-    await waitFor(
-      "8 fillers running",
-      async () => (await rows(fillers)).filter((r) => r.state === "running").length === 8,
-      { timeoutMs: 30_000, intervalMs: 50 },
-    );
+    const fillers = await fillSlots(c);
     const low: string[] = [];
     for (let i = 0; i < 3; i++) low.push(await submit(c, timed(0.2)));
     const high = await submit(c, timed(0.2, { priority: 10 }));
     const ttl = await submit(c, timed(0.2, { ttl_s: 1 }));
     const done = await allFinished([...fillers, ...low, high, ttl]);
+    expect(await queuedBehindFull(fillers, [...low, high, ttl])).toBe(true);
     const at = (id: string) => done.find((r) => r.id === id) as Row;
     for (const id of low) expect((at(high).started_at as Date) < (at(id).started_at as Date)).toBe(true);
 
@@ -169,6 +194,42 @@ describe.skipIf(!canRun)("admission with real hosts", () => {
     expect(execs.rowCount).toBe(0);
     const events = await c.events(ttl);
     expect(events.map((e) => e.event)).toEqual(["run.expired"]);
+  }, 120_000);
+
+  it("an agent's default priority orders the claim: its later jobs (single and batch) start before earlier priority-0 ones; a body's own priority wins", async () => {
+    const d = await tenantApi("tenant-d");
+    for (const [name, priority] of [
+      ["urgent", 10],
+      ["plain", 0],
+    ] as const) {
+      const r = await d.call("POST", "/v1/agents", { name, model: "mock-model", priority });
+      expect(r.status, JSON.stringify(r.body)).toBe(201);
+    }
+    const fillers = await fillSlots(d);
+    const low = [
+      await submit(d, timed(0.2)),
+      await submit(d, { ...timed(0.2), agent: "plain" }),
+      await submit(d, timed(0.2)),
+    ];
+    // The urgent agent's job with its own priority: the body's wins over the agent's default.
+    const overridden = await submit(d, { ...timed(0.2), agent: "urgent", priority: -5 });
+    const high = await submit(d, { ...timed(0.2), agent: "urgent" });
+    const batch = await d.call<{ jobs: Array<{ id: string; priority: number }> }>("POST", "/v1/jobs/batch", {
+      jobs: [{ ...timed(0.2), agent: "urgent" }],
+    });
+    expect(batch.status).toBe(202);
+    const batchHigh = batch.body.jobs[0]?.id as string;
+    const priorityOf = async (id: string) =>
+      (await d.call<{ job: { priority: number } }>("GET", `/v1/jobs/${id}`)).body.job.priority;
+    expect(await Promise.all([...low, overridden, high, batchHigh].map(priorityOf))).toEqual([0, 0, 0, -5, 10, 10]);
+
+    const done = await allFinished([...fillers, ...low, overridden, high, batchHigh]);
+    expect(done.every((r) => r.state === "completed")).toBe(true);
+    // Otherwise a slot freed between two submits takes what is queued then, whatever its priority.
+    expect(await queuedBehindFull(fillers, [...low, overridden, high, batchHigh])).toBe(true);
+    const startOf = (id: string) => ((done.find((r) => r.id === id) as Row).started_at as Date).getTime();
+    const order = [high, batchHigh, ...low, overridden].sort((x, y) => startOf(x) - startOf(y));
+    expect(order).toEqual([high, batchHigh, ...low, overridden]);
   }, 120_000);
 
   it("delay_s 3: queued and unclaimed meanwhile, starts 3–4.5 s after the submit", async () => {

@@ -48,6 +48,7 @@ interface JobView {
   agent: { name: string; version: number } | null;
   usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; estimated: boolean };
   output_json: unknown;
+  priority: number;
 }
 type ErrorBody = { error: { code: string; message: string } };
 
@@ -95,6 +96,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       tools: [],
       limits: { max_turns: 8, max_output_tokens: null, timeout_s: null },
       sampling: { temperature: null, top_p: null },
+      priority: 0,
       sandbox_profile: "default",
       response_format: null,
       approval: { deadline_s: 86_400, on_deadline: "deny" },
@@ -417,9 +419,9 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     expect((await api.call("GET", "/v1/usage?from=2026-03-01&to=2027-03-02")).status).toBe(400);
   });
 
-  it("a chat message runs the connection's agent (?agent=) or its own, resolved at submit", async () => {
+  it("a chat message runs the connection's agent (?agent=) or its own, resolved at submit, with its default priority", async () => {
     await create({ name: "chatty", model: "mock-model", instructions: "one" });
-    await newVersion("chatty", { model: "big-model", instructions: "two" });
+    await newVersion("chatty", { model: "big-model", instructions: "two", priority: 4 });
     const open = (conversation: string, query: string) =>
       new Promise<WebSocket>((resolve, reject) => {
         const url = `${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/${conversation}/ws?${query.replace(/^&/, "")}`;
@@ -440,11 +442,13 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     const fromConnection = await firstFrame(a, { type: "message", content: "hi", client_message_id: "m1" });
     expect(fromConnection.job?.agent).toEqual({ name: "chatty", version: 2 });
     expect(fromConnection.job?.model).toBe("big-model");
+    expect(fromConnection.job?.priority).toBe(4);
     a.close();
 
     const b = await open("agent-conv-b", "&agent=chatty");
     const own = await firstFrame(b, { type: "message", content: "hi", client_message_id: "m1", agent: "chatty@1" });
     expect(own.job?.agent).toEqual({ name: "chatty", version: 1 });
+    expect(own.job?.priority).toBe(0);
     b.close();
 
     const c = await open("agent-conv-c", "");

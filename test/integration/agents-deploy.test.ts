@@ -77,7 +77,7 @@ describe.skipIf(!canRun)("agents deploy and the orders example", () => {
 
   it("a changed definition gets one new version, printing what changed; unchanged ones none", async () => {
     const agent = (await loadAgents(resolve(ROOT, "examples/orders")))[0]!.agent;
-    const changed = defineAgent({ ...agent, instructions: "Be brief.", limits: { max_turns: 6 } });
+    const changed = defineAgent({ ...agent, instructions: "Be brief.", limits: { max_turns: 6 }, priority: 3 });
     const lines: string[] = [];
     const r = await deployAgents({ baseUrl: t.stack.gatewayUrl, apiKey: t.stack.apiKey }, [{ agent: changed }], {
       dryRun: false,
@@ -88,6 +88,7 @@ describe.skipIf(!canRun)("agents deploy and the orders example", () => {
       "orders: version 2 created",
       '  instructions: "You help customers with their orders. Look an order up before you answer about it." → "Be brief."',
       '  limits: {"max_output_tokens":null,"max_turns":4,"timeout_s":null} → {"max_output_tokens":null,"max_turns":6,"timeout_s":null}',
+      "  priority: 0 → 3",
     ]);
     const twice = await deployAgents({ baseUrl: t.stack.gatewayUrl, apiKey: t.stack.apiKey }, [{ agent: changed }], {
       dryRun: false,

@@ -1,9 +1,9 @@
 /**
  * The Worker's cron backstop (workers/scheduled.ts) ends jobs with no sandbox-host alive: a stack
  * with zero hosts, jobs left behind by a host that died (a silent run, an overdue run, a claim
- * that never started, a wait past its deadline, re-indexed once re-queued), and the gateway's
- * scheduled handler fired in workerd through Miniflare's trigger route, the way Cloudflare's cron
- * trigger would call it.
+ * that never started, a wait past its deadline, re-indexed once re-queued; a queued job past its
+ * ttl_s), and the gateway's scheduled handler fired in workerd through Miniflare's trigger route,
+ * the way Cloudflare's cron trigger would call it.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
@@ -118,6 +118,40 @@ describe("the cron backstop with zero hosts", () => {
       null,
       null,
     ]);
+  }, 60_000);
+
+  it("expires a queued job past its ttl_s with no host alive: expired, never started, a watcher sees run.expired", async () => {
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    const submitted = await Promise.all(
+      [1, 3600].map((ttl_s) =>
+        api.call<{ job: { id: string } }>("POST", "/v1/jobs", { ...userMessage("no host"), ttl_s }),
+      ),
+    );
+    expect(submitted.map((r) => r.status)).toEqual([202, 202]);
+    const [due, notYet] = submitted.map((r) => r.body.job.id) as [string, string];
+    const watched = api.events(due);
+    watched.catch(() => {});
+    // Past the ttl with nobody to sweep: the claim never takes it, and it stays queued.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await states([due, notYet]))[due]?.state).toBe("queued");
+
+    const res = await fire();
+    expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: "ok" });
+    const after = await states([due, notYet]);
+    expect(after[due]).toMatchObject({ state: "expired", owner: null, error: { code: "expired" } });
+    expect(after[notYet]).toMatchObject({ state: "queued", owner: null });
+    const started = await t.pool.query(
+      "SELECT j.started_at, (SELECT count(*)::int FROM executions e WHERE e.job_id = j.id) AS executions FROM jobs j WHERE j.id = $1",
+      [due],
+    );
+    expect(started.rows).toEqual([{ started_at: null, executions: 0 }]);
+    const events = await watched;
+    expect(events.map((e) => e.event)).not.toContain("run.started");
+    expect(events.at(-1)?.event).toBe("run.expired");
+
+    // Idempotent: a second firing changes nothing more.
+    expect((await fire()).status).toBe(200);
+    expect(await states([due, notYet])).toEqual(after);
   }, 60_000);
 
   it("purges a finished job past JOB_RETENTION_S with no host alive: afterwards it is 410 gone", async () => {

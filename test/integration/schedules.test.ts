@@ -231,8 +231,8 @@ describe("schedules", () => {
     expect((await api().call("GET", "/v1/jobs?schedule_id=not-a-uuid")).status).toBe(400);
   });
 
-  it("a schedule naming an agent runs its version at each tick", async () => {
-    const agent = await api().call("POST", "/v1/agents", { name: "ticker", model: t.stack.modelName });
+  it("a schedule naming an agent runs its version at each tick, with the agent's default priority", async () => {
+    const agent = await api().call("POST", "/v1/agents", { name: "ticker", model: t.stack.modelName, priority: 7 });
     expect(agent.status).toBe(201);
     const created = await api().call<{ schedule: Schedule }>("POST", "/v1/schedules", {
       ...userMessage("as the agent"),
@@ -245,15 +245,15 @@ describe("schedules", () => {
       "a tick's job",
       async () =>
         (
-          await api().call<{ jobs: Array<{ agent: { name: string; version: number } | null; model: string | null }> }>(
-            "GET",
-            `/v1/jobs?schedule_id=${id}`,
-          )
+          await api().call<{
+            jobs: Array<{ agent: { name: string; version: number } | null; model: string | null; priority: number }>;
+          }>("GET", `/v1/jobs?schedule_id=${id}`)
         ).body.jobs[0],
       { timeoutMs: 15_000 },
     );
     expect(job.agent).toEqual({ name: "ticker", version: 1 });
     expect(job.model).toBe(t.stack.modelName);
+    expect(job.priority).toBe(7);
     expect((await api().call("DELETE", `/v1/schedules/${id}`)).status).toBe(204);
   });
 });

@@ -147,6 +147,8 @@ describe("POST /v1/agents: the body is checked before any database work", () => 
       { ...agentBody, response_format: { $schema: "http://json-schema.org/draft-07/schema#", type: "object" } },
       /^response_format: .*\$schema: only https:\/\/json-schema\.org\/draft\/2020-12\/schema/,
     ],
+    ["a priority above 100", { ...agentBody, priority: 101 }, /^priority: /],
+    ["a priority that is not an integer", { ...agentBody, priority: 1.5 }, /^priority: /],
     ["a model the operator does not offer", { ...agentBody, model: "gpt-9" }, /^model: "gpt-9" is not offered/],
     [
       "a model offered to another tenant only",

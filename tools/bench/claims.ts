@@ -40,7 +40,7 @@ import { runMigrations as graphileMigrations, Logger, run as runGraphile } from 
 import pg from "pg";
 import PgBoss from "pg-boss";
 import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
-import type { Db } from "../../src/db/client";
+import { type Db, resultRows } from "../../src/db/client";
 import {
   claimFromPostgres,
   claimJob,
@@ -136,7 +136,14 @@ type Heartbeats = "timer" | "perPass";
 let heartbeatStatements = 0;
 
 /** K claimers, each its own connection, whole lifecycles until no job is left. Jobs per second. */
-async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "timer", fresh = false): Promise<number> {
+async function ours(
+  k: number,
+  batch: number,
+  mode: Mode,
+  hb: Heartbeats = "timer",
+  fresh = false,
+  claimWith: "admission" | "first-come" = "admission",
+): Promise<number> {
   if (!fresh) await resetJobs();
   const pool = new pg.Pool({ connectionString: url, max: k });
   // As a host on a direct connection does now; the pre-change host sent every statement unnamed.
@@ -154,11 +161,13 @@ async function ours(k: number, batch: number, mode: Mode, hb: Heartbeats = "time
       // (a no-op run is usually over before one comes), or every pass with `perPass`.
       const heartbeatDue = () => hb === "perPass" || performance.now() - lastHeartbeat >= DEFAULT_HEARTBEAT_MS;
       for (;;) {
-        const claims = await claimFromPostgres(
-          db,
-          host,
-          Array.from({ length: batch }, () => randomUUID()),
-        );
+        const tokens = Array.from({ length: batch }, () => randomUUID());
+        const claims =
+          claimWith === "admission"
+            ? await claimFromPostgres(db, host, tokens)
+            : resultRows<{ id: string; epoch: number; token: string }>(
+                await preAdmissionClaim(db as unknown as Db, host, tokens),
+              ).map((r) => ({ jobId: r.id, token: r.token, epoch: Number(r.epoch) }));
         if (claims.length === 0) return;
         const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
         // One start statement per pass, as StartBatcher sends it (B = 1: a lone start).
@@ -582,6 +591,8 @@ try {
     const columns: Array<{ name: string; run: (k: number) => Promise<number> }> = [
       { name: "ours b1", run: (k) => ours(k, 1, "now") },
       { name: "ours b8", run: (k) => ours(k, 8, "now") },
+      // The same lifecycle with the first-come claim admission replaced (the baseline of its cost).
+      { name: "ours b8 first-come", run: (k) => ours(k, 8, "now", "timer", false, "first-come") },
       { name: "ours b16", run: (k) => ours(k, 16, "now") },
       { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
       { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
@@ -629,6 +640,7 @@ try {
         ["b16/pg-boss-b16", "ours b16", "pg-boss b16"],
         ["b1/pg-boss-b1", "ours b1", "pg-boss b1"],
         ["b8 now/pre-change", "ours b8", "ours b8 pre-change"],
+        ["b8 admission/first-come", "ours b8", "ours b8 first-come"],
         ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
       ];
       const ratios = pairs

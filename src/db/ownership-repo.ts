@@ -20,7 +20,8 @@ import { held } from "./schema";
  * terminal write) open with their name as a comment. Their text never varies, so a host on a
  * direct connection sends them as named prepared statements, planned once per connection
  * (sandbox-host/prepared-statements.ts): planning was ~40 % of Postgres' time on them
- * (docs/claims.md). Any other driver just sees a comment.
+ * (docs/claims.md). Any other driver just sees a comment. The admission claim is named per
+ * batch size (`ear_claim_poll_8`): its batch size is part of its text.
  */
 export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z0-9_]+) \*\//;
 const named = (name: "ear_claim_ready" | `ear_claim_poll_${number}` | "ear_start" | "ear_heartbeat" | "ear_finish") =>
@@ -133,6 +134,9 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
 
 async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
   const want = tokens.length;
+  // B is written into the text (and the name): sent as a parameter, the LIMITs made the generic
+  // plan lose the planner's cost test and a named claim was re-planned on every execution
+  // (docs/claims.md, "Cost of the claim statement"). An integer, never input.
   const limit = sql.raw(String(want));
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).

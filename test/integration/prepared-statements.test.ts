@@ -78,15 +78,13 @@ it("plans the admission claim once: after the planner's five custom plans, every
   // Re-planning it on every execution was most of its cost (docs/claims.md, "Cost of the claim
   // statement"): with its LIMITs sent as parameters the generic plan never won the cost test.
   await t.db.insert(tenants).values({ id: "t2", name: "t2" });
-  await t.db
-    .insert(jobs)
-    .values(
-      Array.from({ length: 24 }, (_, i) => ({
-        id: randomUUID(),
-        tenantId: i % 2 ? "t1" : "t2",
-        input: { messages: [] },
-      })),
-    );
+  await t.db.insert(jobs).values(
+    Array.from({ length: 24 }, (_, i) => ({
+      id: randomUUID(),
+      tenantId: i % 2 ? "t1" : "t2",
+      input: { messages: [] },
+    })),
+  );
   const pool = new pg.Pool({ connectionString: t.url, max: 1 });
   nameLifecycleStatements(pool);
   const db = drizzle(pool, { schema });

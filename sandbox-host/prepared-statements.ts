@@ -3,7 +3,9 @@
  * name as a comment (`LIFECYCLE_STATEMENT` in src/db/ownership-repo.ts) and their text never
  * varies, so each connection of the host's pool sends them as named statements: Postgres parses
  * and plans each once per connection instead of on every execution — planning was ~40 % of its
- * time on them, and the whole lifecycle ran ~1.5× faster this way (docs/claims.md). Every other
+ * time on them, and the whole lifecycle ran ~1.5× faster this way (docs/claims.md). "Once": after
+ * five custom plans Postgres keeps the generic plan only if its estimated cost is no higher, so
+ * what changes the plan's shape (a LIMIT) belongs in the text, not in a parameter. Every other
  * statement goes out as before (a statement whose text varies must not be named: each text would
  * stay prepared on the connection). Only for a direct connection: a transaction-mode pooler may
  * hand the next transaction to a server connection that never saw the statement.

@@ -20,10 +20,11 @@ import { held } from "./schema";
  * terminal write) open with their name as a comment. Their text never varies, so a host on a
  * direct connection sends them as named prepared statements, planned once per connection
  * (sandbox-host/prepared-statements.ts): planning was ~40 % of Postgres' time on them
- * (docs/claims.md). Any other driver just sees a comment.
+ * (docs/claims.md). Any other driver just sees a comment. The admission claim is named per
+ * batch size (`ear_claim_poll_8`): its batch size is part of its text.
  */
-export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z_]+) \*\//;
-const named = (name: "ear_claim_ready" | "ear_claim_poll" | "ear_start" | "ear_heartbeat" | "ear_finish") =>
+export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z0-9_]+) \*\//;
+const named = (name: "ear_claim_ready" | `ear_claim_poll_${number}` | "ear_start" | "ear_heartbeat" | "ear_finish") =>
   sql.raw(`/* ${name} */ `);
 
 /**
@@ -133,6 +134,10 @@ export async function claimFromPostgres(db: Db, host: string, tokens: string[], 
 
 async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
   const want = tokens.length;
+  // B is written into the text (and the name): sent as a parameter, the LIMITs made the generic
+  // plan lose the planner's cost test and a named claim was re-planned on every execution
+  // (docs/claims.md, "Cost of the claim statement"). An integer, never input.
+  const limit = sql.raw(String(want));
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
   const admissible = sql`j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
@@ -140,7 +145,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
     AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
       WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
-    await db.execute(sql`${named("ear_claim_poll")}
+    await db.execute(sql`${named(`ear_claim_poll_${want}`)}
       WITH held AS (
         SELECT tenant_id, count(*)::int AS n,
           coalesce(array_agg(tenant_slot) FILTER (WHERE tenant_slot IS NOT NULL), '{}') AS slots
@@ -159,7 +164,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
         CROSS JOIN LATERAL (SELECT 1 FROM jobs j, (SELECT o.id) AS t(id) WHERE ${admissible}
           ORDER BY j.priority DESC NULLS LAST, j.created_at LIMIT 1) w
         ORDER BY o.first_turn, o.tie
-        LIMIT ${want}
+        LIMIT ${limit}
       ), cand AS (
         -- Each served tenant's first B takeable jobs, locked as they are read and skipping what
         -- a concurrent claim holds (as the first-come claim did): racing claimers take
@@ -171,7 +176,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
           SELECT j.id, j.created_at, j.priority, j.concurrency_key FROM jobs j, (SELECT s.id) AS t(id)
           WHERE ${admissible}
           ORDER BY j.priority DESC NULLS LAST, j.created_at
-          LIMIT ${want}
+          LIMIT ${limit}
           FOR UPDATE OF j SKIP LOCKED
         ) c
       ), heads AS (
@@ -186,7 +191,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
             WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END AS slot
         FROM ranked
         WHERE max_running = 0 OR held + k <= max_running
-        ORDER BY turn, created_at LIMIT ${want}
+        ORDER BY turn, created_at LIMIT ${limit}
       ), numbered AS (
         SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM picked
       ), toks AS (

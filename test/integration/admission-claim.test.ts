@@ -4,10 +4,15 @@
  * tenant, run_at, expiry, a tenant's max_running and concurrency keys, also under claimers racing
  * on separate connections. It is the one statement every host path claims with (index, NOTIFY,
  * sweep, Redis down), so these hold for the Postgres fallback as much as for the index path.
+ * Each case runs twice: unnamed statements (custom plans, as through a pooler) and named ones
+ * held to their generic plan (a host on a direct connection runs the cached generic plan after
+ * five executions: docs/claims.md "Cost of the claim statement").
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import pgClient from "pg";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
 import type { CreateJobBody } from "../../src/contracts/job";
 import { expireOverdue } from "../../src/db/admission-repo";
 import type { Db } from "../../src/db/client";
@@ -20,6 +25,9 @@ import { startTestPostgres, type TestDb } from "../helpers/db";
 let pg: Awaited<ReturnType<typeof startTestPostgres>>;
 let t: TestDb;
 const db = () => t.db as unknown as Db;
+/** What the claims go through: `db()`, or a named pool whose plans are generic from the first. */
+let claimDb: () => Db = db;
+let namedPool: pgClient.Pool | null = null;
 
 beforeAll(async () => {
   pg = await startTestPostgres();
@@ -30,6 +38,29 @@ afterAll(async () => {
 beforeEach(async () => {
   t = await pg.freshDb(12);
 });
+afterEach(async () => {
+  await namedPool?.end();
+  namedPool = null;
+});
+
+/** Runs the cases below with claims sent as `plans` says. */
+function claimsAs(plans: "custom" | "generic") {
+  beforeEach(() => {
+    if (plans === "custom") {
+      claimDb = db;
+      return;
+    }
+    const pool = new pgClient.Pool({
+      connectionString: t.url,
+      max: 12,
+      options: "-c plan_cache_mode=force_generic_plan",
+    });
+    nameLifecycleStatements(pool);
+    namedPool = pool;
+    const named = drizzle(pool, { schema }) as unknown as Db;
+    claimDb = () => named;
+  });
+}
 
 const body = (extra: Partial<CreateJobBody> = {}, label = "j"): CreateJobBody => ({
   input: { messages: [{ role: "user", content: label }] },
@@ -48,7 +79,7 @@ async function submit(tenant: string, n: number, extra: Partial<CreateJobBody> =
 
 const claim = (n: number, host = "h1") =>
   claimFromPostgres(
-    db(),
+    claimDb(),
     host,
     Array.from({ length: n }, () => randomUUID()),
   );
@@ -66,7 +97,8 @@ async function tenantsOf(jobIds: string[]): Promise<string[]> {
 const finish = (id: string) =>
   t.pool.query("UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = $1", [id]);
 
-describe("admission order of the claim statement", () => {
+describe.each(["custom", "generic"] as const)("admission order of the claim statement (%s plans)", (plans) => {
+  claimsAs(plans);
   it("shares slots round-robin by weight among tenants with runnable work, whatever came first", async () => {
     await createTenant(db(), "big");
     await createTenant(db(), "small");

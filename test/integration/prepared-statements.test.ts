@@ -59,7 +59,7 @@ it("prepares the lifecycle statements once per connection by name, keeps their f
       "SELECT name, from_sql, generic_plans + custom_plans AS plans FROM pg_prepared_statements ORDER BY name",
     );
     expect(prepared.rows.map((r) => r.name)).toEqual([
-      "ear_claim_poll",
+      "ear_claim_poll_1",
       "ear_claim_ready",
       "ear_finish",
       "ear_heartbeat",
@@ -69,6 +69,33 @@ it("prepares the lifecycle statements once per connection by name, keeps their f
     const plans = Object.fromEntries(prepared.rows.map((r) => [r.name, Number(r.plans)]));
     expect(plans.ear_start).toBe(6);
     expect(plans.ear_finish).toBe(3);
+  } finally {
+    await pool.end();
+  }
+});
+
+it("plans the admission claim once: after the planner's five custom plans, every claim runs the cached generic plan", async () => {
+  // Re-planning it on every execution was most of its cost (docs/claims.md, "Cost of the claim
+  // statement"): with its LIMITs sent as parameters the generic plan never won the cost test.
+  await t.db.insert(tenants).values({ id: "t2", name: "t2" });
+  await t.db.insert(jobs).values(
+    Array.from({ length: 24 }, (_, i) => ({
+      id: randomUUID(),
+      tenantId: i % 2 ? "t1" : "t2",
+      input: { messages: [] },
+    })),
+  );
+  const pool = new pg.Pool({ connectionString: t.url, max: 1 });
+  nameLifecycleStatements(pool);
+  const db = drizzle(pool, { schema });
+  try {
+    let claimed = 0;
+    for (let i = 0; i < 10; i++) claimed += (await claimFromPostgres(db, "G", [randomUUID(), randomUUID()])).length;
+    expect(claimed).toBe(20);
+    const r = await pool.query(
+      "SELECT name, generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements",
+    );
+    expect(r.rows).toEqual([{ name: "ear_claim_poll_2", generic: 5, custom: 5 }]);
   } finally {
     await pool.end();
   }

@@ -8,7 +8,8 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { TOOL_NAMES } from "../../src/contracts/tools";
 import { type AgentDefinitionInput, type AgentView, client, type ModelView, newConversationId } from "./api";
 import { setConversationAgent } from "./chat";
-import { day, usePaged } from "./list";
+import { Field, FormEnd, text, useSubmit } from "./form";
+import { Alert, day, errorText, ListTable, usePaged, when } from "./list";
 
 const PAGE = 20;
 
@@ -41,43 +42,24 @@ export function Agents() {
         </a>
         {pager}
       </div>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
-      {!page && !error && <p class="muted">loading…</p>}
-      {page && page.items.length === 0 && <p class="muted">no agents yet</p>}
-      {page && page.items.length > 0 && (
-        <div class="scroll">
-          <table class="list" data-testid="agents-table">
-            <thead>
-              <tr>
-                <th scope="col">agent</th>
-                <th scope="col">latest</th>
-                <th scope="col">model</th>
-                <th scope="col">tools</th>
-                <th scope="col">created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {page.items.map((a) => (
-                <tr key={a.name} data-agent={a.name}>
-                  <td>
-                    <a href={`#/agents/${encodeURIComponent(a.name)}`}>{a.name}</a>
-                  </td>
-                  <td>v{a.latest_version}</td>
-                  <td>{a.model}</td>
-                  <td>{toolList(a.tools)}</td>
-                  <td>
-                    <time dateTime={a.created_at}>{day(a.created_at)}</time>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <ListTable
+        items={page?.items}
+        error={error}
+        empty="no agents yet"
+        testId="agents-table"
+        columns={["agent", "latest", "model", "tools", "created"]}
+        row={(a) => (
+          <tr key={a.name} data-agent={a.name}>
+            <td>
+              <a href={`#/agents/${encodeURIComponent(a.name)}`}>{a.name}</a>
+            </td>
+            <td>v{a.latest_version}</td>
+            <td>{a.model}</td>
+            <td>{toolList(a.tools)}</td>
+            <td>{when(a.created_at)}</td>
+          </tr>
+        )}
+      />
     </div>
   );
 }
@@ -167,9 +149,7 @@ function Definition({ agent }: { agent: AgentView }) {
           </tr>
           <tr>
             <th scope="row">created</th>
-            <td>
-              <time dateTime={agent.created_at}>{day(agent.created_at)}</time>
-            </td>
+            <td>{when(agent.created_at)}</td>
           </tr>
         </tbody>
       </table>
@@ -241,7 +221,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
     setEditing(false);
     (version === null ? client.getAgent(name) : client.getAgentVersion(name, version))
       .then(({ agent: a }) => live && setAgent(a))
-      .catch((err) => live && setError((err as Error).message));
+      .catch((err) => live && setError(errorText(err)));
     return () => {
       live = false;
     };
@@ -264,7 +244,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
       setConfirming(false);
       setAgent(version === null ? a : { ...(agent as AgentView), archived_at: a.archived_at });
     } catch (err) {
-      setError((err as Error).message);
+      setError(errorText(err));
     }
   };
 
@@ -278,11 +258,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
         Agent <code>{name}</code>
         {agent && <span class="muted"> · latest v{agent.latest_version}</span>}
       </h2>
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
+      <Alert error={error} />
       {archived && (
         <p class="banner" data-testid="archived">
           Archived {day(archived)}: new jobs and versions are refused; its versions stay readable.
@@ -345,11 +321,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
       <div class="agent-grid">
         <section aria-labelledby="versions-head">
           <h3 id="versions-head">Versions</h3>
-          {versions.error && (
-            <p class="error" role="alert">
-              {versions.error}
-            </p>
-          )}
+          <Alert error={versions.error} />
           {versions.page && (
             <ol class="versions" data-testid="agent-versions">
               {versions.page.items.map((v) => {
@@ -363,7 +335,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
                       v{v.version}
                     </a>{" "}
                     <span class="muted">
-                      {v.model} · <time dateTime={v.created_at}>{day(v.created_at)}</time>
+                      {v.model} · {when(v.created_at)}
                     </span>
                   </li>
                 );
@@ -465,35 +437,9 @@ function AgentForm({
   const [temperature, setTemperature] = useState(String(base?.sampling.temperature ?? ""));
   const [topP, setTopP] = useState(String(base?.sampling.top_p ?? ""));
   const [format, setFormat] = useState(base?.response_format ? JSON.stringify(base.response_format, null, 2) : "");
-  const [error, setError] = useState<string | null>(null);
-  const [busy, setBusy] = useState(false);
   const firstRef = useRef<HTMLInputElement & HTMLTextAreaElement>(null);
 
-  useEffect(() => {
-    firstRef.current?.focus();
-    client
-      .listModels()
-      .then(({ models: m }) => {
-        setModels(m);
-        // A new agent starts on the deployment's default model.
-        setModel((cur) => cur || (m.find((x) => x.default) ?? m[0])?.name || "");
-      })
-      .catch((err) => setError(`models: ${(err as Error).message}`));
-    client
-      .listTools()
-      .then(({ tools: listed }) => {
-        const names = new Set(listed.map((t) => t.name));
-        const kept = tools
-          .filter((t) => !names.has(t))
-          .map((name) => ({ name, description: "not offered by any host now" }));
-        setToolChoices([...listed.map((t) => ({ name: t.name, description: t.description })), ...kept]);
-      })
-      .catch((err) => setError(`tools: ${(err as Error).message}`));
-  }, []);
-
-  const submit = async (e: Event) => {
-    e.preventDefault();
-    setError(null);
+  const { busy, error, setError, submit } = useSubmit(async () => {
     const response_format = parseJson<Record<string, unknown> | null>("Response format", format, null, (x) =>
       x !== null && typeof x === "object" && !Array.isArray(x) ? null : "must be a JSON object (a JSON Schema)",
     );
@@ -501,10 +447,7 @@ function AgentForm({
       Array.isArray(x) ? null : 'must be a JSON array of servers: [{"name", "url", "tools", …}]',
     );
     const wrong = [response_format, mcp_servers].find((x) => typeof x === "string");
-    if (typeof wrong === "string") {
-      setError(wrong);
-      return;
-    }
+    if (typeof wrong === "string") throw new Error(wrong);
     // Every field, named: what the form does not edit is carried from the base unchanged.
     const definition: DefinitionBody = {
       model,
@@ -531,38 +474,40 @@ function AgentForm({
       sandbox_profile: base?.sandbox_profile ?? "default",
       recovery: base?.recovery ?? {},
     };
-    setBusy(true);
-    try {
-      onSaved(
-        base
-          ? (await client.createAgentVersion(base.name, definition)).agent
-          : (await client.createAgent({ name, ...definition })).agent,
-      );
-    } catch (err) {
-      setError((err as Error).message);
-      setBusy(false);
-    }
-  };
-
-  const field = (id: string, label: string, input: preact.JSX.Element, hint?: string) => (
-    <div class="field">
-      <label for={id}>{label}</label>
-      {input}
-      {hint && <span class="muted hint">{hint}</span>}
-    </div>
-  );
-  const text = (v: string, set: (v: string) => void) => ({
-    value: v,
-    onInput: (e: Event) => set((e.target as HTMLInputElement).value),
+    onSaved(
+      base
+        ? (await client.createAgentVersion(base.name, definition)).agent
+        : (await client.createAgent({ name, ...definition })).agent,
+    );
   });
+
+  useEffect(() => {
+    firstRef.current?.focus();
+    client
+      .listModels()
+      .then(({ models: m }) => {
+        setModels(m);
+        // A new agent starts on the deployment's default model.
+        setModel((cur) => cur || (m.find((x) => x.default) ?? m[0])?.name || "");
+      })
+      .catch((err) => setError(`models: ${errorText(err)}`));
+    client
+      .listTools()
+      .then(({ tools: listed }) => {
+        const names = new Set(listed.map((t) => t.name));
+        const kept = tools
+          .filter((t) => !names.has(t))
+          .map((name) => ({ name, description: "not offered by any host now" }));
+        setToolChoices([...listed.map((t) => ({ name: t.name, description: t.description })), ...kept]);
+      })
+      .catch((err) => setError(`tools: ${errorText(err)}`));
+  }, []);
 
   return (
     <form class="agent-form" onSubmit={submit} data-testid="agent-form" aria-labelledby="agent-form-head">
       <h3 id="agent-form-head">{base ? `New version of ${base.name} (from v${base.version})` : "Definition"}</h3>
-      {!base &&
-        field(
-          "agent-name",
-          "Name",
+      {!base && (
+        <Field id="agent-name" label="Name" hint="a-z, 0-9, _ and -; cannot be changed later">
           <input
             id="agent-name"
             ref={firstRef}
@@ -570,12 +515,10 @@ function AgentForm({
             spellcheck={false}
             autoComplete="off"
             {...text(name, setName)}
-          />,
-          "a-z, 0-9, _ and -; cannot be changed later",
-        )}
-      {field(
-        "agent-model",
-        "Model",
+          />
+        </Field>
+      )}
+      <Field id="agent-model" label="Model">
         <select id="agent-model" value={model} onChange={(e) => setModel((e.target as HTMLSelectElement).value)}>
           {!models && <option value={model}>{model || "loading…"}</option>}
           {models?.map((m) => (
@@ -584,24 +527,19 @@ function AgentForm({
               {m.default ? " (default)" : ""}
             </option>
           ))}
-        </select>,
-      )}
-      {field(
-        "agent-description",
-        "Description",
-        <input id="agent-description" {...text(description, setDescription)} />,
-      )}
-      {field(
-        "agent-instructions",
-        "Instructions",
+        </select>
+      </Field>
+      <Field id="agent-description" label="Description">
+        <input id="agent-description" {...text(description, setDescription)} />
+      </Field>
+      <Field id="agent-instructions" label="Instructions" hint="the system prompt, sent first in every model turn">
         <textarea
           id="agent-instructions"
           rows={4}
           ref={base ? firstRef : undefined}
           {...text(instructions, setInstructions)}
-        />,
-        "the system prompt, sent first in every model turn",
-      )}
+        />
+      </Field>
       <fieldset class="field">
         <legend>Tools</legend>
         {toolChoices.map(({ name: t, description: about }) => (
@@ -640,15 +578,14 @@ function AgentForm({
         </label>
       </fieldset>
       <div class="field-row">
-        {field(
-          "agent-deadline",
-          "Wait deadline (s)",
-          <input id="agent-deadline" type="number" min={1} {...text(deadline, setDeadline)} />,
-          "how long an approval or question waits; empty: 24 h",
-        )}
-        {field(
-          "agent-on-deadline",
-          "At the deadline",
+        <Field id="agent-deadline" label="Wait deadline (s)" hint="how long an approval or question waits; empty: 24 h">
+          <input id="agent-deadline" type="number" min={1} {...text(deadline, setDeadline)} />
+        </Field>
+        <Field
+          id="agent-on-deadline"
+          label="At the deadline"
+          hint="deny: the model is told the call was denied; fail: the job fails approval_expired"
+        >
           <select
             id="agent-on-deadline"
             value={onDeadline}
@@ -656,50 +593,41 @@ function AgentForm({
           >
             <option value="deny">deny</option>
             <option value="fail">fail</option>
-          </select>,
-          "deny: the model is told the call was denied; fail: the job fails approval_expired",
-        )}
+          </select>
+        </Field>
       </div>
-      {field(
-        "agent-delegates",
-        "Delegates",
-        <input id="agent-delegates" spellcheck={false} autoComplete="off" {...text(delegates, setDelegates)} />,
-        "agents it may hand work to (delegate_<name> tools), separated by commas",
-      )}
-      {field(
-        "agent-mcp",
-        "MCP servers (JSON)",
-        <textarea id="agent-mcp" rows={4} spellcheck={false} class="mono" {...text(mcp, setMcp)} />,
-        'empty: none; else [{"name", "url", "tools": [name or {"name", "requires_approval"}], "headers", "timeout_ms"}]',
-      )}
+      <Field
+        id="agent-delegates"
+        label="Delegates"
+        hint="agents it may hand work to (delegate_<name> tools), separated by commas"
+      >
+        <input id="agent-delegates" spellcheck={false} autoComplete="off" {...text(delegates, setDelegates)} />
+      </Field>
+      <Field
+        id="agent-mcp"
+        label="MCP servers (JSON)"
+        hint='empty: none; else [{"name", "url", "tools": [name or {"name", "requires_approval"}], "headers", "timeout_ms"}]'
+      >
+        <textarea id="agent-mcp" rows={4} spellcheck={false} class="mono" {...text(mcp, setMcp)} />
+      </Field>
       <div class="field-row">
-        {field(
-          "agent-priority",
-          "Priority",
-          <input id="agent-priority" type="number" min={-100} max={100} step={1} {...text(priority, setPriority)} />,
-          "−100..100: its jobs' priority when a submit gives none; empty: 0",
-        )}
-        {field(
-          "agent-max-turns",
-          "Max turns",
-          <input id="agent-max-turns" type="number" min={1} {...text(maxTurns, setMaxTurns)} />,
-          "default 8",
-        )}
-        {field(
-          "agent-max-output",
-          "Max output tokens",
-          <input id="agent-max-output" type="number" min={1} {...text(maxOutput, setMaxOutput)} />,
-          "empty: provider default",
-        )}
-        {field(
-          "agent-timeout",
-          "Timeout (s)",
-          <input id="agent-timeout" type="number" min={1} {...text(timeout, setTimeoutS)} />,
-          "empty: 900",
-        )}
-        {field(
-          "agent-temperature",
-          "Temperature",
+        <Field
+          id="agent-priority"
+          label="Priority"
+          hint="−100..100: its jobs' priority when a submit gives none; empty: 0"
+        >
+          <input id="agent-priority" type="number" min={-100} max={100} step={1} {...text(priority, setPriority)} />
+        </Field>
+        <Field id="agent-max-turns" label="Max turns" hint="default 8">
+          <input id="agent-max-turns" type="number" min={1} {...text(maxTurns, setMaxTurns)} />
+        </Field>
+        <Field id="agent-max-output" label="Max output tokens" hint="empty: provider default">
+          <input id="agent-max-output" type="number" min={1} {...text(maxOutput, setMaxOutput)} />
+        </Field>
+        <Field id="agent-timeout" label="Timeout (s)" hint="empty: 900">
+          <input id="agent-timeout" type="number" min={1} {...text(timeout, setTimeoutS)} />
+        </Field>
+        <Field id="agent-temperature" label="Temperature">
           <input
             id="agent-temperature"
             type="number"
@@ -707,33 +635,24 @@ function AgentForm({
             max={2}
             step="any"
             {...text(temperature, setTemperature)}
-          />,
-        )}
-        {field(
-          "agent-top-p",
-          "top_p",
-          <input id="agent-top-p" type="number" min={0} max={1} step="any" {...text(topP, setTopP)} />,
-        )}
+          />
+        </Field>
+        <Field id="agent-top-p" label="top_p">
+          <input id="agent-top-p" type="number" min={0} max={1} step="any" {...text(topP, setTopP)} />
+        </Field>
       </div>
-      {field(
-        "agent-format",
-        "Response format (JSON Schema)",
-        <textarea id="agent-format" rows={4} spellcheck={false} class="mono" {...text(format, setFormat)} />,
-        "empty: free text; else the answer must be JSON valid against it",
-      )}
-      {error && (
-        <p class="error" role="alert">
-          {error}
-        </p>
-      )}
-      <div class="toolbar">
-        <button type="submit" class="primary" disabled={busy || !model}>
-          {busy ? "Saving…" : base ? "Create version" : "Create agent"}
-        </button>
+      <Field
+        id="agent-format"
+        label="Response format (JSON Schema)"
+        hint="empty: free text; else the answer must be JSON valid against it"
+      >
+        <textarea id="agent-format" rows={4} spellcheck={false} class="mono" {...text(format, setFormat)} />
+      </Field>
+      <FormEnd error={error} busy={busy} label={base ? "Create version" : "Create agent"} disabled={!model}>
         <button type="button" onClick={onCancel}>
           Cancel
         </button>
-      </div>
+      </FormEnd>
     </form>
   );
 }

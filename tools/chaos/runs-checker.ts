@@ -153,19 +153,25 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
     if (events) {
       const recovered = events.filter((e) => e.type === "run.recovered");
       recoveriesProjected += recovered.filter((e) => e.payload.source === "projector").length;
+      // Which executions (by position in epoch order) the stream shows recovering, and whose word it is.
+      const shown = () => {
+        const lifecycle = events
+          .filter(
+            (e) => e.type.startsWith("run.") || e.type === "tool.approval_requested" || e.type === "child.created",
+          )
+          .map((e) => `#${byExec.get(e.executionId) ?? "?"} ${e.type}${e.payload.source === "projector" ? "*" : ""}`);
+        return `of ${execs.length} executions; lifecycle: ${lifecycle.join(", ")}; * = projected`;
+      };
       if (recovered.length !== row.recoveries) {
         found.push([
           "recovery_unseen",
-          `row says ${row.recoveries} recoveries, the stream has ${recovered.length} run.recovered`,
+          `row says ${row.recoveries} recoveries, the stream has ${recovered.length} run.recovered (${shown()})`,
         ]);
       }
       // One per execution of the job, in epoch order: a repeat or a reordering is not the history.
       const at = recovered.map((e) => byExec.get(e.executionId) ?? -1);
       if (at.some((i, k) => i < 0 || (k > 0 && i <= (at[k - 1] as number)))) {
-        found.push([
-          "recovery_unseen",
-          `run.recovered of executions ${recovered.map((e) => e.executionId).join(", ")}: not one each, in epoch order`,
-        ]);
+        found.push(["recovery_unseen", `run.recovered of ${shown()}: not one each, in epoch order`]);
       }
       for (const why of runStreamDisagreements(row, events)) found.push(["stream_disagrees", why]);
     }

@@ -13,7 +13,8 @@
  * the older one (its gap buffer is dropped), a stale one is refused. Each appended event gets
  * the next per-job offset from 1, the id clients resume by. A job has exactly one terminal event;
  * nothing is appended after it, whether the host wrote it or the projector did from Postgres
- * (`appendProjectedTerminal`).
+ * (`appendProjectedTerminal`). The projector also writes the first event of an execution that
+ * delivered none (`appendProjectedFirsts`), ahead of a later execution or the terminal event.
  *
  * Every ingest runs in one SQLite transaction, together with the nonce that makes a replayed
  * signed request a no-op, so a request is either wholly applied or not at all.

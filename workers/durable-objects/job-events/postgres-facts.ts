@@ -4,7 +4,7 @@
  * can answer for Postgres; the default reads the row through the gateway's deps (deps.ts), so the
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
-import { and, asc, eq, sql } from "drizzle-orm";
+import { and, eq } from "drizzle-orm";
 import {
   capEventPayload,
   type EventEnvelope,
@@ -13,6 +13,7 @@ import {
 } from "../../../src/contracts/events";
 import type { JobError } from "../../../src/contracts/job";
 import { type JobState, terminalEventFor } from "../../../src/contracts/job-state";
+import { executionHistory } from "../../../src/db/journal-repo";
 import { executions, jobs } from "../../../src/db/schema";
 import { isUuid } from "../../../src/domain/uuid";
 import { createDeps } from "../../deps";
@@ -84,24 +85,7 @@ export function postgresExecutionLookup(env: Env): ExecutionLookup {
 }
 
 export function postgresExecutionHistory(env: Env): ExecutionHistoryLookup {
-  return async (jobId) => {
-    if (!isUuid(jobId)) return [];
-    const rows = await gatewayDb(env)
-      .select({
-        executionId: executions.id,
-        epoch: executions.epoch,
-        startedAt: executions.startedAt,
-        outcome: executions.outcome,
-        recovered: sql<Record<string, unknown> | null>`(SELECT r.payload FROM job_journal r
-          WHERE r.job_id = ${executions.jobId} AND r.epoch = ${executions.epoch} AND r.kind = 'recovered' LIMIT 1)`,
-        fromStep: sql<number>`(SELECT coalesce(max(r.seq), 0) FROM job_journal r
-          WHERE r.job_id = ${executions.jobId} AND r.epoch < ${executions.epoch})`.mapWith(Number),
-      })
-      .from(executions)
-      .where(eq(executions.jobId, jobId))
-      .orderBy(asc(executions.epoch));
-    return rows.map((r) => ({ ...r, recovered: r.recovered ?? null }));
-  };
+  return async (jobId) => (isUuid(jobId) ? executionHistory(gatewayDb(env), jobId) : []);
 }
 
 export function postgresJobStateLookup(env: Env): JobStateLookup {

@@ -85,6 +85,16 @@ describe("projected event payloads", () => {
         },
       ],
     ]);
+    // A hand-off reads host_shutdown; an execution resuming from a wait gets nothing projected.
+    const handedOff: ExecutionHistoryEntry[] = [
+      { ...(history[0] as ExecutionHistoryEntry), outcome: "handed_off" },
+      { ...(history[1] as ExecutionHistoryEntry), outcome: "suspended" },
+      { ...(history[2] as ExecutionHistoryEntry), recovered: null },
+    ];
+    expect(projectedFirstEvents(JOB, handedOff, 6).map((e) => [e.type, e.epoch, e.payload.reason])).toEqual([
+      ["run.started", 1, undefined],
+      ["run.recovered", 3, "host_shutdown"],
+    ]);
     projected.push(...firsts);
     expect(projected.every((e) => e !== null)).toBe(true);
     for (const e of projected) expect(EventEnvelopeSchema.safeParse(e).error?.issues ?? []).toEqual([]);

@@ -184,15 +184,27 @@ export const EVENT_PAYLOAD_SCHEMAS = {
    * answer from the `model.delta` events after the last `run.recovered`); `unknown_calls`: tool
    * calls in flight at the loss (idempotent ones are made again with the same idempotency key,
    * the others get the result `outcome_unknown`); `sandbox_reset`: the run had a sandbox, and
-   * its workspace is gone (the model is told).
+   * its workspace is gone (the model is told). Projected (`source: "projector"`) when the
+   * execution delivered no event of its own (its host died first): `reason` and `from_step`
+   * always, the other three only if it had written its journal `recovered` row.
    */
-  "run.recovered": z.looseObject({
-    reason: z.string().min(1),
-    from_step: z.number().int().min(0),
-    discarded_turn: z.boolean(),
-    unknown_calls: z.array(z.string()),
-    sandbox_reset: z.boolean(),
-  }),
+  "run.recovered": z.union([
+    z.looseObject({
+      reason: z.string().min(1),
+      from_step: z.number().int().min(0),
+      discarded_turn: z.boolean(),
+      unknown_calls: z.array(z.string()),
+      sandbox_reset: z.boolean(),
+    }),
+    z.looseObject({
+      source: fromProjector,
+      reason: z.string().min(1),
+      from_step: z.number().int().min(0),
+      discarded_turn: z.boolean().optional(),
+      unknown_calls: z.array(z.string()).optional(),
+      sandbox_reset: z.boolean().optional(),
+    }),
+  ]),
   /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
   "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
   "sandbox.created": z.looseObject({}),

@@ -89,3 +89,48 @@ export async function readJournal(db: Db, jobId: string): Promise<JournalRecord[
   );
   return rows.map((r) => ({ seq: Number(r.seq), epoch: Number(r.epoch), kind: r.kind, payload: r.payload }));
 }
+
+/**
+ * Every execution of the job by epoch, each with the payload of the journal `recovered` row it
+ * wrote (null if none) and the journal step the job stood at when it began (the last row an
+ * earlier epoch wrote): what the gateway's projector needs to write the first event of an
+ * execution whose host delivered none (workers/durable-objects/job-events/postgres-facts.ts).
+ * One statement; the subqueries walk only this job's rows (the journal's primary key).
+ */
+export async function executionHistory(
+  db: Db,
+  jobId: string,
+): Promise<
+  Array<{
+    executionId: string;
+    epoch: number;
+    startedAt: Date;
+    outcome: string | null;
+    recovered: Record<string, unknown> | null;
+    fromStep: number;
+  }>
+> {
+  const rows = resultRows<{
+    id: string;
+    epoch: number;
+    started_at: Date | string;
+    outcome: string | null;
+    recovered: Record<string, unknown> | string | null;
+    from_step: number | string;
+  }>(
+    await db.execute(sql`
+      SELECT e.id, e.epoch, e.started_at, e.outcome,
+        (SELECT r.payload FROM job_journal r
+          WHERE r.job_id = e.job_id AND r.epoch = e.epoch AND r.kind = 'recovered' ORDER BY r.seq LIMIT 1) AS recovered,
+        (SELECT coalesce(max(r.seq), 0) FROM job_journal r WHERE r.job_id = e.job_id AND r.epoch < e.epoch) AS from_step
+      FROM executions e WHERE e.job_id = ${jobId} ORDER BY e.epoch`),
+  );
+  return rows.map((r) => ({
+    executionId: r.id,
+    epoch: Number(r.epoch),
+    startedAt: new Date(r.started_at),
+    outcome: r.outcome,
+    recovered: typeof r.recovered === "string" ? (JSON.parse(r.recovered) as Record<string, unknown>) : r.recovered,
+    fromStep: Number(r.from_step),
+  }));
+}

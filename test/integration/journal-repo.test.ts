@@ -8,7 +8,7 @@
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { appendJournal, markRecovered, readJournal } from "../../src/db/journal-repo";
+import { appendJournal, executionHistory, markRecovered, readJournal } from "../../src/db/journal-repo";
 import {
   claimJob,
   type ExecutionIdentity,
@@ -118,6 +118,42 @@ describe("the job journal", () => {
       [5, "turn", b.epoch],
     ]);
     expect(journal[2]?.payload).toEqual({ call_id: "c1", content: "ok" });
+  });
+
+  it("executionHistory: each execution by epoch with its own journal recovered row (or none) and the step it began at", async () => {
+    const job = await newJob();
+    const other = await newJob();
+    const a = await claimAndStart(job, "A");
+    expect(await appendJournal(t.db, a, [turn(1), { kind: "call", payload: { call_id: "c1", name: "x__y" } }])).toBe(
+      true,
+    );
+    await sleep(5);
+    expect(await reapRuns(t.db, 1)).toContainEqual(expect.objectContaining({ id: job, state: "recovered" }));
+    // B recovers and dies before its journal row: the reaper hands the job on again.
+    const b = await claimAndStart(job, "B");
+    await sleep(5);
+    expect(await reapRuns(t.db, 1)).toContainEqual(expect.objectContaining({ id: job, state: "recovered" }));
+    const c = await claimAndStart(job, "C");
+    const payload = {
+      reason: "host_lost",
+      from_step: 2,
+      discarded_turn: false,
+      unknown_calls: ["c1"],
+      sandbox_reset: false,
+    };
+    expect(await markRecovered(t.db, c, payload)).toBe(true);
+    // Another job's recovered row must not leak into this one's history.
+    const o = await claimAndStart(other, "A");
+    expect(await markRecovered(t.db, o, { reason: "host_shutdown" })).toBe(true);
+
+    const history = await executionHistory(t.db, job);
+    expect(history.map((x) => [x.executionId, x.epoch, x.outcome, x.recovered, x.fromStep])).toEqual([
+      [a.executionId, a.epoch, "lost", null, 0],
+      [b.executionId, b.epoch, "lost", null, 2],
+      [c.executionId, c.epoch, null, payload, 2],
+    ]);
+    expect(history.every((x) => x.startedAt instanceof Date && !Number.isNaN(x.startedAt.getTime()))).toBe(true);
+    expect(await executionHistory(t.db, randomUUID())).toEqual([]);
   });
 
   it("the dead execution's sandbox fence is cleared by its old execution id once the recovered job no longer runs", async () => {

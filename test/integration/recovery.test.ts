@@ -4,7 +4,9 @@
  * real MCP server. A host is SIGKILLed mid-run; the reaper (another host's) finds the owner gone
  * and re-queues the job for a new execution that continues from the journal: completed steps
  * are not repeated, a tool call in flight is repeated only when declared idempotent (with the
- * same idempotency key), and an agent with `on_host_loss: "fail"` ends `lost` as before.
+ * same idempotency key), and an agent with `on_host_loss: "fail"` ends `lost` as before. A
+ * recovering execution whose host dies before its outbox delivered anything still shows on the
+ * stream: the gateway projects its `run.recovered` from Postgres.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SseEvent } from "../../tools/lib/sse";
@@ -30,6 +32,7 @@ interface Job {
 
 const FINAL_ANSWER = ["the ", "answer ", "is ", "42"];
 const DEPLOYED_ANSWER = ["answered ", "by ", "the ", "next ", "host"];
+const RELOST_ANSWER = ["third ", "time ", "lucky"];
 /** A short shutdown grace, so that a SIGTERM hands the run off within the test. */
 const GRACE_MS = 500;
 
@@ -55,6 +58,13 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       const which = caseOf(req);
       const last = lastOf(req);
       if (which === "case:fail") return { kind: "stream", pieces: ["never"], until: never };
+      if (which === "case:relost") {
+        // The first two executions hang in their first turn (each host is killed there); the third answers.
+        const n = provider.requests.filter((r) => caseOf(r) === which).length;
+        return n <= 2
+          ? { kind: "stream", pieces: [`doomed ${n} `], until: never }
+          : { kind: "stream", pieces: RELOST_ANSWER };
+      }
       if (which === "case:deploy") {
         // The first answer outlives the stopping host's grace; the next execution's is quick.
         if (heldOnce.has(which)) return { kind: "stream", pieces: DEPLOYED_ANSWER };
@@ -295,5 +305,69 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     const types = (await eventsOf(id)).map((e) => e.type);
     expect(types).not.toContain("run.recovered");
     expect(types.at(-1)).toBe("run.lost");
+  });
+
+  it("a recovering host SIGKILLed before its outbox delivered anything: its run.recovered is still on the stream, once, projected from Postgres, then the next recovery's own", async () => {
+    const asked = () => provider.requests.filter((r) => caseOf(r) === "case:relost").length;
+    await jobs.defineAgent("rec-relost", {});
+    const id = await jobs.submit("rec-relost", { input: { messages: [{ role: "user", content: "case:relost" }] } });
+    await waitFor("the first turn", async () => asked() >= 1 || null, { timeoutMs: 30_000, intervalMs: 20 });
+    const alive = stack.hosts.filter((h) => h.process.exitCode === null && h.process.signalCode === null);
+    const ownerA = await ownerOf(id);
+    const hostA = alive.find((h) => h.id === ownerA);
+    expect(hostA, `owner ${ownerA} is one of this stack's hosts`).toBeDefined();
+    // A host whose outbox cannot reach the gateway (nothing listens on port 9): every event it
+    // emits dies with it. The other hosts are paused, so it is the one that recovers the job.
+    const mute = await stack.addHost({ GATEWAY_URL: "http://127.0.0.1:9" });
+    const paused = alive.filter((h) => h !== hostA);
+    for (const h of paused) h.process.kill("SIGSTOP");
+    try {
+      hostA?.process.kill("SIGKILL");
+      // The mute host reaped the job, recovered it (journal row written, run.recovered emitted
+      // into an outbox that cannot deliver) and asked its first turn again: kill it there.
+      await waitFor("the mute host's recovered turn", async () => asked() >= 2 || null, {
+        timeoutMs: 30_000,
+        intervalMs: 20,
+      });
+      expect(await ownerOf(id)).toBe(mute.id);
+      mute.process.kill("SIGKILL");
+    } finally {
+      for (const h of paused) h.process.kill("SIGCONT");
+    }
+    await stack.addHost();
+    const job = await jobs.finished(id, 60_000);
+    expect(job).toMatchObject({ state: "completed", output: RELOST_ANSWER.join(""), recoveries: 2 });
+
+    const execs = (
+      await pool.query<{ id: string; host: string; outcome: string }>(
+        "SELECT id, host, outcome FROM executions WHERE job_id = $1 ORDER BY epoch",
+        [id],
+      )
+    ).rows;
+    expect(execs.map((r) => r.outcome)).toEqual(["lost", "lost", "completed"]);
+    expect(execs[1]?.host).toBe(mute.id);
+    const events = await eventsOf(id);
+    const recovered = events.filter((e) => e.type === "run.recovered");
+    expect(recovered.map((e) => [e.execution_id, e.payload.source])).toEqual([
+      [execs[1]?.id, "projector"],
+      [execs[2]?.id, undefined],
+    ]);
+    // The mute host wrote its journal row before it died: the projected event carries all of it.
+    expect(recovered[0].payload).toEqual({
+      source: "projector",
+      reason: "host_lost",
+      from_step: 0,
+      discarded_turn: true,
+      unknown_calls: [],
+      sandbox_reset: false,
+    });
+    // In order: the first execution's events, the projected recovery, then the last execution's.
+    const at = events.indexOf(recovered[0]);
+    expect(events.slice(0, at).every((e) => e.execution_id === execs[0]?.id)).toBe(true);
+    expect(events.slice(at + 1).every((e) => e.execution_id === execs[2]?.id)).toBe(true);
+    expect(events.slice(at + 1)[0]).toBe(recovered[1]);
+    const deltas = events.slice(events.indexOf(recovered[1])).filter((e) => e.type === "model.delta");
+    expect(deltas.map((e) => e.payload.text).join("")).toBe(job.output);
+    expect(events.at(-1)?.type).toBe("run.completed");
   });
 });

@@ -9,7 +9,11 @@ import type { EventEnvelope, EventType, IngestBatch } from "../../src/contracts/
 import type { JobState } from "../../src/contracts/job-state";
 import type { ChatSessionObject } from "../../workers/durable-objects/chat-session/chat-session-object";
 import type { JobEventsObject } from "../../workers/durable-objects/job-events/job-events-object";
-import type { ExecutionFacts, JobStateFacts } from "../../workers/durable-objects/job-events/postgres-facts";
+import type {
+  ExecutionFacts,
+  ExecutionHistoryEntry,
+  JobStateFacts,
+} from "../../workers/durable-objects/job-events/postgres-facts";
 import type { IngestResult } from "../../workers/durable-objects/rpc";
 import type { TenantStreamsObject } from "../../workers/durable-objects/tenant-streams/tenant-streams-object";
 import type { Env } from "../../workers/env";
@@ -26,6 +30,13 @@ export interface FakeJobRow {
   /** Job ids the projector asked about, one per read. */
   asked: string[];
   executions: Map<string, ExecutionFacts & { token: string }>;
+  /**
+   * What the executions history read answers (the job's executions by epoch, with their journal
+   * `recovered` rows); empty unless a test sets it. An Error makes the read fail.
+   */
+  history: ExecutionHistoryEntry[] | Error;
+  /** How many times the projector read the history. */
+  historyReads: number;
 }
 
 const fakePostgres = new Map<string, FakeJobRow>();
@@ -33,7 +44,7 @@ const fakePostgres = new Map<string, FakeJobRow>();
 export function fakeRow(jobId: string): FakeJobRow {
   let row = fakePostgres.get(jobId);
   if (!row) {
-    row = { facts: null, explicit: false, asked: [], executions: new Map() };
+    row = { facts: null, explicit: false, asked: [], executions: new Map(), history: [], historyReads: 0 };
     fakePostgres.set(jobId, row);
   }
   return row;
@@ -49,6 +60,13 @@ export async function useFakePostgres(stub: DurableObjectStub<JobEventsObject>, 
     instance.executionLookup = async (j, e) => {
       const x = fakePostgres.get(j)?.executions.get(e);
       return x ? { epoch: x.epoch, token: x.token } : null;
+    };
+    instance.executionHistory = async (j) => {
+      const r = fakePostgres.get(j);
+      if (!r) return [];
+      r.historyReads++;
+      if (r.history instanceof Error) throw r.history;
+      return r.history;
     };
     instance.jobState = async (j) => {
       const r = fakePostgres.get(j);
@@ -199,7 +217,13 @@ export async function ingest(
 
 export async function offsets(stub: DurableObjectStub<JobEventsObject>, after = 0) {
   const rows = (await stub.readAfter(after)) as Array<{ offset: number; type: string; event: EventEnvelope }>;
-  return rows.map((r) => ({ offset: r.offset, type: r.type, seq: r.event.seq, execution_id: r.event.execution_id }));
+  return rows.map((r) => ({
+    offset: r.offset,
+    type: r.type,
+    seq: r.event.seq,
+    execution_id: r.event.execution_id,
+    payload: r.event.payload as Record<string, unknown>,
+  }));
 }
 
 export interface SseEvent {

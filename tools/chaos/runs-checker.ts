@@ -11,10 +11,14 @@
  *    crashes; an idempotent one (`lookup`) may be called again, with the same key;
  *  - no tool call of an execution begins after its successor started (a partitioned or paused
  *    old owner stopped its side effects before the job was handed on);
- *  - every recovery is visible: the stream has as many `run.recovered` as the row's `recoveries`;
+ *  - every recovery is visible: the stream has exactly as many `run.recovered` as the row's
+ *    `recoveries`, one per execution, in epoch order (the gateway projects the event from Postgres
+ *    for an execution that died before its outbox delivered it);
  *  - streams agree with rows: offsets contiguous from 1, exactly one terminal event, last, for the
  *    row's state, a completion's output equal to the row's, and rebuilt by the `model.delta`
- *    text after the last restart point (`run.recovered`, `run.resumed`, a `model.turn` restart);
+ *    text after the last restart point (`run.recovered`, `run.resumed`, a `model.turn` restart),
+ *    or, for a completion projected from Postgres (its deltas may have died with its host),
+ *    that text at least a start of the output, never a different answer;
  *  - nothing stranded: every job terminal after the recovery window.
  */
 import { stateOfTerminalEvent, terminalEventFor } from "../../src/contracts/job-state";
@@ -69,8 +73,8 @@ export interface RunCheckResult {
   recoveries: number;
   /** Non-idempotent calls made again after a person approved them again (outcome unknown). */
   reapproved: number;
-  /** Recoveries whose execution died before delivering its run.recovered (see checkRuns). */
-  recoveriesOffStream: number;
+  /** Recoveries whose `run.recovered` the gateway projected from Postgres (`source: "projector"`). */
+  recoveriesProjected: number;
 }
 
 export interface RunHistory {
@@ -90,7 +94,7 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
   const verdicts: RunVerdict[] = [];
   let idempotentRecalls = 0;
   let reapproved = 0;
-  let recoveriesOffStream = 0;
+  let recoveriesProjected = 0;
   let recoveries = 0;
   for (const id of submitted) {
     const row = rows.get(id);
@@ -147,16 +151,28 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
 
     const events = h.streams.get(id);
     if (events) {
-      const recovered = events.filter((e) => e.type === "run.recovered").length;
-      // An execution that died before its outbox delivered anything leaves no run.recovered (its
-      // events died with it; only a terminal state is projected from Postgres): counted, printed.
-      // None at all for a recovered job, or more than the row's count, is an anomaly.
-      if (recovered > row.recoveries || (row.recoveries > 0 && recovered === 0)) {
+      const recovered = events.filter((e) => e.type === "run.recovered");
+      recoveriesProjected += recovered.filter((e) => e.payload.source === "projector").length;
+      // Which executions (by position in epoch order) the stream shows recovering, and whose word it is.
+      const shown = () => {
+        const lifecycle = events
+          .filter(
+            (e) => e.type.startsWith("run.") || e.type === "tool.approval_requested" || e.type === "child.created",
+          )
+          .map((e) => `#${byExec.get(e.executionId) ?? "?"} ${e.type}${e.payload.source === "projector" ? "*" : ""}`);
+        return `of ${execs.length} executions; lifecycle: ${lifecycle.join(", ")}; * = projected`;
+      };
+      if (recovered.length !== row.recoveries) {
         found.push([
           "recovery_unseen",
-          `row says ${row.recoveries} recoveries, the stream has ${recovered} run.recovered`,
+          `row says ${row.recoveries} recoveries, the stream has ${recovered.length} run.recovered (${shown()})`,
         ]);
-      } else recoveriesOffStream += row.recoveries - recovered;
+      }
+      // One per execution of the job, in epoch order: a repeat or a reordering is not the history.
+      const at = recovered.map((e) => byExec.get(e.executionId) ?? -1);
+      if (at.some((i, k) => i < 0 || (k > 0 && i <= (at[k - 1] as number)))) {
+        found.push(["recovery_unseen", `run.recovered of ${shown()}: not one each, in epoch order`]);
+      }
       for (const why of runStreamDisagreements(row, events)) found.push(["stream_disagrees", why]);
     }
 
@@ -182,7 +198,7 @@ export function checkRuns(submitted: Iterable<string>, h: RunHistory): RunCheckR
   >;
   for (const v of verdicts) counts[v.cls]++;
   const anomalies = RUN_ANOMALY_CLASSES.reduce((n, c) => n + counts[c], 0);
-  return { counts, anomalies, verdicts, idempotentRecalls, reapproved, recoveriesOffStream, recoveries };
+  return { counts, anomalies, verdicts, idempotentRecalls, reapproved, recoveriesProjected, recoveries };
 }
 
 /** Where a restart point leaves the text a client is rebuilding: nothing of before counts. */
@@ -209,17 +225,24 @@ export function runStreamDisagreements(row: RunJobRow, events: RunStreamEvent[])
   if (!terminal) return out;
   if (terminal !== events[events.length - 1]) out.push(`${terminal.type} is not the last event`);
   if (terminal.type !== expected) out.push(`stream ends ${terminal.type}, row is ${row.state}`);
-  // Projected from Postgres (payload.source "projector"): the last execution died after its
-  // terminal write, before its outbox delivered; its deltas died with it, so only the row's
-  // output is known, and the terminal event carries none.
-  if (row.state === "completed" && terminal.payload.source !== "projector") {
-    if (terminal.payload.output !== row.output) out.push("completed output differs from the row's");
+  if (row.state === "completed") {
+    // A completion projected from Postgres (payload.source "projector"): its execution died after
+    // its terminal write, before its outbox delivered everything, so the deltas since the last
+    // restart point may stop short. They must still be a start of the answer, and the event
+    // carries the row's output (cut like any payload too big for an event).
+    const projected = terminal.payload.source === "projector";
+    const output = terminal.payload.output;
+    const outputAgrees =
+      terminal.payload.truncated === true
+        ? typeof output === "string" && row.output !== null && row.output.startsWith(output)
+        : output === row.output || (projected && row.output === null && output === "");
+    if (!outputAgrees) out.push("completed output differs from the row's");
     let text = "";
     for (const e of events) {
       if (RESTARTS.has(e.type) || e.type === "model.turn") text = "";
       else if (e.type === "model.delta") text += String(e.payload.text ?? "");
     }
-    if (row.output !== null && text !== row.output) {
+    if (row.output !== null && (projected ? !row.output.startsWith(text) : text !== row.output)) {
       out.push(`the deltas since the last restart point rebuild ${JSON.stringify(text.slice(0, 60))}, not the output`);
     }
   }
@@ -234,7 +257,7 @@ export function formatRunCounts(r: RunCheckResult): string {
   lines.push(`  ${"recoveries (sum)".padEnd(26)}${String(r.recoveries).padStart(6)}`);
   lines.push(`  ${"idempotent re-calls".padEnd(26)}${String(r.idempotentRecalls).padStart(6)}`);
   lines.push(`  ${"calls re-approved".padEnd(26)}${String(r.reapproved).padStart(6)}`);
-  lines.push(`  ${"recoveries off the stream".padEnd(26)}${String(r.recoveriesOffStream).padStart(6)}`);
+  lines.push(`  ${"recoveries projected".padEnd(26)}${String(r.recoveriesProjected).padStart(6)}`);
   lines.push(`anomalies: ${r.anomalies}`);
   return lines.join("\n");
 }

@@ -96,7 +96,7 @@ describe("the run checker", () => {
     expect(r.verdicts[0]?.reasons[0]).toContain("200 ms after epoch 2 started");
   });
 
-  it("flags a recovered job whose stream shows no recovery, and counts one that died before its first event", () => {
+  it("flags a recovered job whose stream shows fewer or more run.recovered than recoveries, or one execution's twice", () => {
     const none = recovered();
     none.streams.set(
       J,
@@ -108,11 +108,43 @@ describe("the run checker", () => {
     const more = recovered();
     more.jobs = [{ id: J, state: "completed", recoveries: 0, output: "paid" }];
     expect(checkRuns([J], more).verdicts[0]?.cls).toBe("recovery_unseen");
+    // Two recoveries, one on the stream: the one whose execution died first is missing.
+    const fewer = recovered();
+    fewer.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
+    expect(checkRuns([J], fewer).verdicts[0]?.reasons[0]).toContain("row says 2 recoveries, the stream has 1");
+    // Two, but both of one execution (a projection repeated next to the host's own).
     const twice = recovered();
     twice.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
-    const r = checkRuns([J], twice);
+    const events = twice.streams.get(J) as RunStreamEvent[];
+    twice.streams.set(J, [
+      ...events.slice(0, 6),
+      ev(7, "run.recovered", E2, { source: "projector", reason: "host_lost", from_step: 4 }),
+      ...events.slice(6).map((e) => ({ ...e, offset: e.offset + 1 })),
+    ]);
+    expect(checkRuns([J], twice).verdicts[0]?.reasons.join()).toContain("not one each, in epoch order");
+  });
+
+  it("accepts a recovery projected from Postgres for an execution that died before its first event, and counts it", () => {
+    const E3 = "e3";
+    const h = recovered({
+      executions: [exec(E1, 1, 1000, 3000), exec(E3, 2, 3100, 3300), exec(E2, 3, 3500, 5000)],
+    });
+    h.jobs = [{ id: J, state: "completed", recoveries: 2, output: "paid" }];
+    const events = h.streams.get(J) as RunStreamEvent[];
+    h.streams.set(J, [
+      ...events.slice(0, 6),
+      ev(7, "run.recovered", E3, { source: "projector", reason: "host_lost", from_step: 4 }),
+      ...events.slice(6).map((e) => ({ ...e, offset: e.offset + 1 })),
+    ]);
+    const r = checkRuns([J], h);
     expect(r.anomalies).toBe(0);
-    expect(r.recoveriesOffStream).toBe(1);
+    expect(r.recoveriesProjected).toBe(1);
+    // The same two in the wrong order (the later execution's first) is not the history.
+    const swapped = (h.streams.get(J) as RunStreamEvent[]).map((e) =>
+      e.type === "run.recovered" ? { ...e, executionId: e.executionId === E3 ? E2 : E3 } : e,
+    );
+    h.streams.set(J, swapped);
+    expect(checkRuns([J], h).verdicts[0]?.cls).toBe("recovery_unseen");
   });
 
   it("allows a charge made again only as often as a person approved it again", () => {
@@ -125,11 +157,20 @@ describe("the run checker", () => {
     expect(checkRuns([J], h).verdicts[0]?.reasons[0]).toContain("(1 consented)");
   });
 
-  it("does not ask a projected completion's stream to rebuild the output", () => {
+  it("a projected completion: its output must be the row's, and the deltas since the last restart a start of it", () => {
     const h = recovered();
-    const events = (h.streams.get(J) as RunStreamEvent[]).filter((e) => e.offset <= 7);
-    h.streams.set(J, [...events, ev(8, "run.completed", "projector", { source: "projector" })]);
+    const upTo = (n: number) => (h.streams.get(J) as RunStreamEvent[]).filter((e) => e.offset <= n);
+    const base = upTo(9);
+    // The last execution delivered run.recovered and "pa", then died after its terminal write.
+    h.streams.set(J, [...base, ev(10, "run.completed", E2, { source: "projector", output: "paid" })]);
     expect(checkRuns([J], h).anomalies).toBe(0);
+    // Without the output: the client would be left with "pa" and nothing saying otherwise.
+    h.streams.set(J, [...base, ev(10, "run.completed", E2, { source: "projector" })]);
+    expect(checkRuns([J], h).verdicts[0]?.reasons.join()).toContain("completed output differs");
+    // Deltas that are another answer than the output, even a projected one, are flagged.
+    const wrong = [...upTo(8), ev(9, "model.delta", E2, { text: "no" })];
+    h.streams.set(J, [...wrong, ev(10, "run.completed", E2, { source: "projector", output: "paid" })]);
+    expect(checkRuns([J], h).verdicts[0]?.reasons.join()).toContain('rebuild "no"');
   });
 
   it("flags deltas that do not rebuild the output after the last restart point", () => {

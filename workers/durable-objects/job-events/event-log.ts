@@ -13,7 +13,8 @@
  * the older one (its gap buffer is dropped), a stale one is refused. Each appended event gets
  * the next per-job offset from 1, the id clients resume by. A job has exactly one terminal event;
  * nothing is appended after it, whether the host wrote it or the projector did from Postgres
- * (`appendProjectedTerminal`).
+ * (`appendProjectedTerminal`). The projector also writes the first event of an execution that
+ * delivered none (`appendProjectedFirsts`), ahead of a later execution or the terminal event.
  *
  * Every ingest runs in one SQLite transaction, together with the nonce that makes a replayed
  * signed request a no-op, so a request is either wholly applied or not at all.
@@ -147,10 +148,20 @@ export class EventLog {
     );
   }
 
-  ingest(jobId: string, events: readonly EventEnvelope[], nonce: string, now = Date.now()): IngestOutcome {
+  /**
+   * `firsts`: the projector's first events of earlier executions that delivered nothing
+   * (appendProjectedFirsts), appended ahead of the batch when it opens a new generation.
+   */
+  ingest(
+    jobId: string,
+    events: readonly EventEnvelope[],
+    nonce: string,
+    now = Date.now(),
+    firsts: readonly EventEnvelope[] = [],
+  ): IngestOutcome {
     const shapeError = batchShapeError(jobId, events);
     if (shapeError) return { ok: false, reason: "invalid_batch", message: shapeError };
-    const outcome = this.storage.transactionSync(() => this.ingestInTransaction(events, nonce, now));
+    const outcome = this.storage.transactionSync(() => this.ingestInTransaction(events, nonce, now, firsts));
     // Only after the commit: a thrown transaction must not leave the cache claiming a terminal.
     if (outcome.ok && outcome.finished && this.terminalOffset === null) {
       this.terminalOffset = outcome.appended.find((e) => isTerminalEventType(e.type))?.offset ?? null;
@@ -158,51 +169,79 @@ export class EventLog {
     return outcome;
   }
 
-  /**
-   * Whether the log shows `executionId` started: it holds any event of that execution. A host's
-   * first event is `run.started`, or `run.resumed` for an execution resuming from a checkpoint,
-   * or `run.recovered` for one continuing from the journal (neither has a `run.started`: asking
-   * for that one type projected a start after a resumed run's own events). A projected `run.started` is an event of the execution too.
-   */
-  hasStarted(executionId: string): boolean {
+  /** Whether an event of `executionId` arrived yet (a generation exists for it). */
+  knowsExecution(executionId: string): boolean {
     return (
-      this.storage.sql.exec("SELECT 1 FROM events WHERE execution_id = ? LIMIT 1", executionId).toArray().length > 0
+      this.storage.sql.exec("SELECT 1 FROM generations WHERE execution_id = ? LIMIT 1", executionId).toArray().length >
+      0
     );
   }
 
   /**
    * Append a terminal event the projector derived from Postgres (see job-events-object.ts), preceded by
-   * `started` when given, in one transaction. Returns what was appended, or null when the log
-   * already has its terminal event: there is exactly one per job.
+   * the first events of executions that delivered none (`firsts`, see appendProjectedFirsts), in
+   * one transaction. Returns what was appended, or null when the log already has its terminal
+   * event: there is exactly one per job.
    */
-  appendProjectedTerminal(event: EventEnvelope, started: EventEnvelope | null = null): LoggedEvent[] | null {
+  appendProjectedTerminal(event: EventEnvelope, firsts: readonly EventEnvelope[] = []): LoggedEvent[] | null {
     if (!isTerminalEventType(event.type)) throw new Error(`${event.type} is not a terminal event type`);
     if (this.terminalOffset !== null) return null;
     const logged = this.storage.transactionSync(() => {
-      const sql = this.storage.sql;
-      let offset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
-      const rows: LoggedEvent[] = [];
-      for (const e of started ? [started, event] : [event]) {
-        const row: LoggedEvent = { offset: offset++, type: e.type, body: JSON.stringify(e) };
-        sql.exec(
-          `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
-          row.offset,
-          e.execution_id,
-          e.epoch,
-          e.seq,
-          e.type,
-          row.body,
-        );
-        rows.push(row);
-      }
-      sql.exec("DELETE FROM gap_buffer");
+      const rows = this.appendProjectedFirsts(firsts);
+      rows.push(this.insert(this.nextOffset(), event, JSON.stringify(event)));
+      this.storage.sql.exec("DELETE FROM gap_buffer");
       return rows;
     });
     this.terminalOffset = (logged[logged.length - 1] as LoggedEvent).offset;
     return logged;
   }
 
-  private ingestInTransaction(events: readonly EventEnvelope[], nonce: string, now: number): IngestOutcome {
+  /**
+   * The first events the projector derived from Postgres for executions that delivered nothing
+   * (a `run.started` or `run.recovered` each, postgres-facts.ts), in epoch order. Only those of an
+   * epoch above every event in the log are appended: an execution with any event of its own gets
+   * none (no duplicate, whichever arrives first), and nothing lands behind a later execution's
+   * events. No generation is created for them, so that execution's late batches stay refused by
+   * the epoch fence (or, after the terminal event, as finished). Call inside a transaction.
+   */
+  private appendProjectedFirsts(firsts: readonly EventEnvelope[]): LoggedEvent[] {
+    const rows: LoggedEvent[] = [];
+    let newest = this.storage.sql.exec<{ n: number }>("SELECT coalesce(max(epoch), -1) AS n FROM events").one().n;
+    for (const e of firsts) {
+      if (e.epoch <= newest) continue;
+      rows.push(this.insert(this.nextOffset(), e, JSON.stringify(e)));
+      newest = e.epoch;
+    }
+    return rows;
+  }
+
+  private nextOffset(): number {
+    return this.storage.sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
+  }
+
+  private insert(
+    offset: number,
+    e: { execution_id: string; epoch: number; seq: number; type: string },
+    body: string,
+  ): LoggedEvent {
+    this.storage.sql.exec(
+      `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
+      offset,
+      e.execution_id,
+      e.epoch,
+      e.seq,
+      e.type,
+      body,
+    );
+    return { offset, type: e.type, body };
+  }
+
+  private ingestInTransaction(
+    events: readonly EventEnvelope[],
+    nonce: string,
+    now: number,
+    firsts: readonly EventEnvelope[],
+  ): IngestOutcome {
     const sql = this.storage.sql;
     sql.exec("DELETE FROM nonces WHERE ts < ?", now - NONCE_RETENTION_MS);
     if (sql.exec("SELECT 1 FROM nonces WHERE nonce = ?", nonce).toArray().length > 0) {
@@ -212,6 +251,7 @@ export class EventLog {
 
     const { execution_id: executionId, epoch } = events[0] as EventEnvelope;
     const current = this.currentGeneration();
+    let projected: LoggedEvent[] = [];
     let generation = sql
       .exec<Generation>("SELECT execution_id, epoch, last_seq FROM generations WHERE execution_id = ?", executionId)
       .toArray()[0];
@@ -245,6 +285,7 @@ export class EventLog {
       sql.exec("INSERT INTO generations (execution_id, epoch, last_seq) VALUES (?, ?, 0)", executionId, epoch);
       // The older generation is retired: whatever it left in the gap buffer can never be appended.
       sql.exec("DELETE FROM gap_buffer WHERE execution_id != ?", executionId);
+      projected = this.appendProjectedFirsts(firsts.filter((e) => e.epoch < epoch));
     }
 
     let lastSeq = generation.last_seq;
@@ -276,9 +317,9 @@ export class EventLog {
     let heldCount = held.n;
     let heldBytes = held.bytes;
 
-    let nextOffset = sql.exec<{ n: number }>(`SELECT coalesce(max("offset"), 0) + 1 AS n FROM events`).one().n;
+    let nextOffset = this.nextOffset();
     let finished = false;
-    const appended: LoggedEvent[] = [];
+    const appended: LoggedEvent[] = [...projected];
 
     // Append the contiguous run, taking each next seq from the batch or from the gap buffer.
     for (;;) {
@@ -316,17 +357,7 @@ export class EventLog {
         type = row.type;
         body = row.body;
       }
-      const logged: LoggedEvent = { offset: nextOffset++, type, body };
-      sql.exec(
-        `INSERT INTO events ("offset", execution_id, epoch, seq, type, body) VALUES (?, ?, ?, ?, ?, ?)`,
-        logged.offset,
-        executionId,
-        epoch,
-        seq,
-        type,
-        body,
-      );
-      appended.push(logged);
+      appended.push(this.insert(nextOffset++, { execution_id: executionId, epoch, seq, type }, body));
       lastSeq = seq;
       if (isTerminalEventType(type)) {
         finished = true;
@@ -370,7 +401,13 @@ export class EventLog {
     }
     return {
       ok: true,
-      ack: { acked_seq: lastSeq, accepted: appended.length, duplicates, buffered: heldCount, deferred },
+      ack: {
+        acked_seq: lastSeq,
+        accepted: appended.length - projected.length,
+        duplicates,
+        buffered: heldCount,
+        deferred,
+      },
       appended,
       finished,
     };

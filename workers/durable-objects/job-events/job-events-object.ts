@@ -43,10 +43,14 @@ import { acquireStreamSlot, settleLeases } from "../tenant-streams/stream-leases
 import { ChatRelay } from "./chat-relay";
 import { EventLog, type LoggedEvent } from "./event-log";
 import {
+  type ExecutionHistoryLookup,
   type ExecutionLookup,
+  type JobStateFacts,
   type JobStateLookup,
+  postgresExecutionHistory,
   postgresExecutionLookup,
   postgresJobStateLookup,
+  projectedFirstEvents,
   projectedStarted,
   projectedTerminal,
   terminalDisagreement,
@@ -83,6 +87,8 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
   jobState: JobStateLookup;
   /** Injectable for tests; the default reads the executions row over neon-http. */
   executionLookup: ExecutionLookup;
+  /** Injectable for tests; the default reads the job's executions (and journal) over neon-http. */
+  executionHistory: ExecutionHistoryLookup;
   /** Verified generations' ingest keys, imported (SQLite `trusted_generations` holds the bytes). */
   private readonly trustedKeys = new Map<string, { epoch: number; key: CryptoKey }>();
   private idleDelayMs: number = TERMINAL_CHECK.idleFirstMs;
@@ -114,6 +120,7 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
     this.relay = new ChatRelay(ctx.storage, env);
     this.jobState = postgresJobStateLookup(env);
     this.executionLookup = postgresExecutionLookup(env);
+    this.executionHistory = postgresExecutionHistory(env);
     this.retentionMs = eventRetentionMs(env);
   }
 
@@ -130,8 +137,10 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
       const disagreement = await this.checkTerminal(batch.job_id, terminal);
       if (disagreement) return disagreement;
     }
+    const firsts = await this.firstsBeforeGeneration(batch);
+    if (!Array.isArray(firsts)) return firsts;
     this.rememberJobId(batch.job_id);
-    const outcome = this.log.ingest(batch.job_id, batch.events, nonce);
+    const outcome = this.log.ingest(batch.job_id, batch.events, nonce, Date.now(), firsts);
     if (!outcome.ok) return outcome;
     if (outcome.appended.length > 0) this.lastHostEventAt = Date.now();
     this.publish(outcome.appended, outcome.finished);
@@ -200,6 +209,46 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
       this.trustedKeys.set(executionId, trusted);
     }
     return null;
+  }
+
+  /**
+   * The first batch of an execution that did not open the job (its first event is not
+   * `run.started`: it recovers from the journal or resumes from a wait) may follow executions that
+   * delivered nothing, e.g. a recovering host SIGKILLed before its outbox sent `run.recovered`.
+   * Postgres still knows them (executions rows, the journal), so their first events are projected
+   * ahead of this batch, in order (EventLog.appendProjectedFirsts). One read per such generation;
+   * an execution that opens the job, a generation already in the log, or a stale one costs none. A failed read
+   * refuses the batch (`unavailable`: the host resends), so no recovery is skipped for good.
+   */
+  private async firstsBeforeGeneration(batch: IngestBatch): Promise<EventEnvelope[] | Refusal> {
+    const first = batch.events[0] as EventEnvelope;
+    if (this.log.finished || this.log.knowsExecution(first.execution_id)) return [];
+    // An epoch the log has already passed is refused as stale (EventLog): not worth a read.
+    if ((this.log.currentGeneration()?.epoch ?? -1) >= first.epoch) return [];
+    if (batch.events.some((e) => e.seq === 1 && e.type === "run.started")) return [];
+    try {
+      return projectedFirstEvents(batch.job_id, await this.executionHistory(batch.job_id), first.epoch);
+    } catch (err) {
+      log.warn("execution history lookup failed", { jobId: batch.job_id, error: err });
+      return { ok: false, reason: "unavailable", message: "cannot read the job's executions in Postgres" };
+    }
+  }
+
+  /**
+   * What precedes a projected terminal event: the first events of the executions up to the row's
+   * own that delivered none (projectedFirstEvents; the log drops any it already has an event
+   * for). When Postgres has no executions row for the row's execution (none is written before
+   * the started CAS, so only a stale read), the row alone says it started: `run.started`.
+   */
+  private async firstsBeforeTerminal(jobId: string, facts: JobStateFacts): Promise<EventEnvelope[]> {
+    if (facts.executionId === null) return [];
+    const history = await this.executionHistory(jobId);
+    const firsts = projectedFirstEvents(jobId, history, facts.epoch + 1);
+    if (!history.some((x) => x.executionId === facts.executionId)) {
+      const started = projectedStarted(jobId, facts);
+      if (started) firsts.push(started);
+    }
+    return firsts;
   }
 
   /**
@@ -297,13 +346,11 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
       if (facts === null) return;
       const terminal = projectedTerminal(jobId, facts);
       if (terminal && !this.log.finished) {
-        // A host that died right after its started CAS took its run.started with it: the row
-        // still says the run started, so the stream says so too, before the terminal event.
-        const started = projectedStarted(jobId, facts);
-        const logged = this.log.appendProjectedTerminal(
-          terminal,
-          started && !this.log.hasStarted(started.execution_id) ? started : null,
-        );
+        // A host that died right after its started CAS (or its recovery's journal write) took its
+        // first event with it: Postgres still says the execution ran, so the stream says so too,
+        // before the terminal event.
+        const firsts = await this.firstsBeforeTerminal(jobId, facts);
+        const logged = this.log.finished ? null : this.log.appendProjectedTerminal(terminal, firsts);
         if (logged) {
           log.info("projected events from Postgres", { jobId, types: logged.map((e) => e.type) });
           this.publish(logged, true);

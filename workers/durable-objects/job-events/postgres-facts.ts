@@ -5,9 +5,15 @@
  * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
  */
 import { and, eq } from "drizzle-orm";
-import { capEventPayload, type EventEnvelope, type ProjectedPayload } from "../../../src/contracts/events";
+import {
+  capEventPayload,
+  type EventEnvelope,
+  type EventPayload,
+  type ProjectedPayload,
+} from "../../../src/contracts/events";
 import type { JobError } from "../../../src/contracts/job";
 import { type JobState, terminalEventFor } from "../../../src/contracts/job-state";
+import { executionHistory } from "../../../src/db/journal-repo";
 import { executions, jobs } from "../../../src/db/schema";
 import { isUuid } from "../../../src/domain/uuid";
 import { createDeps } from "../../deps";
@@ -42,6 +48,25 @@ export interface ExecutionFacts {
 /** The execution row `executionId` of job `jobId`, or null when that job has no such execution. */
 export type ExecutionLookup = (jobId: string, executionId: string) => Promise<ExecutionFacts | null>;
 
+/**
+ * One execution of a job as the projector needs it to say which lifecycle event opened it: the
+ * `executions` row, the payload of the journal `recovered` row it wrote (markRecovered, its first
+ * write when it continues the job from the journal; null if it died before that) and the journal
+ * step the job stood at when it began (the last row written by an earlier epoch, 0 for none).
+ */
+export interface ExecutionHistoryEntry {
+  executionId: string;
+  epoch: number;
+  startedAt: Date;
+  /** `executions.outcome`: null while it runs; `lost`/`handed_off` when the job was handed on. */
+  outcome: string | null;
+  recovered: Record<string, unknown> | null;
+  fromStep: number;
+}
+
+/** Every execution of the job, by epoch (one indexed read). */
+export type ExecutionHistoryLookup = (jobId: string) => Promise<ExecutionHistoryEntry[]>;
+
 /** Looked up per call, not kept: the settings (and so the handle) can change under a live object. */
 const gatewayDb = (env: Env) => createDeps(loadConfig(env)).db();
 
@@ -57,6 +82,10 @@ export function postgresExecutionLookup(env: Env): ExecutionLookup {
       .limit(1);
     return rows[0] ?? null;
   };
+}
+
+export function postgresExecutionHistory(env: Env): ExecutionHistoryLookup {
+  return async (jobId) => (isUuid(jobId) ? executionHistory(gatewayDb(env), jobId) : []);
 }
 
 export function postgresJobStateLookup(env: Env): JobStateLookup {
@@ -91,6 +120,8 @@ export function postgresJobStateLookup(env: Env): JobStateLookup {
 export const PROJECTED_TERMINAL_SEQ = Number.MAX_SAFE_INTEGER;
 /** The seq of a projected `run.started`: next to the terminal's, equally out of any host's reach. */
 export const PROJECTED_STARTED_SEQ = Number.MAX_SAFE_INTEGER - 1;
+/** The seq of a projected `run.recovered`: equally out of any host's reach. */
+export const PROJECTED_RECOVERED_SEQ = Number.MAX_SAFE_INTEGER - 2;
 /** execution_id of a projected terminal event for a job that never started. */
 export const PROJECTOR_EXECUTION_ID = "projector";
 
@@ -145,6 +176,64 @@ export function projectedStarted(jobId: string, facts: JobStateFacts): EventEnve
     payload: { source: "projector" },
     ts: facts.startedAt.toISOString(),
   };
+}
+
+/** How a job was handed to a new execution: the predecessor's `executions.outcome` → `run.recovered` reason. */
+const RECOVERY_REASON_OF: Record<string, string> = { lost: "host_lost", handed_off: "host_shutdown" };
+
+/**
+ * The first event the execution `history[i]` would have delivered, as the projector writes it when
+ * that execution delivered none: `run.recovered` when it continued the job from the journal (it
+ * wrote its journal `recovered` row, or its predecessor ended `lost`/`handed_off`, which only a
+ * re-queue for a new execution leaves behind a later one), `run.started` when it is the job's
+ * first execution. Null for an execution resuming from a wait: its `run.resumed` names the
+ * decision, which Postgres no longer ties to that execution.
+ *
+ * A projected `run.recovered` carries `source: "projector"`, `reason` and `from_step` always; the
+ * host's `discarded_turn`, `unknown_calls` and `sandbox_reset` only when the execution wrote its
+ * journal row (they are that row's payload, the same the host would have sent).
+ */
+export function projectedFirstEvent(
+  jobId: string,
+  history: readonly ExecutionHistoryEntry[],
+  i: number,
+): EventEnvelope | null {
+  const x = history[i];
+  if (!x) return null;
+  const before = history[i - 1];
+  const base = { job_id: jobId, execution_id: x.executionId, epoch: x.epoch, ts: x.startedAt.toISOString() };
+  const handedBy = before?.outcome ? RECOVERY_REASON_OF[before.outcome] : undefined;
+  if (x.recovered !== null || handedBy !== undefined) {
+    const payload: EventPayload<"run.recovered"> = {
+      reason: handedBy ?? "host_lost",
+      from_step: x.fromStep,
+      ...(x.recovered ?? {}),
+      source: "projector",
+    };
+    return { ...base, seq: PROJECTED_RECOVERED_SEQ, type: "run.recovered", payload };
+  }
+  if (!before) return { ...base, seq: PROJECTED_STARTED_SEQ, type: "run.started", payload: { source: "projector" } };
+  return null;
+}
+
+/**
+ * The first events of the executions older than `beforeEpoch`, in epoch order: what the projector
+ * writes for executions that delivered nothing, ahead of a later execution's first batch or the
+ * job's projected end. The log appends only those newer than every event it holds
+ * (EventLog.appendProjectedFirsts), so one an execution delivered itself is never repeated.
+ */
+export function projectedFirstEvents(
+  jobId: string,
+  history: readonly ExecutionHistoryEntry[],
+  beforeEpoch: number,
+): EventEnvelope[] {
+  const out: EventEnvelope[] = [];
+  history.forEach((x, i) => {
+    if (x.epoch >= beforeEpoch) return;
+    const e = projectedFirstEvent(jobId, history, i);
+    if (e) out.push(e);
+  });
+  return out;
 }
 
 /**

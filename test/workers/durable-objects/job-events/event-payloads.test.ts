@@ -1,11 +1,16 @@
 /**
- * The projector's own events (terminal and started events written from the job row) validate
+ * The projector's own events (terminal, started and recovered events written from Postgres) validate
  * against the envelope union, as every host batch must (test/unit/event-payloads.test.ts): chat
  * frames and the OpenAPI document describe both with the one schema.
  */
 import { describe, expect, it } from "vitest";
 import { type EventEnvelope, EventEnvelopeSchema } from "../../../../src/contracts/events";
-import { projectedStarted, projectedTerminal } from "../../../../workers/durable-objects/job-events/postgres-facts";
+import {
+  type ExecutionHistoryEntry,
+  projectedFirstEvents,
+  projectedStarted,
+  projectedTerminal,
+} from "../../../../workers/durable-objects/job-events/postgres-facts";
 
 const JOB = "7d9f2c1e-0000-4000-8000-000000000001";
 const EXEC = "7d9f2c1e-0000-4000-8000-000000000002";
@@ -37,6 +42,60 @@ describe("projected event payloads", () => {
         error: { code: "cancelled", message: "before start" },
       }),
     ];
+    // A first execution lost, one recovery that died before its journal row, one after it.
+    const history: ExecutionHistoryEntry[] = [
+      { executionId: EXEC, epoch: 1, startedAt: new Date(0), outcome: "lost", recovered: null, fromStep: 0 },
+      {
+        executionId: crypto.randomUUID(),
+        epoch: 3,
+        startedAt: new Date(0),
+        outcome: "lost",
+        recovered: null,
+        fromStep: 2,
+      },
+      {
+        executionId: crypto.randomUUID(),
+        epoch: 5,
+        startedAt: new Date(0),
+        outcome: null,
+        recovered: {
+          reason: "host_lost",
+          from_step: 2,
+          discarded_turn: true,
+          unknown_calls: ["c1"],
+          sandbox_reset: false,
+        },
+        fromStep: 2,
+      },
+    ];
+    const firsts = projectedFirstEvents(JOB, history, 6);
+    expect(firsts.map((e) => [e.type, e.epoch, e.payload])).toEqual([
+      ["run.started", 1, { source: "projector" }],
+      ["run.recovered", 3, { source: "projector", reason: "host_lost", from_step: 2 }],
+      [
+        "run.recovered",
+        5,
+        {
+          source: "projector",
+          reason: "host_lost",
+          from_step: 2,
+          discarded_turn: true,
+          unknown_calls: ["c1"],
+          sandbox_reset: false,
+        },
+      ],
+    ]);
+    // A hand-off reads host_shutdown; an execution resuming from a wait gets nothing projected.
+    const handedOff: ExecutionHistoryEntry[] = [
+      { ...(history[0] as ExecutionHistoryEntry), outcome: "handed_off" },
+      { ...(history[1] as ExecutionHistoryEntry), outcome: "suspended" },
+      { ...(history[2] as ExecutionHistoryEntry), recovered: null },
+    ];
+    expect(projectedFirstEvents(JOB, handedOff, 6).map((e) => [e.type, e.epoch, e.payload.reason])).toEqual([
+      ["run.started", 1, undefined],
+      ["run.recovered", 3, "host_shutdown"],
+    ]);
+    projected.push(...firsts);
     expect(projected.every((e) => e !== null)).toBe(true);
     for (const e of projected) expect(EventEnvelopeSchema.safeParse(e).error?.issues ?? []).toEqual([]);
   });

@@ -12,8 +12,13 @@ import { INTERNAL_HEADERS, type IngestBatch } from "../../../../src/contracts/ev
 import { signRequest } from "../../../../src/domain/signing";
 import type { JobEventsObject } from "../../../../workers/durable-objects/job-events/job-events-object";
 import {
+  type ExecutionHistoryEntry,
+  PROJECTED_RECOVERED_SEQ,
+} from "../../../../workers/durable-objects/job-events/postgres-facts";
+import {
   batch,
   envelope,
+  fakeRow,
   gateway,
   type HostBatch,
   jobStub,
@@ -326,5 +331,174 @@ describe("the stream shows every lifecycle fact Postgres holds", () => {
       ["run.started", 1],
       ["run.lost", Number.MAX_SAFE_INTEGER],
     ]);
+  });
+
+  describe("recoveries whose execution delivered nothing", () => {
+    const RECOVERED_ROW = {
+      reason: "host_lost",
+      from_step: 2,
+      discarded_turn: true,
+      unknown_calls: ["c1"],
+      sandbox_reset: false,
+    };
+    const at = (ms: number) => new Date(Date.now() - ms);
+    const entry = (
+      executionId: string,
+      epoch: number,
+      outcome: string | null,
+      recovered: Record<string, unknown> | null = null,
+    ): ExecutionHistoryEntry => ({
+      executionId,
+      epoch,
+      startedAt: at(60_000 - epoch * 1000),
+      outcome,
+      recovered,
+      fromStep: 2,
+    });
+    const recoveredEvent = (jobId: string, exec: string, epoch: number) =>
+      envelope(jobId, exec, epoch, 1, "run.recovered", { ...RECOVERED_ROW, reason: "host_lost" });
+    const quiet = (stub: DurableObjectStub<JobEventsObject>) =>
+      runInDurableObject(stub, (i: JobEventsObject) => {
+        i.liveHostQuietMs = 0;
+      });
+
+    it("a recovering host SIGKILLed before its outbox sent anything: its run.recovered is projected ahead of the next execution's first batch, once; its late events stay refused", async () => {
+      const { jobId, stub } = newJob();
+      const [e1, e2, e3] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
+      await hostSends({
+        job_id: jobId,
+        events: [
+          envelope(jobId, e1, 1, 1, "run.started", {}),
+          envelope(jobId, e1, 1, 2, "model.delta", { text: "he" }),
+        ],
+      });
+      // e1 lost → re-queued → e2 (epoch 3) started and died at once → re-queued → e3 (epoch 5).
+      const row = fakeRow(jobId);
+      row.history = [entry(e1, 1, "lost"), entry(e2, 3, "lost"), entry(e3, 5, null, RECOVERED_ROW)];
+      startExecution(jobId, e2, 3);
+      const sse = new SseReader(await stub.fetch(`https://job-events/events?after=0&job_id=${jobId}`));
+      await sse.take(2);
+      expect(
+        await hostSends({
+          job_id: jobId,
+          events: [recoveredEvent(jobId, e3, 5), envelope(jobId, e3, 5, 2, "model.delta", { text: "hello" })],
+        }),
+      ).toMatchObject({ status: 200, ack: { acked_seq: 2 } });
+      expect(row.historyReads).toBe(1);
+      const live = await sse.take(3);
+      expect(live.map((e) => [e.id, e.event, e.data.execution_id, e.data.seq, e.data.payload.source])).toEqual([
+        [3, "run.recovered", e2, PROJECTED_RECOVERED_SEQ, "projector"],
+        [4, "run.recovered", e3, 1, undefined],
+        [5, "model.delta", e3, 2, undefined],
+      ]);
+      // What Postgres knows of an execution that never wrote its journal row: reason and step.
+      expect(live[0]?.data.payload).toEqual({ source: "projector", reason: "host_lost", from_step: 2 });
+      // The dead execution's late events: refused by the epoch fence, as before.
+      expect(await hostSends({ job_id: jobId, events: [recoveredEvent(jobId, e2, 3)] })).toMatchObject({ status: 409 });
+      // Later batches of e3 cost no history read and project nothing again.
+      await hostSends({ job_id: jobId, events: [envelope(jobId, e3, 5, 3, "model.delta", { text: "!" })] });
+      expect(row.historyReads).toBe(1);
+      expect((await offsets(stub)).map((e) => e.type)).toEqual([
+        "run.started",
+        "model.delta",
+        "run.recovered",
+        "run.recovered",
+        "model.delta",
+        "model.delta",
+      ]);
+      await sse.cancel();
+    });
+
+    it("a completion only Postgres knows, of a recovery whose deltas never arrived: run.recovered (the journal row's payload), then run.completed with the output; the deltas after it rebuild nothing, not a wrong answer", async () => {
+      const { jobId, stub } = newJob();
+      const [e1, e2] = [crypto.randomUUID(), crypto.randomUUID()];
+      await hostSends({
+        job_id: jobId,
+        events: [
+          envelope(jobId, e1, 1, 1, "run.started", {}),
+          envelope(jobId, e1, 1, 2, "model.delta", { text: "the ans" }),
+        ],
+      });
+      const row = await setJobRow(stub, jobId, {
+        state: "completed",
+        executionId: e2,
+        epoch: 3,
+        output: "the answer",
+        error: null,
+        finishedAt: at(60_000),
+        startedAt: at(70_000),
+      });
+      row.history = [entry(e1, 1, "lost"), entry(e2, 3, "completed", RECOVERED_ROW)];
+      startExecution(jobId, e2, 3);
+      await quiet(stub);
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      const events = await offsets(stub);
+      expect(events.map((e) => [e.type, e.execution_id, e.payload.source])).toEqual([
+        ["run.started", e1, undefined],
+        ["model.delta", e1, undefined],
+        ["run.recovered", e2, "projector"],
+        ["run.completed", e2, "projector"],
+      ]);
+      expect(events[2]?.payload).toEqual({ ...RECOVERED_ROW, source: "projector" });
+      expect(events[3]?.payload).toEqual({ source: "projector", output: "the answer" });
+      // A client rebuilding from the deltas after the last run.recovered has "", and the terminal
+      // event carries the output: never "the ans" taken for the answer.
+      const last = events.map((e) => e.type).lastIndexOf("run.recovered");
+      const rebuilt = events
+        .slice(last + 1)
+        .filter((e) => e.type === "model.delta")
+        .map((e) => e.payload.text)
+        .join("");
+      expect(rebuilt).toBe("");
+      // The dead execution's own events, arriving late: the job is finished.
+      const late = await hostSends({ job_id: jobId, events: [recoveredEvent(jobId, e2, 3)] });
+      expect(late.status).toBe(409);
+      expect((await offsets(stub)).length).toBe(4);
+    });
+
+    it("the host's own run.recovered arrived first: the projected end adds none", async () => {
+      const { jobId, stub } = newJob();
+      const [e1, e2] = [crypto.randomUUID(), crypto.randomUUID()];
+      await hostSends({ job_id: jobId, events: [envelope(jobId, e1, 1, 1, "run.started", {})] });
+      const row = fakeRow(jobId);
+      row.history = [entry(e1, 1, "lost"), entry(e2, 3, null, RECOVERED_ROW)];
+      await hostSends({ job_id: jobId, events: [recoveredEvent(jobId, e2, 3)] });
+      await setJobRow(stub, jobId, {
+        state: "lost",
+        executionId: e2,
+        epoch: 3,
+        output: null,
+        error: { code: "lost", message: "the host stopped heartbeating" },
+        finishedAt: new Date(),
+        startedAt: at(10_000),
+      });
+      await quiet(stub);
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      expect((await offsets(stub)).map((e) => [e.type, e.execution_id, e.seq])).toEqual([
+        ["run.started", e1, 1],
+        ["run.recovered", e2, 1],
+        ["run.lost", e2, Number.MAX_SAFE_INTEGER],
+      ]);
+    });
+
+    it("a failed history read refuses the new generation's batch (the host resends); the resend lands after the projection", async () => {
+      const { jobId, stub } = newJob();
+      const [e1, e2] = [crypto.randomUUID(), crypto.randomUUID()];
+      const row = fakeRow(jobId);
+      row.history = new Error("postgres down");
+      // e1 never delivered anything: the first execution of the job, lost at once.
+      expect(await hostSends({ job_id: jobId, events: [recoveredEvent(jobId, e2, 3)] })).toMatchObject({
+        status: 503,
+      });
+      expect(await offsets(stub)).toEqual([]);
+      row.history = [entry(e1, 1, "lost"), entry(e2, 3, null, RECOVERED_ROW)];
+      expect(await hostSends({ job_id: jobId, events: [recoveredEvent(jobId, e2, 3)] })).toMatchObject({
+        status: 200,
+      });
+      expect((await offsets(stub)).map((e) => [e.type, e.execution_id, e.payload.source])).toEqual([
+        ["run.started", e1, "projector"],
+        ["run.recovered", e2, undefined],
+      ]);
+    });
   });
 });

@@ -1,6 +1,6 @@
 /**
  * CI-sized run of the run chaos harness (`npm run chaos:runs` is the full one): 4 real hosts, 60
- * jobs that stream, charge, look up, wait for an approval and delegate, 8 aimed faults (SIGKILL
+ * jobs that stream, charge, look up, wait for an approval and delegate, 12 aimed faults (SIGKILL
  * mid-stream, mid-tool, mid-resume, mid-delegation; SIGTERM; a partition from Postgres) and one
  * rolling restart of the whole fleet. Zero anomalies: executions one after another, no charge
  * made twice, no call after a hand-off, every recovery on the stream, streams that rebuild the
@@ -16,7 +16,7 @@ const seed = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31
 
 describe.skipIf(!canRun)("chaos: runs survive their hosts", () => {
   it("judges every job (children too) with zero anomalies while hosts die, drain and partition", async () => {
-    const r = await runChaosRuns({ jobs: 60, faults: 8, hosts: 4, seed, faultEveryMs: 1200, recoveryWindowMs: 30_000 });
+    const r = await runChaosRuns({ jobs: 60, faults: 12, hosts: 4, seed, faultEveryMs: 1200, recoveryWindowMs: 30_000 });
     const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatRunCounts(r.check)}\nfaults ${JSON.stringify(r.faults)} missed ${JSON.stringify(r.faultsMissed)}\n${r.check.verdicts
       .filter((v) => v.reasons.length)
       .slice(0, 10)
@@ -27,6 +27,8 @@ describe.skipIf(!canRun)("chaos: runs survive their hosts", () => {
     expect(r.streamsRead, context).toBe(60 + r.children);
     // The faults happened, and the fleet was replaced once.
     expect(r.faults.rolling_restart, context).toBe(1);
+    // 12 asked so that 6 land: an aimed fault that finds no victim (the job it aimed at ended
+    // first) is missed, and on a loaded machine 8 asked once landed 5.
     const landed = Object.values(r.faults).reduce((a, b) => a + b, 0);
     expect(landed, context).toBeGreaterThanOrEqual(6);
     // Charges were made (the side effect the checker counts), and recovery did its work.

@@ -1,13 +1,13 @@
 /**
  * The agent between the started CAS and the terminal write: read the row (the job, its pinned
- * agent version, a resumed run's checkpoint), prepare (its model, its tools, input sent so
+ * agent version, a resumed run's checkpoint and journal), prepare (its model, its tools, input sent so
  * far), then model turns (each behind the quota gate, retried before output, model-call.ts)
  * and tool steps until the model answers without calling a tool, check the answer against the
  * agent's response_format, and decide the outcome. Input that arrives meanwhile is applied at
  * turn boundaries. A tool call that needs a person (an approval, or ask_user) ends the
- * execution as a wait with a checkpoint (waitpoint.ts); the execution that resumes continues
- * from it. Every completed step is journaled before the next starts (journal.ts), so an
- * execution that recovers the job after its host was lost continues from there (recovery.ts).
+ * execution as a wait (waitpoint.ts). Every completed step is journaled before the next starts
+ * (journal.ts), so the execution that resumes the job after its wait, or recovers it after its
+ * host was lost (recovery.ts), rebuilds the conversation from the journal and continues there.
  */
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelTurnReason } from "../../src/contracts/events";
@@ -24,7 +24,7 @@ import { ModelError, type ModelMessage, type ModelToolCall, type ModelToolSpec }
 import { SANDBOX_TOOL_SPECS } from "../sandbox/tools";
 import { codeToolSpec } from "./code-tool-step";
 import { childResults, delegateSpecs, delegateTarget, planChildren } from "./delegate";
-import type { Step } from "./journal";
+import { type Rebuilt, rebuildFromJournal, type Step } from "./journal";
 import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import {
@@ -46,8 +46,15 @@ type TurnStep = Extract<Step, { kind: "turn" }>;
 /** The turns a run of the built-in default agent may take (an agent sets its own `max_turns`). */
 export const MAX_TURNS = AGENT_LIMITS.defaultMaxTurns;
 
-/** How the wait a resuming execution continues from ended: its checkpoint and the decision. */
-export type Resume = { checkpoint: RunCheckpoint; decision: { callId: string; decision: ResumeDecision } };
+/**
+ * How the wait a resuming execution continues from ended: its checkpoint (the call that waited),
+ * the journal it continues from, and the decision.
+ */
+export type Resume = {
+  checkpoint: RunCheckpoint;
+  rebuilt: Rebuilt;
+  decision: { callId: string; decision: ResumeDecision };
+};
 
 /** Where an execution starts: afresh, from a wait's checkpoint, or from the journal. */
 export interface Start {
@@ -57,10 +64,10 @@ export interface Start {
 
 /**
  * The execution's first step: its job row and pinned agent version (read once: a later version
- * never reaches a running job) and, when it resumes a waiting job, its checkpoint and how the
- * wait ended, or, when it recovers a job whose last owner was lost, the journal. Then the
- * execution's first event: `run.recovered` when it continues from the journal, `run.resumed`
- * when it continues from a checkpoint, else `run.started` (emitted even when the read failed).
+ * never reaches a running job) and, when it resumes a waiting job, its checkpoint, how the wait
+ * ended and the journal, or, when it recovers a job whose last owner was lost, the journal. Then
+ * the execution's first event: `run.recovered` when it recovers, `run.resumed` when it resumes,
+ * else `run.started` (emitted even when the read failed).
  * Throws when it failed.
  */
 export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob } & Start> {
@@ -77,9 +84,19 @@ export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob
     }
     const checkpoint = readCheckpoint(job.checkpoint);
     if (checkpoint) {
-      const decision = await resumeDecision(deps.db, id.jobId, checkpoint.pending.id);
-      if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.pending.id}`);
-      resume = { checkpoint, decision: { callId: checkpoint.pending.id, decision } };
+      // A resume: the checkpoint names the call, the journal holds the conversation up to it.
+      const [decision, records] = await Promise.all([
+        resumeDecision(deps.db, id.jobId, checkpoint.callId),
+        deps.journal.read(id.jobId),
+      ]);
+      if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.callId}`);
+      const rebuilt = rebuildFromJournal(records);
+      if (rebuilt.turn !== checkpoint.turn || rebuilt.open[0]?.call.id !== checkpoint.callId) {
+        throw new Error(
+          `job ${id.jobId}'s journal does not end at the call it waited on (${checkpoint.callId}, turn ${checkpoint.turn})`,
+        );
+      }
+      resume = { checkpoint, rebuilt, decision: { callId: checkpoint.callId, decision } };
     }
     return { job, resume, recovery };
   } finally {
@@ -133,19 +150,24 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       offered: new Set((tools ?? []).map((t) => t.name)),
     };
     let firstTurn = 1;
+    const rebuilt = resume?.rebuilt ?? recovery?.rebuilt ?? null;
+    if (rebuilt) {
+      // A resume or a recovery continues after the journal's last step, its counters from there.
+      text = rebuilt.text;
+      if (rebuilt.repairedAt !== null) {
+        loop.repaired = true;
+        loop.maxTurns = rebuilt.repairedAt + 1;
+      }
+      firstTurn = rebuilt.turn + 1;
+    }
     if (resume) {
       // Continue the turn the last execution suspended in: the decided call, then the rest.
       const { checkpoint, decision } = resume;
-      text = checkpoint.text;
-      loop.maxTurns = checkpoint.maxTurns;
-      loop.repaired = checkpoint.repaired;
-      firstTurn = checkpoint.turn + 1;
-      const calls = [checkpoint.pending, ...checkpoint.remaining];
       // A children wait: every delegate call of the turn gets its child's end as its result.
       const delegated = checkpoint.children ? await childResults(exec, checkpoint.children) : new Map<string, string>();
       const ran = await runCalls(exec, {
         messages,
-        calls,
+        calls: resume.rebuilt.open.map((o) => o.call),
         turn: checkpoint.turn,
         text,
         loop,
@@ -156,14 +178,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       if (ran) return ran;
     }
     if (recovery) {
-      // Continue after the last journaled step: the open calls of its turn first.
-      const { rebuilt } = recovery;
-      text = rebuilt.text;
-      if (rebuilt.repairedAt !== null) {
-        loop.repaired = true;
-        loop.maxTurns = rebuilt.repairedAt + 1;
-      }
-      firstTurn = rebuilt.turn + 1;
+      // The open calls of the last journaled turn first.
       const calls = openCalls(recovery);
       if (calls.length > 0) {
         // A parent recovering after its children's wait, before their results were journaled:
@@ -175,7 +190,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
         const ran = await runCalls(exec, {
           messages,
           calls,
-          turn: rebuilt.turn,
+          turn: recovery.rebuilt.turn,
           text,
           loop,
           decided: null,
@@ -188,7 +203,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
         messages.push({ role: "user", content: SANDBOX_RESET_NOTE });
         exec.journal.note({
           kind: "user",
-          payload: { content: SANDBOX_RESET_NOTE, why: "recovery", turn: rebuilt.turn },
+          payload: { content: SANDBOX_RESET_NOTE, why: "recovery", turn: recovery.rebuilt.turn },
         });
       }
     }
@@ -260,7 +275,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
   }
 }
 
-/** The loop's counters a checkpoint carries across a wait. */
+/** The loop's counters (a resume or a recovery derives them from the journal). */
 interface LoopState {
   maxTurns: number;
   repaired: boolean;
@@ -271,7 +286,7 @@ interface LoopState {
 /**
  * Run one turn's tool calls in order, each result appended to `messages`. A call the approval
  * check (`requiresApproval`, src/domain/approval.ts) gates ends the execution here as a wait,
- * with the checkpoint: the calls before it have run and their results are in the conversation.
+ * once the journal holds the turn: the calls before it have run and their results are journaled.
  * `decided` is the call a resuming execution continues from: its result comes from the decision.
  * A delegate call with no result yet ends the execution as a `children` wait: it and every other
  * unresolved delegate call of the turn create their children together (parallel children), and
@@ -296,17 +311,8 @@ async function runCalls(
   const { run, emit } = exec;
   const { messages, calls, turn, text, loop, decided, delegated, inFlight } = step;
   const definition = exec.job.agent?.definition ?? null;
-  // What a waitpoint at call i keeps: the conversation so far, the call that waits, the rest of the turn.
-  const checkpointAt = (i: number, call: ModelToolCall) => ({
-    v: 1 as const,
-    messages: [...messages],
-    text,
-    turn,
-    maxTurns: loop.maxTurns,
-    repaired: loop.repaired,
-    pending: call,
-    remaining: calls.slice(i + 1),
-  });
+  // What a waitpoint at `call` keeps beside the journal: which call waits, in which turn.
+  const checkpointAt = (call: ModelToolCall) => ({ v: 2 as const, callId: call.id, turn });
   for (const [i, call] of calls.entries()) {
     let result: { content: string } | FinalOutcome;
     const known = delegated.get(call.id);
@@ -325,7 +331,9 @@ async function runCalls(
           // outside the tree broke (a child row deleted by hand), and it fails the parent.
           approval: { deadline_s: AGENT_LIMITS.maxApprovalDeadlineS, on_deadline: "fail" },
           children: plan.children,
-          checkpoint: { ...checkpointAt(i, call), children: plan.checkpoint },
+          checkpoint: { ...checkpointAt(call), children: plan.checkpoint },
+          call,
+          text,
         };
       }
       // Every call of the batch was refused (limits, arguments): the errors are their results.
@@ -349,7 +357,9 @@ async function runCalls(
           state: "waiting",
           kind: "approval",
           approval: approvalSettings(definition),
-          checkpoint: checkpointAt(i, call),
+          checkpoint: checkpointAt(call),
+          call,
+          text,
           note: OUTCOME_UNKNOWN_NOTE,
         };
       }
@@ -368,7 +378,9 @@ async function runCalls(
           state: "waiting",
           kind: wait,
           approval: approvalSettings(definition),
-          checkpoint: checkpointAt(i, call),
+          checkpoint: checkpointAt(call),
+          call,
+          text,
         };
       }
       result = await runTool(exec, call);
@@ -415,18 +427,14 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
       "",
     );
   }
-  // A resumed run continues the conversation it suspended with (instructions, input and every
-  // completed tool result included); a recovered one the journal's after the job's input; a
-  // first run starts from the job's input.
+  // A first run starts from the job's input; a resumed or recovered one continues with the
+  // journal's conversation after it (the same rebuild, journal.ts).
   const base: ModelMessage[] = [
     ...(agent?.instructions ? [{ role: "system" as const, content: agent.instructions }] : []),
     ...job.messages,
   ];
-  const messages: ModelMessage[] = resume
-    ? [...resume.checkpoint.messages]
-    : recovery
-      ? [...base, ...recovery.rebuilt.messages]
-      : base;
+  const rebuilt = resume?.rebuilt ?? recovery?.rebuilt ?? null;
+  const messages: ModelMessage[] = rebuilt ? [...base, ...rebuilt.messages] : base;
   const allowed = allowedTools(job);
   // In the order the agent (or job) lists them: what the provider sees is exactly that list;
   // ask_user needs no sandbox.

@@ -54,7 +54,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
   };
 
   try {
-    // The first event (run.started, run.resumed from a checkpoint, run.recovered from the journal) is readRow's.
+    // The first event (run.started, run.resumed at a waitpoint, run.recovered after a lost owner) is readRow's.
     let outcome: FinalOutcome | WaitOutcome;
     try {
       const row = await readRow({ deps, run, emit });
@@ -92,7 +92,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
         return "ownership_lost";
       }
       // A cancel was requested while the call was being made: end the run cancelled.
-      outcome = { state: "cancelled", output: outcome.checkpoint.text || null };
+      outcome = { state: "cancelled", output: outcome.text || null };
     }
     run.phase = "finishing";
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });

@@ -2,15 +2,16 @@
  * The waitpoint on the host: the checkpoint a run suspends with, the suspend itself (sandbox
  * released inside its cleanup fence, then one fenced statement, then the events), and how the
  * next execution turns the recorded decision into the pending call's tool result. Resume is not
- * re-run: the new execution starts from the checkpoint, so tool calls completed before the wait
- * are never repeated, and the approved call runs once, in the execution that resumed.
+ * re-run: the new execution continues from the journal (the checkpoint names the call that
+ * waits), so tool calls completed before the wait are never repeated, and the approved call runs
+ * once, in the execution that resumed.
  */
 import type { AgentApproval } from "../../src/contracts/agent";
 import type { WaitKind } from "../../src/contracts/wait";
 import { applyAnswerInput } from "../../src/db/ownership-repo";
 import { type ChildJob, type ResumeDecision, suspendJob } from "../../src/db/wait-repo";
 import { ASK_USER_TOOL } from "../../src/domain/approval";
-import type { ModelMessage, ModelToolCall, ModelToolSpec } from "../model/types";
+import type { ModelToolCall, ModelToolSpec } from "../model/types";
 import type { ChildrenCheckpoint } from "./delegate";
 import { type Execution, type ExecutionParts, failed, runFields } from "./run-context";
 import { codeToolNames, destroySandbox, runTool } from "./tool-step";
@@ -30,20 +31,19 @@ export const ASK_USER_SPEC: ModelToolSpec = {
 
 /**
  * Where a run suspended, stored on the job row (jobs.checkpoint) and read back by the execution
- * that resumes: the conversation so far (instructions, input, every completed tool call and its
- * result), the pending call, the calls of the same turn after it, and the loop's counters.
+ * that resumes: a view of the journal, not a copy of it. The conversation (every turn, every
+ * completed tool result, every user message the loop added) is already in `job_journal`, written
+ * before the suspend; the resuming execution rebuilds it from there as a recovery does
+ * (`rebuildFromJournal`, journal.ts). The checkpoint only names the call that waits (the first
+ * open call of the journal's last turn; the calls after it are the turn's other open calls) and,
+ * for a children wait, the child each delegate call created. Its size does not grow with the run.
  */
 export interface RunCheckpoint {
-  v: 1;
-  messages: ModelMessage[];
-  /** The answer text so far (the last turn's). */
-  text: string;
-  /** The turn whose tool calls are being run. */
+  v: 2;
+  /** The call that waits. */
+  callId: string;
+  /** The turn whose calls are being run: the journal's last turn. */
   turn: number;
-  maxTurns: number;
-  repaired: boolean;
-  pending: ModelToolCall;
-  remaining: ModelToolCall[];
   /** Kind `children`: the turn's delegate calls and the child each created (delegate.ts). */
   children?: ChildrenCheckpoint;
 }
@@ -53,6 +53,10 @@ export interface WaitOutcome {
   state: "waiting";
   kind: WaitKind;
   checkpoint: RunCheckpoint;
+  /** The call that waits (its name and arguments go to `waiting_for`). */
+  call: ModelToolCall;
+  /** The answer text so far (the last turn's): the output if the run is cancelled instead. */
+  text: string;
   approval: AgentApproval;
   /** Kind `children`: the child jobs the suspend statement creates. */
   children?: ChildJob[];
@@ -60,14 +64,25 @@ export interface WaitOutcome {
   note?: string;
 }
 
-/** What a checkpoint's JSON must look like to be resumed from (a broken one fails the run, never loops). */
+/**
+ * The checkpoint a job's row holds, or null when it holds none (a broken one fails the run, never
+ * loops). Version 1 (hosts before the checkpoint became a journal view) also carried the whole
+ * conversation: only its pending call, turn and children are read, the conversation comes from
+ * the journal, which those hosts wrote too.
+ */
 export function readCheckpoint(raw: Record<string, unknown> | null): RunCheckpoint | null {
   if (raw === null) return null;
-  const c = raw as Partial<RunCheckpoint>;
-  if (c.v !== 1 || !Array.isArray(c.messages) || !c.pending || !Array.isArray(c.remaining)) {
-    throw new Error("the job's checkpoint is not one this host can resume from");
+  const broken = () => new Error("the job's checkpoint is not one this host can resume from");
+  const children = raw.children as ChildrenCheckpoint | undefined;
+  if (raw.v === 2) {
+    if (typeof raw.callId !== "string" || typeof raw.turn !== "number") throw broken();
+    return { v: 2, callId: raw.callId, turn: raw.turn, ...(children ? { children } : {}) };
   }
-  return c as RunCheckpoint;
+  const pending = raw.pending as { id?: unknown } | undefined;
+  if (raw.v === 1 && typeof pending?.id === "string" && typeof raw.turn === "number") {
+    return { v: 2, callId: pending.id, turn: raw.turn, ...(children ? { children } : {}) };
+  }
+  throw broken();
 }
 
 function questionOf(call: ModelToolCall): string {
@@ -93,7 +108,7 @@ export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promi
   }
   // From here the row stops being `running`: a heartbeat must not read that as a lost run.
   run.phase = "finishing";
-  const call = wait.checkpoint.pending;
+  const call = wait.call;
   const question = wait.kind === "input" ? questionOf(call) : (wait.note ?? null);
   const result = await suspendJob(deps.db, id, {
     kind: wait.kind,

@@ -166,8 +166,8 @@ export const jobs = pgTable(
     inputBytes: bigint("input_bytes", { mode: "number" }).notNull().default(0),
     // The waitpoint (state `waiting`): what the job waits for (the public view shows it), when the
     // wait ends by itself, and the checkpoint the next execution resumes from. The checkpoint is
-    // the host's (sandbox-host/runner/checkpoint.ts): the conversation so far with completed tool
-    // results, the pending call and the calls after it, the turn count.
+    // the host's (RunCheckpoint, sandbox-host/runner/waitpoint.ts), a view of job_journal: the
+    // call that waits, its turn, a children wait's children; the conversation is the journal's.
     waitingFor: jsonb("waiting_for").$type<WaitingFor>(),
     waitDeadlineAt: tstz("wait_deadline_at"),
     checkpoint: jsonb("checkpoint").$type<Record<string, unknown>>(),

@@ -27,7 +27,7 @@ export interface Suspension {
   question: string | null;
   deadlineS: number;
   onDeadline: "deny" | "fail";
-  /** The host's checkpoint (sandbox-host/runner/checkpoint.ts), stored as given. */
+  /** The host's checkpoint (RunCheckpoint, sandbox-host/runner/waitpoint.ts), stored as given. */
   checkpoint: Record<string, unknown>;
   /**
    * Timing facts the run observed that no fenced write carried yet: a suspension is this

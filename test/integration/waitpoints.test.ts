@@ -124,7 +124,8 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
     const row = (await t.pool.query("select owner, token, execution_id, checkpoint from jobs where id = $1", [id]))
       .rows[0];
     expect(row).toMatchObject({ owner: null, token: null, execution_id: null });
-    expect(row.checkpoint.pending.id).toBe(w.waiting_for?.call_id);
+    // A view of the journal: the call that waits and its turn, no conversation.
+    expect(row.checkpoint).toEqual({ v: 2, callId: w.waiting_for?.call_id, turn: 1 });
     expect((await executions(id)).map((e) => e.outcome)).toEqual(["suspended"]);
     // Listed as waiting under the state filter.
     const listed = await api().call<{ jobs: JobView[] }>("GET", "/v1/jobs?state=waiting&limit=100");
@@ -167,6 +168,54 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
     expect(evs.map((e) => Number(e.id))).toEqual(evs.map((_, i) => i + 1));
     expect(types.at(-1)).toBe("run.completed");
   }, 90_000);
+
+  it("the checkpoint is a view of the journal: its size does not grow with the run, and the resume rebuilds the conversation from job_journal", async () => {
+    await defineAgent("gated-long", { tools: [{ name: "shell", requires_approval: true }, "write_file"] });
+    // One turn of k completed calls, then the gated one: the resumed model request must carry all
+    // k results (the mock echoes every tool result after the last assistant message).
+    const longRun = async (k: number) => {
+      const marker = randomUUID();
+      const writes = Array.from({ length: k }, (_, i) => ({
+        name: "write_file",
+        args: { path: `/workspace/${marker}-${i}.txt`, content: "x".repeat(2000) },
+      }));
+      const gated = { name: "shell", args: { command: `echo gated-${marker}` } };
+      const id = await submit("gated-long", script({ tool_calls: [...writes, gated] }));
+      return { id, marker, k, w: await waiting(id) };
+    };
+    const [short, long] = await Promise.all([longRun(2), longRun(24)]);
+    const size = new Map<string, number>();
+    for (const r of [short, long]) {
+      const row = (
+        await t.pool.query(
+          `select checkpoint, pg_column_size(checkpoint) as size,
+             (select count(*)::int from job_journal j where j.job_id = jobs.id and j.kind = 'result') as results
+           from jobs where id = $1`,
+          [r.id],
+        )
+      ).rows[0];
+      expect(row.checkpoint).toEqual({ v: 2, callId: r.w.waiting_for?.call_id, turn: 1 });
+      expect(row.results).toBe(r.k);
+      size.set(r.id, row.size);
+    }
+    // No transcript copy: 24 steps of 2 KB each leave the checkpoint as small as 2 do.
+    expect(size.get(long.id)).toBeLessThan(120);
+    // (The mock's call ids may differ by a character.)
+    expect(Math.abs((size.get(long.id) ?? 0) - (size.get(short.id) ?? 0))).toBeLessThanOrEqual(2);
+
+    for (const r of [short, long]) {
+      expect((await decide(r.id, r.w.waiting_for?.call_id as string, { decision: "approve" })).status).toBe(202);
+    }
+    for (const r of [short, long]) {
+      const done = await finished(r.id);
+      expect(done.state, JSON.stringify(done)).toBe("completed");
+      for (let i = 0; i < r.k; i++) expect(done.output).toContain(`${r.marker}-${i}.txt`);
+      expect(done.output).toContain(`gated-${r.marker}`);
+      // The resumed request: the prompt, the assistant's calls, and the k + 1 tool results.
+      const asked = t.stack.mockModel?.requests(r.marker) ?? [];
+      expect(asked.map((q) => q.messages)).toEqual([1, r.k + 3]);
+    }
+  }, 120_000);
 
   it("deny: the model gets the note as the tool result, and the tool never runs", async () => {
     await defineAgent("gated-deny", { tools: [{ name: "shell", requires_approval: true }] });

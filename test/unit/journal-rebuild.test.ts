@@ -1,9 +1,11 @@
 /**
  * Rebuilding a conversation from a job's journal (sandbox-host/runner/journal.ts): what a
- * recovering execution continues from, on synthetic journals.
+ * recovering or resuming execution continues from, on synthetic journals; and the checkpoint a
+ * waitpoint leaves beside it (sandbox-host/runner/waitpoint.ts).
  */
 import { describe, expect, it } from "vitest";
 import { rebuildFromJournal } from "../../sandbox-host/runner/journal";
+import { readCheckpoint } from "../../sandbox-host/runner/waitpoint";
 import type { JournalRecord } from "../../src/db/journal-repo";
 
 const rows = (...steps: Array<Omit<JournalRecord, "seq" | "epoch"> & { epoch?: number }>): JournalRecord[] =>
@@ -61,5 +63,52 @@ describe("rebuildFromJournal", () => {
       { role: "user", content: "and hurry" },
     ]);
     expect([r.open, r.repairedAt, r.turn, r.hadSandbox, r.lastSeq]).toEqual([[], 2, 2, false, 7]);
+  });
+});
+
+describe("the waitpoint checkpoint, a view of the journal", () => {
+  it("a suspended turn: the journal ends at the call that waits, with the calls after it open", () => {
+    // What a run writes before it suspends at b: the turn (riding on a's call row), a's result.
+    const r = rebuildFromJournal(
+      rows(
+        { kind: "user", payload: { content: "also this", why: "input", turn: 0 } },
+        { kind: "turn", payload: { turn: 1, text: "on it", calls: [call("a"), call("b", "shell"), call("c")] } },
+        { kind: "call", payload: { call_id: "a", name: "files__charge", sandbox: false } },
+        { kind: "result", payload: { call_id: "a", content: "ok" } },
+      ),
+    );
+    expect(r.turn).toBe(1);
+    expect(r.text).toBe("on it");
+    expect(r.open.map((o) => [o.call.id, o.started])).toEqual([
+      ["b", false],
+      ["c", false],
+    ]);
+    expect(r.messages.map((m) => m.role)).toEqual(["user", "assistant", "tool"]);
+  });
+
+  it("reads version 2 as stored, and version 1 (which also held the conversation) by its call, turn and children only", () => {
+    const children = { executionId: "e1", calls: { d1: { job_id: "j1", agent: "w" } } };
+    expect(readCheckpoint({ v: 2, callId: "b", turn: 3 })).toEqual({ v: 2, callId: "b", turn: 3 });
+    expect(readCheckpoint({ v: 2, callId: "d1", turn: 1, children })).toEqual({
+      v: 2,
+      callId: "d1",
+      turn: 1,
+      children,
+    });
+    const v1 = {
+      v: 1,
+      messages: [{ role: "user", content: "hi" }],
+      text: "",
+      turn: 2,
+      maxTurns: 10,
+      repaired: false,
+      pending: call("b", "shell"),
+      remaining: [call("c")],
+    };
+    expect(readCheckpoint(v1)).toEqual({ v: 2, callId: "b", turn: 2 });
+    expect(readCheckpoint(null)).toBeNull();
+    for (const broken of [{ v: 2, turn: 1 }, { v: 2, callId: "b" }, { v: 1 }, { v: 3, callId: "b", turn: 1 }]) {
+      expect(() => readCheckpoint(broken)).toThrow(/not one this host can resume from/);
+    }
   });
 });

@@ -285,7 +285,8 @@ export class EventLog {
       sql.exec("INSERT INTO generations (execution_id, epoch, last_seq) VALUES (?, ?, 0)", executionId, epoch);
       // The older generation is retired: whatever it left in the gap buffer can never be appended.
       sql.exec("DELETE FROM gap_buffer WHERE execution_id != ?", executionId);
-      projected = this.appendProjectedFirsts(firsts.filter((e) => e.epoch < epoch));
+      // Up to this execution's own (projected when its batch opens with no first event).
+      projected = this.appendProjectedFirsts(firsts.filter((e) => e.epoch <= epoch));
     }
 
     let lastSeq = generation.last_seq;

@@ -225,9 +225,15 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
     if (this.log.finished || this.log.knowsExecution(first.execution_id)) return [];
     // An epoch the log has already passed is refused as stale (EventLog): not worth a read.
     if ((this.log.currentGeneration()?.epoch ?? -1) >= first.epoch) return [];
-    if (batch.events.some((e) => e.seq === 1 && e.type === "run.started")) return [];
+    const opening = batch.events.find((e) => e.seq === 1);
+    if (opening?.type === "run.started") return [];
+    // A first batch that opens with no first event at all (its host could not read the job row,
+    // agent-loop.ts readRow, and sent only its end): this execution's own first event is
+    // projected too, ahead of its events.
+    const ownToo = opening !== undefined && opening.type !== "run.recovered" && opening.type !== "run.resumed";
     try {
-      return projectedFirstEvents(batch.job_id, await this.executionHistory(batch.job_id), first.epoch);
+      const history = await this.executionHistory(batch.job_id);
+      return projectedFirstEvents(batch.job_id, history, ownToo ? first.epoch + 1 : first.epoch);
     } catch (err) {
       log.warn("execution history lookup failed", { jobId: batch.job_id, error: err });
       return { ok: false, reason: "unavailable", message: "cannot read the job's executions in Postgres" };

@@ -409,6 +409,36 @@ describe("the stream shows every lifecycle fact Postgres holds", () => {
       await sse.cancel();
     });
 
+    it("a recovering execution that could not read its row sends no first event: its own run.recovered is projected ahead of its batch", async () => {
+      const { jobId, stub } = newJob();
+      const [e1, e2] = [crypto.randomUUID(), crypto.randomUUID()];
+      await hostSends({ job_id: jobId, events: [envelope(jobId, e1, 1, 1, "run.started", {})] });
+      // e1 lost → re-queued → e2 (epoch 3) could not read the job row (agent-loop.ts readRow) and
+      // sends only what it can: here a delta-less failure, the first event it has.
+      const row = await setJobRow(stub, jobId, {
+        state: "failed",
+        executionId: e2,
+        epoch: 3,
+        output: null,
+        error: { code: "internal_error", message: "x" },
+        finishedAt: at(1000),
+        startedAt: at(2000),
+      });
+      row.history = [entry(e1, 1, "lost"), entry(e2, 3, "failed")];
+      startExecution(jobId, e2, 3);
+      const sent = await hostSends({
+        job_id: jobId,
+        events: [envelope(jobId, e2, 3, 1, "run.failed", { error: { code: "internal_error", message: "x" } })],
+      });
+      expect(sent).toMatchObject({ status: 200 });
+      const events = await offsets(stub);
+      expect(events.map((e) => [e.type, e.execution_id, e.payload.source])).toEqual([
+        ["run.started", e1, undefined],
+        ["run.recovered", e2, "projector"],
+        ["run.failed", e2, undefined],
+      ]);
+    });
+
     it("a completion only Postgres knows, of a recovery whose deltas never arrived: run.recovered (the journal row's payload), then run.completed with the output; the deltas after it rebuild nothing, not a wrong answer", async () => {
       const { jobId, stub } = newJob();
       const [e1, e2] = [crypto.randomUUID(), crypto.randomUUID()];

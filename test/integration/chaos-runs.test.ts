@@ -16,7 +16,14 @@ const seed = Number(process.env.CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31
 
 describe.skipIf(!canRun)("chaos: runs survive their hosts", () => {
   it("judges every job (children too) with zero anomalies while hosts die, drain and partition", async () => {
-    const r = await runChaosRuns({ jobs: 60, faults: 12, hosts: 4, seed, faultEveryMs: 1200, recoveryWindowMs: 30_000 });
+    const r = await runChaosRuns({
+      jobs: 60,
+      faults: 12,
+      hosts: 4,
+      seed,
+      faultEveryMs: 1200,
+      recoveryWindowMs: 30_000,
+    });
     const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatRunCounts(r.check)}\nfaults ${JSON.stringify(r.faults)} missed ${JSON.stringify(r.faultsMissed)}\n${r.check.verdicts
       .filter((v) => v.reasons.length)
       .slice(0, 10)

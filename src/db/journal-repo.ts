@@ -97,19 +97,23 @@ export async function readJournal(db: Db, jobId: string): Promise<JournalRecord[
  * execution whose host delivered none (workers/durable-objects/job-events/postgres-facts.ts).
  * One statement; the subqueries walk only this job's rows (the journal's primary key).
  */
-export async function executionHistory(
-  db: Db,
-  jobId: string,
-): Promise<
-  Array<{
-    executionId: string;
-    epoch: number;
-    startedAt: Date;
-    outcome: string | null;
-    recovered: Record<string, unknown> | null;
-    fromStep: number;
-  }>
-> {
+/**
+ * One execution of a job as the projector needs it to say which lifecycle event opened it: the
+ * `executions` row, the payload of the journal `recovered` row it wrote (markRecovered, its first
+ * write when it continues the job from the journal; null if it died before that) and the journal
+ * step the job stood at when it began (the last row written by an earlier epoch, 0 for none).
+ */
+export interface ExecutionHistoryEntry {
+  executionId: string;
+  epoch: number;
+  startedAt: Date;
+  /** `executions.outcome`: null while it runs; `lost`/`handed_off` when the job was handed on. */
+  outcome: string | null;
+  recovered: Record<string, unknown> | null;
+  fromStep: number;
+}
+
+export async function executionHistory(db: Db, jobId: string): Promise<ExecutionHistoryEntry[]> {
   const rows = resultRows<{
     id: string;
     epoch: number;

@@ -13,7 +13,7 @@ import {
 } from "../../../src/contracts/events";
 import type { JobError } from "../../../src/contracts/job";
 import { type JobState, terminalEventFor } from "../../../src/contracts/job-state";
-import { executionHistory } from "../../../src/db/journal-repo";
+import { type ExecutionHistoryEntry, executionHistory } from "../../../src/db/journal-repo";
 import { executions, jobs } from "../../../src/db/schema";
 import { isUuid } from "../../../src/domain/uuid";
 import { createDeps } from "../../deps";
@@ -48,21 +48,8 @@ export interface ExecutionFacts {
 /** The execution row `executionId` of job `jobId`, or null when that job has no such execution. */
 export type ExecutionLookup = (jobId: string, executionId: string) => Promise<ExecutionFacts | null>;
 
-/**
- * One execution of a job as the projector needs it to say which lifecycle event opened it: the
- * `executions` row, the payload of the journal `recovered` row it wrote (markRecovered, its first
- * write when it continues the job from the journal; null if it died before that) and the journal
- * step the job stood at when it began (the last row written by an earlier epoch, 0 for none).
- */
-export interface ExecutionHistoryEntry {
-  executionId: string;
-  epoch: number;
-  startedAt: Date;
-  /** `executions.outcome`: null while it runs; `lost`/`handed_off` when the job was handed on. */
-  outcome: string | null;
-  recovered: Record<string, unknown> | null;
-  fromStep: number;
-}
+/** One execution of a job as the projector reads it (its home: src/db/journal-repo.ts). */
+export type { ExecutionHistoryEntry };
 
 /** Every execution of the job, by epoch (one indexed read). */
 export type ExecutionHistoryLookup = (jobId: string) => Promise<ExecutionHistoryEntry[]>;

@@ -63,9 +63,9 @@ describe("cron and timezone checks", () => {
       expect(fire).toThrow(ScheduleClockError);
       expect(fire).toThrow(/^timezone: ".*" is not an IANA timezone/);
     }
-    expect(() => tickToFire({ cron: "61 * * * *", timezone: "UTC", catchUp: "latest" }, new Date(), new Date())).toThrow(
-      /^cron: "61 \* \* \* \*" is not a valid cron/,
-    );
+    expect(() =>
+      tickToFire({ cron: "61 * * * *", timezone: "UTC", catchUp: "latest" }, new Date(), new Date()),
+    ).toThrow(/^cron: "61 \* \* \* \*" is not a valid cron/);
   });
 
   it("a tick that failed to fire waits longer after each failure in a row, up to the cap", () => {

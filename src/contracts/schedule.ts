@@ -1,7 +1,7 @@
 /**
  * Schedules (docs/api.md "Schedules"): a cron in a timezone that submits a job at each tick. The
- * cron and timezone are checked beyond their shape by src/domain/schedule-time.ts (croner, Intl),
- * in the route, so the 400 names the bad one.
+ * cron and timezone are checked beyond their shape by src/domain/schedule-time.ts (croner; for the
+ * zone an explicit IANA-name rule, then Intl), in the route, so the 400 names the bad one.
  */
 import { z } from "zod";
 import { agentRefSchema } from "./agent";

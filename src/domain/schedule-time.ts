@@ -4,7 +4,8 @@
  * spring-forward skips fires at the first instant after the gap, a fixed time the fall-back
  * repeats fires once, and an hourly or finer cron fires at every real instant). The gateway
  * checks a cron and timezone once (a 400 naming the bad one); whoever fires a tick (host
- * schedulers, the Worker's cron) computes the tick after it here, so the two agree.
+ * schedulers, the Worker's cron) checks the timezone again by the same rule and computes the tick
+ * after it here, so the two agree.
  */
 import { Cron } from "croner";
 import type { CatchUp } from "../contracts/schedule";

@@ -167,7 +167,15 @@ export interface FireLog {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/** `next_iso`: the tick read, to the microsecond, for the firing statement's compare-and-set. */
 type DueRow = ScheduleRow & { next_iso: string };
+
+/**
+ * A tick as the compare-and-set reads it back: every digit Postgres keeps. At milliseconds (the
+ * view's precision) a row whose tick has microseconds (one not written by the gateway or a firer)
+ * never matches, never fires and stays first in the due read.
+ */
+const exact = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 /**
  * Fire every due tick once: read the enabled schedules whose `next_run_at` has come and whose
@@ -196,7 +204,7 @@ export async function fireDueSchedules(
       ) m LEFT JOIN LATERAL (
         SELECT id, "tenantId", cron, timezone, agent, "catchUp", "nextRunAt", next_iso, failures FROM (
           SELECT id, tenant_id AS "tenantId", cron, timezone, agent, catch_up AS "catchUp",
-            next_run_at AS "nextRunAt", ${iso(sql`next_run_at`)} AS next_iso, failures,
+            next_run_at AS "nextRunAt", ${exact(sql`next_run_at`)} AS next_iso, failures,
             greatest(next_run_at, retry_at) AS due_at,
             row_number() OVER (PARTITION BY tenant_id ORDER BY greatest(next_run_at, retry_at), id) AS round
           FROM schedules WHERE enabled AND greatest(next_run_at, retry_at) <= now()

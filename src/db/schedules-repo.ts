@@ -198,9 +198,13 @@ export async function fireDueSchedules(
   const rows = resultRows<DueRow & { db_now: string | Date; soonest: string | Date | null }>(
     await db.execute(sql`
       SELECT m.db_now, m.soonest, d.* FROM (
-        SELECT now() AS db_now,
-          min(greatest(next_run_at, retry_at)) FILTER (WHERE greatest(next_run_at, retry_at) > now()) AS soonest
-        FROM schedules WHERE enabled
+        -- The soonest ahead as the first entry of the due index past now (a min() over the
+        -- enabled rows read every one of them).
+        SELECT now() AS db_now, (
+          SELECT greatest(next_run_at, retry_at) FROM schedules
+          WHERE enabled AND greatest(next_run_at, retry_at) > now()
+          ORDER BY greatest(next_run_at, retry_at) LIMIT 1
+        ) AS soonest
       ) m LEFT JOIN LATERAL (
         SELECT id, "tenantId", cron, timezone, agent, "catchUp", "nextRunAt", next_iso, failures FROM (
           SELECT id, tenant_id AS "tenantId", cron, timezone, agent, catch_up AS "catchUp",

@@ -1,7 +1,7 @@
 /**
  * Schedules (docs/api.md "Schedules"): a cron in a timezone that submits a job at each tick. The
- * cron and timezone are checked beyond their shape by src/domain/schedule-time.ts (croner, Intl),
- * in the route, so the 400 names the bad one.
+ * cron and timezone are checked beyond their shape by src/domain/schedule-time.ts (croner; for the
+ * zone an explicit IANA-name rule, then Intl), in the route, so the 400 names the bad one.
  */
 import { z } from "zod";
 import { agentRefSchema } from "./agent";
@@ -34,7 +34,7 @@ export const CreateScheduleBodySchema = z
   .object({
     /** 5 fields (minute hour day month weekday), or 6 with seconds first. */
     cron,
-    /** IANA name; default UTC. */
+    /** IANA name (src/domain/schedule-time.ts `timezoneProblem`); default UTC. */
     timezone: timezone.optional(),
     /** The agent each tick's job runs (`name`: its latest version at the tick, or `name@N`). */
     agent: agentRefSchema.optional(),
@@ -73,6 +73,11 @@ export const ScheduleViewSchema = z.object({
   next_run_at: isoTime.nullable(),
   /** The last tick that made a job (its scheduled_for). */
   last_run_at: isoTime.nullable(),
+  /**
+   * Why the last try to fire a tick failed (the tick is tried again after a growing delay); null
+   * once a tick fires.
+   */
+  last_error: z.string().nullable(),
   created_at: isoTime,
   updated_at: isoTime,
 });

@@ -15,7 +15,7 @@ import { type SQL, sql } from "drizzle-orm";
 import { agentPriority, parseAgentRef } from "../contracts/agent";
 import type { CatchUp, ScheduleView } from "../contracts/schedule";
 import { toolNames } from "../domain/approval";
-import { tickToFire } from "../domain/schedule-time";
+import { retryDelayMs, ScheduleClockError, tickToFire } from "../domain/schedule-time";
 import { isUuid } from "../domain/uuid";
 import { getAgentVersion } from "./agents-repo";
 import { type Db, resultCount, resultRows } from "./client";
@@ -33,6 +33,7 @@ interface RawSchedule {
   catch_up: CatchUp;
   next_run_at: string | null;
   last_run_at: string | null;
+  last_error: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -40,7 +41,7 @@ interface RawSchedule {
 const iso = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
 const COLUMNS = sql`id, tenant_id, cron, timezone, agent, input, metadata, enabled, catch_up,
-  ${iso(sql`next_run_at`)} AS next_run_at, ${iso(sql`last_run_at`)} AS last_run_at,
+  ${iso(sql`next_run_at`)} AS next_run_at, ${iso(sql`last_run_at`)} AS last_run_at, last_error,
   ${iso(sql`created_at`)} AS created_at, ${iso(sql`updated_at`)} AS updated_at`;
 
 const json = <T>(v: T | string): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
@@ -57,6 +58,7 @@ function toView(r: RawSchedule): ScheduleView {
     catch_up: r.catch_up,
     next_run_at: r.next_run_at,
     last_run_at: r.last_run_at,
+    last_error: r.last_error,
     created_at: r.created_at,
     updated_at: r.updated_at,
   };
@@ -122,7 +124,13 @@ export async function updateSchedule(
     await db.execute(sql`
       UPDATE schedules SET cron = ${f.cron}, timezone = ${f.timezone}, input = ${JSON.stringify(f.input)}::jsonb,
         metadata = ${JSON.stringify(f.metadata)}::jsonb, enabled = ${f.enabled}, catch_up = ${f.catchUp},
-        next_run_at = ${f.nextRunAt?.toISOString() ?? null}::timestamptz, updated_at = now()
+        next_run_at = ${f.nextRunAt?.toISOString() ?? null}::timestamptz, updated_at = now(),
+        -- A changed next tick (a new cron, timezone or enabled) is owed afresh: no retry delay left
+        -- from failures to fire the old one (last_error stays until a tick fires).
+        retry_at = CASE WHEN next_run_at IS DISTINCT FROM ${f.nextRunAt?.toISOString() ?? null}::timestamptz
+          THEN NULL ELSE retry_at END,
+        failures = CASE WHEN next_run_at IS DISTINCT FROM ${f.nextRunAt?.toISOString() ?? null}::timestamptz
+          THEN 0 ELSE failures END
       WHERE tenant_id = ${tenantId} AND id = ${id}::uuid
       RETURNING ${COLUMNS}`),
   );
@@ -139,6 +147,13 @@ export async function deleteSchedule(db: Db, tenantId: string, id: string): Prom
 /** How many due schedules one pass reads (the rest are next pass's, a few hundred ms later). */
 const DUE_BATCH = 100;
 
+/**
+ * What `last_error` says when a tick failed for a reason other than its clock (a database read or
+ * write): the tenant sees that it failed and is retried, not the database's message (which may
+ * name internals); the host's log has the error itself.
+ */
+const FIRE_FAILED = "the tick could not be fired (a database read or write failed); it is tried again";
+
 export interface FiredTick {
   scheduleId: string;
   /** The tick a job was made for; null when the tick was skipped (catch_up none, agent gone). */
@@ -152,58 +167,119 @@ export interface FireLog {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/** `next_iso`: the tick read, to the microsecond, for the firing statement's compare-and-set. */
+type DueRow = ScheduleRow & { next_iso: string };
+
 /**
- * Fire every due tick once: read the enabled schedules whose `next_run_at` has come (by
- * Postgres' clock, the fleet's one clock), then one statement per schedule (see the file
- * comment). Returns the ticks this caller fired (a tick another firer won is not in the list) and
- * how long until the soonest tick ahead (Postgres' clock), so a scheduler can sleep until then.
+ * A tick as the compare-and-set reads it back: every digit Postgres keeps. At milliseconds (the
+ * view's precision) a row whose tick has microseconds (one not written by the gateway or a firer)
+ * never matches, never fires and stays first in the due read.
+ */
+const exact = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/**
+ * Fire every due tick once: read the enabled schedules whose `next_run_at` has come and whose
+ * retry delay (if a try failed) is over, by Postgres' clock (the fleet's one clock), then one
+ * statement per schedule (see the file comment). Returns the ticks this caller fired (a tick
+ * another firer won is not in the list) and how long until the soonest tick or retry ahead
+ * (Postgres' clock), so a scheduler can sleep until then.
+ *
+ * The due read is fair across tenants: it takes every tenant's most overdue schedule before any
+ * tenant's second (round-robin by tenant, oldest first within a round), so one tenant's hundred
+ * due schedules cannot keep another's one due tick out of the batch. A schedule that fails to
+ * fire is pushed back by a growing delay with its `last_error` set (pushBack), so it leaves the
+ * due read until then instead of coming back first at every pass.
  */
 export async function fireDueSchedules(
   db: Db,
   log?: FireLog,
 ): Promise<{ fired: FiredTick[]; nextInMs: number | null }> {
   // One statement when nothing is due (the common pass): the soonest tick ahead comes with it.
-  const rows = resultRows<ScheduleRow & { db_now: string | Date; soonest: string | Date | null; next_iso: string }>(
+  const rows = resultRows<DueRow & { db_now: string | Date; soonest: string | Date | null }>(
     await db.execute(sql`
       SELECT m.db_now, m.soonest, d.* FROM (
-        SELECT now() AS db_now, min(next_run_at) FILTER (WHERE next_run_at > now()) AS soonest
-        FROM schedules WHERE enabled
+        -- The soonest ahead as the first entry of the due index past now (a min() over the
+        -- enabled rows read every one of them).
+        SELECT now() AS db_now, (
+          SELECT greatest(next_run_at, retry_at) FROM schedules
+          WHERE enabled AND greatest(next_run_at, retry_at) > now()
+          ORDER BY greatest(next_run_at, retry_at) LIMIT 1
+        ) AS soonest
       ) m LEFT JOIN LATERAL (
-        SELECT id, tenant_id AS "tenantId", cron, timezone, agent, catch_up AS "catchUp",
-          next_run_at AS "nextRunAt", ${iso(sql`next_run_at`)} AS next_iso
-        FROM schedules WHERE enabled AND next_run_at <= now()
-        ORDER BY next_run_at LIMIT ${DUE_BATCH}
+        SELECT id, "tenantId", cron, timezone, agent, "catchUp", "nextRunAt", next_iso, failures FROM (
+          SELECT id, tenant_id AS "tenantId", cron, timezone, agent, catch_up AS "catchUp",
+            next_run_at AS "nextRunAt", ${exact(sql`next_run_at`)} AS next_iso, failures,
+            greatest(next_run_at, retry_at) AS due_at,
+            row_number() OVER (PARTITION BY tenant_id ORDER BY greatest(next_run_at, retry_at), id) AS round
+          FROM schedules WHERE enabled AND greatest(next_run_at, retry_at) <= now()
+        ) due
+        ORDER BY round, due_at, id LIMIT ${DUE_BATCH}
       ) d ON true`),
   );
   const head = rows[0];
   const now = new Date(head?.db_now ?? Date.now());
   const fired: FiredTick[] = [];
   let soonest = head?.soonest ? new Date(head.soonest).getTime() : null;
+  const sooner = (at: Date | null) => {
+    if (at) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, at.getTime());
+  };
   for (const s of rows) {
     if (!s.id) continue;
     let outcome: Awaited<ReturnType<typeof fireOne>>;
     try {
       outcome = await fireOne(db, s, now, log);
     } catch (err) {
-      // One schedule's failure (its agent read, its statement) must not starve the others behind it.
-      log?.warn("schedule tick not fired; retried next pass", {
-        schedule_id: s.id,
-        // The loggers write an `error` field through loggableError (no SQL parameters in the log).
-        error: err,
-      });
+      // One schedule's failure (its clock, its agent read, its statement) must not starve the
+      // others behind it, nor take a place in every later batch: it is tried again after a delay.
+      sooner(await pushBack(db, s, err, log));
       continue;
     }
     const { fired: tick, next } = outcome;
     if (tick) fired.push(tick);
     // Whoever won the tick, the one after it is the same: a firer that lost the race sleeps until then too.
-    if (next) soonest = Math.min(soonest ?? Number.POSITIVE_INFINITY, next.getTime());
+    sooner(next);
   }
   return { fired, nextInMs: soonest === null ? null : Math.max(0, soonest - now.getTime()) };
 }
 
+/**
+ * A schedule whose tick failed to fire: not tried again for `retryDelayMs(failures)` (growing
+ * with each failure in a row), `last_error` saying why. Only while the row is still the one read
+ * and still due: a firer that fired the tick meanwhile, or another that already pushed it back,
+ * wins, so racing firers count one failure. Returns when it is tried again (null: not pushed back).
+ */
+async function pushBack(db: Db, s: DueRow, err: unknown, log?: FireLog): Promise<Date | null> {
+  const failures = Number(s.failures ?? 0) + 1;
+  const delayMs = retryDelayMs(failures);
+  const lastError = err instanceof ScheduleClockError ? err.message : FIRE_FAILED;
+  // The loggers write an `error` field through loggableError (no SQL parameters in the log).
+  log?.warn("schedule tick not fired; tried again after a delay", {
+    schedule_id: s.id,
+    tenant_id: s.tenantId,
+    failures,
+    retry_in_ms: delayMs,
+    error: err,
+  });
+  try {
+    const rows = resultRows<{ retry_at: string | Date }>(
+      await db.execute(sql`
+        UPDATE schedules SET retry_at = now() + ${delayMs}::int * interval '1 millisecond',
+          failures = failures + 1, last_error = ${lastError}
+        WHERE id = ${s.id}::uuid AND enabled AND next_run_at = ${s.next_iso}::timestamptz
+          AND greatest(next_run_at, retry_at) <= now()
+        RETURNING retry_at`),
+    );
+    return rows[0] ? new Date(rows[0].retry_at) : null;
+  } catch (pushErr) {
+    // Postgres itself failing: the row stays due and the next pass tries it (and this) again.
+    log?.warn("schedule retry delay not recorded", { schedule_id: s.id, error: pushErr });
+    return null;
+  }
+}
+
 async function fireOne(
   db: Db,
-  s: ScheduleRow & { next_iso: string },
+  s: DueRow,
   now: Date,
   log?: FireLog,
 ): Promise<{ fired: FiredTick | null; next: Date | null }> {
@@ -220,7 +296,8 @@ async function fireOne(
     await db.execute(sql`
       WITH s AS (
         UPDATE schedules SET next_run_at = ${next?.toISOString() ?? null}::timestamptz,
-          last_run_at = coalesce(${fire?.toISOString() ?? null}::timestamptz, last_run_at)
+          last_run_at = coalesce(${fire?.toISOString() ?? null}::timestamptz, last_run_at),
+          retry_at = NULL, failures = 0, last_error = NULL
         WHERE id = ${s.id}::uuid AND enabled AND next_run_at = ${s.next_iso}::timestamptz
         RETURNING id, tenant_id, input, metadata
       ), j AS (

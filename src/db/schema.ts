@@ -479,17 +479,27 @@ export const schedules = pgTable(
     metadata: jsonb("metadata").$type<Record<string, unknown>>().notNull().default({}),
     enabled: boolean("enabled").notNull().default(true),
     catchUp: text("catch_up").notNull().default("latest"),
-    /** Null while disabled. */
+    /** The tick owed next. Null while disabled. */
     nextRunAt: tstz("next_run_at"),
     lastRunAt: tstz("last_run_at"),
+    /**
+     * Set when a tick failed to fire: not tried again before this (a growing delay,
+     * src/domain/schedule-time.ts `retryDelayMs`). Null once a tick fires, or the timing changes.
+     */
+    retryAt: tstz("retry_at"),
+    /** Failures to fire in a row (the delay's exponent); 0 once a tick fires. */
+    failures: integer("failures").notNull().default(0),
+    /** Why the last try to fire failed, shown on the schedule; null once a tick fires. */
+    lastError: text("last_error"),
     createdAt: tstz("created_at").notNull().defaultNow(),
     updatedAt: tstz("updated_at").notNull().defaultNow(),
   },
   (t) => [
     check("schedules_catch_up_ck", sql`${t.catchUp} in ('latest','none')`),
     index("schedules_tenant_created_idx").on(t.tenantId, t.createdAt, t.id),
-    // The schedulers' one read: the enabled schedules whose tick is due.
-    index("schedules_due_idx").on(t.nextRunAt).where(sql`${t.enabled}`),
+    // The schedulers' one read: the enabled schedules that are due, their tick come and any retry
+    // delay over (greatest() skips a null retry_at).
+    index("schedules_due_idx").on(sql`greatest(${t.nextRunAt}, ${t.retryAt})`).where(sql`${t.enabled}`),
   ],
 );
 

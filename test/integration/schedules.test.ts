@@ -22,6 +22,7 @@ interface Schedule {
   catch_up: string;
   next_run_at: string | null;
   last_run_at: string | null;
+  last_error: string | null;
 }
 
 const pct = (xs: number[], p: number) => {
@@ -38,6 +39,11 @@ describe("schedules", () => {
       [{ cron: "* * * *" }, /^cron: .*4 fields/],
       [{ cron: "61 * * * *" }, /^cron: .*minute/],
       [{ cron: "0 9 * * *", timezone: "Mars/Olympus" }, /^timezone: "Mars\/Olympus" is not an IANA timezone/],
+      // Zones workerd takes that a host's Node refuses (all offsets on Node 20, Factory on every Node).
+      [{ cron: "* * * * * *", timezone: "+05:30" }, /^timezone: "\+05:30" is not an IANA timezone.*UTC offset/],
+      [{ cron: "* * * * * *", timezone: "-00:00" }, /^timezone: "-00:00" is not an IANA timezone/],
+      [{ cron: "* * * * * *", timezone: "+0530" }, /^timezone: "\+0530" is not an IANA timezone/],
+      [{ cron: "* * * * * *", timezone: "Factory" }, /^timezone: "Factory" is not an IANA timezone/],
       [{ cron: "0 9 * * *", catch_up: "all" }, /catch_up/],
     ] as const;
     for (const [fields, message] of bad) {
@@ -193,6 +199,50 @@ describe("schedules", () => {
     await new Promise((r) => setTimeout(r, 3500));
     expect((await jobsOf()).length).toBe(rows.length);
   }, 90_000);
+
+  it("a schedule stored in a zone the hosts refuse says why on the API, is tried again after a delay, and fires once its zone is put right", async () => {
+    // Stored as the gateway stored it before its check: due now, in tzdb's placeholder zone.
+    const inserted = await t.pool.query<{ id: string }>(
+      `INSERT INTO schedules (id, tenant_id, cron, timezone, input, next_run_at)
+       VALUES (gen_random_uuid(), $1, '* * * * * *', 'Factory', '{"messages":[{"role":"user","content":"x"}]}',
+         date_trunc('milliseconds', now()))
+       RETURNING id`,
+      [t.stack.tenantId],
+    );
+    const id = inserted.rows[0]?.id as string;
+    const failed = await waitFor(
+      "a host's failed try",
+      async () => {
+        const s = (await api().call<{ schedule: Schedule }>("GET", `/v1/schedules/${id}`)).body.schedule;
+        return s.last_error ? s : null;
+      },
+      { timeoutMs: 10_000 },
+    );
+    expect(failed.last_error).toMatch(/^timezone: "Factory" is not an IANA timezone/);
+    // Tried again after a growing delay, not at every pass of the two hosts' tickers (1 s).
+    await new Promise((r) => setTimeout(r, 3000));
+    const tries = await t.pool.query<{ failures: number }>("SELECT failures FROM schedules WHERE id = $1", [id]);
+    expect(tries.rows[0]?.failures).toBeGreaterThanOrEqual(1);
+    expect(tries.rows[0]?.failures).toBeLessThanOrEqual(2);
+    // A PATCH of any other field is refused while the zone is wrong, and names the zone.
+    const badPatch = await api().call<{ error: { message: string } }>("PATCH", `/v1/schedules/${id}`, {
+      cron: "*/2 * * * * *",
+    });
+    expect(badPatch.status).toBe(400);
+    expect(badPatch.body.error.message).toMatch(/^timezone: "Factory"/);
+    const fixed = await api().call<{ schedule: Schedule }>("PATCH", `/v1/schedules/${id}`, { timezone: "UTC" });
+    expect(fixed.status).toBe(200);
+    const fired = await waitFor(
+      "its next tick fired",
+      async () => {
+        const s = (await api().call<{ schedule: Schedule }>("GET", `/v1/schedules/${id}`)).body.schedule;
+        return s.last_run_at ? s : null;
+      },
+      { timeoutMs: 10_000 },
+    );
+    expect(fired.last_error).toBeNull();
+    expect((await api().call("DELETE", `/v1/schedules/${id}`)).status).toBe(204);
+  });
 
   it("another tenant's schedule is 404 everywhere, and its jobs are not in this tenant's ?schedule_id= list", async () => {
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;

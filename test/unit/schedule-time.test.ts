@@ -9,9 +9,13 @@ import {
   cronProblem,
   MISSED_TICK_AFTER_MS,
   nextTick,
+  retryDelayMs,
+  SCHEDULE_RETRY,
+  ScheduleClockError,
   tickToFire,
   timezoneProblem,
 } from "../../src/domain/schedule-time";
+import { TIMEZONE_VERDICTS } from "../fixtures/timezones";
 
 /** Every tick in (from, to], by repeated nextTick: what a firer walks through. */
 function ticks(cron: string, tz: string, from: string, to: string): string[] {
@@ -37,6 +41,38 @@ describe("cron and timezone checks", () => {
     expect(cronProblem("0 9 * * 1-5", "Europe/Berlin")).toBeNull();
     expect(timezoneProblem("Mars/Olympus")).toMatch(/"Mars\/Olympus" is not an IANA timezone/);
     expect(timezoneProblem("Europe/Berlin")).toBeNull();
+  });
+
+  it("gives every zone of the shared list the verdict workerd gives (test/workers/schedule-timezones.test.ts)", () => {
+    const verdicts = TIMEZONE_VERDICTS.map(([zone]) => [zone, timezoneProblem(zone) === null] as const);
+    expect(verdicts).toEqual(TIMEZONE_VERDICTS);
+    expect(timezoneProblem("+05:30")).toMatch(/"\+05:30" is not an IANA timezone .*; a UTC offset is not a zone name/);
+    expect(timezoneProblem("Factory")).toMatch(/"Factory" is not an IANA timezone/);
+  });
+
+  it("Etc/GMT+5 is taken with POSIX's sign: five hours behind UTC", () => {
+    expect(nextTick("0 9 * * *", "Etc/GMT+5", new Date("2026-01-01T00:00:00Z"))).toEqual(
+      new Date("2026-01-01T14:00:00Z"),
+    );
+  });
+
+  it("a firer never reads a clock in a zone the check refuses, whatever its Intl takes", () => {
+    // A row stored before the check: the firer fails it with the check's words (its last_error).
+    for (const timezone of ["+05:30", "-00:00", "+0530", "Factory"]) {
+      const fire = () => tickToFire({ cron: "* * * * * *", timezone, catchUp: "latest" }, new Date(), new Date());
+      expect(fire).toThrow(ScheduleClockError);
+      expect(fire).toThrow(/^timezone: ".*" is not an IANA timezone/);
+    }
+    expect(() =>
+      tickToFire({ cron: "61 * * * *", timezone: "UTC", catchUp: "latest" }, new Date(), new Date()),
+    ).toThrow(/^cron: "61 \* \* \* \*" is not a valid cron/);
+  });
+
+  it("a tick that failed to fire waits longer after each failure in a row, up to the cap", () => {
+    expect([1, 2, 3, 4].map(retryDelayMs)).toEqual([2_000, 4_000, 8_000, 16_000]);
+    expect(retryDelayMs(9)).toBe(512_000);
+    expect(retryDelayMs(10)).toBe(SCHEDULE_RETRY.maxMs);
+    expect(retryDelayMs(1_000)).toBe(SCHEDULE_RETRY.maxMs);
   });
 
   it("a 6-field cron has seconds first", () => {

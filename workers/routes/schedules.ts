@@ -1,8 +1,8 @@
 /**
  * Schedules (docs/api.md "Schedules"): a tenant's cron schedules. The gateway only stores them,
  * with their first tick; hosts' schedulers (and the Worker's cron) fire the ticks
- * (src/db/schedules-repo.ts). A bad cron or timezone is a 400 naming it (croner and Intl decide,
- * src/domain/schedule-time.ts).
+ * (src/db/schedules-repo.ts). A bad cron or timezone is a 400 naming it (croner, and for the zone
+ * the rule every firer applies too, src/domain/schedule-time.ts).
  */
 import { ApiError } from "../../src/contracts/errors";
 import { BODY_ERRORS, scheduleIdParam, V1_ERRORS } from "../../src/contracts/openapi";
@@ -45,7 +45,7 @@ export const scheduleRoutes = routes(
     tag: "schedules",
     summary: "Create a schedule: a job at every tick of its cron",
     description:
-      "`cron` has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first; `timezone` is an IANA name (default UTC), daylight-saving changes included (a wall time the change skips fires at the first instant after it; one it repeats fires once). Each tick makes one job with `schedule_id` and `scheduled_for`. `catch_up` `latest` (default): after ticks passed with nothing firing, one job for the latest; `none`: those ticks make no job. A bad `cron` or `timezone` is a 400 naming it; `agent` is checked as POST /v1/jobs checks it.",
+      "`cron` has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first; `timezone` is an IANA name (default UTC; a UTC offset such as `+05:30`, or `Factory`, is not one), daylight-saving changes included (a wall time the change skips fires at the first instant after it; one it repeats fires once). Each tick makes one job with `schedule_id` and `scheduled_for`. `catch_up` `latest` (default): after ticks passed with nothing firing, one job for the latest; `none`: those ticks make no job. A bad `cron` or `timezone` is a 400 naming it; `agent` is checked as POST /v1/jobs checks it. A tick that fails to fire is tried again after a growing delay, and `last_error` says why.",
     auth: "bearer",
     body: CreateScheduleBodySchema,
     responses: [{ status: 201, description: "The schedule, with its first tick.", schema: ScheduleAnswerSchema }],

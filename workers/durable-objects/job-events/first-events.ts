@@ -8,8 +8,8 @@
  */
 import type { EventEnvelope, IngestBatch } from "../../../src/contracts/events";
 import { log } from "../../log";
+import type { IngestRefusal } from "../rpc";
 import type { EventLog } from "./event-log";
-import type { Refusal } from "./ingest-trust";
 import {
   type ExecutionHistoryLookup,
   type JobStateFacts,
@@ -33,7 +33,7 @@ export class FirstEventProjection {
    * an execution that opens the job, a generation already in the log, or a stale one costs none. A failed read
    * refuses the batch (`unavailable`: the host resends), so no recovery is skipped for good.
    */
-  async beforeGeneration(batch: IngestBatch): Promise<EventEnvelope[] | Refusal> {
+  async beforeGeneration(batch: IngestBatch): Promise<EventEnvelope[] | IngestRefusal> {
     const first = batch.events[0] as EventEnvelope;
     if (this.log.finished || this.log.knowsExecution(first.execution_id)) return [];
     // An epoch the log has already passed is refused as stale (EventLog): not worth a read.

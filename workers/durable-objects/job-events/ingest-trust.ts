@@ -12,10 +12,8 @@
 import type { IngestBatch } from "../../../src/contracts/events";
 import { importIngestKey, ingestKeyHex, verifyBatchMac } from "../../../src/domain/signing";
 import { log } from "../../log";
-import type { IngestResult } from "../rpc";
+import type { IngestRefusal } from "../rpc";
 import type { ExecutionLookup } from "./postgres-facts";
-
-export type Refusal = Extract<IngestResult, { ok: false }>;
 
 export class IngestTrust {
   /** Verified generations' ingest keys, imported (the table holds the key bytes as hex). */
@@ -36,7 +34,7 @@ export class IngestTrust {
    * verify under that execution's ingest key. Returns the refusal, or null when trusted. Writes
    * nothing unless the batch is trusted (then the generation and its key, once).
    */
-  async verify(batch: IngestBatch, nonce: string, eventsJson: string): Promise<Refusal | null> {
+  async verify(batch: IngestBatch, nonce: string, eventsJson: string): Promise<IngestRefusal | null> {
     const first = batch.events[0];
     if (!first) return { ok: false, reason: "invalid_batch", message: "events must not be empty" };
     const executionId = first.execution_id;

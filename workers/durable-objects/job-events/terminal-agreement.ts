@@ -15,10 +15,10 @@
  */
 import type { EventEnvelope } from "../../../src/contracts/events";
 import { log } from "../../log";
+import type { IngestRefusal } from "../rpc";
 import type { AlarmConcern, Deadline } from "./alarm-scheduler";
 import type { EventLog, LoggedEvent } from "./event-log";
 import type { FirstEventProjection } from "./first-events";
-import type { Refusal } from "./ingest-trust";
 import { type JobStateLookup, projectedTerminal, terminalDisagreement } from "./postgres-facts";
 
 export const TERMINAL_CHECK = {
@@ -82,7 +82,7 @@ export class TerminalAgreement implements AlarmConcern {
    * A host's terminal event is appended only if the job row agrees. Returns the refusal
    * (`terminal_disagrees`, or `unavailable` when the row cannot be read), or null when it agrees.
    */
-  async hostTerminal(jobId: string, event: EventEnvelope): Promise<Refusal | null> {
+  async hostTerminal(jobId: string, event: EventEnvelope): Promise<IngestRefusal | null> {
     let reason: string | null;
     try {
       reason = terminalDisagreement(event, await this.jobState(jobId));

@@ -17,7 +17,10 @@ import { EventLog } from "../../../../workers/durable-objects/job-events/event-l
 import { FirstEventProjection } from "../../../../workers/durable-objects/job-events/first-events";
 import { IngestTrust } from "../../../../workers/durable-objects/job-events/ingest-trust";
 import { ObjectMeta } from "../../../../workers/durable-objects/job-events/object-meta";
-import type { JobStateFacts } from "../../../../workers/durable-objects/job-events/postgres-facts";
+import {
+  type JobStateFacts,
+  PROJECTED_TERMINAL_SEQ,
+} from "../../../../workers/durable-objects/job-events/postgres-facts";
 import { Retention } from "../../../../workers/durable-objects/job-events/retention";
 import {
   TERMINAL_CHECK,
@@ -106,7 +109,7 @@ describe("TerminalAgreement: the terminal check's cadence and the host's termina
 
       terminal.logFinished();
       near(delay(true), TERMINAL_CHECK.idleFirstMs);
-      log.appendProjectedTerminal(envelope(jobId, "projector", 0, Number.MAX_SAFE_INTEGER, "run.lost", {}));
+      log.appendProjectedTerminal(envelope(jobId, "projector", 0, PROJECTED_TERMINAL_SEQ, "run.lost", {}));
       expect(terminal.nextDeadline(true)).toBeNull();
     });
   });
@@ -163,7 +166,7 @@ describe("Retention: the countdown in meta, then deleteAll", () => {
       retention.arm();
       expect(retention.nextDeadline()).toBeNull(); // the log is not finished
 
-      log.appendProjectedTerminal(envelope(jobId, "projector", 0, Number.MAX_SAFE_INTEGER, "run.lost", {}));
+      log.appendProjectedTerminal(envelope(jobId, "projector", 0, PROJECTED_TERMINAL_SEQ, "run.lost", {}));
       const before = Date.now();
       retention.arm();
       const deadline = retention.nextDeadline();

@@ -279,6 +279,41 @@ describe("layering", () => {
 });
 
 /**
+ * A Durable Object class that composes parts only routes: each part beside it owns its SQLite
+ * tables (schema and queries) in the object's storage, so the class file runs no SQL of its own.
+ * The JobEvents class did six jobs with raw SQL for three of them; split into parts, a table's
+ * rules are read in one file and tested alone (test/workers/durable-objects/job-events/object-parts.test.ts).
+ * TenantStreams is one concern with one table, so its class keeps its SQL.
+ */
+const ROUTING_OBJECTS = [
+  "workers/durable-objects/job-events/job-events-object.ts",
+  "workers/durable-objects/chat-session/chat-session-object.ts",
+];
+const RAW_SQL = /\.sql\b|\btransactionSync\s*\(|\b(?:SELECT|INSERT|UPDATE|DELETE|CREATE\s+(?:TABLE|INDEX))\s/;
+
+describe("Durable Object classes that compose parts", () => {
+  it("run no SQL themselves: their parts own the tables", () => {
+    const found = ROUTING_OBJECTS.filter((f) => RAW_SQL.test(stripComments(readFileSync(join(ROOT, f), "utf8"))));
+    expect(found).toEqual([]);
+  });
+
+  it("detects raw SQL (the checker itself works)", () => {
+    for (const code of [
+      'this.ctx.storage.sql.exec("SELECT 1")',
+      "storage.transactionSync(() => 1)",
+      'const q = "INSERT INTO meta (key) VALUES (?)"',
+      "`CREATE TABLE IF NOT EXISTS t (a)`",
+    ])
+      expect(RAW_SQL.test(code), code).toBe(true);
+    expect(RAW_SQL.test("this.meta.rememberJobId(jobId)")).toBe(false);
+    expect(RAW_SQL.test(stripComments("// SELECT the next deadline\nx()"))).toBe(false);
+    expect(RAW_SQL.test(readFileSync(join(ROOT, "workers/durable-objects/job-events/object-meta.ts"), "utf8"))).toBe(
+      true,
+    );
+  });
+});
+
+/**
  * No import cycle in workers/, type imports included: a cycle makes every file in it a dependency
  * of every other, so none can be read, moved or tested alone. workers/env.ts typed the Durable
  * Object namespaces by the classes and so closed one through 17 files (env → chat-session →

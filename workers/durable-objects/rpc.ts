@@ -16,6 +16,9 @@ export type IngestResult =
   | { ok: true; ack: ProjectorAck }
   | { ok: false; reason: IngestRejection | TrustRejection; message: string };
 
+/** Why a batch was not written: what the object's parts answer when they refuse one. */
+export type IngestRefusal = Extract<IngestResult, { ok: false }>;
+
 /** A page of the log, as RPC hands it to consumers that poll (tests, the chat relay). */
 export interface LogPage {
   events: Array<{ offset: number; type: string; body: string }>;

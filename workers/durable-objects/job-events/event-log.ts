@@ -178,7 +178,7 @@ export class EventLog {
   }
 
   /**
-   * Append a terminal event the projector derived from Postgres (see job-events-object.ts), preceded by
+   * Append a terminal event the projector derived from Postgres (see terminal-agreement.ts), preceded by
    * the first events of executions that delivered none (`firsts`, see appendProjectedFirsts), in
    * one transaction. Returns what was appended, or null when the log already has its terminal
    * event: there is exactly one per job.

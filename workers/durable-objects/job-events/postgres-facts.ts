@@ -1,49 +1,30 @@
 /**
- * What the projector asks Postgres when a job's stream has no terminal event yet: the job's state
- * and the facts a terminal event carries. Injectable (JobEventsObject.jobState) so workerd tests
- * can answer for Postgres; the default reads the row through the gateway's deps (deps.ts), so the
- * terminal-check alarm shares the per-isolate drizzle handle instead of building one per check.
+ * What the projector asks Postgres when a job's stream has no terminal event yet, and what it
+ * makes of the answers. The queries live in src/db (projector-repo.ts, and journal-repo.ts for
+ * the execution history); this file binds them to the gateway's database handle as injectable
+ * lookups (JobEventsObject.jobState, .executionLookup, .executionHistory), so workerd tests can
+ * answer for Postgres, and turns the facts into the events the projector writes. The default
+ * lookups read through the gateway's deps (deps.ts), so the terminal-check alarm shares the
+ * per-isolate drizzle handle instead of building one per check.
  */
-import { and, eq } from "drizzle-orm";
 import {
   capEventPayload,
   type EventEnvelope,
   type EventPayload,
   type ProjectedPayload,
 } from "../../../src/contracts/events";
-import type { JobError } from "../../../src/contracts/job";
-import { type JobState, terminalEventFor } from "../../../src/contracts/job-state";
+import { terminalEventFor } from "../../../src/contracts/job-state";
 import { type ExecutionHistoryEntry, executionHistory } from "../../../src/db/journal-repo";
-import { executions, jobs } from "../../../src/db/schema";
+import { type ExecutionFacts, executionFacts, type JobStateFacts, jobStateFacts } from "../../../src/db/projector-repo";
 import { isUuid } from "../../../src/domain/uuid";
 import { createDeps } from "../../deps";
 import type { Env } from "../../env";
 import { loadConfig } from "../../gateway-config";
 
-export interface JobStateFacts {
-  state: JobState;
-  executionId: string | null;
-  epoch: number;
-  output: string | null;
-  error: JobError | null;
-  finishedAt: Date | null;
-  /** When the current execution's started CAS hit (`execution_started_at`); null if it never started. */
-  startedAt: Date | null;
-  /**
-   * The run's sandbox cleanup fence (`cleanup_pending`): a sandbox may still exist and be removed.
-   * Absent (a caller that does not know) counts as clear.
-   */
-  cleanupPending?: boolean;
-}
+/** The job row and one execution as the projector reads them (their home: src/db/projector-repo.ts). */
+export type { ExecutionFacts, JobStateFacts };
 
 export type JobStateLookup = (jobId: string) => Promise<JobStateFacts | null>;
-
-/** What Postgres says about one execution of a job: the epoch it started at and its claim token. */
-export interface ExecutionFacts {
-  epoch: number;
-  /** Null for an execution started before executions kept their token: nothing can verify it. */
-  token: string | null;
-}
 
 /** The execution row `executionId` of job `jobId`, or null when that job has no such execution. */
 export type ExecutionLookup = (jobId: string, executionId: string) => Promise<ExecutionFacts | null>;
@@ -57,18 +38,11 @@ export type ExecutionHistoryLookup = (jobId: string) => Promise<ExecutionHistory
 /** Looked up per call, not kept: the settings (and so the handle) can change under a live object. */
 const gatewayDb = (env: Env) => createDeps(loadConfig(env)).db();
 
+// A non-UUID names nothing (and would fail Postgres' cast): no query.
+
 export function postgresExecutionLookup(env: Env): ExecutionLookup {
-  return async (jobId, executionId) => {
-    // A non-UUID names nothing (and would fail Postgres' cast): no query.
-    if (!isUuid(jobId) || !isUuid(executionId)) return null;
-    // executions.job_id references jobs, so a hit also says the job exists.
-    const rows = await gatewayDb(env)
-      .select({ epoch: executions.epoch, token: executions.token })
-      .from(executions)
-      .where(and(eq(executions.id, executionId), eq(executions.jobId, jobId)))
-      .limit(1);
-    return rows[0] ?? null;
-  };
+  return async (jobId, executionId) =>
+    isUuid(jobId) && isUuid(executionId) ? executionFacts(gatewayDb(env), jobId, executionId) : null;
 }
 
 export function postgresExecutionHistory(env: Env): ExecutionHistoryLookup {
@@ -76,28 +50,7 @@ export function postgresExecutionHistory(env: Env): ExecutionHistoryLookup {
 }
 
 export function postgresJobStateLookup(env: Env): JobStateLookup {
-  return async (jobId) => {
-    if (!isUuid(jobId)) return null;
-    const db = gatewayDb(env);
-    // Not tenant-scoped on purpose: the object is named by the job id, which the gateway only
-    // hands out after its own tenant check.
-    const rows = await db
-      .select({
-        state: jobs.state,
-        executionId: jobs.executionId,
-        epoch: jobs.epoch,
-        output: jobs.output,
-        error: jobs.error,
-        finishedAt: jobs.finishedAt,
-        startedAt: jobs.executionStartedAt,
-        cleanupPending: jobs.cleanupPending,
-      })
-      .from(jobs)
-      .where(eq(jobs.id, jobId))
-      .limit(1);
-    const row = rows[0];
-    return row ? { ...row, state: row.state as JobState, error: row.error ?? null } : null;
-  };
+  return async (jobId) => (isUuid(jobId) ? jobStateFacts(gatewayDb(env), jobId) : null);
 }
 
 /**

@@ -5,7 +5,7 @@
  * outbox in Postgres (drizzle/0016), sent by the hosts (sandbox-host/webhooks/webhook-sender.ts).
  */
 import { z } from "zod";
-import { text } from "./text";
+import { httpUrl } from "./http-url";
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "./webhook-events";
 
 export { WEBHOOK_EVENT_TYPES, type WebhookEventType };
@@ -29,7 +29,7 @@ export const WEBHOOK_LIMITS = {
 
 export const CreateWebhookBodySchema = z
   .object({
-    url: text().min(1).max(WEBHOOK_LIMITS.maxUrlChars),
+    url: httpUrl(WEBHOOK_LIMITS.maxUrlChars),
     events: z
       .array(z.enum(WEBHOOK_EVENT_TYPES))
       .min(1)

@@ -125,8 +125,9 @@ export const McpServerSchema = z
       .refine((n) => !n.startsWith(DELEGATE_TOOL_PREFIX), {
         message: `must not start with "${DELEGATE_TOOL_PREFIX}" (the delegate tools' prefix)`,
       }),
-    url: httpUrl(2048)
-      .describe("The server's Streamable HTTP endpoint; under one of the operator's MCP_ALLOWED_URLS prefixes."),
+    url: httpUrl(2048).describe(
+      "The server's Streamable HTTP endpoint; under one of the operator's MCP_ALLOWED_URLS prefixes.",
+    ),
     headers: z
       .record(
         text(),

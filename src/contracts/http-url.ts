@@ -6,7 +6,6 @@
  * (MCP's `headers`) or the endpoint's signing secret, never in the URL. Where the URL may point
  * (the operator's allowlists) is src/domain/mcp.ts, `isUrlAllowed`, which refuses credentials too.
  */
-import { z } from "zod";
 import { text } from "./text";
 
 export const HTTP_URL_MESSAGE = "must be an http(s) URL without credentials (user:password@)";

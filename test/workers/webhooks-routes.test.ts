@@ -40,7 +40,11 @@ describe("POST /v1/webhooks: where the URL may point", () => {
     ["the prefix without its slash", "https://hooks.example.com/hooks", /^url: not under/],
     ["a path that does not decode", "https://hooks.example.com/hooks/%E0%A4%A", /^url: not under/],
     ["credentials", "https://user:pw@hooks.example.com/hooks/x", /^url: must be an http\(s\) URL without credentials/],
-    ["a user name alone", "https://user@hooks.example.com/hooks/x", /^url: must be an http\(s\) URL without credentials/],
+    [
+      "a user name alone",
+      "https://user@hooks.example.com/hooks/x",
+      /^url: must be an http\(s\) URL without credentials/,
+    ],
     ["another scheme", "ftp://hooks.example.com/hooks/x", /^url: must be an http\(s\) URL/],
   ])("refuses %s with a 400 that says what", async (_label, url, message) => {
     const r = await create(url);

@@ -113,7 +113,7 @@ export const HostConfigSchema = z.object({
   webhookPollMs: intFromEnv(0, 600_000)
     .refine((v) => v === 0 || v >= 50, "must be 0 (off) or at least 50 ms")
     .default(1000),
-  /** Webhook attempts in flight on this host at once (at most 2 of them to one endpoint). */
+  /** Webhook attempts in flight on this host at once (at most 2 of them to one endpoint, at most a tenant's share to one tenant). */
   webhookConcurrency: intFromEnv(1, 1024).default(16),
   /** One webhook attempt's timeout. */
   webhookTimeoutMs: intFromEnv(100, 60_000).default(WEBHOOK_LIMITS.attemptTimeoutMs),

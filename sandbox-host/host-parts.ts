@@ -39,7 +39,7 @@ import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
 import { ScheduleTicker } from "./scheduler/schedule-ticker";
-import { WebhookSender } from "./webhooks/webhook-sender";
+import { registerWebhookMetrics, WebhookSender } from "./webhooks/webhook-sender";
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {
@@ -226,6 +226,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
           activity,
         })
       : null;
+  if (webhooks) registerWebhookMetrics(metrics.registry, db, log);
   const janitor = sandbox
     ? new SandboxJanitor({ db, sandbox, log, intervalMs: config.sandboxJanitorMs, activity })
     : null;

@@ -10,6 +10,31 @@ import { client } from "./api";
 import { Field, FormEnd, text, useSubmit } from "./form";
 import { day, JobLink, ListTable, useLoaded, when } from "./list";
 
+type WebhookRow = Awaited<ReturnType<typeof client.listWebhooks>>["webhooks"][number];
+
+/**
+ * The endpoint's health as its view gives it: paused (until when, and why), still failing after a
+ * pause (probed one attempt at a time), and deliveries dropped at the tenant's pending cap.
+ */
+function Health({ webhook: w }: { webhook: WebhookRow }) {
+  const parts = [];
+  if (w.paused_until) {
+    parts.push(
+      <span key="paused" class="danger">
+        paused until {when(w.paused_until)}: {w.pause_reason}
+      </span>,
+    );
+  } else if (w.consecutive_failures > 0) {
+    parts.push(
+      <span key="failing">
+        {w.consecutive_failures} failed in a row{w.pause_reason ? ` (after a pause: ${w.pause_reason})` : ""}
+      </span>,
+    );
+  }
+  if (w.dropped_deliveries > 0) parts.push(<span key="dropped"> {w.dropped_deliveries} dropped</span>);
+  return parts.length === 0 ? <span class="muted">ok</span> : <span>{parts}</span>;
+}
+
 export function Webhooks() {
   const { data, error, refresh, act } = useLoaded(() => client.listWebhooks(), []);
   const [created, setCreated] = useState<WebhookCreated["webhook"] | null>(null);
@@ -37,7 +62,7 @@ export function Webhooks() {
         error={error}
         empty="no webhooks"
         testId="webhooks-table"
-        columns={["url", "events", "created", "actions"]}
+        columns={["url", "events", "created", "health", "actions"]}
         row={(w) => (
           <tr key={w.id} data-webhook-id={w.id}>
             <td>
@@ -47,6 +72,9 @@ export function Webhooks() {
             </td>
             <td>{w.events.join(", ")}</td>
             <td>{when(w.created_at)}</td>
+            <td data-testid="webhook-health">
+              <Health webhook={w} />
+            </td>
             <td>
               <button
                 type="button"

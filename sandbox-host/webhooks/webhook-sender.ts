@@ -6,7 +6,9 @@
  *
  * Bounded: at most `concurrency` attempts in flight on this host, at most
  * WEBHOOK_LIMITS.perEndpointInFlight of them to one endpoint (a slow or hanging endpoint holds two
- * slots, never the others' ones), each cut at the attempt timeout. Redirects are not followed
+ * slots, never the others' ones), at most a tenant's share of them to one tenant's endpoints (so
+ * one tenant's slow endpoints never hold every slot: claimDeliveries), each cut at the attempt
+ * timeout. An endpoint that keeps failing is paused (recordAttempt), and holds no slot meanwhile. Redirects are not followed
  * (a 3xx is a failed attempt): the allowlist (WEBHOOK_ALLOWED_URLS) is checked on the URL the
  * tenant gave, and a redirect could point anywhere. A URL the allowlist no longer covers fails
  * the delivery without a request.
@@ -16,11 +18,18 @@
  * or HOST_IDLE_MS while the fleet is idle (lifecycle/timed-loop.ts).
  */
 
+import { Gauge, type Registry } from "prom-client";
 import { WEBHOOK_LIMITS, type WebhookPayload } from "../../src/contracts/webhook";
 import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
 import { getJob } from "../../src/db/jobs-repo";
-import { type AttemptResult, type ClaimedDelivery, claimDeliveries, recordAttempt } from "../../src/db/webhooks-repo";
+import {
+  type AttemptResult,
+  type ClaimedDelivery,
+  claimDeliveries,
+  droppedDeliveriesByTenant,
+  recordAttempt,
+} from "../../src/db/webhooks-repo";
 import { backoffDelay } from "../../src/domain/backoff";
 import { type AllowedUrl, isUrlAllowed } from "../../src/domain/mcp";
 import { webhookHeaders } from "../../src/domain/webhook-signature";
@@ -45,6 +54,40 @@ export interface WebhookSenderOptions {
   onAttempt?: (d: ClaimedDelivery, r: AttemptResult) => void;
 }
 
+/** Per-tenant series of the dropped-deliveries gauge: the tenants with the most (every host repeats them). */
+const DROPPED_SERIES = 20;
+
+/**
+ * `webhook_deliveries_dropped{tenant}`: deliveries the outbox recorded `dropped` because their
+ * tenant had WEBHOOK_LIMITS.maxPendingPerTenant pending (global, from Postgres, read at each
+ * scrape: one small statement over the endpoints; read max across hosts). A failed read leaves
+ * the series out rather than failing the scrape.
+ */
+export function registerWebhookMetrics(registry: Registry, db: Db, log: Logger): void {
+  new Gauge({
+    name: "webhook_deliveries_dropped",
+    help: `Webhook deliveries dropped because the tenant was at its pending cap (${WEBHOOK_LIMITS.maxPendingPerTenant}), per tenant, for the ${DROPPED_SERIES} tenants with the most (global; read max across hosts)`,
+    labelNames: ["tenant"] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      try {
+        for (const r of await droppedDeliveriesByTenant(db, DROPPED_SERIES))
+          this.set({ tenant: r.tenantId }, r.dropped);
+      } catch (err) {
+        log.warn("dropped webhook deliveries not read", errorFields(err));
+      }
+    },
+  });
+}
+
+/** Adds `by` to a key's count; a count that reaches 0 is removed (the claim reads the map as it is). */
+function count(map: Map<string, number>, key: string, by: number): void {
+  const n = (map.get(key) ?? 0) + by;
+  if (n <= 0) map.delete(key);
+  else map.set(key, n);
+}
+
 /** A lease outlasts the attempt's timeout by this, so a slow result write is not taken for a dead sender. */
 const LEASE_MARGIN_MS = 5_000;
 
@@ -54,6 +97,8 @@ export class WebhookSender implements Service {
   private readonly inFlight = new Map<string, Promise<void>>();
   /** In-flight attempts per endpoint (webhook id). */
   private readonly perEndpoint = new Map<string, number>();
+  /** In-flight attempts per tenant. */
+  private readonly perTenant = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
 
   constructor(private readonly opts: WebhookSenderOptions) {
@@ -95,18 +140,22 @@ export class WebhookSender implements Service {
     if (free <= 0) return null;
     const { claimed, nextInMs } = await claimDeliveries(this.opts.db, {
       free,
+      concurrency: this.opts.concurrency,
+      shareAlone: WEBHOOK_LIMITS.tenantShareAlone,
       perEndpoint: WEBHOOK_LIMITS.perEndpointInFlight,
+      failingAfter: WEBHOOK_LIMITS.pauseAfterFailures,
       busy: Object.fromEntries(this.perEndpoint),
+      busyTenants: Object.fromEntries(this.perTenant),
       leaseMs: this.opts.attemptTimeoutMs + LEASE_MARGIN_MS,
     });
     for (const d of claimed) {
-      this.perEndpoint.set(d.webhookId, (this.perEndpoint.get(d.webhookId) ?? 0) + 1);
+      count(this.perEndpoint, d.webhookId, 1);
+      count(this.perTenant, d.tenantId, 1);
       const run = this.attempt(d).finally(() => {
         this.inFlight.delete(d.id);
-        const n = (this.perEndpoint.get(d.webhookId) ?? 1) - 1;
-        if (n <= 0) this.perEndpoint.delete(d.webhookId);
-        else this.perEndpoint.set(d.webhookId, n);
-        // A slot (and maybe this endpoint's share) is free: more may be due.
+        count(this.perEndpoint, d.webhookId, -1);
+        count(this.perTenant, d.tenantId, -1);
+        // A slot (and maybe this endpoint's or tenant's share) is free: more may be due.
         this.wake();
       });
       this.inFlight.set(d.id, run);

@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { ADMISSION_LIMITS } from "./admission";
+import { httpUrl } from "./http-url";
 import { refineStorableJson, text, whenValid } from "./text";
 import { codeToolNameProblem, DELEGATE_TOOL_PREFIX, MCP_TOOL_NAME_MAX, mcpToolName, TOOL_NAMES } from "./tools";
 
@@ -124,20 +125,9 @@ export const McpServerSchema = z
       .refine((n) => !n.startsWith(DELEGATE_TOOL_PREFIX), {
         message: `must not start with "${DELEGATE_TOOL_PREFIX}" (the delegate tools' prefix)`,
       }),
-    url: text()
-      .max(2048)
-      .refine(
-        (u) => {
-          try {
-            const url = new URL(u);
-            return (url.protocol === "https:" || url.protocol === "http:") && !url.username && !url.password;
-          } catch {
-            return false;
-          }
-        },
-        { message: "must be an http(s) URL without credentials" },
-      )
-      .describe("The server's Streamable HTTP endpoint; under one of the operator's MCP_ALLOWED_URLS prefixes."),
+    url: httpUrl(2048).describe(
+      "The server's Streamable HTTP endpoint; under one of the operator's MCP_ALLOWED_URLS prefixes.",
+    ),
     headers: z
       .record(
         text(),

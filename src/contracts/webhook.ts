@@ -5,7 +5,7 @@
  * outbox in Postgres (drizzle/0016), sent by the hosts (sandbox-host/webhooks/webhook-sender.ts).
  */
 import { z } from "zod";
-import { text } from "./text";
+import { httpUrl } from "./http-url";
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from "./webhook-events";
 
 export { WEBHOOK_EVENT_TYPES, type WebhookEventType };
@@ -23,13 +23,39 @@ export const WEBHOOK_LIMITS = {
   retryMaxDelayMs: 3_600_000,
   /** Attempts one host has in flight to one endpoint at once: a slow endpoint holds no more of its slots. */
   perEndpointInFlight: 2,
+  /**
+   * The most of a host's HOST_WEBHOOK_CONCURRENCY slots one tenant's attempts may hold, even with
+   * no other tenant's work due: the rest stay free, so another tenant's first delivery is claimed
+   * at once instead of after one of the first tenant's attempts ends (up to the attempt timeout).
+   * With n tenants' work due or in flight, each may hold concurrency / n (at least 1), and the
+   * claim takes their rows in turn (each tenant's oldest, then each one's second oldest, …).
+   */
+  tenantShareAlone: 0.75,
+  /**
+   * An endpoint whose attempts failed this many times in a row (non-2xx, redirect, connection
+   * error, no answer in time) is paused: no attempt is claimed for it until `paused_until`, and
+   * then it gets one attempt at a time per host until one succeeds. So an endpoint that keeps
+   * timing out stops holding slots, and its deliveries wait (pending, not failed) for it.
+   */
+  pauseAfterFailures: 5,
+  /** The first pause; each following one (the probe after a pause failed too) doubles it, up to pauseMaxMs. */
+  pauseBaseMs: 30_000,
+  pauseMaxMs: 3_600_000,
+  /**
+   * Deliveries one tenant may have pending. Past it the outbox trigger records a new delivery
+   * `dropped` (never sent unless retried) and counts it on the endpoint: one tenant's backlog
+   * cannot grow the outbox without bound, and nothing is lost silently. The number is also in
+   * the trigger (drizzle/0019_webhook_fairness.sql); test/integration/webhook-fairness.test.ts
+   * fills a tenant to this number and sees the next one dropped.
+   */
+  maxPendingPerTenant: 10_000,
   maxListLimit: 100,
   defaultListLimit: 20,
 } as const;
 
 export const CreateWebhookBodySchema = z
   .object({
-    url: text().min(1).max(WEBHOOK_LIMITS.maxUrlChars),
+    url: httpUrl(WEBHOOK_LIMITS.maxUrlChars),
     events: z
       .array(z.enum(WEBHOOK_EVENT_TYPES))
       .min(1)
@@ -48,6 +74,14 @@ export const WebhookViewSchema = z.object({
   events: z.array(z.enum(WEBHOOK_EVENT_TYPES)),
   enabled: z.boolean(),
   created_at: isoTime,
+  /** Attempts in a row that failed; a delivered one resets it. */
+  consecutive_failures: z.number().int().min(0),
+  /** While the endpoint is paused (it kept failing), when attempts resume; null when not paused. */
+  paused_until: isoTime.nullable(),
+  /** Why it is paused, or still probed one attempt at a time after a pause; null when healthy. */
+  pause_reason: z.string().nullable(),
+  /** Deliveries recorded `dropped` because the tenant had WEBHOOK_LIMITS.maxPendingPerTenant pending. */
+  dropped_deliveries: z.number().int().min(0),
 });
 export type WebhookView = z.infer<typeof WebhookViewSchema>;
 
@@ -58,7 +92,7 @@ export const WebhookCreatedSchema = z.object({
 export const WebhookAnswerSchema = z.object({ webhook: WebhookViewSchema });
 export const WebhookPageSchema = z.object({ webhooks: z.array(WebhookViewSchema) });
 
-export const DELIVERY_STATES = ["pending", "delivered", "failed"] as const;
+export const DELIVERY_STATES = ["pending", "delivered", "failed", "dropped"] as const;
 
 export const DeliveryAttemptSchema = z.object({
   attempted_at: isoTime,

@@ -519,8 +519,22 @@ export const webhooks = pgTable(
     secret: text("secret").notNull(),
     enabled: boolean("enabled").notNull().default(true),
     createdAt: tstz("created_at").notNull().defaultNow(),
+    /** Attempts in a row that failed (any endpoint error, timeout or refusal); a success resets it. */
+    consecutiveFailures: integer("consecutive_failures").notNull().default(0),
+    /** No attempt is claimed for the endpoint before this (WEBHOOK_LIMITS.pauseAfterFailures). */
+    pausedUntil: tstz("paused_until"),
+    /** Why it was paused, shown on its API view. */
+    pauseReason: text("pause_reason"),
+    /** The last pause's length: the next one doubles it (up to WEBHOOK_LIMITS.pauseMaxMs); 0 after a success. */
+    pauseMs: integer("pause_ms").notNull().default(0),
+    /** Deliveries the outbox trigger recorded `dropped` for it: its tenant was at its pending cap. */
+    droppedDeliveries: bigint("dropped_deliveries", { mode: "number" }).notNull().default(0),
   },
-  (t) => [index("webhooks_tenant_idx").on(t.tenantId, t.createdAt, t.id)],
+  (t) => [
+    index("webhooks_tenant_idx").on(t.tenantId, t.createdAt, t.id),
+    // The senders' "when does the next pause end" read.
+    index("webhooks_paused_idx").on(t.pausedUntil).where(sql`${t.pausedUntil} is not null`),
+  ],
 );
 
 /**
@@ -539,7 +553,7 @@ export const webhookDeliveries = pgTable(
     tenantId: text("tenant_id").notNull(),
     jobId: uuid("job_id").notNull(),
     eventType: text("event_type").notNull(),
-    /** pending → delivered | failed. */
+    /** pending → delivered | failed; or dropped at once (its tenant had WEBHOOK_LIMITS.maxPendingPerTenant pending). */
     state: text("state").notNull().default("pending"),
     attempts: integer("attempts").notNull().default(0),
     /** When the next attempt is due; while one is in flight, when its lease ends. */
@@ -553,7 +567,9 @@ export const webhookDeliveries = pgTable(
     finishedAt: tstz("finished_at"),
   },
   (t) => [
-    check("webhook_deliveries_state_ck", sql`${t.state} in ('pending','delivered','failed')`),
+    check("webhook_deliveries_state_ck", sql`${t.state} in ('pending','delivered','failed','dropped')`),
+    // The outbox trigger's count of a tenant's pending deliveries (bounded by the cap).
+    index("webhook_deliveries_tenant_pending_idx").on(t.tenantId).where(sql`${t.state} = 'pending'`),
     // The senders' reads: which endpoints have deliveries due, then each endpoint's oldest due.
     index("webhook_deliveries_due_idx").on(t.nextAttemptAt).where(sql`${t.state} = 'pending'`),
     index("webhook_deliveries_endpoint_due_idx").on(t.webhookId, t.nextAttemptAt).where(sql`${t.state} = 'pending'`),

@@ -9,7 +9,7 @@
  * its lease (its host stalled or died, and another host re-sent) writes nothing over the newer one.
  */
 import { type SQL, sql } from "drizzle-orm";
-import type { DeliveryView, WebhookEventType, WebhookView } from "../contracts/webhook";
+import { type DeliveryView, WEBHOOK_LIMITS, type WebhookEventType, type WebhookView } from "../contracts/webhook";
 import { isUuid } from "../domain/uuid";
 import { type Db, resultCount, resultRows } from "./client";
 
@@ -21,14 +21,31 @@ interface RawWebhook {
   events: WebhookEventType[] | string;
   enabled: boolean;
   created_at: string;
+  consecutive_failures: number;
+  paused_until: string | null;
+  pause_reason: string | null;
+  dropped_deliveries: string | number;
 }
 
 const json = <T>(v: T | string): T => (typeof v === "string" ? (JSON.parse(v) as T) : v);
 
-const WEBHOOK_COLUMNS = sql`id, url, events, enabled, ${iso(sql`created_at`)} AS created_at`;
+// A pause that has ended shows no paused_until; its reason stays while the endpoint is still
+// failing (it is then probed one attempt at a time per host), and goes with the first success.
+const WEBHOOK_COLUMNS = sql`id, url, events, enabled, ${iso(sql`created_at`)} AS created_at, consecutive_failures,
+  CASE WHEN paused_until > now() THEN ${iso(sql`paused_until`)} END AS paused_until, pause_reason, dropped_deliveries`;
 
 function toWebhook(r: RawWebhook): WebhookView {
-  return { id: r.id, url: r.url, events: json(r.events), enabled: r.enabled, created_at: r.created_at };
+  return {
+    id: r.id,
+    url: r.url,
+    events: json(r.events),
+    enabled: r.enabled,
+    created_at: r.created_at,
+    consecutive_failures: Number(r.consecutive_failures),
+    paused_until: r.paused_until,
+    pause_reason: r.pause_reason,
+    dropped_deliveries: Number(r.dropped_deliveries),
+  };
 }
 
 /** A new endpoint, or null when the tenant already has `maxPerTenant`. */
@@ -169,17 +186,37 @@ export interface ClaimedDelivery {
 }
 
 /**
- * Claim due deliveries for one host: at most `free` in all and, per endpoint, at most
- * `perEndpoint` minus what this host already has in flight there (`busy`), oldest due first
- * within each endpoint, so one endpoint's backlog never crowds out another's. SKIP LOCKED:
- * concurrent hosts claim disjoint rows. The lease is `leaseMs` (the attempt's timeout and a margin).
- * Also how long until the next pending row not claimed here is due (null: none), so a sender can
- * sleep until then.
+ * Claim due deliveries for one host, fair across tenants and endpoints:
+ * - at most `free` in all;
+ * - per endpoint, at most `perEndpoint` (1 while it is failing, WEBHOOK_LIMITS.pauseAfterFailures
+ *   in a row: a probe) minus what this host already has in flight there (`busy`), none while it
+ *   is paused, oldest due first within each endpoint, so one endpoint's backlog never crowds out
+ *   another's;
+ * - per tenant, at most its share of the host's `concurrency` minus what this host already has in
+ *   flight for it (`busyTenants`): concurrency / n with n tenants due or in flight here, and
+ *   never above `shareAlone` of it, so a tenant alone leaves slots free for the next one's first
+ *   delivery;
+ * - taken in turns across tenants (every tenant's oldest due, then every one's second, …), not
+ *   in one global order where one tenant's burst would stand in front of everyone else's rows.
+ * SKIP LOCKED: concurrent hosts claim disjoint rows. The lease is `leaseMs` (the attempt's
+ * timeout and a margin). Also how long until the next row or pause comes due (null: none), so a
+ * sender can sleep until then; rows due now and held back by a cap are claimed when one of this
+ * host's attempts ends (it wakes the sender).
  */
 export async function claimDeliveries(
   db: Db,
-  opts: { free: number; perEndpoint: number; busy: Record<string, number>; leaseMs: number },
+  opts: {
+    free: number;
+    concurrency: number;
+    shareAlone: number;
+    perEndpoint: number;
+    failingAfter: number;
+    busy: Record<string, number>;
+    busyTenants: Record<string, number>;
+    leaseMs: number;
+  },
 ): Promise<{ claimed: ClaimedDelivery[]; nextInMs: number | null }> {
+  const alone = Math.max(1, Math.floor(opts.concurrency * opts.shareAlone));
   // With no free slot nothing is claimed, but the statement still says when the next row is due.
   const rows = resultRows<{
     id: string | null;
@@ -195,17 +232,34 @@ export async function claimDeliveries(
     next_in_ms: string | number | null;
   }>(
     await db.execute(sql`
-      WITH endpoints AS (
+      WITH due AS (
         SELECT DISTINCT webhook_id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
-      ), pick AS (
-        SELECT d.id FROM endpoints e CROSS JOIN LATERAL (
-          SELECT x.id, x.next_attempt_at FROM webhook_deliveries x
-          WHERE x.webhook_id = e.webhook_id AND x.state = 'pending' AND x.next_attempt_at <= now()
+      ), open AS (
+        SELECT w.id AS webhook_id, w.tenant_id,
+          CASE WHEN w.consecutive_failures >= ${opts.failingAfter}::int THEN 1 ELSE ${opts.perEndpoint}::int END
+            - coalesce((${JSON.stringify(opts.busy)}::jsonb ->> w.id::text)::int, 0) AS room
+        FROM due JOIN webhooks w ON w.id = due.webhook_id
+        WHERE w.paused_until IS NULL OR w.paused_until <= now()
+      ), share AS (
+        SELECT greatest(1, least(${alone}::int, ${opts.concurrency}::int / greatest(1, count(*))))::int AS cap
+        FROM (SELECT tenant_id FROM open UNION SELECT jsonb_object_keys(${JSON.stringify(opts.busyTenants)}::jsonb)) t
+      ), candidates AS (
+        SELECT x.id, x.tenant_id, x.next_attempt_at FROM open o CROSS JOIN LATERAL (
+          SELECT x.id, x.tenant_id, x.next_attempt_at FROM webhook_deliveries x
+          WHERE x.webhook_id = o.webhook_id AND x.state = 'pending' AND x.next_attempt_at <= now()
           ORDER BY x.next_attempt_at
-          LIMIT greatest(0, ${opts.perEndpoint}::int - coalesce((${JSON.stringify(opts.busy)}::jsonb ->> e.webhook_id::text)::int, 0))
+          LIMIT greatest(0, o.room)
           FOR UPDATE SKIP LOCKED
-        ) d
-        ORDER BY d.next_attempt_at LIMIT ${Math.max(0, opts.free)}::int
+        ) x
+      ), pick AS (
+        SELECT r.id FROM (
+          SELECT c.id, c.tenant_id, c.next_attempt_at,
+            row_number() OVER (PARTITION BY c.tenant_id ORDER BY c.next_attempt_at, c.id) AS turn
+          FROM candidates c
+        ) r CROSS JOIN share s
+        WHERE r.turn <= s.cap - coalesce((${JSON.stringify(opts.busyTenants)}::jsonb ->> r.tenant_id)::int, 0)
+        ORDER BY r.turn, r.next_attempt_at
+        LIMIT ${Math.max(0, opts.free)}::int
       ), claimed AS (
         UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
           next_attempt_at = now() + make_interval(secs => ${opts.leaseMs / 1000}::float8)
@@ -214,9 +268,12 @@ export async function claimDeliveries(
         RETURNING d.id, d.webhook_id, d.tenant_id, d.job_id, d.event_type, d.attempts, w.url, w.secret, d.payload,
           d.created_at
       ), soonest AS (
-        -- The statement's snapshot still shows the claimed rows as due: leave them out.
-        SELECT extract(epoch FROM min(next_attempt_at) - now()) * 1000 AS next_in_ms
-        FROM webhook_deliveries WHERE state = 'pending' AND id NOT IN (SELECT id FROM claimed)
+        -- The next row or pause to come due. Rows due now that a cap held back are not counted
+        -- (they would make the sender spin): a finishing attempt wakes it for them.
+        SELECT extract(epoch FROM least(
+          (SELECT min(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at > now()),
+          (SELECT min(paused_until) FROM webhooks WHERE paused_until > now())
+        ) - now()) * 1000 AS next_in_ms
       )
       SELECT c.*, s.next_in_ms FROM soonest s LEFT JOIN claimed c ON true`),
   );
@@ -257,6 +314,7 @@ export interface AttemptResult {
  */
 export async function recordAttempt(db: Db, d: ClaimedDelivery, r: AttemptResult): Promise<boolean> {
   const state = r.delivered ? "delivered" : r.retryInMs === null ? "failed" : "pending";
+  const failing = WEBHOOK_LIMITS.pauseAfterFailures;
   const rows = resultRows<{ id: string }>(
     await db.execute(sql`
       WITH d AS (
@@ -266,7 +324,28 @@ export async function recordAttempt(db: Db, d: ClaimedDelivery, r: AttemptResult
             THEN now() + make_interval(secs => ${(r.retryInMs ?? 0) / 1000}::float8) ELSE next_attempt_at END,
           finished_at = CASE WHEN ${state} = 'pending' THEN NULL ELSE now() END
         WHERE id = ${d.id}::uuid AND attempts = ${d.attempt}::int AND state = 'pending'
-        RETURNING id
+        RETURNING id, webhook_id
+      ), health AS (
+        -- The endpoint's run of failures. At pauseAfterFailures in a row it is paused; a failure
+        -- that lands while it is paused (an attempt that was already in flight) leaves the pause
+        -- as it is, and the next one after it (the probe) doubles it. A success clears it all.
+        UPDATE webhooks w SET
+          consecutive_failures = CASE WHEN ${r.delivered}::boolean THEN 0 ELSE w.consecutive_failures + 1 END,
+          pause_ms = CASE WHEN ${r.delivered}::boolean THEN 0
+            WHEN w.consecutive_failures + 1 >= ${failing}::int AND (w.paused_until IS NULL OR w.paused_until <= now())
+              THEN least(${WEBHOOK_LIMITS.pauseMaxMs}::int,
+                CASE WHEN w.pause_ms = 0 THEN ${WEBHOOK_LIMITS.pauseBaseMs}::int ELSE w.pause_ms * 2 END)
+            ELSE w.pause_ms END,
+          paused_until = CASE WHEN ${r.delivered}::boolean THEN NULL
+            WHEN w.consecutive_failures + 1 >= ${failing}::int AND (w.paused_until IS NULL OR w.paused_until <= now())
+              THEN now() + make_interval(secs => least(${WEBHOOK_LIMITS.pauseMaxMs}::int,
+                CASE WHEN w.pause_ms = 0 THEN ${WEBHOOK_LIMITS.pauseBaseMs}::int ELSE w.pause_ms * 2 END) / 1000.0)
+            ELSE w.paused_until END,
+          pause_reason = CASE WHEN ${r.delivered}::boolean THEN NULL
+            WHEN w.consecutive_failures + 1 >= ${failing}::int AND (w.paused_until IS NULL OR w.paused_until <= now())
+              THEN (w.consecutive_failures + 1) || ' consecutive failed attempts; last: ' || ${r.error ?? "failed"}::text
+            ELSE w.pause_reason END
+        FROM d WHERE w.id = d.webhook_id
       )
       INSERT INTO webhook_attempts (delivery_id, attempted_at, status_code, error, duration_ms)
       SELECT id, now() - make_interval(secs => ${r.durationMs / 1000}::float8), ${r.statusCode}::int, ${r.error},
@@ -275,4 +354,20 @@ export async function recordAttempt(db: Db, d: ClaimedDelivery, r: AttemptResult
       RETURNING delivery_id AS id`),
   );
   return rows.length > 0;
+}
+
+/**
+ * Deliveries recorded `dropped` (their tenant was at WEBHOOK_LIMITS.maxPendingPerTenant), summed
+ * per tenant over its endpoints, the `limit` tenants with the most; for the hosts' /metrics.
+ */
+export async function droppedDeliveriesByTenant(
+  db: Db,
+  limit: number,
+): Promise<Array<{ tenantId: string; dropped: number }>> {
+  const rows = resultRows<{ tenant_id: string; dropped: string | number }>(
+    await db.execute(sql`
+      SELECT tenant_id, sum(dropped_deliveries) AS dropped FROM webhooks WHERE dropped_deliveries > 0
+      GROUP BY tenant_id ORDER BY dropped DESC, tenant_id LIMIT ${limit}::int`),
+  );
+  return rows.map((r) => ({ tenantId: r.tenant_id, dropped: Number(r.dropped) }));
 }

@@ -10,19 +10,22 @@
  * owner's call.
  */
 import { type AgentDefinition, type McpServer, mcpToolEntryName } from "../contracts/agent";
+import { isHttpUrlWithoutCredentials } from "../contracts/http-url";
 import { mcpToolName } from "../contracts/tools";
 import { TENANT_ID_RE } from "./tenant-id";
 
 /**
- * A URL prefix from MCP_ALLOWED_URLS, parsed: a URL is allowed when it has the prefix's origin
- * (scheme, host, port) and its path is the prefix's path or below it. Compared parsed, never as
- * strings: `https://mcp.example.com` as a string prefix would also admit
+ * A URL prefix from MCP_ALLOWED_URLS or WEBHOOK_ALLOWED_URLS, parsed: a URL is allowed when it
+ * has the prefix's origin (scheme, host, port) and its path is the prefix's path or below it.
+ * Compared parsed, never as strings: `https://mcp.example.com` as a string prefix would also admit
  * `https://mcp.example.com.attacker.net/`.
  */
 export interface AllowedUrl {
   origin: string;
-  /** Ends with `/`. */
+  /** Ends with `/`: a path under it is allowed. */
   path: string;
+  /** The path as the operator wrote it: allowed itself (`/tools` admits `/tools`; `/hooks/` does not admit `/hooks`). */
+  exact: string;
 }
 
 /** Comma-separated http(s) URL prefixes → the list, or a message naming the bad entry. */
@@ -41,20 +44,65 @@ export function parseAllowedUrls(raw: string | undefined): AllowedUrl[] | string
     if (url.username || url.password || url.search || url.hash) {
       return `"${e}" must be scheme://host[:port][/path], without credentials, query or fragment`;
     }
-    out.push({ origin: url.origin, path: url.pathname.endsWith("/") ? url.pathname : `${url.pathname}/` });
+    const exact = normalisedPath(url.pathname);
+    if (exact === null) return `"${e}" has a path that does not decode`;
+    out.push({ origin: url.origin, path: exact.endsWith("/") ? exact : `${exact}/`, exact });
   }
   return out;
 }
 
-export function isUrlAllowed(raw: string, allowed: readonly AllowedUrl[]): boolean {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return false;
+/** Percent-decoding rounds before a path that still changes is refused (a server may decode twice). */
+const MAX_DECODES = 3;
+
+/**
+ * The path a server may end up serving for `pathname`: percent-decoded until it no longer
+ * changes (`%2f` is a `/` to many servers and proxies, `%252f` to one that decodes twice), `\`
+ * read as `/`, and the dot segments resolved. Null when it does not decode, keeps changing, or
+ * holds a control character. The URL parser alone resolves `..` and `%2e%2e` but leaves `%2f`
+ * inside a segment, so `/hooks/..%2f..%2fadmin` stayed "under /hooks/" for a string compare while
+ * a server that decodes it serves `/admin`.
+ */
+function normalisedPath(pathname: string): string | null {
+  let p = pathname;
+  for (let round = 0; ; round++) {
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(p);
+    } catch {
+      return null;
+    }
+    if (decoded === p) break;
+    if (round === MAX_DECODES) return null;
+    p = decoded;
   }
-  const path = url.pathname.endsWith("/") ? url.pathname : `${url.pathname}/`;
-  return allowed.some((a) => a.origin === url.origin && path.startsWith(a.path));
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused
+  if (/[\u0000-\u001f\u007f]/.test(p)) return null;
+  const out: string[] = [];
+  const segments = p.replaceAll("\\", "/").split("/").slice(1);
+  for (const [i, seg] of segments.entries()) {
+    const last = i === segments.length - 1;
+    if (seg === "..") out.pop();
+    if (seg === "." || seg === "..") {
+      // `/a/b/..` is `/a/`: the last dot segment leaves a folder.
+      if (last) out.push("");
+      continue;
+    }
+    out.push(seg);
+  }
+  return `/${out.join("/")}`;
+}
+
+/**
+ * Whether the operator's list admits `raw`: http(s), no credentials, the origin of an entry and
+ * a path (decoded and normalised, `normalisedPath`) equal to or below the entry's. The gateway
+ * checks it before storing a URL, the hosts again before each call (the list may have changed).
+ */
+export function isUrlAllowed(raw: string, allowed: readonly AllowedUrl[]): boolean {
+  if (!isHttpUrlWithoutCredentials(raw)) return false;
+  const url = new URL(raw);
+  const path = normalisedPath(url.pathname);
+  if (path === null) return false;
+  return allowed.some((a) => a.origin === url.origin && (path === a.exact || path.startsWith(a.path)));
 }
 
 /**

@@ -146,5 +146,26 @@ describe.runIf(canRun)("web console: schedules and webhooks", () => {
       )
       .toBe(3);
     expect(hits.get((await delivery.getAttribute("data-delivery-id")) as string)).toBe(3);
+
+    // The list shows an endpoint's health from its view: healthy, then paused with the reason
+    // (the pause written as the hosts' result statement writes it) and drops at the pending cap.
+    await page.goto(`${t.stack.gatewayUrl}/#/webhooks`);
+    const health = page
+      .getByTestId("webhooks-table")
+      .locator(`tr[data-webhook-id="${id}"]`)
+      .getByTestId("webhook-health");
+    await expect.poll(() => health.textContent()).toBe("ok");
+    await t.pool.query(
+      `UPDATE webhooks SET consecutive_failures = 5, paused_until = now() + interval '10 minutes',
+         pause_reason = '5 consecutive failed attempts; last: HTTP 503', dropped_deliveries = 2 WHERE id = $1`,
+      [id],
+    );
+    await page.reload();
+    await expect
+      .poll(() => health.textContent())
+      .toMatch(
+        /^paused until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d: 5 consecutive failed attempts; last: HTTP 503 2 dropped$/,
+      );
+    await expectAccessible(page, "webhooks list with a paused endpoint");
   }, 90_000);
 });

@@ -32,8 +32,31 @@ describe("MCP_ALLOWED_URLS", () => {
     ["http://10.0.0.7:9001/", false],
     ["http://10.0.0.8:9000/", false],
     ["not a url", false],
+    // Compared on the decoded, dot-normalised path: what a server that decodes `%2f` serves.
+    ["https://mcp.example.com/tools/..%2f..%2fadmin", false],
+    ["https://mcp.example.com/tools/%2e%2e/admin", false],
+    ["https://mcp.example.com/tools/..%252fadmin", false],
+    ["https://mcp.example.com/tools/..%5cadmin", false],
+    ["https://mcp.example.com/tools/%00", false],
+    ["https://mcp.example.com/tools/%E0%A4%A", false],
+    ["https://mcp.example.com/tools/a%2fb", true],
+    ["https://mcp.example.com/tools/a/../b", true],
+    ["https://mcp.example.com/tools/a/..", true],
+    ["https://user:pw@mcp.example.com/tools/x", false],
+    ["https://user@mcp.example.com/tools/x", false],
   ])("%s → %s", (url, ok) => {
     expect(isUrlAllowed(url, allowed)).toBe(ok);
+  });
+
+  it("a prefix written with its slash does not admit the folder's name without one", () => {
+    const hooks = parseAllowedUrls("https://h.example.com/hooks/") as AllowedUrl[];
+    expect(isUrlAllowed("https://h.example.com/hooks", hooks)).toBe(false);
+    expect(isUrlAllowed("https://h.example.com/hooks/", hooks)).toBe(true);
+    expect(isUrlAllowed("https://h.example.com/hooks/x", hooks)).toBe(true);
+    expect(isUrlAllowed("https://h.example.com/hooks/..%2f..%2fadmin", hooks)).toBe(false);
+    expect(isUrlAllowed("https://h.example.com/", parseAllowedUrls("https://h.example.com") as AllowedUrl[])).toBe(
+      true,
+    );
   });
 
   it("is empty (MCP off) when unset or blank, and names a bad entry", () => {

@@ -237,6 +237,12 @@ describe("mcp_servers: checked against the operator's MCP settings before any da
       /^mcp_servers\.0\.url: not a URL the operator allows/,
     ],
     [
+      "a path that climbs out of an allowed one once decoded",
+      withServers({ ...server, url: "https://mcp.example.com/tools/..%2f..%2fadmin" }),
+      MCP_ENV,
+      /^mcp_servers\.0\.url: not a URL the operator allows/,
+    ],
+    [
       "another port of an allowed host",
       withServers({ ...server, url: "http://10.0.0.7:9001/" }),
       MCP_ENV,

@@ -39,7 +39,7 @@ export const webhookRoutes = routes(
     tag: "webhooks",
     summary: "Add an endpoint told of job events; its signing secret is shown this once",
     description:
-      "`url` must be under one of the operator's WEBHOOK_ALLOWED_URLS prefixes (400 `invalid_request` otherwise; with none set, every URL is refused). `events` among job.completed, job.failed, job.cancelled, job.lost, job.timed_out, job.expired, job.waiting. Deliveries follow the Standard Webhooks spec, signed with `secret` (`whsec_…`), which no later answer shows.",
+      "`url` must be an http(s) URL without credentials, whose percent-decoded, dot-normalised path is under one of the operator's WEBHOOK_ALLOWED_URLS prefixes (400 `invalid_request` otherwise; with none set, every URL is refused). `events` among job.completed, job.failed, job.cancelled, job.lost, job.timed_out, job.expired, job.waiting. Deliveries follow the Standard Webhooks spec, signed with `secret` (`whsec_…`), which no later answer shows.",
     auth: "bearer",
     body: CreateWebhookBodySchema,
     responses: [{ status: 201, description: "The endpoint, with `secret`.", schema: WebhookCreatedSchema }],
@@ -47,13 +47,8 @@ export const webhookRoutes = routes(
     handler: async (c, input) => {
       const body = await input.body();
       const allowed = c.get("config").webhookAllowedUrls;
-      let parsed: URL | null = null;
-      try {
-        parsed = new URL(body.url);
-      } catch {}
-      if (!parsed || (parsed.protocol !== "https:" && parsed.protocol !== "http:")) {
-        throw new ApiError("invalid_request", "url: must be an http(s) URL");
-      }
+      // The body schema made it an http(s) URL without credentials; where it may point is the
+      // operator's list, compared on the decoded, normalised path (src/domain/mcp.ts).
       if (!isUrlAllowed(body.url, allowed)) {
         throw new ApiError(
           "invalid_request",

@@ -168,8 +168,11 @@ async function claimAdmitted(
   // With a reserve, newcomers (no job held anywhere) come first in the tenant walk: otherwise B
   // tenants that already hold jobs but rank earlier (a higher weight) could fill the walk, and a
   // reserved slot would stay empty while a newcomer waits. Without one the walk is as it was.
-  const newcomersFirst = sql.raw(reserved > 0 ? "(coalesce(h.n, 0) > 0), " : "");
-  const newcomersFirstOuter = sql.raw(reserved > 0 ? "(o.held > 0), " : "");
+  // The flag is a column both ORDER BYs name: the same order by name lets the walk stop after B
+  // tenants; the same expression written twice made Postgres probe every tenant and sort again.
+  const holdsColumn = sql.raw(reserved > 0 ? "coalesce(h.n, 0) > 0 AS holds, " : "");
+  const newcomersFirst = sql.raw(reserved > 0 ? "holds, " : "");
+  const newcomersFirstOuter = sql.raw(reserved > 0 ? "o.holds, " : "");
   // Which ranked jobs may be picked: the first B − reserve in the claim's order, whoever's they
   // are, and past them only a newcomer's first job. So a tenant alone on an idle host gets
   // B − reserve (its own first job counts as one of them), and the reserve fills only with
@@ -178,20 +181,15 @@ async function claimAdmitted(
   // The k-th job of a capped tenant takes its k-th free slot number 1..max_running.
   const slotOf = sql.raw(`CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
             WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END`);
+  const pickable = sql`SELECT id, (held + k)::float8 / weight AS turn, created_at, ${slotOf} AS slot
+        FROM ranked WHERE (max_running = 0 OR held + k <= max_running)`;
   const picks =
     reserved > 0
-      ? sql`SELECT id, turn, created_at, slot FROM (
-          SELECT *, row_number() OVER (ORDER BY turn, created_at) AS place
-          FROM (SELECT id, (held + k)::float8 / weight AS turn, created_at, held = 0 AND k = 1 AS newcomer,
-              ${slotOf} AS slot
-            FROM ranked WHERE max_running = 0 OR held + k <= max_running) r
-        ) w
-        WHERE newcomer OR place <= ${sql.raw(String(open))}
-        ORDER BY turn, created_at LIMIT ${limit}`
-      : sql`SELECT id, (held + k)::float8 / weight AS turn, created_at, ${slotOf} AS slot
-        FROM ranked
-        WHERE max_running = 0 OR held + k <= max_running
-        ORDER BY turn, created_at LIMIT ${limit}`;
+      ? sql`SELECT * FROM (
+          (${pickable} ORDER BY turn, created_at LIMIT ${sql.raw(String(Math.max(0, open)))})
+          UNION (${pickable} AND held = 0 AND k = 1)
+        ) u ORDER BY turn, created_at LIMIT ${limit}`
+      : sql`${pickable} ORDER BY turn, created_at LIMIT ${limit}`;
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
   const admissible = sql`j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
@@ -210,7 +208,7 @@ async function claimAdmitted(
         -- order and stopped at B, so tenants further down are never probed.
         SELECT o.* FROM (
           SELECT t.id, t.weight, t.max_running, coalesce(h.n, 0) AS held, coalesce(h.slots, '{}') AS slots,
-            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, random() AS tie
+            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, ${holdsColumn}random() AS tie
           FROM tenants t LEFT JOIN held h ON h.tenant_id = t.id
           WHERE t.max_running = 0 OR coalesce(h.n, 0) < t.max_running
           ORDER BY ${newcomersFirst}first_turn, tie

@@ -122,10 +122,9 @@ const CLAIM_RACE_ATTEMPTS = 3;
  *   number 1..N.
  * - `reserved` of the claim's slots go only to newcomers: the first `tokens.length − reserved`
  *   jobs in this order are taken whoever's they are, and past them only the first job of a
- *   tenant holding no job fleet-wide. So a
- *   host keeps that many slots free for a tenant that arrives after another filled the fleet
- *   with long jobs: it starts at once instead of when a long job ends (docs/claims.md,
- *   "Newcomer reserve").
+ *   tenant holding no job fleet-wide. So a host keeps that many slots free for a tenant that
+ *   arrives after another filled the fleet with long jobs: it starts at once instead of when a
+ *   long job ends (docs/claims.md "Admission", item 5).
  *
  * Racing claimers: each served tenant's candidates are locked SKIP LOCKED as they are read
  * (like the first-come claim), so concurrent claimers take different jobs rather than all

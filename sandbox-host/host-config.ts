@@ -51,6 +51,13 @@ export const HostConfigSchema = z.object({
   signingSecret: z.string().min(16, "must be at least 16 characters"),
   /** Run slots: the claimer never holds more claimed-or-running jobs than this. */
   maxRuns: intFromEnv(1, 256).default(8),
+  /**
+   * Run slots kept for newcomers: a tenant holding no job anywhere in the fleet takes its first
+   * job in them; no other job does. Without them, a tenant whose long jobs filled the fleet makes
+   * a newcomer wait until one ends (the claim decides only when a slot frees). Default
+   * `defaultReservedSlots(maxRuns)`: 1 slot in 8; fewer than HOST_MAX_RUNS.
+   */
+  reservedSlots: intFromEnv(0, 255).optional(),
   /** 0 = any free port. */
   metricsPort: intFromEnv(0, 65535).default(0),
   /**
@@ -216,6 +223,21 @@ export const HostConfigSchema = z.object({
 });
 export type HostConfig = z.infer<typeof HostConfigSchema>;
 
+/**
+ * The newcomer reserve when HOST_RESERVED_SLOTS is unset: 1 slot in 8 (a host of the default 8
+ * slots keeps 1; one of fewer than 8 keeps none, so a small host is never left mostly idle). Over
+ * a fleet that is 1/8 of its slots, which a lone tenant with more work than the rest leaves
+ * idle: the price of a newcomer starting at once without preempting anyone (docs/claims.md).
+ */
+export function defaultReservedSlots(maxRuns: number): number {
+  return Math.floor(maxRuns / 8);
+}
+
+/** The newcomer reserve this host keeps. */
+export function reservedSlotsOf(config: Pick<HostConfig, "maxRuns" | "reservedSlots">): number {
+  return config.reservedSlots ?? defaultReservedSlots(config.maxRuns);
+}
+
 export type Env = Record<string, string | undefined>;
 
 /** Which env variable feeds which config field, for error messages. */
@@ -228,6 +250,7 @@ const ENV_NAMES: Record<string, string> = {
   gatewayUrl: "GATEWAY_URL",
   signingSecret: "INTERNAL_SIGNING_SECRET",
   maxRuns: "HOST_MAX_RUNS",
+  reservedSlots: "HOST_RESERVED_SLOTS",
   metricsPort: "HOST_METRICS_PORT",
   metricsHost: "HOST_METRICS_HOST",
   queueDepthMs: "HOST_QUEUE_DEPTH_MS",
@@ -301,6 +324,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     gatewayUrl: v("GATEWAY_URL"),
     signingSecret: v("INTERNAL_SIGNING_SECRET"),
     maxRuns: v("HOST_MAX_RUNS"),
+    reservedSlots: v("HOST_RESERVED_SLOTS"),
     metricsPort: v("HOST_METRICS_PORT"),
     metricsHost: v("HOST_METRICS_HOST"),
     queueDepthMs: v("HOST_QUEUE_DEPTH_MS"),
@@ -345,7 +369,14 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };
   const parsed = HostConfigSchema.safeParse(raw);
-  if (parsed.success) return parsed.data;
+  if (parsed.success) {
+    // Checked here rather than in the schema: it relates two variables.
+    if (parsed.data.reservedSlots !== undefined && parsed.data.reservedSlots >= parsed.data.maxRuns)
+      throw new HostConfigError([
+        `HOST_RESERVED_SLOTS: must be less than HOST_MAX_RUNS (${parsed.data.maxRuns}), or the host runs only newcomers' first jobs`,
+      ]);
+    return parsed.data;
+  }
   const problems = parsed.error.issues.map((issue) => {
     const path = issue.path.join(".");
     const name = ENV_NAMES[path] ?? path;

@@ -22,7 +22,7 @@ import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
 import type { HostDeps } from "./host";
-import { type HostConfig, listenDatabaseUrl } from "./host-config";
+import { type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
@@ -198,6 +198,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     sweepMs: config.sweepMs,
     sweepOlderThanMs: config.sweepOlderThanMs,
     activity,
+    reservedSlots: reservedSlotsOf(config),
   });
   const reaper = new Reaper({
     db,

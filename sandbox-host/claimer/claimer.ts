@@ -70,6 +70,8 @@ export interface ClaimerOptions {
   extraCandidates?: number;
   /** Whether the fleet is idle (no polling then); without it the claimer always polls. */
   activity?: FleetActivity;
+  /** Slots kept for newcomers (HOST_RESERVED_SLOTS): every claim passes it to the statement. */
+  reservedSlots?: number;
 }
 
 type RedisState = { up: true } | { up: false; since: number; lastProbe: number };
@@ -245,7 +247,13 @@ export class Claimer implements Service {
     const free = this.opts.runner.free;
     if (free === 0 || this.stopped) return 0;
     const tokens = Array.from({ length: free }, () => randomUUID());
-    const claimed = await claimFromPostgres(this.opts.db, this.opts.hostId, tokens, olderThanMs);
+    const claimed = await claimFromPostgres(
+      this.opts.db,
+      this.opts.hostId,
+      tokens,
+      olderThanMs,
+      this.opts.reservedSlots ?? 0,
+    );
     if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });

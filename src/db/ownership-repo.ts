@@ -21,11 +21,18 @@ import { held } from "./schema";
  * direct connection sends them as named prepared statements, planned once per connection
  * (sandbox-host/prepared-statements.ts): planning was ~40 % of Postgres' time on them
  * (docs/claims.md). Any other driver just sees a comment. The admission claim is named per
- * batch size (`ear_claim_poll_8`): its batch size is part of its text.
+ * batch size and reserve (`ear_claim_poll_8`, `ear_claim_poll_8_r1`): both are part of its text.
  */
 export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z0-9_]+) \*\//;
-const named = (name: "ear_claim_ready" | `ear_claim_poll_${number}` | "ear_start" | "ear_heartbeat" | "ear_finish") =>
-  sql.raw(`/* ${name} */ `);
+const named = (
+  name:
+    | "ear_claim_ready"
+    | `ear_claim_poll_${number}`
+    | `ear_claim_poll_${number}_r${number}`
+    | "ear_start"
+    | "ear_heartbeat"
+    | "ear_finish",
+) => sql.raw(`/* ${name} */ `);
 
 /**
  * The claimable condition: queued, no owner, never claimed into an execution. Every claim
@@ -113,6 +120,11 @@ const CLAIM_RACE_ATTEMPTS = 3;
  *   That is weighted round-robin over the tenants with runnable work, with the fleet as it is.
  * - A tenant with `max_running` N gets at most N − held; each claimed job takes a free slot
  *   number 1..N.
+ * - `reserved` of the claim's slots go only to newcomers: the first `tokens.length − reserved`
+ *   jobs in this order are taken whoever's they are, and past them only the first job of a
+ *   tenant holding no job fleet-wide. So a host keeps that many slots free for a tenant that
+ *   arrives after another filled the fleet with long jobs: it starts at once instead of when a
+ *   long job ends (docs/claims.md "Admission", item 5).
  *
  * Racing claimers: each served tenant's candidates are locked SKIP LOCKED as they are read
  * (like the first-come claim), so concurrent claimers take different jobs rather than all
@@ -121,23 +133,62 @@ const CLAIM_RACE_ATTEMPTS = 3;
  * jobs_held_slot_uq instead of both winning; the loser's statement fails whole (nothing claimed)
  * and is run again with a new snapshot, which sees the winner.
  */
-export async function claimFromPostgres(db: Db, host: string, tokens: string[], olderThanMs = 0): Promise<Claim[]> {
+export async function claimFromPostgres(
+  db: Db,
+  host: string,
+  tokens: string[],
+  olderThanMs = 0,
+  reserved = 0,
+): Promise<Claim[]> {
   if (tokens.length === 0) return [];
+  if (!Number.isInteger(reserved) || reserved < 0) throw new Error(`claimFromPostgres: bad reserve ${reserved}`);
   for (let attempt = 1; ; attempt++) {
     try {
-      return await claimAdmitted(db, host, tokens, olderThanMs);
+      return await claimAdmitted(db, host, tokens, olderThanMs, reserved);
     } catch (err) {
       if (attempt >= CLAIM_RACE_ATTEMPTS || !isUniqueViolation(err)) throw err;
     }
   }
 }
 
-async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs: number): Promise<Claim[]> {
+async function claimAdmitted(
+  db: Db,
+  host: string,
+  tokens: string[],
+  olderThanMs: number,
+  reserved: number,
+): Promise<Claim[]> {
   const want = tokens.length;
   // B is written into the text (and the name): sent as a parameter, the LIMITs made the generic
   // plan lose the planner's cost test and a named claim was re-planned on every execution
-  // (docs/claims.md, "Cost of the claim statement"). An integer, never input.
+  // (docs/claims.md, "Cost of the claim statement"). An integer, never input. So is the reserve.
   const limit = sql.raw(String(want));
+  const name = reserved > 0 ? (`ear_claim_poll_${want}_r${reserved}` as const) : (`ear_claim_poll_${want}` as const);
+  // With a reserve, newcomers (no job held anywhere) come first in the tenant walk: otherwise B
+  // tenants that already hold jobs but rank earlier (a higher weight) could fill the walk, and a
+  // reserved slot would stay empty while a newcomer waits. Without one the walk is as it was.
+  // The flag is a column both ORDER BYs name: the same order by name lets the walk stop after B
+  // tenants; the same expression written twice made Postgres probe every tenant and sort again.
+  const holdsColumn = sql.raw(reserved > 0 ? "coalesce(h.n, 0) > 0 AS holds, " : "");
+  const newcomersFirst = sql.raw(reserved > 0 ? "holds, " : "");
+  const newcomersFirstOuter = sql.raw(reserved > 0 ? "o.holds, " : "");
+  // Which ranked jobs may be picked: the first B − reserve in the claim's order, whoever's they
+  // are, and past them only a newcomer's first job. So a tenant alone on an idle host gets
+  // B − reserve (its own first job counts as one of them), and the reserve fills only with
+  // tenants that hold nothing. Without a reserve every ranked job may be.
+  const open = want - reserved;
+  // The k-th job of a capped tenant takes its k-th free slot number 1..max_running.
+  const slotOf = sql.raw(`CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
+            WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END`);
+  const pickable = sql`SELECT id, (held + k)::float8 / weight AS turn, created_at, ${slotOf} AS slot
+        FROM ranked WHERE (max_running = 0 OR held + k <= max_running)`;
+  const picks =
+    reserved > 0
+      ? sql`SELECT * FROM (
+          (${pickable} ORDER BY turn, created_at LIMIT ${sql.raw(String(Math.max(0, open)))})
+          UNION (${pickable} AND held = 0 AND k = 1)
+        ) u ORDER BY turn, created_at LIMIT ${limit}`
+      : sql`${pickable} ORDER BY turn, created_at LIMIT ${limit}`;
   // What makes a job of tenant t.id takeable now (both probes below repeat it). The probes order
   // as jobs_admission_idx does (priority is never null: NULLS LAST only lets the index serve).
   const admissible = sql`j.tenant_id = t.id AND ${claimable("j")} AND ${runnable("j")}
@@ -145,7 +196,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
     AND (j.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs o
       WHERE o.tenant_id = j.tenant_id AND o.concurrency_key = j.concurrency_key AND ${held("o")}))`;
   const rows = resultRows<{ id: string; epoch: number; token: string }>(
-    await db.execute(sql`${named(`ear_claim_poll_${want}`)}
+    await db.execute(sql`${named(name)}
       WITH held AS (
         SELECT tenant_id, count(*)::int AS n,
           coalesce(array_agg(tenant_slot) FILTER (WHERE tenant_slot IS NOT NULL), '{}') AS slots
@@ -156,14 +207,14 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
         -- order and stopped at B, so tenants further down are never probed.
         SELECT o.* FROM (
           SELECT t.id, t.weight, t.max_running, coalesce(h.n, 0) AS held, coalesce(h.slots, '{}') AS slots,
-            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, random() AS tie
+            (coalesce(h.n, 0) + 1)::float8 / t.weight AS first_turn, ${holdsColumn}random() AS tie
           FROM tenants t LEFT JOIN held h ON h.tenant_id = t.id
           WHERE t.max_running = 0 OR coalesce(h.n, 0) < t.max_running
-          ORDER BY first_turn, tie
+          ORDER BY ${newcomersFirst}first_turn, tie
         ) o
         CROSS JOIN LATERAL (SELECT 1 FROM jobs j, (SELECT o.id) AS t(id) WHERE ${admissible}
           ORDER BY j.priority DESC NULLS LAST, j.created_at LIMIT 1) w
-        ORDER BY o.first_turn, o.tie
+        ORDER BY ${newcomersFirstOuter}o.first_turn, o.tie
         LIMIT ${limit}
       ), cand AS (
         -- Each served tenant's first B takeable jobs, locked as they are read and skipping what
@@ -186,12 +237,7 @@ async function claimAdmitted(db: Db, host: string, tokens: string[], olderThanMs
         SELECT *, row_number() OVER (PARTITION BY tenant_id ORDER BY priority DESC, created_at) AS k
         FROM heads WHERE concurrency_key IS NULL OR in_key = 1
       ), picked AS (
-        SELECT id, (held + k)::float8 / weight AS turn, created_at,
-          CASE WHEN max_running > 0 THEN (SELECT s FROM generate_series(1, max_running) s
-            WHERE NOT (s = ANY (slots)) ORDER BY s OFFSET k - 1 LIMIT 1) END AS slot
-        FROM ranked
-        WHERE max_running = 0 OR held + k <= max_running
-        ORDER BY turn, created_at LIMIT ${limit}
+        ${picks}
       ), numbered AS (
         SELECT id, slot, row_number() OVER (ORDER BY turn, created_at) AS n FROM picked
       ), toks AS (

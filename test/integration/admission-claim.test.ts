@@ -77,11 +77,13 @@ async function submit(tenant: string, n: number, extra: Partial<CreateJobBody> =
   return ids;
 }
 
-const claim = (n: number, host = "h1") =>
+const claim = (n: number, host = "h1", reserved = 0) =>
   claimFromPostgres(
     claimDb(),
     host,
     Array.from({ length: n }, () => randomUUID()),
+    0,
+    reserved,
   );
 
 async function tenantsOf(jobIds: string[]): Promise<string[]> {
@@ -182,6 +184,40 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     ).rows;
     await finish(held?.id as string);
     expect(await tenantsOf((await claim(8)).map((c) => c.jobId))).toEqual(["capped"]);
+  });
+
+  it("reserved slots go only to a newcomer's first job; the others take at most B − reserve", async () => {
+    await createTenant(db(), "long");
+    await submit("long", 10);
+    // Alone, `long` takes 3 of 4 free slots and never the reserved one.
+    expect(await tenantsOf((await claim(4, "h1", 1)).map((c) => c.jobId))).toEqual(["long", "long", "long"]);
+    expect(await claim(1, "h1", 1)).toEqual([]);
+    // A tenant holding nothing gets its first job in the reserve, not its second.
+    await createTenant(db(), "newcomer");
+    const fresh = await submit("newcomer", 3);
+    expect((await claim(1, "h1", 1)).map((c) => c.jobId)).toEqual([fresh[0]]);
+    expect(await claim(1, "h1", 1)).toEqual([]);
+    // Slots beyond the reserve go round-robin as before: newcomer holds 1, long 3.
+    expect((await claim(3, "h1", 1)).map((c) => c.jobId).sort()).toEqual([fresh[1], fresh[2]].sort());
+    // Two newcomers arriving together both start when 2 slots are free with 1 reserved: each
+    // first job may take a reserved slot or an open one.
+    await createTenant(db(), "n2");
+    await createTenant(db(), "n3");
+    await submit("n2", 2);
+    await submit("n3", 2);
+    expect(await tenantsOf((await claim(2, "h1", 1)).map((c) => c.jobId))).toEqual(["n2", "n3"]);
+  });
+
+  it("a reserved slot reaches a newcomer even when tenants that hold jobs rank earlier by weight", async () => {
+    // `heavy` (weight 3) holding 1 ranks its next job at 2/3, before a newcomer's 1/1: the walk
+    // over the first B tenants must still reach the newcomer, or the reserved slot stays empty.
+    await createTenant(db(), "heavy");
+    await setTenantSettings(db(), "heavy", { weight: 3 });
+    await submit("heavy", 5);
+    expect(await tenantsOf((await claim(1)).map((c) => c.jobId))).toEqual(["heavy"]);
+    await createTenant(db(), "newcomer");
+    const [fresh] = await submit("newcomer", 1);
+    expect((await claim(1, "h1", 1)).map((c) => c.jobId)).toEqual([fresh]);
   });
 
   it("a concurrency key holds one job at a time, in priority then submit order", async () => {

@@ -7,6 +7,9 @@
  *    ends `expired` with `run.expired` and no start; the same with an agent's default priority
  *    (a body's own wins); `delay_s: 3` starts 3–4.5 s after submit;
  *  - on 3 hosts: a concurrency key never runs two at once; `tenant set --max-running 2` holds;
+ *  - the newcomer reserve: tenant A's 20 jobs of 30 s on 2 hosts × 8 slots hold 14 of them, and
+ *    tenant B's job submitted after starts within 5 s (without the reserve: A held 16, B waited
+ *    for A's first job to end);
  *  - the starvation scenario again with Redis stopped (the hosts poll Postgres with the same
  *    claim statement): B's p95 still ≤ 3 s, and the claims were the poll's.
  */
@@ -149,7 +152,9 @@ describe.skipIf(!canRun)("admission with real hosts", () => {
   }
 
   it("starvation: B's 4 jobs behind A's 120 start within 3 s (p95) on one host of 8 slots", async () => {
-    await t.stack.addHost({ HOST_MAX_RUNS: "8" });
+    // No newcomer reserve: this measures the claim's round-robin alone, and the next tests fill
+    // all 8 slots with one tenant (the reserve has its own test below).
+    await t.stack.addHost({ HOST_MAX_RUNS: "8", HOST_RESERVED_SLOTS: "0" });
     const b = await tenantApi("tenant-b");
     const a = api();
     const batch = (n: number) => ({ jobs: Array.from({ length: n }, () => timed(2)) });
@@ -287,13 +292,69 @@ describe.skipIf(!canRun)("admission with real hosts", () => {
     expect(m.max).toBe(2);
   }, 180_000);
 
+  it("a newcomer starts within 5 s on 2 hosts × 8 slots that another tenant's 30 s jobs fill (the default reserve, 1 slot per host)", async () => {
+    await drained();
+    for (const h of [...t.stack.hosts]) await h.stop();
+    // HOST_RESERVED_SLOTS unset: the default a host of 8 slots keeps (1).
+    await Promise.all([1, 2].map(() => t.stack.addHost({ HOST_MAX_RUNS: "8" })));
+    const a = await tenantApi("tenant-long");
+    const b = await tenantApi("tenant-newcomer");
+    // 30 s of silence before one token: long jobs that send nothing meanwhile (no event load).
+    const long = { input: { messages: [{ role: "user", content: `!mock ${JSON.stringify({ ttft_ms: 30_000 })}` }] } };
+    const r = await a.call<{ jobs: Array<{ id: string }> }>("POST", "/v1/jobs/batch", {
+      jobs: Array.from({ length: 20 }, () => long),
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    const aIds = r.body.jobs.map((j) => j.id);
+    const heldBy = async (tenant: string) =>
+      Number(
+        (
+          await t.pool.query(
+            "SELECT count(*) AS n FROM jobs WHERE tenant_id = $1 AND owner IS NOT NULL AND state IN ('queued', 'running')",
+            [tenant],
+          )
+        ).rows[0].n,
+      );
+    await waitFor(
+      "A's long jobs running",
+      async () => (await rows(aIds)).filter((x) => x.state === "running").length >= 14,
+      { timeoutMs: 30_000, intervalMs: 50 },
+    );
+    // Time for every host to claim what it would (its cadence is ≤ 250 ms with due entries).
+    await new Promise((done) => setTimeout(done, 1500));
+    const aHeld = await heldBy("tenant-long");
+    const bId = await submit(b, timed(0.2));
+    const [bRow] = await waitFor(
+      "B's job to start",
+      async () => {
+        const rs = await rows([bId]);
+        return rs[0]?.started_at ? rs : null;
+      },
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+    const firstLongEnd = (await rows(aIds)).some((x) => x.state === "completed");
+    console.log(
+      `newcomer behind 20 long jobs on 2 × 8 slots: A held ${aHeld} of 16; B's dispatch ${bRow?.dispatch_ms?.toFixed(0)} ms` +
+        (firstLongEnd ? " (after a long job ended)" : ""),
+    );
+    expect(aHeld).toBe(14);
+    expect(bRow?.dispatch_ms).toBeLessThanOrEqual(5000);
+    for (const id of aIds) await a.call("POST", `/v1/jobs/${id}/cancel`);
+    await drained();
+  }, 180_000);
+
   it("with Redis gone the hosts poll Postgres with the same claim: B's jobs behind A's 120 still start within 3 s (p95)", async () => {
     // Last: Redis stays down. The host takes no model quota (QUOTA_* 0), so its runs need no
     // Redis either; only the claim path changes (the ready index is unreachable: it polls
     // Postgres with the same statement).
     await drained();
     for (const h of [...t.stack.hosts]) await h.stop();
-    const host = await t.stack.addHost({ HOST_MAX_RUNS: "8", QUOTA_MODEL_LIMIT: "0", QUOTA_TENANT_LIMIT: "0" });
+    const host = await t.stack.addHost({
+      HOST_MAX_RUNS: "8",
+      HOST_RESERVED_SLOTS: "0",
+      QUOTA_MODEL_LIMIT: "0",
+      QUOTA_TENANT_LIMIT: "0",
+    });
     const b = await tenantApi("tenant-b2");
     const a = api();
     for (const n of [100, 20]) {

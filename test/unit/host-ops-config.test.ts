@@ -4,7 +4,7 @@
  * pooler URL (LISTEN is never delivered through a transaction pooler).
  */
 import { describe, expect, it } from "vitest";
-import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl } from "../../sandbox-host/host-config";
+import { HostConfigError, hostConfigFromEnv, listenDatabaseUrl, reservedSlotsOf } from "../../sandbox-host/host-config";
 import { isPoolerUrl } from "../../src/db/pooler-url";
 import { applyMigrations } from "../../tools/stack/migrate";
 import { MINIMAL_HOST_ENV } from "../helpers/host-env";
@@ -34,6 +34,24 @@ describe("queue depth interval", () => {
     expect(hostConfigFromEnv(MINIMAL_HOST_ENV).queueDepthMs).toBe(15_000);
     expect(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, HOST_QUEUE_DEPTH_MS: "0" }).queueDepthMs).toBe(0);
     expect(problems({ HOST_QUEUE_DEPTH_MS: "200" })).toEqual([expect.stringMatching(/^HOST_QUEUE_DEPTH_MS: /)]);
+  });
+});
+
+describe("newcomer reserve", () => {
+  const reserve = (env: Record<string, string>) => reservedSlotsOf(hostConfigFromEnv({ ...MINIMAL_HOST_ENV, ...env }));
+  it("keeps 1 slot in 8 unless HOST_RESERVED_SLOTS says otherwise; 0 turns it off", () => {
+    expect(reserve({})).toBe(1);
+    expect(reserve({ HOST_MAX_RUNS: "4" })).toBe(0);
+    expect(reserve({ HOST_MAX_RUNS: "16" })).toBe(2);
+    expect(reserve({ HOST_MAX_RUNS: "4", HOST_RESERVED_SLOTS: "1" })).toBe(1);
+    expect(reserve({ HOST_RESERVED_SLOTS: "0" })).toBe(0);
+  });
+
+  it("refuses a reserve of every slot, by name", () => {
+    expect(problems({ HOST_MAX_RUNS: "4", HOST_RESERVED_SLOTS: "4" })).toEqual([
+      expect.stringMatching(/^HOST_RESERVED_SLOTS: must be less than HOST_MAX_RUNS \(4\)/),
+    ]);
+    expect(problems({ HOST_RESERVED_SLOTS: "-1" })).toEqual([expect.stringMatching(/^HOST_RESERVED_SLOTS: /)]);
   });
 });
 

@@ -30,7 +30,8 @@
  *  3. bloat: n_dead_tup / HOT updates on `jobs` over the whole lifecycle, now and pre-change.
  *  4. with --investigate: why graphile-worker once looked slower at 4 workers than at 1.
  *  --admission instead runs only the admission claim's cost against the first-come claim, with
- *  1 and 1,000 tenants holding queued work (`admissionCost` below).
+ *  1 and 1,000 tenants holding queued work (`admissionCost` below), with and without a newcomer
+ *  reserve of 1 slot.
  */
 import { randomUUID } from "node:crypto";
 import { availableParallelism } from "node:os";
@@ -593,6 +594,12 @@ async function admissionCost(
   ) as unknown as Db;
   const sides: Array<{ side: string; claim: Claim }> = [
     { side: "admission (now)", claim: (d, tokens) => claimFromPostgres(d, "bench-host", tokens) },
+    // The same claim keeping 1 of its B slots for newcomers (HOST_RESERVED_SLOTS=1, the default on
+    // a host of 8): what the reserve's extra window and walk order cost.
+    {
+      side: "admission, 1 reserved",
+      claim: (d, tokens) => claimFromPostgres(d, "bench-host", tokens, 0, 1),
+    },
     { side: "replanned (before)", claim: (d, tokens) => replannedAdmissionClaim(d, "bench-host", tokens) },
     { side: "first-come (before)", claim: (d, tokens) => preAdmissionClaim(d, "bench-host", tokens) },
   ];
@@ -634,7 +641,7 @@ async function admissionCost(
         };
         out.push(r);
         opts.say(
-          `    ${s.side.padEnd(20)} prepared, at the client: p50 ${r.p50.toFixed(2)} ms, p95 ${r.p95.toFixed(2)} ms · unprepared, server plan + execute p50 ${r.serverP50.toFixed(2)} ms · ${n} claimed per statement`,
+          `    ${s.side.padEnd(22)} prepared, at the client: p50 ${r.p50.toFixed(2)} ms, p95 ${r.p95.toFixed(2)} ms · unprepared, server plan + execute p50 ${r.serverP50.toFixed(2)} ms · ${n} claimed per statement`,
         );
       }
     }

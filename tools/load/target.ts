@@ -46,8 +46,9 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
       root: o.root,
       hosts: o.selfStart.hosts,
       // One tenant drives every run here: the per-tenant quota (a fairness rule between tenants,
-      // default 32) would cap the very concurrency the load generator measures, so it is off on this stack.
-      hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns), QUOTA_TENANT_LIMIT: "0" },
+      // default 32) and the newcomer reserve (slots kept for another tenant, 1 in 8 by default)
+      // would cap the very concurrency the load generator measures, so both are off on this stack.
+      hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns), QUOTA_TENANT_LIMIT: "0", HOST_RESERVED_SLOTS: "0" },
       mockModel: {
         ttftMs: script.ttftMs,
         tokensPerS: script.tokensPerS,

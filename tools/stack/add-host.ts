@@ -26,7 +26,14 @@ try {
   const stack = await readStack();
   if (!stack.host_env) throw new Error(".dev/stack.json has no host_env; restart `npm run dev`");
   const env: Record<string, string> = { ...stack.host_env, HOST_METRICS_PORT: "0" };
-  for (const k of ["MODEL_BASE_URL", "MODEL_API_KEY", "MODEL_NAME", "HOST_MAX_RUNS", "HOST_ID"]) {
+  for (const k of [
+    "MODEL_BASE_URL",
+    "MODEL_API_KEY",
+    "MODEL_NAME",
+    "HOST_MAX_RUNS",
+    "HOST_RESERVED_SLOTS",
+    "HOST_ID",
+  ]) {
     const v = process.env[k];
     if (v) env[k] = v;
   }

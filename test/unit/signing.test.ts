@@ -141,5 +141,6 @@ describe("batch macs under the execution's ingest key", () => {
       }),
       { numRuns: 2000 },
     );
-  });
+    // 2,000 generated payloads take ~1 s on a quiet core; 30 s so a loaded machine does not time it out.
+  }, 30_000);
 });

@@ -61,6 +61,13 @@ export const tenants = pgTable(
     maxRunning: integer("max_running").notNull().default(0),
     /** US dollars the tenant may spend per UTC day (tenant_daily_spend); null: no budget. */
     dailyBudgetUsd: numeric("daily_budget_usd", { mode: "number" }),
+    // What the tenant's agents take, for the caps of docs/limits.md ("Agents and versions"):
+    // every agent it ever created (archived ones too: nothing is deleted) and the bytes of every
+    // stored version's definition (its jsonb text). Moved only by the statements that insert an
+    // agent or a version (src/db/agents-repo.ts), which read them from this row once they hold
+    // its lock, so concurrent creates cannot both take the last slot.
+    agentCount: integer("agent_count").notNull().default(0),
+    agentBytes: bigint("agent_bytes", { mode: "number" }).notNull().default(0),
   },
   (t) => [
     check("tenants_weight_ck", sql`${t.weight} >= 1`),

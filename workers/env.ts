@@ -26,6 +26,7 @@ export interface Env {
   MAX_AGENTS_PER_TENANT?: string;
   MAX_VERSIONS_PER_AGENT?: string;
   MAX_AGENT_BYTES_PER_TENANT?: string;
+  OTEL_TRUST_CLIENT_SAMPLING?: string;
   MODELS?: string;
   MODEL_REGISTRY?: string;
   MCP_ALLOWED_URLS?: string;

@@ -65,6 +65,8 @@ const ConfigSchema = z.object({
   MAX_AGENTS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MAX_VERSIONS_PER_AGENT: optional(z.coerce.number().int().min(0)),
   MAX_AGENT_BYTES_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  /** "true": a client's traceparent parents its runs (sampling included); default: only linked. */
+  OTEL_TRUST_CLIENT_SAMPLING: optional(z.enum(["true", "false"])),
   MODELS: optional(z.string()),
   MODEL_REGISTRY: optional(z.string()),
   /** The URL prefixes hosts may call MCP servers at (the hosts' own list); unset or empty: MCP off. */
@@ -163,6 +165,12 @@ export interface GatewayConfig {
   maxBodyBytes: number;
   limits: GatewayLimits;
   /**
+   * OTEL_TRUST_CLIENT_SAMPLING: a client's traceparent becomes its run's parent, so the client's
+   * sampled flag and trace id decide; false (the default): it is kept as a span link only
+   * (clientTraceContext, src/domain/traceparent.ts).
+   */
+  trustClientSampling: boolean;
+  /**
    * The models a client or an agent may name (MODEL_REGISTRY, else MODELS), each with its tenant
    * allow-list; none when both are unset, so `model` is refused.
    */
@@ -253,6 +261,7 @@ export function loadConfig(env: Env): GatewayConfig {
               maxVersionsPerAgent: parsed.data.MAX_VERSIONS_PER_AGENT ?? LIMIT_DEFAULTS.maxVersionsPerAgent,
               maxAgentBytesPerTenant: parsed.data.MAX_AGENT_BYTES_PER_TENANT ?? LIMIT_DEFAULTS.maxAgentBytesPerTenant,
             },
+            trustClientSampling: parsed.data.OTEL_TRUST_CLIENT_SAMPLING === "true",
             models,
             mcp: {
               allowedUrls: parsed.data.MCP_ALLOWED_URLS ?? [],

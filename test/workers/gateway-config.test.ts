@@ -55,6 +55,15 @@ describe("gateway configuration", () => {
     expect(() => loadConfig(asEnv({ ...base, MAX_STREAMS_PER_TENANT: "-1" }))).toThrow(/MAX_STREAMS_PER_TENANT/);
   });
 
+  it("keeps a client's trace context as a link unless OTEL_TRUST_CLIENT_SAMPLING is true, and refuses another value", () => {
+    expect(loadConfig(asEnv({ ...base })).trustClientSampling).toBe(false);
+    expect(loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "false" })).trustClientSampling).toBe(false);
+    expect(loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "true" })).trustClientSampling).toBe(true);
+    expect(() => loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "yes" }))).toThrow(
+      /OTEL_TRUST_CLIENT_SAMPLING/,
+    );
+  });
+
   it("reads MCP_ALLOWED_URLS (empty: MCP off) and MCP_SECRET_NAMES (unset: not checked; name or name:tenant|…), and names a bad entry", () => {
     expect(loadConfig(asEnv({ ...base })).mcp).toEqual({ allowedUrls: [], secretNames: null });
     const mcp = loadConfig(

@@ -23,6 +23,10 @@ export interface Env {
   RATE_LIMIT_WINDOW_S?: string;
   MAX_STREAMS_PER_TENANT?: string;
   MAX_QUEUED_JOBS_PER_TENANT?: string;
+  MAX_AGENTS_PER_TENANT?: string;
+  MAX_VERSIONS_PER_AGENT?: string;
+  MAX_AGENT_BYTES_PER_TENANT?: string;
+  OTEL_TRUST_CLIENT_SAMPLING?: string;
   MODELS?: string;
   MODEL_REGISTRY?: string;
   MCP_ALLOWED_URLS?: string;

@@ -62,6 +62,11 @@ const ConfigSchema = z.object({
   RATE_LIMIT_WINDOW_S: optional(z.coerce.number().int().min(1).max(86_400)),
   MAX_STREAMS_PER_TENANT: optional(z.coerce.number().int().min(0)),
   MAX_QUEUED_JOBS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MAX_AGENTS_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  MAX_VERSIONS_PER_AGENT: optional(z.coerce.number().int().min(0)),
+  MAX_AGENT_BYTES_PER_TENANT: optional(z.coerce.number().int().min(0)),
+  /** "true": a client's traceparent parents its runs (sampling included); default: only linked. */
+  OTEL_TRUST_CLIENT_SAMPLING: optional(z.enum(["true", "false"])),
   MODELS: optional(z.string()),
   MODEL_REGISTRY: optional(z.string()),
   /** The URL prefixes hosts may call MCP servers at (the hosts' own list); unset or empty: MCP off. */
@@ -137,6 +142,10 @@ export interface GatewayLimits {
   rateLimitWindowS: number;
   maxStreamsPerTenant: number;
   maxQueuedJobsPerTenant: number;
+  /** The caps on a tenant's agents (src/db/agents-repo.ts `AgentCaps`); 0 turns one off. */
+  maxAgentsPerTenant: number;
+  maxVersionsPerAgent: number;
+  maxAgentBytesPerTenant: number;
 }
 
 export interface GatewayConfig {
@@ -155,6 +164,12 @@ export interface GatewayConfig {
   corsAllowedOrigins: readonly string[];
   maxBodyBytes: number;
   limits: GatewayLimits;
+  /**
+   * OTEL_TRUST_CLIENT_SAMPLING: a client's traceparent becomes its run's parent, so the client's
+   * sampled flag and trace id decide; false (the default): it is kept as a span link only
+   * (clientTraceContext, src/domain/traceparent.ts).
+   */
+  trustClientSampling: boolean;
   /**
    * The models a client or an agent may name (MODEL_REGISTRY, else MODELS), each with its tenant
    * allow-list; none when both are unset, so `model` is refused.
@@ -242,7 +257,11 @@ export function loadConfig(env: Env): GatewayConfig {
               rateLimitWindowS: parsed.data.RATE_LIMIT_WINDOW_S ?? LIMIT_DEFAULTS.rateLimitWindowS,
               maxStreamsPerTenant: parsed.data.MAX_STREAMS_PER_TENANT ?? LIMIT_DEFAULTS.maxStreamsPerTenant,
               maxQueuedJobsPerTenant: parsed.data.MAX_QUEUED_JOBS_PER_TENANT ?? LIMIT_DEFAULTS.maxQueuedJobsPerTenant,
+              maxAgentsPerTenant: parsed.data.MAX_AGENTS_PER_TENANT ?? LIMIT_DEFAULTS.maxAgentsPerTenant,
+              maxVersionsPerAgent: parsed.data.MAX_VERSIONS_PER_AGENT ?? LIMIT_DEFAULTS.maxVersionsPerAgent,
+              maxAgentBytesPerTenant: parsed.data.MAX_AGENT_BYTES_PER_TENANT ?? LIMIT_DEFAULTS.maxAgentBytesPerTenant,
             },
+            trustClientSampling: parsed.data.OTEL_TRUST_CLIENT_SAMPLING === "true",
             models,
             mcp: {
               allowedUrls: parsed.data.MCP_ALLOWED_URLS ?? [],

@@ -6,7 +6,8 @@
  * stays in this module's memory only (never in storage or a URL), where it renews the token a
  * minute before it expires. The token is kept in sessionStorage (this tab only, gone when the tab
  * closes) so a reload keeps the session until the token expires; after a reload there is no key,
- * so the console asks for it again at that point.
+ * so the console asks for it again at that point. The token's tenant (the answer's `tenant_id`) is
+ * kept with it, so the header can always say which tenant this tab acts for.
  */
 import { EarClient } from "../../src/client/client";
 import { ApiClientError } from "../../src/client/http";
@@ -26,6 +27,7 @@ const RENEW_BEFORE_MS = 60_000;
 interface Token {
   token: string;
   expiresAt: number;
+  tenantId: string;
 }
 
 let key: string | null = null;
@@ -36,7 +38,13 @@ const listeners = new Set<() => void>();
 function readStoredToken(): Token | null {
   try {
     const t = JSON.parse(sessionStorage.getItem(STORAGE_KEY) ?? "null") as Token | null;
-    return t && typeof t.token === "string" && t.expiresAt > Date.now() + RENEW_BEFORE_MS ? t : null;
+    // A token kept without its tenant (by an older console) is not a session this one can label.
+    return t &&
+      typeof t.token === "string" &&
+      typeof t.tenantId === "string" &&
+      t.expiresAt > Date.now() + RENEW_BEFORE_MS
+      ? t
+      : null;
   } catch {
     return null;
   }
@@ -50,6 +58,11 @@ export function signedIn(): boolean {
   return token !== null;
 }
 
+/** The tenant this tab is signed in as, or null when signed out. */
+export function signedInTenant(): string | null {
+  return token?.tenantId ?? null;
+}
+
 export function onSessionChange(l: () => void): () => void {
   listeners.add(l);
   return () => listeners.delete(l);
@@ -58,7 +71,7 @@ export function onSessionChange(l: () => void): () => void {
 async function mint(apiKey: string): Promise<Token> {
   const minter = new EarClient({ baseUrl: location.origin, credential: apiKey });
   const t = await minter.createToken({ scope: "write" });
-  return { token: t.token, expiresAt: Date.parse(t.expires_at) };
+  return { token: t.token, expiresAt: Date.parse(t.expires_at), tenantId: t.tenant_id };
 }
 
 function keep(t: Token): void {
@@ -81,7 +94,11 @@ async function renew(): Promise<void> {
   }
 }
 
-/** Exchanges the key for a token; throws ApiClientError (401 for a wrong key) without signing in. */
+/**
+ * Exchanges the key for a token; throws ApiClientError (401 for a wrong key) without signing in.
+ * Signed in already, the new session replaces the old one only once its token is minted, so a
+ * wrong key leaves the current session as it was.
+ */
 export async function signIn(apiKey: string): Promise<void> {
   const t = await mint(apiKey.trim());
   key = apiKey.trim();

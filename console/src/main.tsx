@@ -4,12 +4,15 @@
  *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries).
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
- * the history. The key is exchanged for a token (api.ts) like a pasted one.
+ * the history. The key is exchanged for a token (api.ts) like a pasted one. A tab already signed
+ * in asks first (`ReplaceSession`): anyone can send a link with their own key in it, and a tab
+ * silently switched to another tenant would show, and take, what the user types as theirs. The
+ * header always names the tenant the tab acts for.
  */
 import { render } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { AgentDetail, Agents, NewAgent } from "./agents";
-import { client, newConversationId, onSessionChange, signedIn, signIn, signOut } from "./api";
+import { client, newConversationId, onSessionChange, signedIn, signedInTenant, signIn, signOut } from "./api";
 import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
@@ -17,14 +20,78 @@ import { ScheduleDetail, Schedules } from "./schedules";
 import { WebhookDeliveries, Webhooks } from "./webhooks";
 import "./style.css";
 
-/** The key from a `#key=…&next=/route` fragment, with the fragment replaced by the route. */
-function takeFragmentKey(): string | null {
+/**
+ * The key and route of a `#key=…&next=/route` fragment, with the fragment replaced at once (the key
+ * must not stay in the address bar or the history): by the route when no session is kept, so the
+ * key signs in there as before; by the chat home when one is, since the link's route is the link
+ * sender's and waits for the user's answer (`ReplaceSession`).
+ */
+function takeFragmentKey(): { key: string; next: string } | null {
   const params = new URLSearchParams(location.hash.slice(1));
   const key = params.get("key");
   if (!key) return null;
-  signOut(); // this key, not a token kept from before, is the session now
-  history.replaceState(null, "", `${location.pathname}${location.search}#${params.get("next") ?? "/chat"}`);
-  return key;
+  const next = params.get("next") ?? "/chat";
+  history.replaceState(null, "", `${location.pathname}${location.search}#${signedIn() ? "/chat" : next}`);
+  return { key, next };
+}
+
+/**
+ * The in-page question a key in the fragment asks a tab that is already signed in: replace the
+ * session (only once the link's key is known good), or keep it. A modal <dialog>, not confirm():
+ * it names the tenant, can show a refused key's error, and is styled and checked like the rest.
+ * Keeping is the default (focused first, and Escape).
+ */
+function ReplaceSession({ pending, onDone }: { pending: { key: string; next: string }; onDone: () => void }) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const current = signedInTenant();
+  useEffect(() => {
+    ref.current?.showModal();
+  }, []);
+  const replace = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      await signIn(pending.key);
+      location.hash = `#${pending.next}`;
+      onDone();
+    } catch (err) {
+      setError(`Not signed in with the link's key: ${(err as Error).message}. You are still signed in as ${current}.`);
+      setBusy(false);
+    }
+  };
+  return (
+    <dialog
+      ref={ref}
+      class="replace-session"
+      aria-labelledby="replace-session-title"
+      aria-describedby="replace-session-text"
+      data-testid="replace-session"
+      onCancel={onDone}
+    >
+      <h2 id="replace-session-title">Sign in with another key?</h2>
+      <p id="replace-session-text">
+        This link carries an API key. This tab is signed in as tenant <strong>{current}</strong>; signing in with the
+        link's key replaces that session, and the console then acts for whichever tenant the key belongs to. Only
+        continue if you opened this link yourself.
+      </p>
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      <div class="actions">
+        {/* biome-ignore lint/a11y/noAutofocus: the safe answer takes the focus in a modal dialog. */}
+        <button type="button" class="primary" autoFocus onClick={onDone} disabled={busy}>
+          Keep {current}
+        </button>
+        <button type="button" onClick={() => void replace()} disabled={busy}>
+          {busy ? "Signing in…" : "Sign in with the link's key"}
+        </button>
+      </div>
+    </dialog>
+  );
 }
 
 function useRoute(): string[] {
@@ -117,10 +184,13 @@ function Conversations({ current }: { current: string | undefined }) {
   );
 }
 
-const fragmentKey = takeFragmentKey();
+const fragment = takeFragmentKey();
+/** A key that arrived while a session was kept: it waits for the user's answer. */
+const fragmentKey = fragment && !signedIn() ? fragment.key : null;
 
 function App() {
   const [, setTick] = useState(0);
+  const [pending, setPending] = useState(fragment && !fragmentKey ? fragment : null);
   useEffect(() => onSessionChange(() => setTick((t) => t + 1)), []);
   const route = useRoute();
   if (!signedIn()) return <SignIn fragmentKey={fragmentKey} />;
@@ -150,10 +220,14 @@ function App() {
             Webhooks
           </a>
         </nav>
+        <span class="tenant" data-testid="tenant" title="The tenant this tab acts for (its API key's)">
+          Tenant <strong>{signedInTenant()}</strong>
+        </span>
         <button type="button" onClick={signOut}>
           Sign out
         </button>
       </header>
+      {pending && <ReplaceSession pending={pending} onDone={() => setPending(null)} />}
       {section === "agents" ? (
         <main id="main" tabIndex={-1}>
           {/* `_new` cannot be an agent's name: names start with a letter or digit. */}

@@ -58,7 +58,12 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     let outcome: FinalOutcome | WaitOutcome;
     try {
       const row = await readRow({ deps, run, emit });
-      const traced = { ...id, tenantId: row.job.tenantId, traceparent: row.job.traceparent };
+      const traced = {
+        ...id,
+        tenantId: row.job.tenantId,
+        traceparent: row.job.traceparent,
+        clientTraceparent: row.job.clientTraceparent,
+      };
       outcome = await inExecutionSpan(deps.tracing, traced, async (span) => {
         const ended = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
         markOutcome(span, ended.state, ended.state === "failed" ? ended.error : null);

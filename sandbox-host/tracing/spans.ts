@@ -53,13 +53,23 @@ export function markOutcome(span: Span, outcome: string, error?: { code: string;
 }
 
 /**
- * The execution's span: a child of the job's kept traceparent (the client's, or the delegating
- * call's for a child job), else the root of the trace named after the job (`jobTraceId`). Every
- * span `work` makes is under it.
+ * The execution's span: a child of the job's kept traceparent (the delegating call's for a child
+ * job, or a client's the operator trusts), else the root of the trace named after the job
+ * (`jobTraceId`), which the host's own sampler samples. A client's traceparent kept as a link
+ * (`clientTraceparent`, the default) is a span link on it: the client's trace can find the run,
+ * and the client decides neither the run's trace id nor whether it is recorded. Every span
+ * `work` makes is under it.
  */
 export async function inExecutionSpan<T>(
   tracing: HostTracing,
-  run: { jobId: string; executionId: string; tenantId: string; epoch: number; traceparent: string | null },
+  run: {
+    jobId: string;
+    executionId: string;
+    tenantId: string;
+    epoch: number;
+    traceparent: string | null;
+    clientTraceparent?: string | null;
+  },
   work: (span: Span) => Promise<T>,
 ): Promise<T> {
   const parent = parseTraceparent(run.traceparent);
@@ -72,10 +82,20 @@ export async function inExecutionSpan<T>(
       })
     : ROOT_CONTEXT;
   if (!parent) tracing.nameNextTrace(jobTraceId(run.jobId, null));
+  const client = parseTraceparent(run.clientTraceparent);
   const span = tracing.tracer.startSpan(
     "execution",
     {
       kind: SpanKind.CONSUMER,
+      // Links are given at the start, so the sampler sees them (and ignores their flags).
+      links: client
+        ? [
+            {
+              context: { traceId: client.traceId, spanId: client.spanId, traceFlags: client.flags, isRemote: true },
+              attributes: { "ear.link": "client" },
+            },
+          ]
+        : [],
       attributes: {
         "ear.job.id": run.jobId,
         "ear.execution.id": run.executionId,

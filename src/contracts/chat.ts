@@ -29,7 +29,8 @@ export const ClientMessageFrameSchema = z.object({
   agent: agentRefSchema.optional(),
   /**
    * A W3C traceparent for this message's job (a browser cannot set headers on a WebSocket):
-   * kept with the job when valid, like POST /v1/jobs's header; ignored when not.
+   * kept with the job when valid (a link, or the parent if the operator trusts clients), like
+   * POST /v1/jobs's header; ignored when not.
    */
   traceparent: text().max(100).optional(),
 });

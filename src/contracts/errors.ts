@@ -14,6 +14,8 @@ export const ERROR_STATUS = {
   conflict: 409,
   idempotency_mismatch: 409,
   input_limit_reached: 409,
+  /** The tenant's cap on agents, versions per agent or definition bytes (docs/limits.md). */
+  agent_limit_reached: 409,
   /** The retention purge deleted the job (docs/architecture.md "Retention"). */
   gone: 410,
   /** The job is kept but its event log passed its retention and was deleted. */

@@ -222,8 +222,9 @@ export const JobViewSchema = z.object({
   /** How many times the job continued in a new execution after its host was lost or handed it off (`run.recovered`). */
   recoveries: z.number().int().min(0),
   /**
-   * The OpenTelemetry trace the run's spans are in (hosts with tracing on): the submit's
-   * traceparent's trace, else the job id's 32 hex digits (docs/observability.md, "Traces").
+   * The OpenTelemetry trace the run's spans are in (hosts with tracing on): the delegating call's
+   * for a child job, the submit's traceparent's only when the operator trusts clients' trace
+   * context (OTEL_TRUST_CLIENT_SAMPLING), else the job id's 32 hex digits (docs/observability.md, "Traces").
    */
   trace_id: z.string().regex(/^[0-9a-f]{32}$/),
   /** The schedule whose tick made the job (GET /v1/schedules/{id}), else null. */

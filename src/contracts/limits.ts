@@ -16,4 +16,16 @@ export const LIMIT_DEFAULTS = {
   maxStreamsPerTenant: 200,
   /** Jobs of one tenant in `queued` at once; a submit past it is refused. */
   maxQueuedJobsPerTenant: 1000,
+  /**
+   * Agents one tenant may create, archived ones included (nothing is deleted). Ten times what
+   * any example or test here defines; agents are definitions, not runs.
+   */
+  maxAgentsPerTenant: 100,
+  /** Versions one agent may have, version 1 included: a long edit history, not a write loop. */
+  maxVersionsPerAgent: 100,
+  /**
+   * Bytes of stored definitions (each version's jsonb text) per tenant, all agents and versions:
+   * 8 MiB, some 4,000 versions of a typical 2 KB definition, 128 of the largest one may be (64 KiB).
+   */
+  maxAgentBytesPerTenant: 8 * 1024 * 1024,
 } as const;

@@ -27,6 +27,8 @@ export type CreateTokenBody = z.input<typeof CreateTokenBodySchema>;
 
 export const TokenAnswerSchema = z.object({
   token: z.string(),
+  /** The tenant the token acts for (the minting key's): what a console shows it is signed in as. */
+  tenant_id: z.string(),
   token_type: z.literal("Bearer"),
   expires_at: z.iso.datetime(),
   expires_in: z.number().int().min(1),

@@ -55,59 +55,139 @@ function toVersion(raw: RawVersion): AgentVersionRow {
   };
 }
 
-/** Version 1 of a new agent, or null when the tenant already has an agent of that name (archived or not). */
+/**
+ * The per-tenant caps on agents (docs/limits.md, "Agents and versions"); 0 turns one off. Checked
+ * by the statement that inserts, against the tenant row's counters (tenants.agent_count,
+ * agent_bytes) read once the statement holds that row's lock: a concurrent create of the same
+ * tenant waits for it and then reads the counters as the first one left them (FOR NO KEY UPDATE
+ * returns the newest version once the lock is ours). Counting the agents or summing their
+ * versions instead would read the statement's snapshot, taken before the lock wait, and a burst
+ * would pass the cap by as many as arrive at once. NO KEY: a job insert's foreign key check
+ * (KEY SHARE) on the tenant row does not wait for it.
+ */
+export interface AgentCaps {
+  maxAgents: number;
+  maxVersions: number;
+  maxBytes: number;
+}
+
+/** Which cap a create would pass. */
+export type AgentCapReached = "agents" | "versions" | "bytes";
+
+/** The lock on the tenant row and what its counters leave room for (`size`: the new definition's bytes). */
+function room(tenantId: string, definitionJson: string, caps: AgentCaps): SQL {
+  return sql`t AS (
+        SELECT agent_count, agent_bytes FROM tenants WHERE id = ${tenantId} FOR NO KEY UPDATE
+      ), size AS (
+        SELECT octet_length((${definitionJson}::jsonb)::text)::bigint AS n
+      ), room AS (
+        SELECT (${caps.maxAgents}::int = 0 OR t.agent_count < ${caps.maxAgents}::int) AS agents_ok,
+          (${caps.maxBytes}::bigint = 0 OR t.agent_bytes + size.n <= ${caps.maxBytes}::bigint) AS bytes_ok
+        FROM t, size
+      )`;
+}
+
+/** What a stored version adds to the tenant's counters (`added`: 1 for a new agent, 0 for a version). */
+function counted(added: number): SQL {
+  return sql`counted AS (
+        UPDATE tenants SET agent_count = tenants.agent_count + ${added}::int, agent_bytes = tenants.agent_bytes + size.n
+        FROM v, size WHERE tenants.id = v.tenant_id
+        RETURNING tenants.id
+      )`;
+}
+
+export type NewAgentResult = { ok: AgentVersionRow } | { exists: true } | { limit: AgentCapReached };
+
+/**
+ * Version 1 of a new agent; `exists` when the tenant already has an agent of that name (archived
+ * or not), `limit` when the tenant's agents or definition bytes are at their cap.
+ */
 export async function createAgent(
   db: Db,
   tenantId: string,
   name: string,
   definition: AgentDefinition,
-): Promise<AgentVersionRow | null> {
-  const rows = resultRows<RawVersion>(
+  caps: AgentCaps,
+): Promise<NewAgentResult> {
+  const json = JSON.stringify(definition);
+  const rows = resultRows<RawVersion & { refused: AgentCapReached | null; prior_exists: boolean }>(
     await db.execute(sql`
-      WITH a AS (
-        INSERT INTO agents (tenant_id, name, latest_version) VALUES (${tenantId}, ${name}, 1)
+      WITH ${room(tenantId, json, caps)}, a AS (
+        INSERT INTO agents (tenant_id, name, latest_version)
+        SELECT ${tenantId}, ${name}, 1 FROM room WHERE room.agents_ok AND room.bytes_ok
         ON CONFLICT (tenant_id, name) DO NOTHING
         RETURNING tenant_id, name, latest_version, archived_at
       ), v AS (
         INSERT INTO agent_versions (tenant_id, name, version, definition)
-        SELECT tenant_id, name, 1, ${JSON.stringify(definition)}::jsonb FROM a
+        SELECT tenant_id, name, 1, ${json}::jsonb FROM a
         RETURNING tenant_id, name, version, definition, created_at
-      )
-      SELECT ${VERSION_COLUMNS} FROM v JOIN a USING (tenant_id, name)`),
+      ), ${counted(1)}
+      SELECT ${VERSION_COLUMNS},
+        (SELECT CASE WHEN NOT agents_ok THEN 'agents' WHEN NOT bytes_ok THEN 'bytes' END FROM room) AS refused,
+        EXISTS (SELECT 1 FROM agents WHERE tenant_id = ${tenantId} AND name = ${name}) AS prior_exists
+      FROM (SELECT 1) one LEFT JOIN (v JOIN a USING (tenant_id, name)) ON true`),
   );
-  return rows[0] ? toVersion(rows[0]) : null;
+  const row = rows[0];
+  if (row && row.version !== null) return { ok: toVersion(row) };
+  // A name already taken is a conflict whatever the counters say; a refused insert is the cap's.
+  if (row?.prior_exists) return { exists: true };
+  if (row?.refused) return { limit: row.refused };
+  // Nothing inserted, no name taken, no cap passed: the tenant row itself is missing.
+  throw new Error(`createAgent: tenant "${tenantId}" does not exist`);
 }
 
-export type NewVersionResult = { ok: AgentVersionRow } | { missing: true } | { archived: true };
+export type NewVersionResult =
+  | { ok: AgentVersionRow }
+  | { missing: true }
+  | { archived: true }
+  | { limit: AgentCapReached };
 
-/** The next version of a live agent; an archived one takes no new versions. */
+/**
+ * The next version of a live agent; an archived one takes no new versions, and neither does an
+ * agent at the versions cap or a tenant at its bytes cap. The agent row's own number is the
+ * versions count (versions are numbered 1, 2, … and never deleted), re-read by the UPDATE once
+ * it holds that row.
+ */
 export async function createAgentVersion(
   db: Db,
   tenantId: string,
   name: string,
   definition: AgentDefinition,
+  caps: AgentCaps,
 ): Promise<NewVersionResult> {
+  const json = JSON.stringify(definition);
   // `prior` reads the statement's snapshot (before the UPDATE): it tells a missing agent from an
-  // archived one without a second round trip.
-  const rows = resultRows<RawVersion & { prior_archived: boolean | null }>(
+  // archived one, or one at its versions cap, without a second round trip.
+  const rows = resultRows<
+    RawVersion & { prior_archived: boolean | null; prior_latest: number | null; bytes_ok: boolean | null }
+  >(
     await db.execute(sql`
-      WITH a AS (
+      WITH ${room(tenantId, json, caps)}, a AS (
         UPDATE agents SET latest_version = latest_version + 1
-        WHERE tenant_id = ${tenantId} AND name = ${name} AND archived_at IS NULL
+        FROM room
+        WHERE tenant_id = ${tenantId} AND name = ${name} AND archived_at IS NULL AND room.bytes_ok
+          AND (${caps.maxVersions}::int = 0 OR latest_version < ${caps.maxVersions}::int)
         RETURNING tenant_id, name, latest_version, archived_at
       ), v AS (
         INSERT INTO agent_versions (tenant_id, name, version, definition)
-        SELECT tenant_id, name, latest_version, ${JSON.stringify(definition)}::jsonb FROM a
+        SELECT tenant_id, name, latest_version, ${json}::jsonb FROM a
         RETURNING tenant_id, name, version, definition, created_at
-      ), prior AS (
-        SELECT archived_at IS NOT NULL AS archived FROM agents WHERE tenant_id = ${tenantId} AND name = ${name}
+      ), ${counted(0)}, prior AS (
+        SELECT archived_at IS NOT NULL AS archived, latest_version FROM agents WHERE tenant_id = ${tenantId} AND name = ${name}
       )
-      SELECT ${VERSION_COLUMNS}, (SELECT archived FROM prior) AS prior_archived
+      SELECT ${VERSION_COLUMNS}, (SELECT archived FROM prior) AS prior_archived,
+        (SELECT latest_version FROM prior) AS prior_latest, (SELECT bytes_ok FROM room) AS bytes_ok
       FROM (SELECT 1) one LEFT JOIN (v JOIN a USING (tenant_id, name)) ON true`),
   );
   const row = rows[0];
   if (row && row.version !== null) return { ok: toVersion(row) };
   if (row?.prior_archived === true) return { archived: true };
+  if (row?.prior_archived === false) {
+    if (row.bytes_ok === false) return { limit: "bytes" };
+    // Not archived in the snapshot and not updated: at the versions cap (perhaps reached by a
+    // concurrent version this statement waited for).
+    return { limit: "versions" };
+  }
   return { missing: true };
 }
 

@@ -6,7 +6,7 @@ import { and, desc, eq, getTableColumns, type SQL, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
 import { jobRequestHash } from "../domain/request-hash";
-import { formatTraceparent, parseTraceparent } from "../domain/traceparent";
+import { clientTraceContext } from "../domain/traceparent";
 import { isUuid } from "../domain/uuid";
 import { type BudgetRefusal, budgetExceeded, budgetRefusal, overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
@@ -95,15 +95,22 @@ export async function createJob(
   tenantId: string,
   id: string,
   body: CreateJobBody,
-  opts: { requestHash?: string; maxQueued?: number; agent?: ResolvedAgent; traceparent?: string | null } = {},
+  opts: {
+    requestHash?: string;
+    maxQueued?: number;
+    agent?: ResolvedAgent;
+    /** The client's traceparent header, and whether the operator lets it parent the run (clientTraceContext). */
+    traceparent?: string | null;
+    trustClientTrace?: boolean;
+  } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const agent = opts.agent;
   const { model, tools } = runsWith(body, agent);
-  // Only a valid one is kept; an invalid header is ignored, as a W3C receiver does.
-  const parsedParent = parseTraceparent(opts.traceparent);
-  const traceparent = parsedParent ? formatTraceparent(parsedParent) : null;
+  // Only a valid one is kept (an invalid header is ignored, as a W3C receiver does), as a link
+  // unless the operator trusts clients' trace context.
+  const trace = clientTraceContext(opts.traceparent, opts.trustClientTrace === true);
   // Without an agent timeout the column's default applies (one home for the default).
   const timeout =
     agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
@@ -117,11 +124,11 @@ export async function createJob(
   const inserted = resultRows<Record<string, unknown>>(
     await db.execute(sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``})
+        agent_name, agent_version, traceparent, client_traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
         ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
-        ${traceparent}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
+        ${trace.traceparent}, ${trace.link}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
         ${expiresAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`, sql`${a.ttl_s}::int`)},
         ${a.concurrency_key}${timeout?.value ?? sql``}
       WHERE (${maxQueued}::int = 0

@@ -31,8 +31,10 @@ export interface RunnableJob {
    * reaper or a hand-off re-queued it, src/db/reaper-repo.ts), or null: not a recovery.
    */
   recoveryReason: string | null;
-  /** The W3C traceparent kept with the job (the client's, or the delegating call's); null: none. */
+  /** The W3C traceparent the run's spans are children of (the delegating call's, or a trusted client's); null: none. */
   traceparent: string | null;
+  /** The client's traceparent kept as a link only (the default; clientTraceContext); null: none. */
+  clientTraceparent: string | null;
   /** The tenant's daily budget was spent when the run started (budget-repo.ts; read in the same statement). */
   budgetSpent: boolean;
 }
@@ -55,6 +57,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       checkpoint: jobs.checkpoint,
       recoveryReason: jobs.recoveryReason,
       traceparent: jobs.traceparent,
+      clientTraceparent: jobs.clientTraceparent,
       budgetSpent: sql<boolean>`${overBudgetSql(sql`${jobs.tenantId}`)}`,
     })
     .from(jobs)
@@ -86,6 +89,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     checkpoint: row.checkpoint ?? null,
     recoveryReason: row.recoveryReason ?? null,
     traceparent: row.traceparent,
+    clientTraceparent: row.clientTraceparent,
     budgetSpent: row.budgetSpent === true,
   };
 }

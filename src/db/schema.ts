@@ -61,6 +61,13 @@ export const tenants = pgTable(
     maxRunning: integer("max_running").notNull().default(0),
     /** US dollars the tenant may spend per UTC day (tenant_daily_spend); null: no budget. */
     dailyBudgetUsd: numeric("daily_budget_usd", { mode: "number" }),
+    // What the tenant's agents take, for the caps of docs/limits.md ("Agents and versions"):
+    // every agent it ever created (archived ones too: nothing is deleted) and the bytes of every
+    // stored version's definition (its jsonb text). Moved only by the statements that insert an
+    // agent or a version (src/db/agents-repo.ts), which read them from this row once they hold
+    // its lock, so concurrent creates cannot both take the last slot.
+    agentCount: integer("agent_count").notNull().default(0),
+    agentBytes: bigint("agent_bytes", { mode: "number" }).notNull().default(0),
   },
   (t) => [
     check("tenants_weight_ck", sql`${t.weight} >= 1`),
@@ -155,10 +162,17 @@ export const jobs = pgTable(
     /** US dollars of the priced calls (numeric: sums stay exact); null while none was priced. */
     costUsd: numeric("cost_usd", { mode: "number" }),
     /**
-     * The W3C traceparent the client sent with the submit (or the delegating call's, for a child
-     * job): the run's spans join that trace (sandbox-host/tracing/). Null: a trace of its own.
+     * The W3C traceparent the run's spans are children of (sandbox-host/tracing/): the delegating
+     * call's for a child job, the client's only when the operator trusts clients' trace context
+     * (OTEL_TRUST_CLIENT_SAMPLING). Null: a trace of its own, named after the job.
      */
     traceparent: text("traceparent"),
+    /**
+     * The client's W3C traceparent when the operator does not trust clients' trace context (the
+     * default): the run's execution span links to it instead of being its child
+     * (`clientTraceContext`, src/domain/traceparent.ts); null: none sent, or kept as `traceparent`.
+     */
+    clientTraceparent: text("client_traceparent"),
     // What the job's inputs (job_inputs) take of LIMITS.maxInputsPerJob / maxInputBytesPerJob,
     // kept on the row submitInput locks so that the check and the count move together (counting
     // job_inputs read the statement's snapshot: a burst overshot the caps). Not indexed: HOT.

@@ -18,6 +18,8 @@ export interface ReceivedSpan {
   /** The resource's attributes (service.name, service.instance.id, …). */
   resource: Record<string, unknown>;
   status: { code?: number; message?: string };
+  /** The span's links: another span's context, with the link's own attributes. */
+  links: Array<{ traceId: string; spanId: string; attributes: Record<string, unknown> }>;
   startTimeUnixNano: string;
   endTimeUnixNano: string;
 }
@@ -81,6 +83,9 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
                 attributes: attrs(s.attributes as KeyValue[] | undefined),
                 resource,
                 status: (s.status ?? {}) as ReceivedSpan["status"],
+                links: ((s.links ?? []) as Array<{ traceId: unknown; spanId: unknown; attributes?: KeyValue[] }>).map(
+                  (l) => ({ traceId: String(l.traceId), spanId: String(l.spanId), attributes: attrs(l.attributes) }),
+                ),
                 startTimeUnixNano: String(s.startTimeUnixNano),
                 endTimeUnixNano: String(s.endTimeUnixNano),
               });

@@ -53,6 +53,8 @@ interface JobView {
 type ErrorBody = { error: { code: string; message: string } };
 
 const input = { messages: [{ role: "user", content: "hello" }] };
+const AGENT_CAP = 30;
+const VERSION_CAP = 10;
 
 describe.skipIf(!canRun)("agents on the gateway", () => {
   let stack: Stack;
@@ -62,7 +64,12 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
   let pool: pg.Pool;
 
   beforeAll(async () => {
-    stack = await startStack({ hosts: 0, modelRegistry: REGISTRY });
+    // Caps low enough to reach here, above what the other tests make (docs/limits.md).
+    stack = await startStack({
+      hosts: 0,
+      modelRegistry: REGISTRY,
+      gatewayVars: { MAX_AGENTS_PER_TENANT: String(AGENT_CAP), MAX_VERSIONS_PER_AGENT: String(VERSION_CAP) },
+    });
     api = apiClient(stack.gatewayUrl, stack.apiKey);
     pool = testPool(stack.databaseUrl, 2);
     const db = drizzle(pool, { schema });
@@ -325,6 +332,34 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       const v = await api.call<{ agent: AgentView }>("GET", `/v1/agents/busy/versions/${r.body.agent.version}`);
       expect(v.body.agent.instructions).toBe(r.body.agent.instructions);
     }
+  });
+
+  it("answers 409 agent_limit_reached past the tenant's agent cap and an agent's version cap, exactly under a burst", async () => {
+    const db = drizzle(pool, { schema });
+    await createTenant(db, "capped");
+    const capped = apiClient(stack.gatewayUrl, (await createApiKey(db, "capped")).key);
+    const agents = await Promise.all(
+      Array.from({ length: AGENT_CAP + 10 }, (_, i) => create({ name: `cap-${i}`, model: "mock-model" }, capped)),
+    );
+    expect(agents.filter((r) => r.status === 201)).toHaveLength(AGENT_CAP);
+    const refused = agents.filter((r) => r.status !== 201) as unknown as { status: number; body: ErrorBody }[];
+    expect(refused.map((r) => [r.status, r.body.error.code])).toEqual(Array(10).fill([409, "agent_limit_reached"]));
+    expect(refused[0]?.body.error.message).toMatch(/already has 30 agents/);
+
+    const versions = await Promise.all(
+      Array.from({ length: VERSION_CAP + 5 }, (_, i) =>
+        newVersion("cap-0", { model: "mock-model", instructions: `v${i}` }, capped),
+      ),
+    );
+    expect(versions.filter((r) => r.status === 201)).toHaveLength(VERSION_CAP - 1);
+    const over = versions.filter((r) => r.status !== 201) as unknown as { status: number; body: ErrorBody }[];
+    expect(over.map((r) => [r.status, r.body.error.code])).toEqual(Array(6).fill([409, "agent_limit_reached"]));
+    expect(over[0]?.body.error.message).toMatch(/"cap-0" already has 10 versions/);
+    // Nothing was half-made: the agent reads at its last version, and the list holds exactly the cap.
+    const latest = await capped.call<{ agent: AgentView }>("GET", "/v1/agents/cap-0");
+    expect(latest.body.agent.latest_version).toBe(VERSION_CAP);
+    const page = await capped.call<{ agents: AgentView[] }>("GET", "/v1/agents?limit=100");
+    expect(page.body.agents).toHaveLength(AGENT_CAP);
   });
 
   it("shows the usage counters and the JSON answer on the job view", async () => {

@@ -40,6 +40,27 @@ afterAll(async () => {
   await postgres?.stop();
 });
 
+/**
+ * Run `burst` with every version insert taking 20 ms longer (a trigger of this test's own), so
+ * that concurrent creates overlap for certain: a statement checked and inserted in well under a
+ * millisecond here, and a burst of them mostly ran one after another even without the lock that
+ * makes the caps exact.
+ */
+async function slowVersionInserts<T>(burst: () => Promise<T>): Promise<T> {
+  await admin.query(`
+    CREATE OR REPLACE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;
+    CREATE TRIGGER test_slow_insert BEFORE INSERT ON agent_versions FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`);
+  try {
+    return await burst();
+  } finally {
+    await admin.query("DROP TRIGGER test_slow_insert ON agent_versions; DROP FUNCTION test_slow_insert();");
+  }
+}
+
+/** No caps (0 turns each off): these tests are about versions, not limits. */
+const NO_CAPS = { maxAgents: 0, maxVersions: 0, maxBytes: 0 };
+
 const definition = (fields: Record<string, unknown>) => AgentDefinitionSchema.parse({ model: "m1", ...fields });
 
 onEveryDriver(
@@ -47,15 +68,27 @@ onEveryDriver(
   () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
   (db) => {
     it("creates version 1 once per tenant and name, numbers the next versions, keeps each as stored", async () => {
-      const created = await createAgent(db(), "t1", "a1", definition({ instructions: "one" }));
-      expect(created?.view).toMatchObject({ name: "a1", version: 1, latest_version: 1, instructions: "one" });
-      expect(await createAgent(db(), "t1", "a1", definition({}))).toBeNull();
+      const created = await createAgent(db(), "t1", "a1", definition({ instructions: "one" }), NO_CAPS);
+      expect("ok" in created && created.ok.view).toMatchObject({
+        name: "a1",
+        version: 1,
+        latest_version: 1,
+        instructions: "one",
+      });
+      expect(await createAgent(db(), "t1", "a1", definition({}), NO_CAPS)).toEqual({ exists: true });
       // Another tenant's name space is its own.
-      expect((await createAgent(db(), "t2", "a1", definition({ model: "m2" })))?.view.version).toBe(1);
+      const other = await createAgent(db(), "t2", "a1", definition({ model: "m2" }), NO_CAPS);
+      expect("ok" in other && other.ok.view.version).toBe(1);
 
-      const v2 = await createAgentVersion(db(), "t1", "a1", definition({ instructions: "two", tools: ["shell"] }));
+      const v2 = await createAgentVersion(
+        db(),
+        "t1",
+        "a1",
+        definition({ instructions: "two", tools: ["shell"] }),
+        NO_CAPS,
+      );
       expect("ok" in v2 && v2.ok.view).toMatchObject({ version: 2, latest_version: 2, tools: ["shell"] });
-      expect(await createAgentVersion(db(), "t1", "nope", definition({}))).toEqual({ missing: true });
+      expect(await createAgentVersion(db(), "t1", "nope", definition({}), NO_CAPS)).toEqual({ missing: true });
 
       expect((await getAgentVersion(db(), "t1", "a1", null))?.view.instructions).toBe("two");
       const v1 = await getAgentVersion(db(), "t1", "a1", 1);
@@ -67,21 +100,22 @@ onEveryDriver(
     });
 
     it("archives once (the first time stays), then refuses versions and leaves the list", async () => {
-      await createAgent(db(), "t1", "keep", definition({}));
-      await createAgent(db(), "t1", "gone", definition({}));
+      await createAgent(db(), "t1", "keep", definition({}), NO_CAPS);
+      await createAgent(db(), "t1", "gone", definition({}), NO_CAPS);
       const first = await archiveAgent(db(), "t1", "gone");
       expect(first?.archived).toBe(true);
       expect((await archiveAgent(db(), "t1", "gone"))?.view.archived_at).toBe(first?.view.archived_at);
       expect(await archiveAgent(db(), "t1", "missing")).toBeNull();
-      expect(await createAgentVersion(db(), "t1", "gone", definition({}))).toEqual({ archived: true });
+      expect(await createAgentVersion(db(), "t1", "gone", definition({}), NO_CAPS)).toEqual({ archived: true });
       expect((await getAgentVersion(db(), "t1", "gone", 1))?.archived).toBe(true);
       const page = await listAgents(db(), "t1", { limit: 10 });
       expect(page.agents.map((a) => a.name)).toEqual(["keep"]);
     });
 
     it("pages agents by name and versions newest first", async () => {
-      for (const name of ["c", "a", "b"]) await createAgent(db(), "t1", name, definition({}));
-      for (let i = 0; i < 3; i++) await createAgentVersion(db(), "t1", "b", definition({ instructions: `v${i + 2}` }));
+      for (const name of ["c", "a", "b"]) await createAgent(db(), "t1", name, definition({}), NO_CAPS);
+      for (let i = 0; i < 3; i++)
+        await createAgentVersion(db(), "t1", "b", definition({ instructions: `v${i + 2}` }), NO_CAPS);
       const first = await listAgents(db(), "t1", { limit: 2 });
       expect([first.agents.map((a) => [a.name, a.version]), first.more]).toEqual([
         [
@@ -102,6 +136,68 @@ onEveryDriver(
       expect(await listAgentVersions(db(), "t1", "b", { limit: 3, before: 1 })).toEqual({ versions: [], more: false });
       expect(await listAgentVersions(db(), "t1", "zzz", { limit: 3 })).toBeNull();
       expect(await listAgentVersions(db(), "t2", "b", { limit: 3, before: 1 })).toBeNull();
+    });
+
+    it("caps a tenant's agents exactly, however many creates arrive at once; a taken name is still a conflict", async () => {
+      const caps = { maxAgents: 5, maxVersions: 0, maxBytes: 0 };
+      const burst = await slowVersionInserts(() =>
+        Promise.all(Array.from({ length: 30 }, (_, i) => createAgent(db(), "t1", `a${i}`, definition({}), caps))),
+      );
+      expect(burst.filter((r) => "ok" in r)).toHaveLength(5);
+      expect(burst.filter((r) => "limit" in r)).toEqual(Array(25).fill({ limit: "agents" }));
+      const { rows } = await admin.query(
+        "select (select count(*)::int from agents where tenant_id = 't1') as n, agent_count from tenants where id = 't1'",
+      );
+      expect(rows[0]).toEqual({ n: 5, agent_count: 5 });
+      // At the cap, a name already taken answers as taken; another tenant has a cap of its own.
+      const taken = burst.find((r) => "ok" in r);
+      const takenName = taken && "ok" in taken ? taken.ok.view.name : "";
+      expect(await createAgent(db(), "t1", takenName, definition({}), caps)).toEqual({ exists: true });
+      expect("ok" in (await createAgent(db(), "t2", "a0", definition({}), caps))).toBe(true);
+    });
+
+    it("caps versions per agent exactly under a burst of 200 new versions of 60 KB", async () => {
+      const caps = { maxAgents: 0, maxVersions: 100, maxBytes: 0 };
+      await createAgent(db(), "t1", "busy", definition({}), caps);
+      const big = "x".repeat(60_000);
+      const started = Date.now();
+      const burst = await Promise.all(
+        Array.from({ length: 200 }, (_, i) =>
+          createAgentVersion(db(), "t1", "busy", definition({ instructions: `${i} ${big}` }), caps),
+        ),
+      );
+      const ok = burst.flatMap((r) => ("ok" in r ? [r.ok.view.version] : []));
+      expect(ok.sort((a, b) => a - b)).toEqual(Array.from({ length: 99 }, (_, i) => i + 2));
+      expect(burst.filter((r) => "limit" in r)).toEqual(Array(101).fill({ limit: "versions" }));
+      console.log(`200 versions of 60 KB at once: 99 stored, 101 refused in ${Date.now() - started} ms`);
+      expect((await getAgentVersion(db(), "t1", "busy", null))?.view.latest_version).toBe(100);
+    });
+
+    it("caps a tenant's definition bytes exactly: the counter is what is stored, and a burst stays under it", async () => {
+      // Every definition the same size (two-digit numbers), so that exactly 10 fit under the cap.
+      const big = (i: number) => definition({ instructions: `${String(i).padStart(2, "0")} ${"y".repeat(20_000)}` });
+      const stored = async () =>
+        (
+          await admin.query(
+            "select (select sum(octet_length(definition::text))::int from agent_versions where tenant_id = 't1') as sum, agent_bytes::int as counter from tenants where id = 't1'",
+          )
+        ).rows[0] as { sum: number; counter: number };
+      // One definition's stored size, to set a cap that fits exactly 10 of them.
+      const first = await createAgent(db(), "t1", "b0", big(0), { maxAgents: 0, maxVersions: 0, maxBytes: 0 });
+      expect("ok" in first).toBe(true);
+      const one = (await stored()).sum;
+      const caps = { maxAgents: 0, maxVersions: 0, maxBytes: one * 10 + 5 };
+      const burst = await slowVersionInserts(() =>
+        Promise.all([
+          ...Array.from({ length: 12 }, (_, i) => createAgentVersion(db(), "t1", "b0", big(i + 1), caps)),
+          ...Array.from({ length: 12 }, (_, i) => createAgent(db(), "t1", `b${i + 1}`, big(i + 20), caps)),
+        ]),
+      );
+      expect(burst.filter((r) => "ok" in r)).toHaveLength(9);
+      expect(burst.filter((r) => "limit" in r)).toEqual(Array(15).fill({ limit: "bytes" }));
+      const after = await stored();
+      expect(after.counter).toBe(after.sum);
+      expect(after.sum).toBeLessThanOrEqual(caps.maxBytes);
     });
 
     it("sums usage per UTC day and model, for the tenant and the range only", async () => {

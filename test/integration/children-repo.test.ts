@@ -218,7 +218,11 @@ describe("sub-agents in Postgres", () => {
   it("a delegate call that would queue past the tenant's queued-jobs limit is a rate_limited tool error", async () => {
     await t.pool.query("insert into tenants (id, name) values ('q1', 'q1')");
     const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
-    await createAgent(t.db, "q1", "worker", AgentDefinitionSchema.parse({ model: "m" }));
+    await createAgent(t.db, "q1", "worker", AgentDefinitionSchema.parse({ model: "m" }), {
+      maxAgents: 0,
+      maxVersions: 0,
+      maxBytes: 0,
+    });
     const jobId = randomUUID();
     await t.db.insert(jobs).values({ id: jobId, tenantId: "q1", input: { messages: [] } });
     const parent = await start(jobId);
@@ -260,7 +264,11 @@ describe("sub-agents in Postgres", () => {
   it("a delegate call of a tenant whose daily budget is spent is a budget_exceeded tool error; under it, a child", async () => {
     await t.pool.query("insert into tenants (id, name, daily_budget_usd) values ('b1', 'b1', 0.01)");
     const definition = AgentDefinitionSchema.parse({ model: "m", delegates: ["worker"] });
-    await createAgent(t.db, "b1", "worker", AgentDefinitionSchema.parse({ model: "m" }));
+    await createAgent(t.db, "b1", "worker", AgentDefinitionSchema.parse({ model: "m" }), {
+      maxAgents: 0,
+      maxVersions: 0,
+      maxBytes: 0,
+    });
     const jobId = randomUUID();
     await t.db.insert(jobs).values({ id: jobId, tenantId: "b1", input: { messages: [] } });
     const parent = await start(jobId);

@@ -244,6 +244,8 @@ describe("neon() over POST /sql", () => {
       weight: 1,
       maxRunning: 0,
       dailyBudgetUsd: null,
+      agentCount: 0,
+      agentBytes: 0,
     });
   });
 

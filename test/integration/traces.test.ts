@@ -1,11 +1,13 @@
 /**
  * OpenTelemetry traces from a client's request to the provider, on the real stack (the gateway in
  * workerd, Postgres, Redis, a spawned sandbox-host process configured only by the standard
- * OTEL_* variables, the mock model, a real MCP server) and an OTLP receiver of the test's own: a
- * run submitted with a W3C traceparent exports its spans under that trace (the execution a child
- * of the client's span), the model call's span has the gen_ai.* attributes, and the MCP request
- * carries the tool call span's traceparent. Without a traceparent the trace is named after the
- * job. The protobuf protocol is checked in-process (the receiver keeps protobuf bodies raw).
+ * OTEL_* variables, the mock model, a real MCP server) and an OTLP receiver of the test's own. By
+ * default a client's W3C traceparent decides nothing: the run's trace is named after the job and
+ * sampled by the host, even for a client's flag 00, and its execution span links to the client's
+ * span; the model call's span has the gen_ai.* attributes, and the MCP request carries the tool
+ * call span's traceparent. With OTEL_TRUST_CLIENT_SAMPLING=true (a second stack) the run joins
+ * the client's trace and obeys its flag. The protobuf protocol is checked in-process (the
+ * receiver keeps protobuf bodies raw).
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -78,14 +80,14 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
       { timeoutMs: 20_000, intervalMs: 100 },
     );
 
-  it("exports the run's spans under the client's traceparent: execution, model calls with gen_ai.*, the tool call, and the MCP request's traceparent", async () => {
+  it("a client's traceparent, flag 00 included, is a link: the run's spans are exported in the job's trace (execution, model calls with gen_ai.*, the tool call, the MCP request's traceparent)", async () => {
     const created = await api.call("POST", "/v1/agents", {
       name: "traced",
       model: stack.modelName,
       mcp_servers: [{ name: "files", url: mcp.url, tools: ["echo"] }],
     });
     expect(created.status).toBe(201);
-    const traceId = hex(16);
+    const clientTrace = hex(16);
     const clientSpan = hex(8);
     const submitted = await api.call<{ job: JobView }>(
       "POST",
@@ -101,9 +103,11 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
           ],
         },
       },
-      { traceparent: `00-${traceId}-${clientSpan}-01` },
+      // Flag 00: the client asks not to be sampled. The operator's sampler (always on) decides.
+      { traceparent: `00-${clientTrace}-${clientSpan}-00` },
     );
     expect(submitted.status).toBe(202);
+    const traceId = submitted.body.job.id.replaceAll("-", "");
     expect(submitted.body.job.trace_id).toBe(traceId);
     const job = await finished(submitted.body.job.id);
     expect(job.state).toBe("completed");
@@ -111,7 +115,12 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
     const spans = await spansOf(traceId, (s) => s.some((x) => x.name === "execution"));
     const byName = (name: string) => spans.filter((s) => s.name === name);
     const [execution] = byName("execution");
-    expect(execution?.parentSpanId).toBe(clientSpan);
+    // A root of the operator's trace, linked to the client's span; nothing is in the client's trace.
+    expect(execution?.parentSpanId).toBe("");
+    expect(execution?.links).toEqual([
+      { traceId: clientTrace, spanId: clientSpan, attributes: { "ear.link": "client" } },
+    ]);
+    expect(otlp.spans.filter((x) => x.traceId === clientTrace)).toEqual([]);
     expect(execution?.attributes["ear.job.id"]).toBe(job.id);
     expect(execution?.attributes["ear.outcome"]).toBe("completed");
     expect(execution?.resource["service.name"]).toBe("traces-test-host");
@@ -146,14 +155,13 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
     expect(call?.headers.traceparent).toBe(`00-${traceId}-${tool?.spanId}-01`);
   });
 
-  it("a child job's execution is a child of its parent's delegate span, in the parent's trace", async () => {
+  it("a child job's execution is a child of its parent's delegate span, in the parent's trace (a host's context is obeyed)", async () => {
     for (const [name, extra] of [
       ["worker", {}],
       ["boss", { delegates: ["worker"] }],
     ] as const) {
       expect((await api.call("POST", "/v1/agents", { name, model: stack.modelName, ...extra })).status).toBe(201);
     }
-    const traceId = hex(16);
     const submitted = await api.call<{ job: JobView }>(
       "POST",
       "/v1/jobs",
@@ -168,8 +176,10 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
           ],
         },
       },
-      { traceparent: `00-${traceId}-${hex(8)}-01` },
+      { traceparent: `00-${hex(16)}-${hex(8)}-01` },
     );
+    const traceId = submitted.body.job.trace_id;
+    expect(traceId).toBe(submitted.body.job.id.replaceAll("-", ""));
     const parent = await waitFor(
       "the parent to complete",
       async () => {
@@ -190,8 +200,9 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
     expect(childExecution?.parentSpanId).toBe(delegate?.spanId);
   });
 
-  it("keeps a chat message's traceparent (a frame field: no headers on a browser's WebSocket)", async () => {
-    const traceId = hex(16);
+  it("links a chat message's traceparent (a frame field: no headers on a browser's WebSocket)", async () => {
+    const clientTrace = hex(16);
+    const clientSpan = hex(8);
     const ws = await new Promise<WebSocket>((resolve, reject) => {
       const socket = new WebSocket(`${stack.gatewayUrl.replace(/^http/, "ws")}/v1/conversations/traced-chat/ws`, {
         perMessageDeflate: false,
@@ -211,12 +222,16 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
             type: "message",
             content: "hi",
             client_message_id: "t1",
-            traceparent: `00-${traceId}-${hex(8)}-01`,
+            traceparent: `00-${clientTrace}-${clientSpan}-01`,
           }),
         );
       });
+      const traceId = frame.job?.id.replaceAll("-", "") as string;
       expect(frame.job?.trace_id).toBe(traceId);
-      await spansOf(traceId, (s) => s.some((x) => x.name === "execution"));
+      const spans = await spansOf(traceId, (s) => s.some((x) => x.name === "execution"));
+      expect(spans.find((x) => x.name === "execution")?.links).toEqual([
+        { traceId: clientTrace, spanId: clientSpan, attributes: { "ear.link": "client" } },
+      ]);
     } finally {
       ws.close();
     }
@@ -240,6 +255,67 @@ describe.skipIf(!canRun)("traces of a run (gateway + host process + OTLP receive
     );
     expect(bad.status).toBe(202);
     expect(bad.body.job.trace_id).toBe(bad.body.job.id.replaceAll("-", ""));
+  });
+});
+
+describe.skipIf(!canRun)("traces with OTEL_TRUST_CLIENT_SAMPLING=true (the operator trusts its clients)", () => {
+  let stack: Stack;
+  let otlp: OtlpReceiver;
+  let api: ReturnType<typeof apiClient>;
+  beforeAll(async () => {
+    otlp = await startOtlpReceiver();
+    stack = await startStack({
+      hosts: 1,
+      gatewayVars: { OTEL_TRUST_CLIENT_SAMPLING: "true" },
+      hostEnv: {
+        SANDBOX_ENABLED: "false",
+        OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+        OTEL_BSP_SCHEDULE_DELAY: "100",
+      },
+    });
+    api = apiClient(stack.gatewayUrl, stack.apiKey);
+  }, 180_000);
+  afterAll(async () => {
+    await stack?.stop();
+    await otlp?.close();
+  }, 60_000);
+
+  const run = async (traceparent: string) => {
+    const submitted = await api.call<{ job: JobView }>(
+      "POST",
+      "/v1/jobs",
+      { input: { messages: [{ role: "user", content: "hello" }] } },
+      { traceparent },
+    );
+    expect(submitted.status).toBe(202);
+    await waitFor(
+      "the job to finish",
+      async () => {
+        const { body } = await api.call<{ job: JobView }>("GET", `/v1/jobs/${submitted.body.job.id}`);
+        return ["queued", "running"].includes(body.job.state) ? null : body.job;
+      },
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+    return submitted.body.job;
+  };
+
+  it("joins the client's trace as its child, and a client's flag 00 leaves the run unrecorded (the parent-based sampler obeys it)", async () => {
+    const [unsampled, sampled] = [hex(16), hex(16)];
+    const clientSpan = hex(8);
+    const quiet = await run(`00-${unsampled}-${hex(8)}-00`);
+    expect(quiet.trace_id).toBe(unsampled);
+    const loud = await run(`00-${sampled}-${clientSpan}-01`);
+    expect(loud.trace_id).toBe(sampled);
+    const execution = await waitFor(
+      "the sampled run's execution span",
+      async () => otlp.spans.find((s) => s.traceId === sampled && s.name === "execution") ?? null,
+      { timeoutMs: 20_000, intervalMs: 100 },
+    );
+    expect(execution.parentSpanId).toBe(clientSpan);
+    expect(execution.links).toEqual([]);
+    // The run before it finished first and its spans would have been in an earlier export.
+    expect(otlp.spans.filter((s) => s.attributes["ear.job.id"] === quiet.id)).toEqual([]);
   });
 });
 

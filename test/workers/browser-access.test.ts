@@ -119,12 +119,13 @@ describe("CORS", () => {
 describe("POST /v1/tokens", () => {
   it("mints a read token for 15 minutes by default, bound to nothing but the tenant", async () => {
     const before = Date.now();
-    const res = await mint(await knownKey());
+    const res = await mint(await knownKey("t-minted"));
     expect(res.status).toBe(201);
     const body = (await res.json()) as Minted;
     // The answer is what the contract (and so the OpenAPI TokenAnswer component) says.
     expect(TokenAnswerSchema.safeParse(body).error).toBeUndefined();
     expect(body).toMatchObject({
+      tenant_id: "t-minted",
       token_type: "Bearer",
       scope: "read",
       expires_in: 900,

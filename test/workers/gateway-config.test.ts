@@ -33,10 +33,35 @@ describe("gateway configuration", () => {
     expect(limits).toEqual(LIMIT_DEFAULTS);
     for (const v of Object.values(limits)) expect(v).toBeGreaterThan(0);
     const set = loadConfig(
-      asEnv({ ...base, RATE_LIMIT_REQUESTS: "0", MAX_STREAMS_PER_TENANT: "7", MAX_QUEUED_JOBS_PER_TENANT: "9" }),
+      asEnv({
+        ...base,
+        RATE_LIMIT_REQUESTS: "0",
+        MAX_STREAMS_PER_TENANT: "7",
+        MAX_QUEUED_JOBS_PER_TENANT: "9",
+        MAX_AGENTS_PER_TENANT: "3",
+        MAX_VERSIONS_PER_AGENT: "0",
+        MAX_AGENT_BYTES_PER_TENANT: "5000",
+      }),
     ).limits;
-    expect(set).toMatchObject({ rateLimitRequests: 0, maxStreamsPerTenant: 7, maxQueuedJobsPerTenant: 9 });
+    expect(set).toMatchObject({
+      rateLimitRequests: 0,
+      maxStreamsPerTenant: 7,
+      maxQueuedJobsPerTenant: 9,
+      maxAgentsPerTenant: 3,
+      maxVersionsPerAgent: 0,
+      maxAgentBytesPerTenant: 5000,
+    });
+    expect(() => loadConfig(asEnv({ ...base, MAX_AGENTS_PER_TENANT: "x" }))).toThrow(/MAX_AGENTS_PER_TENANT/);
     expect(() => loadConfig(asEnv({ ...base, MAX_STREAMS_PER_TENANT: "-1" }))).toThrow(/MAX_STREAMS_PER_TENANT/);
+  });
+
+  it("keeps a client's trace context as a link unless OTEL_TRUST_CLIENT_SAMPLING is true, and refuses another value", () => {
+    expect(loadConfig(asEnv({ ...base })).trustClientSampling).toBe(false);
+    expect(loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "false" })).trustClientSampling).toBe(false);
+    expect(loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "true" })).trustClientSampling).toBe(true);
+    expect(() => loadConfig(asEnv({ ...base, OTEL_TRUST_CLIENT_SAMPLING: "yes" }))).toThrow(
+      /OTEL_TRUST_CLIENT_SAMPLING/,
+    );
   });
 
   it("reads MCP_ALLOWED_URLS (empty: MCP off) and MCP_SECRET_NAMES (unset: not checked; name or name:tenant|…), and names a bad entry", () => {

@@ -14,7 +14,8 @@
  *   MODEL_BASE_URL/MODEL_API_KEY/MODEL_NAME   a real OpenAI-compatible provider (else the mock model)
  *   MODELS                             the models clients may name (default: just MODEL_NAME)
  *   MODEL_REGISTRY                     the operator's model registry (JSON), given to the gateway and every host
- *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT
+ *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT,
+ *   MAX_AGENTS_PER_TENANT, MAX_VERSIONS_PER_AGENT, MAX_AGENT_BYTES_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
  *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
  *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host)
@@ -53,6 +54,9 @@ const GATEWAY_LIMIT_VARS = [
   "RATE_LIMIT_WINDOW_S",
   "MAX_STREAMS_PER_TENANT",
   "MAX_QUEUED_JOBS_PER_TENANT",
+  "MAX_AGENTS_PER_TENANT",
+  "MAX_VERSIONS_PER_AGENT",
+  "MAX_AGENT_BYTES_PER_TENANT",
   "CORS_ALLOWED_ORIGINS",
   // MCP: the hosts get these (and MCP_SECRETS / MCP_SECRETS_FILE) from this process's environment.
   "MCP_ALLOWED_URLS",

@@ -47,6 +47,8 @@ export interface SubmitOptions {
   requestHash?: string;
   /** The request's W3C traceparent, kept with the job when valid (src/domain/traceparent.ts). */
   traceparent?: string | null;
+  /** Whether the operator lets a client's traceparent parent the run (OTEL_TRUST_CLIENT_SAMPLING); else it is a link. */
+  trustClientTrace?: boolean;
 }
 
 /**
@@ -148,6 +150,7 @@ export async function submitJob(
       requestHash: opts.requestHash,
       agent,
       traceparent: opts.traceparent ?? null,
+      trustClientTrace: opts.trustClientTrace,
     }),
   );
   if (created.created) await wake(deps, [created.job], defer);

@@ -20,6 +20,8 @@ import { ApiError } from "../../src/contracts/errors";
 import { agentNameParam, agentVersionParam, BODY_ERRORS, V1_ERRORS } from "../../src/contracts/openapi";
 import { isSandboxTool } from "../../src/contracts/sandbox-tools";
 import {
+  type AgentCapReached,
+  type AgentCaps,
   archiveAgent,
   createAgent,
   createAgentVersion,
@@ -87,6 +89,27 @@ async function checkToolNames(db: Db, d: AgentDefinition): Promise<void> {
   }
 }
 
+/** The operator's caps on a tenant's agents (MAX_AGENTS_PER_TENANT, MAX_VERSIONS_PER_AGENT, MAX_AGENT_BYTES_PER_TENANT). */
+function agentCaps(config: GatewayConfig): AgentCaps {
+  return {
+    maxAgents: config.limits.maxAgentsPerTenant,
+    maxVersions: config.limits.maxVersionsPerAgent,
+    maxBytes: config.limits.maxAgentBytesPerTenant,
+  };
+}
+
+/** 409 `agent_limit_reached`, naming the cap: it does not lift with time, only by the operator. */
+function capReached(config: GatewayConfig, which: AgentCapReached, name: string): ApiError {
+  const l = config.limits;
+  const why =
+    which === "agents"
+      ? `this tenant already has ${l.maxAgentsPerTenant} agents (archived ones included), the most it may have`
+      : which === "versions"
+        ? `agent "${name}" already has ${l.maxVersionsPerAgent} versions, the most one agent may have`
+        : `this tenant's agent definitions would pass ${l.maxAgentBytesPerTenant} bytes in all, the most it may store`;
+  return new ApiError("agent_limit_reached", `${why} (docs/limits.md)`);
+}
+
 /** The definition fields of a create body (everything but the name). */
 function definitionOf(body: Record<string, unknown>): AgentDefinition {
   const { name: _, ...definition } = body;
@@ -113,11 +136,11 @@ export const agentRoutes = routes(
     tag: "agents",
     summary: "Define an agent: its name and version 1",
     description:
-      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). Each of `mcp_servers` must have a `url` under one of the operator's allowed MCP URL prefixes and headers that name the operator's MCP secrets (400 `invalid_request` otherwise; with no allowed prefixes MCP is off and any server is refused). An agent of that name (archived ones included) is a 409 `conflict`.",
+      "`model` must be one GET /v1/models lists for this tenant; `response_format`, when given, must be a valid JSON Schema (draft 2020-12, references inside the schema only). Each of `mcp_servers` must have a `url` under one of the operator's allowed MCP URL prefixes and headers that name the operator's MCP secrets (400 `invalid_request` otherwise; with no allowed prefixes MCP is off and any server is refused). An agent of that name (archived ones included) is a 409 `conflict`; past the tenant's cap on agents or on definition bytes (docs/limits.md) a 409 `agent_limit_reached`.",
     auth: "bearer",
     body: CreateAgentBodySchema,
     responses: [{ status: 201, description: "Version 1.", schema: AgentAnswerSchema }],
-    errors: [...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "conflict", "agent_limit_reached", ...V1_ERRORS],
     handler: async (c, input) => {
       const config = c.get("config");
       const body = await input.body();
@@ -125,14 +148,17 @@ export const agentRoutes = routes(
       checkDefinition(config, c.get("tenantId"), definition);
       const db = c.get("deps").db();
       await checkToolNames(db, definition);
-      const created = await callDependency("postgres", () => createAgent(db, c.get("tenantId"), body.name, definition));
-      if (!created) {
+      const created = await callDependency("postgres", () =>
+        createAgent(db, c.get("tenantId"), body.name, definition, agentCaps(config)),
+      );
+      if ("limit" in created) throw capReached(config, created.limit, body.name);
+      if ("exists" in created) {
         throw new ApiError(
           "conflict",
           `an agent named "${body.name}" already exists (archived ones included): POST /v1/agents/${body.name}/versions adds a version`,
         );
       }
-      return c.json({ agent: created.view }, 201);
+      return c.json({ agent: created.ok.view }, 201);
     },
   }),
   route({
@@ -226,12 +252,12 @@ export const agentRoutes = routes(
     tag: "agents",
     summary: "Store the agent's next version (the whole definition; versions are never edited)",
     description:
-      "Checked as POST /v1/agents checks a definition (model, response_format, mcp_servers). Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`).",
+      "Checked as POST /v1/agents checks a definition (model, response_format, mcp_servers). Jobs naming the agent without a version run this one from now on; jobs already submitted keep theirs. An archived agent takes no new versions (409 `conflict`); past the cap on versions per agent or the tenant's cap on definition bytes (docs/limits.md) a 409 `agent_limit_reached`.",
     auth: "bearer",
     parameters: [agentNameParam],
     body: AgentDefinitionSchema,
     responses: [{ status: 201, description: "The new version.", schema: AgentAnswerSchema }],
-    errors: [...BODY_ERRORS, "not_found", "conflict", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "not_found", "conflict", "agent_limit_reached", ...V1_ERRORS],
     handler: async (c, input) => {
       const name = agentName(c.req.param("name"));
       const config = c.get("config");
@@ -240,9 +266,10 @@ export const agentRoutes = routes(
       const db = c.get("deps").db();
       await checkToolNames(db, definition);
       const result = await callDependency("postgres", () =>
-        createAgentVersion(db, c.get("tenantId"), name, definition),
+        createAgentVersion(db, c.get("tenantId"), name, definition, agentCaps(config)),
       );
       if ("ok" in result) return c.json({ agent: result.ok.view }, 201);
+      if ("limit" in result) throw capReached(config, result.limit, name);
       if ("archived" in result) throw new ApiError("conflict", `agent "${name}" is archived; it takes no new versions`);
       throw notFoundAgent(name);
     },

@@ -45,7 +45,7 @@ export const jobRoutes = routes(
     tag: "jobs",
     summary: "Submit a job",
     description:
-      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`. A valid W3C `traceparent` header is kept with the job: the run's spans join that trace (`trace_id`).",
+      "Answers once the job row is committed in Postgres. The same `idempotency_key` with the same body returns the same job; with another body it is a 409 `idempotency_mismatch`. A valid W3C `traceparent` header is kept with the job as a link: the run's trace is the operator's, named after the job (`trace_id`), and its execution span links to the client's span; only when the operator sets OTEL_TRUST_CLIENT_SAMPLING do the run's spans join the client's trace (then `trace_id` is the client's).",
     auth: "bearer",
     body: CreateJobBodySchema,
     responses: [
@@ -69,6 +69,7 @@ export const jobRoutes = routes(
           maxQueued: config.limits.maxQueuedJobsPerTenant,
           models: config.models,
           traceparent: c.req.header("traceparent") ?? null,
+          trustClientTrace: config.trustClientSampling,
         },
         (work) => c.executionCtx.waitUntil(work),
       );

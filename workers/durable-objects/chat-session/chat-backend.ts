@@ -97,6 +97,7 @@ export function postgresChatBackend(env: Env): ChatBackend {
           maxQueued: config.limits.maxQueuedJobsPerTenant,
           models: config.models,
           traceparent: traceparent ?? null,
+          trustClientTrace: config.trustClientSampling,
         },
       );
       return { job: toJobView(job), created };

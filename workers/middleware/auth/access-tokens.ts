@@ -118,6 +118,7 @@ export async function mintToken(
   );
   return {
     token,
+    tenant_id: grant.tenantId,
     token_type: "Bearer",
     expires_at: new Date(exp * 1000).toISOString(),
     expires_in: grant.ttlS,

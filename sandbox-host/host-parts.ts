@@ -214,7 +214,15 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     activity,
   });
   const scheduler =
-    config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs, activity }) : null;
+    config.scheduleMs > 0
+      ? new ScheduleTicker({
+          db,
+          log,
+          maxWaitMs: config.scheduleMs,
+          activity,
+          admission: { models, maxQueued: config.maxQueuedJobsPerTenant },
+        })
+      : null;
   const webhooks =
     config.webhookPollMs > 0
       ? new WebhookSender({

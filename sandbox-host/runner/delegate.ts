@@ -16,7 +16,7 @@ import { getAgentVersion } from "../../src/db/agents-repo";
 import { childrenOf, treePlace } from "../../src/db/children-repo";
 import type { ChildJob } from "../../src/db/wait-repo";
 import { toolNames } from "../../src/domain/approval";
-import { resolveModel } from "../../src/domain/models";
+import { planRefusal, queueFullRefusal } from "../../src/domain/job-admission";
 import type { ModelToolCall, ModelToolSpec } from "../model/types";
 import { activeTraceparent } from "../tracing/spans";
 import type { Execution } from "./run-context";
@@ -63,8 +63,10 @@ const toolError = (code: string, message: string) => ({ error: { code, message }
 
 /**
  * Plan the children of a turn's delegate calls: each call over a limit (depth, children per job,
- * children per tree, the tenant's queued jobs, its daily budget, in call order), naming an agent that no longer exists or is archived, whose
- * model this host does not offer, or without a string `input` gets a tool error instead.
+ * children per tree, the tenant's queued jobs, its daily budget, in call order), naming an agent
+ * that no longer exists or is archived, whose model or tools the tenant may not use (job
+ * admission's checks, src/domain/job-admission.ts, with this host's registry and its allow-lists),
+ * or without a string `input` gets a tool error instead.
  */
 export async function planChildren(
   exec: Execution,
@@ -109,13 +111,23 @@ export async function planChildren(
       // The submit check's rule (docs/limits.md): like it, a count taken before the insert, so
       // concurrent creators can pass the limit by what they create at once; it stops a tenant's
       // trees from growing the queue without bound, not an exact quota.
-      planned = toolError("rate_limited", `this tenant already has ${queueLimit} queued jobs (the limit)`);
+      planned = toolError("rate_limited", queueFullRefusal(queueLimit).message);
     } else {
       const found = await getAgentVersion(deps.db, tenantId, agent, null);
+      // The child is admitted as a submit of the agent would be: its model offered to this tenant
+      // (not merely served by this host) and its tools; budget and queue are checked above.
+      const refused = found
+        ? planRefusal(
+            deps.models,
+            tenantId,
+            { model: found.definition.model, tools: toolNames(found.definition.tools) },
+            `agent: ${found.view.name}@${found.view.version}'s `,
+          )
+        : null;
       if (!found || found.archived) {
         planned = toolError("agent_unavailable", `the agent "${agent}" does not exist or is archived`);
-      } else if (resolveModel(deps.models, found.definition.model) === null) {
-        planned = toolError("model_not_allowed", `the agent "${agent}"'s model is not offered by this host`);
+      } else if (refused) {
+        planned = toolError(refused.reason, refused.message);
       } else {
         const d = found.definition;
         // The delegating call's span, ended at once (the wait is not a span: the parent holds no

@@ -11,6 +11,7 @@
  */
 import type { Db } from "../../src/db/client";
 import { fireDueSchedules } from "../../src/db/schedules-repo";
+import type { AdmissionRules } from "../../src/domain/job-admission";
 import type { FleetActivity } from "../lifecycle/activity";
 import type { Service } from "../lifecycle/service";
 import { TimedLoop } from "../lifecycle/timed-loop";
@@ -22,6 +23,11 @@ export interface ScheduleTickerOptions {
   /** The longest sleep while the fleet is busy. */
   maxWaitMs: number;
   activity?: FleetActivity;
+  /**
+   * What each tick's job is admitted by: this host's models (MODEL_REGISTRY, with its per-model
+   * tenant allow-lists: give hosts the gateway's registry) and MAX_QUEUED_JOBS_PER_TENANT.
+   */
+  admission: AdmissionRules;
 }
 
 export class ScheduleTicker implements Service {
@@ -55,7 +61,7 @@ export class ScheduleTicker implements Service {
   }
 
   private async pass(): Promise<number | null> {
-    const outcome = await fireDueSchedules(this.opts.db, this.opts.log);
+    const outcome = await fireDueSchedules(this.opts.db, this.opts.admission, this.opts.log);
     for (const f of outcome.fired) {
       if (f.jobId && f.scheduledFor) {
         this.opts.log.info("schedule tick fired", {

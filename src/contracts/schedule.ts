@@ -74,8 +74,9 @@ export const ScheduleViewSchema = z.object({
   /** The last tick that made a job (its scheduled_for). */
   last_run_at: isoTime.nullable(),
   /**
-   * Why the last try to fire a tick failed (the tick is tried again after a growing delay); null
-   * once a tick fires.
+   * Why the last try to fire a tick failed (the tick is tried again after a growing delay), or why
+   * job admission refused the last tick's job (no job; the next tick is admitted afresh); null
+   * once a tick makes its job.
    */
   last_error: z.string().nullable(),
   created_at: isoTime,

@@ -1,4 +1,7 @@
 /**
+ * Admission of new jobs (src/domain/job-admission.ts has the rule): the checks that read
+ * Postgres, a tenant's daily budget and its queued jobs, as a statement fragment and as a read.
+ *
  * The expiry sweep: a queued job that was never claimed by its `expires_at` (submitted with
  * `ttl_s`: the runnable instant + ttl_s) ends `expired`, never started. Its own small statement,
  * run by every host's reaper pass (idempotent CAS like the rest of reaping; apart from the
@@ -7,7 +10,15 @@
  * the job waits, unclaimable, for this. The terminal event `run.expired` is projected from the
  * row like every terminal state a statement writes (workers/durable-objects/job-events).
  */
-import { sql } from "drizzle-orm";
+import { type SQL, sql } from "drizzle-orm";
+import {
+  type AdmissionRefusal,
+  type AdmissionRules,
+  type JobPlan,
+  planRefusal,
+  queueFullRefusal,
+} from "../domain/job-admission";
+import { budgetAdmission, budgetRefusal } from "./budget-repo";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { claimable, jobErrorSql } from "./ownership-repo";
@@ -33,4 +44,44 @@ export async function expireOverdue(db: Db): Promise<string[]> {
     ),
   );
   return rows.map((r) => r.id);
+}
+
+/**
+ * Job admission's checks 3 and 4 (src/domain/job-admission.ts) inside a creating statement, so
+ * no job slips in between a read and the insert: the tenant's queued jobs (by the partial index
+ * jobs_tenant_queued_idx) plus the `fresh` ones it inserts fit under `maxQueued` (0: no cap).
+ * `tenantId` is a value, or a column of the enclosing statement. Under READ COMMITTED concurrent
+ * creators do not see each other's rows, so a burst can pass the cap by the number in flight at
+ * once: it stops one tenant filling the queue, it is not an exact quota.
+ */
+export function queueFitsSql(tenantId: string | SQL, maxQueued: number, fresh: number | SQL = 1): SQL {
+  const cap = Math.max(maxQueued, 0);
+  return sql`(${cap}::int = 0
+    OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') + ${fresh} <= ${cap}::int)`;
+}
+
+/** Checks 3 and 4 as they stand now: the budget's refusal, else the queue's, else null. */
+export async function stateRefusal(db: Db, tenantId: string, maxQueued: number): Promise<AdmissionRefusal | null> {
+  const budget = await budgetRefusal(db, tenantId);
+  if (budget) return budgetAdmission(budget);
+  if (maxQueued <= 0) return null;
+  const rows = resultRows<{ fits: boolean }>(
+    await db.execute(sql`SELECT ${queueFitsSql(tenantId, maxQueued)} AS fits`),
+  );
+  return rows[0]?.fits === true ? null : queueFullRefusal(maxQueued);
+}
+
+/**
+ * The whole admission check for a path that reads before it creates (a schedule's tick): the
+ * plan's model and tools (no database work), then the tenant's budget and queue. `prefix` names
+ * the plan's source in the message (`agent: x@1's `). Null: admitted.
+ */
+export async function admitJob(
+  db: Db,
+  rules: AdmissionRules,
+  tenantId: string,
+  plan: JobPlan,
+  prefix = "",
+): Promise<AdmissionRefusal | null> {
+  return planRefusal(rules.models, tenantId, plan, prefix) ?? (await stateRefusal(db, tenantId, rules.maxQueued));
 }

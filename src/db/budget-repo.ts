@@ -6,7 +6,8 @@
  * Days are Postgres's (one clock for every gateway isolate and host).
  */
 import { type SQL, sql } from "drizzle-orm";
-import { ApiError } from "../contracts/errors";
+import type { ApiError } from "../contracts/errors";
+import { type AdmissionRefusal, admissionError } from "../domain/job-admission";
 import { type Db, resultRows } from "./client";
 
 /**
@@ -51,7 +52,12 @@ export function budgetMessage(r: BudgetRefusal): string {
   return `this tenant spent $${r.spentUsd} of its daily budget of $${r.budgetUsd} (UTC day); refused until the next UTC midnight`;
 }
 
+/** The admission refusal (check 3, src/domain/job-admission.ts) a spent budget is. */
+export function budgetAdmission(r: BudgetRefusal): AdmissionRefusal {
+  return { reason: "budget_exceeded", code: "budget_exceeded", message: budgetMessage(r), retryAfterS: r.retryAfterS };
+}
+
 /** The API's 429 for a refused submit or chat message: Retry-After runs to the next UTC midnight. */
 export function budgetExceeded(r: BudgetRefusal): ApiError {
-  return new ApiError("budget_exceeded", budgetMessage(r), { retryAfterS: r.retryAfterS });
+  return admissionError(budgetAdmission(r));
 }

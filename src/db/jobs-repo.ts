@@ -5,9 +5,11 @@
 import { and, desc, eq, getTableColumns, type SQL, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import type { CreateJobBody, JobState } from "../contracts/job";
+import { admissionError, queueFullRefusal } from "../domain/job-admission";
 import { jobRequestHash } from "../domain/request-hash";
 import { clientTraceContext } from "../domain/traceparent";
 import { isUuid } from "../domain/uuid";
+import { queueFitsSql } from "./admission-repo";
 import { type BudgetRefusal, budgetExceeded, budgetRefusal, overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
 import { apiKeys, type JobRow, jobs } from "./schema";
@@ -56,9 +58,6 @@ export interface ResolvedAgent {
   priority: number;
 }
 
-/** Retry-After for a full queue: hosts drain a queue in seconds when they have slots at all. */
-export const QUEUE_FULL_RETRY_AFTER_S = 5;
-
 /** A raw `RETURNING *` row of jobs as drizzle maps it (column names → fields, driver values → JS). */
 function jobFromRow(raw: Record<string, unknown>): JobRow {
   const row: Record<string, unknown> = {};
@@ -86,7 +85,9 @@ async function findByIdempotencyKey(db: Db, tenantId: string, key: string): Prom
  * pretending to be the new one. A row from before hashes were stored (null) matches any body.
  *
  * `opts.maxQueued` (> 0): refuse with 429 `rate_limited` when the tenant already has that many
- * queued jobs; refuse with 429 `budget_exceeded` when its daily budget is spent (budget-repo.ts).
+ * queued jobs; refuse with 429 `budget_exceeded` when its daily budget is spent (budget-repo.ts):
+ * job admission's checks 3 and 4 (src/domain/job-admission.ts), gated inside the insert. The
+ * caller checked the model and tools (checks 1 and 2) before.
  * An idempotent replay of a job that exists is answered (or refused as a mismatch), never
  * refused as over the limit or the budget.
  */
@@ -115,9 +116,7 @@ export async function createJob(
   const timeout =
     agent?.timeoutMs != null ? { column: sql`, timeout_ms`, value: sql`, ${agent.timeoutMs}::int` } : null;
   // One statement, one round trip (each is an HTTP request on the gateway's driver): the queue
-  // check by the partial index jobs_tenant_queued_idx gates the insert. Under READ COMMITTED
-  // concurrent submits do not see each other's rows, so a burst can pass the limit by up to the
-  // number in flight at once: it guards against one tenant filling the queue, not an exact quota.
+  // and budget checks gate the insert (queueFitsSql says how exact the cap is).
   // An idempotency key already used makes the insert a no-op, like a full queue; the lookup
   // below tells the two apart (a replay is answered, never refused as over the limit).
   const a = admissionOf(body, agent);
@@ -131,9 +130,7 @@ export async function createJob(
         ${trace.traceparent}, ${trace.link}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
         ${expiresAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`, sql`${a.ttl_s}::int`)},
         ${a.concurrency_key}${timeout?.value ?? sql``}
-      WHERE (${maxQueued}::int = 0
-        OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') < ${maxQueued}::int)
-        AND NOT ${overBudgetSql(tenantId)}
+      WHERE ${queueFitsSql(tenantId, maxQueued)} AND NOT ${overBudgetSql(tenantId)}
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
       RETURNING *`),
   );
@@ -144,9 +141,7 @@ export async function createJob(
   const refusal = await budgetRefusal(db, tenantId);
   if (refusal) throw budgetExceeded(refusal);
   if (maxQueued === 0) throw new Error("idempotent insert conflicted but no row was found");
-  throw new ApiError("rate_limited", `this tenant already has ${maxQueued} queued jobs (the limit)`, {
-    retryAfterS: QUEUE_FULL_RETRY_AFTER_S,
-  });
+  throw admissionError(queueFullRefusal(maxQueued));
 }
 
 /**
@@ -260,9 +255,7 @@ export async function createJobs(
         (SELECT min(i.ord) FROM existing e JOIN item i ON i.ord = e.batch_ord
           WHERE e.request_hash IS NOT NULL AND e.request_hash IS DISTINCT FROM i.request_hash) AS mismatch,
         (SELECT count(*) FROM fresh) AS fresh,
-        ${maxQueued}::int = 0
-          OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') + (SELECT count(*) FROM fresh)
-            <= ${maxQueued}::int AS fits,
+        ${queueFitsSql(tenantId, maxQueued, sql`(SELECT count(*) FROM fresh)`)} AS fits,
         ${overBudgetSql(tenantId)} AS over_budget
     ),
     ins AS (

@@ -15,9 +15,12 @@ import { type SQL, sql } from "drizzle-orm";
 import { agentPriority, parseAgentRef } from "../contracts/agent";
 import type { CatchUp, ScheduleView } from "../contracts/schedule";
 import { toolNames } from "../domain/approval";
+import type { AdmissionRefusal, AdmissionRules } from "../domain/job-admission";
 import { retryDelayMs, ScheduleClockError, tickToFire } from "../domain/schedule-time";
 import { isUuid } from "../domain/uuid";
+import { admitJob, queueFitsSql } from "./admission-repo";
 import { getAgentVersion } from "./agents-repo";
+import { overBudgetSql } from "./budget-repo";
 import { type Db, resultCount, resultRows } from "./client";
 import { jobs, type ScheduleRow } from "./schema";
 
@@ -156,11 +159,13 @@ const FIRE_FAILED = "the tick could not be fired (a database read or write faile
 
 export interface FiredTick {
   scheduleId: string;
-  /** The tick a job was made for; null when the tick was skipped (catch_up none, agent gone). */
+  /** The tick a job was made for; null when the tick was skipped (catch_up none, agent gone, refused). */
   scheduledFor: Date | null;
   jobId: string | null;
   /** The tick owed next. */
   next: Date | null;
+  /** Why job admission refused the tick's job (src/domain/job-admission.ts); null when it did not. */
+  refused: AdmissionRefusal | null;
 }
 
 export interface FireLog {
@@ -189,9 +194,12 @@ const exact = (column: SQL) => sql`to_char(${column} at time zone 'UTC', 'YYYY-M
  * due schedules cannot keep another's one due tick out of the batch. A schedule that fails to
  * fire is pushed back by a growing delay with its `last_error` set (pushBack), so it leaves the
  * due read until then instead of coming back first at every pass.
+ * Each tick's job is admitted by the same check as a submit's, with the firer's `rules` (the
+ * hosts' and the Worker's models and queued-jobs cap): a refused tick makes no job (see fireOne).
  */
 export async function fireDueSchedules(
   db: Db,
+  rules: AdmissionRules,
   log?: FireLog,
 ): Promise<{ fired: FiredTick[]; nextInMs: number | null }> {
   // One statement when nothing is due (the common pass): the soonest tick ahead comes with it.
@@ -227,7 +235,7 @@ export async function fireDueSchedules(
     if (!s.id) continue;
     let outcome: Awaited<ReturnType<typeof fireOne>>;
     try {
-      outcome = await fireOne(db, s, now, log);
+      outcome = await fireOne(db, s, now, rules, log);
     } catch (err) {
       // One schedule's failure (its clock, its agent read, its statement) must not starve the
       // others behind it, nor take a place in every later batch: it is tried again after a delay.
@@ -277,10 +285,19 @@ async function pushBack(db: Db, s: DueRow, err: unknown, log?: FireLog): Promise
   }
 }
 
+/**
+ * One schedule's tick. Its job is admitted at fire time, as a submit is (allow-lists and budgets
+ * change after the schedule was made): a refusal moves the schedule to its next tick like a
+ * skipped one, with no job (so no webhook delivery either) and `last_run_at` unchanged; it is not
+ * a failure to fire (nothing is retried: the next tick is admitted afresh). Its message is the
+ * schedule's `last_error` until a tick fires, and it is logged and returned with its reason. The budget and queue checks are also in the INSERT, so a
+ * budget spent between the check and the statement still makes no job.
+ */
 async function fireOne(
   db: Db,
   s: DueRow,
   now: Date,
+  rules: AdmissionRules,
   log?: FireLog,
 ): Promise<{ fired: FiredTick | null; next: Date | null }> {
   const dueAt = new Date(s.nextRunAt as Date);
@@ -290,6 +307,11 @@ async function fireOne(
     log?.warn("schedule tick skipped: its agent is gone or archived", { schedule_id: s.id, agent: s.agent });
     fire = null;
   }
+  const plan = { model: agent?.model ?? null, tools: agent?.tools ?? [] };
+  const refused = fire
+    ? await admitJob(db, rules, s.tenantId, plan, agent ? `agent: ${agent.name}@${agent.version}'s ` : "")
+    : null;
+  if (refused) fire = null;
   const jobId = crypto.randomUUID();
   const timeoutMs = agent?.timeoutMs ?? (jobs.timeoutMs.default as number);
   const rows = resultRows<{ job_id: string | null }>(
@@ -297,7 +319,7 @@ async function fireOne(
       WITH s AS (
         UPDATE schedules SET next_run_at = ${next?.toISOString() ?? null}::timestamptz,
           last_run_at = coalesce(${fire?.toISOString() ?? null}::timestamptz, last_run_at),
-          retry_at = NULL, failures = 0, last_error = NULL
+          retry_at = NULL, failures = 0, last_error = ${refused?.message ?? null}
         WHERE id = ${s.id}::uuid AND enabled AND next_run_at = ${s.next_iso}::timestamptz
         RETURNING id, tenant_id, input, metadata
       ), j AS (
@@ -307,6 +329,7 @@ async function fireOne(
           s.metadata, ${agent?.name ?? null}, ${agent?.version ?? null}::int, ${timeoutMs}::int,
           ${agent?.priority ?? 0}::int, s.id, ${fire?.toISOString() ?? null}::timestamptz
         FROM s WHERE ${fire?.toISOString() ?? null}::timestamptz IS NOT NULL
+          AND ${queueFitsSql(sql`s.tenant_id`, rules.maxQueued)} AND NOT ${overBudgetSql(sql`s.tenant_id`)}
         ON CONFLICT DO NOTHING
         RETURNING id
       )
@@ -314,7 +337,18 @@ async function fireOne(
   );
   const row = rows[0];
   if (!row) return { fired: null, next };
-  return { fired: { scheduleId: s.id, scheduledFor: row.job_id ? fire : null, jobId: row.job_id, next }, next };
+  // Logged by the firer that moved the schedule on, not by every firer that raced for the tick.
+  if (refused) {
+    log?.warn("schedule tick skipped: job admission refused it", {
+      schedule_id: s.id,
+      reason: refused.reason,
+      message: refused.message,
+    });
+  }
+  return {
+    fired: { scheduleId: s.id, scheduledFor: row.job_id ? fire : null, jobId: row.job_id, next, refused },
+    next,
+  };
 }
 
 async function resolveAgent(db: Db, tenantId: string, ref: string) {

@@ -3,7 +3,8 @@
  * with zero hosts, jobs left behind by a host that died (a silent run, an overdue run, a claim
  * that never started, a wait past its deadline, re-indexed once re-queued; a queued job past its
  * ttl_s), and the gateway's scheduled handler fired in workerd through Miniflare's trigger route,
- * the way Cloudflare's cron trigger would call it.
+ * the way Cloudflare's cron trigger would call it. It also fires schedule ticks, each admitted as
+ * a submit is: a tenant whose budget is spent gets no tick's job.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
@@ -170,5 +171,36 @@ describe("the cron backstop with zero hosts", () => {
     expect(gone.status).toBe(410);
     expect(gone.body.error.code).toBe("gone");
     expect((await api.call("GET", `/v1/jobs/${recent}`)).status).toBe(200);
+  }, 60_000);
+
+  it("fires a schedule's tick with no host alive only when job admission takes it: a spent budget makes no job", async () => {
+    await t.pool.query("INSERT INTO tenants (id, name, daily_budget_usd) VALUES ('cron-spent', 'cron-spent', 0)");
+    const { rows } = await t.pool.query<{ id: string }>(
+      `INSERT INTO schedules (id, tenant_id, cron, input, next_run_at)
+       VALUES (gen_random_uuid(), 'cron-spent', '* * * * *', '{"messages":[{"role":"user","content":"x"}]}',
+         date_trunc('second', now()) - interval '1 second')
+       RETURNING id`,
+    );
+    const id = rows[0]?.id as string;
+    const tick = async () => {
+      expect((await fire()).status).toBe(200);
+      const r = await t.pool.query<{ jobs: string; next_run_at: Date; last_run_at: Date | null }>(
+        `SELECT (SELECT count(*) FROM jobs WHERE schedule_id = s.id) AS jobs, next_run_at, last_run_at
+         FROM schedules s WHERE id = $1`,
+        [id],
+      );
+      return r.rows[0] as { jobs: string; next_run_at: Date; last_run_at: Date | null };
+    };
+    const refused = await tick();
+    // Skipped, not stuck: the next tick is owed, no job was made and last_run_at did not move.
+    expect({ jobs: Number(refused.jobs), last: refused.last_run_at }).toEqual({ jobs: 0, last: null });
+    expect(refused.next_run_at.getTime()).toBeGreaterThan(Date.now() - 1000);
+
+    await t.pool.query("UPDATE tenants SET daily_budget_usd = NULL WHERE id = 'cron-spent'");
+    await t.pool.query(
+      "UPDATE schedules SET next_run_at = date_trunc('second', now()) - interval '1 second' WHERE id = $1",
+      [id],
+    );
+    expect(Number((await tick()).jobs)).toBe(1);
   }, 60_000);
 });

@@ -15,11 +15,15 @@ import { ScheduleTicker } from "../../sandbox-host/scheduler/schedule-ticker";
 import type { Db } from "../../src/db/client";
 import { createSchedule, fireDueSchedules, getSchedule, updateSchedule } from "../../src/db/schedules-repo";
 import * as schema from "../../src/db/schema";
+import type { AdmissionRules } from "../../src/domain/job-admission";
 import { nextTick } from "../../src/domain/schedule-time";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
 import { applyMigrations } from "../../tools/stack/migrate";
 import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { onEveryDriver, resetToTwoTenants, testPool } from "../helpers/db";
+
+/** Job admission with nothing to refuse (no model list, no queued-jobs cap): these tests are about firing. */
+const ADMIT_ALL: AdmissionRules = { models: { entries: [] }, maxQueued: 0 };
 
 let postgres: PostgresService;
 let proxy: PgProxy;
@@ -90,7 +94,7 @@ onEveryDriver(
       // t1's are all more overdue than t2's one: by due time alone, a batch of 100 is all t1's.
       const mine = await insertRows("t1", "0 0 1 1 *", Array(150).fill("UTC"), 3_600_000);
       const [theirs] = await insertRows("t2", "0 0 1 1 *", ["UTC"], 1000);
-      const { fired } = await fireDueSchedules(db());
+      const { fired } = await fireDueSchedules(db(), ADMIT_ALL);
       const ids = new Set(fired.map((f) => f.scheduleId));
       console.log(
         `one pass: t2's due tick fired ${ids.has(theirs as string) ? 1 : 0}/1 beside t1's 150 due; ticks fired ${fired.length}`,
@@ -101,7 +105,7 @@ onEveryDriver(
       expect(fired).toHaveLength(100);
       expect(ids.has(mine[0] as string)).toBe(true);
       // The rest of t1's are the next pass's.
-      expect((await fireDueSchedules(db())).fired).toHaveLength(51);
+      expect((await fireDueSchedules(db(), ADMIT_ALL)).fired).toHaveLength(51);
     });
 
     it("a schedule whose timezone the firer refuses is pushed back by a growing delay with last_error, and a tick that fires clears it", async () => {
@@ -111,7 +115,7 @@ onEveryDriver(
       const warnings: Array<Record<string, unknown>> = [];
       const log = { warn: (_msg: string, fields?: Record<string, unknown>) => warnings.push(fields ?? {}) };
 
-      expect((await fireDueSchedules(db(), log)).fired).toEqual([]);
+      expect((await fireDueSchedules(db(), ADMIT_ALL, log)).fired).toEqual([]);
       const first = await row(id);
       expect(first.failures).toBe(1);
       expect(first.last_error).toMatch(/^timezone: "Factory" is not an IANA timezone/);
@@ -123,7 +127,7 @@ onEveryDriver(
       expect((await getSchedule(db(), "t1", id))?.last_error).toBe(first.last_error);
 
       // Within the delay it is not read at all: no second failure, no statement for it.
-      const again = await fireDueSchedules(db(), log);
+      const again = await fireDueSchedules(db(), ADMIT_ALL, log);
       expect(again.fired).toEqual([]);
       expect((await row(id)).failures).toBe(1);
       expect(warnings).toHaveLength(2);
@@ -133,7 +137,7 @@ onEveryDriver(
 
       // Its delay over, it fails again and waits twice as long.
       await admin.query("UPDATE schedules SET retry_at = now() - interval '1 millisecond' WHERE id = $1", [id]);
-      await fireDueSchedules(db(), log);
+      await fireDueSchedules(db(), ADMIT_ALL, log);
       const second = await row(id);
       expect(second.failures).toBe(2);
       expect(second.retry_in_ms).toBeGreaterThan(3000);
@@ -146,7 +150,7 @@ onEveryDriver(
         "UPDATE schedules SET timezone = 'UTC', retry_at = now() - interval '1 millisecond' WHERE id = $1",
         [id],
       );
-      const { fired } = await fireDueSchedules(db(), log);
+      const { fired } = await fireDueSchedules(db(), ADMIT_ALL, log);
       expect(fired.map((f) => f.scheduleId)).toContain(id);
       expect(await row(id)).toMatchObject({ failures: 0, last_error: null, retry_in_ms: null });
       expect((await getSchedule(db(), "t1", id))?.last_error).toBeNull();
@@ -158,7 +162,7 @@ onEveryDriver(
       await admin.query("UPDATE schedules SET next_run_at = date_trunc('milliseconds', next_run_at) WHERE id = $1", [
         id,
       ]);
-      await fireDueSchedules(db());
+      await fireDueSchedules(db(), ADMIT_ALL);
       const view = await getSchedule(db(), "t1", id);
       if (!view) throw new Error("schedule gone");
       const fields = {
@@ -219,7 +223,7 @@ describe("a hostile tenant's schedules in zones no firer reads", () => {
       warn: (msg: string) => warns.push(msg),
       error() {},
     };
-    const tickers = [0, 1].map(() => new ScheduleTicker({ db, log, maxWaitMs: 1000 }));
+    const tickers = [0, 1].map(() => new ScheduleTicker({ db, log, maxWaitMs: 1000, admission: ADMIT_ALL }));
     for (const t of tickers) t.start();
     await new Promise((r) => setTimeout(r, 12_000));
     await Promise.all(tickers.map((t) => t.stop()));

@@ -22,27 +22,32 @@ import {
   createJobs,
   findReplay,
   idempotencyMismatch,
-  QUEUE_FULL_RETRY_AFTER_S,
   type ResolvedAgent,
 } from "../../src/db/jobs-repo";
 import type { JobRow } from "../../src/db/schema";
 import { toolNames } from "../../src/domain/approval";
+import {
+  type AdmissionRules,
+  assertAdmitted,
+  planRefusal,
+  QUEUE_FULL_RETRY_AFTER_S,
+} from "../../src/domain/job-admission";
 import type { ModelCatalog } from "../../src/domain/models";
 import { jobRequestHash } from "../../src/domain/request-hash";
 import { redisKeys } from "../../src/quota/keys";
 import { readyScore } from "../../src/quota/ready-index";
 import { callDependency, type Deps } from "../deps";
 import { describeZodError } from "../request/body";
-import { assertModelOffered } from "./models";
 import { accelerate } from "./redis-accelerator";
 
 const keys = redisKeys();
 
-export interface SubmitOptions {
-  /** The tenant's cap on queued jobs (0: none). */
-  maxQueued: number;
-  /** The operator's models (GatewayConfig.models): a job's or its agent's model must be offered to the tenant. */
-  models: ModelCatalog;
+/**
+ * Job admission's rules (src/domain/job-admission.ts): the tenant's cap on queued jobs (0: none)
+ * and the operator's models (GatewayConfig.models), of which a job's or its agent's model must be
+ * offered to the tenant.
+ */
+export interface SubmitOptions extends AdmissionRules {
   /** What the idempotency key is bound to, when not the body itself (a chat message's content). */
   requestHash?: string;
   /** The request's W3C traceparent, kept with the job when valid (src/domain/traceparent.ts). */
@@ -53,8 +58,8 @@ export interface SubmitOptions {
 
 /**
  * The agent version `body.agent` names for this tenant, checked for use: a known agent (400
- * otherwise), not archived (409 `conflict`), whose model the operator still offers the tenant
- * (400). Undefined when the body names no agent.
+ * otherwise), not archived (409 `conflict`), whose model and tools the tenant may still use (400,
+ * job admission's checks 1 and 2: src/domain/job-admission.ts). Undefined when the body names no agent.
  */
 export async function resolveJobAgent(
   db: Db,
@@ -84,25 +89,28 @@ export async function resolveJobAgent(
     throw new ApiError("conflict", `agent: "${ref.name}" is archived; no new jobs may run it`);
   }
   const { definition, view } = found;
-  assertModelOffered(models, tenantId, definition.model, `agent: ${view.name}@${view.version}'s model`);
+  const tools = toolNames(definition.tools);
+  assertAdmitted(
+    planRefusal(models, tenantId, { model: definition.model, tools }, `agent: ${view.name}@${view.version}'s `),
+  );
   return {
     name: view.name,
     version: view.version,
     model: definition.model,
-    tools: toolNames(definition.tools),
+    tools,
     timeoutMs: definition.limits.timeout_s === null ? null : definition.limits.timeout_s * 1000,
     priority: agentPriority(definition),
   };
 }
 
-/** The checks a body's model gets before any read: it must be offered to the tenant. */
-function assertBodyModel(models: ModelCatalog, tenantId: string, body: CreateJobBody): void {
+/**
+ * Job admission's checks 1 and 2 on a body without an agent, before any read: its model (the
+ * deployment's default when it names none, which an allow-list may also close to this tenant;
+ * the host does not check tenants) and its tools. The statement gates checks 3 and 4.
+ */
+function assertBodyAdmitted(models: ModelCatalog, tenantId: string, body: CreateJobBody): void {
   if (body.agent !== undefined) return;
-  // A job naming no model runs on the deployment's default, which an allow-list may also close
-  // to this tenant (the host does not check tenants).
-  const model = body.model ?? models.entries[0]?.name;
-  const field = body.model === undefined ? "model (omitted, so the default)" : "model";
-  if (model !== undefined) assertModelOffered(models, tenantId, model, field);
+  assertAdmitted(planRefusal(models, tenantId, { model: body.model, tools: body.tools ?? [] }));
 }
 
 /**
@@ -130,7 +138,7 @@ export async function submitJob(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CreatedJob> {
   const db = deps.db();
-  assertBodyModel(opts.models, tenantId, body);
+  assertBodyAdmitted(opts.models, tenantId, body);
   let agent: ResolvedAgent | undefined;
   try {
     agent = await resolveJobAgent(db, opts.models, tenantId, body);
@@ -205,7 +213,7 @@ export async function submitJobs(
       keysSeen.set(key, i);
     }
     try {
-      assertBodyModel(opts.models, tenantId, parsed.data);
+      assertBodyAdmitted(opts.models, tenantId, parsed.data);
     } catch (err) {
       throw atItem(i, err);
     }

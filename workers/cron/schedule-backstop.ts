@@ -11,10 +11,12 @@ import type { BackstopTask } from "./backstop-task";
 
 export const scheduleBackstop: BackstopTask = {
   name: "schedules",
-  async run({ deps }) {
+  async run({ config, deps }) {
     const db = deps.db();
+    // Each tick's job is admitted as a POST /v1/jobs is, by the gateway's models and queue cap.
+    const rules = { models: config.models, maxQueued: config.limits.maxQueuedJobsPerTenant };
     const { fired } = await callDependency("postgres", () =>
-      fireDueSchedules(db, { warn: (msg, fields) => log.warn(`cron backstop: ${msg}`, fields) }),
+      fireDueSchedules(db, rules, { warn: (msg, fields) => log.warn(`cron backstop: ${msg}`, fields) }),
     );
     return { ticks_fired: fired.filter((f) => f.jobId !== null).length };
   },

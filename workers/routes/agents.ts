@@ -32,9 +32,9 @@ import {
 import type { Db } from "../../src/db/client";
 import { knownCodeTools } from "../../src/db/code-tools-repo";
 import { toolNames } from "../../src/domain/approval";
+import { assertAdmitted, modelRefusal } from "../../src/domain/job-admission";
 import { jsonSchemaProblem } from "../../src/domain/json-schema";
 import { mcpServersProblem } from "../../src/domain/mcp";
-import { assertModelOffered } from "../commands/models";
 import { callDependency } from "../deps";
 import type { GatewayConfig } from "../gateway-config";
 import { route, routes } from "./route";
@@ -60,7 +60,7 @@ function versionParam(raw: string): number {
  * are at URLs the operator allows, with secrets the operator holds for this tenant.
  */
 function checkDefinition(config: GatewayConfig, tenantId: string, d: AgentDefinition): void {
-  assertModelOffered(config.models, tenantId, d.model);
+  assertAdmitted(modelRefusal(config.models, tenantId, d.model));
   if (d.response_format !== null) {
     const problem = jsonSchemaProblem(d.response_format);
     if (problem !== null) {

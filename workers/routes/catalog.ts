@@ -8,8 +8,8 @@ import { V1_ERRORS } from "../../src/contracts/openapi";
 import { sandboxToolSpecs } from "../../src/contracts/sandbox-tools";
 import { listCodeTools } from "../../src/db/code-tools-repo";
 import { usageByDay } from "../../src/db/usage-repo";
+import { modelsOfferedTo } from "../../src/domain/job-admission";
 import { tenantModelLimit } from "../../src/domain/models";
-import { modelsFor } from "../commands/models";
 import { callDependency } from "../deps";
 import { route, routes } from "./route";
 
@@ -28,7 +28,7 @@ export const modelRoutes = routes(
       const catalog = c.get("config").models;
       const deploymentDefault = catalog.entries[0]?.name;
       return c.json({
-        models: modelsFor(catalog, tenantId).map((e) => ({
+        models: modelsOfferedTo(catalog, tenantId).map((e) => ({
           name: e.name,
           default: e.name === deploymentDefault,
           tenant_concurrency: tenantModelLimit(e, tenantId),

@@ -14,6 +14,7 @@ import {
   ScheduleAnswerSchema,
   SchedulePageSchema,
 } from "../../src/contracts/schedule";
+import type { Db } from "../../src/db/client";
 import {
   createSchedule,
   deleteSchedule,
@@ -21,6 +22,8 @@ import {
   listSchedules,
   updateSchedule,
 } from "../../src/db/schedules-repo";
+import { assertAdmitted, planRefusal } from "../../src/domain/job-admission";
+import type { ModelCatalog } from "../../src/domain/models";
 import { cronProblem, nextTick, timezoneProblem } from "../../src/domain/schedule-time";
 import { resolveJobAgent } from "../commands/submit";
 import { callDependency } from "../deps";
@@ -37,6 +40,17 @@ function firstTick(cron: string, timezone: string, enabled: boolean): Date | nul
   return enabled ? nextTick(cron, timezone, new Date()) : null;
 }
 
+/**
+ * Job admission's checks 1 and 2 (src/domain/job-admission.ts) on what the schedule's ticks will
+ * run, with the status and code a POST /v1/jobs of the same body gets: its agent (known, not
+ * archived, its model and tools), else the deployment's default model. Checks 3 and 4 (budget,
+ * queue) are each tick's, when it fires: they say nothing about a tick next week.
+ */
+async function assertTicksAdmitted(db: Db, models: ModelCatalog, tenantId: string, agent: string | null) {
+  if (agent !== null) await resolveJobAgent(db, models, tenantId, { agent });
+  else assertAdmitted(planRefusal(models, tenantId, { model: null, tools: [] }));
+}
+
 export const scheduleRoutes = routes(
   route({
     method: "post",
@@ -45,7 +59,7 @@ export const scheduleRoutes = routes(
     tag: "schedules",
     summary: "Create a schedule: a job at every tick of its cron",
     description:
-      "`cron` has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first; `timezone` is an IANA name (default UTC; a UTC offset such as `+05:30`, or `Factory`, is not one), daylight-saving changes included (a wall time the change skips fires at the first instant after it; one it repeats fires once). Each tick makes one job with `schedule_id` and `scheduled_for`. `catch_up` `latest` (default): after ticks passed with nothing firing, one job for the latest; `none`: those ticks make no job. A bad `cron` or `timezone` is a 400 naming it; `agent` is checked as POST /v1/jobs checks it. A tick that fails to fire is tried again after a growing delay, and `last_error` says why.",
+      "`cron` has 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first; `timezone` is an IANA name (default UTC; a UTC offset such as `+05:30`, or `Factory`, is not one), daylight-saving changes included (a wall time the change skips fires at the first instant after it; one it repeats fires once). Each tick makes one job with `schedule_id` and `scheduled_for`. `catch_up` `latest` (default): after ticks passed with nothing firing, one job for the latest; `none`: those ticks make no job. A bad `cron` or `timezone` is a 400 naming it; `agent` is checked as POST /v1/jobs checks it, and without one the deployment's default model must be offered to the tenant (400 `invalid_request`, as a job naming no model). A tick that fails to fire is tried again after a growing delay, and `last_error` says why. Each tick is admitted again when it fires (model, tools, daily budget, queued jobs): a refused tick makes no job, is skipped, and `last_error` says why.",
     auth: "bearer",
     body: CreateScheduleBodySchema,
     responses: [{ status: 201, description: "The schedule, with its first tick.", schema: ScheduleAnswerSchema }],
@@ -57,7 +71,7 @@ export const scheduleRoutes = routes(
       const next = firstTick(body.cron, timezone, enabled);
       const db = c.get("deps").db();
       const tenantId = c.get("tenantId");
-      if (body.agent !== undefined) await resolveJobAgent(db, c.get("config").models, tenantId, { agent: body.agent });
+      await assertTicksAdmitted(db, c.get("config").models, tenantId, body.agent ?? null);
       const created = await callDependency("postgres", () =>
         createSchedule(
           db,
@@ -123,12 +137,12 @@ export const scheduleRoutes = routes(
     tag: "schedules",
     summary: "Change a schedule: enable, disable, its cron, timezone, input, catch_up or metadata",
     description:
-      "Fields left out keep their value. The next tick is computed again from now (a disabled schedule has none); a tick whose job was already made is never made twice.",
+      "Fields left out keep their value. The next tick is computed again from now (a disabled schedule has none); a tick whose job was already made is never made twice. A schedule that stays enabled is checked again as at create (its agent, else the default model, must still be offered to the tenant); disabling is always allowed.",
     auth: "bearer",
     parameters: [scheduleIdParam],
     body: PatchScheduleBodySchema,
     responses: [{ status: 200, description: "The schedule as it now is.", schema: ScheduleAnswerSchema }],
-    errors: [...BODY_ERRORS, "not_found", ...V1_ERRORS],
+    errors: [...BODY_ERRORS, "not_found", "conflict", ...V1_ERRORS],
     handler: async (c, input) => {
       const db = c.get("deps").db();
       const tenantId = c.get("tenantId");
@@ -145,6 +159,9 @@ export const scheduleRoutes = routes(
         : current.next_run_at === null
           ? null
           : new Date(current.next_run_at);
+      // A schedule left enabled is checked again: the allow-list (or its agent) may have changed
+      // since it was created. Disabling one is always allowed.
+      if (enabled) await assertTicksAdmitted(db, c.get("config").models, tenantId, current.agent);
       const updated = await callDependency("postgres", () =>
         updateSchedule(db, tenantId, id, {
           cron,

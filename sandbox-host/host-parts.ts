@@ -14,22 +14,25 @@ import {
 } from "../src/db/code-tools-repo";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import * as schema from "../src/db/schema";
+import type { ModelCatalog } from "../src/domain/models";
 import { defaultRunLostAfterMs } from "../src/domain/recovery";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
-import { createRedisClient } from "../src/quota/redis";
+import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
-import type { HostDeps } from "./host";
+import type { CodeToolSpec } from "./code-tools/tool-modules";
 import { type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { errorFields, type Logger } from "./log";
+import type { McpHostConfig } from "./mcp/mcp-config";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
 import { QueueDepthSampler } from "./metrics/queue-depth";
-import { OffloadPool } from "./offload/pool";
+import type { ModelClient } from "./model/types";
+import { OffloadPool, type OffloadPoolOptions } from "./offload/pool";
 import { Outbox } from "./outbox/outbox";
 import { nameLifecycleStatements } from "./prepared-statements";
 import { loadQuotaScripts } from "./quota/load-scripts";
@@ -39,7 +42,34 @@ import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
 import { ScheduleTicker } from "./scheduler/schedule-ticker";
+import type { HostTracing } from "./tracing/tracing";
 import { registerWebhookMetrics, WebhookSender } from "./webhooks/webhook-sender";
+
+/**
+ * What a host is given besides its config (host.ts `startHost`): the collaborators tests replace.
+ * Declared here, beside the one function that builds the parts from them.
+ */
+export interface HostDeps {
+  model: ModelClient;
+  /** The provider's default model name, when `models` is not given (the catalog is just it). */
+  modelName?: string;
+  /** The models jobs may run on, the default first (main.ts: MODEL_NAME + MODELS). */
+  models?: ModelCatalog;
+  /** Sandboxes for tool calls; default: one built from config when Docker answers. */
+  sandbox?: SandboxManager | null;
+  log?: Logger;
+  /** Defaults to a client built from `config.redis`. */
+  redis?: Redis;
+  fetch?: typeof fetch;
+  /** MCP's allowed URLs and secrets (main.ts: MCP_ALLOWED_URLS, MCP_SECRETS[_FILE]); default: MCP off. */
+  mcp?: McpHostConfig;
+  /** The code tools HOST_TOOLS loaded (main.ts, code-tools/tool-modules.ts); default: none. */
+  codeTools?: { modules: readonly string[]; specs: readonly CodeToolSpec[] };
+  /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
+  offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
+  /** OpenTelemetry (main.ts: startTracing from the OTEL_* variables); default: off. */
+  tracing?: HostTracing;
+}
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {

@@ -34,8 +34,7 @@ import { FinishBatcher } from "./finish-batcher";
 export const HAND_OFF_WAIT_MS = 5000;
 
 import type { RetryPolicy } from "./model-retry";
-import type { QuotaGate } from "./quota-gate";
-import { ActiveRun, type RunDeps } from "./run-context";
+import { ActiveRun, type QuotaGate, type RunDeps } from "./run-context";
 import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 

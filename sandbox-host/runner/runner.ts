@@ -376,7 +376,7 @@ export class Runner {
     });
     for (const run of running) {
       // A run that moved on to its terminal write meanwhile is no longer `running` in the row;
-      // its fenced finishJob is the judge of ownership from there.
+      // its fenced terminal write is the judge of ownership from there.
       if (run.phase !== "running" || ours.has(run.identity!.executionId)) continue;
       this.opts.log.warn("heartbeat: execution no longer ours; aborting it", {
         job_id: run.claim.jobId,

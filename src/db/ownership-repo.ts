@@ -26,7 +26,6 @@ import { held } from "./schema";
 export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z0-9_]+) \*\//;
 const named = (
   name:
-    | "ear_claim_ready"
     | `ear_claim_poll_${number}`
     | `ear_claim_poll_${number}_r${number}`
     | "ear_start"
@@ -72,37 +71,6 @@ export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before
 
 // The identity types live in src/domain/identity.ts; re-exported for this module's callers.
 export type { ClaimIdentity, ExecutionIdentity };
-
-/** Claim one job named by the ready index. Only a one-row hit counts; returns the new epoch. */
-export async function claimJob(db: Db, jobId: string, host: string, token: string): Promise<number | null> {
-  const won = await claimJobs(db, host, [{ jobId, token }]);
-  return won.get(jobId) ?? null;
-}
-
-/**
- * Claim several jobs named by the ready index in one statement (a host with N free slots tries N
- * candidates at once). Each row is the same CAS as the single claim, checked per row: a job
- * another host took, or that is no longer queued, is simply not in the result. Returns the new
- * epoch of every job won, by job id.
- */
-export async function claimJobs(
-  db: Db,
-  host: string,
-  candidates: Array<{ jobId: string; token: string }>,
-): Promise<Map<string, number>> {
-  if (candidates.length === 0) return new Map();
-  const rows = resultRows<{ id: string; epoch: number }>(
-    await db.execute(sql`${named("ear_claim_ready")}
-      UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = jobs.epoch + 1, token = mine.token
-      FROM unnest(
-        string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
-        string_to_array(${candidates.map((c) => c.token).join(",")}, ',')::uuid[]
-      ) AS mine(job_id, token)
-      WHERE jobs.id = mine.job_id AND ${claimable("jobs")}
-      RETURNING jobs.id, jobs.epoch`),
-  );
-  return new Map(rows.map((r) => [r.id, Number(r.epoch)]));
-}
 
 /** How often a claim refused by a key or tenant-slot guard (a racing claimer won it) is tried again. */
 const CLAIM_RACE_ATTEMPTS = 3;
@@ -262,18 +230,14 @@ export async function stillClaimable(db: Db, jobIds: string[]): Promise<Set<stri
   return new Set(rows.map((r) => r.id));
 }
 
-/** The started CAS, the recovery boundary, plus the execution record, in one statement. */
-export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolean> {
-  return (await markStartedMany(db, id.host, [id])).has(id.executionId);
-}
-
 /**
  * The started CAS for several claims of one host in one statement (the host coalesces starts
- * that are ready at the same moment). Every row is checked against its own full claim identity,
- * exactly like the single CAS; each one that hits gets its `executions` row in the same
- * statement, carrying the claim token (the gateway derives the execution's ingest key from it).
- * `started_at` keeps the first execution's start: an execution resuming a waiting job is not the
- * job's start (its latency derivation counts from the first).
+ * that are ready at the same moment). Every row is checked against its own full claim identity
+ * (job, host, epoch, token; still queued, never started, no cancel requested), so a stale one in
+ * the batch simply misses; each one that hits gets its `executions` row in the same statement,
+ * carrying the claim token (the gateway derives the execution's ingest key from it). `started_at`
+ * keeps the first execution's start: an execution resuming a waiting job is not the job's start
+ * (its latency derivation counts from the first).
  * Returns the execution ids that started.
  */
 export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
@@ -377,11 +341,6 @@ export type FinalOutcome =
   | { state: "failed"; error: JobError; output?: string | null }
   | { state: "cancelled"; output?: string | null };
 
-/** The terminal write, checked by the execution identity. */
-export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOutcome): Promise<boolean> {
-  return (await finishJobReporting(db, id, outcome)).written;
-}
-
 /** What one terminal write learned. */
 export interface FinishResult {
   written: boolean;
@@ -389,20 +348,6 @@ export interface FinishResult {
   cancelLagSeconds: number | null;
   /** The row's five timestamps after the write (null when it missed): the phase histograms' input. */
   facts: TimingFacts | null;
-}
-
-/**
- * The terminal write, also reporting how long after a durable cancel request it landed
- * (`cancelLagSeconds`: the host's cancel-convergence metric) and the timing facts.
- */
-export async function finishJobReporting(
-  db: Db,
-  id: ExecutionIdentity,
-  outcome: FinalOutcome,
-  facts?: PendingFacts,
-): Promise<FinishResult> {
-  const [r] = await finishJobsMany(db, id.host, [{ id, outcome, facts }]);
-  return r as FinishResult;
 }
 
 /** A raw statement's timestamp (drivers differ: a Date, or Postgres' text form) as a Date. */
@@ -418,7 +363,7 @@ export interface Finish {
 /**
  * The terminal writes of several runs of one host in one statement (the host group-commits runs
  * that end at the same moment, like the started CAS). Every row is checked against its own full
- * execution identity exactly like the single write: a stale one in the batch simply misses while
+ * execution identity (job, host, epoch, token, execution id, `running`): a stale one in the batch simply misses while
  * the others land. Each hit also closes its `executions` row and writes the run's pending timing
  * facts. Returns one result per input, in order.
  */

@@ -1,7 +1,8 @@
 /**
  * What a host is made of, built before any of it starts (host.ts decides the start and stop
  * order): the Postgres pool, the Redis client, metrics, the quota lease store, sandboxes, the
- * offload pool, the outbox, the runner, the claimer, the reaper, the janitor, the listener.
+ * offload pool, the outbox, the runner, the claimer, the upkeep duties (the reaper, expiry,
+ * the index rebuild, retention), the janitor, the listener.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
@@ -36,7 +37,10 @@ import { OffloadPool, type OffloadPoolOptions } from "./offload/pool";
 import { Outbox } from "./outbox/outbox";
 import { nameLifecycleStatements } from "./prepared-statements";
 import { loadQuotaScripts } from "./quota/load-scripts";
+import { ExpirySweep } from "./reaper/expiry";
+import { IndexRebuild } from "./reaper/index-rebuild";
 import { Reaper } from "./reaper/reaper";
+import { RetentionPurge } from "./reaper/retention";
 import { SandboxJanitor } from "./reaper/sandbox-janitor";
 import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
@@ -83,7 +87,12 @@ export interface HostParts {
   outbox: Outbox;
   runner: Runner;
   claimer: Claimer;
+  /** The host's upkeep, one service per duty, named like the Worker's cron backstops (workers/cron/). */
   reaper: Reaper;
+  expiry: ExpirySweep;
+  indexRebuild: IndexRebuild;
+  /** Purges finished jobs past their retention (null: HOST_PURGE_MS=0). */
+  retention: RetentionPurge | null;
   /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
   scheduler: ScheduleTicker | null;
   /** Sends webhook deliveries (null: HOST_WEBHOOK_POLL_MS=0). */
@@ -238,11 +247,22 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     intervalMs: config.reapMs,
     claimTimeoutMs: config.claimTimeoutMs,
     runLostAfterMs,
-    indexRebuildMs: config.indexRebuildMs,
-    purgeMs: config.purgeMs,
-    jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
+  const expiry = new ExpirySweep({ db, log, intervalMs: config.reapMs, activity });
+  const indexRebuild = new IndexRebuild({
+    db,
+    redis,
+    keys: redisKeys(),
+    log,
+    checkMs: config.reapMs,
+    rebuildMs: config.indexRebuildMs,
+    activity,
+  });
+  const retention =
+    config.purgeMs > 0
+      ? new RetentionPurge({ db, log, purgeMs: config.purgeMs, jobRetentionMs: config.jobRetentionS * 1000, activity })
+      : null;
   const scheduler =
     config.scheduleMs > 0 ? new ScheduleTicker({ db, log, maxWaitMs: config.scheduleMs, activity }) : null;
   const webhooks =
@@ -328,6 +348,9 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     runner,
     claimer,
     reaper,
+    expiry,
+    indexRebuild,
+    retention,
     scheduler,
     webhooks,
     janitor,

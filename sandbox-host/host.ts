@@ -101,9 +101,13 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     },
     // The queue-depth sampler reads Postgres only; stopped with the recovery loops.
     parts.queueDepth,
-    // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
+    // Recovery and upkeep loops (the janitor, then one service per duty, named like the Worker's
+    // cron backstops): stopped with admission, before the wait for runs (they start no run here).
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,
+    parts.expiry,
+    parts.indexRebuild,
+    ...(parts.retention ? [parts.retention] : []),
     // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
     ...(parts.scheduler ? [parts.scheduler] : []),
     // Webhook deliveries: stopped after admission and before the runs' wait (attempts in flight

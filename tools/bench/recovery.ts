@@ -1,6 +1,6 @@
 /**
  * `npm run bench:recovery -- [--kills 10] [--steps 40] [--suspend-steps 5,20,40] [--suspends 7] [--json]`:
- * what the job journal costs and how fast a run continues elsewhere (issue 27, docs/capacity.md
+ * what the job journal costs and how fast a run continues elsewhere (docs/capacity.md
  * "Recovery").
  *
  *  1. Journal cost, against the stack's Postgres: one started job appends `--steps` tool steps

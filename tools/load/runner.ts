@@ -322,7 +322,7 @@ async function dockerLeftovers(hostIds: string[]): Promise<string | null> {
   }
 }
 
-/** The targets, judged per scenario over its whole ladder. */
+/** The load targets (each check's name and limit below), judged per scenario over its whole ladder. */
 export function evaluateTargets(steps: StepResult[]): TargetCheck[] {
   const out: TargetCheck[] = [];
   const scenarios = [...new Set(steps.map((s) => s.scenario))];

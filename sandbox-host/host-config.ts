@@ -93,7 +93,7 @@ export const HostConfigSchema = z.object({
   heartbeatMs: intFromEnv(100, 600_000).default(DEFAULT_HEARTBEAT_MS),
   /** On SIGTERM: how long running jobs may take to finish before they are failed. */
   shutdownGraceMs: intFromEnv(0, 3_600_000).default(30_000),
-  /** Reaper pass interval (jittered ±30 %). */
+  /** Reaper pass interval (jittered ±30 %); the expiry sweep and the ready-index marker check keep the same pace. */
   reapMs: intFromEnv(100, 600_000).default(2000),
   /**
    * The schedule ticker's longest sleep (0 = this host fires no schedule ticks). It sleeps until
@@ -129,8 +129,8 @@ export const HostConfigSchema = z.object({
   /** A running job whose heartbeat is older than this is `lost` (default: 3 heartbeats + 2 s). */
   runLostAfterMs: intFromEnv(100, 3_600_000).optional(),
   /**
-   * How often (jittered) the reaper also purges finished jobs older than JOB_RETENTION_S, one
-   * bounded set of 500-job batches per pass (0 = off: another host or the Worker cron does it).
+   * How often (jittered) the host purges finished jobs older than JOB_RETENTION_S (reaper/retention.ts),
+   * one bounded set of 500-job batches per purge (0 = off: another host or the Worker cron does it).
    */
   purgeMs: intFromEnv(0, 86_400_000)
     .refine((v) => v === 0 || v >= 1000, "must be 0 (off) or at least 1000 ms")

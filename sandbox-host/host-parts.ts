@@ -1,7 +1,8 @@
 /**
  * What a host is made of, built before any of it starts (host.ts decides the start and stop
  * order): the Postgres pool, the Redis client, metrics, the quota lease store, sandboxes, the
- * offload pool, the outbox, the runner, the claimer, the reaper, the janitor, the listener.
+ * offload pool, the outbox, the runner, the claimer, the upkeep duties (the reaper, expiry,
+ * the index rebuild, retention), the janitor, the listener.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
@@ -14,32 +15,65 @@ import {
 } from "../src/db/code-tools-repo";
 import { isPoolerUrl } from "../src/db/pooler-url";
 import * as schema from "../src/db/schema";
+import type { ModelCatalog } from "../src/domain/models";
 import { defaultRunLostAfterMs } from "../src/domain/recovery";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
-import { createRedisClient } from "../src/quota/redis";
+import { createRedisClient, type Redis } from "../src/quota/redis";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
-import type { HostDeps } from "./host";
+import type { CodeToolSpec } from "./code-tools/tool-modules";
 import { type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { errorFields, type Logger } from "./log";
+import type { McpHostConfig } from "./mcp/mcp-config";
 import { createHostMetrics, type HostMetrics, observeQuotaWait } from "./metrics/metrics";
 import { QueueDepthSampler } from "./metrics/queue-depth";
-import { OffloadPool } from "./offload/pool";
+import type { ModelClient } from "./model/types";
+import { OffloadPool, type OffloadPoolOptions } from "./offload/pool";
 import { Outbox } from "./outbox/outbox";
 import { nameLifecycleStatements } from "./prepared-statements";
 import { loadQuotaScripts } from "./quota/load-scripts";
+import { ExpirySweep } from "./reaper/expiry";
+import { IndexRebuild } from "./reaper/index-rebuild";
 import { Reaper } from "./reaper/reaper";
+import { RetentionPurge } from "./reaper/retention";
 import { SandboxJanitor } from "./reaper/sandbox-janitor";
 import { Runner } from "./runner/runner";
 import { connectDocker } from "./sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "./sandbox/manager";
 import { ScheduleTicker } from "./scheduler/schedule-ticker";
+import type { HostTracing } from "./tracing/tracing";
 import { registerWebhookMetrics, WebhookSender } from "./webhooks/webhook-sender";
+
+/**
+ * What a host is given besides its config (host.ts `startHost`): the collaborators tests replace.
+ * Declared here, beside the one function that builds the parts from them.
+ */
+export interface HostDeps {
+  model: ModelClient;
+  /** The provider's default model name, when `models` is not given (the catalog is just it). */
+  modelName?: string;
+  /** The models jobs may run on, the default first (main.ts: MODEL_NAME + MODELS). */
+  models?: ModelCatalog;
+  /** Sandboxes for tool calls; default: one built from config when Docker answers. */
+  sandbox?: SandboxManager | null;
+  log?: Logger;
+  /** Defaults to a client built from `config.redis`. */
+  redis?: Redis;
+  fetch?: typeof fetch;
+  /** MCP's allowed URLs and secrets (main.ts: MCP_ALLOWED_URLS, MCP_SECRETS[_FILE]); default: MCP off. */
+  mcp?: McpHostConfig;
+  /** The code tools HOST_TOOLS loaded (main.ts, code-tools/tool-modules.ts); default: none. */
+  codeTools?: { modules: readonly string[]; specs: readonly CodeToolSpec[] };
+  /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
+  offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
+  /** OpenTelemetry (main.ts: startTracing from the OTEL_* variables); default: off. */
+  tracing?: HostTracing;
+}
 
 /** Everything a host is made of, built before any of it starts. */
 export interface HostParts {
@@ -53,7 +87,12 @@ export interface HostParts {
   outbox: Outbox;
   runner: Runner;
   claimer: Claimer;
+  /** The host's upkeep, one service per duty, named like the Worker's cron backstops (workers/cron/). */
   reaper: Reaper;
+  expiry: ExpirySweep;
+  indexRebuild: IndexRebuild;
+  /** Purges finished jobs past their retention (null: HOST_PURGE_MS=0). */
+  retention: RetentionPurge | null;
   /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
   scheduler: ScheduleTicker | null;
   /** Sends webhook deliveries (null: HOST_WEBHOOK_POLL_MS=0). */
@@ -208,11 +247,22 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     intervalMs: config.reapMs,
     claimTimeoutMs: config.claimTimeoutMs,
     runLostAfterMs,
-    indexRebuildMs: config.indexRebuildMs,
-    purgeMs: config.purgeMs,
-    jobRetentionMs: config.jobRetentionS * 1000,
     activity,
   });
+  const expiry = new ExpirySweep({ db, log, intervalMs: config.reapMs, activity });
+  const indexRebuild = new IndexRebuild({
+    db,
+    redis,
+    keys: redisKeys(),
+    log,
+    checkMs: config.reapMs,
+    rebuildMs: config.indexRebuildMs,
+    activity,
+  });
+  const retention =
+    config.purgeMs > 0
+      ? new RetentionPurge({ db, log, purgeMs: config.purgeMs, jobRetentionMs: config.jobRetentionS * 1000, activity })
+      : null;
   const scheduler =
     config.scheduleMs > 0
       ? new ScheduleTicker({
@@ -306,6 +356,9 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     runner,
     claimer,
     reaper,
+    expiry,
+    indexRebuild,
+    retention,
     scheduler,
     webhooks,
     janitor,

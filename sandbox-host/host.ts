@@ -4,45 +4,16 @@
  * parsed config and its collaborators (model client, logger) so tests can start several hosts in
  * one process; main.ts is the production entry that builds them from the environment.
  */
-import type { ModelCatalog } from "../src/domain/models";
 import type { LeaseStore } from "../src/quota/lease-store";
-import type { Redis } from "../src/quota/redis";
-import type { CodeToolSpec } from "./code-tools/tool-modules";
 import type { HostConfig } from "./host-config";
-import { buildParts, connectPostgres, type HostParts } from "./host-parts";
+import { buildParts, connectPostgres, type HostDeps, type HostParts } from "./host-parts";
 import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
-import { createLogger, type Logger } from "./log";
-import type { McpHostConfig } from "./mcp/mcp-config";
+import { createLogger } from "./log";
 import { type Readiness, startMetricsServer } from "./metrics/server";
-import type { ModelClient } from "./model/types";
-import type { OffloadPool, OffloadPoolOptions } from "./offload/pool";
-import type { SandboxManager } from "./sandbox/manager";
-import type { HostTracing } from "./tracing/tracing";
+import type { OffloadPool } from "./offload/pool";
 
 /** Offload work still running this long after the runs ended is stopped with its thread. */
 export const OFFLOAD_DRAIN_MS = 5000;
-
-export interface HostDeps {
-  model: ModelClient;
-  /** The provider's default model name, when `models` is not given (the catalog is just it). */
-  modelName?: string;
-  /** The models jobs may run on, the default first (main.ts: MODEL_NAME + MODELS). */
-  models?: ModelCatalog;
-  /** Sandboxes for tool calls; default: one built from config when Docker answers. */
-  sandbox?: SandboxManager | null;
-  log?: Logger;
-  /** Defaults to a client built from `config.redis`. */
-  redis?: Redis;
-  fetch?: typeof fetch;
-  /** MCP's allowed URLs and secrets (main.ts: MCP_ALLOWED_URLS, MCP_SECRETS[_FILE]); default: MCP off. */
-  mcp?: McpHostConfig;
-  /** The code tools HOST_TOOLS loaded (main.ts, code-tools/tool-modules.ts); default: none. */
-  codeTools?: { modules: readonly string[]; specs: readonly CodeToolSpec[] };
-  /** The offload pool's size and queue bound (defaults: 2 threads, 64 queued). */
-  offload?: Pick<OffloadPoolOptions, "size" | "maxQueue">;
-  /** OpenTelemetry (main.ts: startTracing from the OTEL_* variables); default: off. */
-  tracing?: HostTracing;
-}
 
 export interface RunningHost {
   id: string;
@@ -130,9 +101,13 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     },
     // The queue-depth sampler reads Postgres only; stopped with the recovery loops.
     parts.queueDepth,
-    // Recovery loops: stopped with admission, before the wait for runs (they start no run here).
+    // Recovery and upkeep loops (the janitor, then one service per duty, named like the Worker's
+    // cron backstops): stopped with admission, before the wait for runs (they start no run here).
     ...(parts.janitor ? [parts.janitor] : []),
     parts.reaper,
+    parts.expiry,
+    parts.indexRebuild,
+    ...(parts.retention ? [parts.retention] : []),
     // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
     ...(parts.scheduler ? [parts.scheduler] : []),
     // Webhook deliveries: stopped after admission and before the runs' wait (attempts in flight

@@ -52,6 +52,8 @@ export class FleetActivity {
   private lastWorkAt = Date.now();
   private lastLookAt = Number.NEGATIVE_INFINITY;
   private lastLocalEndAt = 0;
+  /** The last look failed (lookFailed), so nothing is known about waiting jobs. */
+  private unsure = false;
   private readonly listeners = new Set<() => void>();
 
   constructor(
@@ -95,7 +97,7 @@ export class FleetActivity {
     if (this.opts.localRuns() === 0) this.lastLocalEndAt = Date.now();
   }
 
-  /** Whether a reaper pass should look at the fleet's work now. */
+  /** Whether the reaper's pass should look at the fleet's work now. */
   shouldLook(now = Date.now()): boolean {
     if (this.opts.idleMs === 0 || this.opts.localRuns() > 0 || !this.opts.listening()) return false;
     return this.quiet || now - this.lastLookAt >= BUSY_LOOK_GAP_MS || this.lastLocalEndAt > this.lastLookAt;
@@ -107,7 +109,24 @@ export class FleetActivity {
     return this.lastLookAt;
   }
 
+  /**
+   * The last look's statement failed: it knows nothing, so the loops that skip their work while
+   * idle (the expiry sweep, the index rebuild) do it anyway until a look succeeds.
+   */
+  lookFailed(): void {
+    this.unsure = true;
+  }
+
+  /**
+   * Idle, and the last look succeeded: nothing waits anywhere, so work that exists only for
+   * waiting jobs (expiring them, indexing them) may be skipped.
+   */
+  get idleAndSure(): boolean {
+    return this.idle && !this.unsure;
+  }
+
   looked(work: FleetWork, startedAt: number): void {
+    this.unsure = false;
     if (work.waiting || work.claimed || work.running || work.expiring) {
       this.noteWork();
       return;

@@ -11,7 +11,7 @@
  *   client right after cancelling, and that must not abort the notice on its way to the server;
  * - a byte bound on what is read of each answer, enforced while reading: the SDK reads a JSON
  *   body whole and an SSE event whole before the toolset can cut a result to what the model
- *   gets, so a 30 MB result cost the host 180 MB of memory (issue 24). Past
+ *   gets, so a 30 MB result cost the host 180 MB of memory, shared by every run on it. Past
  *   MCP_MESSAGE_MAX_BYTES the host stops reading: a JSON answer fails with McpResponseTooLarge,
  *   an SSE answer to a request ends with a JSON-RPC error for it (the SDK then rejects the call
  *   at once instead of waiting out its timeout), and an over-long event on the session's GET

@@ -46,7 +46,7 @@ const MAX_LIST_PAGES = 10;
  * The SDK's client compiles each listed tool's `outputSchema` (Ajv, by default) and validates
  * every `structuredContent` against it, synchronously on the event loop, and both schema and
  * content come from the server, which the tenant chose: a `pattern` like `(a+)+$` would stall
- * the host for minutes (issue 24). Nothing here relies on the server keeping its own promise
+ * the host for minutes, and every run's heartbeats with it. Nothing here relies on the server keeping its own promise
  * (the model reads the text, the event carries the content as sent), so no check is run.
  */
 const NO_OUTPUT_SCHEMA_CHECK: jsonSchemaValidator = {

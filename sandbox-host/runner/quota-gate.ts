@@ -8,25 +8,10 @@
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
-import type { LeaseStore, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
-import { acquireWithWait, type WaitOutcome } from "../../src/quota/wait";
+import type { QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
+import { acquireWithWait } from "../../src/quota/wait";
 import { inSpan } from "../tracing/spans";
-import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
-
-/** What a run needs from the quota: the store, the limits, and the host's renewal registry. */
-export interface QuotaGate {
-  store: LeaseStore;
-  /** Slots per model across all hosts, for a model whose registry entry sets no `concurrency`. */
-  modelLimit: number;
-  /** Slots per tenant across all hosts (0 = no tenant quota). */
-  tenantLimit: number;
-  maxWaitMs: number;
-  /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
-  track(lease: QuotaLease, onLost: () => void): void;
-  untrack(lease: QuotaLease): void;
-  /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
-  onWait?(outcome: WaitOutcome): void;
-}
+import { abortedOutcome, type Execution, failed, type QuotaGate, type RunDeps } from "./run-context";
 
 /** A turn's lease (null = no quota), `lost` aborted when a renewal finds it gone or past its deadline. */
 export interface AdmittedTurn {

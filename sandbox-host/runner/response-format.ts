@@ -10,27 +10,16 @@
  * loop would stop every run's heartbeats on the host. The pool's `timeoutMs` ends the thread
  * of a check that runs past ANSWER_CHECK_TIMEOUT_MS; the job then fails `output_invalid`.
  */
-import { jsonNestingDepth } from "../../src/domain/json-depth";
-import { answerValidator } from "../../src/domain/json-schema";
 import type { ModelResponseFormat } from "../model/types";
 import { OffloadTimeoutError } from "../offload/offload-errors";
 import type { OffloadPool } from "../offload/pool";
+import type { AnswerCheck } from "./answer-check";
 
 /**
  * How long one answer check may run on its thread. A real one takes milliseconds (a 59 KiB
  * schema compiles in ~16 ms on a loaded box, see json-schema.ts); one past this is a runaway.
  */
 export const ANSWER_CHECK_TIMEOUT_MS = 2000;
-
-/**
- * The deepest answer checked (arrays and objects). The validator recurses per level (and per
- * recursive `$ref`): a 30,000-deep answer to `{"items": {"$ref": "#"}}` overflowed the stack
- * and ended the job `internal_error`. No structured answer a person wants is this deep.
- */
-export const MAX_ANSWER_DEPTH = 512;
-
-/** `final`: no repair turn can help (the check itself could not finish), the job fails now. */
-export type AnswerCheck = { ok: true; value: unknown } | { ok: false; problems: string; final?: true };
 
 export interface AnswerFormat {
   /** What the provider is sent. */
@@ -63,35 +52,6 @@ export function answerFormat(
       }
     },
   };
-}
-
-/**
- * The check itself, run by the offload task `checkAnswer` (offload/tasks.ts) on a worker
- * thread: the schema is compiled there too, so nothing of it runs on the loop.
- */
-export function checkAnswerNow(schema: Record<string, unknown>, answer: string): AnswerCheck {
-  const text = unfenced(answer);
-  const depth = jsonNestingDepth(text);
-  if (depth > MAX_ANSWER_DEPTH) {
-    return { ok: false, problems: `the answer nests ${depth} levels deep; at most ${MAX_ANSWER_DEPTH} are checked` };
-  }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (err) {
-    return { ok: false, problems: `the reply is not JSON (${err instanceof Error ? err.message : String(err)})` };
-  }
-  const problem = answerValidator(schema)(value);
-  return problem === null ? { ok: true, value } : { ok: false, problems: problem };
-}
-
-/**
- * The answer without a Markdown code fence around it: models asked for JSON still wrap it in
- * ```json … ``` often enough that refusing those would spend a repair turn on formatting.
- */
-function unfenced(answer: string): string {
-  const m = /^\s*```[A-Za-z0-9_-]*\s*\n([\s\S]*?)\n?```\s*$/.exec(answer);
-  return m?.[1] ?? answer;
 }
 
 /** The repair turn's message: what was wrong, and what to send instead. */

@@ -13,6 +13,8 @@ import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } fr
 import type { RunnableJob } from "../../src/db/run-repo";
 import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
+import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
+import type { WaitOutcome } from "../../src/quota/wait";
 import type { CodeTools } from "../code-tools/code-tool-pool";
 import type { Logger } from "../log";
 import type { McpHostConfig } from "../mcp/mcp-config";
@@ -25,7 +27,6 @@ import type { SandboxManager } from "../sandbox/manager";
 import type { HostTracing } from "../tracing/tracing";
 import { type JournalStore, RunJournal } from "./journal";
 import type { RetryPolicy } from "./model-retry";
-import type { QuotaGate } from "./quota-gate";
 
 /**
  * The host's collaborators, built once by the Runner and handed to every run (as trigger.dev's
@@ -72,6 +73,24 @@ export interface RunDeps {
   maxQueuedJobsPerTenant?: number;
   /** OpenTelemetry spans of each run (sandbox-host/tracing/spans.ts); off: the API's no-op tracer. */
   tracing: HostTracing;
+}
+
+/**
+ * What a run needs from the quota: the store, the limits, and the host's renewal registry. One of
+ * the host's collaborators (`RunDeps.quota`), so declared beside them; quota-gate.ts uses it.
+ */
+export interface QuotaGate {
+  store: LeaseStore;
+  /** Slots per model across all hosts, for a model whose registry entry sets no `concurrency`. */
+  modelLimit: number;
+  /** Slots per tenant across all hosts (0 = no tenant quota). */
+  tenantLimit: number;
+  maxWaitMs: number;
+  /** Register a lease with the host's batched renewal; the callback fires if it is lost (purged, or past its deadline). */
+  track(lease: QuotaLease, onLost: () => void): void;
+  untrack(lease: QuotaLease): void;
+  /** Once per finished wait, however it ended (the host's quota_wait_seconds). */
+  onWait?(outcome: WaitOutcome): void;
 }
 
 /** The started CAS and the terminal write, each fenced by the execution identity. */

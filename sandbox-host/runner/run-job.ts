@@ -6,8 +6,7 @@
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
 import { randomUUID } from "node:crypto";
-import { cancelClaim, type FinalOutcome, type FinishResult } from "../../src/db/ownership-repo";
-import { handOffRun } from "../../src/db/reaper-repo";
+import { cancelClaim, type FinalOutcome, type FinishResult, handOffRun } from "../../src/db/ownership-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
@@ -133,7 +132,7 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
 }
 
 /**
- * The grace of a shutdown ran out: hand the job to a new execution at once (src/db/reaper-repo.ts
+ * The grace of a shutdown ran out: hand the job to a new execution at once (src/db/ownership-repo.ts
  * `handOffRun`) instead of failing it. The sandbox goes first, inside its cleanup fence (as at a
  * suspend: afterwards the row names no execution the janitor could match it by). The steps the
  * run completed are in the journal; the one it was in is discarded (a model turn is asked again,

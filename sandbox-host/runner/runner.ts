@@ -34,8 +34,7 @@ import { FinishBatcher } from "./finish-batcher";
 export const HAND_OFF_WAIT_MS = 5000;
 
 import type { RetryPolicy } from "./model-retry";
-import type { QuotaGate } from "./quota-gate";
-import { ActiveRun, type RunDeps } from "./run-context";
+import { ActiveRun, type QuotaGate, type RunDeps } from "./run-context";
 import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 
@@ -377,7 +376,7 @@ export class Runner {
     });
     for (const run of running) {
       // A run that moved on to its terminal write meanwhile is no longer `running` in the row;
-      // its fenced finishJob is the judge of ownership from there.
+      // its fenced terminal write is the judge of ownership from there.
       if (run.phase !== "running" || ours.has(run.identity!.executionId)) continue;
       this.opts.log.warn("heartbeat: execution no longer ours; aborting it", {
         job_id: run.claim.jobId,

@@ -4,10 +4,10 @@
  *
  * The expiry sweep: a queued job that was never claimed by its `expires_at` (submitted with
  * `ttl_s`: the runnable instant + ttl_s) ends `expired`, never started. Its own small statement,
- * run by every host's reaper pass (idempotent CAS like the rest of reaping; apart from the
- * recovery pass on purpose, so changes there leave it alone). The claim statement never takes a
- * job past its `expires_at` (ownership-repo.ts `runnable`), so between the instant and the sweep
- * the job waits, unclaimable, for this. The terminal event `run.expired` is projected from the
+ * run by every host's expiry sweep (sandbox-host/reaper/expiry.ts; idempotent CAS like reaping,
+ * apart from the recovery pass on purpose, so changes there leave it alone). The claim statement
+ * never takes a job past its `expires_at` (ownership-repo.ts `runnable`), so between the instant
+ * and the sweep the job waits, unclaimable, for this. The terminal event `run.expired` is projected from the
  * row like every terminal state a statement writes (workers/durable-objects/job-events).
  */
 import { type SQL, sql } from "drizzle-orm";

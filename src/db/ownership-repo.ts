@@ -6,6 +6,7 @@
  * released and claimed again, after it the job is never run again (docs/architecture.md).
  */
 import { sql } from "drizzle-orm";
+import { RECOVERY_DEFAULTS } from "../contracts/agent";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
 import { storable } from "../contracts/text";
@@ -26,7 +27,6 @@ import { held } from "./schema";
 export const LIFECYCLE_STATEMENT = /^\/\* (ear_[a-z0-9_]+) \*\//;
 const named = (
   name:
-    | "ear_claim_ready"
     | `ear_claim_poll_${number}`
     | `ear_claim_poll_${number}_r${number}`
     | "ear_start"
@@ -72,37 +72,6 @@ export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before
 
 // The identity types live in src/domain/identity.ts; re-exported for this module's callers.
 export type { ClaimIdentity, ExecutionIdentity };
-
-/** Claim one job named by the ready index. Only a one-row hit counts; returns the new epoch. */
-export async function claimJob(db: Db, jobId: string, host: string, token: string): Promise<number | null> {
-  const won = await claimJobs(db, host, [{ jobId, token }]);
-  return won.get(jobId) ?? null;
-}
-
-/**
- * Claim several jobs named by the ready index in one statement (a host with N free slots tries N
- * candidates at once). Each row is the same CAS as the single claim, checked per row: a job
- * another host took, or that is no longer queued, is simply not in the result. Returns the new
- * epoch of every job won, by job id.
- */
-export async function claimJobs(
-  db: Db,
-  host: string,
-  candidates: Array<{ jobId: string; token: string }>,
-): Promise<Map<string, number>> {
-  if (candidates.length === 0) return new Map();
-  const rows = resultRows<{ id: string; epoch: number }>(
-    await db.execute(sql`${named("ear_claim_ready")}
-      UPDATE jobs SET owner = ${host}, claimed_at = now(), epoch = jobs.epoch + 1, token = mine.token
-      FROM unnest(
-        string_to_array(${candidates.map((c) => c.jobId).join(",")}, ',')::uuid[],
-        string_to_array(${candidates.map((c) => c.token).join(",")}, ',')::uuid[]
-      ) AS mine(job_id, token)
-      WHERE jobs.id = mine.job_id AND ${claimable("jobs")}
-      RETURNING jobs.id, jobs.epoch`),
-  );
-  return new Map(rows.map((r) => [r.id, Number(r.epoch)]));
-}
 
 /** How often a claim refused by a key or tenant-slot guard (a racing claimer won it) is tried again. */
 const CLAIM_RACE_ATTEMPTS = 3;
@@ -262,18 +231,14 @@ export async function stillClaimable(db: Db, jobIds: string[]): Promise<Set<stri
   return new Set(rows.map((r) => r.id));
 }
 
-/** The started CAS, the recovery boundary, plus the execution record, in one statement. */
-export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolean> {
-  return (await markStartedMany(db, id.host, [id])).has(id.executionId);
-}
-
 /**
  * The started CAS for several claims of one host in one statement (the host coalesces starts
- * that are ready at the same moment). Every row is checked against its own full claim identity,
- * exactly like the single CAS; each one that hits gets its `executions` row in the same
- * statement, carrying the claim token (the gateway derives the execution's ingest key from it).
- * `started_at` keeps the first execution's start: an execution resuming a waiting job is not the
- * job's start (its latency derivation counts from the first).
+ * that are ready at the same moment). Every row is checked against its own full claim identity
+ * (job, host, epoch, token; still queued, never started, no cancel requested), so a stale one in
+ * the batch simply misses; each one that hits gets its `executions` row in the same statement,
+ * carrying the claim token (the gateway derives the execution's ingest key from it). `started_at`
+ * keeps the first execution's start: an execution resuming a waiting job is not the job's start
+ * (its latency derivation counts from the first).
  * Returns the execution ids that started.
  */
 export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
@@ -377,11 +342,6 @@ export type FinalOutcome =
   | { state: "failed"; error: JobError; output?: string | null }
   | { state: "cancelled"; output?: string | null };
 
-/** The terminal write, checked by the execution identity. */
-export async function finishJob(db: Db, id: ExecutionIdentity, outcome: FinalOutcome): Promise<boolean> {
-  return (await finishJobReporting(db, id, outcome)).written;
-}
-
 /** What one terminal write learned. */
 export interface FinishResult {
   written: boolean;
@@ -389,20 +349,6 @@ export interface FinishResult {
   cancelLagSeconds: number | null;
   /** The row's five timestamps after the write (null when it missed): the phase histograms' input. */
   facts: TimingFacts | null;
-}
-
-/**
- * The terminal write, also reporting how long after a durable cancel request it landed
- * (`cancelLagSeconds`: the host's cancel-convergence metric) and the timing facts.
- */
-export async function finishJobReporting(
-  db: Db,
-  id: ExecutionIdentity,
-  outcome: FinalOutcome,
-  facts?: PendingFacts,
-): Promise<FinishResult> {
-  const [r] = await finishJobsMany(db, id.host, [{ id, outcome, facts }]);
-  return r as FinishResult;
 }
 
 /** A raw statement's timestamp (drivers differ: a Date, or Postgres' text form) as a Date. */
@@ -418,7 +364,7 @@ export interface Finish {
 /**
  * The terminal writes of several runs of one host in one statement (the host group-commits runs
  * that end at the same moment, like the started CAS). Every row is checked against its own full
- * execution identity exactly like the single write: a stale one in the batch simply misses while
+ * execution identity (job, host, epoch, token, execution id, `running`): a stale one in the batch simply misses while
  * the others land. Each hit also closes its `executions` row and writes the run's pending timing
  * facts. Returns one result per input, in order.
  */
@@ -566,4 +512,65 @@ export async function applyAnswerInput(db: Db, id: ExecutionIdentity, inputId: s
     WHERE id = ${inputId} AND job_id = ${id.jobId} AND status IN ('requested', 'accepted')
       AND EXISTS (SELECT 1 FROM jobs WHERE ${fence(id)})`);
   return resultCount(result) === 1;
+}
+
+/**
+ * The agent's recovery settings for a job row aliased `j` joined to its version `v` (none: the
+ * built-in default agent), with the schema's defaults (AgentRecoverySchema, src/contracts/agent.ts)
+ * for a job without an agent or a version stored before the field existed. Here with the owner's
+ * hand-off below; the reaper's `reapRuns` (reaper-repo.ts) asks the same of a silent run.
+ */
+export const RECOVERABLE =
+  sql.raw(`coalesce(v.definition->'recovery'->>'on_host_loss', '${RECOVERY_DEFAULTS.on_host_loss}') = 'resume'
+  AND j.recoveries < coalesce((v.definition->'recovery'->>'max_recoveries')::int, ${RECOVERY_DEFAULTS.max_recoveries})`);
+
+/**
+ * The SET clauses that hand a reaped or handed-off job (`due.outcome` 'recovered') to a new
+ * execution: the claim and the execution cleared (what `claimable()` asks), epoch + 1, one more
+ * recovery. Other outcomes keep the columns as they are.
+ */
+export const REQUEUE_SET = sql.raw(`
+  owner = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.owner END,
+  claimed_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.claimed_at END,
+  token = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.token END,
+  execution_id = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_id END,
+  execution_started_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_started_at END,
+  heartbeat_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.heartbeat_at END,
+  deadline_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.deadline_at END,
+  epoch = CASE WHEN due.outcome = 'recovered' THEN jobs.epoch + 1 ELSE jobs.epoch END,
+  recoveries = CASE WHEN due.outcome = 'recovered' THEN jobs.recoveries + 1 ELSE jobs.recoveries END`);
+
+/**
+ * A host shutting down hands a run it could not finish within its grace to a new execution, at
+ * once (no waiting for the lost bound): the same re-queue as a recovery (REQUEUE_SET: epoch + 1,
+ * one more recovery), with `recovery_reason` 'host_shutdown', under the owner's full fence, when
+ * the agent's `recovery` allows one more (RECOVERABLE) and no cancel was requested; its
+ * execution ends `handed_off`. The run stopped at its last journaled step, so the new execution
+ * continues from there. `not_allowed`: the row is still the caller's, and it should end the run
+ * as before (failed `host_shutdown`); `not_owner`: it is not the caller's any more.
+ */
+export async function handOffRun(db: Db, id: ExecutionIdentity): Promise<"handed_off" | "not_allowed" | "not_owner"> {
+  const rows = resultRows<{ outcome: string; handed: boolean }>(
+    await db.execute(sql`
+      WITH due AS (
+        SELECT j.id, j.execution_id,
+          CASE WHEN ${RECOVERABLE} AND j.cancel_requested_at IS NULL THEN 'recovered' ELSE 'refused' END AS outcome
+        FROM jobs j
+        LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
+        WHERE j.id = ${id.jobId} AND j.owner = ${id.host} AND j.epoch = ${id.epoch} AND j.token = ${id.token}
+          AND j.execution_id = ${id.executionId} AND j.state = 'running'
+        FOR UPDATE OF j
+      ), handed AS (
+        UPDATE jobs SET state = 'queued', ${REQUEUE_SET}, recovery_reason = 'host_shutdown'
+        FROM due WHERE jobs.id = due.id AND due.outcome = 'recovered'
+        RETURNING due.execution_id
+      ), recorded AS (
+        UPDATE executions SET finished_at = now(), outcome = 'handed_off'
+        FROM handed WHERE executions.id = handed.execution_id
+      )
+      SELECT due.outcome, EXISTS (SELECT 1 FROM handed) AS handed FROM due`),
+  );
+  const [r] = rows;
+  if (!r) return "not_owner";
+  return r.handed ? "handed_off" : "not_allowed";
 }

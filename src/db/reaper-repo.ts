@@ -4,12 +4,10 @@
  * UPDATE, so two reapers racing, or a reaper racing the owner, cannot both win.
  */
 import { sql } from "drizzle-orm";
-import { RECOVERY_DEFAULTS } from "../contracts/agent";
-import type { ExecutionIdentity } from "../domain/identity";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
-import { CANCELLED_BEFORE_START, claimable, jobErrorSql } from "./ownership-repo";
+import { CANCELLED_BEFORE_START, claimable, jobErrorSql, RECOVERABLE, REQUEUE_SET } from "./ownership-repo";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
 const LOST = jobErrorSql(
@@ -51,15 +49,6 @@ export async function releaseStaleClaims(
  * continues from the journal) when its agent's `recovery` allows one more, else `lost`.
  */
 export type ReapState = "lost" | "timed_out" | "recovered";
-
-/**
- * The agent's recovery settings for a job row aliased `j` joined to its version `v` (none: the
- * built-in default agent), with the schema's defaults (AgentRecoverySchema, src/contracts/agent.ts)
- * for a job without an agent or a version stored before the field existed.
- */
-const RECOVERABLE =
-  sql.raw(`coalesce(v.definition->'recovery'->>'on_host_loss', '${RECOVERY_DEFAULTS.on_host_loss}') = 'resume'
-  AND j.recoveries < coalesce((v.definition->'recovery'->>'max_recoveries')::int, ${RECOVERY_DEFAULTS.max_recoveries})`);
 
 /**
  * A running job past its deadline becomes `timed_out`. One whose owner stopped heartbeating is
@@ -115,57 +104,6 @@ export async function reapRuns(
     executionId: r.execution_id,
     createdAt: new Date(r.created_at),
   }));
-}
-
-/**
- * The SET clauses that hand a reaped or handed-off job (`due.outcome` 'recovered') to a new
- * execution: the claim and the execution cleared (what `claimable()` asks), epoch + 1, one more
- * recovery. Other outcomes keep the columns as they are.
- */
-const REQUEUE_SET = sql.raw(`
-  owner = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.owner END,
-  claimed_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.claimed_at END,
-  token = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.token END,
-  execution_id = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_id END,
-  execution_started_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.execution_started_at END,
-  heartbeat_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.heartbeat_at END,
-  deadline_at = CASE WHEN due.outcome = 'recovered' THEN NULL ELSE jobs.deadline_at END,
-  epoch = CASE WHEN due.outcome = 'recovered' THEN jobs.epoch + 1 ELSE jobs.epoch END,
-  recoveries = CASE WHEN due.outcome = 'recovered' THEN jobs.recoveries + 1 ELSE jobs.recoveries END`);
-
-/**
- * A host shutting down hands a run it could not finish within its grace to a new execution, at
- * once (no waiting for the lost bound): the same re-queue as a recovery (REQUEUE_SET: epoch + 1,
- * one more recovery), with `recovery_reason` 'host_shutdown', under the owner's full fence, when
- * the agent's `recovery` allows one more (RECOVERABLE) and no cancel was requested; its
- * execution ends `handed_off`. The run stopped at its last journaled step, so the new execution
- * continues from there. `not_allowed`: the row is still the caller's, and it should end the run
- * as before (failed `host_shutdown`); `not_owner`: it is not the caller's any more.
- */
-export async function handOffRun(db: Db, id: ExecutionIdentity): Promise<"handed_off" | "not_allowed" | "not_owner"> {
-  const rows = resultRows<{ outcome: string; handed: boolean }>(
-    await db.execute(sql`
-      WITH due AS (
-        SELECT j.id, j.execution_id,
-          CASE WHEN ${RECOVERABLE} AND j.cancel_requested_at IS NULL THEN 'recovered' ELSE 'refused' END AS outcome
-        FROM jobs j
-        LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
-        WHERE j.id = ${id.jobId} AND j.owner = ${id.host} AND j.epoch = ${id.epoch} AND j.token = ${id.token}
-          AND j.execution_id = ${id.executionId} AND j.state = 'running'
-        FOR UPDATE OF j
-      ), handed AS (
-        UPDATE jobs SET state = 'queued', ${REQUEUE_SET}, recovery_reason = 'host_shutdown'
-        FROM due WHERE jobs.id = due.id AND due.outcome = 'recovered'
-        RETURNING due.execution_id
-      ), recorded AS (
-        UPDATE executions SET finished_at = now(), outcome = 'handed_off'
-        FROM handed WHERE executions.id = handed.execution_id
-      )
-      SELECT due.outcome, EXISTS (SELECT 1 FROM handed) AS handed FROM due`),
-  );
-  const [r] = rows;
-  if (!r) return "not_owner";
-  return r.handed ? "handed_off" : "not_allowed";
 }
 
 /**

@@ -408,7 +408,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
       ttl_s: 1,
     });
     expect(doomed.status).toBe(202);
-    // Overdue now, without an hour's wait: the host's reaper pass ends it expired.
+    // Overdue now, without an hour's wait: the host's expiry sweep ends it expired.
     await t.pool.query("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = $1", [doomed.body.job.id]);
     await expect.poll(async () => (await job(doomed.body.job.id)).state, { timeout: 20_000 }).toBe("expired");
     const page = await open("/jobs");

@@ -6,9 +6,9 @@
 import { randomUUID } from "node:crypto";
 import { expect } from "vitest";
 import type { Db } from "../../src/db/client";
-import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
+import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 
 export const DEAD_HOST = "dead-host";
 

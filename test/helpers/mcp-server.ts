@@ -13,7 +13,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { z } from "zod";
 
-/** The size of the `big` tool's text: the result that once cost a host 180 MB (issue 24). */
+/** The size of the `big` tool's text: the result that once cost a host 180 MB of memory. */
 export const BIG_RESULT_CHARS = 30 * 1024 * 1024;
 
 export interface RecordedCall {

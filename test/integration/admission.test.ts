@@ -1,5 +1,5 @@
 /**
- * Admission with real hosts (issue 28): the gateway in workerd, Redis, Postgres and sandbox-host
+ * Admission with real hosts (docs/claims.md, "Admission"): the gateway in workerd, Redis, Postgres and sandbox-host
  * processes, jobs scripted on the mock model. Times are Postgres' (created_at → started_at).
  *  - starvation: tenant A queues 120 jobs of ~2 s on one host with 8 slots, tenant B's 4 jobs
  *    come right after; B's dispatch p95 ≤ 3 s (first-come claims: 27.7–28.0 s);

@@ -13,10 +13,11 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Db } from "../../src/db/client";
 import { requestTreeCancel, submitInput } from "../../src/db/control-repo";
-import { claimJob, type Finish, finishJobsMany, markStarted } from "../../src/db/ownership-repo";
+import { type Finish, finishJobsMany } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { decideApproval, suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
+import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb, testPool } from "../helpers/db";
 import { childJob, delegateWait } from "../helpers/delegation";
 

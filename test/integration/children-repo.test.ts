@@ -15,12 +15,12 @@ import { createAgent } from "../../src/db/agents-repo";
 import { budgetRefusal } from "../../src/db/budget-repo";
 import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
-import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
 import { jobs, jobWaits, tenants } from "../../src/db/schema";
 import { setTenantSettings } from "../../src/db/tenants-repo";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
+import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 import { childJob, delegateWait } from "../helpers/delegation";
 

@@ -9,19 +9,11 @@ import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { eq, inArray } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  claimJob,
-  claimJobs,
-  type ExecutionIdentity,
-  finishJob,
-  finishJobsMany,
-  heartbeat,
-  markStarted,
-  markStartedMany,
-} from "../../src/db/ownership-repo";
+import { type ExecutionIdentity, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
 import { executions, jobs, tenants } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
+import { claimJob, claimJobs, finishJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));

@@ -11,11 +11,12 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FinishBatcher } from "../../sandbox-host/runner/finish-batcher";
-import { claimJob, type ExecutionIdentity, finishJobsMany, markStarted } from "../../src/db/ownership-repo";
+import { type ExecutionIdentity, finishJobsMany } from "../../src/db/ownership-repo";
 import { reapRuns } from "../../src/db/reaper-repo";
 import * as schema from "../../src/db/schema";
 import { executions, jobs, tenants } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
+import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;

@@ -4,7 +4,7 @@
  * both drivers (node-postgres, and neon-http through tools/bridges/pg-proxy/main.ts as the gateway calls it),
  * against a real Postgres. Before the caps were kept on the job row, each statement counted the
  * inputs of its own snapshot: 150 at once stored 105 of 100, 40 × 60,000 bytes stored 540,026 of
- * 262,144 (issue 24). Each burst is repeated, and asserted to have overlapped, so interleavings
+ * 262,144. Each burst is repeated, and asserted to have overlapped, so interleavings
  * happen; stored vs limit is printed per round.
  */
 import { randomUUID } from "node:crypto";

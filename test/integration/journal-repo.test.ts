@@ -9,17 +9,11 @@ import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { appendJournal, executionHistory, markRecovered, readJournal } from "../../src/db/journal-repo";
-import {
-  claimJob,
-  type ExecutionIdentity,
-  finishJob,
-  heartbeat,
-  markStarted,
-  setCleanupPending,
-} from "../../src/db/ownership-repo";
+import { type ExecutionIdentity, heartbeat, setCleanupPending } from "../../src/db/ownership-repo";
 import { clearCleanupFences, reapRuns } from "../../src/db/reaper-repo";
 import { executions, jobs, tenants } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
+import { claimJob, finishJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;

@@ -1,6 +1,6 @@
 /**
- * An MCP server's `outputSchema` never runs on the host's event loop (issue 24, item 1: the
- * server, chosen by the tenant, picks the schema and the content). The SDK's client would
+ * An MCP server's `outputSchema` never runs on the host's event loop (the
+ * server, chosen by the tenant, picks the schema and the content, so its cost is the tenant's). The SDK's client would
  * compile it with Ajv and test `structuredContent` against it synchronously; a `pattern` of
  * `(a+)+$` against 28 `a` and a `!` then holds the loop for seconds. A hand-written Streamable
  * HTTP server on loopback (the SDK's own server would check its output itself, in this process)

@@ -18,17 +18,11 @@ import { createOpenAICompatibleClient } from "../../sandbox-host/model/openai-co
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { toJobView } from "../../src/db/job-view";
 import { getJob, listJobs } from "../../src/db/jobs-repo";
-import {
-  claimJob,
-  type ExecutionIdentity,
-  finishJob,
-  finishJobReporting,
-  heartbeat,
-  markStarted,
-} from "../../src/db/ownership-repo";
+import { type ExecutionIdentity, heartbeat } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { deriveLatency } from "../../src/domain/timing";
 import type { UpstashBridge } from "../../tools/bridges/upstash-rest/main";
+import { claimJob, finishJob, finishJobReporting, markStarted } from "../../tools/lib/single-row-writes";
 import { MOCK_MODEL_NAME, type MockModel } from "../../tools/mock-model/main";
 import { waitFor } from "../../tools/stack/services/ports";
 import type { startTestPostgres, TestDb } from "../helpers/db";

@@ -350,7 +350,7 @@ describe.skipIf(!canRun)("quota lease renewal under slow Redis", () => {
 });
 
 /**
- * A lost quota lease costs the turn, not the run (issue 27 item 6): the lease is taken away
+ * A lost quota lease costs the turn, not the run: the lease is taken away
  * mid-answer, straight in Redis as a purge or an expiry would, and the host's next renewal finds
  * it gone. Fail-closed stays (that call stops), then the turn is asked again under a new lease,
  * announced by `model.turn` `lease_lost`; with no slot back within QUOTA_MAX_WAIT_MS the run

@@ -14,18 +14,11 @@ import WebSocket from "ws";
 import type { CreateJobBody } from "../../src/contracts/job";
 import { createJob, decodeCursor, getJob, listJobs, tenantJobId } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
-import {
-  claimFromPostgres,
-  claimJob,
-  type ExecutionIdentity,
-  finishJob,
-  finishJobsMany,
-  heartbeat,
-  markStarted,
-} from "../../src/db/ownership-repo";
+import { claimFromPostgres, type ExecutionIdentity, finishJobsMany, heartbeat } from "../../src/db/ownership-repo";
 import { purgeFinishedJobs, wasPurged } from "../../src/db/retention-repo";
 import * as schema from "../../src/db/schema";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
+import { claimJob, finishJob, markStarted } from "../../tools/lib/single-row-writes";
 import { applyMigrations } from "../../tools/stack/migrate";
 import { freePort, waitFor } from "../../tools/stack/services/ports";
 import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";

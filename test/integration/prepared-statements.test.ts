@@ -9,10 +9,11 @@ import pg from "pg";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
 import { getJob } from "../../src/db/jobs-repo";
-import { claimFromPostgres, claimJobs, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
+import { claimFromPostgres, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { jobs, tenants } from "../../src/db/schema";
 import { classifyChunk } from "../../tools/chaos/pg-chaos-proxy";
+import { claimJobs } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;

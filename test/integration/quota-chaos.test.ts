@@ -64,7 +64,7 @@ describe.skipIf(!canRun)("chaos: the global model quota under SIGKILL and SIGSTO
     expect(r.mock.max_concurrency_seen, context).toBeGreaterThanOrEqual(LIMIT / 2);
     expect(r.kills, context).toBe(KILLS);
     // Every run ended: completed (a killed host's run continues in a new execution from its
-    // journal, issue 27), or lost (its recoveries spent); a run can also lose its own lease on a
+    // journal), or lost (its recoveries spent); a run can also lose its own lease on a
     // starved host, which is an honest failure, not a quota breach.
     const { completed = 0, lost = 0, "failed:quota_lease_lost": leaseLost = 0, ...other } = r.outcomes;
     expect(other, context).toEqual({});

@@ -169,7 +169,6 @@ describe("the recovery pass", () => {
       log: { ...log, error: () => {} },
       intervalMs: 60_000,
       ...limits,
-      indexRebuildMs: 60_000,
       onReaped: (r) => reaped.push(r.id),
     });
     await reaper.pass();

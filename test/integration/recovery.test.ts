@@ -1,5 +1,5 @@
 /**
- * A run survives its host (issue 27): real host processes (two, more added as they are killed),
+ * A run survives its host (docs/architecture.md, "Recovery"): real host processes (two, more added as they are killed),
  * the gateway in workerd, Postgres, Redis, an OpenAI-compatible provider of the test's own and a
  * real MCP server. A host is SIGKILLed mid-run; the reaper (another host's) finds the owner gone
  * and re-queues the job for a new execution that continues from the journal: completed steps

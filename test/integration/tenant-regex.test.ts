@@ -1,5 +1,5 @@
 /**
- * One tenant's regex must not freeze a shared host (issue 24, item 1). An agent whose
+ * One tenant's regex must not freeze a shared host, whose other tenants' runs would stop heartbeating. An agent whose
  * response_format is `{"type":"string","pattern":"(a+)+$"}` answered with 30 `a` and a `!`
  * backtracks for minutes in JavaScript's matcher. Through the real stack (gateway in workerd,
  * Postgres, Redis, one sandbox-host, the mock model) the host's `/healthz` keeps answering in

@@ -9,10 +9,10 @@ import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { requestCancel, submitInput } from "../../src/db/control-repo";
-import { claimJob, markStarted } from "../../src/db/ownership-repo";
 import { executions, jobs, jobWaits, tenants } from "../../src/db/schema";
 import { decideApproval, expireWaits, resumeDecision, type Suspension, suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
+import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 import { startTestPostgres, type TestDb } from "../helpers/db";
 
 let pgs: Awaited<ReturnType<typeof startTestPostgres>>;

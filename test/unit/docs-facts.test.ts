@@ -1,11 +1,15 @@
 /**
  * The docs' mechanical facts, checked against the code they describe, so they cannot drift again
- * unnoticed (issue 26 found each of these wrong): docs/architecture.md's parts table against the
+ * unnoticed (a review found each of these wrong): docs/architecture.md's parts table against the
  * Durable Object classes workers/index.ts exports and wrangler.toml binds, each object's SQLite
  * tables against its CREATE TABLE statements, the trigger count against drizzle/*.sql, and
  * tools/README.md against the files under tools/ (and tools/ keeps its shape: no `x.ts` beside `x/`,
  * every bench on the harness). Also one number two modules used to disagree
- * on: the lease store's default heartbeat is the hosts' own.
+ * on: the lease store's default heartbeat is the hosts' own. And what architecture.md's reading
+ * order, "Fact → its one home" and "Known duplicates" name: every repository path exists, each
+ * name a duplicate row pairs with a file is in that file, the Postgres row lists exactly the
+ * migrations that make triggers; and no doc or source file points
+ * at a tracker's issue number, which no reader of the repository can open: it says why in words.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -161,5 +165,139 @@ describe("heartbeat defaults", () => {
     const store = createLeaseStore(redis, { acquire: "", renew: "", release: "" });
     expect(store.heartbeatIntervalMs).toBe(hostConfigFromEnv(MINIMAL_HOST_ENV).heartbeatMs);
     expect(store.leaseTimeoutMs).toBe(3 * store.heartbeatIntervalMs);
+  });
+});
+
+/** The text of one `## ` section of architecture.md, up to the next. */
+function section(title: string): string {
+  const start = architecture.indexOf(`\n## ${title}\n`);
+  expect(start, `## ${title}`).toBeGreaterThan(-1);
+  const end = architecture.indexOf("\n## ", start + 1);
+  return architecture.slice(start, end === -1 ? undefined : end);
+}
+
+/** Backticked repository paths in a text: a known top folder, then a file with an extension or a folder. */
+function namedPaths(text: string): string[] {
+  const tops = "src|workers|sandbox-host|tools|test|docs|drizzle|console|examples|deploy";
+  const re = new RegExp(String.raw`\x60((?:${tops})/[\w./-]*)\x60`, "g");
+  return [...new Set([...text.matchAll(re)].map((m) => m[1] as string))].filter(
+    (p) => p.endsWith("/") || /\.\w+$/.test(p),
+  );
+}
+
+function exists(path: string): boolean {
+  try {
+    statSync(join(ROOT, path));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("docs/architecture.md's tables against the tree", () => {
+  const tables = ["Reading order", "Fact → its one home", "Known duplicates"];
+
+  it.each(tables)("every path %s names exists", (title) => {
+    const paths = namedPaths(section(title));
+    expect(paths.length).toBeGreaterThan(3);
+    expect(paths.filter((p) => !exists(p))).toEqual([]);
+  });
+
+  it("the checker finds a missing path", () => {
+    expect(namedPaths("see `src/db/nope.ts` and `workers/cron/` and `x/y.ts`")).toEqual([
+      "src/db/nope.ts",
+      "workers/cron/",
+    ]);
+    expect(exists("src/db/nope.ts")).toBe(false);
+    expect(exists("workers/cron/")).toBe(true);
+  });
+
+  it("every name Known duplicates gives with its file, as `name` (`file`), is in that file", () => {
+    const pairs = [...section("Known duplicates").matchAll(/`(\w+)` \(`([\w./-]+\.\w+)`/g)].map(
+      (m) => [m[1], m[2]] as [string, string],
+    );
+    expect(pairs.length).toBeGreaterThan(3);
+    const missing = pairs.filter(([name, file]) => !exists(file) || !new RegExp(`\\b${name}\\b`).test(read(file)));
+    expect(missing).toEqual([]);
+  });
+
+  it("one row gives the Postgres tables' home, naming exactly the migrations that make or replace triggers", () => {
+    const rows = section("Fact → its one home")
+      .split("\n")
+      .filter((l) => l.startsWith("| Postgres tables"));
+    expect(rows).toHaveLength(1);
+    const notes = (rows[0] as string).split(" | ")[2] as string;
+    const named = [...notes.matchAll(/`(?:drizzle\/)?(\d{4})\b/g)].map((m) => m[1] as string).sort();
+    const withTriggers = readdirSync(join(ROOT, "drizzle"))
+      .filter((f) => f.endsWith(".sql"))
+      .filter((f) =>
+        /CREATE (?:OR REPLACE )?(?:TRIGGER|FUNCTION)|DROP TRIGGER/.test(
+          read(join("drizzle", f)).replace(/--.*$/gm, ""),
+        ),
+      )
+      .map((f) => f.slice(0, 4))
+      .sort();
+    expect(withTriggers.length).toBeGreaterThan(3);
+    expect(named).toEqual(withTriggers);
+  });
+});
+
+/** "issue" then a number, or "the issue's": a pointer to a tracker entry the repository does not carry. */
+const ISSUE_POINTER = /\bissues?\s*#?\d+|\bthe issue's\b/i;
+
+/** This file, whose pattern and examples say it on purpose. */
+const SELF = "test/unit/docs-facts.test.ts";
+
+/**
+ * Applied migrations cannot be edited (tools/stack/migrate.ts refuses one whose content changed),
+ * so these three keep their old comments; a new migration may not add one. May only shrink.
+ */
+const IMMUTABLE_WITH_ISSUE_POINTER = [
+  "drizzle/0012_job_input_usage.sql",
+  "drizzle/0014_admission.sql",
+  "drizzle/0015_code_tools.sql",
+];
+
+describe("no issue numbers", () => {
+  const files = [
+    "README.md",
+    "wrangler.toml",
+    ...[
+      "docs",
+      "src",
+      "workers",
+      "sandbox-host",
+      "tools",
+      "test",
+      "console/src",
+      "examples",
+      "drizzle",
+      "deploy",
+    ].flatMap((dir) =>
+      walk(dir)
+        .filter((f) => !f.includes("node_modules/") && /\.(ts|tsx|md|sql|toml|lua|ya?ml)$/.test(f))
+        .map((f) => join(dir, f)),
+    ),
+  ];
+
+  it("no doc or source file points at an issue number: it says why in words", () => {
+    expect(files.length).toBeGreaterThan(300);
+    const found = files
+      .filter((f) => f !== SELF && !IMMUTABLE_WITH_ISSUE_POINTER.includes(f))
+      .flatMap((f) =>
+        read(f)
+          .split("\n")
+          .flatMap((line, i) => (ISSUE_POINTER.test(line) ? [`${f}:${i + 1}: ${line.trim()}`] : [])),
+      );
+    expect(found).toEqual([]);
+    const stale = IMMUTABLE_WITH_ISSUE_POINTER.filter((f) => !ISSUE_POINTER.test(read(f)));
+    expect(stale, "remove migrations that no longer say it").toEqual([]);
+  });
+
+  it("the pattern finds the pointers and not zod's issues", () => {
+    for (const text of ["(issue 24)", "issue 27 item 6", "Issue #28", "the issue's size", "issues 3"])
+      expect(ISSUE_POINTER.test(text), text).toBe(true);
+    for (const text of ["error.issues.map((issue) => issue.path)", "each issue's own path", "a tissue 4"])
+      expect(ISSUE_POINTER.test(text), text).toBe(false);
   });
 });

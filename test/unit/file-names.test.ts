@@ -1,5 +1,5 @@
 /**
- * A file's name says what it holds (issue 26, item 7): five `config.ts` and five `errors.ts` made
+ * A file's name says what it holds: five `config.ts` and five `errors.ts` made
  * every search, stack trace and editor tab ambiguous, and two `job-state.ts` meant different things.
  * No runtime or dev file is named just `config.ts` or `errors.ts`, and no two share `job-state.ts`;
  * `src/contracts/errors.ts`, the API's error codes, keeps its name because it is the one left.

@@ -1,5 +1,5 @@
 /**
- * The run path passes one execution object, not a clump (issue 26, item 1): no function in
+ * The run path passes one execution object, not a clump: no function in
  * sandbox-host/runner/ takes more than MAX_POSITIONAL parameters; what else a step needs it
  * takes as named options. Before the `Execution` object `runCalls` took 11, `recordUsage` 8,
  * `streamModelTurn` 7 — 12 of 141 functions took more than 4 — and each new need was one more

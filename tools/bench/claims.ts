@@ -45,12 +45,9 @@ import { type Db, resultRows } from "../../src/db/client";
 import {
   claimable,
   claimFromPostgres,
-  claimJob,
   type ExecutionIdentity,
-  finishJob,
   finishJobsMany,
   heartbeat,
-  markStarted,
   markStartedMany,
   runnable,
 } from "../../src/db/ownership-repo";
@@ -58,6 +55,7 @@ import * as schema from "../../src/db/schema";
 import { held } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { DEFAULT_HEARTBEAT_MS } from "../../src/domain/recovery";
+import { claimJob, finishJob, markStarted } from "../lib/single-row-writes";
 import { applyMigrations } from "../stack/migrate";
 import { startPostgres } from "../stack/services/postgres";
 import { dist, loadAverage, pct, startBench, summary } from "./harness";

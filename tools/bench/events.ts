@@ -32,10 +32,11 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import type { EventEnvelope } from "../../src/contracts/events";
 import type { Db } from "../../src/db/client";
-import { claimJob, type ExecutionIdentity, finishJob, markStarted } from "../../src/db/ownership-repo";
+import type { ExecutionIdentity } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { batchMac, deriveIngestKey, signedHeaders } from "../../src/domain/signing";
+import { claimJob, finishJob, markStarted } from "../lib/single-row-writes";
 import { type Stack, startStack } from "../stack/start";
 import { loadAverage, pct, startBench } from "./harness";
 

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:recovery -- [--kills 10] [--steps 40] [--suspend-steps 5,20,40] [--suspends 7] [--json]`:
- * what the job journal costs and how fast a run continues elsewhere (issue 27, docs/capacity.md
+ * what the job journal costs and how fast a run continues elsewhere (docs/capacity.md
  * "Recovery").
  *
  *  1. Journal cost, against the stack's Postgres: one started job appends `--steps` tool steps
@@ -26,10 +26,11 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { appendJournal } from "../../src/db/journal-repo";
-import { claimJob, heartbeat, markStarted } from "../../src/db/ownership-repo";
+import { heartbeat } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { suspendJob } from "../../src/db/wait-repo";
 import { sleep } from "../../src/domain/async";
+import { claimJob, markStarted } from "../lib/single-row-writes";
 import { readSse } from "../lib/sse";
 import { type HostHandle, startStack } from "../stack/start";
 import { dist, startBench, summary } from "./harness";

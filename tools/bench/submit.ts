@@ -10,7 +10,7 @@
  *    the stand-in's size), no HTTP at all.
  *
  *
- * And the same CLIENTS jobs as one `POST /v1/jobs/batch` (issue 28): `gateway batch` against
+ * And the same CLIENTS jobs as one `POST /v1/jobs/batch`: `gateway batch` against
  * `gateway` is one round trip and one INSERT against CLIENTS of each. Every configuration also
  * reports its wall time per round (the burst released → its last answer).
  * `--only "gateway batch,gateway"` runs just those, in that order (labels as printed), so two

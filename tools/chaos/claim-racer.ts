@@ -9,8 +9,8 @@
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { claimJob } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
+import { claimJob } from "../lib/single-row-writes";
 
 const { DATABASE_URL, RACER_ID = `racer-${process.pid}`, JOB_IDS = "" } = process.env;
 const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });

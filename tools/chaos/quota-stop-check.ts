@@ -1,7 +1,7 @@
 /**
  * A lease holder frozen past its lease must make no model call under it after it wakes (another
  * holder may have its slot by then): the call is stopped, and the turn is asked again under a
- * new lease (issue 27 item 6). One run, on a quiet stack:
+ * new lease (docs/capacity.md, "A lost lease retries the turn"). One run, on a quiet stack:
  *
  *  1. its first model turn is in flight (the mock holds the answer back `ttft_ms`), so its host
  *     holds a lease on the model key;

@@ -15,10 +15,10 @@
  */
 import { performance } from "node:perf_hooks";
 import { sleep } from "../../src/domain/async";
-import { type Dist, dist, round } from "../lib/stats";
+import { dist, round } from "../lib/stats";
 import type { Progress } from "./progress";
-import type { Peaks, Sampler } from "./sampler";
-import type { ModelScript, RunRecord, Target } from "./types";
+import type { Sampler } from "./sampler";
+import type { BaselineResult, ModelScript, ModeResult, RunRecord, Target } from "./types";
 import { runVu } from "./vu";
 
 export interface BaselineOptions {
@@ -29,37 +29,6 @@ export interface BaselineOptions {
   skew: number;
   /** Slots per host (HOST_MAX_RUNS); known when self-started, else this or 8. */
   hostCapacity?: number;
-}
-
-export interface ModeResult {
-  mode: "pinned (simulated)" | "global claim";
-  runs: number;
-  strictOk: number;
-  makespanMs: number;
-  throughputPerS: number;
-  /** Arrival → terminal event, as the user sees it (includes waiting for a slot). */
-  latency: Dist;
-  /** Arrival → submit (client-side gate wait; 0 for the global claim). */
-  gateWait: Dist;
-  /** Server dispatch (created → started). */
-  dispatch: Dist;
-  /** Jobs per executing host (from run.started). */
-  ranOn: Record<string, number>;
-  runsActivePeakByHost: Record<string, number | null>;
-  resources: Peaks;
-}
-
-export interface BaselineResult {
-  method: string;
-  hosts: string[];
-  capacityPerHost: number;
-  jobs: number;
-  skew: number;
-  /** Jobs per receiving host (the simulated connection placement). */
-  assignment: Record<string, number>;
-  modes: ModeResult[];
-  strictOk: boolean;
-  runs: RunRecord[];
 }
 
 interface Ctx {

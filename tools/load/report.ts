@@ -5,8 +5,8 @@
  */
 
 import { markdownTable } from "../lib/table";
-import type { LoadResults } from "./runner";
 import { baselineRows, summaryRows } from "./table";
+import type { LoadResults } from "./types";
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];

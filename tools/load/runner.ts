@@ -11,12 +11,23 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { LABEL_HOST, LABEL_SANDBOX } from "../../sandbox-host/sandbox/manager";
 import { dist, round } from "../lib/stats";
-import { type BaselineOptions, type BaselineResult, runBaseline } from "./baseline";
+import { type BaselineOptions, runBaseline } from "./baseline";
 import { Progress } from "./progress";
 import { renderReport } from "./report";
-import { type Peaks, Sampler, type Snapshot } from "./sampler";
+import { Sampler, type Snapshot } from "./sampler";
 import { resolveTarget, type TargetOptions } from "./target";
-import type { ModelScript, RunRecord, Scenario, StepResult, Target } from "./types";
+import type {
+  BaselineResult,
+  LoadResults,
+  ModelScript,
+  Peaks,
+  RunRecord,
+  Scenario,
+  SettleCheck,
+  StepResult,
+  Target,
+  TargetCheck,
+} from "./types";
 import { runVu } from "./vu";
 
 export interface LoadOptions extends TargetOptions {
@@ -32,44 +43,6 @@ export interface LoadOptions extends TargetOptions {
   baseline?: BaselineOptions | null;
   /** Skip the ladder (baseline mode only). */
   skipLadder?: boolean;
-}
-
-export interface SettleCheck {
-  name: string;
-  before: number | null;
-  after: number | null;
-  tolerance: number;
-  ok: boolean;
-}
-
-export interface TargetCheck {
-  scenario: Scenario;
-  name: string;
-  limit: string;
-  measured: string;
-  ok: boolean;
-}
-
-export interface LoadResults {
-  tool: "ear-load";
-  version: 1;
-  run_id: string;
-  started_at: string;
-  finished_at: string;
-  target: { source: string; gateway_url: string; hosts: string[] };
-  config: {
-    steps: number[];
-    scenarios: Scenario[];
-    script: ModelScript;
-    run_timeout_ms: number;
-    settle_ms: number;
-  };
-  steps: StepResult[];
-  targets: TargetCheck[];
-  baseline_mode: BaselineResult | null;
-  settle: { ok: boolean; waited_ms: number; readyz: number | null; checks: SettleCheck[] };
-  notes: string[];
-  runs: RunRecord[];
 }
 
 export interface LoadOutcome {
@@ -349,7 +322,7 @@ async function dockerLeftovers(hostIds: string[]): Promise<string | null> {
   }
 }
 
-/** The targets, judged per scenario over its whole ladder. */
+/** The load targets (each check's name and limit below), judged per scenario over its whole ladder. */
 export function evaluateTargets(steps: StepResult[]): TargetCheck[] {
   const out: TargetCheck[] = [];
   const scenarios = [...new Set(steps.map((s) => s.scenario))];

@@ -11,7 +11,7 @@ import Docker from "dockerode";
 import pg from "pg";
 import { type Buckets, bucketDelta, gauge, histogramBuckets, parsePrometheus, summarizeBuckets } from "./prom";
 import { RespInfo } from "./resp";
-import type { HostRef } from "./types";
+import type { HostPeak, HostRef, Peaks } from "./types";
 
 export interface HostSample {
   id: string;
@@ -33,43 +33,6 @@ export interface Snapshot {
   hosts: HostSample[];
   /** 1-minute load average of this machine (the client, gateway and hosts share it locally). */
   loadavg1: number;
-}
-
-export interface HostPeak {
-  id: string;
-  rssPeakBytes: number | null;
-  runsActivePeak: number | null;
-  lagSamples: number;
-  lagP99UpperMs: number | null;
-  lagMaxBucketMs: number | null;
-  lagMaxAtLeastMs: number | null;
-}
-
-export interface Peaks {
-  samples: number;
-  redisClientsPeak: number | null;
-  redisClientsMin: number | null;
-  redisPubsubPeak: number | null;
-  pgTotalPeak: number | null;
-  pgActivePeak: number | null;
-  containersPeak: number | null;
-  networksPeak: number | null;
-  rssPeakBytes: number | null;
-  runsActivePeak: number | null;
-  /** Worst host: upper estimate of the event-loop lag p99 from histogram bucket deltas. */
-  lagP99UpperMs: number | null;
-  /** Worst host: upper bound of the highest lag bucket hit during the step. */
-  lagMaxBucketMs: number | null;
-  lagMaxAtLeastMs: number | null;
-  hosts: HostPeak[];
-  /** The load generator's own event-loop delay (p99, max): a saturated client would distort latencies. */
-  clientLoopP99Ms: number | null;
-  clientLoopMaxMs: number | null;
-  /** Peak 1-minute load average over the window, and the machine's core count. */
-  loadavg1Peak: number;
-  cores: number;
-  /** Timeline for the report: [ms since window start, runs active (sum), redis, pg total, containers]. */
-  timeline: Array<[number, number | null, number | null, number | null, number | null]>;
 }
 
 const maxOf = (xs: Array<number | null>): number | null => {

@@ -2,7 +2,7 @@
 
 import type { Dist } from "../lib/stats";
 import { textTable } from "../lib/table";
-import type { LoadResults } from "./runner";
+import type { LoadResults } from "./types";
 
 const ms = (x: number | null) => (x === null ? "–" : x >= 10_000 ? `${(x / 1000).toFixed(1)}s` : `${Math.round(x)}`);
 const d = (x: Dist) => `${ms(x.p50)}/${ms(x.p95)}/${ms(x.max)}`;

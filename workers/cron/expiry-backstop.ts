@@ -1,7 +1,7 @@
 /**
  * The expiry sweep (src/db/admission-repo.ts `expireOverdue`), run by the Worker's cron trigger
  * too: a queued job past its `ttl_s` ends `expired` even with no sandbox-host alive (hosts run the
- * same sweep in their reaper pass). The claim never takes such a job, so without this a fleet of
+ * same sweep: sandbox-host/reaper/expiry.ts). The claim never takes such a job, so without this a fleet of
  * zero hosts would leave it `queued` for good. Each statement locks its jobs SKIP LOCKED and
  * re-checks them on the row, so the cron and any number of hosts expire each job once; the
  * terminal event `run.expired` is projected from the row, as for a host's sweep.

@@ -1,7 +1,7 @@
 /**
  * The Postgres purge of finished jobs past their retention, run by the Worker's cron trigger too,
  * so that retention, like recovery, does not depend on a live sandbox-host (hosts run the same
- * purge in their reaper pass: src/db/retention-repo.ts, `HOST_PURGE_MS`). Each batch locks its
+ * purge: sandbox-host/reaper/retention.ts, `HOST_PURGE_MS`). Each batch locks its
  * jobs with SKIP LOCKED and deletes only jobs that are finished and old enough, so the cron and
  * any number of hosts purging at once delete each job once; with nothing to purge it changes
  * nothing. Bounded per run (the repo's batch size × batch count), so one invocation stays short.

@@ -6,24 +6,22 @@
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
 import { getJob } from "../../src/db/jobs-repo";
 import { claimFromPostgres, claimJobs, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { jobs, tenants } from "../../src/db/schema";
 import { classifyChunk } from "../../tools/chaos/pg-chaos-proxy";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 2, tenants: ["t1"] });
 let t: TestDb;
 
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(2);
-  await t.db.insert(tenants).values({ id: "t1", name: "t1" });
-}, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
+test.beforeAll(({ testDb }) => {
+  t = testDb;
+});
 
 it("prepares the lifecycle statements once per connection by name, keeps their fences, names nothing else", async () => {
   const pool = new pg.Pool({ connectionString: t.url, max: 1 });

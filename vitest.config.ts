@@ -8,7 +8,14 @@ export default defineConfig({
       {
         test: {
           name: "unit",
-          include: ["test/unit/**/*.test.ts", "src/**/*.test.ts", "tools/**/*.unit.test.ts"],
+          // workers/middleware/: each middleware's own test beside it, on a bare hono app; their
+          // imports need no workerd (the bindings they read come in as a plain env object).
+          include: [
+            "test/unit/**/*.test.ts",
+            "src/**/*.test.ts",
+            "tools/**/*.unit.test.ts",
+            "workers/middleware/**/*.test.ts",
+          ],
           environment: "node",
         },
       },

@@ -1,7 +1,8 @@
 /**
  * Per-suite Postgres for integration tests: one embedded server, migrated once, and a fresh
  * database per call cloned from the migrated template (graphile-worker's habit), so tests never
- * see each other's rows.
+ * see each other's rows. Suites take it as the `postgresTest` fixture (postgres-fixture.ts) rather
+ * than starting and stopping it in their own hooks.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";

@@ -10,6 +10,7 @@ import { spawn } from "node:child_process";
 import { resolve } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { defineAgent } from "../../src/code-tools/define-agent";
+import type { JobView } from "../../src/contracts/job";
 import { buildPackages } from "../../tools/build/packages";
 import { deployAgents, loadAgents } from "../../tools/cli/agents-deploy";
 import { readSse } from "../../tools/lib/sse";
@@ -19,13 +20,6 @@ import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 const ROOT = resolve(import.meta.dirname, "../..");
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-}
 
 describe.skipIf(!canRun)("agents deploy and the orders example", () => {
   beforeAll(async () => {

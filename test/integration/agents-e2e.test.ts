@@ -6,6 +6,7 @@
  * and the events carry the model.retry of a provider failure and a model.turn at every model turn.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import { waitFor } from "../../tools/stack/services/ports";
 import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
@@ -21,17 +22,6 @@ const REGISTRY = JSON.stringify({
   default: "mock-model",
   models: [{ name: "mock-model", concurrency: 4 }, { name: "mock-json" }],
 });
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  model: string | null;
-  agent: { name: string; version: number } | null;
-  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; estimated: boolean };
-  output_json: unknown;
-  error: { code: string; message: string } | null;
-}
 
 describe.skipIf(!canRun)("agents end to end (gateway + host)", () => {
   let stack: Stack;

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import {
   archiveAgent,
@@ -19,25 +19,23 @@ import {
 } from "../../src/db/agents-repo";
 import { usageByDay } from "../../src/db/usage-repo";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
-import { applyMigrations } from "../../tools/stack/migrate";
-import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
-import { onEveryDriver, testPool } from "../helpers/db";
+import { onEveryDriver } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let postgres: PostgresService;
+const test = postgresTest({ connections: 2 });
+/** The file's database (a fresh one of the migrated template). */
+let dbUrl: string;
 let proxy: PgProxy;
 let admin: pg.Pool;
 
-beforeAll(async () => {
-  postgres = await startPostgres();
-  await applyMigrations(postgres.url);
-  admin = testPool(postgres.url, 2);
-  proxy = await startPgProxy({ databaseUrl: postgres.url });
+test.beforeAll(async ({ testDb }) => {
+  dbUrl = testDb.url;
+  admin = testDb.pool;
+  proxy = await startPgProxy({ databaseUrl: dbUrl });
 });
 
 afterAll(async () => {
   await proxy?.close();
-  await admin?.end();
-  await postgres?.stop();
 });
 
 /**
@@ -65,7 +63,7 @@ const definition = (fields: Record<string, unknown>) => AgentDefinitionSchema.pa
 
 onEveryDriver(
   "agents and usage",
-  () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
+  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
   (db) => {
     it("creates version 1 once per tenant and name, numbers the next versions, keeps each as stored", async () => {
       const created = await createAgent(db(), "t1", "a1", definition({ instructions: "one" }), NO_CAPS);

@@ -10,38 +10,30 @@ import type { EventOf } from "../../src/contracts/events";
 import { requestCancel, submitInput } from "../../src/db/control-repo";
 import { cancelClaim } from "../../src/db/ownership-repo";
 import { releaseStaleClaims } from "../../src/db/reaper-repo";
-import { jobs, tenants } from "../../src/db/schema";
+import { jobs } from "../../src/db/schema";
 import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient, userMessage } from "../helpers/api";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { newJob, postgresTest } from "../helpers/postgres-fixture";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
-describe("cancel in Postgres (durable half)", () => {
-  let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
-  let t: TestDb;
-  beforeAll(async () => {
-    pgs = await startTestPostgres();
-    t = await pgs.freshDb();
-    await t.db.insert(tenants).values([
-      { id: "t1", name: "t1" },
-      { id: "t2", name: "t2" },
-    ]);
-  }, 60_000);
-  afterAll(async () => pgs?.stop(), 30_000);
+// File-scoped fixtures are declared at the top level; only the first describe takes them.
+const test = postgresTest({ tenants: ["t1", "t2"] });
 
-  const newJob = async () => {
-    const id = randomUUID();
-    await t.db.insert(jobs).values({ id, tenantId: "t1", input: { messages: [{ role: "user", content: "x" }] } });
-    return id;
-  };
+describe("cancel in Postgres (durable half)", () => {
+  let t: TestDb;
+  test.beforeAll(({ testDb }) => {
+    t = testDb;
+  });
+
   const state = async (id: string) => (await t.db.select().from(jobs).where(eq(jobs.id, id)))[0];
 
   it("cancels a queued, unclaimed job at once and says so; repeats answer already_finished", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     expect(await requestCancel(t.db, "t1", id)).toBe("cancelled");
     expect((await state(id))?.state).toBe("cancelled");
     expect(await requestCancel(t.db, "t1", id)).toBe("already_finished");
@@ -49,7 +41,7 @@ describe("cancel in Postgres (durable half)", () => {
   });
 
   it("another tenant's or an unknown job is not_found and untouched", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     expect(await requestCancel(t.db, "t2", id)).toBe("not_found");
     expect(await requestCancel(t.db, "t1", randomUUID())).toBe("not_found");
     expect(await requestCancel(t.db, "t1", "not-a-uuid")).toBe("not_found");
@@ -57,7 +49,7 @@ describe("cancel in Postgres (durable half)", () => {
   });
 
   it("a claimed job whose cancel was requested never starts; its claimant ends it cancelled", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     const token = randomUUID();
     const epoch = (await claimJob(t.db, id, "h", token)) as number;
     expect(await requestCancel(t.db, "t1", id)).toBe("requested");
@@ -68,7 +60,7 @@ describe("cancel in Postgres (durable half)", () => {
   });
 
   it("a stale claim with a cancel request is cancelled by the reaper, not re-queued", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     await claimJob(t.db, id, "dead-host", randomUUID());
     expect(await requestCancel(t.db, "t1", id)).toBe("requested");
     await new Promise((r) => setTimeout(r, 5));
@@ -78,14 +70,14 @@ describe("cancel in Postgres (durable half)", () => {
   });
 
   it("concurrent cancels of one queued job: exactly one 'cancelled', the rest already_finished", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     const results = await Promise.all(Array.from({ length: 8 }, () => requestCancel(t.db, "t1", id)));
     expect(results.filter((r) => r === "cancelled")).toHaveLength(1);
     expect(results.filter((r) => r === "already_finished")).toHaveLength(7);
   });
 
   it("input: idempotent by key, ordered, already_finished once the job ended", async () => {
-    const id = await newJob();
+    const id = await newJob(t.db);
     const a = await submitInput(t.db, "t1", id, "first", "k1");
     const again = await submitInput(t.db, "t1", id, "first", "k1");
     expect(again).toMatchObject({ inputId: a?.inputId, created: false });

@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import type { Db } from "../../src/db/client";
 import { requestTreeCancel, submitInput } from "../../src/db/control-repo";
 import { type Finish, finishJobsMany } from "../../src/db/ownership-repo";
@@ -18,17 +18,16 @@ import * as schema from "../../src/db/schema";
 import { decideApproval, suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb, testPool } from "../helpers/db";
+import { type TestDb, testPool } from "../helpers/db";
 import { childJob, delegateWait } from "../helpers/delegation";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 4, tenants: ["r1"] });
 let t: TestDb;
 /** Connections opened after the database's deadlock_timeout was lowered (see beforeAll). */
 let pool: pg.Pool;
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(4);
-  await t.pool.query("insert into tenants (id, name) values ('r1', 'r1')");
+test.beforeAll(async ({ testDb }) => {
+  t = testDb;
   // Deadlock detection after 100 ms instead of 1 s only makes each occurrence cheaper to count;
   // which transactions deadlock does not depend on it.
   const [{ db }] = (await t.pool.query<{ db: string }>("select current_database() as db")).rows as [{ db: string }];
@@ -44,7 +43,6 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   await pool?.end().catch(() => {});
-  await pgs?.stop();
 }, 30_000);
 
 const db = () => drizzle(pool, { schema });

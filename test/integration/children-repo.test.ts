@@ -6,7 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { planChildren } from "../../sandbox-host/runner/delegate";
 import { ActiveRun, type Emit, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
 import { TRACING_OFF } from "../../sandbox-host/tracing/tracing";
@@ -16,22 +16,20 @@ import { budgetRefusal } from "../../src/db/budget-repo";
 import { getTree } from "../../src/db/children-repo";
 import { requestTreeCancel } from "../../src/db/control-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
-import { jobs, jobWaits, tenants } from "../../src/db/schema";
+import { jobs, jobWaits } from "../../src/db/schema";
 import { setTenantSettings } from "../../src/db/tenants-repo";
 import { suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
 import { childJob, delegateWait } from "../helpers/delegation";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 8, tenants: ["s1"] });
 let t: TestDb;
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(8);
-  await t.db.insert(tenants).values([{ id: "s1", name: "s1" }]);
-}, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
+test.beforeAll(({ testDb }) => {
+  t = testDb;
+});
 
 async function start(jobId: string): Promise<ExecutionIdentity> {
   const token = randomUUID();

@@ -10,6 +10,7 @@
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import {
   CODE_TOOLS_STALE_S,
   publishCodeTools,
@@ -25,12 +26,6 @@ import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-}
 interface ToolView {
   name: string;
   kind: string;

@@ -8,32 +8,22 @@ import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { eq, inArray } from "drizzle-orm";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { type ExecutionIdentity, finishJobsMany, heartbeat, markStartedMany } from "../../src/db/ownership-repo";
 import { reapRuns, releaseStaleClaims } from "../../src/db/reaper-repo";
-import { executions, jobs, tenants } from "../../src/db/schema";
+import { executions, jobs } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { claimJob, claimJobs, finishJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { newJob, postgresTest } from "../helpers/postgres-fixture";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 20, tenants: ["t1"] });
 let t: TestDb;
 
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(20);
-  await t.db.insert(tenants).values({ id: "t1", name: "t1" });
-}, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
-
-async function newJob(extra: Partial<typeof jobs.$inferInsert> = {}): Promise<string> {
-  const id = randomUUID();
-  await t.db
-    .insert(jobs)
-    .values({ id, tenantId: "t1", input: { messages: [{ role: "user", content: "x" }] }, ...extra });
-  return id;
-}
+test.beforeAll(({ testDb }) => {
+  t = testDb;
+});
 
 async function row(id: string) {
   const [r] = await t.db.select().from(jobs).where(eq(jobs.id, id));
@@ -51,7 +41,7 @@ async function claimAndStart(jobId: string, host: string): Promise<ExecutionIden
 
 describe("fencing: a stale owner's writes hit zero rows", () => {
   it("a late started CAS after the claim was released and re-claimed loses; the new epoch wins", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const oldToken = randomUUID();
     expect(await claimJob(t.db, job, "A", oldToken)).toBe(1);
     await sleep(5);
@@ -78,7 +68,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("a second claim of a claimed job and a second start of a started job hit zero rows", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const id = await claimAndStart(job, "A");
     expect(await claimJob(t.db, job, "B", randomUUID())).toBeNull();
     expect(await markStarted(t.db, { ...id, executionId: randomUUID() })).toBe(false);
@@ -87,7 +77,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
 
   it("late heartbeat, timing and terminal writes from a run declared lost hit zero rows", async () => {
     // Its recoveries used up (the default allows 3): the reaper ends it `lost` (journal-repo.test.ts has the recovered case).
-    const job = await newJob({ recoveries: 3 });
+    const job = await newJob(t.db, { recoveries: 3 });
     const id = await claimAndStart(job, "A");
     expect(await heartbeat(t.db, "A", [id])).toEqual(new Set([id.executionId]));
     await sleep(5);
@@ -111,7 +101,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("writes with a wrong execution id, epoch, token or host hit zero rows while the owner's succeed", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const id = await claimAndStart(job, "A");
     const forgeries: ExecutionIdentity[] = [
       { ...id, executionId: randomUUID() },
@@ -140,7 +130,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("batched claims and starts check every row's own identity: stale rows in a batch hit nothing", async () => {
-    const [a, b, c, d] = await Promise.all([newJob(), newJob(), newJob(), newJob()]);
+    const [a, b, c, d] = await Promise.all([newJob(t.db), newJob(t.db), newJob(t.db), newJob(t.db)]);
     const taken = randomUUID();
     expect(await claimJob(t.db, b as string, "other", taken)).toBe(1);
     const tokens = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
@@ -180,7 +170,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("batched terminal writes check every row's own identity: a stale execution misses alone, the others land with their own outcome", async () => {
-    const jobsIn = await Promise.all([newJob(), newJob(), newJob(), newJob()]);
+    const jobsIn = await Promise.all([newJob(t.db), newJob(t.db), newJob(t.db), newJob(t.db)]);
     const [a, b, c, d] = await Promise.all(jobsIn.map((j) => claimAndStart(j, "A")));
     // c was declared lost meanwhile (its host looked dead); d is finished by a stale epoch.
     await t.db
@@ -233,7 +223,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("a run past its deadline becomes timed_out, not lost, and is never re-claimable", async () => {
-    const job = await newJob({ timeoutMs: 1 });
+    const job = await newJob(t.db, { timeoutMs: 1 });
     const id = await claimAndStart(job, "A");
     await sleep(10);
     expect(await reapRuns(t.db, 60_000)).toContainEqual(
@@ -244,7 +234,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
   });
 
   it("concurrent reapers reap each run exactly once", async () => {
-    const ids = await Promise.all(Array.from({ length: 30 }, () => newJob()));
+    const ids = await Promise.all(Array.from({ length: 30 }, () => newJob(t.db)));
     for (const j of ids) await claimAndStart(j, "A");
     await sleep(5);
     const results = await Promise.all([reapRuns(t.db, 1), reapRuns(t.db, 1), reapRuns(t.db, 1), reapRuns(t.db, 1)]);
@@ -304,7 +294,7 @@ describe("claim race between real processes", () => {
     let totalJobs = 0;
     while (rounds < 6 && (contested < 50 || rounds < 2)) {
       rounds++;
-      const ids = await Promise.all(Array.from({ length: 150 }, () => newJob()));
+      const ids = await Promise.all(Array.from({ length: 150 }, () => newJob(t.db)));
       totalJobs += ids.length;
       const racers = Array.from({ length: RACERS }, (_, i) =>
         startRacer({ DATABASE_URL: t.url, RACER_ID: `racer-${rounds}-${i}`, JOB_IDS: ids.join(",") }),

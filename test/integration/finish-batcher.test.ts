@@ -9,23 +9,22 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import { eq, inArray } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { FinishBatcher } from "../../sandbox-host/runner/finish-batcher";
 import { type ExecutionIdentity, finishJobsMany } from "../../src/db/ownership-repo";
 import { reapRuns } from "../../src/db/reaper-repo";
 import * as schema from "../../src/db/schema";
-import { executions, jobs, tenants } from "../../src/db/schema";
+import { executions, jobs } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 8, tenants: ["t1"] });
 let t: TestDb;
 
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(8);
-  await t.db.insert(tenants).values({ id: "t1", name: "t1" });
+test.beforeAll(async ({ testDb }) => {
+  t = testDb;
   // Count terminal-write statements: each one closes its executions rows in one UPDATE.
   await t.pool.query(`
     CREATE TABLE execution_update_statements (at timestamptz DEFAULT clock_timestamp());
@@ -34,7 +33,6 @@ beforeAll(async () => {
     CREATE TRIGGER count_execution_update AFTER UPDATE ON executions
       FOR EACH STATEMENT EXECUTE FUNCTION count_execution_update();`);
 }, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
 
 async function started(host: string): Promise<ExecutionIdentity> {
   const jobId = randomUUID();

@@ -1,48 +1,33 @@
-/**
- * A job's input caps (LIMITS.maxInputsPerJob inputs, LIMITS.maxInputBytesPerJob bytes) under
- * concurrent POST /v1/jobs/{id}/input: the repository function from many connections at once, on
- * both drivers (node-postgres, and neon-http through tools/bridges/pg-proxy/main.ts as the gateway calls it),
- * against a real Postgres. Before the caps were kept on the job row, each statement counted the
- * inputs of its own snapshot: 150 at once stored 105 of 100, 40 × 60,000 bytes stored 540,026 of
- * 262,144. Each burst is repeated, and asserted to have overlapped, so interleavings
- * happen; stored vs limit is printed per round.
- */
-import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { ApiError } from "../../src/contracts/errors";
 import { LIMITS } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import { submitInput } from "../../src/db/control-repo";
-import { createJob } from "../../src/db/jobs-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
-import { applyMigrations } from "../../tools/stack/migrate";
-import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
-import { testPool } from "../helpers/db";
+import { newJob, postgresTest } from "../helpers/postgres-fixture";
 
 const ROUNDS = 4;
 /** Connections the node-postgres burst runs on: enough that every request of a burst is in flight. */
 const CONNECTIONS = 40;
 
-let postgres: PostgresService;
+const test = postgresTest({ connections: CONNECTIONS, tenants: ["t1"] });
+/** The file's database (a fresh one of the migrated template). */
+let dbUrl: string;
 let proxy: PgProxy;
 let pool: pg.Pool;
 
-beforeAll(async () => {
-  postgres = await startPostgres();
-  await applyMigrations(postgres.url);
-  pool = testPool(postgres.url, CONNECTIONS);
-  proxy = await startPgProxy({ databaseUrl: postgres.url });
-  await pool.query("insert into tenants (id, name) values ('t1', 'Tenant One') on conflict do nothing");
+test.beforeAll(async ({ testDb }) => {
+  dbUrl = testDb.url;
+  pool = testDb.pool;
+  proxy = await startPgProxy({ databaseUrl: dbUrl });
 }, 120_000);
 
 afterAll(async () => {
   await proxy?.close();
-  await pool?.end();
-  await postgres?.stop();
 });
 
 type Outcome = { key: string; inputId: string; created: boolean } | { key: string; refused: true };
@@ -87,17 +72,9 @@ async function stored(jobId: string): Promise<{ n: number; bytes: number }> {
   return { n: r.n, bytes: r.bytes };
 }
 
-async function newJob(db: Db): Promise<string> {
-  const { job } = await createJob(db, "t1", randomUUID(), { input: { messages: [{ role: "user", content: "hi" }] } });
-  return job.id;
-}
-
 const drivers: Array<[string, () => Db]> = [
   ["node-postgres", () => drizzle({ client: pool, schema }) as unknown as Db],
-  [
-    "neon-http via pg-proxy",
-    () => createNeonHttpDb({ connectionString: postgres.url, fetchEndpoint: `${proxy.url}/sql` }),
-  ],
+  ["neon-http via pg-proxy", () => createNeonHttpDb({ connectionString: dbUrl, fetchEndpoint: `${proxy.url}/sql` })],
 ];
 
 describe.each(drivers)("input caps under concurrency: %s", (driver, getDb) => {

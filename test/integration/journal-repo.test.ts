@@ -7,32 +7,21 @@
  */
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { appendJournal, executionHistory, markRecovered, readJournal } from "../../src/db/journal-repo";
 import { type ExecutionIdentity, heartbeat, setCleanupPending } from "../../src/db/ownership-repo";
 import { clearCleanupFences, reapRuns } from "../../src/db/reaper-repo";
-import { executions, jobs, tenants } from "../../src/db/schema";
+import { executions, jobs } from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import { claimJob, finishJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { newJob, postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 4, tenants: ["t1"] });
 let t: TestDb;
-
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb(4);
-  await t.db.insert(tenants).values({ id: "t1", name: "t1" });
-}, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
-
-async function newJob(extra: Partial<typeof jobs.$inferInsert> = {}): Promise<string> {
-  const id = randomUUID();
-  await t.db
-    .insert(jobs)
-    .values({ id, tenantId: "t1", input: { messages: [{ role: "user", content: "x" }] }, ...extra });
-  return id;
-}
+test.beforeAll(({ testDb }) => {
+  t = testDb;
+});
 
 async function claimAndStart(jobId: string, host: string): Promise<ExecutionIdentity> {
   const token = randomUUID();
@@ -62,7 +51,7 @@ const turn = (n: number) => ({
 
 describe("the job journal", () => {
   it("appends in order under the owner; after a recovery the stale owner's appends and writes hit zero rows", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const a = await claimAndStart(job, "A");
     expect(
       await appendJournal(t.db, a, [
@@ -115,8 +104,8 @@ describe("the job journal", () => {
   });
 
   it("executionHistory: each execution by epoch with its own journal recovered row (or none) and the step it began at", async () => {
-    const job = await newJob();
-    const other = await newJob();
+    const job = await newJob(t.db);
+    const other = await newJob(t.db);
     const a = await claimAndStart(job, "A");
     expect(await appendJournal(t.db, a, [turn(1), { kind: "call", payload: { call_id: "c1", name: "x__y" } }])).toBe(
       true,
@@ -151,7 +140,7 @@ describe("the job journal", () => {
   });
 
   it("the dead execution's sandbox fence is cleared by its old execution id once the recovered job no longer runs", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const a = await claimAndStart(job, "A");
     expect(await setCleanupPending(t.db, a, true)).toBe(true);
     await sleep(5);
@@ -165,7 +154,7 @@ describe("the job journal", () => {
   });
 
   it("model text that Postgres cannot store (a NUL) is appended with U+FFFD, not refused", async () => {
-    const job = await newJob();
+    const job = await newJob(t.db);
     const a = await claimAndStart(job, "A");
     expect(await appendJournal(t.db, a, [{ kind: "result", payload: { call_id: "c", content: "a\u0000b" } }])).toBe(
       true,
@@ -176,11 +165,11 @@ describe("the job journal", () => {
   it("a silent run is lost instead when its agent says fail, or its recoveries are used up; a late one times out", async () => {
     await agentWith("no-resume", { on_host_loss: "fail", max_recoveries: 3 });
     await agentWith("two-at-most", { on_host_loss: "resume", max_recoveries: 2 });
-    const fails = await newJob({ agentName: "no-resume", agentVersion: 1 });
-    const usedUp = await newJob({ agentName: "two-at-most", agentVersion: 1, recoveries: 2 });
-    const oneLeft = await newJob({ agentName: "two-at-most", agentVersion: 1, recoveries: 1 });
-    const defaults = await newJob({ recoveries: 3 });
-    const late = await newJob({ timeoutMs: 1 });
+    const fails = await newJob(t.db, { agentName: "no-resume", agentVersion: 1 });
+    const usedUp = await newJob(t.db, { agentName: "two-at-most", agentVersion: 1, recoveries: 2 });
+    const oneLeft = await newJob(t.db, { agentName: "two-at-most", agentVersion: 1, recoveries: 1 });
+    const defaults = await newJob(t.db, { recoveries: 3 });
+    const late = await newJob(t.db, { timeoutMs: 1 });
     await Promise.all([fails, usedUp, oneLeft, defaults, late].map((j) => claimAndStart(j, "A")));
     await sleep(10);
     const reaped = new Map((await reapRuns(t.db, 1)).map((r) => [r.id, r.state]));

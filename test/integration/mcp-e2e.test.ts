@@ -10,6 +10,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import { readSse, type SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/stack/services/ports";
 import { type Stack, startStack } from "../../tools/stack/start";
@@ -20,12 +21,6 @@ import { requireBinary } from "../helpers/require";
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
 const SECRET = "e2e-operator-secret-7d2b0c";
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-}
 
 describe.skipIf(!canRun)("MCP tools end to end (gateway + host process)", () => {
   let stack: Stack;

@@ -7,13 +7,14 @@
  */
 import { sql } from "drizzle-orm";
 import { Registry } from "prom-client";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
 import { QueueDepthSampler, TENANT_SERIES } from "../../sandbox-host/metrics/queue-depth";
 import { resultRows } from "../../src/db/client";
 import { QUEUE_DEPTH_SQL, queueDepthByTenant } from "../../src/db/queue-depth-repo";
 import { waitFor } from "../../tools/stack/services/ports";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
 const TENANTS = 50;
 const FINISHED = 200_000;
@@ -22,12 +23,11 @@ const CLAIMED = 500;
 const waitingOf = (i: number) => 4 * i;
 const TOTAL_WAITING = Array.from({ length: TENANTS }, (_, k) => waitingOf(k + 1)).reduce((a, b) => a + b, 0);
 
-let pgStack: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 4 });
 let t: TestDb;
 
-beforeAll(async () => {
-  pgStack = await startTestPostgres();
-  t = await pgStack.freshDb(4);
+test.beforeAll(async ({ testDb }) => {
+  t = testDb;
   await t.pool.query(
     `insert into tenants (id, name) select 'qd-' || i, 'tenant ' || i from generate_series(1, ${TENANTS}) i`,
   );
@@ -51,8 +51,6 @@ beforeAll(async () => {
       from generate_series(1, ${TENANTS}) i, generate_series(1, 4 * i) k`);
   await t.pool.query("analyze jobs");
 }, 120_000);
-
-afterAll(async () => pgStack?.stop());
 
 describe("queue depth", () => {
   it("counts the waiting jobs per tenant with the oldest one's age, and nothing claimed or finished", async () => {

@@ -8,19 +8,20 @@
  * reaper alike. The cron's use of the pass is test/integration/cron-backstop.test.ts.
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { Reaper } from "../../sandbox-host/reaper/reaper";
 import { type RecoveryLimits, recoveryPass } from "../../src/db/recovery-pass";
-import { jobs, tenants } from "../../src/db/schema";
+import { jobs } from "../../src/db/schema";
 import { redisKeys } from "../../src/quota/keys";
 import { indexReady } from "../../src/quota/ready-index";
 import { createRedisClient, type Redis } from "../../src/quota/redis";
 import { startUpstashBridge, type UpstashBridge } from "../../tools/bridges/upstash-rest/main";
 import { type RedisService, startRedis } from "../../tools/stack/services/redis";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
 import { claimAsDeadHost, waitAsDeadHost } from "../helpers/dead-host";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ tenants: ["r1"] });
 let t: TestDb;
 let redisServer: RedisService;
 let bridge: UpstashBridge;
@@ -28,10 +29,8 @@ let redis: Redis;
 /** Nothing listens on port 1: every command fails the way an unreachable Redis does. */
 const deadRedis = createRedisClient({ url: "http://127.0.0.1:1", token: "x", retries: 0 });
 
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb();
-  await t.db.insert(tenants).values({ id: "r1", name: "r1" });
+test.beforeAll(async ({ testDb }) => {
+  t = testDb;
   redisServer = await startRedis();
   const token = randomBytes(16).toString("hex");
   bridge = await startUpstashBridge({ redisUrl: redisServer.url, token, log: () => {} });
@@ -40,7 +39,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await bridge?.close();
   await redisServer?.stop();
-  await pgs?.stop();
 }, 30_000);
 
 const limits: RecoveryLimits = { claimTimeoutMs: 60_000, runLostAfterMs: 60_000 };

@@ -6,10 +6,11 @@
  */
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import { apiClient } from "../helpers/api";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
@@ -90,15 +91,14 @@ async function sizes(pool: pg.Pool): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.t, Number(r.bytes)]));
 }
 
+// File-scoped fixtures are declared at the top level of the file.
+const test = postgresTest({ tenants: ["t1"] });
+
 describe("purgeFinishedJobs", () => {
-  let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
   let t: TestDb;
-  beforeAll(async () => {
-    pgs = await startTestPostgres();
-    t = await pgs.freshDb();
-    await t.pool.query("INSERT INTO tenants (id, name) VALUES ('t1', 't1')");
-  }, 60_000);
-  afterAll(async () => pgs?.stop(), 30_000);
+  test.beforeAll(({ testDb }) => {
+    t = testDb;
+  });
 
   it("deletes only finished jobs past the retention, with their executions and inputs, in batches, and leaves tombstones", async () => {
     const old = await seedJobs(t.pool, "t1", 1200, { state: "completed", finishedAgoMs: RETENTION_MS + DAY_MS });

@@ -10,7 +10,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { SandboxJanitor } from "../../sandbox-host/reaper/sandbox-janitor";
 import type { RunDeps } from "../../sandbox-host/runner/run-context";
 import { destroySandbox } from "../../sandbox-host/runner/tool-step";
@@ -18,16 +18,19 @@ import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
 import type { Db } from "../../src/db/client";
 import * as schema from "../../src/db/schema";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
 import { countHostObjects, removeHostObjects, requireDocker, TEST_IMAGE, testHostId } from "../helpers/docker";
+import { postgresTest } from "../helpers/postgres-fixture";
 
 const docker = await requireDocker();
 // Disjoint from the other sandbox suites' pools (they run at the same time).
 const POOL = "10.253.254.0/26";
 
+// File-scoped fixtures are declared at the top level of the file.
+const test = postgresTest({ connections: 4, tenants: ["t1"] });
+
 describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences", () => {
   const d = docker as Docker;
-  let pg: Awaited<ReturnType<typeof startTestPostgres>>;
   let t: TestDb;
   let db: Db;
   /** The host that made the sandboxes and died for good. */
@@ -38,11 +41,9 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
   let janitor: SandboxJanitor;
   const blockers: string[] = [];
 
-  beforeAll(async () => {
-    pg = await startTestPostgres();
-    t = await pg.freshDb(4);
+  test.beforeAll(async ({ testDb }) => {
+    t = testDb;
     db = drizzle({ client: t.pool, schema }) as unknown as Db;
-    await t.pool.query("insert into tenants (id, name) values ('t1', 't1')");
     made = createSandboxManager({ docker: d, hostId: deadHost, image: TEST_IMAGE, pool: POOL });
     const live = createSandboxManager({ docker: d, hostId: liveHost, image: TEST_IMAGE, pool: POOL });
     janitor = new SandboxJanitor({
@@ -61,7 +62,6 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
         .catch(() => {});
     await removeHostObjects(d, deadHost);
     await removeHostObjects(d, liveHost);
-    await pg?.stop();
   }, 60_000);
 
   /** A job whose run on the dead host is over (`lost`), fenced, with its sandbox on the engine. */

@@ -18,29 +18,27 @@ import * as schema from "../../src/db/schema";
 import type { AdmissionRules } from "../../src/domain/job-admission";
 import { nextTick } from "../../src/domain/schedule-time";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
-import { applyMigrations } from "../../tools/stack/migrate";
-import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
-import { onEveryDriver, resetToTwoTenants, testPool } from "../helpers/db";
+import { onEveryDriver, resetToTwoTenants } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
 /** Job admission with nothing to refuse (no model list, no queued-jobs cap): these tests are about firing. */
 const ADMIT_ALL: AdmissionRules = { models: { entries: [] }, maxQueued: 0 };
 
-let postgres: PostgresService;
+const test = postgresTest({ connections: 4 });
+/** The file's database (a fresh one of the migrated template). */
+let dbUrl: string;
 let proxy: PgProxy;
 let admin: pg.Pool;
 
-beforeAll(async () => {
-  postgres = await startPostgres();
-  await applyMigrations(postgres.url);
-  admin = testPool(postgres.url, 4);
-  proxy = await startPgProxy({ databaseUrl: postgres.url });
+test.beforeAll(async ({ testDb }) => {
+  dbUrl = testDb.url;
+  admin = testDb.pool;
+  proxy = await startPgProxy({ databaseUrl: dbUrl });
   neonConfig.fetchEndpoint = `${proxy.url}/sql`;
 }, 60_000);
 
 afterAll(async () => {
   await proxy?.close();
-  await admin?.end();
-  await postgres?.stop();
 });
 
 const INPUT = JSON.stringify({ messages: [{ role: "user", content: "tick" }] });
@@ -88,7 +86,7 @@ const jobsOf = async (scheduleId: string) =>
 
 onEveryDriver(
   "firing schedule ticks",
-  () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
+  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
   (db) => {
     it("one tenant's 150 due schedules cannot keep another tenant's due tick out of a pass", async () => {
       // t1's are all more overdue than t2's one: by due time alone, a batch of 100 is all t1's.

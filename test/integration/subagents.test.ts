@@ -11,6 +11,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
 import { EarClient } from "../../src/client/client";
+import type { JobView } from "../../src/contracts/job";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { batchMac, importIngestKey, ingestKeyHex, signedHeaders } from "../../src/domain/signing";
@@ -23,13 +24,6 @@ import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-}
 
 interface TreeNode {
   id: string;

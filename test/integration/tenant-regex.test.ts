@@ -8,6 +8,7 @@
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { waitFor } from "../../tools/stack/services/ports";
@@ -16,13 +17,6 @@ import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-}
 
 describe.skipIf(!canRun)("a tenant's backtracking regex on a shared host", () => {
   const t = useStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });

@@ -11,7 +11,7 @@ import { promisify } from "node:util";
 import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { createLogger, errorFields } from "../../sandbox-host/log";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, LIMITS } from "../../src/contracts/job";
@@ -21,28 +21,26 @@ import { createJob, findTenantIdByKeyHash } from "../../src/db/jobs-repo";
 import * as schema from "../../src/db/schema";
 import { listApiKeys, revokeApiKey } from "../../src/db/tenants-repo";
 import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
-import { applyMigrations } from "../../tools/stack/migrate";
-import { type PostgresService, startPostgres } from "../../tools/stack/services/postgres";
 import { loggableError } from "../../workers/log";
 import { caught } from "../helpers/caught";
-import { onEveryDriver, testPool } from "../helpers/db";
+import { onEveryDriver } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let postgres: PostgresService;
+const test = postgresTest({ connections: 2 });
+/** The file's database (a fresh one of the migrated template). */
+let dbUrl: string;
 let proxy: PgProxy;
 let admin: pg.Pool;
 
-beforeAll(async () => {
-  postgres = await startPostgres();
-  await applyMigrations(postgres.url);
-  admin = testPool(postgres.url, 2);
-  proxy = await startPgProxy({ databaseUrl: postgres.url });
+test.beforeAll(async ({ testDb }) => {
+  dbUrl = testDb.url;
+  admin = testDb.pool;
+  proxy = await startPgProxy({ databaseUrl: dbUrl });
   neonConfig.fetchEndpoint = `${proxy.url}/sql`;
 });
 
 afterAll(async () => {
   await proxy?.close();
-  await admin?.end();
-  await postgres?.stop();
 });
 
 const body = (content: string, extra: Partial<CreateJobBody> = {}): CreateJobBody => ({
@@ -52,7 +50,7 @@ const body = (content: string, extra: Partial<CreateJobBody> = {}): CreateJobBod
 
 onEveryDriver(
   "trust boundaries",
-  () => ({ admin, postgresUrl: postgres.url, proxyUrl: proxy.url }),
+  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
   (db) => {
     it("the same idempotency key with the same request is the same job; with another request it is 409", async () => {
       const first = await createJob(
@@ -185,15 +183,15 @@ onEveryDriver(
 
 describe("pg-proxy credentials", () => {
   it("refuses a connection string with the wrong password or user over /sql", async () => {
-    const url = new URL(postgres.url);
-    const ok = neon(postgres.url, { fullResults: false });
+    const url = new URL(dbUrl);
+    const ok = neon(dbUrl, { fullResults: false });
     expect(await ok`select 1 as one`).toEqual([{ one: 1 }]);
     for (const [user, password] of [
       [url.username, "wrong-password-123"],
       [url.username, ""],
       ["someone_else", url.password],
     ] as const) {
-      const bad = new URL(postgres.url);
+      const bad = new URL(dbUrl);
       bad.username = user;
       bad.password = password;
       const q = neon(bad.toString(), { fullResults: false });
@@ -208,7 +206,7 @@ describe("pg-proxy credentials", () => {
 describe("operator CLI keys", () => {
   const run = (...args: string[]) =>
     promisify(execFile)("npx", ["tsx", "tools/cli/operator.ts", ...args], {
-      env: { ...process.env, DATABASE_URL: postgres.url },
+      env: { ...process.env, DATABASE_URL: dbUrl },
     }).then(
       (r) => ({ code: 0, out: r.stdout, err: r.stderr }),
       (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, out: e.stdout, err: e.stderr }),

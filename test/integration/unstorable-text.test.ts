@@ -7,6 +7,7 @@
  * in the row and in the stream alike, and the job ends with its real outcome.
  */
 import { describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import { agentJobs, apiClient } from "../helpers/api";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
@@ -14,14 +15,6 @@ import { FAST_LOSS_HOST_ENV, useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-  waiting_for: { kind: string; call_id: string; arguments: unknown; question: string | null } | null;
-}
 
 // JSON.stringify writes the NUL and the lone surrogate as \u escapes: what the gateway takes is plain ASCII.
 const script = (s: unknown) => ({ input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(s)}` }] } });

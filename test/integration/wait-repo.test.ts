@@ -7,25 +7,20 @@
  */
 import { randomUUID } from "node:crypto";
 import { eq } from "drizzle-orm";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { requestCancel, submitInput } from "../../src/db/control-repo";
-import { executions, jobs, jobWaits, tenants } from "../../src/db/schema";
+import { executions, jobs, jobWaits } from "../../src/db/schema";
 import { decideApproval, expireWaits, resumeDecision, type Suspension, suspendJob } from "../../src/db/wait-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import { claimJob, markStarted } from "../../tools/lib/single-row-writes";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pgs: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ tenants: ["w1", "w2"] });
 let t: TestDb;
-beforeAll(async () => {
-  pgs = await startTestPostgres();
-  t = await pgs.freshDb();
-  await t.db.insert(tenants).values([
-    { id: "w1", name: "w1" },
-    { id: "w2", name: "w2" },
-  ]);
-}, 60_000);
-afterAll(async () => pgs?.stop(), 30_000);
+test.beforeAll(({ testDb }) => {
+  t = testDb;
+});
 
 const suspension = (callId: string, over: Partial<Suspension> = {}): Suspension => ({
   kind: "approval",

@@ -10,6 +10,7 @@
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
+import type { JobView } from "../../src/contracts/job";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
@@ -24,25 +25,6 @@ import { useStack } from "../helpers/stack";
 
 const canRun =
   (await requireBinary("redis-server", "apt-get install redis-server")) && (await requireDocker()) !== null;
-
-interface WaitingFor {
-  kind: "approval" | "input";
-  call_id: string;
-  tool: string;
-  arguments: unknown;
-  question: string | null;
-  deadline_at: string;
-  on_deadline: "deny" | "fail";
-}
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-  claimed: boolean;
-  execution_id: string | null;
-  waiting_for: WaitingFor | null;
-}
 
 const script = (s: unknown) => ({ input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(s)}` }] } });
 const shellCall = (command: string) => script({ tool_calls: [{ name: "shell", args: { command } }] });

@@ -70,7 +70,7 @@ describe("gateway configuration", () => {
       asEnv({ ...base, MCP_ALLOWED_URLS: "https://mcp.example.com/tools", MCP_SECRET_NAMES: " a , b:acme|beta," }),
     ).mcp;
     expect(mcp).toEqual({
-      allowedUrls: [{ origin: "https://mcp.example.com", path: "/tools/" }],
+      allowedUrls: [{ origin: "https://mcp.example.com", path: "/tools/", exact: "/tools" }],
       secretNames: new Map<string, string[] | null>([
         ["a", null],
         ["b", ["acme", "beta"]],

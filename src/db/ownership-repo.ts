@@ -10,7 +10,7 @@ import { RECOVERY_DEFAULTS } from "../contracts/agent";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
 import { storable } from "../contracts/text";
-import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
+import type { Claim, ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
 import { isUniqueViolation, resultCount, resultRows, retryOnDeadlock } from "./client";
@@ -71,7 +71,7 @@ export function jobErrorSql(code: JobErrorCode, message: string) {
 export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before it started");
 
 // The identity types live in src/domain/identity.ts; re-exported for this module's callers.
-export type { ClaimIdentity, ExecutionIdentity };
+export type { ExecutionIdentity };
 
 /** How often a claim refused by a key or tenant-slot guard (a racing claimer won it) is tried again. */
 const CLAIM_RACE_ATTEMPTS = 3;
@@ -465,9 +465,12 @@ export async function markInputsApplied(db: Db, id: ExecutionIdentity, inputIds:
 
 /**
  * A claim whose job was asked to cancel before it started: the claimant ends it `cancelled`
- * with its claim identity (it never starts).
+ * with the claim part of its identity (it never starts, so the row names no execution).
  */
-export async function cancelClaim(db: Db, c: ClaimIdentity): Promise<boolean> {
+export async function cancelClaim(
+  db: Db,
+  c: Pick<ExecutionIdentity, "jobId" | "host" | "epoch" | "token">,
+): Promise<boolean> {
   const result = await db.execute(sql`
     UPDATE jobs SET state = 'cancelled', finished_at = now(), error = ${CANCELLED_BEFORE_START}
     WHERE id = ${c.jobId} AND state = 'queued' AND owner = ${c.host} AND epoch = ${c.epoch} AND token = ${c.token}

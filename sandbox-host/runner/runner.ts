@@ -40,7 +40,6 @@ import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
   db: Db;
-  hostId: string;
   maxRuns: number;
   model: ModelClient;
   outbox: Outbox;
@@ -111,8 +110,8 @@ export class Runner {
   private readonly cancelChecks: PeriodicTask;
 
   constructor(private readonly opts: RunnerOptions) {
-    const starts = new StartBatcher(opts.db, opts.hostId);
-    const finishes = new FinishBatcher(opts.db, opts.hostId);
+    const starts = new StartBatcher(opts.db);
+    const finishes = new FinishBatcher(opts.db);
     this.deps = {
       db: opts.db,
       journal: {
@@ -362,7 +361,7 @@ export class Runner {
     const sent = running.map((r) => ({ ...r.identity, facts: r.pendingFacts() }));
     const sentAt = performance.now();
     try {
-      ours = await heartbeat(this.opts.db, this.opts.hostId, sent);
+      ours = await heartbeat(this.opts.db, sent);
     } catch (err) {
       // Unknown is not lost: keep running; if Postgres stays away the reaper decides.
       this.opts.log.warn("heartbeat failed", { runs: running.length, ...errorFields(err) });

@@ -249,7 +249,9 @@ describe.skipIf(!docker)("sandbox lifecycle and tools", () => {
     // A shell that cannot fork exits, so the loop runs in a subshell and the command waits on.
     const pending = m.exec(run, {
       cmd: "sleep 981 & (while :; do sleep 985 & done) 2>/dev/null; wait",
-      timeoutMs: 3000,
+      // 8 s, not 3: the check below must see the limit filled before the timeout kills the loop;
+      // at load 10 forking 252 sleeps and polling `docker top` took longer than 3 s and it never did.
+      timeoutMs: 8000,
     });
     await untilProcesses(m.profile.pidsLimit - 4);
     const r = await pending;

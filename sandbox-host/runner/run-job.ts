@@ -5,13 +5,15 @@
  * execution identity; the moment one misses (or a heartbeat says the row is no longer ours) the
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
+import { randomUUID } from "node:crypto";
 import { cancelClaim, type FinalOutcome, type FinishResult, handOffRun } from "../../src/db/ownership-repo";
+import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { inExecutionSpan, markOutcome } from "../tracing/spans";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
-import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
+import { type ActiveRun, type Emit, Execution, type RunDeps, runFields, type StartedRun } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
 
@@ -28,14 +30,9 @@ export type RunResult =
   /** Stopped by the host's shutdown at its last journaled step; the job is queued for a new execution. */
   | "handed_off";
 
-/**
- * The run path: claim (the claimer made `run.identity`) → the started CAS under it → `Execution`,
- * built here once → each step with it (readRow, runAgent, suspendRun or handOff) → the terminal
- * write under the same identity.
- */
-export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> {
+export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResult> {
   const { log } = deps;
-  const id = run.identity;
+  const id: ExecutionIdentity = { ...active.claim, host: deps.hostId, executionId: randomUUID() };
   const fields = { ...runFields(id), epoch: id.epoch };
 
   const startSentAt = performance.now();
@@ -49,45 +46,44 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
     log.info("start CAS missed; dropping the claim", fields);
     return "not_started";
   }
-  run.start(startSentAt);
-  const out = deps.outbox.open(id);
+  const run = active.start(id, startSentAt);
+  const out = deps.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
   const emit: Emit = (type, payload) => {
     if (run.owned) out.emit(type, payload);
   };
-  const exec = new Execution({ deps, run, emit });
 
   try {
     // The first event (run.started, run.resumed at a waitpoint, run.recovered after a lost owner) is readRow's.
     let outcome: FinalOutcome | WaitOutcome;
     try {
-      const start = await readRow(exec);
+      const row = await readRow({ deps, run, emit });
       const traced = {
         ...id,
-        tenantId: exec.job.tenantId,
-        traceparent: exec.job.traceparent,
-        clientTraceparent: exec.job.clientTraceparent,
+        tenantId: row.job.tenantId,
+        traceparent: row.job.traceparent,
+        clientTraceparent: row.job.clientTraceparent,
       };
       outcome = await inExecutionSpan(deps.tracing, traced, async (span) => {
-        const ended = await runAgent(exec, start);
+        const ended = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
         markOutcome(span, ended.state, ended.state === "failed" ? ended.error : null);
         return ended;
       });
     } catch (err) {
-      outcome = unexpectedOutcome(exec, err, "");
+      outcome = unexpectedOutcome({ deps, run, emit }, err, "");
     }
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", { ...fields, lost_by: run.lostBy });
       return "ownership_lost";
     }
     if (run.abortReason === "host_shutdown" && outcome.state === "failed" && outcome.error.code === "host_shutdown") {
-      const handed = await handOff(exec);
+      const handed = await handOff(deps, run);
       if (handed !== "not_allowed") return handed;
       // The agent allows no recovery: the run fails host_shutdown, as before hand-offs.
     }
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
       try {
-        suspended = await suspendRun(exec, outcome);
+        suspended = await suspendRun({ deps, run, emit }, outcome);
       } catch (err) {
         // Unknown whether it hit: the row is either waiting (no owner) or still running under
         // this execution, which stops heartbeating now and is reaped as lost.
@@ -126,11 +122,11 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
     if (outcome.state === "completed") emit("run.completed", { output: outcome.output });
     else if (outcome.state === "failed") emit("run.failed", { error: outcome.error });
     else emit("run.cancelled", { output: outcome.output ?? null });
-    observePhases(exec, written.facts);
+    observePhases(deps, id, written.facts);
     return outcome.state;
   } finally {
     run.phase = "done";
-    if (run.sandboxUsed && deps.sandbox) await destroySandbox(exec);
+    if (run.sandboxUsed && deps.sandbox) await destroySandbox(deps, id);
     out.end();
   }
 }
@@ -143,12 +139,12 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
  * a tool call in flight is treated as at a loss: recovery.ts). A failed statement is logged and
  * leaves the run to the reaper, which recovers it after the lost bound instead.
  */
-async function handOff(exec: Execution): Promise<"handed_off" | "ownership_lost" | "not_allowed"> {
-  const { deps, run, id } = exec;
+async function handOff(deps: RunDeps, run: StartedRun): Promise<"handed_off" | "ownership_lost" | "not_allowed"> {
+  const id = run.identity;
   const fields = { ...runFields(id), epoch: id.epoch };
   run.phase = "finishing";
   if (run.sandboxUsed && deps.sandbox) {
-    await destroySandbox(exec);
+    await destroySandbox(deps, id);
     run.sandboxUsed = false;
   }
   try {
@@ -169,11 +165,11 @@ async function handOff(exec: Execution): Promise<"handed_off" | "ownership_lost"
 }
 
 /** Phase histograms from the same five timestamps the API serializes (the terminal write returned them). */
-function observePhases(exec: Execution, facts: TimingFacts | null): void {
+function observePhases(deps: RunDeps, id: ExecutionIdentity, facts: TimingFacts | null): void {
   if (!facts) return;
   try {
-    observeRunPhases(exec.deps.metrics, deriveLatency(facts));
+    observeRunPhases(deps.metrics, deriveLatency(facts));
   } catch (err) {
-    exec.deps.log.warn("phase metrics not observed", { ...exec.fields, ...errorFields(err) });
+    deps.log.warn("phase metrics not observed", { ...runFields(id), ...errorFields(err) });
   }
 }

@@ -473,8 +473,11 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       // A loaded machine can leave every window empty for a while (hosts busy starting up, runs
       // not yet claimed): look again rather than drop the kill, so the run's SIGKILL count is the
       // one asked for (a CI run at load 13 once lost one this way).
+      // Each round looks for the scheduled kind's window first again: its window can be empty for
+      // 2 s and open a moment later (a CI run at load 4 missed kill_after_claim 3 times of 3 when
+      // the rounds went to the other kinds' windows first, which are nearly always open).
       for (let round = 0; !victim && round < 5; round++) {
-        for (const other of Object.keys(AIM) as KillKind[]) {
+        for (const other of [scheduled, ...KILL_KINDS.filter((k) => k !== scheduled)]) {
           if (victim) break;
           kind = other;
           victim = await findVictim(AIM[kind], 1000);

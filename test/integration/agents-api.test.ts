@@ -9,6 +9,7 @@ import { drizzle } from "drizzle-orm/node-postgres";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import type { JobView } from "../../src/contracts/job";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { type Stack, startStack } from "../../tools/stack/start";
@@ -40,15 +41,6 @@ interface AgentView {
   response_format: Record<string, unknown> | null;
   archived_at: string | null;
   created_at: string;
-}
-interface JobView {
-  id: string;
-  model: string | null;
-  tools: string[];
-  agent: { name: string; version: number } | null;
-  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; estimated: boolean };
-  output_json: unknown;
-  priority: number;
 }
 type ErrorBody = { error: { code: string; message: string } };
 

@@ -11,6 +11,7 @@ import { promisify } from "node:util";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import type { JobView } from "../../src/contracts/job";
 import { waitFor } from "../../tools/stack/services/ports";
 import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
@@ -28,11 +29,6 @@ const REGISTRY = JSON.stringify({
   models: [{ name: "mock-model", pricing: { input_usd_per_mtok: PRICE_IN, output_usd_per_mtok: PRICE_OUT } }],
 });
 
-interface JobView {
-  id: string;
-  state: string;
-  usage: { prompt_tokens: number; completion_tokens: number; model_calls: number; cost_usd: number | null };
-}
 type ErrorBody = { error: { code: string; message: string } };
 
 describe.skipIf(!canRun)("cost per job and daily budgets (gateway + host)", () => {

@@ -9,8 +9,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import type { JobView } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import { fireDueSchedules } from "../../src/db/schedules-repo";
 import * as schema from "../../src/db/schema";
@@ -18,7 +19,8 @@ import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { parseModelRegistry } from "../../src/domain/models";
 import { waitFor } from "../../tools/stack/services/ports";
 import { agentJobs, apiClient, userMessage } from "../helpers/api";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
@@ -35,12 +37,6 @@ const CLOSED_DEFAULT =
   'model (omitted, so the default): "premium" is not offered; must be one of mock-model (GET /v1/models)';
 
 type ErrorBody = { error: { code: string; message: string } };
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  error: { code: string; message: string } | null;
-}
 
 describe.skipIf(!canRun)("job admission: every path that creates a job checks the same things", () => {
   const hostLines: string[] = [];
@@ -245,15 +241,14 @@ describe.skipIf(!canRun)("job admission: every path that creates a job checks th
   }, 60_000);
 });
 
+/** The Postgres-only cases' database (file-scoped: vitest declares such fixtures at the top level). */
+const fixture = postgresTest({ connections: 2, tenants: ["acme"] });
+
 describe("fireDueSchedules returns a refused tick's reason, and skips it (Postgres)", () => {
-  let pg: Awaited<ReturnType<typeof startTestPostgres>>;
   let t: TestDb;
-  beforeAll(async () => {
-    pg = await startTestPostgres();
-    t = await pg.freshDb(2);
-    await t.pool.query("INSERT INTO tenants (id, name) VALUES ('acme', 'acme')");
-  }, 120_000);
-  afterAll(() => pg?.stop());
+  fixture.beforeAll(({ testDb }) => {
+    t = testDb;
+  });
 
   const rulesOf = (registry: string, maxQueued = 0) => {
     const models = parseModelRegistry(registry);

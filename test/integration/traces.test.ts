@@ -13,6 +13,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { startTracing } from "../../sandbox-host/tracing/tracing";
+import type { JobView } from "../../src/contracts/job";
 import { waitFor } from "../../tools/stack/services/ports";
 import { type Stack, startStack } from "../../tools/stack/start";
 import { apiClient } from "../helpers/api";
@@ -21,14 +22,6 @@ import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from "../help
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
-
-interface JobView {
-  id: string;
-  state: string;
-  output: string | null;
-  trace_id: string;
-  usage: { prompt_tokens: number; completion_tokens: number };
-}
 
 const hex = (bytes: number) => randomBytes(bytes).toString("hex");
 

@@ -4,24 +4,19 @@
  * how an endpoint that keeps failing is paused and probed (recordAttempt). The end-to-end run with
  * hosts and slow endpoints is test/integration/webhook-fairness.test.ts.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { WEBHOOK_LIMITS } from "../../src/contracts/webhook";
 import type { Db } from "../../src/db/client";
-import { createTenant } from "../../src/db/tenants-repo";
 import { type AttemptResult, type ClaimedDelivery, claimDeliveries, recordAttempt } from "../../src/db/webhooks-repo";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pg: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 4, tenants: ["a", "b", "c"] });
 let t: TestDb;
 const db = () => t.db as unknown as Db;
 
-beforeAll(async () => {
-  pg = await startTestPostgres();
-  t = await pg.freshDb(4);
-  for (const id of ["a", "b", "c"]) await createTenant(t.db, id, id);
-}, 120_000);
-afterAll(async () => {
-  await pg?.stop();
+test.beforeAll(({ testDb }) => {
+  t = testDb;
 });
 
 async function endpoint(tenant: string): Promise<string> {

@@ -388,19 +388,33 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
 
     const loadStart = Date.now();
     let faultsDone = 0;
+    // A fault that aims at a claim or a start window asks for the next job now when no window is
+    // open: the load below is held back while faults run late, so a late kill_after_claim could
+    // otherwise wait on a window that only the load it holds back can open (CI runs at load 4–5
+    // missed it this way: every host idle, no start in flight, the kill fell back to another kind).
+    let jobsWanted = 0;
+    const holdUnlessWanted = async (held: () => boolean) => {
+      while (held()) {
+        if (jobsWanted > 0) {
+          jobsWanted--;
+          return;
+        }
+        await sleep(10);
+      }
+    };
     const submitter = (async () => {
       const inflight: Promise<void>[] = [];
       for (const [i, p] of plan.entries()) {
-        const wait = loadStart + p.at - Date.now();
-        if (wait > 0) await sleep(wait);
-        // Faults may run late (they wait for replacement hosts): keep the load alongside them.
-        while (faultsDone < Math.floor((i * faultPlan.length) / opts.jobs) - 2) await sleep(20);
-        if (i >= opts.jobs - tail) {
-          const until = Date.now() + 60_000;
-          while (faultsDone < faultPlan.length && Date.now() < until) await sleep(20);
-          const toLast = loadStart + lastFaultAt - Date.now();
-          if (toLast > 0) await sleep(toLast);
-        }
+        const isTail = i >= opts.jobs - tail;
+        const tailUntil = Date.now() + 60_000;
+        await holdUnlessWanted(
+          () =>
+            Date.now() < loadStart + p.at ||
+            // Faults may run late (they wait for replacement hosts): keep the load alongside them.
+            faultsDone < Math.floor((i * faultPlan.length) / opts.jobs) - 2 ||
+            (isTail &&
+              ((faultsDone < faultPlan.length && Date.now() < tailUntil) || Date.now() < loadStart + lastFaultAt)),
+        );
         inflight.push(submitOne(i, p));
       }
       await Promise.all(inflight);
@@ -426,7 +440,13 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
       withinMs = 2000,
     ): Promise<LiveHost | null> => {
       const deadline = Date.now() + withinMs;
+      const askAfter = Date.now() + 200;
+      let asked = false;
       while (Date.now() < deadline) {
+        if (!asked && aim !== "running" && Date.now() >= askAfter) {
+          asked = true;
+          jobsWanted++;
+        }
         const cands = alive();
         let found: LiveHost[] = [];
         if (aim === "claim_held") found = cands.filter((h) => h.proxy.held("claim") > 0);
@@ -436,9 +456,13 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
           const owners = await runningOwners();
           found = alive().filter((h) => owners.has(h.handle.id));
         }
-        if (found.length) return pick(found, rand);
+        if (found.length) {
+          if (asked && jobsWanted > 0) jobsWanted--;
+          return pick(found, rand);
+        }
         await sleep(aim === "running" ? 40 : 5);
       }
+      if (asked && jobsWanted > 0) jobsWanted--;
       log(
         `no victim for ${aim}: ${alive()
           .map((h) => `${h.handle.id} c=${h.proxy.held("claim")} s=${h.proxy.held("start")}`)

@@ -169,7 +169,6 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
   const runner = new Runner({
     db,
-    hostId: config.hostId,
     maxRuns: config.maxRuns,
     model: deps.model,
     outbox,

@@ -35,7 +35,7 @@ import type { Db } from "../../src/db/client";
 import { claimFromPostgres, stillClaimable } from "../../src/db/ownership-repo";
 import { TimeoutError, withTimeout } from "../../src/domain/async";
 import { jitter } from "../../src/domain/backoff";
-import type { Claim } from "../../src/domain/identity";
+import type { ExecutionIdentity } from "../../src/domain/identity";
 import { isUuid } from "../../src/domain/uuid";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
@@ -46,7 +46,8 @@ import type { ClaimSource, HostMetrics } from "../metrics/metrics";
 
 export interface ClaimTarget {
   readonly free: number;
-  start(claim: Claim): void;
+  /** Run a won claim under its identity (made here, once: the run carries it unchanged). */
+  start(id: ExecutionIdentity): void;
   onSlotFreed(listener: () => void): () => void;
 }
 
@@ -257,7 +258,9 @@ export class Claimer implements Service {
     if (claimed.length > 0) this.opts.activity?.noteWork();
     for (const claim of claimed) {
       this.opts.metrics.claims.inc({ source, result: "won" });
-      this.opts.runner.start(claim);
+      // The identity of the run from here to its last write: the claim, this host, and the id its
+      // execution will have if the started CAS hits.
+      this.opts.runner.start({ ...claim, host: this.opts.hostId, executionId: randomUUID() });
       this.claimedThisPass.add(claim.jobId);
     }
     if (this.redisState.up && claimed.length > 0) this.removeFromIndex(claimed.map((c) => c.jobId));

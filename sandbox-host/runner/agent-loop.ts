@@ -12,7 +12,7 @@
 import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelTurnReason } from "../../src/contracts/events";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
-import { loadRunnableJob, type RunnableJob } from "../../src/db/run-repo";
+import { loadRunnableJob } from "../../src/db/run-repo";
 import { type ResumeDecision, resumeDecision } from "../../src/db/wait-repo";
 import { approvalSettings, isIdempotent, requiresApproval } from "../../src/domain/approval";
 import { mcpServersOf } from "../../src/domain/mcp";
@@ -37,7 +37,7 @@ import {
   SANDBOX_RESET_NOTE,
 } from "./recovery";
 import { type AnswerFormat, answerFormat, repairMessage } from "./response-format";
-import { abortedOutcome, type Execution, type ExecutionParts, failed, runFields } from "./run-context";
+import { abortedOutcome, type Execution, failed } from "./run-context";
 import { allowedTools, codeToolNames, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
 
@@ -68,21 +68,21 @@ export interface Start {
  * ended and the journal, or, when it recovers a job whose last owner was lost, the journal. Then
  * the execution's first event: `run.recovered` when it recovers, `run.resumed` when it resumes,
  * else `run.started`; none when it could not tell which (the row or the journal unread).
- * Throws when it failed.
+ * The row goes into the execution (`exec.job` from here on). Throws when it failed.
  */
-export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob } & Start> {
-  const { deps, run, emit } = parts;
-  const id = run.identity;
+export async function readRow(exec: Execution): Promise<Start> {
+  const { deps, emit, id } = exec;
   let resume: Resume | null = null;
   let recovery: Recovery | null = null;
   let fresh = false;
   try {
     const job = await loadRunnableJob(deps.db, id.jobId);
+    exec.rowRead(job);
     fresh = job.recoveryReason === null && job.checkpoint === null;
     if (job.recoveryReason !== null) {
       // A recovery: the journal holds everything the checkpoint would (decisions included).
-      recovery = await beginRecovery(parts, job.recoveryReason);
-      return { job, resume, recovery };
+      recovery = await beginRecovery(exec, job.recoveryReason);
+      return { resume, recovery };
     }
     const checkpoint = readCheckpoint(job.checkpoint);
     if (checkpoint) {
@@ -100,7 +100,7 @@ export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob
       }
       resume = { checkpoint, rebuilt, decision: { callId: checkpoint.callId, decision } };
     }
-    return { job, resume, recovery };
+    return { resume, recovery };
   } finally {
     if (recovery) {
       emit("run.recovered", recoveredPayload(recovery));
@@ -130,14 +130,14 @@ export async function readRow(parts: ExecutionParts): Promise<{ job: RunnableJob
  * failure (the detail goes to this log only: failed() shows the tenant a generic message for
  * internal codes).
  */
-export function unexpectedOutcome(parts: ExecutionParts, err: unknown, text: string): FinalOutcome {
-  const { deps, run } = parts;
+export function unexpectedOutcome(exec: Execution, err: unknown, text: string): FinalOutcome {
+  const { deps, run } = exec;
   if (run.abort.signal.aborted) return abortedOutcome(run, text);
   if (err instanceof ModelError) {
-    deps.log.warn("model call failed", { ...runFields(run.identity), ...errorFields(err) });
+    deps.log.warn("model call failed", { ...exec.fields, ...errorFields(err) });
     return failed(err.code, err.message, text);
   }
-  deps.log.error("run failed", { ...runFields(run.identity), ...errorFields(err) });
+  deps.log.error("run failed", { ...exec.fields, ...errorFields(err) });
   return failed("internal_error", err instanceof Error ? err.message : String(err), text);
 }
 

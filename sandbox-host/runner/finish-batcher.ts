@@ -13,8 +13,8 @@ import { GroupCommit } from "./group-commit";
 export class FinishBatcher {
   private readonly commit: GroupCommit<Finish, FinishResult>;
 
-  constructor(db: Db, hostId: string, maxBatch = 64) {
-    this.commit = new GroupCommit((finishes) => finishJobsMany(db, hostId, finishes), maxBatch);
+  constructor(db: Db, maxBatch = 64) {
+    this.commit = new GroupCommit((finishes) => finishJobsMany(db, finishes), maxBatch);
   }
 
   finish(finish: Finish): Promise<FinishResult> {

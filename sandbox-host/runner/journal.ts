@@ -18,7 +18,7 @@ import type { JournalRecord, JournalRow } from "../../src/db/journal-repo";
 import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelMessage, ModelToolCall } from "../model/types";
 
-/** The run a journal writes for (run-context.ts's StartedRun): its identity, and how it stops. */
+/** The run a journal writes for (run-context.ts's ActiveRun): its identity, and how it stops. */
 interface JournaledRun {
   readonly identity: ExecutionIdentity;
   loseOwnership(): void;

@@ -12,7 +12,7 @@
  */
 import type { ModelToolCall } from "../model/types";
 import { type Rebuilt, rebuildFromJournal } from "./journal";
-import type { ExecutionParts } from "./run-context";
+import type { Execution } from "./run-context";
 
 /** What readRow hands the loop when this execution recovers the job. */
 export interface Recovery {
@@ -44,12 +44,12 @@ export const SANDBOX_RESET_NOTE =
  * say what this execution continues from. Throws when the fence missed (the run then lost
  * ownership and stops): another execution has the job.
  */
-export async function beginRecovery(parts: ExecutionParts, reason: string): Promise<Recovery> {
-  const { deps, run } = parts;
-  const rebuilt = rebuildFromJournal(await deps.journal.read(run.identity.jobId));
+export async function beginRecovery(exec: Execution, reason: string): Promise<Recovery> {
+  const { deps, run, id } = exec;
+  const rebuilt = rebuildFromJournal(await deps.journal.read(id.jobId));
   const inFlight = new Set(rebuilt.open.filter((o) => o.started).map((o) => o.call.id));
   const recovery: Recovery = { reason, rebuilt, inFlight, sandboxReset: rebuilt.hadSandbox };
-  if (!(await deps.journal.recovered(run.identity, recoveredPayload(recovery)))) {
+  if (!(await deps.journal.recovered(id, recoveredPayload(recovery)))) {
     run.loseOwnership();
     throw new Error("the recovered job is no longer this execution's");
   }

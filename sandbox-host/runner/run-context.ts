@@ -1,8 +1,9 @@
 /**
  * What every step of a run shares: the host's collaborators (`RunDeps`), the run's own state
- * (`ActiveRun`, also read by the heartbeat loop, the cancel watch and shutdown), the one object a
- * step is handed (`Execution`: the deps, the started run and its identity, the job's row, emit,
- * the abort signal), and how a run's failure is made.
+ * (`ActiveRun`, holding the identity its claim was made with; also read by the heartbeat loop,
+ * the cancel watch and shutdown), the one object every step after the started CAS is handed
+ * (`Execution`: the deps, the run and its identity, the job's row, emit, the abort signal), and
+ * how a run's failure is made.
  */
 
 import type { JobErrorCode } from "../../src/contracts/errors";
@@ -11,7 +12,7 @@ import { type JobError, tenantJobError } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import type { FinalOutcome, Finish, FinishResult, PendingFacts, TimingPoint } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
-import type { Claim, ExecutionIdentity } from "../../src/domain/identity";
+import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { WaitOutcome } from "../../src/quota/wait";
@@ -35,7 +36,6 @@ import type { RetryPolicy } from "./model-retry";
  */
 export interface RunDeps {
   db: Db;
-  hostId: string;
   /** The job journal's fenced appends and reads (journal.ts): every completed step, before the next. */
   journal: JournalStore;
   /** The run's own row writes that the Runner group-commits (start-batcher.ts, finish-batcher.ts). */
@@ -125,7 +125,6 @@ export type AbortReason = "ownership_lost" | "host_shutdown" | "cancelled";
 /** The state a run shares with the heartbeat loop and shutdown. */
 export class ActiveRun {
   phase: RunPhase = "claimed";
-  identity: ExecutionIdentity | null = null;
   /** False once we know we are not the owner: nothing more is emitted under this identity. */
   owned = true;
   abortReason: AbortReason | null = null;
@@ -141,19 +140,19 @@ export class ActiveRun {
    *   run by hand).
    */
   constructor(
-    readonly claim: Claim,
+    /** The identity the claim was won with (the claimer made it); every write of the run carries it. */
+    readonly identity: ExecutionIdentity,
     private readonly selfFence?: { afterMs: number; onFence: (run: ActiveRun) => void },
   ) {}
 
   /**
-   * The started CAS hit under `id`: from here the heartbeat carries this identity. `sentAt`
+   * The started CAS hit: from here the heartbeat carries the identity. `sentAt`
    * (performance.now() before the CAS was sent) starts the ownership lease, as a heartbeat does.
    */
-  start(id: ExecutionIdentity, sentAt = performance.now()): StartedRun {
-    this.identity = id;
+  start(sentAt = performance.now()): this {
     this.phase = "running";
     this.renew(sentAt);
-    return this as StartedRun;
+    return this;
   }
 
   private fenceTimer: NodeJS.Timeout | null = null;
@@ -252,37 +251,42 @@ export class ActiveRun {
   }
 }
 
-/** A run whose started CAS hit: its identity is set (`ActiveRun.start`), once. */
-export type StartedRun = ActiveRun & { identity: ExecutionIdentity };
-
-/** What an execution is before its job's row is read (the row is read by its first step). */
-export interface ExecutionParts {
-  deps: RunDeps;
-  run: StartedRun;
-  /** Emit one event under this execution (dropped once the run is no longer the owner). */
-  emit: Emit;
-}
-
 /**
- * One execution of a claimed job, built once by `runJob` and passed whole to every step, which
- * takes what else it needs as named options. The identity has one home, the run (the heartbeat
- * reads it there); `id` reads it.
+ * One execution of a claimed job, built once by `runJob` the moment its started CAS hits and
+ * passed whole to every step from there to the terminal write (the first step, `readRow`, reads
+ * the job's row into it), each step taking what else it needs as named options. The identity has
+ * one home, the run (the heartbeat reads it there); `id` reads it.
  */
-export class Execution implements ExecutionParts {
+export class Execution {
   readonly deps: RunDeps;
-  readonly run: StartedRun;
+  readonly run: ActiveRun;
+  /** Emit one event under this execution (dropped once the run is no longer the owner). */
   readonly emit: Emit;
-  /** The job's row as this execution read it, once (a later agent version never reaches it). */
-  readonly job: RunnableJob;
   /** This execution's journal writer (steps appended under its identity). */
   readonly journal: RunJournal;
+  private row: RunnableJob | null;
 
-  constructor(parts: ExecutionParts & { job: RunnableJob; journal?: RunJournal }) {
+  constructor(parts: { deps: RunDeps; run: ActiveRun; emit: Emit; job?: RunnableJob; journal?: RunJournal }) {
     this.deps = parts.deps;
     this.run = parts.run;
     this.emit = parts.emit;
-    this.job = parts.job;
+    this.row = parts.job ?? null;
     this.journal = parts.journal ?? new RunJournal(parts.deps.journal, parts.run);
+  }
+
+  /**
+   * The job's row as this execution read it, once (a later agent version never reaches it). Only
+   * `readRow`, the first step, runs before it is there; a step reading it earlier is a bug.
+   */
+  get job(): RunnableJob {
+    if (this.row === null) throw new Error("the execution's job row is read by its first step (readRow)");
+    return this.row;
+  }
+
+  /** The first step read the row (`readRow`): set once. */
+  rowRead(job: RunnableJob): void {
+    if (this.row !== null) throw new Error("the execution's job row is read once");
+    this.row = job;
   }
 
   /**
@@ -290,7 +294,7 @@ export class Execution implements ExecutionParts {
    * writer, so a step noted to ride on the next write (the turn on its first call) is not lost.
    */
   withEmit(emit: Emit): Execution {
-    return new Execution({ deps: this.deps, run: this.run, emit, job: this.job, journal: this.journal });
+    return new Execution({ deps: this.deps, run: this.run, emit, job: this.row ?? undefined, journal: this.journal });
   }
 
   /** The identity every fenced write of this execution carries. */

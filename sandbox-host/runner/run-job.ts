@@ -5,15 +5,13 @@
  * execution identity; the moment one misses (or a heartbeat says the row is no longer ours) the
  * run stops producing events under that identity. Events already produced keep being delivered.
  */
-import { randomUUID } from "node:crypto";
 import { cancelClaim, type FinalOutcome, type FinishResult, handOffRun } from "../../src/db/ownership-repo";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import { deriveLatency, type TimingFacts } from "../../src/domain/timing";
 import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { inExecutionSpan, markOutcome } from "../tracing/spans";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
-import { type ActiveRun, type Emit, Execution, type RunDeps, runFields, type StartedRun } from "./run-context";
+import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
 
@@ -30,9 +28,14 @@ export type RunResult =
   /** Stopped by the host's shutdown at its last journaled step; the job is queued for a new execution. */
   | "handed_off";
 
-export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResult> {
+/**
+ * The run path: claim (the claimer made `run.identity`) → the started CAS under it → `Execution`,
+ * built here once → each step with it (readRow, runAgent, suspendRun or handOff) → the terminal
+ * write under the same identity.
+ */
+export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> {
   const { log } = deps;
-  const id: ExecutionIdentity = { ...active.claim, host: deps.hostId, executionId: randomUUID() };
+  const id = run.identity;
   const fields = { ...runFields(id), epoch: id.epoch };
 
   const startSentAt = performance.now();
@@ -46,44 +49,45 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     log.info("start CAS missed; dropping the claim", fields);
     return "not_started";
   }
-  const run = active.start(id, startSentAt);
-  const out = deps.outbox.open({ jobId: id.jobId, executionId: id.executionId, epoch: id.epoch, token: id.token });
+  run.start(startSentAt);
+  const out = deps.outbox.open(id);
   const emit: Emit = (type, payload) => {
     if (run.owned) out.emit(type, payload);
   };
+  const exec = new Execution({ deps, run, emit });
 
   try {
     // The first event (run.started, run.resumed at a waitpoint, run.recovered after a lost owner) is readRow's.
     let outcome: FinalOutcome | WaitOutcome;
     try {
-      const row = await readRow({ deps, run, emit });
+      const start = await readRow(exec);
       const traced = {
         ...id,
-        tenantId: row.job.tenantId,
-        traceparent: row.job.traceparent,
-        clientTraceparent: row.job.clientTraceparent,
+        tenantId: exec.job.tenantId,
+        traceparent: exec.job.traceparent,
+        clientTraceparent: exec.job.clientTraceparent,
       };
       outcome = await inExecutionSpan(deps.tracing, traced, async (span) => {
-        const ended = await runAgent(new Execution({ deps, run, emit, job: row.job }), row);
+        const ended = await runAgent(exec, start);
         markOutcome(span, ended.state, ended.state === "failed" ? ended.error : null);
         return ended;
       });
     } catch (err) {
-      outcome = unexpectedOutcome({ deps, run, emit }, err, "");
+      outcome = unexpectedOutcome(exec, err, "");
     }
     if (!run.owned) {
       log.warn("run lost ownership; stopped without a terminal event", { ...fields, lost_by: run.lostBy });
       return "ownership_lost";
     }
     if (run.abortReason === "host_shutdown" && outcome.state === "failed" && outcome.error.code === "host_shutdown") {
-      const handed = await handOff(deps, run);
+      const handed = await handOff(exec);
       if (handed !== "not_allowed") return handed;
       // The agent allows no recovery: the run fails host_shutdown, as before hand-offs.
     }
     if (outcome.state === "waiting") {
       let suspended: Awaited<ReturnType<typeof suspendRun>>;
       try {
-        suspended = await suspendRun({ deps, run, emit }, outcome);
+        suspended = await suspendRun(exec, outcome);
       } catch (err) {
         // Unknown whether it hit: the row is either waiting (no owner) or still running under
         // this execution, which stops heartbeating now and is reaped as lost.
@@ -122,11 +126,11 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
     if (outcome.state === "completed") emit("run.completed", { output: outcome.output });
     else if (outcome.state === "failed") emit("run.failed", { error: outcome.error });
     else emit("run.cancelled", { output: outcome.output ?? null });
-    observePhases(deps, id, written.facts);
+    observePhases(exec, written.facts);
     return outcome.state;
   } finally {
     run.phase = "done";
-    if (run.sandboxUsed && deps.sandbox) await destroySandbox(deps, id);
+    if (run.sandboxUsed && deps.sandbox) await destroySandbox(exec);
     out.end();
   }
 }
@@ -139,12 +143,12 @@ export async function runJob(deps: RunDeps, active: ActiveRun): Promise<RunResul
  * a tool call in flight is treated as at a loss: recovery.ts). A failed statement is logged and
  * leaves the run to the reaper, which recovers it after the lost bound instead.
  */
-async function handOff(deps: RunDeps, run: StartedRun): Promise<"handed_off" | "ownership_lost" | "not_allowed"> {
-  const id = run.identity;
+async function handOff(exec: Execution): Promise<"handed_off" | "ownership_lost" | "not_allowed"> {
+  const { deps, run, id } = exec;
   const fields = { ...runFields(id), epoch: id.epoch };
   run.phase = "finishing";
   if (run.sandboxUsed && deps.sandbox) {
-    await destroySandbox(deps, id);
+    await destroySandbox(exec);
     run.sandboxUsed = false;
   }
   try {
@@ -165,11 +169,11 @@ async function handOff(deps: RunDeps, run: StartedRun): Promise<"handed_off" | "
 }
 
 /** Phase histograms from the same five timestamps the API serializes (the terminal write returned them). */
-function observePhases(deps: RunDeps, id: ExecutionIdentity, facts: TimingFacts | null): void {
+function observePhases(exec: Execution, facts: TimingFacts | null): void {
   if (!facts) return;
   try {
-    observeRunPhases(deps.metrics, deriveLatency(facts));
+    observeRunPhases(exec.deps.metrics, deriveLatency(facts));
   } catch (err) {
-    deps.log.warn("phase metrics not observed", { ...runFields(id), ...errorFields(err) });
+    exec.deps.log.warn("phase metrics not observed", { ...exec.fields, ...errorFields(err) });
   }
 }

@@ -8,7 +8,7 @@ import type { Db } from "../../src/db/client";
 import { appendJournal, markRecovered, readJournal } from "../../src/db/journal-repo";
 import { cancelRequested, heartbeat, type TimingPoint } from "../../src/db/ownership-repo";
 import { settlesWithin } from "../../src/domain/async";
-import type { Claim } from "../../src/domain/identity";
+import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
@@ -40,7 +40,6 @@ import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
   db: Db;
-  hostId: string;
   maxRuns: number;
   model: ModelClient;
   outbox: Outbox;
@@ -111,11 +110,10 @@ export class Runner {
   private readonly cancelChecks: PeriodicTask;
 
   constructor(private readonly opts: RunnerOptions) {
-    const starts = new StartBatcher(opts.db, opts.hostId);
-    const finishes = new FinishBatcher(opts.db, opts.hostId);
+    const starts = new StartBatcher(opts.db);
+    const finishes = new FinishBatcher(opts.db);
     this.deps = {
       db: opts.db,
-      hostId: opts.hostId,
       journal: {
         append: (id, rows) => appendJournal(opts.db, id, rows),
         read: (jobId) => readJournal(opts.db, jobId),
@@ -200,9 +198,9 @@ export class Runner {
     return () => this.slotListeners.delete(listener);
   }
 
-  /** Take a slot for a claim that just hit and run it in the background. */
-  start(claim: Claim): void {
-    if (this.runs.has(claim.jobId)) throw new Error(`job ${claim.jobId} is already running here`);
+  /** Take a slot for a claim that just hit and run it, under the identity it was won with, in the background. */
+  start(id: ExecutionIdentity): void {
+    if (this.runs.has(id.jobId)) throw new Error(`job ${id.jobId} is already running here`);
     // Slots only, not headroom: a claim already won while the sandbox queue grew is still run here
     // (headroom decides the next claim; a won claim left unstarted would wait for the reaper).
     if (this.runs.size >= this.opts.maxRuns) {
@@ -210,7 +208,7 @@ export class Runner {
     }
     const lost = this.opts.runLostAfterMs;
     const run = new ActiveRun(
-      claim,
+      id,
       lost === undefined
         ? undefined
         : {
@@ -218,8 +216,8 @@ export class Runner {
             onFence: (r) => {
               this.opts.metrics.runsSelfFenced.inc();
               this.opts.log.warn("self-fence: no heartbeat acknowledged within the lost bound; run stopped", {
-                job_id: r.claim.jobId,
-                execution_id: r.identity?.executionId,
+                job_id: r.identity.jobId,
+                execution_id: r.identity.executionId,
                 lost_after_ms: lost,
               });
             },
@@ -231,7 +229,7 @@ export class Runner {
       },
       (err: unknown) => {
         // Only the started CAS can throw here; an unstarted claim is released by the reaper.
-        this.opts.log.error("run crashed before it started", { job_id: claim.jobId, ...errorFields(err) });
+        this.opts.log.error("run crashed before it started", { job_id: id.jobId, ...errorFields(err) });
         this.opts.metrics.runsFinished.inc({ outcome: "start_error" });
       },
     );
@@ -239,12 +237,12 @@ export class Runner {
       run,
       done: done.finally(() => {
         run.disarm();
-        this.runs.delete(claim.jobId);
+        this.runs.delete(id.jobId);
         this.opts.metrics.runsActive.set(this.runs.size);
         for (const l of this.slotListeners) l();
       }),
     };
-    this.runs.set(claim.jobId, entry);
+    this.runs.set(id.jobId, entry);
     this.opts.metrics.runsActive.set(this.runs.size);
   }
 
@@ -326,11 +324,11 @@ export class Runner {
       .map((e) => e.run)
       .filter((r) => r.phase === "claimed" || r.phase === "running");
     if (live.length === 0) return;
-    const ids = live.map((r) => r.claim.jobId);
+    const ids = live.map((r) => r.identity.jobId);
     const cancel = (jobIds: Set<string>, via: "hint" | "durable") => {
       for (const run of live) {
-        if (jobIds.has(run.claim.jobId) && run.cancel(via)) {
-          this.opts.log.info("cancel requested; stopping the run", { job_id: run.claim.jobId, via });
+        if (jobIds.has(run.identity.jobId) && run.cancel(via)) {
+          this.opts.log.info("cancel requested; stopping the run", { job_id: run.identity.jobId, via });
         }
       }
     };
@@ -356,31 +354,31 @@ export class Runner {
 
   /** One heartbeat statement for every started run. */
   async heartbeatOnce(): Promise<void> {
-    const running = [...this.runs.values()].map((e) => e.run).filter((r) => r.phase === "running" && r.identity);
+    const running = [...this.runs.values()].map((e) => e.run).filter((r) => r.phase === "running");
     if (running.length === 0) return;
     let ours: Set<string>;
     // Each run's timing facts not yet in the row ride along (no statement of their own).
-    const sent = running.map((r) => ({ ...r.identity!, facts: r.pendingFacts() }));
+    const sent = running.map((r) => ({ ...r.identity, facts: r.pendingFacts() }));
     const sentAt = performance.now();
     try {
-      ours = await heartbeat(this.opts.db, this.opts.hostId, sent);
+      ours = await heartbeat(this.opts.db, sent);
     } catch (err) {
       // Unknown is not lost: keep running; if Postgres stays away the reaper decides.
       this.opts.log.warn("heartbeat failed", { runs: running.length, ...errorFields(err) });
       return;
     }
     running.forEach((run, i) => {
-      if (!ours.has(run.identity!.executionId)) return;
+      if (!ours.has(run.identity.executionId)) return;
       run.renew(sentAt);
       for (const point of Object.keys(sent[i]?.facts ?? {})) run.factsLanded.add(point as TimingPoint);
     });
     for (const run of running) {
       // A run that moved on to its terminal write meanwhile is no longer `running` in the row;
       // its fenced terminal write is the judge of ownership from there.
-      if (run.phase !== "running" || ours.has(run.identity!.executionId)) continue;
+      if (run.phase !== "running" || ours.has(run.identity.executionId)) continue;
       this.opts.log.warn("heartbeat: execution no longer ours; aborting it", {
-        job_id: run.claim.jobId,
-        execution_id: run.identity!.executionId,
+        job_id: run.identity.jobId,
+        execution_id: run.identity.executionId,
       });
       run.loseOwnership();
     }

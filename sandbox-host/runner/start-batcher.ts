@@ -11,9 +11,9 @@ import { GroupCommit } from "./group-commit";
 export class StartBatcher {
   private readonly commit: GroupCommit<ExecutionIdentity, boolean>;
 
-  constructor(db: Db, hostId: string, maxBatch = 64) {
+  constructor(db: Db, maxBatch = 64) {
     this.commit = new GroupCommit(async (ids) => {
-      const started = await markStartedMany(db, hostId, ids);
+      const started = await markStartedMany(db, ids);
       return ids.map((id) => started.has(id.executionId));
     }, maxBatch);
   }

@@ -8,7 +8,6 @@ import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toolNames } from "../../src/domain/approval";
-import type { ExecutionIdentity } from "../../src/domain/identity";
 import { errorFields } from "../log";
 import type { McpToolset } from "../mcp/toolset";
 import type { ModelToolCall } from "../model/types";
@@ -16,7 +15,7 @@ import { isRunFatal } from "../sandbox/sandbox-errors";
 import { callSandboxTool, isSandboxTool, toolResultContent } from "../sandbox/tools";
 import { inSpan, markOutcome } from "../tracing/spans";
 import { runCodeTool } from "./code-tool-step";
-import { abortedOutcome, type Emit, type Execution, failed, type RunDeps, runFields } from "./run-context";
+import { abortedOutcome, type Emit, type Execution, failed } from "./run-context";
 
 /** A call the run must not make: visible as a call and its failed result, which the model reads. */
 export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { content: string } {
@@ -168,12 +167,13 @@ async function runMcpTool(
 }
 
 /** The run's terminal state is written: remove its sandbox, then clear the fence on the row. */
-export async function destroySandbox(deps: RunDeps, id: ExecutionIdentity): Promise<void> {
+export async function destroySandbox(exec: Execution): Promise<void> {
+  const { deps, id } = exec;
   try {
     await deps.sandbox?.destroy(id.executionId);
   } catch (err) {
     // The sandbox and the fence stay: the janitor removes it once the run is over, then clears it.
-    deps.log.error("sandbox cleanup failed", { ...runFields(id), ...errorFields(err) });
+    deps.log.error("sandbox cleanup failed", { ...exec.fields, ...errorFields(err) });
     return;
   }
   // The sandbox is gone, so no janitor listing will find it again: a fence this write misses
@@ -182,7 +182,7 @@ export async function destroySandbox(deps: RunDeps, id: ExecutionIdentity): Prom
   try {
     if (!(await setCleanupPending(deps.db, id, false))) deps.fenceOwed(id.executionId);
   } catch (err) {
-    deps.log.error("sandbox cleanup fence not cleared", { ...runFields(id), ...errorFields(err) });
+    deps.log.error("sandbox cleanup fence not cleared", { ...exec.fields, ...errorFields(err) });
     deps.fenceOwed(id.executionId);
   }
 }

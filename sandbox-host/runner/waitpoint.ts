@@ -13,7 +13,7 @@ import { type ChildJob, type ResumeDecision, suspendJob } from "../../src/db/wai
 import { ASK_USER_TOOL } from "../../src/domain/approval";
 import type { ModelToolCall, ModelToolSpec } from "../model/types";
 import type { ChildrenCheckpoint } from "./delegate";
-import { type Execution, type ExecutionParts, failed, runFields } from "./run-context";
+import { type Execution, failed } from "./run-context";
 import { codeToolNames, destroySandbox, runTool } from "./tool-step";
 
 /** The ask_user tool as the model sees it (offered when the agent sets `ask_user: true`). */
@@ -98,12 +98,11 @@ export type SuspendResult = "suspended" | "cancel_requested" | "ownership_lost";
  * statement, then `tool.approval_requested` / `input.requested` and `run.suspended`. The events
  * follow the write so a client that acts on them finds the job waiting.
  */
-export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promise<SuspendResult> {
-  const { deps, run, emit } = exec;
-  const id = run.identity;
+export async function suspendRun(exec: Execution, wait: WaitOutcome): Promise<SuspendResult> {
+  const { deps, run, emit, id } = exec;
   // Still `running` (heartbeats go on) while the sandbox is removed, which can take seconds.
   if (run.sandboxUsed && deps.sandbox) {
-    await destroySandbox(deps, id);
+    await destroySandbox(exec);
     run.sandboxUsed = false;
   }
   // From here the row stops being `running`: a heartbeat must not read that as a lost run.
@@ -144,7 +143,7 @@ export async function suspendRun(exec: ExecutionParts, wait: WaitOutcome): Promi
   }
   emit("run.suspended", { waiting_for: { kind: wait.kind, call_id: call.id, tool: call.name } });
   deps.metrics.waitsStarted.inc({ kind: wait.kind });
-  deps.log.info("run suspended at a waitpoint", { ...runFields(id), kind: wait.kind, call_id: call.id });
+  deps.log.info("run suspended at a waitpoint", { ...exec.fields, kind: wait.kind, call_id: call.id });
   return "suspended";
 }
 

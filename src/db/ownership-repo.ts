@@ -10,7 +10,7 @@ import { RECOVERY_DEFAULTS } from "../contracts/agent";
 import type { JobErrorCode } from "../contracts/errors";
 import type { JobError } from "../contracts/job";
 import { storable } from "../contracts/text";
-import type { Claim, ClaimIdentity, ExecutionIdentity } from "../domain/identity";
+import type { Claim, ExecutionIdentity } from "../domain/identity";
 import type { TimingFacts } from "../domain/timing";
 import type { Db } from "./client";
 import { isUniqueViolation, resultCount, resultRows, retryOnDeadlock } from "./client";
@@ -71,7 +71,7 @@ export function jobErrorSql(code: JobErrorCode, message: string) {
 export const CANCELLED_BEFORE_START = jobErrorSql("cancelled", "cancelled before it started");
 
 // The identity types live in src/domain/identity.ts; re-exported for this module's callers.
-export type { ClaimIdentity, ExecutionIdentity };
+export type { ExecutionIdentity };
 
 /** How often a claim refused by a key or tenant-slot guard (a racing claimer won it) is tried again. */
 const CLAIM_RACE_ATTEMPTS = 3;
@@ -232,18 +232,19 @@ export async function stillClaimable(db: Db, jobIds: string[]): Promise<Set<stri
 }
 
 /**
- * The started CAS for several claims of one host in one statement (the host coalesces starts
- * that are ready at the same moment). Every row is checked against its own full claim identity
- * (job, host, epoch, token; still queued, never started, no cancel requested), so a stale one in
- * the batch simply misses; each one that hits gets its `executions` row in the same statement,
- * carrying the claim token (the gateway derives the execution's ingest key from it). `started_at`
- * keeps the first execution's start: an execution resuming a waiting job is not the job's start
- * (its latency derivation counts from the first).
+ * The started CAS for several claims in one statement (a host coalesces starts that are ready at
+ * the same moment). Every row is checked against its own full claim identity (job, host, epoch,
+ * token; still queued, never started, no cancel requested), its host read from the identity like
+ * the rest, so a stale one in the batch simply misses; each one that hits gets its `executions`
+ * row in the same statement, carrying the claim token (the gateway derives the execution's ingest
+ * key from it). `started_at` keeps the first execution's start: an execution resuming a waiting
+ * job is not the job's start (its latency derivation counts from the first).
  * Returns the execution ids that started.
  */
-export async function markStartedMany(db: Db, host: string, ids: ExecutionIdentity[]): Promise<Set<string>> {
+export async function markStartedMany(db: Db, ids: ExecutionIdentity[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  if (ids.some((id) => id.host !== host)) throw new Error("markStartedMany: every identity must be this host's");
+  // Each column as one comma-joined parameter: uuids, numbers and host ids (the id character
+  // set, host-config.ts) hold no comma.
   const col = (f: (r: ExecutionIdentity) => string | number) => ids.map(f).join(",");
   const rows = resultRows<{ id: string }>(
     await db.execute(sql`${named("ear_start")}
@@ -252,20 +253,21 @@ export async function markStartedMany(db: Db, host: string, ids: ExecutionIdenti
           string_to_array(${col((r) => r.jobId)}, ',')::uuid[],
           string_to_array(${col((r) => r.executionId)}, ',')::uuid[],
           string_to_array(${col((r) => r.epoch)}, ',')::int[],
-          string_to_array(${col((r) => r.token)}, ',')::uuid[]
-        ) AS m(job_id, execution_id, epoch, token)
+          string_to_array(${col((r) => r.token)}, ',')::uuid[],
+          string_to_array(${col((r) => r.host)}, ',')::text[]
+        ) AS m(job_id, execution_id, epoch, token, host)
       ), started AS (
         UPDATE jobs SET state = 'running', execution_id = mine.execution_id, execution_started_at = now(),
           started_at = coalesce(jobs.started_at, now()), heartbeat_at = now(),
           deadline_at = now() + make_interval(secs => jobs.timeout_ms / 1000.0)
         FROM mine
-        WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = ${host}
+        WHERE jobs.id = mine.job_id AND jobs.state = 'queued' AND jobs.owner = mine.host
           AND jobs.claimed_at IS NOT NULL AND jobs.epoch = mine.epoch AND jobs.token = mine.token
           AND jobs.execution_id IS NULL AND jobs.execution_started_at IS NULL AND jobs.cancel_requested_at IS NULL
-        RETURNING jobs.id, jobs.epoch, jobs.execution_id, jobs.token
+        RETURNING jobs.id, jobs.epoch, jobs.execution_id, jobs.token, jobs.owner
       )
       INSERT INTO executions (id, job_id, host, epoch, token)
-      SELECT started.execution_id, started.id, ${host}, started.epoch, started.token FROM started
+      SELECT started.execution_id, started.id, started.owner, started.epoch, started.token FROM started
       RETURNING id`),
   );
   return new Set(rows.map((r) => r.id));
@@ -310,7 +312,7 @@ export type HeldRun = ExecutionIdentity & { facts?: PendingFacts };
  * run's full identity (execution id, epoch, token, job, host) is checked, like every owner write.
  * A run's pending timing facts (`facts`) are written in the same statement, under the same fence.
  */
-export async function heartbeat(db: Db, host: string, runs: HeldRun[]): Promise<Set<string>> {
+export async function heartbeat(db: Db, runs: HeldRun[]): Promise<Set<string>> {
   if (runs.length === 0) return new Set();
   const now = performance.now();
   const rows = resultRows<{ execution_id: string }>(
@@ -322,11 +324,12 @@ export async function heartbeat(db: Db, host: string, runs: HeldRun[]): Promise<
           execution_id: r.executionId,
           epoch: r.epoch,
           token: r.token,
+          host: r.host,
           ...agesJson(factAges(r.facts, now)),
         })),
-      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, p_ago float8, f_ago float8)
+      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, host text, p_ago float8, f_ago float8)
       WHERE jobs.id = m.job_id AND jobs.execution_id = m.execution_id AND jobs.epoch = m.epoch
-        AND jobs.token = m.token AND jobs.owner = ${host} AND jobs.state = 'running'
+        AND jobs.token = m.token AND jobs.owner = m.host AND jobs.state = 'running'
       RETURNING jobs.execution_id`),
   );
   return new Set(rows.map((r) => r.execution_id));
@@ -362,15 +365,14 @@ export interface Finish {
 }
 
 /**
- * The terminal writes of several runs of one host in one statement (the host group-commits runs
- * that end at the same moment, like the started CAS). Every row is checked against its own full
- * execution identity (job, host, epoch, token, execution id, `running`): a stale one in the batch simply misses while
+ * The terminal writes of several runs in one statement (a host group-commits runs that end at
+ * the same moment, like the started CAS). Every row is checked against its own full execution
+ * identity (job, host, epoch, token, execution id, `running`): a stale one in the batch simply misses while
  * the others land. Each hit also closes its `executions` row and writes the run's pending timing
  * facts. Returns one result per input, in order.
  */
-export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Promise<FinishResult[]> {
+export async function finishJobsMany(db: Db, batch: Finish[]): Promise<FinishResult[]> {
   if (batch.length === 0) return [];
-  if (batch.some((b) => b.id.host !== host)) throw new Error("finishJobsMany: every identity must be this host's");
   const now = performance.now();
   const rows = resultRows<{
     id: string;
@@ -396,6 +398,7 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
             execution_id: id.executionId,
             epoch: id.epoch,
             token: id.token,
+            host: id.host,
             state: outcome.state,
             output: "output" in outcome ? (outcome.output ?? null) : null,
             error: outcome.state === "failed" ? outcome.error : null,
@@ -403,9 +406,9 @@ export async function finishJobsMany(db: Db, host: string, batch: Finish[]): Pro
             ...agesJson(factAges(facts, now)),
           };
         }),
-      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, state text, output text, error jsonb,
-                      output_json jsonb, p_ago float8, f_ago float8)
-      WHERE jobs.id = m.job_id AND jobs.owner = ${host} AND jobs.epoch = m.epoch AND jobs.token = m.token
+      )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, host text, state text, output text,
+                      error jsonb, output_json jsonb, p_ago float8, f_ago float8)
+      WHERE jobs.id = m.job_id AND jobs.owner = m.host AND jobs.epoch = m.epoch AND jobs.token = m.token
         AND jobs.execution_id = m.execution_id AND jobs.state = 'running'
       RETURNING jobs.execution_id, jobs.state, extract(epoch FROM jobs.finished_at - jobs.cancel_requested_at) AS cancel_lag,
         jobs.created_at, jobs.started_at, jobs.prepared_at, jobs.first_output_at, jobs.finished_at
@@ -465,9 +468,12 @@ export async function markInputsApplied(db: Db, id: ExecutionIdentity, inputIds:
 
 /**
  * A claim whose job was asked to cancel before it started: the claimant ends it `cancelled`
- * with its claim identity (it never starts).
+ * with the claim part of its identity (it never starts, so the row names no execution).
  */
-export async function cancelClaim(db: Db, c: ClaimIdentity): Promise<boolean> {
+export async function cancelClaim(
+  db: Db,
+  c: Pick<ExecutionIdentity, "jobId" | "host" | "epoch" | "token">,
+): Promise<boolean> {
   const result = await db.execute(sql`
     UPDATE jobs SET state = 'cancelled', finished_at = now(), error = ${CANCELLED_BEFORE_START}
     WHERE id = ${c.jobId} AND state = 'queued' AND owner = ${c.host} AND epoch = ${c.epoch} AND token = ${c.token}

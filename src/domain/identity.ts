@@ -1,27 +1,26 @@
 /**
- * Who may act on a job, at each step of its life: the one identity type, narrowed or widened.
- * A claim hit yields a `Claim`; the host that won it makes it a `ClaimIdentity` (what the
- * claimed-but-not-started writes are fenced by); the started CAS adds the `executionId`, and
- * every owner write after it is fenced by the full `ExecutionIdentity` (docs/architecture.md,
- * "The three identities"). The outbox needs no host: `ExecutionRef`.
+ * Who may act on a job: one identity, made when a host wins a claim and carried unchanged to the
+ * run's last write (docs/architecture.md, "The three identities"). A claim statement answers
+ * with `Claim` rows (job, the epoch the claim raised it to, the claim's token); the host that won
+ * one makes it its `ExecutionIdentity` at once by adding itself and the id its execution will
+ * have. The started CAS writes that id into the row; every owner write after it is fenced by the
+ * whole identity, and the claimant's cancel before it by the claim part (the row names no
+ * execution yet). The outbox reads the part its events carry: `ExecutionRef`.
  */
 
-/** A won claim: the job, the epoch the claim raised it to, the claim's token. */
+/** A won claim, as the claim statement returns it: the job, the epoch it raised, its token. */
 export interface Claim {
   jobId: string;
   epoch: number;
   token: string;
 }
 
-/** Who owns a claim (before start). */
-export interface ClaimIdentity extends Claim {
+/** The run's identity from its claim on: the claim, the host that won it, its execution's id. */
+export interface ExecutionIdentity extends Claim {
   host: string;
-}
-
-/** Who owns a started execution. */
-export interface ExecutionIdentity extends ClaimIdentity {
+  /** Picked with the claim; in the row from the started CAS on (a missed start never uses it). */
   executionId: string;
 }
 
-/** An execution as its events name it (the token keys its batches' mac; the host is not sent). */
+/** What the outbox reads of an identity (the token keys its batches' mac; the host is not sent). */
 export type ExecutionRef = Omit<ExecutionIdentity, "host">;

@@ -123,7 +123,7 @@ describe("the locks around a parent waiting on its children", () => {
       try {
         await c.query("begin");
         await lock(drizzle(c, { schema }), parent.jobId);
-        const ending = finishJobsMany(db(), "h", [completed(kids[0] as ExecutionIdentity)]);
+        const ending = finishJobsMany(db(), [completed(kids[0] as ExecutionIdentity)]);
         await sleep(150);
         await c.query("commit");
         expect((await ending)[0]?.written).toBe(true);
@@ -181,12 +181,12 @@ describe("the locks around a parent waiting on its children", () => {
     try {
       await c.query("begin");
       expect((await submitInput(drizzle(c, { schema }), "r1", p1.parent.jobId, "hello", null))?.resumed).toBe(false);
-      h1 = finishJobsMany(db(), "h1", [
+      h1 = finishJobsMany(db(), [
         completed(p1.kids[0] as ExecutionIdentity),
         completed(p2.kids[0] as ExecutionIdentity),
       ]);
       await sleep(100);
-      h2 = finishJobsMany(db(), "h2", [
+      h2 = finishJobsMany(db(), [
         completed(p2.kids[1] as ExecutionIdentity),
         completed(p1.kids[1] as ExecutionIdentity),
       ]);
@@ -238,7 +238,7 @@ describe("the locks around a parent waiting on its children", () => {
       const trees: Array<Awaited<ReturnType<typeof waitingParent>>> = [];
       for (let p = 0; p < parents; p++) trees.push(await waitingParent(hosts.length, (i) => hosts[i] as string));
       const batches = hosts.map((_h, i) => shuffled(trees.map((tr) => completed(tr.kids[i] as ExecutionIdentity))));
-      const results = await Promise.allSettled(batches.map((b, i) => finishJobsMany(db(), hosts[i] as string, b)));
+      const results = await Promise.allSettled(batches.map((b) => finishJobsMany(db(), b)));
       for (const r of results) {
         if (r.status === "rejected") {
           if (isDeadlock(r.reason)) surfaced++;
@@ -251,7 +251,7 @@ describe("the locks around a parent waiting on its children", () => {
       // A batch rejected by a deadlock left its children running: its host would leave them to
       // the reaper (lost). End them here so the parents' own invariants can still be checked.
       for (const [i, r] of results.entries()) {
-        if (r.status === "rejected") await finishJobsMany(db(), hosts[i] as string, batches[i] as Finish[]);
+        if (r.status === "rejected") await finishJobsMany(db(), batches[i] as Finish[]);
       }
       for (const tr of trees) {
         if ((await stateOf(tr.parent.jobId)) !== "queued") stranded++;
@@ -294,7 +294,7 @@ describe("the locks around a parent waiting on its children", () => {
       const leaves = [...root.kids.slice(1)];
       for (const k of kids) leaves.push(await start(k.id));
       const [fin, cancel] = await Promise.allSettled([
-        finishJobsMany(db(), "h", shuffled(leaves.map(completed))),
+        finishJobsMany(db(), shuffled(leaves.map(completed))),
         requestTreeCancel(db(), "r1", root.parent.jobId),
       ]);
       for (const r of [fin, cancel]) {

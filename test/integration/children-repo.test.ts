@@ -236,7 +236,7 @@ describe("sub-agents in Postgres", () => {
     } as unknown as RunDeps;
     // The parent's execution: only its identity, its row's tenant and its events matter here.
     const parentExecution = (d: RunDeps, emit: Emit) =>
-      new Execution({ deps: d, run: new ActiveRun(parent).start(parent), emit, job: { tenantId: "q1" } as never });
+      new Execution({ deps: d, run: new ActiveRun(parent).start(), emit, job: { tenantId: "q1" } as never });
     const calls = ["c1", "c2", "c3"].map((id) => ({ id, name: "delegate_worker", args: { input: `task ${id}` } }));
     const emitted: string[] = [];
     const plan = await planChildren(
@@ -275,7 +275,7 @@ describe("sub-agents in Postgres", () => {
       planChildren(
         new Execution({
           deps,
-          run: new ActiveRun(parent).start(parent),
+          run: new ActiveRun(parent).start(),
           emit: () => {},
           job: { tenantId: "b1" } as never,
         }),

@@ -79,17 +79,17 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     // Its recoveries used up (the default allows 3): the reaper ends it `lost` (journal-repo.test.ts has the recovered case).
     const job = await newJob(t.db, { recoveries: 3 });
     const id = await claimAndStart(job, "A");
-    expect(await heartbeat(t.db, "A", [id])).toEqual(new Set([id.executionId]));
+    expect(await heartbeat(t.db, [id])).toEqual(new Set([id.executionId]));
     await sleep(5);
     const reaped = await reapRuns(t.db, 1);
     expect(reaped).toContainEqual(expect.objectContaining({ id: job, state: "lost", executionId: id.executionId }));
     const before = await row(job);
     // Timing facts ride on the heartbeat and the terminal write: a late one carries them nowhere.
     const facts = { prepared_at: performance.now(), first_output_at: performance.now() };
-    expect(await heartbeat(t.db, "A", [{ ...id, facts }])).toEqual(new Set());
-    expect(
-      await finishJobsMany(t.db, "A", [{ id, outcome: { state: "completed", output: "too late" }, facts }]),
-    ).toEqual([{ written: false, cancelLagSeconds: null, facts: null }]);
+    expect(await heartbeat(t.db, [{ ...id, facts }])).toEqual(new Set());
+    expect(await finishJobsMany(t.db, [{ id, outcome: { state: "completed", output: "too late" }, facts }])).toEqual([
+      { written: false, cancelLagSeconds: null, facts: null },
+    ]);
     expect(await finishJob(t.db, id, { state: "completed", output: "too late" })).toBe(false);
     const after = await row(job);
     expect(after.state).toBe("lost");
@@ -111,17 +111,17 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     ];
     const facts = { prepared_at: performance.now() };
     for (const f of forgeries) {
-      expect((await heartbeat(t.db, f.host, [{ ...f, facts }])).size).toBe(0);
+      expect((await heartbeat(t.db, [{ ...f, facts }])).size).toBe(0);
       expect((await row(job)).preparedAt).toBeNull();
       expect(await finishJob(t.db, f, { state: "failed", error: { code: "aborted", message: "forged" } })).toBe(false);
-      expect((await heartbeat(t.db, f.host, [f])).size).toBe(0);
+      expect((await heartbeat(t.db, [f])).size).toBe(0);
     }
-    expect(await heartbeat(t.db, "A", [{ ...id, facts }])).toEqual(new Set([id.executionId]));
+    expect(await heartbeat(t.db, [{ ...id, facts }])).toEqual(new Set([id.executionId]));
     const prepared = (await row(job)).preparedAt;
     expect(prepared).toBeInstanceOf(Date);
     await sleep(5);
     // Written once: a later heartbeat carrying another instant leaves the fact as it was.
-    await heartbeat(t.db, "A", [{ ...id, facts: { prepared_at: performance.now() } }]);
+    await heartbeat(t.db, [{ ...id, facts: { prepared_at: performance.now() } }]);
     expect((await row(job)).preparedAt).toEqual(prepared);
     expect(await finishJob(t.db, id, { state: "completed", output: "ok" })).toBe(true);
     expect(await finishJob(t.db, id, { state: "completed", output: "again" })).toBe(false);
@@ -154,7 +154,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
       // d was asked to cancel before it started.
       { jobId: d as string, host: "A", epoch: 1, token: tokens[3] as string, executionId: randomUUID() },
     ];
-    const started = await markStartedMany(t.db, "A", ids);
+    const started = await markStartedMany(t.db, ids);
     expect([...started]).toEqual([ids[0]?.executionId]);
     expect((await row(a as string)).state).toBe("running");
     for (const j of [b, c, d]) expect((await row(j as string)).state).toBe("queued");
@@ -164,9 +164,9 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
       .where(inArray(executions.jobId, [a, b, c, d] as string[]));
     expect(execs.map((e) => e.id)).toEqual([ids[0]?.executionId]);
     // The same batch again: the started job's CAS no longer hits.
-    expect(
-      (await markStartedMany(t.db, "A", [{ ...(ids[0] as ExecutionIdentity), executionId: randomUUID() }])).size,
-    ).toBe(0);
+    expect((await markStartedMany(t.db, [{ ...(ids[0] as ExecutionIdentity), executionId: randomUUID() }])).size).toBe(
+      0,
+    );
   });
 
   it("batched terminal writes check every row's own identity: a stale execution misses alone, the others land with their own outcome", async () => {
@@ -178,7 +178,7 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
       .set({ state: "lost", finishedAt: new Date() })
       .where(eq(jobs.id, (c as ExecutionIdentity).jobId));
     const t0 = performance.now();
-    const results = await finishJobsMany(t.db, "A", [
+    const results = await finishJobsMany(t.db, [
       {
         id: a as ExecutionIdentity,
         outcome: { state: "completed", output: "a, with a comma" },
@@ -210,16 +210,18 @@ describe("fencing: a stale owner's writes hit zero rows", () => {
     const execs = await t.db.select().from(executions).where(inArray(executions.jobId, jobsIn));
     const outcome = (x: ExecutionIdentity | undefined) => execs.find((e) => e.id === x?.executionId)?.outcome;
     expect([outcome(a), outcome(b), outcome(c), outcome(d)]).toEqual(["completed", "failed", null, null]);
+    // d named under another host: each row is fenced by its own identity, host included.
+    const forged = await finishJobsMany(t.db, [
+      { id: { ...(d as ExecutionIdentity), host: "B" }, outcome: { state: "completed", output: "not B's" } },
+    ]);
+    expect(forged.map((r) => r.written)).toEqual([false]);
     // The same batch again: nothing written, nothing overwritten; d's real owner still finishes.
-    const again = await finishJobsMany(t.db, "A", [
+    const again = await finishJobsMany(t.db, [
       { id: a as ExecutionIdentity, outcome: { state: "failed", error: { code: "aborted", message: "again" } } },
       { id: d as ExecutionIdentity, outcome: { state: "completed", output: "d" } },
     ]);
     expect(again.map((r) => r.written)).toEqual([false, true]);
     expect((await row(a?.jobId as string)).output).toBe("a, with a comma");
-    await expect(
-      finishJobsMany(t.db, "B", [{ id: a as ExecutionIdentity, outcome: { state: "completed", output: "" } }]),
-    ).rejects.toThrow(/every identity must be this host's/);
   });
 
   it("a run past its deadline becomes timed_out, not lost, and is never re-claimable", async () => {

@@ -56,7 +56,7 @@ describe("FinishBatcher", () => {
       .set({ state: "lost" })
       .where(eq(jobs.id, ids[3]?.jobId as string));
     const before = await statements();
-    const batcher = new FinishBatcher(t.db, "A");
+    const batcher = new FinishBatcher(t.db);
     const results = await Promise.all(
       ids.map((id, i) => batcher.finish({ id, outcome: { state: "completed", output: `out ${i}` } })),
     );
@@ -83,7 +83,7 @@ describe("FinishBatcher", () => {
 
   it("a finish queued while a statement is in flight goes in the next statement, not lost", async () => {
     const [a, b, c] = await Promise.all([started("A"), started("A"), started("A")]);
-    const batcher = new FinishBatcher(t.db, "A");
+    const batcher = new FinishBatcher(t.db);
     const first = batcher.finish({ id: a as ExecutionIdentity, outcome: { state: "completed", output: "a" } });
     await sleep(0); // a's statement is on the wire now
     const later = [b, c].map((id) =>
@@ -118,7 +118,7 @@ describe("FinishBatcher", () => {
     try {
       await hostPool.query("SELECT 1");
       armed = true;
-      const batcher = new FinishBatcher(drizzle(hostPool, { schema }), "A");
+      const batcher = new FinishBatcher(drizzle(hostPool, { schema }));
       const outcomes = ids.map((id, i) =>
         batcher.finish({ id, outcome: { state: "completed", output: `kept ${i}` } }).then(
           () => "answered",
@@ -172,7 +172,6 @@ describe("FinishBatcher", () => {
     // A replacement that replays the batch (it cannot know it landed) writes nothing.
     const replay = await finishJobsMany(
       t.db,
-      "A",
       ids.map((id) => ({ id, outcome: { state: "failed", error: { code: "aborted", message: "replayed" } } })),
     );
     expect(replay.map((r) => r.written)).toEqual([false, false, false, false]);

@@ -80,7 +80,7 @@ describe("the job journal", () => {
 
     // The dead owner wakes up: nothing it writes lands, its journal append included.
     expect(await appendJournal(t.db, a, [turn(2)])).toBe(false);
-    expect(await heartbeat(t.db, "A", [a])).toEqual(new Set());
+    expect(await heartbeat(t.db, [a])).toEqual(new Set());
     expect(await finishJob(t.db, a, { state: "completed", output: "late" })).toBe(false);
 
     // The new execution (a higher epoch again: the claim bumps it) recovers, clearing the reason once.

@@ -258,11 +258,9 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
     const stranger: ExecutionIdentity = { ...id, executionId: randomUUID() };
     const read = async () => (await t.db.select().from(schema.jobs).where(eq(schema.jobs.id, jobId)))[0]!;
 
-    expect(await heartbeat(t.db, "owner-a", [{ ...stranger, facts: { prepared_at: early } }])).toEqual(new Set());
+    expect(await heartbeat(t.db, [{ ...stranger, facts: { prepared_at: early } }])).toEqual(new Set());
     expect((await read()).preparedAt).toBeNull();
-    expect(await heartbeat(t.db, "owner-a", [{ ...id, facts: { prepared_at: early } }])).toEqual(
-      new Set([id.executionId]),
-    );
+    expect(await heartbeat(t.db, [{ ...id, facts: { prepared_at: early } }])).toEqual(new Set([id.executionId]));
     const first = await read();
     expect(first.preparedAt).toEqual(first.executionStartedAt);
     await new Promise((r) => setTimeout(r, 20));
@@ -298,7 +296,7 @@ describe.skipIf(!canRun)("host metrics and run timing facts", () => {
     });
     // After the terminal state no write carries a fact any more, not even for a point still NULL.
     await t.pool.query("UPDATE jobs SET first_output_at = NULL WHERE id = $1", [jobId]);
-    expect(await heartbeat(t.db, "owner-a", [{ ...id, facts: { first_output_at: out } }])).toEqual(new Set());
+    expect(await heartbeat(t.db, [{ ...id, facts: { first_output_at: out } }])).toEqual(new Set());
     expect(await finishJob(t.db, id, { state: "completed", output: "y" })).toBe(false);
     expect((await read()).firstOutputAt).toBeNull();
   });

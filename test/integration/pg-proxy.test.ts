@@ -431,13 +431,13 @@ onEveryDriver(
     it("timing facts ride on the heartbeat and the batched terminal write, once and only for the owner", async () => {
       const id = await started();
       const facts = { prepared_at: performance.now() };
-      expect(await heartbeat(db(), "host-a", [{ ...id, token: randomUUID(), facts }])).toEqual(new Set());
+      expect(await heartbeat(db(), [{ ...id, token: randomUUID(), facts }])).toEqual(new Set());
       expect((await getJob(db(), "t1", id.jobId))?.preparedAt).toBeNull();
-      expect(await heartbeat(db(), "host-a", [{ ...id, facts }])).toEqual(new Set([id.executionId]));
+      expect(await heartbeat(db(), [{ ...id, facts }])).toEqual(new Set([id.executionId]));
       const first = (await getJob(db(), "t1", id.jobId))?.preparedAt;
       expect(first).toBeInstanceOf(Date);
       const other = await started();
-      const done = await finishJobsMany(db(), "host-a", [
+      const done = await finishJobsMany(db(), [
         {
           id,
           outcome: { state: "completed", output: "one, two" },
@@ -453,12 +453,13 @@ onEveryDriver(
       expect((await getJob(db(), "t1", other.jobId))?.state).toBe("running");
     });
 
-    it("heartbeat returns only the caller's own running executions", async () => {
+    it("heartbeat returns only the running executions whose whole identity, host included, owns the row", async () => {
       const mine = await started("host-a");
       const theirs = await started("host-b");
-      const live = await heartbeat(db(), "host-a", [mine, theirs]);
+      // host-a naming host-b's execution under its own host id: the row's owner is host-b.
+      const live = await heartbeat(db(), [mine, { ...theirs, host: "host-a" }]);
       expect([...live]).toEqual([mine.executionId]);
-      expect(await heartbeat(db(), "host-a", [])).toEqual(new Set());
+      expect(await heartbeat(db(), [])).toEqual(new Set());
     });
 
     it("finishJob is fenced and writes the terminal state once", async () => {

@@ -42,13 +42,13 @@ it("prepares the lifecycle statements once per connection by name, keeps their f
         { jobId: b, epoch: ready?.[1] as number, token: row?.token as string, host: "H", executionId: randomUUID() },
       ];
       // The same batch with one stale epoch: the named statement still checks every row.
-      const started = await markStartedMany(db, "H", [ids[0]!, { ...ids[1]!, epoch: 99 }]);
+      const started = await markStartedMany(db, [ids[0]!, { ...ids[1]!, epoch: 99 }]);
       expect([...started]).toEqual([ids[0]?.executionId]);
-      expect(await markStartedMany(db, "H", [ids[1]!])).toEqual(new Set([ids[1]?.executionId]));
-      expect(await heartbeat(db, "H", [...ids, { ...ids[0]!, token: randomUUID() }])).toEqual(
+      expect(await markStartedMany(db, [ids[1]!])).toEqual(new Set([ids[1]?.executionId]));
+      expect(await heartbeat(db, [...ids, { ...ids[0]!, token: randomUUID() }])).toEqual(
         new Set(ids.map((i) => i.executionId)),
       );
-      const done = await finishJobsMany(db, "H", [
+      const done = await finishJobsMany(db, [
         { id: ids[0]!, outcome: { state: "completed", output: `r${round}` } },
         { id: { ...ids[1]!, executionId: randomUUID() }, outcome: { state: "completed", output: "stale" } },
       ]);

@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { afterAll, describe, expect, it } from "vitest";
 import { SandboxJanitor } from "../../sandbox-host/reaper/sandbox-janitor";
-import type { RunDeps } from "../../sandbox-host/runner/run-context";
+import { ActiveRun, Execution, type RunDeps } from "../../sandbox-host/runner/run-context";
 import { destroySandbox } from "../../sandbox-host/runner/tool-step";
 import type { Docker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
@@ -194,7 +194,7 @@ describe.skipIf(!docker)("sandbox janitor: every pass converges on clear fences"
     } as unknown as RunDeps;
     const lift = await rejectFenceClears();
     try {
-      await destroySandbox(deps, id);
+      await destroySandbox(new Execution({ deps, run: new ActiveRun(id), emit: () => {} }));
       expect(await countHostObjects(d, deadHost)).toEqual({ containers: 0, networks: 0 });
       expect(await fence(jobId)).toBe(true);
     } finally {

@@ -23,7 +23,7 @@ function setup(valid: boolean) {
     metrics: { quotaLeasesLost: lost },
     log: { warn: (m: string) => warnings.push(m) },
   } as unknown as RunDeps;
-  const run = new ActiveRun({} as never).start(id);
+  const run = new ActiveRun(id).start();
   const exec = (d: RunDeps) => new Execution({ deps: d, run, emit: () => {}, job: {} as never });
   return { deps, exec, run, registry, warnings };
 }

@@ -175,7 +175,7 @@ async function ours(
         if (claims.length === 0) return;
         const ids = claims.map((c) => ({ ...c, host, executionId: randomUUID() }));
         // One start statement per pass, as StartBatcher sends it (B = 1: a lone start).
-        const started = await markStartedMany(db, host, ids);
+        const started = await markStartedMany(db, ids);
         const runs = ids.filter((id) => started.has(id.executionId));
         // The no-op agent: prepared, first output, done.
         const preparedAt = performance.now();
@@ -189,7 +189,6 @@ async function ours(
           if (heartbeatDue()) {
             await heartbeat(
               db,
-              host,
               runs.map((id) => ({ ...id, facts })),
             );
             heartbeatStatements++;
@@ -198,7 +197,6 @@ async function ours(
           }
           const done = await finishJobsMany(
             db,
-            host,
             runs.map((id) => ({ id, outcome: { state: "completed", output: "ok" }, facts })),
           );
           finished += done.filter((d) => d.written).length;
@@ -206,7 +204,7 @@ async function ours(
           for (const id of runs) await preChangeTimingFact(db, id, "prepared_at");
           for (const id of runs) await preChangeTimingFact(db, id, "first_output_at");
           if (heartbeatDue()) {
-            await heartbeat(db, host, runs);
+            await heartbeat(db, runs);
             heartbeatStatements++;
             lastHeartbeat = performance.now();
           }

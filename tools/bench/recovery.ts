@@ -81,7 +81,7 @@ async function journalCost(url: string, tenantId: string) {
     for (let i = 1; i <= STEPS; i++) {
       const call = { id: `c${i}`, name: "files__echo", args: { i } };
       // Heartbeat (outside the measurement): the stack's reapers would take a silent job away.
-      await heartbeat(db, id.host, [id]);
+      await heartbeat(db, [id]);
       journal.push(
         await walBytes(pool, async () => {
           const ok = [
@@ -142,7 +142,7 @@ async function suspendCost(url: string, tenantId: string) {
     // The run up to the wait, journaled as a run journals it (both kinds of host did).
     const messages: unknown[] = [input];
     for (let i = 1; i <= steps; i++) {
-      await heartbeat(db, id.host, [id]);
+      await heartbeat(db, [id]);
       const call = { id: `c${i}`, name: "files__echo", args: { i } };
       const content = randomBytes(768).toString("base64");
       const ok = [
@@ -160,7 +160,7 @@ async function suspendCost(url: string, tenantId: string) {
     const pending = { id: "gated", name: "shell", args: { command: "deploy" } };
     await appendJournal(db, id, [{ kind: "turn", payload: { turn, text: "", calls: [pending] } }]);
     messages.push({ role: "assistant", content: "", toolCalls: [pending] });
-    await heartbeat(db, id.host, [id]);
+    await heartbeat(db, [id]);
     const checkpoint =
       variant === "journal_view"
         ? { v: 2, callId: pending.id, turn }

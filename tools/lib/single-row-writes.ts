@@ -52,7 +52,7 @@ export async function claimJobs(
 
 /** The started CAS for one claim (the host's batch of one). */
 export async function markStarted(db: Db, id: ExecutionIdentity): Promise<boolean> {
-  return (await markStartedMany(db, id.host, [id])).has(id.executionId);
+  return (await markStartedMany(db, [id])).has(id.executionId);
 }
 
 /** The terminal write for one execution, checked by its identity. */
@@ -67,6 +67,6 @@ export async function finishJobReporting(
   outcome: FinalOutcome,
   facts?: PendingFacts,
 ): Promise<FinishResult> {
-  const [r] = await finishJobsMany(db, id.host, [{ id, outcome, facts }]);
+  const [r] = await finishJobsMany(db, [{ id, outcome, facts }]);
   return r as FinishResult;
 }

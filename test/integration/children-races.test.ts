@@ -98,6 +98,23 @@ const pgDeadlocks = async () =>
     (await pool.query("select deadlocks from pg_stat_database where datname = current_database()")).rows[0].deadlocks,
   );
 
+/**
+ * Until `n` backends of this database wait on a row lock (10 s bound): lines an interleaving up
+ * by what Postgres shows instead of a sleep (a 100 ms sleep left it unlined at load 19, and the
+ * deadlock it is meant to cause did not happen).
+ */
+const lockWaiters = async (n: number) => {
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const r = await pool.query(
+      "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+    );
+    if (r.rows[0].n >= n) return;
+    if (Date.now() > until) throw new Error(`${r.rows[0].n} of ${n} lock waiters after 10 s`);
+    await sleep(10);
+  }
+};
+
 describe("the locks around a parent waiting on its children", () => {
   // Each holds the waiting parent's row lock in an open transaction, as the real statement does
   // for as long as its transaction lasts, while the last child ends on another connection.
@@ -185,12 +202,12 @@ describe("the locks around a parent waiting on its children", () => {
         completed(p1.kids[0] as ExecutionIdentity),
         completed(p2.kids[0] as ExecutionIdentity),
       ]);
-      await sleep(100);
+      await lockWaiters(1);
       h2 = finishJobsMany(db(), [
         completed(p2.kids[1] as ExecutionIdentity),
         completed(p1.kids[1] as ExecutionIdentity),
       ]);
-      await sleep(100);
+      await lockWaiters(2);
       await c.query("commit");
     } finally {
       c.release();

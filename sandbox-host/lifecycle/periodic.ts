@@ -11,8 +11,12 @@
  * A loop with an `idle` period waits that long instead after a run during which `idle.when()`
  * held (at its start and its end: the fleet is idle, lifecycle/activity.ts); `hurry()` cuts such a
  * wait to one busy period when work appears.
+ *
+ * A host service that is one such loop, with nothing else to start or stop, extends
+ * `PeriodicService` below rather than wiring the loop, its idle period and its hurry itself.
  */
 import { jitter } from "../../src/domain/backoff";
+import type { FleetActivity } from "./activity";
 import type { Service } from "./service";
 
 export interface PeriodicOptions {
@@ -122,5 +126,43 @@ export class PeriodicTask implements Service {
     });
     this.inFlight = tracked;
     return tracked;
+  }
+}
+
+export interface PeriodicServiceOptions extends Omit<PeriodicOptions, "idle"> {
+  /**
+   * The fleet's activity: while it is idle the loop waits HOST_IDLE_MS (`activity.idleMs`) between
+   * runs instead of `everyMs`, and work appearing hurries it. Without it every wait is `everyMs`.
+   */
+  activity?: FleetActivity;
+  /** While idle, wait at least `everyMs` too: max(everyMs, HOST_IDLE_MS). Default: HOST_IDLE_MS alone. */
+  idleAtLeastBusy?: boolean;
+}
+
+/**
+ * A service that is one periodic loop: its start and stop are the loop's, and it follows the
+ * fleet's activity (`PeriodicServiceOptions.activity`). `run` is the subclass's one pass.
+ */
+export abstract class PeriodicService implements Service {
+  readonly name: string;
+  private readonly loop: PeriodicTask;
+
+  constructor({ activity, idleAtLeastBusy, ...opts }: PeriodicServiceOptions, run: () => Promise<unknown>) {
+    this.name = opts.name;
+    const idle = activity && {
+      everyMs: idleAtLeastBusy ? Math.max(opts.everyMs, activity.idleMs) : activity.idleMs,
+      when: () => activity.idle,
+    };
+    this.loop = new PeriodicTask({ ...opts, idle }, run);
+    activity?.onWork(() => this.loop.hurry());
+  }
+
+  start(): void {
+    this.loop.start();
+  }
+
+  /** No run starts after this; resolves once the one in flight (if any) ended. */
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 }

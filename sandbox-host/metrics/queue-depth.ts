@@ -24,8 +24,7 @@ import { Counter, Gauge } from "prom-client";
 import type { Db } from "../../src/db/client";
 import { queueDepthByTenant } from "../../src/db/queue-depth-repo";
 import type { FleetActivity } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 import type { HostMetrics } from "./metrics";
 
@@ -72,10 +71,8 @@ export function registerQueueDepthGauges(registry: HostMetrics["registry"]): Que
   };
 }
 
-export class QueueDepthSampler implements Service {
-  readonly name = "queue depth";
+export class QueueDepthSampler extends PeriodicService {
   readonly gauges: QueueDepthGauges;
-  private readonly loop: PeriodicTask;
 
   constructor(
     private readonly opts: {
@@ -86,21 +83,20 @@ export class QueueDepthSampler implements Service {
       activity?: FleetActivity;
     },
   ) {
-    this.gauges = registerQueueDepthGauges(opts.registry);
-    const activity = opts.activity;
     // The first sample at once, so /metrics has the numbers from the start; then every
     // intervalMs ±10% (hosts need not align: each reports the same global numbers).
-    this.loop = new PeriodicTask(
+    super(
       {
-        name: this.name,
+        name: "queue depth",
         everyMs: opts.intervalMs,
         spread: 0.1,
         firstDelayMs: 0,
-        idle: activity ? { everyMs: Math.max(opts.intervalMs, activity.idleMs), when: () => activity.idle } : undefined,
+        activity: opts.activity,
+        idleAtLeastBusy: true,
       },
       () => this.sample(),
     );
-    activity?.onWork(() => this.loop.hurry());
+    this.gauges = registerQueueDepthGauges(opts.registry);
   }
 
   /** One sample now (also the first one at start, so /metrics has the numbers from the beginning). */
@@ -125,12 +121,7 @@ export class QueueDepthSampler implements Service {
   }
 
   /** HOST_QUEUE_DEPTH_MS = 0 turns the sampler off. */
-  start(): void {
-    if (this.opts.intervalMs > 0) this.loop.start();
-  }
-
-  /** No sample starts after this; resolves once the one in flight (if any) ended. */
-  stop(): Promise<void> {
-    return this.loop.stop();
+  override start(): void {
+    if (this.opts.intervalMs > 0) super.start();
   }
 }

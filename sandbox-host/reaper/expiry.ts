@@ -12,8 +12,7 @@
 import { expireOverdue } from "../../src/db/admission-repo";
 import type { Db } from "../../src/db/client";
 import type { FleetActivity } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 
 export interface ExpirySweepOptions {
@@ -24,31 +23,19 @@ export interface ExpirySweepOptions {
   activity?: FleetActivity;
 }
 
-export class ExpirySweep implements Service {
-  readonly name = "expiry";
-  private readonly loop: PeriodicTask;
-
+export class ExpirySweep extends PeriodicService {
   constructor(private readonly opts: ExpirySweepOptions) {
-    this.loop = new PeriodicTask(
+    super(
       {
-        name: this.name,
+        name: "expiry",
         everyMs: opts.intervalMs,
         spread: 0.3,
         firstDelayMs: 0,
         onError: (err) => opts.log.warn("expiry sweep failed", errorFields(err)),
-        idle: opts.activity ? { everyMs: opts.activity.idleMs, when: () => opts.activity?.idle === true } : undefined,
+        activity: opts.activity,
       },
       () => this.sweep(),
     );
-    opts.activity?.onWork(() => this.loop.hurry());
-  }
-
-  start(): void {
-    this.loop.start();
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 
   /** One sweep; safe to run concurrently with other hosts' sweeps and the cron's. */

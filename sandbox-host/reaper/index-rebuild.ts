@@ -17,8 +17,7 @@ import type { RedisKeys } from "../../src/quota/keys";
 import { indexReady } from "../../src/quota/ready-index";
 import type { Redis } from "../../src/quota/redis";
 import type { FleetActivity } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 
 export interface IndexRebuildOptions {
@@ -36,32 +35,21 @@ export interface IndexRebuildOptions {
 /** Claimable jobs re-indexed per rebuild. */
 const REBUILD_BATCH = 1000;
 
-export class IndexRebuild implements Service {
-  readonly name = "index-rebuild";
-  private readonly loop: PeriodicTask;
+export class IndexRebuild extends PeriodicService {
   private nextRebuildAt = 0;
 
   constructor(private readonly opts: IndexRebuildOptions) {
-    this.loop = new PeriodicTask(
+    super(
       {
-        name: this.name,
+        name: "index-rebuild",
         everyMs: opts.checkMs,
         spread: 0.3,
         firstDelayMs: 0,
         onError: (err) => opts.log.warn("ready index rebuild failed", errorFields(err)),
-        idle: opts.activity ? { everyMs: opts.activity.idleMs, when: () => opts.activity?.idle === true } : undefined,
+        activity: opts.activity,
       },
       () => this.check(),
     );
-    opts.activity?.onWork(() => this.loop.hurry());
-  }
-
-  start(): void {
-    this.loop.start();
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 
   /** One check of the marker, and the rebuild when it is due or the marker is gone. */

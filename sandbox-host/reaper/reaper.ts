@@ -24,8 +24,7 @@ import type { RedisKeys } from "../../src/quota/keys";
 import { indexReady } from "../../src/quota/ready-index";
 import type { Redis } from "../../src/quota/redis";
 import type { FleetActivity, FleetWork } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 
 export interface ReaperOptions {
@@ -42,32 +41,20 @@ export interface ReaperOptions {
   onReaped?: (r: ReapedRun) => void;
 }
 
-export class Reaper implements Service {
-  readonly name = "reaper";
-  /** The first pass runs at once (a host starting after a crash recovers its jobs first), then ~every intervalMs ±30%. */
-  private readonly loop: PeriodicTask;
-
+export class Reaper extends PeriodicService {
   constructor(private readonly opts: ReaperOptions) {
-    this.loop = new PeriodicTask(
+    // The first pass runs at once (a host starting after a crash recovers its jobs first), then ~every intervalMs ±30%.
+    super(
       {
-        name: this.name,
+        name: "reaper",
         everyMs: opts.intervalMs,
         spread: 0.3,
         firstDelayMs: 0,
         onError: (err) => opts.log.warn("reaper pass failed", errorFields(err)),
-        idle: opts.activity ? { everyMs: opts.activity.idleMs, when: () => opts.activity?.idle === true } : undefined,
+        activity: opts.activity,
       },
       () => this.pass(),
     );
-    opts.activity?.onWork(() => this.loop.hurry());
-  }
-
-  start(): void {
-    this.loop.start();
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 
   /** One reaping pass; safe to run concurrently with other hosts' passes. */

@@ -11,8 +11,7 @@
 import type { Db } from "../../src/db/client";
 import { purgeFinishedJobs } from "../../src/db/retention-repo";
 import type { FleetActivity } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 
 export interface RetentionPurgeOptions {
@@ -25,34 +24,20 @@ export interface RetentionPurgeOptions {
   activity?: FleetActivity;
 }
 
-export class RetentionPurge implements Service {
-  readonly name = "retention";
-  private readonly loop: PeriodicTask;
-
+export class RetentionPurge extends PeriodicService {
   constructor(private readonly opts: RetentionPurgeOptions) {
-    const activity = opts.activity;
-    this.loop = new PeriodicTask(
+    super(
       {
-        name: this.name,
+        name: "retention",
         everyMs: opts.purgeMs,
         spread: 0.2,
         firstDelayMs: 0,
         onError: (err) => opts.log.warn("retention purge failed", errorFields(err)),
-        idle: activity
-          ? { everyMs: Math.max(opts.purgeMs, activity.idleMs), when: () => activity.idle === true }
-          : undefined,
+        activity: opts.activity,
+        idleAtLeastBusy: true,
       },
       () => this.purge(),
     );
-    activity?.onWork(() => this.loop.hurry());
-  }
-
-  start(): void {
-    this.loop.start();
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 
   /** One bounded purge (the repo's batch size × batch count). */

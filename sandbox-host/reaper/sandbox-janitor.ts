@@ -22,8 +22,7 @@
 import type { Db } from "../../src/db/client";
 import { clearCleanupFences, finishedExecutions } from "../../src/db/reaper-repo";
 import type { FleetActivity } from "../lifecycle/activity";
-import { PeriodicTask } from "../lifecycle/periodic";
-import type { Service } from "../lifecycle/service";
+import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 import type { SandboxManager } from "../sandbox/manager";
 
@@ -36,31 +35,19 @@ export interface SandboxJanitorOptions {
   activity?: FleetActivity;
 }
 
-export class SandboxJanitor implements Service {
-  readonly name = "sandbox janitor";
-  /** ~every intervalMs ±20%, fixed delay. */
-  private readonly loop: PeriodicTask;
-
+export class SandboxJanitor extends PeriodicService {
   constructor(private readonly opts: SandboxJanitorOptions) {
-    const activity = opts.activity;
-    this.loop = new PeriodicTask(
+    // ~every intervalMs ±20%, fixed delay.
+    super(
       {
-        name: this.name,
+        name: "sandbox janitor",
         everyMs: opts.intervalMs,
         spread: 0.2,
-        idle: activity ? { everyMs: Math.max(opts.intervalMs, activity.idleMs), when: () => activity.idle } : undefined,
+        activity: opts.activity,
+        idleAtLeastBusy: true,
       },
       () => this.once(),
     );
-    activity?.onWork(() => this.loop.hurry());
-  }
-
-  start(): void {
-    this.loop.start();
-  }
-
-  stop(): Promise<void> {
-    return this.loop.stop();
   }
 
   /**

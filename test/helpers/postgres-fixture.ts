@@ -4,10 +4,13 @@
  * the migrated template (startTestPostgres, db.ts), `testDb` one fresh database of it for the
  * file, with the tenants the suite names. Both are file-scoped: made on first use (a test or a
  * suite-level hook that asks for them) and torn down once the file's tests are done, so a file
- * whose tests are all skipped starts no Postgres.
+ * whose tests are all skipped starts no Postgres. `caseDb` is the same as `testDb` but one per
+ * test, for a file whose cases must not see each other's rows (they reuse tenant names, or count
+ * every row of a table); it is closed when its test ends.
  *
  *   const test = postgresTest({ connections: 8, tenants: ["t1"] });
  *   test.beforeAll(({ testDb }) => { t = testDb; });     // or take `testDb` in a test
+ *   test.beforeEach(({ caseDb }) => { t = caseDb; });    // a database per test
  *
  * `newJob` is the one way the suites insert a plain queued job.
  */
@@ -25,6 +28,11 @@ export interface PostgresTestOptions {
 }
 
 export function postgresTest({ connections = 10, tenants: tenantIds = [] }: PostgresTestOptions = {}) {
+  const fresh = async (postgres: Awaited<ReturnType<typeof startTestPostgres>>): Promise<TestDb> => {
+    const t = await postgres.freshDb(connections);
+    if (tenantIds.length > 0) await t.db.insert(tenants).values(tenantIds.map((id) => ({ id, name: id })));
+    return t;
+  };
   return base
     .extend(
       "postgres",
@@ -36,9 +44,10 @@ export function postgresTest({ connections = 10, tenants: tenantIds = [] }: Post
         return server;
       },
     )
-    .extend("testDb", { scope: "file" }, async ({ postgres }): Promise<TestDb> => {
-      const t = await postgres.freshDb(connections);
-      if (tenantIds.length > 0) await t.db.insert(tenants).values(tenantIds.map((id) => ({ id, name: id })));
+    .extend("testDb", { scope: "file" }, ({ postgres }) => fresh(postgres))
+    .extend("caseDb", async ({ postgres }, { onCleanup }) => {
+      const t = await fresh(postgres);
+      onCleanup(() => t.close());
       return t;
     });
 }

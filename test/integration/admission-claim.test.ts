@@ -11,7 +11,7 @@
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pgClient from "pg";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect } from "vitest";
 import { nameLifecycleStatements } from "../../sandbox-host/prepared-statements";
 import type { CreateJobBody } from "../../src/contracts/job";
 import { expireOverdue } from "../../src/db/admission-repo";
@@ -20,23 +20,19 @@ import { createJob } from "../../src/db/jobs-repo";
 import { claimFromPostgres } from "../../src/db/ownership-repo";
 import * as schema from "../../src/db/schema";
 import { createTenant, setTenantSettings } from "../../src/db/tenants-repo";
-import { startTestPostgres, type TestDb } from "../helpers/db";
+import type { TestDb } from "../helpers/db";
+import { postgresTest } from "../helpers/postgres-fixture";
 
-let pg: Awaited<ReturnType<typeof startTestPostgres>>;
+const test = postgresTest({ connections: 12 });
+/** This case's own database: the cases reuse tenant names and count every claimed row. */
 let t: TestDb;
 const db = () => t.db as unknown as Db;
 /** What the claims go through: `db()`, or a named pool whose plans are generic from the first. */
 let claimDb: () => Db = db;
 let namedPool: pgClient.Pool | null = null;
 
-beforeAll(async () => {
-  pg = await startTestPostgres();
-}, 120_000);
-afterAll(async () => {
-  await pg?.stop();
-});
-beforeEach(async () => {
-  t = await pg.freshDb(12);
+test.beforeEach(({ caseDb }) => {
+  t = caseDb;
 });
 afterEach(async () => {
   await namedPool?.end();
@@ -101,7 +97,7 @@ const finish = (id: string) =>
 
 describe.each(["custom", "generic"] as const)("admission order of the claim statement (%s plans)", (plans) => {
   claimsAs(plans);
-  it("shares slots round-robin by weight among tenants with runnable work, whatever came first", async () => {
+  test("shares slots round-robin by weight among tenants with runnable work, whatever came first", async () => {
     await createTenant(db(), "big");
     await createTenant(db(), "small");
     await createTenant(db(), "heavy");
@@ -124,7 +120,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect(await tenantsOf(second.map((c) => c.jobId))).toEqual(["big", "heavy", "heavy", "heavy", "small"]);
   });
 
-  it("inside a tenant: priority first, then submit order", async () => {
+  test("inside a tenant: priority first, then submit order", async () => {
     await createTenant(db(), "a");
     const low = await submit("a", 3);
     const [high] = await submit("a", 1, { priority: 10 });
@@ -134,7 +130,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect(order).toEqual([high, ...low, neg]);
   });
 
-  it("a job waits for its run_at, and one past its ttl is never claimed but ends expired", async () => {
+  test("a job waits for its run_at, and one past its ttl is never claimed but ends expired", async () => {
     await createTenant(db(), "a");
     const [later] = await submit("a", 1, { delay_s: 3600 });
     const [atSoon] = await submit("a", 1, { run_at: new Date(Date.now() + 1500).toISOString() });
@@ -170,7 +166,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect(Number(runAt?.d)).toBeCloseTo(3600, 0);
   });
 
-  it("max_running caps what a tenant holds, and a freed slot is taken again", async () => {
+  test("max_running caps what a tenant holds, and a freed slot is taken again", async () => {
     await createTenant(db(), "capped");
     await createTenant(db(), "free");
     await setTenantSettings(db(), "capped", { maxRunning: 2 });
@@ -186,7 +182,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect(await tenantsOf((await claim(8)).map((c) => c.jobId))).toEqual(["capped"]);
   });
 
-  it("reserved slots go only to a newcomer's first job; the others take at most B − reserve", async () => {
+  test("reserved slots go only to a newcomer's first job; the others take at most B − reserve", async () => {
     await createTenant(db(), "long");
     await submit("long", 10);
     // Alone, `long` takes 3 of 4 free slots and never the reserved one.
@@ -208,7 +204,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect(await tenantsOf((await claim(2, "h1", 1)).map((c) => c.jobId))).toEqual(["n2", "n3"]);
   });
 
-  it("a reserved slot reaches a newcomer even when tenants that hold jobs rank earlier by weight", async () => {
+  test("a reserved slot reaches a newcomer even when tenants that hold jobs rank earlier by weight", async () => {
     // `heavy` (weight 3) holding 1 ranks its next job at 2/3, before a newcomer's 1/1: the walk
     // over the first B tenants must still reach the newcomer, or the reserved slot stays empty.
     await createTenant(db(), "heavy");
@@ -220,7 +216,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect((await claim(1, "h1", 1)).map((c) => c.jobId)).toEqual([fresh]);
   });
 
-  it("a concurrency key holds one job at a time, in priority then submit order", async () => {
+  test("a concurrency key holds one job at a time, in priority then submit order", async () => {
     await createTenant(db(), "a");
     const keyed = await submit("a", 3, { concurrency_key: "repo-1" });
     const [other] = await submit("a", 1, { concurrency_key: "repo-2" });
@@ -232,7 +228,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     expect((await claim(8)).map((c) => c.jobId)).toEqual([keyed[1]]);
   });
 
-  it("racing claimers on separate connections never pass a cap or share a key", async () => {
+  test("racing claimers on separate connections never pass a cap or share a key", async () => {
     await createTenant(db(), "capped");
     await createTenant(db(), "keyed");
     await setTenantSettings(db(), "capped", { maxRunning: 3 });
@@ -254,7 +250,7 @@ describe.each(["custom", "generic"] as const)("admission order of the claim stat
     }
   });
 
-  it("a claim that saw the last slot or the key free misses when an uncommitted claim took it first", async () => {
+  test("a claim that saw the last slot or the key free misses when an uncommitted claim took it first", async () => {
     // The interleaving SKIP LOCKED alone does not stop: claimer 1 has claimed (not committed yet)
     // the tenant's last free slot and its key's head; a higher-priority job arrives; claimer 2's
     // snapshot shows the slot and the key free and picks the new job, a row claimer 1 never

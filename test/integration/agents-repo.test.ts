@@ -6,8 +6,7 @@
  * driver's run would show in the second's sums and names.
  */
 import { randomUUID } from "node:crypto";
-import type pg from "pg";
-import { afterAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import {
   archiveAgent,
@@ -18,25 +17,11 @@ import {
   listAgentVersions,
 } from "../../src/db/agents-repo";
 import { usageByDay } from "../../src/db/usage-repo";
-import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
 import { onEveryDriver } from "../helpers/db";
-import { postgresTest } from "../helpers/postgres-fixture";
+import { proxiedPostgres } from "../helpers/pg-proxy-fixture";
 
-const test = postgresTest({ connections: 2 });
-/** The file's database (a fresh one of the migrated template). */
-let dbUrl: string;
-let proxy: PgProxy;
-let admin: pg.Pool;
-
-test.beforeAll(async ({ testDb }) => {
-  dbUrl = testDb.url;
-  admin = testDb.pool;
-  proxy = await startPgProxy({ databaseUrl: dbUrl });
-});
-
-afterAll(async () => {
-  await proxy?.close();
-});
+/** The file's database (a fresh one of the migrated template) and the proxy in front of it. */
+const target = proxiedPostgres({ connections: 2 });
 
 /**
  * Run `burst` with every version insert taking 20 ms longer (a trigger of this test's own), so
@@ -45,14 +30,14 @@ afterAll(async () => {
  * makes the caps exact.
  */
 async function slowVersionInserts<T>(burst: () => Promise<T>): Promise<T> {
-  await admin.query(`
+  await target.admin.query(`
     CREATE OR REPLACE FUNCTION test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS
       $$ BEGIN PERFORM pg_sleep(0.02); RETURN NEW; END $$;
     CREATE TRIGGER test_slow_insert BEFORE INSERT ON agent_versions FOR EACH ROW EXECUTE FUNCTION test_slow_insert();`);
   try {
     return await burst();
   } finally {
-    await admin.query("DROP TRIGGER test_slow_insert ON agent_versions; DROP FUNCTION test_slow_insert();");
+    await target.admin.query("DROP TRIGGER test_slow_insert ON agent_versions; DROP FUNCTION test_slow_insert();");
   }
 }
 
@@ -63,7 +48,7 @@ const definition = (fields: Record<string, unknown>) => AgentDefinitionSchema.pa
 
 onEveryDriver(
   "agents and usage",
-  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
+  () => target,
   (db) => {
     it("creates version 1 once per tenant and name, numbers the next versions, keeps each as stored", async () => {
       const created = await createAgent(db(), "t1", "a1", definition({ instructions: "one" }), NO_CAPS);
@@ -143,7 +128,7 @@ onEveryDriver(
       );
       expect(burst.filter((r) => "ok" in r)).toHaveLength(5);
       expect(burst.filter((r) => "limit" in r)).toEqual(Array(25).fill({ limit: "agents" }));
-      const { rows } = await admin.query(
+      const { rows } = await target.admin.query(
         "select (select count(*)::int from agents where tenant_id = 't1') as n, agent_count from tenants where id = 't1'",
       );
       expect(rows[0]).toEqual({ n: 5, agent_count: 5 });
@@ -176,7 +161,7 @@ onEveryDriver(
       const big = (i: number) => definition({ instructions: `${String(i).padStart(2, "0")} ${"y".repeat(20_000)}` });
       const stored = async () =>
         (
-          await admin.query(
+          await target.admin.query(
             "select (select sum(octet_length(definition::text))::int from agent_versions where tenant_id = 't1') as sum, agent_bytes::int as counter from tenants where id = 't1'",
           )
         ).rows[0] as { sum: number; counter: number };
@@ -209,7 +194,7 @@ onEveryDriver(
         ["t2", "m1", "2026-05-01T10:00:00Z", 999, 999, false],
       ];
       for (const [tenant, model, at, p, c, est] of rows) {
-        await admin.query(
+        await target.admin.query(
           `insert into model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, estimated, created_at)
            values ($1, $2, $3, $4, $5, $6, $7, $8)`,
           [tenant, job, randomUUID(), model, p, c, est, at],
@@ -245,7 +230,7 @@ onEveryDriver(
         },
       ]);
       // Sums past 2^31 come back exact (bigint from both drivers).
-      await admin.query(
+      await target.admin.query(
         `insert into model_usage (tenant_id, job_id, execution_id, model, prompt_tokens, completion_tokens, created_at)
          select 't1', $1, $2, 'big', 2000000000, 0, '2026-06-01T00:00:00Z' from generate_series(1, 3)`,
         [job, randomUUID()],

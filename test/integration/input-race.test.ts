@@ -1,34 +1,20 @@
 import { drizzle } from "drizzle-orm/node-postgres";
-import type pg from "pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ApiError } from "../../src/contracts/errors";
 import { LIMITS } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import { submitInput } from "../../src/db/control-repo";
 import { createNeonHttpDb } from "../../src/db/neon-http";
 import * as schema from "../../src/db/schema";
-import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
-import { newJob, postgresTest } from "../helpers/postgres-fixture";
+import { proxiedPostgres } from "../helpers/pg-proxy-fixture";
+import { newJob } from "../helpers/postgres-fixture";
 
 const ROUNDS = 4;
 /** Connections the node-postgres burst runs on: enough that every request of a burst is in flight. */
 const CONNECTIONS = 40;
 
-const test = postgresTest({ connections: CONNECTIONS, tenants: ["t1"] });
-/** The file's database (a fresh one of the migrated template). */
-let dbUrl: string;
-let proxy: PgProxy;
-let pool: pg.Pool;
-
-test.beforeAll(async ({ testDb }) => {
-  dbUrl = testDb.url;
-  pool = testDb.pool;
-  proxy = await startPgProxy({ databaseUrl: dbUrl });
-}, 120_000);
-
-afterAll(async () => {
-  await proxy?.close();
-});
+/** The file's database (a fresh one of the migrated template) and the proxy in front of it. */
+const target = proxiedPostgres({ connections: CONNECTIONS, tenants: ["t1"] });
 
 type Outcome = { key: string; inputId: string; created: boolean } | { key: string; refused: true };
 
@@ -61,7 +47,7 @@ async function burst(
 
 /** What job_inputs holds for the job, checked against the row's own counters (no drift from racing retries). */
 async function stored(jobId: string): Promise<{ n: number; bytes: number }> {
-  const { rows } = await pool.query(
+  const { rows } = await target.admin.query(
     `select count(i.id)::int as n, coalesce(sum(octet_length(i.content)), 0)::int as bytes,
        j.input_count as counted_n, j.input_bytes::int as counted_bytes
      from jobs j left join job_inputs i on i.job_id = j.id where j.id = $1 group by j.id`,
@@ -73,8 +59,11 @@ async function stored(jobId: string): Promise<{ n: number; bytes: number }> {
 }
 
 const drivers: Array<[string, () => Db]> = [
-  ["node-postgres", () => drizzle({ client: pool, schema }) as unknown as Db],
-  ["neon-http via pg-proxy", () => createNeonHttpDb({ connectionString: dbUrl, fetchEndpoint: `${proxy.url}/sql` })],
+  ["node-postgres", () => drizzle({ client: target.admin, schema }) as unknown as Db],
+  [
+    "neon-http via pg-proxy",
+    () => createNeonHttpDb({ connectionString: target.postgresUrl, fetchEndpoint: `${target.proxyUrl}/sql` }),
+  ],
 ];
 
 describe.each(drivers)("input caps under concurrency: %s", (driver, getDb) => {
@@ -104,7 +93,9 @@ describe.each(drivers)("input caps under concurrency: %s", (driver, getDb) => {
         expect(ids.size, key).toBeLessThanOrEqual(1);
       }
       // After the burst, at the cap: a retry of each stored input is still its input.
-      const storedKeys = await pool.query("select idempotency_key, id from job_inputs where job_id = $1", [jobId]);
+      const storedKeys = await target.admin.query("select idempotency_key, id from job_inputs where job_id = $1", [
+        jobId,
+      ]);
       for (const row of storedKeys.rows.slice(0, 10)) {
         const again = await submitInput(db, "t1", jobId, `input ${row.idempotency_key.slice(1)}`, row.idempotency_key);
         expect(again).toMatchObject({ created: false, inputId: row.id });

@@ -7,39 +7,22 @@
  * Then the hostile tenant's scenario with two real tickers: a hundred and more such schedules of
  * one tenant do not stop another tenant's `*\/2` schedule.
  */
-import { neonConfig } from "@neondatabase/serverless";
 import { drizzle } from "drizzle-orm/node-postgres";
-import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { ScheduleTicker } from "../../sandbox-host/scheduler/schedule-ticker";
 import type { Db } from "../../src/db/client";
 import { createSchedule, fireDueSchedules, getSchedule, updateSchedule } from "../../src/db/schedules-repo";
 import * as schema from "../../src/db/schema";
 import type { AdmissionRules } from "../../src/domain/job-admission";
 import { nextTick } from "../../src/domain/schedule-time";
-import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
 import { onEveryDriver, resetToTwoTenants } from "../helpers/db";
-import { postgresTest } from "../helpers/postgres-fixture";
+import { proxiedPostgres } from "../helpers/pg-proxy-fixture";
 
 /** Job admission with nothing to refuse (no model list, no queued-jobs cap): these tests are about firing. */
 const ADMIT_ALL: AdmissionRules = { models: { entries: [] }, maxQueued: 0 };
 
-const test = postgresTest({ connections: 4 });
-/** The file's database (a fresh one of the migrated template). */
-let dbUrl: string;
-let proxy: PgProxy;
-let admin: pg.Pool;
-
-test.beforeAll(async ({ testDb }) => {
-  dbUrl = testDb.url;
-  admin = testDb.pool;
-  proxy = await startPgProxy({ databaseUrl: dbUrl });
-  neonConfig.fetchEndpoint = `${proxy.url}/sql`;
-}, 60_000);
-
-afterAll(async () => {
-  await proxy?.close();
-});
+/** The file's database (a fresh one of the migrated template) and the proxy in front of it. */
+const target = proxiedPostgres({ connections: 4 });
 
 const INPUT = JSON.stringify({ messages: [{ role: "user", content: "tick" }] });
 
@@ -50,7 +33,7 @@ const INPUT = JSON.stringify({ messages: [{ role: "user", content: "tick" }] });
  * write whole milliseconds): a firer must still fire them. Returns their ids in order.
  */
 async function insertRows(tenant: string, cron: string, zones: string[], agoMs: number): Promise<string[]> {
-  const r = await admin.query<{ id: string }>(
+  const r = await target.admin.query<{ id: string }>(
     `INSERT INTO schedules (id, tenant_id, cron, timezone, input, next_run_at)
      SELECT gen_random_uuid(), $1, $2, z, $3::jsonb,
        now() - ($4::int + (count - i)::int) * interval '1 millisecond'
@@ -62,7 +45,7 @@ async function insertRows(tenant: string, cron: string, zones: string[], agoMs: 
 }
 
 async function row(id: string) {
-  const r = await admin.query<{
+  const r = await target.admin.query<{
     failures: number;
     last_error: string | null;
     retry_in_ms: number | null;
@@ -78,7 +61,7 @@ async function row(id: string) {
 
 const jobsOf = async (scheduleId: string) =>
   (
-    await admin.query<{ scheduled_for: Date }>(
+    await target.admin.query<{ scheduled_for: Date }>(
       "SELECT scheduled_for FROM jobs WHERE schedule_id = $1 ORDER BY scheduled_for",
       [scheduleId],
     )
@@ -86,7 +69,7 @@ const jobsOf = async (scheduleId: string) =>
 
 onEveryDriver(
   "firing schedule ticks",
-  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
+  () => target,
   (db) => {
     it("one tenant's 150 due schedules cannot keep another tenant's due tick out of a pass", async () => {
       // t1's are all more overdue than t2's one: by due time alone, a batch of 100 is all t1's.
@@ -134,7 +117,7 @@ onEveryDriver(
       expect(again.nextInMs).toBeLessThanOrEqual(2000);
 
       // Its delay over, it fails again and waits twice as long.
-      await admin.query("UPDATE schedules SET retry_at = now() - interval '1 millisecond' WHERE id = $1", [id]);
+      await target.admin.query("UPDATE schedules SET retry_at = now() - interval '1 millisecond' WHERE id = $1", [id]);
       await fireDueSchedules(db(), ADMIT_ALL, log);
       const second = await row(id);
       expect(second.failures).toBe(2);
@@ -144,7 +127,7 @@ onEveryDriver(
 
       // Once its clock reads (the zone put right in the row, the delay over), the owed tick fires
       // and the failure is forgotten.
-      await admin.query(
+      await target.admin.query(
         "UPDATE schedules SET timezone = 'UTC', retry_at = now() - interval '1 millisecond' WHERE id = $1",
         [id],
       );
@@ -157,9 +140,10 @@ onEveryDriver(
     it("a new next tick (PATCH of cron, timezone or enabled) ends a retry delay; other changes keep it", async () => {
       const [id] = (await insertRows("t1", "* * * * * *", ["Factory"], 5000)) as [string];
       // As the gateway writes a tick (the view, which a PATCH starts from, shows milliseconds).
-      await admin.query("UPDATE schedules SET next_run_at = date_trunc('milliseconds', next_run_at) WHERE id = $1", [
-        id,
-      ]);
+      await target.admin.query(
+        "UPDATE schedules SET next_run_at = date_trunc('milliseconds', next_run_at) WHERE id = $1",
+        [id],
+      );
       await fireDueSchedules(db(), ADMIT_ALL);
       const view = await getSchedule(db(), "t1", id);
       if (!view) throw new Error("schedule gone");
@@ -187,8 +171,8 @@ onEveryDriver(
 describe("a hostile tenant's schedules in zones no firer reads", () => {
   let db: Db;
   beforeAll(async () => {
-    db = drizzle({ client: admin, schema }) as unknown as Db;
-    await resetToTwoTenants(admin, db);
+    db = drizzle({ client: target.admin, schema }) as unknown as Db;
+    await resetToTwoTenants(target.admin, db);
   });
 
   it("110 of tenant A's due schedules that cannot fire do not stop tenant B's */2 schedule on two tickers", async () => {
@@ -237,14 +221,14 @@ describe("a hostile tenant's schedules in zones no firer reads", () => {
       `tenant B's */2 ticks fired ${made.length}/${expected.length} beside tenant A's ${hostile.length} unfireable schedules (two tickers, 12 s)`,
     );
     expect(made).toEqual(expected);
-    const tries = await admin.query<{ failures: string; max: number }>(
+    const tries = await target.admin.query<{ failures: string; max: number }>(
       "SELECT sum(failures) AS failures, max(failures) AS max FROM schedules WHERE id = ANY($1::uuid[])",
       [hostile],
     );
     console.log(`tenant A's failed tries ${tries.rows[0]?.failures} (at most ${tries.rows[0]?.max} per schedule)`);
     // Each of A's rows was tried a few times in 12 s (delays 2, 4, 8 s), not at every pass.
     expect(Number(tries.rows[0]?.max)).toBeLessThanOrEqual(4);
-    const errors = await admin.query<{ last_error: string | null }>(
+    const errors = await target.admin.query<{ last_error: string | null }>(
       "SELECT DISTINCT last_error FROM schedules WHERE id = ANY($1::uuid[])",
       [hostile],
     );

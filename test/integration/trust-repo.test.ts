@@ -8,10 +8,9 @@
 import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { promisify } from "node:util";
-import { NeonDbError, neon, neonConfig } from "@neondatabase/serverless";
+import { NeonDbError, neon } from "@neondatabase/serverless";
 import { sql } from "drizzle-orm";
-import type pg from "pg";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createLogger, errorFields } from "../../sandbox-host/log";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, LIMITS } from "../../src/contracts/job";
@@ -20,28 +19,13 @@ import { toJobView } from "../../src/db/job-view";
 import { createJob, findTenantIdByKeyHash } from "../../src/db/jobs-repo";
 import * as schema from "../../src/db/schema";
 import { listApiKeys, revokeApiKey } from "../../src/db/tenants-repo";
-import { type PgProxy, startPgProxy } from "../../tools/bridges/pg-proxy/main";
 import { loggableError } from "../../workers/log";
 import { caught } from "../helpers/caught";
 import { onEveryDriver } from "../helpers/db";
-import { postgresTest } from "../helpers/postgres-fixture";
+import { proxiedPostgres } from "../helpers/pg-proxy-fixture";
 
-const test = postgresTest({ connections: 2 });
-/** The file's database (a fresh one of the migrated template). */
-let dbUrl: string;
-let proxy: PgProxy;
-let admin: pg.Pool;
-
-test.beforeAll(async ({ testDb }) => {
-  dbUrl = testDb.url;
-  admin = testDb.pool;
-  proxy = await startPgProxy({ databaseUrl: dbUrl });
-  neonConfig.fetchEndpoint = `${proxy.url}/sql`;
-});
-
-afterAll(async () => {
-  await proxy?.close();
-});
+/** The file's database (a fresh one of the migrated template) and the proxy in front of it. */
+const target = proxiedPostgres({ connections: 2 });
 
 const body = (content: string, extra: Partial<CreateJobBody> = {}): CreateJobBody => ({
   input: { messages: [{ role: "user", content }] },
@@ -50,7 +34,7 @@ const body = (content: string, extra: Partial<CreateJobBody> = {}): CreateJobBod
 
 onEveryDriver(
   "trust boundaries",
-  () => ({ admin, postgresUrl: dbUrl, proxyUrl: proxy.url }),
+  () => target,
   (db) => {
     it("the same idempotency key with the same request is the same job; with another request it is 409", async () => {
       const first = await createJob(
@@ -81,7 +65,7 @@ onEveryDriver(
       // Another tenant's same key is its own.
       expect((await createJob(db(), "t2", randomUUID(), body("other", { idempotency_key: "k" }))).created).toBe(true);
       // A job stored before request hashes existed matches any body (its request is unknown).
-      await admin.query("update jobs set request_hash = null where id = $1", [first.job.id]);
+      await target.admin.query("update jobs set request_hash = null where id = $1", [first.job.id]);
       const legacy = await createJob(db(), "t1", randomUUID(), body("anything", { idempotency_key: "k" }));
       expect(legacy).toMatchObject({ created: false, job: { id: first.job.id } });
     });
@@ -105,7 +89,9 @@ onEveryDriver(
       const over = await caught(submitInput(db(), "t1", job.id, "one more", null));
       expect(over).toMatchObject({ code: "input_limit_reached", status: 409 });
       expect(await submitInput(db(), "t1", job.id, "n0", "k0")).toMatchObject({ created: false });
-      const { rows } = await admin.query("select count(*)::int as n from job_inputs where job_id = $1", [job.id]);
+      const { rows } = await target.admin.query("select count(*)::int as n from job_inputs where job_id = $1", [
+        job.id,
+      ]);
       expect(rows[0].n).toBe(LIMITS.maxInputsPerJob);
     });
 
@@ -120,7 +106,7 @@ onEveryDriver(
 
     it("revoking a key by its id revokes that key only, never another tenant's key with the same prefix", async () => {
       // Prefixes are short and random: two tenants' keys can share one.
-      await admin.query(
+      await target.admin.query(
         `insert into api_keys (tenant_id, prefix, key_hash) values ('t1', 'ear_same', 'hash-1'), ('t2', 'ear_same', 'hash-2')`,
       );
       const [mine] = await listApiKeys(db(), "t1");
@@ -138,10 +124,10 @@ onEveryDriver(
     it("a tenant sees a generic message for an internal error; the code stays", async () => {
       const { job } = await createJob(db(), "t1", randomUUID(), body("hi"));
       const detail = "connect ECONNREFUSED 10.1.2.3:5432 at /srv/host-7/runner.js";
-      await admin.query(`update jobs set state = 'failed', finished_at = now(), error = $2::jsonb where id = $1`, [
-        job.id,
-        JSON.stringify({ code: "internal_error", message: detail }),
-      ]);
+      await target.admin.query(
+        `update jobs set state = 'failed', finished_at = now(), error = $2::jsonb where id = $1`,
+        [job.id, JSON.stringify({ code: "internal_error", message: detail })],
+      );
       const [row] = await db().select().from(schema.jobs).where(sql`${schema.jobs.id} = ${job.id}`);
       const view = toJobView(row as schema.JobRow);
       expect(view.error?.code).toBe("internal_error");
@@ -183,15 +169,15 @@ onEveryDriver(
 
 describe("pg-proxy credentials", () => {
   it("refuses a connection string with the wrong password or user over /sql", async () => {
-    const url = new URL(dbUrl);
-    const ok = neon(dbUrl, { fullResults: false });
+    const url = new URL(target.postgresUrl);
+    const ok = neon(target.postgresUrl, { fullResults: false });
     expect(await ok`select 1 as one`).toEqual([{ one: 1 }]);
     for (const [user, password] of [
       [url.username, "wrong-password-123"],
       [url.username, ""],
       ["someone_else", url.password],
     ] as const) {
-      const bad = new URL(dbUrl);
+      const bad = new URL(target.postgresUrl);
       bad.username = user;
       bad.password = password;
       const q = neon(bad.toString(), { fullResults: false });
@@ -206,14 +192,14 @@ describe("pg-proxy credentials", () => {
 describe("operator CLI keys", () => {
   const run = (...args: string[]) =>
     promisify(execFile)("npx", ["tsx", "tools/cli/operator.ts", ...args], {
-      env: { ...process.env, DATABASE_URL: dbUrl },
+      env: { ...process.env, DATABASE_URL: target.postgresUrl },
     }).then(
       (r) => ({ code: 0, out: r.stdout, err: r.stderr }),
       (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, out: e.stdout, err: e.stderr }),
     );
 
   it("lists keys with their ids and revokes one by tenant and id; a prefix is not an id", async () => {
-    await admin.query("truncate executions, jobs, api_keys, tenants cascade");
+    await target.admin.query("truncate executions, jobs, api_keys, tenants cascade");
     expect((await run("tenant", "create", "cli-a")).code).toBe(0);
     const created = await run("key", "create", "cli-a");
     expect(created.code).toBe(0);

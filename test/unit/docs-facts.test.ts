@@ -8,7 +8,8 @@
  * on: the lease store's default heartbeat is the hosts' own. And what architecture.md's reading
  * order, "Fact → its one home" and "Known duplicates" name: every repository path exists, each
  * name a duplicate row pairs with a file is in that file, the Postgres row lists exactly the
- * migrations that make triggers; and no doc or source file points
+ * migrations that make triggers, and every code name they and the run path ("The three
+ * identities", its drawing included) give is still in the product code; and no doc or source file points
  * at a tracker's issue number, which no reader of the repository can open: it says why in words.
  */
 import { readdirSync, readFileSync, statSync } from "node:fs";
@@ -194,6 +195,31 @@ function exists(path: string): boolean {
   }
 }
 
+/** Every identifier in the code the runtime runs (not the tools' or the tests'). */
+const PRODUCT_NAMES = new Set(
+  ["src", "workers", "sandbox-host", "drizzle"]
+    .flatMap((dir) =>
+      walk(dir)
+        .filter((f) => /\.(ts|sql|lua)$/.test(f))
+        .map((f) => read(join(dir, f))),
+    )
+    .flatMap((text) => text.match(/[A-Za-z_]\w*/g) ?? []),
+);
+
+/**
+ * The code names a text gives, in backticks or in a drawing (a fenced block): camelCase,
+ * PascalCase of two words or more, CONSTANT_CASE (a prefix such as `HOST_WEBHOOK_*` is not one).
+ */
+function codeNames(text: string): string[] {
+  const fenced = /```[\s\S]*?```/g;
+  const spans = [
+    ...[...text.replace(fenced, "").matchAll(/`([^`]+)`/g)].map((m) => m[1] as string),
+    ...(text.match(fenced) ?? []),
+  ];
+  const NAME = /^(?:[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*|[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])$/;
+  return [...new Set(spans.flatMap((span) => span.match(/[A-Za-z_]\w*/g) ?? []).filter((n) => NAME.test(n)))];
+}
+
 describe("docs/architecture.md's tables against the tree", () => {
   const tables = ["Reading order", "Fact → its one home", "Known duplicates"];
 
@@ -210,6 +236,19 @@ describe("docs/architecture.md's tables against the tree", () => {
     ]);
     expect(exists("src/db/nope.ts")).toBe(false);
     expect(exists("workers/cron/")).toBe(true);
+  });
+
+  it.each([...tables, "The three identities"])("every code name %s gives is in the product code", (title) => {
+    const names = codeNames(section(title));
+    expect(names.length).toBeGreaterThan(3);
+    expect(names.filter((n) => !PRODUCT_NAMES.has(n))).toEqual([]);
+  });
+
+  it("the name checker reads backticks and drawings, and finds a name the product code lacks", () => {
+    const text =
+      "calls `markStartedMany(db, ids)` and `HOST_WEBHOOK_*`, not `noSuchFunction`\n```\nreadRow(exec) → StartBatcher\n```";
+    expect(codeNames(text).sort()).toEqual(["StartBatcher", "markStartedMany", "noSuchFunction", "readRow"]);
+    expect(codeNames(text).filter((n) => !PRODUCT_NAMES.has(n))).toEqual(["noSuchFunction"]);
   });
 
   it("every name Known duplicates gives with its file, as `name` (`file`), is in that file", () => {

@@ -57,6 +57,26 @@ describe("job states", () => {
   });
 });
 
+describe("the child-resume trigger", () => {
+  it("counts FINAL_STATES but `expired` as a child's end (a child has no ttl_s), in its latest trigger and function", () => {
+    const journal = JSON.parse(read("drizzle/meta/_journal.json")) as { entries: Array<{ tag: string }> };
+    const migrations = journal.entries.map((e) => read(`drizzle/${e.tag}.sql`).replace(/--.*$/gm, ""));
+    const trigger = migrations.filter((t) => t.includes("CREATE TRIGGER jobs_child_finished")).at(-1) ?? "";
+    const fn = migrations.filter((t) => /FUNCTION ear_child_finished\(\)/.test(t)).at(-1) ?? "";
+    const when =
+      /CREATE TRIGGER jobs_child_finished[^;]*NEW\.state IN \(([^)]*)\)[^;]*OLD\.state NOT IN \(([^)]*)\)/.exec(
+        trigger,
+      );
+    const unfinished = /FUNCTION ear_child_finished\(\)[\s\S]*?c\.state NOT IN \(([^)]*)\)/.exec(fn);
+    expect(when).not.toBeNull();
+    expect(unfinished).not.toBeNull();
+    const childEnds = FINAL_STATES.filter((s) => s !== "expired");
+    expect(quoted(when?.[1] ?? "")).toEqual(childEnds);
+    expect(quoted(when?.[2] ?? "")).toEqual(childEnds);
+    expect(quoted(unfinished?.[1] ?? "")).toEqual(childEnds);
+  });
+});
+
 describe("job error codes", () => {
   it("a job error outside the closed set is refused by the schema", () => {
     expect(JobErrorSchema.safeParse({ code: "lost", message: "m" }).success).toBe(true);

@@ -3,9 +3,12 @@
  * once, stop() resolves only after the run in flight, fixed rate keeps the period when a run is
  * slow, fixed delay adds the run's duration, and an extra run (runNow) waits for the scheduled one.
  * With an idle period: it waits that long while idle, and hurry() cuts the wait to a busy period.
+ * A PeriodicService (the reaper, the upkeep duties, the janitor, the queue-depth sampler) takes
+ * that idle period from the fleet's activity, and work appearing hurries it.
  */
 import { describe, expect, it } from "vitest";
-import { PeriodicTask } from "../../sandbox-host/lifecycle/periodic";
+import { FleetActivity } from "../../sandbox-host/lifecycle/activity";
+import { PeriodicService, PeriodicTask } from "../../sandbox-host/lifecycle/periodic";
 import { sleep } from "../../src/domain/async";
 
 describe("PeriodicTask", () => {
@@ -133,5 +136,50 @@ describe("PeriodicTask", () => {
     // The second run (began idle) is followed by the idle period: exactly two runs.
     expect(starts).toHaveLength(2);
     expect(starts[1]! - starts[0]!).toBeLessThan(1000);
+  });
+});
+
+/** A fleet this host has looked at and found empty: idle from the start. */
+function idleFleet(idleMs: number): FleetActivity {
+  const activity = new FleetActivity({ idleMs, localRuns: () => 0, listening: () => true });
+  activity.looked({ waiting: false, claimed: false, running: false }, Date.now() + 1);
+  expect(activity.idle).toBe(true);
+  return activity;
+}
+
+class Counting extends PeriodicService {
+  readonly starts: number[] = [];
+  constructor(everyMs: number, activity: FleetActivity, idleAtLeastBusy?: boolean) {
+    super({ name: "counting", everyMs, spread: 0, firstDelayMs: 0, activity, idleAtLeastBusy }, async () => {
+      this.starts.push(performance.now());
+    });
+  }
+}
+
+describe("PeriodicService", () => {
+  it("while the fleet is idle it waits HOST_IDLE_MS, or at least its busy period with idleAtLeastBusy", async () => {
+    const gap = async (idleAtLeastBusy: boolean) => {
+      const service = new Counting(400, idleFleet(20), idleAtLeastBusy);
+      service.start();
+      while (service.starts.length < 2) await sleep(5);
+      await service.stop();
+      return service.starts[1]! - service.starts[0]!;
+    };
+    expect(await gap(false)).toBeLessThan(399);
+    expect(await gap(true)).toBeGreaterThanOrEqual(399);
+  });
+
+  it("work appearing anywhere cuts an idle wait to one busy period", async () => {
+    const activity = idleFleet(60_000);
+    const service = new Counting(30, activity);
+    service.start();
+    await sleep(200);
+    expect(service.starts).toHaveLength(1);
+    const noted = performance.now();
+    activity.noteWork();
+    while (service.starts.length < 2) await sleep(5);
+    await service.stop();
+    expect(service.starts[1]! - noted).toBeLessThan(1000);
+    expect(service.name).toBe("counting");
   });
 });

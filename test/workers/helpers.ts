@@ -57,18 +57,18 @@ export async function useFakePostgres(stub: DurableObjectStub<JobEventsObject>, 
     const marked = instance as unknown as { usesFakePostgres?: boolean };
     if (marked.usesFakePostgres) return;
     marked.usesFakePostgres = true;
-    instance.executionLookup = async (j, e) => {
+    instance.trust.lookup = async (j, e) => {
       const x = fakePostgres.get(j)?.executions.get(e);
       return x ? { epoch: x.epoch, token: x.token } : null;
     };
-    instance.executionHistory = async (j) => {
+    instance.firsts.history = async (j) => {
       const r = fakePostgres.get(j);
       if (!r) return [];
       r.historyReads++;
       if (r.history instanceof Error) throw r.history;
       return r.history;
     };
-    instance.jobState = async (j) => {
+    instance.terminal.jobState = async (j) => {
       const r = fakePostgres.get(j);
       r?.asked.push(j);
       if (r?.facts instanceof Error) throw r.facts;

@@ -18,7 +18,7 @@ import {
 } from "./postgres-facts";
 
 export class FirstEventProjection {
-  /** @param history reads the job's executions; injectable through JobEventsObject.executionHistory. */
+  /** @param history reads the job's executions; injectable (tests set `JobEventsObject.firsts.history`). */
   constructor(
     private readonly log: EventLog,
     public history: ExecutionHistoryLookup,

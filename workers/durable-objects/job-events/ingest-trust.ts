@@ -19,7 +19,7 @@ export class IngestTrust {
   /** Verified generations' ingest keys, imported (the table holds the key bytes as hex). */
   private readonly keys = new Map<string, { epoch: number; key: CryptoKey }>();
 
-  /** @param lookup reads the executions row; injectable through JobEventsObject.executionLookup. */
+  /** @param lookup reads the executions row; injectable (tests set `JobEventsObject.trust.lookup`). */
   constructor(
     private readonly storage: DurableObjectStorage,
     public lookup: ExecutionLookup,

@@ -33,14 +33,7 @@ import { EventLog, type LoggedEvent } from "./event-log";
 import { FirstEventProjection } from "./first-events";
 import { IngestTrust } from "./ingest-trust";
 import { ObjectMeta } from "./object-meta";
-import {
-  type ExecutionHistoryLookup,
-  type ExecutionLookup,
-  type JobStateLookup,
-  postgresExecutionHistory,
-  postgresExecutionLookup,
-  postgresJobStateLookup,
-} from "./postgres-facts";
+import { postgresExecutionHistory, postgresExecutionLookup, postgresJobStateLookup } from "./postgres-facts";
 import { Retention } from "./retention";
 import { isStreamRequest, parseStreamRequest, SseStreams } from "./sse-streams";
 import { TerminalAgreement } from "./terminal-agreement";
@@ -48,13 +41,21 @@ import { TerminalAgreement } from "./terminal-agreement";
 export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc {
   private readonly log: EventLog;
   private readonly meta: ObjectMeta;
-  private readonly trust: IngestTrust;
-  private readonly firsts: FirstEventProjection;
   private readonly streams: SseStreams;
   private readonly relay: ChatRelay;
-  private readonly terminal: TerminalAgreement;
-  private readonly retention: Retention;
   private readonly alarms: AlarmScheduler;
+  // The parts with injection points are not private: the workerd tests answer for Postgres and
+  // shorten the clocks on the part itself (`instance.terminal.jobState = …`). Instance fields are
+  // not reachable over RPC (Cloudflare's RPC visibility rules: only the class's methods and
+  // accessors are), so this gives a caller of the object nothing new.
+  /** Reads the executions row (`lookup`; the default reads Postgres over neon-http). */
+  readonly trust: IngestTrust;
+  /** Reads the job's executions and journal (`history`; the default reads Postgres). */
+  readonly firsts: FirstEventProjection;
+  /** Reads the job row (`jobState`) and waits `liveHostQuietMs` for a live host's own terminal event. */
+  readonly terminal: TerminalAgreement;
+  /** How long the log outlives its terminal event (`retentionMs`). */
+  readonly retention: Retention;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -72,49 +73,6 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
     );
     this.retention = new Retention(ctx.storage, this.meta, this.log, eventRetentionMs(env));
     this.alarms = new AlarmScheduler(ctx.storage, [this.terminal, this.retention]);
-  }
-
-  // Injection points for tests (the workerd tests answer for Postgres and shorten the clocks);
-  // each belongs to the part that uses it.
-
-  /** The job row read (TerminalAgreement); the default reads Postgres over neon-http. */
-  get jobState(): JobStateLookup {
-    return this.terminal.jobState;
-  }
-  set jobState(lookup: JobStateLookup) {
-    this.terminal.jobState = lookup;
-  }
-
-  /** The executions row read (IngestTrust); the default reads Postgres over neon-http. */
-  get executionLookup(): ExecutionLookup {
-    return this.trust.lookup;
-  }
-  set executionLookup(lookup: ExecutionLookup) {
-    this.trust.lookup = lookup;
-  }
-
-  /** The job's executions (and journal) read (FirstEventProjection); the default reads Postgres. */
-  get executionHistory(): ExecutionHistoryLookup {
-    return this.firsts.history;
-  }
-  set executionHistory(lookup: ExecutionHistoryLookup) {
-    this.firsts.history = lookup;
-  }
-
-  /** See TERMINAL_CHECK.liveHostQuietMs (terminal-agreement.ts). */
-  get liveHostQuietMs(): number {
-    return this.terminal.liveHostQuietMs;
-  }
-  set liveHostQuietMs(ms: number) {
-    this.terminal.liveHostQuietMs = ms;
-  }
-
-  /** How long the log outlives its terminal event (retention.ts). */
-  get retentionMs(): number {
-    return this.retention.retentionMs;
-  }
-  set retentionMs(ms: number) {
-    this.retention.retentionMs = ms;
   }
 
   /**

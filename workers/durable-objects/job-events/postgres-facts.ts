@@ -2,8 +2,8 @@
  * What the projector asks Postgres when a job's stream has no terminal event yet, and what it
  * makes of the answers. The queries live in src/db (projector-repo.ts, and journal-repo.ts for
  * the execution history); this file binds them to the gateway's database handle as injectable
- * lookups (JobEventsObject.jobState, .executionLookup, .executionHistory), so workerd tests can
- * answer for Postgres, and turns the facts into the events the projector writes. The default
+ * lookups (the parts' TerminalAgreement.jobState, IngestTrust.lookup, FirstEventProjection.history),
+ * so workerd tests can answer for Postgres, and turns the facts into the events the projector writes. The default
  * lookups read through the gateway's deps (deps.ts), so the terminal-check alarm shares the
  * per-isolate drizzle handle instead of building one per check.
  */

@@ -60,7 +60,7 @@ export class TerminalAgreement implements AlarmConcern {
   /** When a host last delivered new events (memory only: after an eviction the alarm just reads). */
   private lastHostEventAt = 0;
 
-  /** @param jobState reads the job row; injectable through JobEventsObject.jobState. */
+  /** @param jobState reads the job row; injectable (tests set `JobEventsObject.terminal.jobState`). */
   constructor(
     private readonly log: EventLog,
     private readonly firsts: FirstEventProjection,

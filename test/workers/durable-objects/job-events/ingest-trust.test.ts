@@ -201,7 +201,7 @@ describe("ingest trusts ownership", () => {
       finishedAt: new Date(Date.now() - 60_000),
     });
     await runInDurableObject(stub, (i: JobEventsObject) => {
-      i.liveHostQuietMs = 0;
+      i.terminal.liveHostQuietMs = 0;
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     const log = (await stub.readAfter(0)) as Array<{ type: string; event: { payload: Record<string, unknown> } }>;
@@ -261,8 +261,8 @@ describe("ingest trusts ownership", () => {
     let reads = 0;
     await useFakePostgres(stub, jobId);
     await runInDurableObject(stub, (i: JobEventsObject) => {
-      const inner = i.executionLookup;
-      i.executionLookup = async (j, e) => {
+      const inner = i.trust.lookup;
+      i.trust.lookup = async (j, e) => {
         reads++;
         return inner(j, e);
       };
@@ -324,7 +324,7 @@ describe("the stream shows every lifecycle fact Postgres holds", () => {
       startedAt: new Date(),
     });
     await runInDurableObject(stub, (i: JobEventsObject) => {
-      i.liveHostQuietMs = 0;
+      i.terminal.liveHostQuietMs = 0;
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect((await offsets(stub)).map((e) => [e.type, e.seq])).toEqual([
@@ -359,7 +359,7 @@ describe("the stream shows every lifecycle fact Postgres holds", () => {
       envelope(jobId, exec, epoch, 1, "run.recovered", { ...RECOVERED_ROW, reason: "host_lost" });
     const quiet = (stub: DurableObjectStub<JobEventsObject>) =>
       runInDurableObject(stub, (i: JobEventsObject) => {
-        i.liveHostQuietMs = 0;
+        i.terminal.liveHostQuietMs = 0;
       });
 
     it("a recovering host SIGKILLed before its outbox sent anything: its run.recovered is projected ahead of the next execution's first batch, once; its late events stay refused", async () => {

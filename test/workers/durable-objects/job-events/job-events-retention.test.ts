@@ -28,7 +28,7 @@ function storageOf(stub: DurableObjectStub<JobEventsObject>) {
 async function finishedJob(retentionMs = RETENTION_MS) {
   const { jobId, stub } = newJob();
   await runInDurableObject(stub, (i: JobEventsObject) => {
-    i.retentionMs = retentionMs;
+    i.retention.retentionMs = retentionMs;
   });
   for (let from = 1; from <= 100; from += 10) {
     const seqs = Array.from({ length: 10 }, (_, k) => from + k);

@@ -30,7 +30,7 @@ async function answerForPostgres(
 ): Promise<string[]> {
   const jobId = (await runInDurableObject(stub, (instance: JobEventsObject) => {
     // These tests are about what Postgres answers: ask on every alarm, however recent the events.
-    instance.liveHostQuietMs = opts.liveHostQuietMs ?? 0;
+    instance.terminal.liveHostQuietMs = opts.liveHostQuietMs ?? 0;
     return jobIdOf.get(stub) ?? "";
   })) as string;
   const row = await setJobRow(stub, jobId, facts);
@@ -355,7 +355,7 @@ describe("projector terminal from Postgres", () => {
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(asked).toEqual([]); // the host is alive and will send the terminal event itself
     await runInDurableObject(stub, (instance: JobEventsObject) => {
-      instance.liveHostQuietMs = 0; // …time passes without events
+      instance.terminal.liveHostQuietMs = 0; // …time passes without events
     });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(asked).toEqual([jobId]);

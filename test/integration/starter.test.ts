@@ -3,8 +3,9 @@
  * packs it, the starter copied to an empty directory with its `file:` dependency pointed at that
  * tarball and installed there (from npm's cache where it can), typechecked by its own TypeScript
  * under `bundler` and `nodenext` resolution with skipLibCheck false, its page built by Vite, and
- * then, on a test stack: its agent deployed, its tools loaded by a host, its backend minting a
- * page token and a job of the agent that calls the team's tool run to completion.
+ * then, on a test stack: its tools bundled by `ear tools build` into one file a real host process
+ * loads alone (HOST_TOOLS), its agent deployed by `ear agents deploy`, its backend minting a page
+ * token, and a job of the agent that calls the team's tool run to completion.
  */
 import { execFile } from "node:child_process";
 import { cp, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -109,28 +110,44 @@ describe.skipIf(!canRun)("the starter: a team's repository on the packed SDK", (
   }, 90_000);
 
   describe("on a test stack", () => {
+    let bundle: string;
+
     beforeAll(async () => {
+      // `ear tools build` (the starter's tools:build script), then the one file alone in a
+      // directory with no node_modules anywhere above it: what a production host image holds.
+      const built = await run("npm", ["run", "-s", "tools:build"], app);
+      expect(built.code, built.out).toBe(0);
+      expect(built.out).toContain("dist/tools.mjs: 2 tools (lookup_order, refund_order)");
+      const alone = await mkdtemp(join(tmpdir(), "ear-tools-bundle-"));
+      bundle = join(alone, "tools.mjs");
+      await cp(join(app, "dist", "tools.mjs"), bundle);
       stack = await startStack({ hosts: 0, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
-      // The team's tools module as the starter has it, loaded by a host from the starter's install.
-      await stack.addHost({ HOST_TOOLS: join(app, "tools", "orders.ts") });
+      await stack.addHost({ HOST_TOOLS: bundle });
     }, 180_000);
 
-    it("the agent deploys as code, and a job of it calls the team's tool and completes", async () => {
+    afterAll(async () => {
+      if (bundle) await rm(resolve(bundle, ".."), { recursive: true, force: true });
+    });
+
+    it("ear agents deploy makes the agent as code, and a job of it calls the bundled tool on the host and completes", async () => {
       const s = stack as Stack;
       const env = { EAR_URL: s.gatewayUrl, EAR_API_KEY: s.apiKey, EAR_MODEL: s.modelName };
-      const deployed = await run(
-        process.execPath,
-        ["--import", "tsx", join(ROOT, "tools", "cli", "operator.ts"), "agents", "deploy", join(app, "agents")],
-        ROOT,
-        env,
-      );
+      const deployed = await run("npm", ["run", "-s", "agents:deploy"], app, env);
       expect(deployed.code, deployed.out).toBe(0);
       expect(deployed.out).toContain("starter-support: created (version 1)");
+      const again = await run(join(app, "node_modules", ".bin", "ear"), ["agents", "deploy", "agents"], app, env);
+      expect(again.out).toContain("starter-support: unchanged (version 1)");
+      // The catalog lists the bundle's tools as the host published them.
+      const tools = await fetch(`${s.gatewayUrl}/v1/tools`, { headers: { authorization: `Bearer ${s.apiKey}` } });
+      const codeTools = ((await tools.json()) as { tools: Array<{ name: string; kind: string }> }).tools
+        .filter((t) => t.kind === "code")
+        .map((t) => t.name);
+      expect(codeTools.sort()).toEqual(["lookup_order", "refund_order"]);
 
       // The installed package's own client, as the team's code would use it.
       const { EarClient } = (await import(
         join(app, "node_modules", "edge-agent-runtime", "client.js")
-      )) as typeof import("../../src/client/index");
+      )) as typeof import("../../src/client/client");
       const api = new EarClient({ baseUrl: s.gatewayUrl, credential: s.apiKey });
       const script = { tool_calls: [{ name: "lookup_order", args: { id: "o-1" } }], reply: "o-1 has shipped" };
       const { job } = await api.submit({
@@ -150,6 +167,13 @@ describe.skipIf(!canRun)("the starter: a team's repository on the packed SDK", (
       ]);
       expect((await api.get(job.id)).job).toMatchObject({ state: "completed", output: "o-1 has shipped" });
     }, 120_000);
+
+    it("ear has no tenant or key commands: the API cannot make them, and it says where to", async () => {
+      const { code, out } = await run(join(app, "node_modules", ".bin", "ear"), ["tenant", "create", "acme"], app);
+      expect(code).toBe(2);
+      expect(out).toContain("tenants and API keys have no HTTP API");
+      expect(out).toContain("npm run cli -- tenant create");
+    });
 
     it("the backend mints the page a write token bound to its one conversation", async () => {
       const s = stack as Stack;

@@ -10,6 +10,7 @@
  *   tools.js    `edge-agent-runtime/tools`: defineTool, for the hosts' HOST_TOOLS modules
  *   agents.js   `edge-agent-runtime/agents`: defineAgent, agents as code (docs/tools.md)
  *   types/…     tsc declarations, relative imports rewritten to `.js` (node16/nodenext)
+ *   bin/ear.js  the `ear` command (tools/ear/): tools build, agents deploy, tokens create
  *
  * Why a generated package.json and not the repo's: the repo's lists the runtime's dependencies
  * (dockerode, pg, OpenTelemetry, the MCP SDK …), which a team's page or backend never loads.
@@ -26,7 +27,7 @@
  * host and console builds.
  */
 import { spawn } from "node:child_process";
-import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -36,7 +37,7 @@ export const PKG_OUT = join(ROOT, "dist", "pkg");
 
 /** Each subpath export: its bundle's entry and its declaration file (under types/, tsc's layout of src/). */
 const ENTRIES = {
-  client: { src: "src/client/index.ts", types: "client/index.d.ts" },
+  client: { src: "src/client/entry.ts", types: "client/entry.d.ts" },
   "ai-sdk": { src: "src/ai-sdk/transport.ts", types: "ai-sdk/transport.d.ts" },
   react: { src: "src/react/hooks.ts", types: "react/hooks.d.ts" },
   tools: { src: "src/code-tools/define-tool.ts", types: "code-tools/define-tool.d.ts" },
@@ -47,6 +48,8 @@ const ENTRIES = {
 const DEPENDENCIES = ["zod", "eventsource-parser"] as const;
 const OPTIONAL_PEERS = {
   ai: "^6.0.0 || ^7.0.0",
+  // `ear tools build` and `ear agents deploy` only (the team's own bundler).
+  esbuild: ">=0.24.0",
   react: "^18.0.0 || ^19.0.0",
   "react-dom": "^18.0.0 || ^19.0.0",
 } as const;
@@ -67,6 +70,20 @@ export async function buildPackages(): Promise<void> {
     sourcemap: "linked",
     logLevel: "warning",
   });
+  // The `ear` command (tools/ear/): Node only, so its own bundle, not a chunk the page entries share.
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: ["tools/ear/bin.ts"],
+    outfile: join(PKG_OUT, "bin", "ear.js"),
+    bundle: true,
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    packages: "external",
+    banner: { js: "#!/usr/bin/env node" },
+    logLevel: "warning",
+  });
+  await chmod(join(PKG_OUT, "bin", "ear.js"), 0o755);
   await new Promise<void>((ok, fail) => {
     const tsc = spawn(
       join(ROOT, "node_modules", ".bin", "tsc"),
@@ -105,6 +122,7 @@ async function manifest(): Promise<Record<string, unknown>> {
     sideEffects: false,
     engines: root.engines,
     exports,
+    bin: { ear: "./bin/ear.js" },
     dependencies: Object.fromEntries(
       DEPENDENCIES.map((d) => {
         const v = root.dependencies[d];

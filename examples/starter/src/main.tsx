@@ -1,6 +1,8 @@
 /**
  * The team's page: `useChat` with `EarChatTransport`. It holds no API key: the backend's
  * /api/token gives it a token bound to this one conversation, asked again before it expires.
+ * A tool call waiting for approval shows an Approve button (the transport's `decide`); the
+ * backend may decide instead, by its own policy (backend/server.ts).
  */
 import { useChat } from "@ai-sdk/react";
 import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
@@ -47,7 +49,27 @@ function Chat(props: { baseUrl: string }) {
           <li key={m.id} className={m.role}>
             {m.parts.map((p) => (p.type === "text" ? p.text : "")).join("")}
             {m.parts.map((p) =>
-              p.type === "data-approval" ? <em key={p.data.call_id}> waiting for approval: {p.data.tool}</em> : null,
+              p.type === "data-approval" && p.data.kind === "approval" ? (
+                <em key={p.data.call_id}>
+                  {" "}
+                  {p.data.tool}:{" "}
+                  {p.data.decision ?? (
+                    // The page's own token decides its own conversation's calls (403 for any other).
+                    <button
+                      type="button"
+                      onClick={() =>
+                        void transport.decide(conversation, {
+                          job_id: p.data.job_id,
+                          call_id: p.data.call_id,
+                          decision: "approve",
+                        })
+                      }
+                    >
+                      Approve
+                    </button>
+                  )}
+                </em>
+              ) : null,
             )}
           </li>
         ))}

@@ -20,11 +20,13 @@ import type { ChatConnection, WebSocketConstructor } from "../client/chat";
 import { EarClient } from "../client/client";
 import type { Credential } from "../client/http";
 import type { MultitaskPolicy, ServerFrame } from "../contracts/chat";
+import type { ApprovalAnswer } from "../contracts/wait";
 import { AnswerChunks, type EarChunk, type EarUIMessage } from "./chunks";
 
 // The package entry `edge-agent-runtime/ai-sdk` is this module: what a page names besides the transport.
 export type { Credential } from "../client/http";
 export type { MultitaskPolicy } from "../contracts/chat";
+export type { ApprovalAnswer } from "../contracts/wait";
 export type { ApprovalData, EarDataParts, EarMessageMetadata, EarUIMessage, QueuedData, TimingData } from "./chunks";
 
 export interface EarChatTransportOptions {
@@ -99,6 +101,21 @@ export class EarChatTransport<M extends UIMessage = EarUIMessage> implements Cha
     const conn = this.client.chat(chatId, this.chatOptions());
     return this.answer(chatId, conn, abortSignal, { jobId: last.metadata.job_id, closeAfter: true });
   };
+
+  /**
+   * Approve or deny a tool call this chat's job waits on (an `approval` data part's `job_id` and
+   * `call_id`), with the page's own conversation-bound token: POST
+   * /v1/conversations/{chatId}/jobs/{job_id}/approvals/{call_id}. The job resumes and the same
+   * stream goes on with its answer; a job of another conversation is refused (403).
+   */
+  async decide(
+    chatId: string,
+    call: { job_id: string; call_id: string; decision: "approve" | "deny"; note?: string },
+    signal?: AbortSignal,
+  ): Promise<ApprovalAnswer & { created: boolean }> {
+    const { job_id, call_id, ...body } = call;
+    return this.client.decideInConversation(chatId, job_id, call_id, body, { signal });
+  }
 
   /** Closes every conversation's socket (the jobs run on). */
   close(): void {

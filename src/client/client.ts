@@ -219,6 +219,21 @@ export class EarClient {
     return created(await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal }));
   }
 
+  /**
+   * POST /v1/conversations/{id}/jobs/{job_id}/approvals/{call_id}: `decide` for a job of this
+   * conversation, what a page's conversation-bound token may call (403 for another conversation's job).
+   */
+  async decideInConversation(
+    conversationId: string,
+    jobId: string,
+    callId: string,
+    body: ApprovalBody,
+    opts: CallOptions = {},
+  ): Promise<Created<ApprovalAnswer>> {
+    const path = `/v1/conversations/${enc(conversationId)}/jobs/${enc(jobId)}/approvals/${enc(callId)}`;
+    return created(await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
   /** GET /v1/jobs/{id}/inputs: `{inputs}`, in arrival order. */
   async inputs(jobId: string, opts: CallOptions = {}): Promise<InputList> {
     return (await this.transport.json<InputList>("GET", `/v1/jobs/${enc(jobId)}/inputs`, opts)).body;

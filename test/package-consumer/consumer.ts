@@ -7,6 +7,7 @@
 import type { ChatTransport } from "ai";
 import { defineAgent } from "edge-agent-runtime/agents";
 import { EarChatTransport, type EarUIMessage } from "edge-agent-runtime/ai-sdk";
+import { ApiClientError, EarClient as BackendClient } from "edge-agent-runtime/client";
 import { EarClient, type JobRun, useJob, useJobTree } from "edge-agent-runtime/react";
 import { defineTool, type ToolContext } from "edge-agent-runtime/tools";
 import { z } from "zod";
@@ -29,6 +30,10 @@ export function useLatency(id: string): number | null {
 }
 
 export const answerState = (m: EarUIMessage) => m.metadata?.state;
+
+// The client entry is the same EarClient the React entry re-exports.
+export const backend: EarClient = new BackendClient({ baseUrl: "https://api.example.com", credential: "ear_x" });
+export const notFound = (e: unknown) => e instanceof ApiClientError && e.status === 404;
 
 // A code tool's args are the zod schema's output, and ctx carries the run's identity.
 export const lookup = defineTool({

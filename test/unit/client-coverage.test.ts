@@ -50,6 +50,7 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
   cancel: [(api) => api.cancel(JOB)],
   input: [(api) => api.input(JOB, { content: "more" })],
   decide: [(api) => api.decide(JOB, "call-1", { decision: "approve" })],
+  decideInConversation: [(api) => api.decideInConversation("conv-1", JOB, "call-1", { decision: "deny", note: "no" })],
   inputs: [(api) => api.inputs(JOB)],
   events: [(api) => drain(api.events(JOB)), (api) => drain(api.events(JOB, { descendants: true }))],
   messages: [(api) => api.messages("conv-1")],

@@ -33,7 +33,11 @@ export async function deployTarget(env: Record<string, string | undefined>, cwd:
 }
 
 /** The agents a file exports, or every module's directly in a directory; a name twice is an error. */
-export async function loadAgents(path: string): Promise<Array<{ agent: AgentDefinitionOf; file: string }>> {
+export async function loadAgents(
+  path: string,
+  // The package's `ear` loads TypeScript through esbuild (plain Node 20 cannot); `npm run cli` runs under tsx.
+  importModule: (file: string) => Promise<Record<string, unknown>> = (file) => import(pathToFileURL(file).href),
+): Promise<Array<{ agent: AgentDefinitionOf; file: string }>> {
   const abs = resolve(path);
   const info = await stat(abs).catch(() => null);
   if (!info) throw new Error(`${path}: no such file or directory`);
@@ -46,7 +50,7 @@ export async function loadAgents(path: string): Promise<Array<{ agent: AgentDefi
   const found: Array<{ agent: AgentDefinitionOf; file: string }> = [];
   const seen = new Map<string, string>();
   for (const file of files) {
-    const mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    const mod = await importModule(file);
     for (const value of Object.values(mod)) {
       for (const agent of Array.isArray(value) ? value : [value]) {
         if (!isDefinedAgent(agent) || found.some((f) => f.agent === agent)) continue;

@@ -9,15 +9,24 @@
  *
  * GET /v1/conversations/:id/messages — the turns of the tenant's jobs in that conversation,
  * oldest first; a conversation the tenant has no job in (including another tenant's) is 404.
+ *
+ * POST /v1/conversations/:id/jobs/:job_id/approvals/:call_id — the approvals route of
+ * job-control.ts under the conversation, so a page's conversation-bound token (which reaches only
+ * /v1/conversations/<its id>/…, access-tokens.ts) can decide its own chat's tool calls: a job of
+ * another conversation is a 403, never decided, whoever asks.
  */
 import { agentRefSchema } from "../../src/contracts/agent";
 import { CHAT_ERROR_CODES, ConversationMessagesSchema, MULTITASK_POLICIES } from "../../src/contracts/chat";
 import { ApiError } from "../../src/contracts/errors";
 import { CreateJobBodySchema, conversationIdSchema } from "../../src/contracts/job";
-import { conversationIdParam, inline, ref, V1_ERRORS } from "../../src/contracts/openapi";
+import { BODY_ERRORS, callIdParam, conversationIdParam, inline, ref, V1_ERRORS } from "../../src/contracts/openapi";
+import { ApprovalAnswerSchema, ApprovalBodySchema } from "../../src/contracts/wait";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
+import { getJob } from "../../src/db/jobs-repo";
+import { decide } from "../commands/decide";
 import { callDependency, callDurableObject } from "../deps";
 import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session/session-address";
+import { missingJob } from "./jobs";
 import { route, routes } from "./route";
 
 /** History reads return at most this many jobs' turns. */
@@ -115,6 +124,49 @@ export const conversationRoutes = routes(
       );
       if (rows.length === 0) throw new ApiError("not_found", "conversation not found");
       return c.json({ messages: conversationMessages(rows) });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/:id/jobs/:job_id/approvals/:call_id",
+    operationId: "decideConversationApproval",
+    tag: "conversations",
+    summary: "Approve or deny a waiting tool call of one of the conversation's jobs",
+    description:
+      "POST /v1/jobs/{id}/approvals/{call_id} for a job of this conversation, reachable with the conversation-bound token a chat page holds. A job of another conversation is a 403 `forbidden` (nothing is decided); otherwise as that route: 202 recorded, 200 the same decision again, 409 a different one.",
+    auth: "bearer",
+    parameters: [
+      conversationIdParam,
+      {
+        name: "job_id",
+        in: "path",
+        required: true,
+        description: "The job (a UUID) of this conversation that waits on the call.",
+        schema: { type: "string" },
+      },
+      callIdParam,
+    ],
+    body: ApprovalBodySchema,
+    responses: [
+      { status: 202, description: "Recorded; the job is re-queued.", schema: ApprovalAnswerSchema },
+      {
+        status: 200,
+        description: "Already decided the same way: the recorded decision.",
+        schema: ApprovalAnswerSchema,
+      },
+    ],
+    errors: ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    handler: async (c, input) => {
+      const id = conversationId(c.req.param("id"));
+      const body = await input.body();
+      const db = c.get("deps").db();
+      const [tenantId, jobId, callId] = [c.get("tenantId"), c.req.param("job_id"), c.req.param("call_id")];
+      const job = await callDependency("postgres", () => getJob(db, tenantId, jobId));
+      if (!job) throw await missingJob(db, tenantId, jobId);
+      if (job.conversationId !== id) throw new ApiError("forbidden", `job ${jobId} is not in conversation ${id}`);
+      const answer = await decide(c.get("deps"), tenantId, jobId, callId, body, (w) => c.executionCtx.waitUntil(w));
+      if (answer === null) throw await missingJob(db, tenantId, jobId);
+      return c.json(answer.body, answer.created ? 202 : 200);
     },
   }),
 );

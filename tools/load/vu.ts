@@ -36,8 +36,15 @@ export interface VuContext {
 
 type JobView = ApiJobView & { latency: NonNullable<RunRecord["server"]> };
 
+/** An error's message with its cause's (undici's "fetch failed" says why only in its cause). */
+const errText = (err: unknown): string => {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  const cause = e.cause ? (e.cause.code ?? e.cause.message) : undefined;
+  return cause ? `${e.message} (${cause})` : String(e.message);
+};
+
 const httpProblem = (what: string, err: unknown) =>
-  err instanceof ApiClientError ? `${what} answered HTTP ${err.status}` : `${what} failed: ${(err as Error).message}`;
+  err instanceof ApiClientError ? `${what} answered HTTP ${err.status}` : `${what} failed: ${errText(err)}`;
 
 function replyWords(n: number, token: string): string {
   const words = [`load ${token}:`];
@@ -309,7 +316,7 @@ export async function runVu(
     }
   } catch (err) {
     streamProblems.push(
-      deadline.aborted ? `no terminal event within ${ctx.runTimeoutMs} ms` : `stream error: ${(err as Error).message}`,
+      deadline.aborted ? `no terminal event within ${ctx.runTimeoutMs} ms` : `stream error: ${errText(err)}`,
     );
   }
   await cancelPost;

@@ -183,8 +183,11 @@ export class ProcCpuSampler {
     return out;
   }
 
-  /** Samples every `intervalMs` until stop(); stop() resolves the window's CPU per part. */
-  startWindow(intervalMs = 1000): { stop: () => Promise<StepCpu | null> } {
+  /**
+   * Takes the window's first sample (resolves once it is taken: CPU used before it is not the
+   * window's), then samples every `intervalMs` until stop(); stop() resolves the CPU per part.
+   */
+  async startWindow(intervalMs = 1000): Promise<{ stop: () => Promise<StepCpu | null> }> {
     if (!this.available) return { stop: async () => null };
     const t0 = Date.now();
     const first = new Map<string, number>();
@@ -211,7 +214,8 @@ export class ProcCpuSampler {
     };
     let running = true;
     let timer: NodeJS.Timeout | undefined;
-    let current = take();
+    await take();
+    let current = Promise.resolve();
     const loop = () => {
       timer = setTimeout(() => {
         current = take().then(() => {
@@ -219,7 +223,7 @@ export class ProcCpuSampler {
         });
       }, intervalMs);
     };
-    void current.then(loop);
+    loop();
     return {
       stop: async () => {
         running = false;

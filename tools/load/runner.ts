@@ -243,7 +243,7 @@ async function runStep(
   if (shares.length) await clients.ensure(shares.length);
   progress.begin(`[${scenario} ×${n}${shares.length ? ` in ${shares.length} client procs` : ""}]`, n);
   const window = sampler.startWindow();
-  const cpuWindow = cpu.startWindow();
+  const cpuWindow = await cpu.startWindow();
   const parentLoop = startLoopDelay();
   const t0 = performance.now();
   const opened = new Set<number>();

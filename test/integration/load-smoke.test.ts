@@ -133,5 +133,5 @@ describe.skipIf(!canRun)("load generator smoke", () => {
     expect(html).not.toMatch(/<script|https?:\/\/(?!127\.0\.0\.1|www\.w3\.org)/);
     const parsed = JSON.parse(await readFile(outcome.resultsPath, "utf8")) as { run_id: string };
     expect(parsed.run_id).toBe(results.run_id);
-  }, 150_000);
+  }, 180_000);
 });

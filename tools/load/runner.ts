@@ -104,7 +104,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
           progress.end(
             `${step.result.strictOk}/${step.result.runs} strict ok, prep p95 ${fmt(step.result.client.preparation.p95)} ms, ` +
               `total p95 ${fmt(step.result.client.total.p95)} ms, dispatch p95 ${fmt(step.result.server.dispatch.p95)} ms; ` +
-              `busiest ${step.result.bottleneck.busiest ?? "–"}; load ${step.result.resources.loadavg1Peak.toFixed(1)}`,
+              `${step.result.bottleneck.busiest ?? "no CPU figures"}; load ${step.result.resources.loadavg1Peak.toFixed(1)}`,
           );
         }
       }

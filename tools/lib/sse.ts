@@ -18,10 +18,13 @@ export interface SseOptions {
   headers?: Record<string, string>;
   signal?: AbortSignal;
   onComment?: (text: string) => void;
+  /** Called once the response's head arrived (status and headers), before any event is read. */
+  onOpen?: (res: Response) => void;
 }
 
 export async function* readSse(url: string, opts: SseOptions = {}): AsyncGenerator<SseEvent> {
   const res = await fetch(url, { headers: { accept: "text/event-stream", ...opts.headers }, signal: opts.signal });
+  opts.onOpen?.(res);
   // The job is finished and nothing is after the cursor (SSE_FINISHED_STATUS): an empty stream.
   if (res.status === SSE_FINISHED_STATUS) return;
   if (!res.ok || !res.body) {

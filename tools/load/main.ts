@@ -5,6 +5,7 @@
  *
  *   npm run load                                   # against `npm run dev` (.dev/stack.json)
  *   npm run load -- --scenarios text,tool,cancel,reconnect --steps 1,10,20,50,100
+ *   npm run load -- --self-start --steps 100,300,1000 --client-procs 4
  *   npm run load -- --self-start --hosts 4 --host-max-runs 32
  *   npm run load -- --self-start --hosts 4 --host-max-runs 8 --baseline pinned --no-ladder
  *   npm run load -- --gateway http://127.0.0.1:8787 --api-key ear_… [--database-url …] [--redis-url …] [--metrics-url …]
@@ -24,6 +25,8 @@ const HELP = `usage: npm run load -- [options]
   --ttft-ms 200 --tokens-per-s 50 --reply-tokens 100   the mock model script of every run
   --run-timeout-ms 120000     per run, submit → terminal state read back
   --settle-ms 60000           max wait for resources to return to baseline
+  --client-procs auto         processes the VUs of a step run in: 0 = this process, N = N forked
+                              clients; auto = 1 below 300 VUs, then one per 250 VUs (at most 8)
   --out .load-results         results folder (a timestamped subfolder per run)
   target (default: .dev/stack.json from \`npm run dev\`):
   --stack-file PATH | --gateway URL --api-key KEY [--database-url URL] [--redis-url URL] [--metrics-url URL]...
@@ -55,6 +58,7 @@ function parse() {
       "reply-tokens": { type: "string" },
       "run-timeout-ms": { type: "string" },
       "settle-ms": { type: "string" },
+      "client-procs": { type: "string" },
       out: { type: "string" },
       "stack-file": { type: "string" },
       gateway: { type: "string" },
@@ -97,6 +101,10 @@ if (v.baseline !== undefined && v.baseline !== "pinned") fail(`--baseline must b
 const skew = v["pin-skew"] === undefined ? 0.5 : Number(v["pin-skew"]);
 if (!(skew >= 0 && skew <= 1)) fail("--pin-skew must be between 0 and 1");
 if (v.gateway && !v["api-key"]) fail("--gateway needs --api-key");
+const clientProcs =
+  v["client-procs"] === undefined || v["client-procs"] === "auto"
+    ? "auto"
+    : int("client-procs", v["client-procs"], 0, 0);
 
 const outcome = await runLoad({
   root: resolve(process.cwd()),
@@ -136,6 +144,7 @@ const outcome = await runLoad({
         }
       : null,
   skipLadder: !!v["no-ladder"],
+  clientProcs,
 }).catch((err: unknown) => {
   console.error(`load: ${err instanceof Error ? err.message : String(err)}`);
   process.exit(1);

@@ -5,7 +5,7 @@
  */
 
 import { markdownTable } from "../lib/table";
-import { baselineRows, summaryRows } from "./table";
+import { baselineRows, breakdownRows, cpuRows, loopRows, summaryRows } from "./table";
 import type { LoadResults } from "./types";
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -262,6 +262,15 @@ Model script: ttft ${r.config.script.ttftMs} ms, ${r.config.script.tokensPerS} t
 Server metrics are the job's own timing facts from <code>GET /v1/jobs/{id}</code>; the two are never mixed. Strict success = the stream's causal checks (ids contiguous, one terminal event, scenario events) and the authoritative terminal state with the scenario's meaning.
 Lag figures are bucket bounds of <code>event_loop_lag_seconds</code> deltas over the step (p99 is an upper estimate; max is the highest bucket hit).</p>
 <h2>Summary</h2>${htmlTable(summaryRows(r))}
+<h2>Where the time went</h2><p>ms, p50/p95 unless said; the client's clock, the hosts' event <code>ts</code> and Postgres' timing facts are one machine's clock. Preparation shares are summed over the step's runs.</p>${htmlTable(breakdownRows(r))}
+${(() => {
+  const c = cpuRows(r);
+  return c
+    ? `<h3>CPU per part of the stack</h3><p>Cores = CPU time (utime + stime, /proc) over the step's wall time; ${esc(r.steps[0]?.cpu?.source ?? "")}.</p>${htmlTable(c)}`
+    : "";
+})()}
+<h3>Event-loop delay of the load processes</h3>${htmlTable(loopRows(r))}
+${r.steps[0]?.breakdown.missing.length ? `<h3>Not exposed by the stack</h3><ul>${r.steps[0].breakdown.missing.map((m) => `<li>${esc(m)}</li>`).join("")}</ul>` : ""}
 <h2>Targets</h2>${targets}
 <h2>After the run</h2><p>${r.settle.ok ? "Every resource returned to its baseline" : "<b>Not everything returned to its baseline</b>"} (waited ${Math.round(r.settle.waited_ms / 1000)} s; readyz ${r.settle.readyz ?? "unreachable"}).</p>${settle}
 ${r.notes.length ? `<h2>Notes</h2><ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : ""}

@@ -12,18 +12,24 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { LABEL_HOST, LABEL_SANDBOX } from "../../sandbox-host/sandbox/manager";
 import { dist, round } from "../lib/stats";
 import { type BaselineOptions, runBaseline } from "./baseline";
+import { stepBottleneck, stepBreakdown } from "./breakdown";
+import { autoClientProcs, ClientPool, splitVus } from "./clients";
+import { startLoopDelay } from "./loop-delay";
+import { ProcCpuSampler } from "./proc-cpu";
 import { Progress } from "./progress";
 import { renderReport } from "./report";
 import { Sampler, type Snapshot } from "./sampler";
-import { resolveTarget, type TargetOptions } from "./target";
+import { type ResolvedTarget, resolveTarget, type TargetOptions } from "./target";
 import type {
   BaselineResult,
   LoadResults,
+  LoopDelay,
   ModelScript,
   Peaks,
   RunRecord,
   Scenario,
   SettleCheck,
+  StepCpu,
   StepResult,
   Target,
   TargetCheck,
@@ -43,6 +49,11 @@ export interface LoadOptions extends TargetOptions {
   baseline?: BaselineOptions | null;
   /** Skip the ladder (baseline mode only). */
   skipLadder?: boolean;
+  /**
+   * Client processes a step's VUs run in: 0 = inside this process, N = N forked clients;
+   * "auto" (default) = autoClientProcs(step).
+   */
+  clientProcs?: number | "auto";
 }
 
 export interface LoadOutcome {
@@ -68,6 +79,8 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
   const resolved = await resolveTarget(opts, opts.script, dir);
   const { target } = resolved;
   const sampler = new Sampler({ redisUrl: target.redisUrl, databaseUrl: target.databaseUrl, hosts: target.hosts });
+  const clients = new ClientPool(root);
+  const cpu = cpuSampler(resolved, clients);
   const steps: StepResult[] = [];
   const runs: RunRecord[] = [];
   let baselineResult: BaselineResult | null = null;
@@ -85,12 +98,13 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
         for (const n of opts.steps) {
           await resolved.refresh();
           await drain(sampler, before, opts.settleMs);
-          const step = await runStep(target, sampler, progress, opts, runId, scenario, n);
+          const step = await runStep(target, sampler, cpu, clients, progress, opts, runId, scenario, n);
           steps.push(step.result);
           runs.push(...step.runs);
           progress.end(
             `${step.result.strictOk}/${step.result.runs} strict ok, prep p95 ${fmt(step.result.client.preparation.p95)} ms, ` +
-              `total p95 ${fmt(step.result.client.total.p95)} ms, dispatch p95 ${fmt(step.result.server.dispatch.p95)} ms`,
+              `total p95 ${fmt(step.result.client.total.p95)} ms, dispatch p95 ${fmt(step.result.server.dispatch.p95)} ms; ` +
+              `${step.result.bottleneck.busiest ?? "no CPU figures"}; load ${step.result.resources.loadavg1Peak.toFixed(1)}`,
           );
         }
       }
@@ -98,10 +112,12 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
     if (opts.baseline) {
       await drain(sampler, before, opts.settleMs);
       baselineResult = await runBaseline(target, sampler, progress, opts, runId, resolved.hostCapacity);
+      for (const r of baselineResult.runs) delete r.eventPathSamples;
       runs.push(...baselineResult.runs);
     }
     settle = await settleCheck(target, sampler, before, opts.settleMs, progress);
   } finally {
+    await clients.close();
     notes.push(...sampler.notes);
     await sampler.close();
     if (resolved.stack) {
@@ -132,6 +148,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
       script: opts.script,
       run_timeout_ms: opts.runTimeoutMs,
       settle_ms: opts.settleMs,
+      client_procs: opts.clientProcs ?? "auto",
     },
     steps,
     targets: evaluateTargets(steps),
@@ -150,46 +167,147 @@ export async function runLoad(opts: LoadOptions): Promise<LoadOutcome> {
 
 const fmt = (x: number | null) => (x === null ? "–" : String(Math.round(x)));
 
+/** Which processes are the stack's, re-read at each sample (a host may join mid-run). */
+function cpuSampler(resolved: ResolvedTarget, clients: ClientPool): ProcCpuSampler {
+  return new ProcCpuSampler(() => {
+    const p = resolved.procs();
+    const known = new Map<number, string>([...p.hosts, ...clients.pids()]);
+    known.set(process.pid, "load parent");
+    if (p.root !== null && p.root !== process.pid && p.rootPart) known.set(p.root, p.rootPart);
+    return {
+      roots: p.root === null ? [] : [p.root, process.pid, ...p.hosts.keys()],
+      known,
+      source:
+        p.root === null
+          ? "a scan of every process on this machine whose command line names a part of the stack (another stack here counts too)"
+          : p.root === process.pid
+            ? "the self-started stack: this process and its descendants"
+            : `the stack's process ${p.root} (.dev/stack.json) and its descendants, its hosts, and this process`,
+    };
+  });
+}
+
+/** A strict failure for a VU whose client process could not report it. */
+function lostRecord(scenario: Scenario, n: number, runId: string, vu: number, why: string): RunRecord {
+  return {
+    step: n,
+    vu,
+    scenario,
+    jobId: null,
+    conversationId: `load-${runId}-s${n}-v${vu}`,
+    ok: false,
+    streamOk: false,
+    stateOk: false,
+    problems: [`client: ${why}`],
+    finalState: null,
+    errorCode: null,
+    host: null,
+    events: 0,
+    client: {
+      submitMs: null,
+      preparationMs: null,
+      firstTokenMs: null,
+      totalMs: null,
+      cancelMs: null,
+      resumedEvents: null,
+    },
+    path: {
+      clientSetupMs: null,
+      submitToInsertMs: null,
+      insertToAnswerMs: null,
+      answerToStreamMs: null,
+      streamHeadersMs: null,
+      headersToFirstEventMs: null,
+      firstEventPathMs: null,
+      terminalPathMs: null,
+      finishedToReceiveMs: null,
+    },
+    server: null,
+  };
+}
+
 async function runStep(
   target: Target,
   sampler: Sampler,
+  cpu: ProcCpuSampler,
+  clients: ClientPool,
   progress: Progress,
   opts: LoadOptions,
   runId: string,
   scenario: Scenario,
   n: number,
 ): Promise<{ result: StepResult; runs: RunRecord[] }> {
-  progress.begin(`[${scenario} ×${n}]`, n);
+  const procs = opts.clientProcs === undefined || opts.clientProcs === "auto" ? autoClientProcs(n) : opts.clientProcs;
+  const shares = procs > 0 ? splitVus(n, procs) : [];
+  // Forked before the window opens: a client's start-up (tsx compiling the entry) is not the step's.
+  if (shares.length) await clients.ensure(shares.length);
+  progress.begin(`[${scenario} ×${n}${shares.length ? ` in ${shares.length} client procs` : ""}]`, n);
   const window = sampler.startWindow();
+  const cpuWindow = await cpu.startWindow();
+  const parentLoop = startLoopDelay();
   const t0 = performance.now();
   const opened = new Set<number>();
-  const records = await Promise.all(
-    Array.from({ length: n }, (_, vu) =>
-      runVu(
-        {
-          target,
-          script: opts.script,
-          runTimeoutMs: opts.runTimeoutMs,
-          runId,
-          step: n,
-          onEvent: (v) => {
-            if (!opened.has(v)) {
-              opened.add(v);
-              progress.streamOpened();
-            }
-          },
-        },
-        vu,
+  const onOpen = (v: number) => {
+    if (!opened.has(v)) {
+      opened.add(v);
+      progress.streamOpened();
+    }
+  };
+  let records: RunRecord[];
+  let loops: LoopDelay[] = [];
+  if (shares.length) {
+    const out = await clients.run(
+      {
+        gatewayUrl: target.gatewayUrl,
+        apiKey: target.apiKey,
+        script: opts.script,
+        runTimeoutMs: opts.runTimeoutMs,
+        runId,
+        step: n,
         scenario,
-      ).then((r) => {
-        progress.finished(r.ok);
-        return r;
-      }),
-    ),
-  );
+      },
+      shares,
+      onOpen,
+      (r) => progress.finished(r.ok),
+      (vu, why) => lostRecord(scenario, n, runId, vu, why),
+    );
+    records = out.records;
+    loops = out.loops;
+  } else {
+    records = await Promise.all(
+      Array.from({ length: n }, (_, vu) =>
+        runVu(
+          { target, script: opts.script, runTimeoutMs: opts.runTimeoutMs, runId, step: n, onEvent: onOpen },
+          vu,
+          scenario,
+        ).then((r) => {
+          progress.finished(r.ok);
+          return r;
+        }),
+      ),
+    );
+  }
   const wallMs = performance.now() - t0;
-  const resources = await window.stop();
-  return { result: summarizeStep(scenario, n, records, wallMs, resources), runs: records };
+  const parentFigures = parentLoop.stop();
+  const [resources, cpuUse] = await Promise.all([window.stop(), cpuWindow.stop()]);
+  if (cpuUse && !cpuUse.parts.some((p) => /bridge|mock model/.test(p.part))) {
+    cpuUse.source += `; the bridges and the mock model have no process of their own: they run inside ${
+      cpuUse.parts.some((p) => p.part === "dev stack process") ? "the dev stack process" : "the load parent"
+    } and count there`;
+  }
+  loops.unshift({
+    proc: shares.length ? "load parent" : "load parent (runs the VUs)",
+    pid: process.pid,
+    vus: shares.length ? 0 : n,
+    ...parentFigures,
+  });
+  const result = summarizeStep(scenario, n, records, wallMs, resources, {
+    clientProcs: shares.length,
+    loops,
+    cpu: cpuUse,
+  });
+  for (const r of records) delete r.eventPathSamples;
+  return { result, runs: records };
 }
 
 export function summarizeStep(
@@ -198,7 +316,9 @@ export function summarizeStep(
   records: RunRecord[],
   wallMs: number,
   resources: Peaks,
+  measured: { clientProcs: number; loops: LoopDelay[]; cpu: StepCpu | null } = { clientProcs: 0, loops: [], cpu: null },
 ): StepResult {
+  const breakdown = stepBreakdown(records);
   const failures: Record<string, number> = {};
   for (const r of records) {
     if (r.ok) continue;
@@ -236,6 +356,11 @@ export function summarizeStep(
     },
     hostsUsed,
     resources,
+    breakdown,
+    clientProcs: measured.clientProcs,
+    loops: measured.loops,
+    cpu: measured.cpu,
+    bottleneck: stepBottleneck(breakdown, measured.cpu),
   };
 }
 

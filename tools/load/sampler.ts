@@ -19,6 +19,7 @@ export interface HostSample {
   rssBytes: number | null;
   runsActive: number | null;
   sandboxesActive: number | null;
+  outboxBacklog: number | null;
   lag: Buckets | null;
 }
 
@@ -132,10 +133,19 @@ export class Sampler {
         rssBytes: gauge(samples, "process_resident_memory_bytes"),
         runsActive: gauge(samples, "runs_active", true),
         sandboxesActive: gauge(samples, "sandboxes_active", true),
+        outboxBacklog: gauge(samples, "outbox_backlog", true),
         lag: histogramBuckets(samples, "event_loop_lag_seconds"),
       };
     } catch {
-      return { id: h.id, ok: false, rssBytes: null, runsActive: null, sandboxesActive: null, lag: null };
+      return {
+        id: h.id,
+        ok: false,
+        rssBytes: null,
+        runsActive: null,
+        sandboxesActive: null,
+        outboxBacklog: null,
+        lag: null,
+      };
     }
   }
 
@@ -203,6 +213,7 @@ export class Sampler {
         lagP99UpperMs: lag.p99UpperS === null ? null : lag.p99UpperS * 1000,
         lagMaxBucketMs: lag.maxBucketS === null ? null : lag.maxBucketS * 1000,
         lagMaxAtLeastMs: lag.maxAtLeastS === null ? null : lag.maxAtLeastS * 1000,
+        outboxBacklogPeak: maxOf(series.map((h) => h.outboxBacklog)),
       };
     });
     return {
@@ -219,6 +230,7 @@ export class Sampler {
       lagP99UpperMs: maxOf(hosts.map((h) => h.lagP99UpperMs)),
       lagMaxBucketMs: maxOf(hosts.map((h) => h.lagMaxBucketMs)),
       lagMaxAtLeastMs: maxOf(hosts.map((h) => h.lagMaxAtLeastMs)),
+      outboxBacklogPeak: maxOf(snaps.map((s) => sumOf(s.hosts.map((h) => h.outboxBacklog)))),
       hosts,
       clientLoopP99Ms: loop.count ? loop.percentile(99) / 1e6 : null,
       clientLoopMaxMs: loop.count ? loop.max / 1e6 : null,

@@ -2,12 +2,109 @@
 
 import type { Dist } from "../lib/stats";
 import { textTable } from "../lib/table";
-import type { LoadResults } from "./types";
+import type { LoadResults, StepResult } from "./types";
 
 const ms = (x: number | null) => (x === null ? "–" : x >= 10_000 ? `${(x / 1000).toFixed(1)}s` : `${Math.round(x)}`);
 const d = (x: Dist) => `${ms(x.p50)}/${ms(x.p95)}/${ms(x.max)}`;
 const n = (x: number | null) => (x === null ? "–" : String(x));
 const mib = (x: number | null) => (x === null ? "–" : `${Math.round(x / 1048576)}`);
+const d2 = (x: Dist) => `${ms(x.p50)}/${ms(x.p95)}`;
+const load = (s: StepResult) => `${s.resources.loadavg1Peak.toFixed(1)} / ${s.resources.cores} cores`;
+
+/** Per step, where the runs' time went (breakdown.ts): p50/p95 ms of each part. */
+export function breakdownRows(r: LoadResults): string[][] {
+  const head = [
+    "scenario",
+    "VUs",
+    "client setup",
+    "submit (client)",
+    "submit→insert",
+    "insert→answer",
+    "stream req→head",
+    "head→1st event",
+    "event emit→recv p50/p95/max",
+    "1st event emit→recv",
+    "terminal emit→recv",
+    "row finished→terminal recv",
+    "outbox backlog peak",
+    "preparation: largest parts",
+    "bottleneck (CPU)",
+    "machine load 1m peak",
+  ];
+  const rows = r.steps.map((s) => {
+    const b = s.breakdown;
+    return [
+      s.scenario,
+      String(s.concurrency),
+      d2(b.submit.clientSetup),
+      d2(b.submit.roundTrip),
+      d2(b.submit.toInsert),
+      d2(b.submit.insertToAnswer),
+      d2(b.stream.headers),
+      d2(b.stream.headersToFirstEvent),
+      d(b.events.emitToReceive),
+      d2(b.events.firstEvent),
+      d2(b.events.terminal),
+      d2(b.events.finishedToReceive),
+      n(s.resources.outboxBacklogPeak),
+      b.preparationShares
+        .slice(0, 2)
+        .map((x) => `${x.part} ${Math.round(x.share * 100)} %`)
+        .join(", ") || "–",
+      [s.bottleneck.busiest, s.bottleneck.starved, s.bottleneck.machine].filter(Boolean).join("; ") || "–",
+      load(s),
+    ];
+  });
+  return [head, ...rows];
+}
+
+/** Per step, CPU cores used by each part of the stack (proc-cpu.ts), busiest first over the run. */
+export function cpuRows(r: LoadResults): string[][] | null {
+  const withCpu = r.steps.filter((s) => s.cpu);
+  if (!withCpu.length) return null;
+  const totals = new Map<string, number>();
+  for (const s of withCpu) for (const p of s.cpu?.parts ?? []) totals.set(p.part, (totals.get(p.part) ?? 0) + p.cpuMs);
+  const parts = [...totals].sort((a, b) => b[1] - a[1]).map(([p]) => p);
+  const head = [
+    "scenario",
+    "VUs",
+    ...parts.map((p) => `${p} used/waited`),
+    "stack used/waited",
+    "machine busy (all processes)",
+    "machine load 1m peak",
+  ];
+  const rows = withCpu.map((s) => [
+    s.scenario,
+    String(s.concurrency),
+    ...parts.map((p) => {
+      const x = s.cpu?.parts.find((q) => q.part === p);
+      return x ? `${x.cores.toFixed(2)}/${x.waitingCores.toFixed(2)}` : "–";
+    }),
+    `${(s.cpu?.totalCores ?? 0).toFixed(2)}/${(s.cpu?.parts ?? []).reduce((a, p) => a + p.waitingCores, 0).toFixed(2)}`,
+    s.cpu?.machineBusyCores === null || s.cpu?.machineBusyCores === undefined
+      ? "–"
+      : `${s.cpu.machineBusyCores.toFixed(2)} of ${s.resources.cores}`,
+    load(s),
+  ]);
+  return [head, ...rows];
+}
+
+/** Per step, every load process's event-loop delay: the load tool showing it is not the bottleneck. */
+export function loopRows(r: LoadResults): string[][] {
+  const head = ["scenario", "VUs", "process", "pid", "VUs in it", "loop delay p50/p99/max ms"];
+  const f = (x: number | null) => (x === null ? "–" : x >= 100 ? String(Math.round(x)) : x.toFixed(1));
+  const rows = r.steps.flatMap((s) =>
+    s.loops.map((l) => [
+      s.scenario,
+      String(s.concurrency),
+      l.proc,
+      String(l.pid),
+      String(l.vus),
+      `${f(l.p50Ms)}/${f(l.p99Ms)}/${f(l.maxMs)}`,
+    ]),
+  );
+  return [head, ...rows];
+}
 
 export function summaryRows(r: LoadResults): string[][] {
   const head = [
@@ -78,6 +175,24 @@ export function baselineRows(r: LoadResults): string[][] | null {
 
 export function summaryText(r: LoadResults): string {
   const parts = [textTable(summaryRows(r))];
+  if (r.steps.length) {
+    parts.push(
+      "\nwhere the time went (ms, p50/p95; clocks: client, host event `ts`, Postgres timing facts, one machine)",
+    );
+    parts.push(textTable(breakdownRows(r)));
+    const cpu = cpuRows(r);
+    if (cpu) {
+      parts.push(
+        `\nCPU per part of the stack during each step, in cores: used = CPU time / step wall time, waited = time its threads were runnable with no CPU free / wall time (${r.steps[0]?.cpu?.source ?? ""})`,
+      );
+      parts.push(textTable(cpu));
+    }
+    parts.push("\nevent-loop delay of the load processes (monitorEventLoopDelay, 10 ms resolution)");
+    parts.push(textTable(loopRows(r)));
+    const missing = r.steps[0]?.breakdown.missing ?? [];
+    if (missing.length)
+      parts.push(`\nnot exposed by the stack, so not split:\n${missing.map((m) => `  - ${m}`).join("\n")}`);
+  }
   const b = baselineRows(r);
   if (b && r.baseline_mode) {
     const a = Object.entries(r.baseline_mode.assignment)

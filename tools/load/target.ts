@@ -29,6 +29,11 @@ export interface ResolvedTarget {
   /** Host capacity when known (self-start). */
   hostCapacity: number | null;
   stack: Stack | null;
+  /**
+   * Where the stack's processes are (for their CPU, proc-cpu.ts): the process whose descendants
+   * they are (this one for a self-started stack, `pid` of `.dev/stack.json`), and hosts by pid.
+   */
+  procs(): { root: number | null; rootPart: string | null; hosts: Map<number, string> };
 }
 
 interface StackFile {
@@ -36,7 +41,8 @@ interface StackFile {
   api_key?: string;
   database_url?: string;
   redis_url?: string | null;
-  hosts?: Array<{ id: string; metrics_url: string }>;
+  hosts?: Array<{ id: string; metrics_url: string; pid?: number }>;
+  pid?: number;
 }
 
 export async function resolveTarget(o: TargetOptions, script: ModelScript, logDir: string): Promise<ResolvedTarget> {
@@ -49,6 +55,14 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
       // default 32) and the newcomer reserve (slots kept for another tenant, 1 in 8 by default)
       // would cap the very concurrency the load generator measures, so both are off on this stack.
       hostEnv: { HOST_MAX_RUNS: String(o.selfStart.maxRuns), QUOTA_TENANT_LIMIT: "0", HOST_RESERVED_SLOTS: "0" },
+      // The same tenant's request rate (1,200 per 10 s), open streams (200) and queued jobs (1,000)
+      // would refuse most of a 300- or 1,000-VU step (each VU is a submit, a stream and reads).
+      // Raised, not turned off (0 would skip the checks): every request still pays for them.
+      gatewayVars: {
+        RATE_LIMIT_REQUESTS: "1000000",
+        MAX_STREAMS_PER_TENANT: "100000",
+        MAX_QUEUED_JOBS_PER_TENANT: "100000",
+      },
       mockModel: {
         ttftMs: script.ttftMs,
         tokensPerS: script.tokensPerS,
@@ -73,6 +87,11 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
       },
       hostCapacity: o.selfStart.maxRuns,
       stack,
+      procs: () => ({
+        root: process.pid,
+        rootPart: "load parent",
+        hosts: new Map(stack.hosts.flatMap((h) => (h.process.pid ? [[h.process.pid, `host ${h.id}`] as const] : []))),
+      }),
     };
   }
 
@@ -91,6 +110,12 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
   const apiKey = o.apiKey ?? doc.api_key;
   if (!gatewayUrl || !apiKey) throw new Error(`${file} lacks gateway_url/api_key`);
   const fromFlags = (o.metricsUrls ?? []).map((u, i) => ({ id: `host-${i + 1}`, metricsUrl: u }));
+  let stackPid = o.gatewayUrl ? null : (doc.pid ?? null);
+  let hostPids = new Map<number, string>();
+  const readPids = (d: StackFile) => {
+    hostPids = new Map((d.hosts ?? []).flatMap((h) => (h.pid ? [[h.pid, `host ${h.id}`] as const] : [])));
+  };
+  if (!o.gatewayUrl) readPids(doc);
   let hosts: HostRef[] = fromFlags.length
     ? fromFlags
     : (doc.hosts ?? []).map((h) => ({ id: h.id, metricsUrl: h.metrics_url }));
@@ -108,10 +133,13 @@ export async function resolveTarget(o: TargetOptions, script: ModelScript, logDi
       try {
         const fresh = JSON.parse(await readFile(file, "utf8")) as StackFile;
         hosts = (fresh.hosts ?? []).map((h) => ({ id: h.id, metricsUrl: h.metrics_url }));
+        stackPid = fresh.pid ?? null;
+        readPids(fresh);
       } catch {}
     },
     close: async () => {},
     hostCapacity: null,
     stack: null,
+    procs: () => ({ root: stackPid, rootPart: stackPid ? "dev stack process" : null, hosts: hostPids }),
   };
 }

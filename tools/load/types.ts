@@ -53,6 +53,14 @@ export interface RunRecord {
     /** reconnect scenario: events replayed on the second connection. */
     resumedEvents: number | null;
   };
+  /**
+   * Where the run's time went (ms), measured against the API's own timestamps: the machine's one
+   * clock serves the client, the hosts (an event's `ts`, set when the host emits it) and Postgres
+   * (the job's timing facts), so differences across them are meaningful locally.
+   */
+  path: RunPath;
+  /** Every event's host emit (`ts`) → client receive, ms; aggregated per step, not written to results.json. */
+  eventPathSamples?: number[];
   server: {
     dispatch_latency_ms: number | null;
     preparation_latency_ms: number | null;
@@ -60,6 +68,88 @@ export interface RunRecord {
     first_output_latency_ms: number | null;
     total_latency_ms: number | null;
   } | null;
+}
+
+export interface RunPath {
+  /**
+   * The VU's start → its submit request sent: the client's own work before it (cold code in a
+   * fresh client process, a loop busy with other VUs). Part of the client's submit time.
+   */
+  clientSetupMs: number | null;
+  /** Submit request sent → the job row's `created_at` (the gateway's work before the insert). */
+  submitToInsertMs: number | null;
+  /** `created_at` → the submit's answer received (the insert's own trip, what follows it, the answer). */
+  insertToAnswerMs: number | null;
+  /** Submit answered → the SSE request sent (the client's own gap; ~0 unless the client is slow). */
+  answerToStreamMs: number | null;
+  /** SSE request sent → response head received (the stream's open: auth, the tenant's stream lease, the job's object). */
+  streamHeadersMs: number | null;
+  /** Response head → first event received. */
+  headersToFirstEventMs: number | null;
+  /** The first event: host emit → client receive. */
+  firstEventPathMs: number | null;
+  /** The terminal event: host emit → client receive. */
+  terminalPathMs: number | null;
+  /** The job row's `finished_at` (terminal write) → the terminal event received. */
+  finishedToReceiveMs: number | null;
+}
+
+/** Per step, where the runs' time went: p50 / p95 / max of each part (docs/capacity.md, "Breakdown"). */
+export interface StepBreakdown {
+  submit: { clientSetup: Dist; roundTrip: Dist; toInsert: Dist; insertToAnswer: Dist };
+  stream: { answerToRequest: Dist; headers: Dist; headersToFirstEvent: Dist };
+  events: { emitToReceive: Dist; firstEvent: Dist; terminal: Dist; finishedToReceive: Dist };
+  /** Share of the client's preparation (submit → first event) per part, summed over the step's runs. */
+  preparationShares: Array<{ part: string; share: number }>;
+  /** What the stack does not expose, so the breakdown cannot split it. */
+  missing: string[];
+}
+
+/** CPU used during a step by one part of the stack (one or more processes), from /proc. */
+export interface ProcCpu {
+  /** `workerd`, `host <id>`, `postgres`, `redis`, `pg bridge`, `load parent`, `load client 1`, … */
+  part: string;
+  pids: number[];
+  cpuMs: number;
+  /** cpuMs / wall: 1.0 is one core busy for the whole step. */
+  cores: number;
+  /** Time its threads were runnable but waited for a CPU (schedstat run_delay), summed. */
+  runQueueWaitMs: number;
+  /** runQueueWaitMs / wall: how many of its threads, on average, waited for a CPU. */
+  waitingCores: number;
+}
+
+export interface StepCpu {
+  wallMs: number;
+  samples: number;
+  /** How the stack's processes were found (self-started stack, .dev/stack.json pid, or a /proc scan). */
+  source: string;
+  parts: ProcCpu[];
+  totalCores: number;
+  /** The whole machine's busy cores over the window (/proc/stat): the stack's and everything else's. */
+  machineBusyCores: number | null;
+}
+
+/** One process's event-loop delay over a step (monitorEventLoopDelay, resolution 10 ms). */
+export interface LoopDelay {
+  proc: string;
+  pid: number;
+  vus: number;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  maxMs: number | null;
+}
+
+/** The busiest part of the stack (CPU) and the largest part of preparation, in words. */
+export interface StepBottleneck {
+  /** The part that used the most CPU, in cores. */
+  busiest: string | null;
+  /** The part whose threads waited longest for a CPU, in cores. */
+  starved: string | null;
+  /** The machine's busy cores against the stack's: other work on a shared machine shows here. */
+  machine: string | null;
+  /** The largest part of the client's preparation (submit → first event). */
+  preparation: string | null;
 }
 
 export interface StepResult {
@@ -74,6 +164,12 @@ export interface StepResult {
   server: { dispatch: Dist; preparation: Dist; modelFirstOutput: Dist; firstOutput: Dist; total: Dist };
   hostsUsed: Record<string, number>;
   resources: Peaks;
+  breakdown: StepBreakdown;
+  /** Client processes the step's VUs ran in (0: inside the load process itself). */
+  clientProcs: number;
+  loops: LoopDelay[];
+  cpu: StepCpu | null;
+  bottleneck: StepBottleneck;
 }
 
 export interface HostPeak {
@@ -84,6 +180,8 @@ export interface HostPeak {
   lagP99UpperMs: number | null;
   lagMaxBucketMs: number | null;
   lagMaxAtLeastMs: number | null;
+  /** Peak `outbox_backlog`: events emitted and not yet acknowledged by the gateway's ingest. */
+  outboxBacklogPeak: number | null;
 }
 
 export interface Peaks {
@@ -102,6 +200,8 @@ export interface Peaks {
   /** Worst host: upper bound of the highest lag bucket hit during the step. */
   lagMaxBucketMs: number | null;
   lagMaxAtLeastMs: number | null;
+  /** Peak over the window of the hosts' summed `outbox_backlog` (events not yet acknowledged by ingest). */
+  outboxBacklogPeak: number | null;
   hosts: HostPeak[];
   /** The load generator's own event-loop delay (p99, max): a saturated client would distort latencies. */
   clientLoopP99Ms: number | null;
@@ -173,6 +273,7 @@ export interface LoadResults {
     script: ModelScript;
     run_timeout_ms: number;
     settle_ms: number;
+    client_procs: number | "auto";
   };
   steps: StepResult[];
   targets: TargetCheck[];

@@ -36,8 +36,15 @@ export interface VuContext {
 
 type JobView = ApiJobView & { latency: NonNullable<RunRecord["server"]> };
 
+/** An error's message with its cause's (undici's "fetch failed" says why only in its cause). */
+const errText = (err: unknown): string => {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  const cause = e.cause ? (e.cause.code ?? e.cause.message) : undefined;
+  return cause ? `${e.message} (${cause})` : String(e.message);
+};
+
 const httpProblem = (what: string, err: unknown) =>
-  err instanceof ApiClientError ? `${what} answered HTTP ${err.status}` : `${what} failed: ${(err as Error).message}`;
+  err instanceof ApiClientError ? `${what} answered HTTP ${err.status}` : `${what} failed: ${errText(err)}`;
 
 function replyWords(n: number, token: string): string {
   const words = [`load ${token}:`];
@@ -89,13 +96,18 @@ class StreamState {
   firstEventAt: number | null = null;
   firstDeltaAt: number | null = null;
   terminalAt: number | null = null;
+  /** Host emit (`ts`) → receive, per event (wall clock, ms). */
+  pathMs: number[] = [];
+  firstEventPathMs: number | null = null;
+  terminalPathMs: number | null = null;
+  terminalWall: number | null = null;
   host: string | null = null;
   cancelAccepted = false;
   toolCalls: Array<{ id?: string; name?: string }> = [];
   toolResults: Array<{ id?: string; ok?: boolean; output?: unknown }> = [];
   problems: string[] = [];
 
-  take(ev: SseEvent, now: number): void {
+  take(ev: SseEvent, now: number, wall = Date.now()): void {
     this.events++;
     const id = Number(ev.id);
     if (!Number.isSafeInteger(id)) this.problems.push(`event without a numeric id (${ev.event})`);
@@ -105,14 +117,17 @@ class StreamState {
     if (this.terminal) this.problems.push(`event ${ev.event} after terminal ${this.terminal}`);
     this.firstEventAt ??= now;
     let payload: Record<string, unknown> = {};
+    let emitted = Number.NaN;
     try {
-      payload = ((JSON.parse(ev.data) as { payload?: Record<string, unknown> }).payload ?? {}) as Record<
-        string,
-        unknown
-      >;
+      const env = JSON.parse(ev.data) as { payload?: Record<string, unknown>; ts?: unknown };
+      payload = (env.payload ?? {}) as Record<string, unknown>;
+      if (typeof env.ts === "string") emitted = Date.parse(env.ts);
     } catch {
       this.problems.push(`event ${id} data is not JSON`);
     }
+    const path = Number.isFinite(emitted) ? Math.max(0, wall - emitted) : null;
+    if (path !== null) this.pathMs.push(path);
+    if (this.events === 1) this.firstEventPathMs = path;
     switch (ev.event) {
       case "run.started":
         this.host = typeof payload.host === "string" ? payload.host : this.host;
@@ -140,6 +155,8 @@ class StreamState {
       if (!this.terminal) {
         this.terminal = ev.event;
         this.terminalAt = now;
+        this.terminalWall = wall;
+        this.terminalPathMs = path;
       }
     }
   }
@@ -181,12 +198,26 @@ export async function runVu(
       resumedEvents: null,
     },
     server: null,
+    path: {
+      clientSetupMs: null,
+      submitToInsertMs: null,
+      insertToAnswerMs: null,
+      answerToStreamMs: null,
+      streamHeadersMs: null,
+      headersToFirstEventMs: null,
+      firstEventPathMs: null,
+      terminalPathMs: null,
+      finishedToReceiveMs: null,
+    },
   };
   const since = (t: number | null) => (t === null ? null : Math.max(0, t - t0));
   const streamProblems: string[] = [];
   const stateProblems: string[] = [];
 
-  // 1. submit
+  // 1. submit (wall clock beside the monotonic one: the row's created_at is on the wall clock)
+  const submitSentWall = Date.now();
+  rec.path.clientSetupMs = Math.max(0, performance.now() - t0);
+  let answeredAt: number | null = null;
   try {
     const { job, created } = await api.submit(
       {
@@ -197,7 +228,13 @@ export async function runVu(
       },
       { signal: deadline },
     );
-    rec.client.submitMs = since(performance.now());
+    answeredAt = performance.now();
+    rec.client.submitMs = since(answeredAt);
+    const createdWall = Date.parse(job.created_at);
+    if (Number.isFinite(createdWall)) {
+      rec.path.submitToInsertMs = Math.max(0, createdWall - submitSentWall);
+      rec.path.insertToAnswerMs = Math.max(0, Date.now() - createdWall);
+    }
     if (!created) {
       rec.problems.push("submit answered HTTP 200 (an existing job), expected 202");
       return rec;
@@ -215,14 +252,23 @@ export async function runVu(
   let cancelSentAt: number | null = null;
   let cancelPost: Promise<void> | null = null;
   const eventsUrl = `${target.gatewayUrl}/v1/jobs/${jobId}/events`;
+  let streamRequestedAt: number | null = null;
+  let streamOpenedAt: number | null = null;
   const consume = async (
     headers: Record<string, string>,
     stopAfterDeltas: number | null,
   ): Promise<"ended" | "dropped"> => {
     const conn = new AbortController();
+    const first = streamRequestedAt === null;
+    if (first) streamRequestedAt = performance.now();
     const gen = readSse(eventsUrl, {
       headers: { ...auth, ...headers },
       signal: AbortSignal.any([deadline, conn.signal]),
+      onOpen: first
+        ? () => {
+            streamOpenedAt = performance.now();
+          }
+        : undefined,
     });
     try {
       for (;;) {
@@ -270,7 +316,7 @@ export async function runVu(
     }
   } catch (err) {
     streamProblems.push(
-      deadline.aborted ? `no terminal event within ${ctx.runTimeoutMs} ms` : `stream error: ${(err as Error).message}`,
+      deadline.aborted ? `no terminal event within ${ctx.runTimeoutMs} ms` : `stream error: ${errText(err)}`,
     );
   }
   await cancelPost;
@@ -279,6 +325,13 @@ export async function runVu(
   rec.client.preparationMs = since(st.firstEventAt);
   rec.client.firstTokenMs = since(st.firstDeltaAt);
   rec.client.totalMs = since(st.terminalAt);
+  const diff = (a: number | null, b: number | null) => (a === null || b === null ? null : Math.max(0, b - a));
+  rec.path.answerToStreamMs = diff(answeredAt, streamRequestedAt);
+  rec.path.streamHeadersMs = diff(streamRequestedAt, streamOpenedAt);
+  rec.path.headersToFirstEventMs = diff(streamOpenedAt, st.firstEventAt);
+  rec.path.firstEventPathMs = st.firstEventPathMs;
+  rec.path.terminalPathMs = st.terminalPathMs;
+  rec.eventPathSamples = st.pathMs;
   if (cancelSentAt !== null && st.terminalAt !== null) rec.client.cancelMs = Math.max(0, st.terminalAt - cancelSentAt);
   streamProblems.push(...st.problems);
   if (!st.terminal && !streamProblems.some((p) => p.startsWith("no terminal"))) {
@@ -302,6 +355,10 @@ export async function runVu(
     rec.finalState = job.state;
     rec.errorCode = job.error?.code ?? null;
     rec.server = job.latency ?? null;
+    const finishedWall = job.finished_at ? Date.parse(job.finished_at) : Number.NaN;
+    if (st.terminalWall !== null && Number.isFinite(finishedWall)) {
+      rec.path.finishedToReceiveMs = Math.max(0, st.terminalWall - finishedWall);
+    }
     if (st.terminal && stateOfTerminalEvent(st.terminal) !== job.state) {
       stateProblems.push(`stream ended ${st.terminal} but the job is ${job.state}`);
     }

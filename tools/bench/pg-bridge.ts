@@ -14,8 +14,8 @@
  *
  * Self-contained: its own embedded Postgres and bridge. ~10–30 s.
  */
-import { Client as NeonClient, Pool as NeonPool, neon, neonConfig } from "@neondatabase/serverless";
 import { readFile } from "node:fs/promises";
+import { Client as NeonClient, Pool as NeonPool, neon, neonConfig } from "@neondatabase/serverless";
 import { WebSocket } from "ws";
 import { startPgProxy } from "../bridges/pg-proxy/main";
 import { startChildService } from "../stack/services/child-service";

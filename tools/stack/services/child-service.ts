@@ -20,6 +20,8 @@ export interface ChildServiceOptions {
   /** Node arguments, e.g. `["--import", "tsx", "tools/bridges/pg-proxy/main.ts", "--port", "0"]`. */
   argv: string[];
   env?: Record<string, string>;
+  /** Variables of this process the child must not inherit, by prefix (e.g. `MOCK_MODEL_`). */
+  dropEnv?: string[];
   /** The value the service's ready line carries (its URL), or null for any other line. */
   ready(line: string): string | null;
   readyTimeoutMs?: number;
@@ -38,7 +40,12 @@ export async function startChildService(opts: ChildServiceOptions): Promise<Chil
   const timeoutMs = opts.readyTimeoutMs ?? 30_000;
   const child = spawn(process.execPath, opts.argv, {
     cwd: opts.cwd,
-    env: { ...process.env, ...opts.env },
+    env: {
+      ...Object.fromEntries(
+        Object.entries(process.env).filter(([k]) => !opts.dropEnv?.some((prefix) => k.startsWith(prefix))),
+      ),
+      ...opts.env,
+    },
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -58,9 +65,10 @@ export async function startChildService(opts: ChildServiceOptions): Promise<Chil
     );
     let found = false;
     createInterface({ input: child.stdout as NodeJS.ReadableStream }).on("line", (line) => {
-      keep(line);
       const v = found ? null : opts.ready(line);
-      if (v !== null) {
+      // The ready line is the caller's to report (it knows what the value means).
+      if (v === null) keep(line);
+      else {
         found = true;
         clearTimeout(timer);
         resolve(v);

@@ -14,13 +14,12 @@
  *
  * Self-contained: its own embedded Postgres and bridge. ~10–30 s.
  */
-import { readFile } from "node:fs/promises";
 import { Client as NeonClient, Pool as NeonPool, neon, neonConfig } from "@neondatabase/serverless";
 import { WebSocket } from "ws";
 import { startPgProxy } from "../bridges/pg-proxy/main";
 import { startChildService } from "../stack/services/child-service";
 import { startPostgres } from "../stack/services/postgres";
-import { pct, startBench } from "./harness";
+import { pct, startBench, treeCpuSeconds } from "./harness";
 
 const DRIVERS = ["http", "ws", "ws-pool"] as const;
 type Driver = (typeof DRIVERS)[number];
@@ -55,21 +54,8 @@ const poolMax = Number(bench.args.pool);
 /** One round of the gateway's most common shape: a keyed read with a parameter. */
 const SQL = "select $1::int + 1 as n, now() as at";
 
-/** CPU seconds (user + system) the bridge's processes used so far, from /proc (Linux); null elsewhere. */
-let bridgePids: number[] = [];
-async function bridgeCpuS(): Promise<number | null> {
-  let ticks = 0;
-  try {
-    for (const pid of bridgePids) {
-      const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      ticks += Number(f[11]) + Number(f[12]); // utime, stime (fields 14, 15)
-    }
-  } catch {
-    return null;
-  }
-  return ticks / 100; // USER_HZ
-}
+let bridgePid: number | null = null;
+const bridgeCpuS = async () => (bridgePid === null ? null : treeCpuSeconds(bridgePid));
 
 async function measure(
   run: (i: number) => Promise<void>,
@@ -128,7 +114,7 @@ try {
     });
     stops.push(() => child.stop());
     proxyUrl = child.value;
-    bridgePids = await processTree(child.process.pid as number);
+    bridgePid = child.process.pid ?? null;
   }
   const hostPort = proxyUrl.replace(/^http:\/\//, "");
   neonConfig.fetchEndpoint = `${proxyUrl}/sql`;
@@ -184,14 +170,4 @@ try {
   bench.done({ bridge: bench.args.bridge, concurrency, queries: total, drivers: figures });
 } finally {
   for (const stop of stops.reverse()) await stop().catch(() => {});
-}
-
-/** `pid` and its descendants (a bridge with workers is several processes), from /proc. */
-async function processTree(pid: number): Promise<number[]> {
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) {
-    const children = await readFile(`/proc/${out[i]}/task/${out[i]}/children`, "utf8").catch(() => "");
-    out.push(...children.split(" ").filter(Boolean).map(Number));
-  }
-  return out;
 }

@@ -43,6 +43,8 @@ export interface StackOptions {
   mockModel?: { ttftMs?: number; tokensPerS?: number; maxConcurrency?: number };
   /** Processes behind the pg bridge's one port (default 1; docs/architecture.md, "The local stack's processes and drivers"). */
   pgBridgeWorkers?: number;
+  /** The same for the Upstash REST bridge (default 1). */
+  upstashBridgeWorkers?: number;
   /** MODELS for the gateway and the hosts (default: just the model's name). */
   models?: string;
   /** MODEL_REGISTRY (JSON) for the gateway and the hosts, the same text for both; unset by default. */
@@ -159,7 +161,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
             "the Upstash REST bridge",
             "bridge",
             "../bridges/upstash-rest/main.ts",
-            ["--redis-url", redisFront, "--host", "127.0.0.1", "--port", "0"],
+            [
+              ...["--redis-url", redisFront, "--host", "127.0.0.1", "--port", "0"],
+              ...["--workers", String(opts.upstashBridgeWorkers ?? 1)],
+            ],
             { UPSTASH_BRIDGE_TOKEN: token },
           ),
       // The database URL (with its password) goes by environment, not argv, which `ps` shows.

@@ -22,11 +22,11 @@
  *   tsx tools/bridges/pg-proxy/main.ts --database-url postgres://... [--port N] [--host 127.0.0.1] [--workers N]
  *   (or DATABASE_URL, PG_PROXY_PORT, PG_PROXY_WORKERS)
  */
-import cluster from "node:cluster";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { parseWorkers, serveWithWorkers } from "../workers";
 import { createSqlOverHttp } from "./sql-over-http";
 import { parseTarget } from "./target";
 import { createWsTunnel } from "./ws-tunnel";
@@ -120,72 +120,16 @@ async function main(): Promise<void> {
     console.error(`--port / PG_PROXY_PORT must be a port number (got ${portText})`);
     process.exit(2);
   }
-  const workersText = values.workers ?? process.env.PG_PROXY_WORKERS ?? "1";
-  const workers = Number(workersText);
-  if (!Number.isInteger(workers) || workers < 1 || workers > 64) {
-    console.error(`--workers / PG_PROXY_WORKERS must be an integer from 1 to 64 (got ${workersText})`);
-    process.exit(2);
-  }
-  const describe = (url: string) =>
-    `pg-proxy listening on ${url} (POST /sql, WebSocket /v2) → ${new URL(databaseUrl).host}` +
-    (workers > 1 ? ` (${workers} worker processes)` : "");
-
-  if (workers > 1 && cluster.isPrimary) return primary(workers, describe);
-  const proxy = await startPgProxy({ databaseUrl, port, host: values.host });
-  if (cluster.isWorker) {
-    // The primary prints the one ready line once every worker listens (they share its port).
-    process.send?.({ listening: proxy.url });
-  } else {
-    console.log(describe(proxy.url));
-  }
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.once(signal, () => {
-      proxy.close().then(
-        () => process.exit(0),
-        () => process.exit(1),
-      );
-    });
-  }
-}
-
-/**
- * `--workers N`: N processes behind one port (node:cluster; the primary accepts connections and
- * hands them out, a keep-alive client costs it one hand-over per connection, not per query). Each
- * worker is a whole proxy with its own pool, so Postgres sees up to N × 20 connections. A worker
- * that dies is replaced; SIGINT/SIGTERM stop them all.
- */
-async function primary(workers: number, describe: (url: string) => string): Promise<void> {
-  let stopping = false;
-  const fork = () => {
-    const w = cluster.fork();
-    w.once("exit", (code, signal) => {
-      if (stopping) return;
-      console.error(`pg-proxy worker ${w.process.pid} exited (${code ?? signal}); starting another`);
-      fork();
-    });
-    return w;
-  };
-  const urls = await Promise.all(
-    Array.from(
-      { length: workers },
-      () =>
-        new Promise<string>((resolve, reject) => {
-          const w = fork();
-          w.on("message", (m: { listening?: string }) => m.listening && resolve(m.listening));
-          w.once("exit", (code) => reject(new Error(`a worker exited (${code}) before it listened`)));
-        }),
-    ),
+  const workers = parseWorkers(values.workers ?? process.env.PG_PROXY_WORKERS, "--workers / PG_PROXY_WORKERS");
+  await serveWithWorkers(
+    "pg-proxy",
+    workers,
+    () => startPgProxy({ databaseUrl, port, host: values.host }),
+    (url) => [
+      `pg-proxy listening on ${url} (POST /sql, WebSocket /v2) → ${new URL(databaseUrl).host}` +
+        (workers > 1 ? ` (${workers} worker processes)` : ""),
+    ],
   );
-  console.log(describe(urls[0] as string));
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.once(signal, () => {
-      stopping = true;
-      const alive = Object.values(cluster.workers ?? {}).filter((w) => w && !w.isDead());
-      const exited = alive.map((w) => new Promise<void>((r) => w?.once("exit", () => r())));
-      for (const w of alive) w?.process.kill(signal);
-      void Promise.all(exited).then(() => process.exit(0));
-    });
-  }
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -200,8 +200,12 @@ describe.skipIf(!canRun)("agents end to end (gateway + host)", () => {
     const { body } = await api.call<{ job: JobView }>("POST", "/v1/jobs", {
       input: { messages: [{ role: "user", content: "retry me" }] },
     });
-    const injected = () => Object.values(stack.mockModel?.stats().injected_failures ?? {}).reduce((n, v) => n + v, 0);
-    await waitFor("the run to have failed twice", async () => injected() >= 2, { timeoutMs: 30_000, intervalMs: 10 });
+    const injected = async () =>
+      Object.values((await stack.mockModel?.stats())?.injected_failures ?? {}).reduce((n, v) => n + v, 0);
+    await waitFor("the run to have failed twice", async () => (await injected()) >= 2, {
+      timeoutMs: 30_000,
+      intervalMs: 10,
+    });
     await control(0);
     const job = await finished(body.job.id);
     expect({ state: job.state, output: job.output }).toEqual({ state: "completed", output: "Echo: retry me" });

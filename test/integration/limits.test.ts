@@ -338,7 +338,7 @@ describe.skipIf(!canRun)("per-tenant limits and the model list", () => {
     expect((await api.events(ok.body.job.id)).at(-1)?.event).toBe("run.completed");
 
     // Only the listed job reached the provider.
-    const seen = stack.mockModel?.requests(marker) ?? [];
+    const seen = (await stack.mockModel?.requests(marker)) ?? [];
     expect(seen.map((r) => r.first_user)).toEqual([`listed ${marker}`]);
     // No quota bucket of its own for the smuggled name.
     const keys = await redisKeysMatching(stack, "*smuggled-model*");

@@ -194,7 +194,7 @@ describe.skipIf(!canRun)("waitpoints: approval gates, ask_user, durable suspend 
       for (let i = 0; i < r.k; i++) expect(done.output).toContain(`${r.marker}-${i}.txt`);
       expect(done.output).toContain(`gated-${r.marker}`);
       // The resumed request: the prompt, the assistant's calls, and the k + 1 tool results.
-      const asked = t.stack.mockModel?.requests(r.marker) ?? [];
+      const asked = (await t.stack.mockModel?.requests(r.marker)) ?? [];
       expect(asked.map((q) => q.messages)).toEqual([1, r.k + 3]);
     }
   }, 120_000);

@@ -116,8 +116,8 @@ async function main() {
       // Once a cancel failed, the run is over and the pool goes away: that error is the news.
       if (!stop) throw err;
     });
-    // This process also hosts the stack's Postgres and Upstash bridges and the mock model: its
-    // own loop delay during the cancels says whether the measuring side is part of the figure.
+    // This process reads the SSE streams (the bridges and the mock model run in processes of
+    // their own): its loop delay during the cancels says whether the measuring side is part of the figure.
     const loopDelay = monitorEventLoopDelay({ resolution: 10 });
     loopDelay.enable();
     // Cancel them spread over SPREAD_MS so the numbers are not one synchronized burst.
@@ -164,7 +164,7 @@ async function main() {
     bench.say(`  API call → stream ended:        ${summary(closed.filter(Number.isFinite))}`);
     const ms = (ns: number) => (ns / 1e6).toFixed(0);
     bench.say(
-      `  this process's event-loop delay during the cancels (bridges, mock model, SSE readers): p50 ${ms(loopDelay.percentile(50))} ms, p99 ${ms(loopDelay.percentile(99))} ms, max ${ms(loopDelay.max)} ms`,
+      `  this process's event-loop delay during the cancels (SSE readers): p50 ${ms(loopDelay.percentile(50))} ms, p99 ${ms(loopDelay.percentile(99))} ms, max ${ms(loopDelay.max)} ms`,
     );
     bench.say(`\nRedis commands per second per host (whole Redis / ${HOSTS} hosts)`);
     bench.say(`  0 running jobs:   ${(idle / HOSTS).toFixed(1)}`);

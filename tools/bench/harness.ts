@@ -7,6 +7,7 @@
  * its output: lines and tables for people, and with `--json` one JSON document on stdout for
  * machines, the lines then going to stderr so that stdout parses as it is.
  */
+import { readFile } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { pct } from "../lib/stats";
@@ -43,6 +44,27 @@ export interface BenchSpec<O extends ParseArgsOptionsConfig> {
 /** The 1, 5 and 15 minute load averages, two decimals. */
 export function loadAverage(): number[] {
   return loadavg().map((l) => Math.round(l * 100) / 100);
+}
+
+/**
+ * CPU seconds (user + system) used so far by process `pid` and its descendants (a bridge with
+ * workers is several processes), from /proc: Linux only, null elsewhere or once it is gone.
+ */
+export async function treeCpuSeconds(pid: number): Promise<number | null> {
+  const pids = [pid];
+  let ticks = 0;
+  try {
+    for (let i = 0; i < pids.length; i++) {
+      const stat = await readFile(`/proc/${pids[i]}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      ticks += Number(f[11]) + Number(f[12]); // utime, stime (fields 14 and 15)
+      const children = await readFile(`/proc/${pids[i]}/task/${pids[i]}/children`, "utf8").catch(() => "");
+      pids.push(...children.split(" ").filter(Boolean).map(Number));
+    }
+  } catch {
+    return null;
+  }
+  return ticks / 100; // USER_HZ
 }
 
 /** `p50 12 ms, p95 30 ms, max 41 ms (n=100)`: the summary most benches print per figure. */

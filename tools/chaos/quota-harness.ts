@@ -21,7 +21,8 @@ import { Redis as IORedis } from "ioredis";
 import pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { quotaKeys, redisKeys } from "../../src/quota/keys";
-import type { MockModel, MockStats } from "../mock-model/main";
+import type { MockStats } from "../mock-model/main";
+import type { MockModelControl } from "../mock-model/remote";
 import { type HostHandle, type Stack, startStack } from "../stack/start";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
 import { backgroundTasks, mulberry32 } from "./harness";
@@ -147,7 +148,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
       },
     });
     const st = stack;
-    const mock = st.mockModel as MockModel;
+    const mock = st.mockModel as MockModelControl;
     if (!st.redisUrl) throw new Error("chaos:quota needs the stack's own redis-server");
     const r = new IORedis(st.redisUrl, { maxRetriesPerRequest: 1 });
     redis = r;
@@ -176,7 +177,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
     };
     await Promise.all(Array.from({ length: opts.hosts }, () => spawnQuotaHost()));
     log(`${opts.hosts} hosts up after ${Date.now() - t0} ms`);
-    mock.reset();
+    await mock.reset();
     leaseLossesReported = 0;
 
     // --- the load: every run submitted at once -------------------------------------------------
@@ -327,7 +328,7 @@ export async function runChaosQuota(opts: ChaosQuotaOptions): Promise<ChaosQuota
     loading = false;
     await sampler;
     await background.drain();
-    const mockStats = mock.stats();
+    const mockStats = await mock.stats();
     const rows = await db.query<{ state: string; code: string | null; n: string }>(
       "SELECT state, error->>'code' AS code, count(*) AS n FROM jobs WHERE id = ANY($1::uuid[]) GROUP BY 1, 2",
       [ids],

@@ -23,7 +23,7 @@ import type { Redis as IORedis } from "ioredis";
 import type pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { readSse } from "../lib/sse";
-import type { MockModel } from "../mock-model/main";
+import type { MockModelControl } from "../mock-model/remote";
 import type { HostHandle, Stack } from "../stack/start";
 import { signalHost } from "./bundled-host";
 
@@ -58,7 +58,7 @@ export interface StopCheckReport {
 
 interface Deps {
   stack: Stack;
-  mock: MockModel;
+  mock: MockModelControl;
   db: pg.Pool;
   redis: IORedis;
   leasesKey: string;
@@ -113,7 +113,7 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
   const holderPrefix = `${running.execution_id}:`;
   await until("its lease and its model request", 10_000, async () => {
     const members = await d.redis.zrange(d.leasesKey, "0", "-1");
-    return members.some((m) => m.startsWith(holderPrefix)) && d.mock.requests(marker).length === 1;
+    return members.some((m) => m.startsWith(holderPrefix)) && (await d.mock.requests(marker)).length === 1;
   });
   const host = d.hosts().find((h) => h.id === running.owner);
   if (!host) throw new Error(`stop check: host ${running.owner} is not one of ours`);
@@ -144,14 +144,14 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
     if (input.status >= 300) throw new Error(`stop check: input answered ${input.status}: ${await input.text()}`);
     // The first answer fully written into the frozen host's socket, and the lease expired.
     await until("the first answer to be written", 10_000, async () =>
-      d.mock.requests(marker).every((r) => r.outcome !== "in_flight"),
+      (await d.mock.requests(marker)).every((r) => r.outcome !== "in_flight"),
     );
     await until("the lease to expire on the server's clock", d.leaseTimeoutMs + 10_000, async () => {
       const { now, score } = await leaseScore();
       // 200 ms past the timeout: a renewal in flight at the freeze cannot have moved it since.
       return score === null || now - score > d.leaseTimeoutMs + 200;
     });
-    requestsBeforeCont = d.mock.requests(marker).length;
+    requestsBeforeCont = (await d.mock.requests(marker)).length;
     const { now, score } = await leaseScore();
     contAt = now;
     scoreAtCont = score;
@@ -204,12 +204,12 @@ export async function runStopCheck(d: Deps): Promise<StopCheckReport> {
     leaseAgeAtContMs,
     leaseTimeoutMs: d.leaseTimeoutMs,
     requestsBeforeCont,
-    requestsAfter: d.mock.requests(marker).length,
+    requestsAfter: (await d.mock.requests(marker)).length,
     frozenHolder: holder,
     frozenHeldAgain,
     holdersAfterCont: [...holdersAfterCont],
     turnReasons,
-    firstRequestOutcome: d.mock.requests(marker)[0]?.outcome ?? "none",
+    firstRequestOutcome: (await d.mock.requests(marker))[0]?.outcome ?? "none",
     state: final.state,
     errorCode: final.error?.code ?? null,
     events,

@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { connectDocker } from "../../sandbox-host/sandbox/docker";
@@ -19,11 +20,10 @@ import { findTenantIdByKeyHash } from "../../src/db/jobs-repo";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { hashApiKey, looksLikeApiKey } from "../../src/domain/api-keys";
-import { startPgProxy } from "../bridges/pg-proxy/main";
-import { startUpstashBridge } from "../bridges/upstash-rest/main";
 import { ensureSandboxImage as buildImageIfStale, LOCAL_SANDBOX_IMAGE } from "../build/sandbox-image";
-import { startMockModel } from "../mock-model/main";
+import { type MockModelControl, mockModelControl } from "../mock-model/remote";
 import { applyMigrations } from "./migrate";
+import { startChildService } from "./services/child-service";
 import { startGateway } from "./services/gateway";
 import { startPostgres } from "./services/postgres";
 import { killOnExit, stopProcessGroup } from "./services/process";
@@ -41,6 +41,10 @@ export interface StackOptions {
   /** Use this OpenAI-compatible provider instead of the mock model. */
   model?: { baseUrl: string; apiKey: string; name: string };
   mockModel?: { ttftMs?: number; tokensPerS?: number; maxConcurrency?: number };
+  /** Processes behind the pg bridge's one port (default 1; docs/architecture.md, "The local stack's processes and drivers"). */
+  pgBridgeWorkers?: number;
+  /** The same for the Upstash REST bridge (default 1). */
+  upstashBridgeWorkers?: number;
   /** MODELS for the gateway and the hosts (default: just the model's name). */
   models?: string;
   /** MODEL_REGISTRY (JSON) for the gateway and the hosts, the same text for both; unset by default. */
@@ -83,7 +87,8 @@ export interface Stack {
   modelName: string;
   signingSecret: string;
   hosts: HostHandle[];
-  mockModel: Awaited<ReturnType<typeof startMockModel>> | null;
+  /** The mock model's counters and controls (it runs in a process of its own); null with a real provider. */
+  mockModel: MockModelControl | null;
   /** The redis-server this stack started (null when an external Redis/Upstash was given). */
   redis: RedisService | null;
   /** Start one more sandbox-host joined to this stack. */
@@ -117,40 +122,89 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     let upstash = opts.upstash;
     let redisUrl: string | null = opts.redisUrl ?? null;
     let redisService: RedisService | null = null;
-    if (!upstash) {
-      if (!redisUrl) {
-        const redis = await startRedis();
-        redisService = redis;
-        cleanups.push(() => redis.stop());
-        redisUrl = redis.url;
-        log("redis", `redis-server on ${redis.url}`);
-      }
-      const token = randomBytes(16).toString("hex");
-      const bridge = await startUpstashBridge({ redisUrl, token });
-      cleanups.push(() => bridge.close());
-      upstash = { url: bridge.url, token: bridge.token };
-      log("bridge", `Upstash REST bridge on ${bridge.url}`);
+    if (!upstash && !redisUrl) {
+      const redis = await startRedis();
+      redisService = redis;
+      cleanups.push(() => redis.stop());
+      redisUrl = redis.url;
+      log("redis", `redis-server on ${redis.url}`);
     }
 
-    // The Neon driver's local bridge (WebSocket→TCP and POST /sql)
-    const proxy = await startPgProxy({ databaseUrl });
-    cleanups.push(() => proxy.close());
-    log("bridge", `Postgres proxy on ${proxy.url}`);
-
-    // Model provider
+    // The stack's own Node services, each a process of its own and started together: inside the
+    // process that starts the stack they shared its event loop, and `npm run load --self-start`
+    // drives its clients from that loop (docs/architecture.md, "The local stack's processes and
+    // drivers"). Each is registered for stopping as soon as it is up, so a failure of another
+    // stops it too.
+    const service = async (name: string, source: string, script: string, args: string[], env = {}) => {
+      const child = await startChildService({
+        name,
+        cwd: root,
+        argv: ["--import", "tsx", fileURLToPath(new URL(script, import.meta.url)), ...args],
+        env,
+        // Its own variables would override what the stack asks for (a port, a key, failures).
+        dropEnv: ["MOCK_MODEL_", "PG_PROXY_", "UPSTASH_BRIDGE_"],
+        ready: (line) =>
+          /^(?:pg-proxy|upstash-bridge) listening on (\S+)/.exec(line)?.[1] ??
+          /^(http:\/\/\S+)$/.exec(line)?.[1] ??
+          null,
+        log: (line) => log(source, line),
+      });
+      cleanups.push(() => child.stop());
+      return child.value;
+    };
+    const token = randomBytes(16).toString("hex");
+    const redisFront = upstash ? null : (redisUrl as string);
+    const started = await Promise.allSettled([
+      redisFront === null
+        ? Promise.resolve(null)
+        : service(
+            "the Upstash REST bridge",
+            "bridge",
+            "../bridges/upstash-rest/main.ts",
+            [
+              ...["--redis-url", redisFront, "--host", "127.0.0.1", "--port", "0"],
+              ...["--workers", String(opts.upstashBridgeWorkers ?? 1)],
+            ],
+            { UPSTASH_BRIDGE_TOKEN: token },
+          ),
+      // The database URL (with its password) goes by environment, not argv, which `ps` shows.
+      service(
+        "the pg bridge",
+        "bridge",
+        "../bridges/pg-proxy/main.ts",
+        ["--host", "127.0.0.1", "--port", "0", "--workers", String(opts.pgBridgeWorkers ?? 1)],
+        { DATABASE_URL: databaseUrl },
+      ),
+      opts.model
+        ? Promise.resolve(null)
+        : service("the mock model", "model", "../mock-model/main.ts", [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            ...(opts.mockModel?.maxConcurrency === undefined
+              ? []
+              : ["--max-concurrency", String(opts.mockModel.maxConcurrency)]),
+            ...(opts.mockModel?.ttftMs === undefined ? [] : ["--ttft-ms", String(opts.mockModel.ttftMs)]),
+            ...(opts.mockModel?.tokensPerS === undefined ? [] : ["--tokens-per-s", String(opts.mockModel.tokensPerS)]),
+          ]),
+    ]);
+    const failed = started.find((r) => r.status === "rejected");
+    if (failed) throw (failed as PromiseRejectedResult).reason;
+    const [bridgeUrl, proxyUrl, mockUrl] = started.map((r) => (r as PromiseFulfilledResult<string | null>).value);
+    if (bridgeUrl) {
+      upstash = { url: bridgeUrl, token };
+      log("bridge", `Upstash REST bridge on ${bridgeUrl} → ${redisFront}`);
+    }
+    log("bridge", `Postgres proxy on ${proxyUrl}`);
     let mockModel: Stack["mockModel"] = null;
     let model = opts.model;
-    if (!model) {
-      mockModel = await startMockModel({
-        maxConcurrency: opts.mockModel?.maxConcurrency,
-        defaultTtftMs: opts.mockModel?.ttftMs,
-        defaultTokensPerS: opts.mockModel?.tokensPerS,
-      });
-      const mm = mockModel;
-      cleanups.push(() => mm.close());
-      model = { baseUrl: mm.url, apiKey: "mock", name: "mock-model" };
-      log("model", `mock model on ${mm.url}`);
+    if (mockUrl) {
+      mockModel = mockModelControl(mockUrl);
+      model = { baseUrl: mockUrl, apiKey: "mock", name: "mock-model" };
+      log("model", `mock model on ${mockUrl}`);
     }
+    if (!upstash || !model) throw new Error("unreachable: the Upstash endpoint and the model are set above");
 
     // The local sandbox image, when a Docker engine is there (tool runs need it; text runs do not).
     await ensureSandboxImage(log);
@@ -170,7 +224,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       watch: opts.watchGateway,
       vars: {
         DATABASE_URL: databaseUrl,
-        NEON_FETCH_ENDPOINT: `${proxy.url}/sql`,
+        NEON_FETCH_ENDPOINT: `${proxyUrl}/sql`,
         UPSTASH_REDIS_REST_URL: upstash.url,
         UPSTASH_REDIS_REST_TOKEN: upstash.token,
         INTERNAL_SIGNING_SECRET: signingSecret,

@@ -19,13 +19,14 @@
  * request's connection string carries `databaseUrl`'s user and password (28P01 otherwise); the
  * WebSocket tunnel carries the client's own login to Postgres, which checks it.
  *
- *   tsx tools/bridges/pg-proxy/main.ts --database-url postgres://... [--port N] [--host 127.0.0.1]
- *   (or DATABASE_URL, PG_PROXY_PORT)
+ *   tsx tools/bridges/pg-proxy/main.ts --database-url postgres://... [--port N] [--host 127.0.0.1] [--workers N]
+ *   (or DATABASE_URL, PG_PROXY_PORT, PG_PROXY_WORKERS)
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { parseWorkers, serveWithWorkers } from "../workers";
 import { createSqlOverHttp } from "./sql-over-http";
 import { parseTarget } from "./target";
 import { createWsTunnel } from "./ws-tunnel";
@@ -103,12 +104,13 @@ async function main(): Promise<void> {
       "database-url": { type: "string" },
       port: { type: "string" },
       host: { type: "string" },
+      workers: { type: "string" },
     },
   });
   const databaseUrl = values["database-url"] ?? process.env.DATABASE_URL;
   if (!databaseUrl) {
     console.error(
-      "usage: tsx tools/bridges/pg-proxy/main.ts --database-url postgres://user:pass@127.0.0.1:5432/db [--port N]",
+      "usage: tsx tools/bridges/pg-proxy/main.ts --database-url postgres://user:pass@127.0.0.1:5432/db [--port N] [--workers N]",
     );
     process.exit(2);
   }
@@ -118,16 +120,16 @@ async function main(): Promise<void> {
     console.error(`--port / PG_PROXY_PORT must be a port number (got ${portText})`);
     process.exit(2);
   }
-  const proxy = await startPgProxy({ databaseUrl, port, host: values.host });
-  console.log(`pg-proxy listening on ${proxy.url} (POST /sql, WebSocket /v2) → ${new URL(databaseUrl).host}`);
-  for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.once(signal, () => {
-      proxy.close().then(
-        () => process.exit(0),
-        () => process.exit(1),
-      );
-    });
-  }
+  const workers = parseWorkers(values.workers ?? process.env.PG_PROXY_WORKERS, "--workers / PG_PROXY_WORKERS");
+  await serveWithWorkers(
+    "pg-proxy",
+    workers,
+    () => startPgProxy({ databaseUrl, port, host: values.host }),
+    (url) => [
+      `pg-proxy listening on ${url} (POST /sql, WebSocket /v2) → ${new URL(databaseUrl).host}` +
+        (workers > 1 ? ` (${workers} worker processes)` : ""),
+    ],
+  );
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

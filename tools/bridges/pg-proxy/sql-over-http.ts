@@ -17,7 +17,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import pg from "pg";
-import { connectionStringMismatch, describeTarget, type PgTarget } from "./target";
+import { connectionStringChecker, describeTarget, type PgTarget } from "./target";
 
 /** Neon's own limit on a request body. */
 const MAX_BODY_BYTES = 10 * 1024 * 1024;
@@ -171,6 +171,7 @@ export function createSqlOverHttp(target: PgTarget, databaseUrl: string) {
   });
   // An idle client losing its server (Postgres restarted) must not crash the proxy.
   pool.on("error", () => {});
+  const connectionStringMismatch = connectionStringChecker(target);
 
   async function execute(req: IncomingMessage, body: SqlQuery | SqlQuery[]) {
     const arrayMode = header(req, "neon-array-mode") === "true";
@@ -203,7 +204,7 @@ export function createSqlOverHttp(target: PgTarget, databaseUrl: string) {
     async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
       try {
         if (req.method !== "POST") throw new RequestError(405, "use POST /sql");
-        const mismatch = connectionStringMismatch(header(req, "neon-connection-string"), target);
+        const mismatch = connectionStringMismatch(header(req, "neon-connection-string"));
         if (mismatch) throw new RequestError(400, mismatch.message, mismatch.sqlstate);
         const body = parseBody(await readBody(req));
         send(res, 200, await execute(req, body));

@@ -77,6 +77,29 @@ export interface Refusal {
  */
 export function connectionStringMismatch(connectionString: string | undefined, target: PgTarget): Refusal | null {
   if (!connectionString) return { message: "missing Neon-Connection-String header" };
+  return checkConnectionString(connectionString, target);
+}
+
+/**
+ * connectionStringMismatch remembering the header texts it accepted: a client sends the same
+ * connection string with every query, and a URL parse plus two SHA-256 digests per query was
+ * work repeated for nothing. A refused text is checked in full every time; the set is looked up
+ * by hash (no character-by-character comparison against an accepted secret) and bounded.
+ */
+export function connectionStringChecker(target: PgTarget, maxEntries = 16) {
+  const accepted = new Set<string>();
+  return (connectionString: string | undefined): Refusal | null => {
+    if (!connectionString) return { message: "missing Neon-Connection-String header" };
+    if (accepted.has(connectionString)) return null;
+    const refusal = checkConnectionString(connectionString, target);
+    if (refusal) return refusal;
+    if (accepted.size >= maxEntries) accepted.clear();
+    accepted.add(connectionString);
+    return null;
+  };
+}
+
+function checkConnectionString(connectionString: string, target: PgTarget): Refusal | null {
   let asked: PgTarget;
   try {
     asked = parseTarget(connectionString);

@@ -15,14 +15,16 @@
  * error, see upstash-rest/commands.ts), SSE endpoints, `Upstash-Response-Format: resp2`,
  * read-only tokens, read-your-writes sync tokens (one Redis: every read sees every write).
  *
- * CLI: tsx tools/bridges/upstash-rest/main.ts --redis-url redis://127.0.0.1:6379 --token T [--port N] [--host H]
- *      (or REDIS_URL, UPSTASH_BRIDGE_TOKEN, UPSTASH_BRIDGE_PORT, UPSTASH_BRIDGE_HOST)
+ * CLI: tsx tools/bridges/upstash-rest/main.ts --redis-url redis://127.0.0.1:6379 --token T [--port N] [--host H] [--workers N]
+ *      (or REDIS_URL, UPSTASH_BRIDGE_TOKEN, UPSTASH_BRIDGE_PORT, UPSTASH_BRIDGE_HOST, UPSTASH_BRIDGE_WORKERS;
+ *      --workers: tools/bridges/workers.ts)
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { parseWorkers, serveWithWorkers } from "../workers";
 import {
   BadCommandError,
   type CommandLine,
@@ -220,6 +222,7 @@ async function main(): Promise<void> {
       token: { type: "string" },
       port: { type: "string" },
       host: { type: "string" },
+      workers: { type: "string" },
     },
   });
   const redisUrl = values["redis-url"] ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -234,24 +237,19 @@ async function main(): Promise<void> {
     console.error(`upstash-bridge: invalid port ${JSON.stringify(values.port ?? process.env.UPSTASH_BRIDGE_PORT)}`);
     process.exit(2);
   }
-  const bridge = await startUpstashBridge({ redisUrl, token, host, port });
-  console.log(`upstash-bridge listening on ${bridge.url} → ${redisUrl}`);
-  console.log(`UPSTASH_REDIS_REST_URL=${bridge.url}`);
-  let stopping = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (stopping) return;
-    stopping = true;
-    console.error(`upstash-bridge: ${signal}, closing`);
-    bridge.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        console.error(err);
-        process.exit(1);
-      },
-    );
-  };
-  process.once("SIGINT", stop);
-  process.once("SIGTERM", stop);
+  const workers = parseWorkers(
+    values.workers ?? process.env.UPSTASH_BRIDGE_WORKERS,
+    "upstash-bridge: --workers / UPSTASH_BRIDGE_WORKERS",
+  );
+  await serveWithWorkers(
+    "upstash-bridge",
+    workers,
+    () => startUpstashBridge({ redisUrl, token, host, port }),
+    (url) => [
+      `upstash-bridge listening on ${url} → ${redisUrl}${workers > 1 ? ` (${workers} worker processes)` : ""}`,
+      `UPSTASH_REDIS_REST_URL=${url}`,
+    ],
+  );
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

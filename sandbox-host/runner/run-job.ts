@@ -108,7 +108,9 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
     let written: FinishResult;
     try {
       // The terminal write also carries the timing facts no heartbeat has written yet.
-      written = await deps.writes.finish({ id, outcome, facts: run.pendingFacts() });
+      // events_through: the projector waits for the outbox to deliver up to it before it would
+      // end the stream from the row (a backlog under load is not a dead host).
+      written = await deps.writes.finish({ id, outcome, facts: run.pendingFacts(), eventsThrough: out.lastSeq });
       finished = written.written;
       if (finished && written.cancelLagSeconds !== null) {
         deps.metrics.cancelConvergence.observe({ outcome: outcome.state }, written.cancelLagSeconds);

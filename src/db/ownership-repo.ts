@@ -362,6 +362,8 @@ export interface Finish {
   id: ExecutionIdentity;
   outcome: FinalOutcome;
   facts?: PendingFacts;
+  /** The seq of the execution's last event before its terminal one (`executions.events_through`). */
+  eventsThrough?: number;
 }
 
 /**
@@ -390,7 +392,7 @@ export async function finishJobsMany(db: Db, batch: Finish[]): Promise<FinishRes
       UPDATE jobs SET state = m.state, output = m.output, error = m.error, output_json = m.output_json,
         finished_at = now(), checkpoint = NULL, ${FACTS_SET}
       FROM jsonb_to_recordset(${JSON.stringify(
-        batch.map(({ id, outcome: produced, facts }) => {
+        batch.map(({ id, outcome: produced, facts, eventsThrough }) => {
           // Model text: a NUL or a lone surrogate in it would fail the whole batch's statement.
           const outcome = storable(produced);
           return {
@@ -403,17 +405,18 @@ export async function finishJobsMany(db: Db, batch: Finish[]): Promise<FinishRes
             output: "output" in outcome ? (outcome.output ?? null) : null,
             error: outcome.state === "failed" ? outcome.error : null,
             output_json: outcome.state === "completed" && outcome.outputJson !== undefined ? outcome.outputJson : null,
+            events_through: eventsThrough ?? null,
             ...agesJson(factAges(facts, now)),
           };
         }),
       )}::jsonb) AS m(job_id uuid, execution_id uuid, epoch int, token uuid, host text, state text, output text,
-                      error jsonb, output_json jsonb, p_ago float8, f_ago float8)
+                      error jsonb, output_json jsonb, p_ago float8, f_ago float8, events_through int)
       WHERE jobs.id = m.job_id AND jobs.owner = m.host AND jobs.epoch = m.epoch AND jobs.token = m.token
         AND jobs.execution_id = m.execution_id AND jobs.state = 'running'
       RETURNING jobs.execution_id, jobs.state, extract(epoch FROM jobs.finished_at - jobs.cancel_requested_at) AS cancel_lag,
-        jobs.created_at, jobs.started_at, jobs.prepared_at, jobs.first_output_at, jobs.finished_at
+        jobs.created_at, jobs.started_at, jobs.prepared_at, jobs.first_output_at, jobs.finished_at, m.events_through
     )
-    UPDATE executions SET finished_at = now(), outcome = done.state
+    UPDATE executions SET finished_at = now(), outcome = done.state, events_through = done.events_through
     FROM done WHERE executions.id = done.execution_id
     RETURNING executions.id, done.cancel_lag, done.created_at, done.started_at, done.prepared_at,
       done.first_output_at, done.finished_at`),

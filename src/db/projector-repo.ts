@@ -1,7 +1,8 @@
 /**
  * What the gateway's projector (the job's JobEvents object,
  * workers/durable-objects/job-events/) reads from Postgres: the job row's state and terminal
- * facts, and one execution's epoch and claim token. Read only, one indexed row each. The job's
+ * facts (with its current execution's `events_through`), and one execution's epoch and claim
+ * token. Read only, one indexed row each. The job's
  * execution history, which also reads the journal, lives beside the journal (journal-repo.ts).
  *
  * Neither read is tenant-scoped, on purpose: the object is named by the job id, which the
@@ -29,6 +30,11 @@ export interface JobStateFacts {
    * Absent (a caller that does not know) counts as clear.
    */
   cleanupPending?: boolean;
+  /**
+   * The seq of the current execution's last event before its terminal one, as its host wrote it
+   * with the terminal state (`executions.events_through`); null/absent when unknown.
+   */
+  eventsThrough?: number | null;
 }
 
 /** What Postgres says about one execution of a job: the epoch it started at and its claim token. */
@@ -61,8 +67,11 @@ export async function jobStateFacts(db: Db, jobId: string): Promise<JobStateFact
       finishedAt: jobs.finishedAt,
       startedAt: jobs.executionStartedAt,
       cleanupPending: jobs.cleanupPending,
+      eventsThrough: executions.eventsThrough,
     })
     .from(jobs)
+    // The current execution's row (primary key): the same one indexed read as before, plus a probe.
+    .leftJoin(executions, eq(executions.id, jobs.executionId))
     .where(eq(jobs.id, jobId))
     .limit(1);
   const row = rows[0];

@@ -282,6 +282,14 @@ export const executions = pgTable(
     startedAt: tstz("started_at").notNull().defaultNow(),
     finishedAt: tstz("finished_at"),
     outcome: text("outcome"),
+    /**
+     * The seq of the last event this execution had emitted when its host wrote the terminal state
+     * (the terminal event itself comes next). The projector reads it to tell a host whose outbox is
+     * still delivering (the job's log is behind it: wait) from one that died with only its
+     * terminal event undelivered (project it). Null when the terminal write did not come from the
+     * execution's host.
+     */
+    eventsThrough: integer("events_through"),
   },
   (t) => [index("executions_job_idx").on(t.jobId)],
 );

@@ -58,9 +58,29 @@ describe("FinishBatcher", () => {
     const before = await statements();
     const batcher = new FinishBatcher(t.db);
     const results = await Promise.all(
-      ids.map((id, i) => batcher.finish({ id, outcome: { state: "completed", output: `out ${i}` } })),
+      ids.map((id, i) =>
+        batcher.finish({ id, outcome: { state: "completed", output: `out ${i}` }, eventsThrough: 10 + i }),
+      ),
     );
     expect(await statements()).toBe(before + 1);
+    // Each execution keeps the seq its host had emitted through (the projector's backlog check).
+    const through = await t.db
+      .select({ id: executions.id, eventsThrough: executions.eventsThrough })
+      .from(executions)
+      .where(
+        inArray(
+          executions.id,
+          ids.map((i) => i.executionId),
+        ),
+      );
+    expect(ids.map((id) => through.find((x) => x.id === id.executionId)?.eventsThrough)).toEqual([
+      10,
+      11,
+      12,
+      null,
+      14,
+      15,
+    ]);
     expect(results.map((r) => r.written)).toEqual([true, true, true, false, true, true]);
     const rows = await t.db
       .select()

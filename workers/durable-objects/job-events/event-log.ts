@@ -169,6 +169,14 @@ export class EventLog {
     return outcome;
   }
 
+  /** The highest contiguous seq of `executionId` in the log (0 when none of its events arrived). */
+  deliveredThrough(executionId: string): number {
+    const row = this.storage.sql
+      .exec<{ last_seq: number }>("SELECT last_seq FROM generations WHERE execution_id = ?", executionId)
+      .toArray()[0];
+    return row?.last_seq ?? 0;
+  }
+
   /** Whether an event of `executionId` arrived yet (a generation exists for it). */
   knowsExecution(executionId: string): boolean {
     return (

@@ -72,9 +72,24 @@ export const PROJECTOR_EXECUTION_ID = "projector";
  * after 5 s. `lost`, `timed_out` by the reaper and a cancel before start have no host to wait for.
  */
 export const HOST_TERMINAL_GRACE_MS = 5_000;
+/**
+ * How long after `finished_at` the projector waits while the log is still behind the seq the host
+ * said it had emitted when it wrote the terminal state (`executions.events_through`): that host's
+ * outbox is delivering a backlog, and ending the stream from the row now would cut off the text
+ * still on its way (at 100 concurrent runs on a loaded 2-core machine, host emit → client took up
+ * to 3.5 s, and streams ended `run.completed` with deltas missing under the 5 s grace alone). Only
+ * a host that died with events undelivered is still behind after this; those events are gone.
+ */
+export const HOST_BACKLOG_GRACE_MS = 120_000;
 
 /** The terminal event the projector writes for `facts`, or null if it should not (yet). */
-export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Date.now()): EventEnvelope | null {
+export function projectedTerminal(
+  jobId: string,
+  facts: JobStateFacts,
+  now = Date.now(),
+  /** The log's highest contiguous seq of `facts.executionId` (EventLog.deliveredThrough). */
+  deliveredThrough = 0,
+): EventEnvelope | null {
   const type = terminalEventFor(facts.state);
   if (!type) return null;
   // Not while the run's sandbox is still being removed (by its host, or the janitor for a lost
@@ -83,7 +98,8 @@ export function projectedTerminal(jobId: string, facts: JobStateFacts, now = Dat
   const hostOwnsTerminal = facts.executionId !== null && type !== "run.lost" && type !== "run.timed_out";
   if (hostOwnsTerminal) {
     const finishedAt = facts.finishedAt?.getTime() ?? now;
-    if (now - finishedAt < HOST_TERMINAL_GRACE_MS) return null;
+    const behind = facts.eventsThrough != null && deliveredThrough < facts.eventsThrough;
+    if (now - finishedAt < (behind ? HOST_BACKLOG_GRACE_MS : HOST_TERMINAL_GRACE_MS)) return null;
   }
   const payload: ProjectedPayload = { source: "projector" };
   if (type === "run.completed") payload.output = facts.output ?? "";

@@ -100,7 +100,8 @@ export class TerminalAgreement implements AlarmConcern {
     try {
       const facts = await this.jobState(jobId);
       if (facts === null) return { kind: "no_job" };
-      const terminal = projectedTerminal(jobId, facts);
+      const delivered = facts.executionId ? this.log.deliveredThrough(facts.executionId) : 0;
+      const terminal = projectedTerminal(jobId, facts, Date.now(), delivered);
       if (terminal && !this.log.finished) {
         // A host that died right after its started CAS (or its recovery's journal write) took its
         // first event with it: Postgres still says the execution ran, so the stream says so too,

@@ -9,6 +9,7 @@ import type { EventEnvelope } from "../../../../src/contracts/events";
 import { GAP_BUFFER_MAX_BYTES, GAP_BUFFER_MAX_EVENTS } from "../../../../workers/durable-objects/job-events/event-log";
 import type { JobEventsObject } from "../../../../workers/durable-objects/job-events/job-events-object";
 import {
+  HOST_BACKLOG_GRACE_MS,
   HOST_TERMINAL_GRACE_MS,
   type JobStateFacts,
   PROJECTED_TERMINAL_SEQ,
@@ -323,6 +324,37 @@ describe("projector terminal from Postgres", () => {
     const rest = await sse.rest();
     expect(rest.map((e) => [e.event, e.data.payload])).toEqual([
       ["run.completed", { source: "projector", output: "the answer" }],
+    ]);
+  });
+
+  it("while the log is behind the host's events_through it keeps waiting past the 5 s grace (an outbox backlog), and projects once it caught up", async () => {
+    const { jobId, stub } = job();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1]));
+    const sse = new SseReader(await subscribe(stub, jobId));
+    const done = { ...runningFacts, state: "completed" as const, output: "the answer", eventsThrough: 3 };
+    const late = new Date(Date.now() - HOST_TERMINAL_GRACE_MS - 1);
+    await answerForPostgres(stub, { ...done, finishedAt: late });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await sse.take(1)).map((e) => e.id)).toEqual([1]);
+    await expect(sse.next(200)).rejects.toThrow(/timed out/); // seqs 2 and 3 are still on their way
+
+    await ingest(stub, batch(jobId, "exec-a", 1, [2, 3]));
+    expect((await sse.take(2)).map((e) => e.id)).toEqual([2, 3]);
+    await answerForPostgres(stub, { ...done, finishedAt: late });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await sse.rest()).map((e) => [e.id, e.event])).toEqual([[4, "run.completed"]]);
+  });
+
+  it("a host that died with events undelivered: the stream still ends, after the backlog grace", async () => {
+    const { jobId, stub } = job();
+    await ingest(stub, batch(jobId, "exec-a", 1, [1]));
+    const sse = new SseReader(await subscribe(stub, jobId));
+    const done = { ...runningFacts, state: "completed" as const, output: "the answer", eventsThrough: 3 };
+    await answerForPostgres(stub, { ...done, finishedAt: new Date(Date.now() - HOST_BACKLOG_GRACE_MS - 1) });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await sse.rest()).map((e) => [e.id, e.event])).toEqual([
+      [1, "model.delta"],
+      [2, "run.completed"],
     ]);
   });
 

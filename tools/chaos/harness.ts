@@ -682,10 +682,12 @@ export async function runChaosClaims(opts: ChaosOptions): Promise<ChaosReport> {
 
 /**
  * Read every job's stream as a client would (SSE through the gateway, which ends at the terminal
- * event) and compare it with the job's row. A stream still open after `STREAM_READ_MS` (longer
- * than the projector's host grace plus its 1 s watched cadence) counts with what it had.
+ * event) and compare it with the job's row. A stream still open after `STREAM_READ_MS` counts with
+ * what it had: longer than the projector's longest host grace (`HOST_BACKLOG_GRACE_MS`, 120 s,
+ * for a host that wrote its terminal state and died with earlier events undelivered) plus its 1 s
+ * watched cadence. A stream that ends sooner is read no longer, so this costs only in that case.
  */
-const STREAM_READ_MS = 20_000;
+export const STREAM_READ_MS = 130_000;
 const STREAM_READERS = 8;
 
 async function checkStreams(st: Stack, db: pg.Pool, ids: string[], log: (l: string) => void): Promise<StreamCheck> {

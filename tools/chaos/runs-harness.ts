@@ -25,7 +25,7 @@ import pg from "pg";
 import { sleep } from "../../src/domain/async";
 import { type HostHandle, type Stack, startStack } from "../stack/start";
 import { bundleHost, signalHost, spawnBundledHost } from "./bundled-host";
-import { backgroundTasks, mulberry32 } from "./harness";
+import { backgroundTasks, mulberry32, STREAM_READ_MS } from "./harness";
 import { readJobStream } from "./job-stream";
 import { ChaosProxy } from "./pg-chaos-proxy";
 import { type RecordingMcp, startRecordingMcp } from "./recording-mcp";
@@ -489,10 +489,10 @@ async function readStreams(st: Stack, ids: string[]): Promise<Map<string, RunStr
   const queue = [...ids];
   const reader = async () => {
     for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
-      let read = await readJobStream(st, id, 20_000);
+      let read = await readJobStream(st, id, STREAM_READ_MS);
       for (let attempt = 1; read.error !== null && attempt <= 3; attempt++) {
         await sleep(250 * attempt);
-        read = await readJobStream(st, id, 20_000);
+        read = await readJobStream(st, id, STREAM_READ_MS);
       }
       // Printed whatever the verbosity: the anomaly it becomes needs its cause beside it.
       if (read.error !== null) console.error(`stream of ${id} unreadable after 4 tries: ${read.error}`);

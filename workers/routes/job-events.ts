@@ -10,6 +10,7 @@ import { EVENT_TYPES, TERMINAL_EVENT_TYPES } from "../../src/contracts/events";
 import { jobIdParam, ref, V1_ERRORS } from "../../src/contracts/openapi";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import { tenantJobId } from "../../src/db/jobs-repo";
+import { knownJobOwner } from "../commands/job-owners";
 import { callDependency, callDurableObject } from "../deps";
 import { missingJob } from "./jobs";
 import { route, routes } from "./route";
@@ -91,8 +92,12 @@ export const jobEventRoutes = routes(
       const after = tree ? 0 : parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
       const treeCursor = tree ? parseTreeCursor(c.req.header("last-event-id"), c.req.query("after")) : null;
       const db = c.get("deps").db();
-      const job = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
-      if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+      const id = c.req.param("id");
+      // A job this isolate created moments ago needs no tenant check in Postgres (job-owners.ts).
+      const job = knownJobOwner(id, c.get("tenantId"))
+        ? { id, finishedAt: null }
+        : await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), id));
+      if (!job) throw await missingJob(db, c.get("tenantId"), id);
       // The object deletes its log at its terminal event + the retention, and its terminal event is
       // never earlier than the row's finished_at (the row is written first), so this answers 410
       // whenever the log may be gone: an emptied object is never asked, so it never replays nothing

@@ -213,11 +213,13 @@ export const HostConfigSchema = z.object({
   /** Each tool thread's heap limit (resourceLimits.maxOldGenerationSizeMb); past it the call fails tool_out_of_memory. */
   toolMemoryMb: intFromEnv(16, 16_384).default(256),
   /**
-   * Model deltas arriving within this window become one `model.delta` event. Every event costs a
-   * trip through ingest, the job's log and each watcher; a provider streaming 50 tokens/s sends
-   * one every ~20 ms, so a window below that coalesces nothing.
+   * Model deltas arriving within this window become one `model.delta` event (a turn's first
+   * delta goes out at once). Every event costs a trip through ingest, the job's log and each
+   * watcher; a provider streaming 50 tokens/s sends one every ~20 ms, so a window below that
+   * coalesces nothing: at step 10 of `npm run load` a run sent 17 events with 30 ms, 22 with 5 ms
+   * (docs/capacity.md, "Hot path").
    */
-  deltaCoalesceMs: intFromEnv(0, 1000).default(5),
+  deltaCoalesceMs: intFromEnv(0, 1000).default(30),
   /** On shutdown: how long the outbox may take to deliver what is left. */
   outboxFlushTimeoutMs: intFromEnv(0, 600_000).default(5000),
 });

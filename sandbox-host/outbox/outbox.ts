@@ -76,6 +76,13 @@ const ENVELOPE_BYTES = 300;
  * of JSON (`\u0001`; a BMP character is 3 of UTF-8), so a piece always fits an event.
  */
 const DELTA_PIECE_CHARS = Math.floor((MAX_EVENT_PAYLOAD_BYTES - 64) / 6);
+/**
+ * A `model.delta` emitted while the execution's previous event is a `model.delta` that no request
+ * has carried yet joins that event (same seq, text appended) up to this many characters: under
+ * load, while a batch is in flight, a job's deltas collapse into one event per round trip instead
+ * of one each, at no added wait (docs/events.md, "Delta coalescing").
+ */
+export const MERGED_DELTA_MAX_CHARS = 4096;
 
 /** One execution's batch in a request, with its events' JSON as it goes on the wire. */
 interface Part {
@@ -185,6 +192,7 @@ export class Outbox {
           break;
         }
         parts.push({ stream, events: batch, eventsJson });
+        stream.markSent(batch);
         jobs.add(stream.ref.jobId);
         events += batch.length;
         bytes += size;
@@ -288,6 +296,8 @@ export class ExecutionOutbox {
   retryAt = 0;
   private ended = false;
   private stopped = false;
+  /** The highest seq any request carried: events up to it never change (joinDelta). */
+  private sentThrough = 0;
   private attempt = 0;
   /** Derived once per execution, on first use. */
   private key: Promise<Buffer> | undefined;
@@ -336,6 +346,10 @@ export class ExecutionOutbox {
 
   private emitOne<T extends EventType>(type: T, payload: EventPayload<T>): EventEnvelope {
     if (this.ended) throw new Error(`outbox of execution ${this.ref.executionId} is closed`);
+    if (type === "model.delta") {
+      const joined = this.joinDelta(payload as EventPayload<"model.delta">);
+      if (joined) return joined;
+    }
     // Model and tool text may hold what Postgres cannot store (the stream carries what the rows
     // do), and a tool's output may be bigger than any ingest request: cut, and marked as cut.
     const capped = capEventPayload(storable(payload));
@@ -363,6 +377,30 @@ export class ExecutionOutbox {
     const { flushDelayMs = 10, maxBatch = 256 } = this.outbox.opts;
     this.outbox.schedule(this.pending.length >= maxBatch ? 0 : flushDelayMs);
     return event;
+  }
+
+  /**
+   * Append a delta's text to the last pending event when that is a plain `model.delta` no request
+   * ever carried (so what the gateway may hold for that seq never differs from what is resent),
+   * within MERGED_DELTA_MAX_CHARS. Returns the event it joined, or undefined.
+   */
+  private joinDelta(payload: EventPayload<"model.delta">): EventEnvelope | undefined {
+    const last = this.pending[this.pending.length - 1];
+    if (last?.type !== "model.delta" || last.seq <= this.sentThrough) return undefined;
+    if (Object.keys(payload).length !== 1 || Object.keys(last.payload).length !== 1) return undefined;
+    const before = (last.payload as EventPayload<"model.delta">).text;
+    const text = storable(payload).text;
+    if (before.length + text.length > MERGED_DELTA_MAX_CHARS) return undefined;
+    const merged = { text: before + text };
+    (last as { payload: unknown }).payload = merged;
+    this.sizes.set(last, Buffer.byteLength(JSON.stringify(merged)) + ENVELOPE_BYTES);
+    return last;
+  }
+
+  /** @internal These events went into a request: none of them may change any more. */
+  markSent(events: EventEnvelope[]): void {
+    const top = events[events.length - 1]?.seq ?? 0;
+    if (top > this.sentThrough) this.sentThrough = top;
   }
 
   /** No more events will be produced; the stream goes away once everything is acknowledged. */

@@ -132,10 +132,17 @@ export async function streamModelTurn(
   return { ok: true, text, calls, usage, finishReason };
 }
 
-/** Text arriving within `windowMs` (or up to MAX_DELTA_CHARS) becomes one `model.delta` event. */
-class DeltaCoalescer {
+/**
+ * Text arriving within `windowMs` (or up to MAX_DELTA_CHARS) becomes one `model.delta` event.
+ * The turn's first text goes out at once (the user's first token waits for nothing); after it,
+ * a piece waits at most `windowMs` for the pieces behind it, never longer. Each event costs a
+ * trip through the outbox, the gateway's ingest, the job's log and every watcher, so fewer
+ * events is less of that work per run (docs/events.md, "Delta coalescing").
+ */
+export class DeltaCoalescer {
   private pending = "";
   private timer: NodeJS.Timeout | undefined;
+  private emitted = false;
 
   constructor(
     private readonly emit: Emit,
@@ -144,14 +151,17 @@ class DeltaCoalescer {
 
   push(text: string): void {
     this.pending += text;
-    if (this.pending.length >= MAX_DELTA_CHARS) this.flush();
+    if (!this.emitted || this.pending.length >= MAX_DELTA_CHARS || this.windowMs <= 0) this.flush();
     else this.timer ??= setTimeout(() => this.flush(), this.windowMs);
   }
 
   flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    if (this.pending) this.emit("model.delta", { text: this.pending });
+    if (this.pending) {
+      this.emitted = true;
+      this.emit("model.delta", { text: this.pending });
+    }
     this.pending = "";
   }
 }

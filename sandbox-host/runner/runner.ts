@@ -123,7 +123,7 @@ export class Runner {
       model: opts.model,
       outbox: opts.outbox,
       log: opts.log,
-      coalesceMs: opts.coalesceMs ?? 5,
+      coalesceMs: opts.coalesceMs ?? 30,
       metrics: opts.metrics,
       sandbox: opts.sandbox,
       fenceOwed: opts.fenceOwed ?? (() => {}),

@@ -6,7 +6,12 @@
  */
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "../../sandbox-host/log";
-import { type ExecutionRef, Outbox, type OutboxOptions } from "../../sandbox-host/outbox/outbox";
+import {
+  type ExecutionRef,
+  MERGED_DELTA_MAX_CHARS,
+  Outbox,
+  type OutboxOptions,
+} from "../../sandbox-host/outbox/outbox";
 
 /** The claim token the test executions started under (their batches' macs derive from it). */
 const TOKEN = "00000000-0000-4000-8000-000000000001";
@@ -85,7 +90,7 @@ describe("outbox: one request per flush for the whole host", () => {
       box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
     );
     for (const s of streams) {
-      s.emit("model.delta", { text: "a" });
+      s.emit("model.turn", { turn: 1, reason: "start" });
       s.emit("model.delta", { text: "b" });
     }
     expect(await box.drain(1000)).toBe(false); // streams are not ended: drain waits for end()
@@ -152,7 +157,48 @@ describe("outbox: one request per flush for the whole host", () => {
     expect(gw.requests.map((r) => r.map((x) => x.job_id))).toEqual([["ja"], ["jb"]]);
     release();
     await sleep(30);
-    expect(gw.requests[2]?.map((x) => [x.job_id, seqs(x)])).toEqual([["ja", [2, 3]]]);
+    // The two deltas that waited behind the batch in flight went as one event (joined deltas).
+    expect(gw.requests[2]?.map((x) => [x.job_id, seqs(x)])).toEqual([["ja", [2]]]);
+    expect(gw.requests[2]?.[0]?.events[0]?.payload).toEqual({ text: "23" });
+  });
+
+  it("joins deltas waiting behind a batch in flight, never into an event a request carried", async () => {
+    let release: () => void = () => {};
+    let held = 0;
+    const gw = scriptedGateway(async (batches) => {
+      if (held++ < 2) await new Promise<void>((r) => (release = r));
+      return ackAll(batches);
+    });
+    const box = outbox(gw.fetch);
+    const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
+    a.emit("model.delta", { text: "a" });
+    await sleep(30);
+    // "a" is in a request now: what follows may not change it, so it starts a new event.
+    a.emit("model.delta", { text: "b" });
+    a.emit("model.delta", { text: "c" });
+    a.emit("tool.call", { id: "t1", name: "shell", args: {} });
+    a.emit("model.delta", { text: "d" });
+    a.emit("model.delta", { text: "e".repeat(MERGED_DELTA_MAX_CHARS) });
+    release();
+    await sleep(30);
+    release();
+    a.end();
+    expect(await box.drain(2000)).toBe(true);
+    const events = gw.requests.flatMap((r) => r.flatMap((b) => b.events));
+    expect(events.map((e) => [e.seq, e.type])).toEqual([
+      [1, "model.delta"],
+      [2, "model.delta"],
+      [3, "tool.call"],
+      [4, "model.delta"],
+      [5, "model.delta"],
+    ]);
+    expect(events.map((e) => (e.payload as { text?: string }).text?.slice(0, 3))).toEqual([
+      "a",
+      "bc",
+      undefined,
+      "d",
+      "eee",
+    ]);
   });
 
   it("retries only the execution whose object was busy, from its acked seq", async () => {
@@ -210,7 +256,7 @@ describe("outbox: one request per flush for the whole host", () => {
     const streams = ["j1", "j2", "j3"].map((j) =>
       box.open({ jobId: j, executionId: `e-${j}`, epoch: 1, token: TOKEN }),
     );
-    for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.delta", { text: String(i) });
+    for (const s of streams) for (let i = 0; i < 3; i++) s.emit("model.turn", { turn: i + 1, reason: "next" });
     for (const s of streams) s.end();
     expect(await box.drain(2000)).toBe(true);
     for (const r of gw.requests) expect(r.reduce((n, b) => n + b.events.length, 0)).toBeLessThanOrEqual(5);

@@ -38,6 +38,7 @@ import { redisKeys } from "../../src/quota/keys";
 import { readyScore } from "../../src/quota/ready-index";
 import { callDependency, type Deps } from "../deps";
 import { describeZodError } from "../request/body";
+import { rememberJobOwner } from "./job-owners";
 import { accelerate } from "./redis-accelerator";
 
 const keys = redisKeys();
@@ -138,6 +139,7 @@ export async function submitJob(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CreatedJob> {
   const db = deps.db();
+  const started = Date.now();
   assertBodyAdmitted(opts.models, tenantId, body);
   let agent: ResolvedAgent | undefined;
   try {
@@ -161,7 +163,10 @@ export async function submitJob(
       trustClientTrace: opts.trustClientTrace,
     }),
   );
-  if (created.created) await wake(deps, [created.job], defer);
+  if (created.created) {
+    rememberJobOwner(created.job.id, tenantId, started);
+    await wake(deps, [created.job], defer);
+  }
   return created;
 }
 
@@ -190,6 +195,7 @@ export async function submitJobs(
   defer?: (work: Promise<unknown>) => void,
 ): Promise<CreatedJob[]> {
   const db = deps.db();
+  const started = Date.now();
   const encoder = new TextEncoder();
   const keysSeen = new Map<string, number>();
   const bodies = raw.map((item, i) => {
@@ -268,6 +274,7 @@ export async function submitJobs(
   }
   for (const [n, created] of result.entries()) answered.set(order[n] as number, created);
   const all = bodies.map((_, i) => answered.get(i) as CreatedJob);
+  for (const c of all) if (c.created) rememberJobOwner(c.job.id, tenantId, started);
   await wake(
     deps,
     all.filter((c) => c.created).map((c) => c.job),

@@ -42,9 +42,16 @@ export type StreamKind = "sse" | "ws";
 
 export type AcquireResult = { ok: true } | { ok: false; open: number };
 
+/** `acquireMany`'s answer: the ids that got a slot (in the request's order), and the count after. */
+export interface AcquireManyResult {
+  granted: string[];
+  open: number;
+}
+
 /** One tenant's open-stream counter (`idFromName(tenant_id)`). */
 export interface TenantStreamsRpc extends Rpc.DurableObjectBranded {
   acquire(id: string, kind: StreamKind, cap: number, ttlMs?: number): Promise<AcquireResult>;
+  acquireMany(ids: string[], kind: StreamKind, cap: number, ttlMs?: number): Promise<AcquireManyResult>;
   renew(ids: string[], ttlMs?: number): Promise<void>;
   release(ids: string[]): Promise<void>;
   count(): Promise<Record<StreamKind, number>>;

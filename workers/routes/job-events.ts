@@ -10,7 +10,9 @@ import { EVENT_TYPES, TERMINAL_EVENT_TYPES } from "../../src/contracts/events";
 import { jobIdParam, ref, V1_ERRORS } from "../../src/contracts/openapi";
 import { SSE_FINISHED_STATUS, SSE_RETRY_MS } from "../../src/contracts/sse";
 import { tenantJobId } from "../../src/db/jobs-repo";
+import { knownJobOwner } from "../commands/job-owners";
 import { callDependency, callDurableObject } from "../deps";
+import { acquireStreamSlotJoined, settleLeases } from "../durable-objects/tenant-streams/stream-leases";
 import { missingJob } from "./jobs";
 import { route, routes } from "./route";
 import { parseTreeCursor, treeEventStream } from "./tree-events";
@@ -91,8 +93,12 @@ export const jobEventRoutes = routes(
       const after = tree ? 0 : parseEventCursor(c.req.header("last-event-id"), c.req.query("after"));
       const treeCursor = tree ? parseTreeCursor(c.req.header("last-event-id"), c.req.query("after")) : null;
       const db = c.get("deps").db();
-      const job = await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), c.req.param("id")));
-      if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
+      const id = c.req.param("id");
+      // A job this isolate created moments ago needs no tenant check in Postgres (job-owners.ts).
+      const job = knownJobOwner(id, c.get("tenantId"))
+        ? { id, finishedAt: null }
+        : await callDependency("postgres", () => tenantJobId(db, c.get("tenantId"), id));
+      if (!job) throw await missingJob(db, c.get("tenantId"), id);
       // The object deletes its log at its terminal event + the retention, and its terminal event is
       // never earlier than the row's finished_at (the row is written first), so this answers 410
       // whenever the log may be gone: an emptied object is never asked, so it never replays nothing
@@ -104,13 +110,29 @@ export const jobEventRoutes = routes(
         );
       }
       const jobId = job.id;
+      const tenantId = c.get("tenantId");
+      const cap = c.get("config").limits.maxStreamsPerTenant;
       const stub = c.env.JOB_EVENTS.get(c.env.JOB_EVENTS.idFromName(jobId));
       // The object takes the tenant's stream slot before it subscribes (429 past the cap).
-      const counted = `tenant_id=${encodeURIComponent(c.get("tenantId"))}&stream_cap=${c.get("config").limits.maxStreamsPerTenant}`;
+      const counted = `tenant_id=${encodeURIComponent(tenantId)}&stream_cap=${cap}`;
       if (treeCursor) {
-        return callDurableObject(() => treeEventStream(c.env, db, c.get("tenantId"), jobId, treeCursor, counted));
+        return callDurableObject(() => treeEventStream(c.env, db, tenantId, jobId, treeCursor, counted));
       }
-      return callDurableObject(() => stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}&${counted}`));
+      // The slot is taken here, joined with this tenant's other opens in flight (one counter call
+      // for a burst, stream-leases.ts); the object holds the lease, or releases it when it does
+      // not subscribe. Refused here, the object decides as before: a finished job's replay takes
+      // no slot, so it is not refused at the cap.
+      const slot = await acquireStreamSlotJoined(c.env, tenantId, "sse", cap, (work) => c.executionCtx.waitUntil(work));
+      const lease = typeof slot === "string" ? slot : null;
+      const params = lease ? `tenant_id=${encodeURIComponent(tenantId)}&lease=${encodeURIComponent(lease)}` : counted;
+      try {
+        return await callDurableObject(() =>
+          stub.fetch(`https://job-events/events?after=${after}&job_id=${jobId}&${params}`),
+        );
+      } catch (err) {
+        if (lease) c.executionCtx.waitUntil(settleLeases(c.env, tenantId, "release", [lease]));
+        throw err;
+      }
     },
   }),
 );

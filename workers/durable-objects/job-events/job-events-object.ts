@@ -136,6 +136,8 @@ export class JobEventsObject extends DurableObject<Env> implements JobEventsRpc 
   override async fetch(request: Request): Promise<Response> {
     if (!isStreamRequest(request)) return new Response("not found", { status: 404 });
     if (this.retention.expired) {
+      const handedOver = parseStreamRequest(request);
+      if (!(handedOver instanceof Response)) this.streams.releaseHandedOver(handedOver);
       return apiErrorResponse(
         new ApiError("events_expired", "this job's events were deleted after the event retention"),
       );

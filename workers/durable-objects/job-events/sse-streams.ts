@@ -1,8 +1,9 @@
 /**
  * The object's SSE endpoint, `GET /events?after=<offset>&job_id=<id>[&tenant_id=<t>&stream_cap=<n>]`
- * as the gateway forwards it (workers/routes/job-events.ts): the request's parsing, the tenant's
- * stream leases (one per counted subscriber, tenant-streams/stream-leases.ts) and the subscribers
- * themselves (sse-fanout.ts). A job belongs to one tenant, so every lease this object holds is
+ * or `[&tenant_id=<t>&lease=<id>]` as the gateway forwards it (workers/routes/job-events.ts): the
+ * request's parsing, the tenant's stream leases (one per counted subscriber,
+ * tenant-streams/stream-leases.ts: taken here with `stream_cap`, or already taken by the gateway
+ * and handed over with `lease`) and the subscribers themselves (sse-fanout.ts). A job belongs to one tenant, so every lease this object holds is
  * that tenant's. It owns no table: the replay comes from the event log, the leases live in the
  * tenant's TenantStreams object.
  */
@@ -24,6 +25,8 @@ export interface StreamRequest {
   /** The tenant whose stream slot a live subscription takes, and its cap; none: uncounted. */
   tenantId: string | null;
   streamCap: number;
+  /** A lease the gateway already took for this stream: held if the object subscribes, else released. */
+  lease: string | null;
 }
 
 /** Whether the request is the object's one HTTP route. */
@@ -41,6 +44,7 @@ export function parseStreamRequest(request: Request): StreamRequest | Response {
     jobId: params.get("job_id") || null,
     tenantId: params.get("tenant_id") || null,
     streamCap: Number(params.get("stream_cap") ?? 0),
+    lease: params.get("lease") || null,
   };
 }
 
@@ -77,12 +81,17 @@ export class SseStreams {
     // Finished, and the client has it all: 204 is the one answer that stops an EventSource
     // reconnecting (a 200 that closes is reconnected to every `retry:`, forever).
     if (log.finished && req.after >= log.lastOffset) {
+      this.releaseHandedOver(req);
       return { response: new Response(null, { status: SSE_FINISHED_STATUS }), opened: false };
     }
-    // The gateway names the tenant and its stream cap; a finished log is a replay that closes at
-    // once, so it takes no slot.
+    // The gateway names the tenant and its stream cap (or the lease it took); a finished log is a
+    // replay that closes at once, so it takes no slot.
     let lease: string | null = null;
-    if (req.tenantId && !log.finished) {
+    if (req.tenantId && req.lease) {
+      this.leaseTenant = req.tenantId;
+      if (log.finished) this.releaseHandedOver(req);
+      else lease = req.lease;
+    } else if (req.tenantId && !log.finished) {
       this.leaseTenant = req.tenantId;
       const slot = await acquireStreamSlot(this.env, req.tenantId, "sse", req.streamCap);
       if (slot instanceof Response) return { response: slot, opened: false };
@@ -90,6 +99,11 @@ export class SseStreams {
     }
     // Replay read and subscription happen in this one synchronous turn: nothing can interleave.
     return { response: this.fanout.open(log.readAfter(req.after), log.finished, lease), opened: true };
+  }
+
+  /** A lease the gateway took for a stream this object does not subscribe goes back at once. */
+  releaseHandedOver(req: StreamRequest): void {
+    if (req.tenantId && req.lease) this.ctx.waitUntil(settleLeases(this.env, req.tenantId, "release", [req.lease]));
   }
 
   private settle(op: "renew" | "release", ids: string[]): void {

@@ -8,7 +8,7 @@ import { ApiError } from "../../../src/contracts/errors";
 import type { Env } from "../../env";
 import { log } from "../../log";
 import { apiErrorResponse } from "../../middleware/error-handler/error-handler";
-import type { AcquireResult, StreamKind } from "../rpc";
+import type { AcquireManyResult, AcquireResult, StreamKind } from "../rpc";
 
 export const STREAM_LEASE = {
   /** A lease not renewed for this long stops counting. */
@@ -54,7 +54,132 @@ export async function acquireStreamSlot(
   cap: number,
 ): Promise<string | Response | null> {
   if (!(cap > 0)) return null;
-  const id = `${kind}:${crypto.randomUUID()}`;
+  return acquireStreamSlotAs(env, tenantId, kind, cap, `${kind}:${crypto.randomUUID()}`);
+}
+
+/** The most stream opens one `acquireMany` call carries. */
+export const JOINED_ACQUIRE_MAX = 256;
+/**
+ * How long an open waits for a call another request started before asking on its own (with the
+ * same lease id, so nothing is counted twice): the runtime may cancel a request's outbound I/O
+ * when its client goes away, and a call left pending by it must not hold up the others.
+ */
+export const JOINED_ACQUIRE_WAIT_MS = 2_000;
+
+type SlotVerdict = { ok: true } | { ok: false; open: number } | { ok: null };
+
+interface Waiter {
+  id: string;
+  verdict?: SlotVerdict;
+}
+
+interface SlotQueue {
+  waiting: Waiter[];
+  /** The call in flight for this tenant and cap; settles (never rejects) once its waiters have a verdict. */
+  inFlight: Promise<void> | null;
+}
+
+/** (tenant, kind, cap) → the opens waiting for a slot in this isolate. */
+const slotQueues = new Map<string, SlotQueue>();
+
+function refusal(open: number, cap: number): Response {
+  return apiErrorResponse(
+    new ApiError(
+      "rate_limited",
+      `this tenant already has ${open} open streams (limit ${cap}); close one or retry later`,
+      {
+        retryAfterS: STREAM_LEASE.retryAfterS,
+      },
+    ),
+  );
+}
+
+/**
+ * `acquireStreamSlot`, joined with the other opens of the same tenant in this isolate: while one
+ * call to the tenant's counter is in flight, the opens that arrive wait, and the next call
+ * (`acquireMany`) takes a slot for all of them at once, in arrival order. A burst of N opens
+ * costs a few calls instead of N, and the count stays exact: every slot is still granted by the
+ * counter, in one turn, against the cap. Each open keeps its own lease (renewed and released by
+ * its holder as before). `keepAlive` keeps a call alive past the request that started it (the
+ * route's waitUntil).
+ */
+export async function acquireStreamSlotJoined(
+  env: Env,
+  tenantId: string,
+  kind: StreamKind,
+  cap: number,
+  keepAlive: (work: Promise<unknown>) => void,
+): Promise<string | Response | null> {
+  if (!(cap > 0)) return null;
+  const key = `${tenantId}\n${kind}\n${cap}`;
+  let queue = slotQueues.get(key);
+  if (!queue) {
+    queue = { waiting: [], inFlight: null };
+    slotQueues.set(key, queue);
+  }
+  const me: Waiter = { id: `${kind}:${crypto.randomUUID()}` };
+  queue.waiting.push(me);
+  const deadline = Date.now() + JOINED_ACQUIRE_WAIT_MS;
+  while (me.verdict === undefined) {
+    if (queue.inFlight === null) {
+      // Nobody is asking: this request asks for everyone waiting (itself included).
+      const batch = queue.waiting.splice(0, JOINED_ACQUIRE_MAX);
+      const q = queue;
+      queue.inFlight = askForSlots(env, tenantId, kind, cap, batch).finally(() => {
+        q.inFlight = null;
+        if (q.waiting.length === 0 && slotQueues.get(key) === q) slotQueues.delete(key);
+      });
+      keepAlive(queue.inFlight);
+      await queue.inFlight;
+      continue;
+    }
+    const left = deadline - Date.now();
+    if (left <= 0) {
+      const at = queue.waiting.indexOf(me);
+      if (at >= 0) queue.waiting.splice(at, 1);
+      return acquireStreamSlotAs(env, tenantId, kind, cap, me.id);
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const gaveUp = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, left);
+    });
+    await Promise.race([queue.inFlight, gaveUp]);
+    if (timer !== undefined) clearTimeout(timer);
+  }
+  const verdict = me.verdict;
+  if (verdict.ok === null) {
+    log.warn("stream counter unavailable; stream opened uncounted", { tenantId });
+    return null;
+  }
+  return verdict.ok ? me.id : refusal(verdict.open, cap);
+}
+
+/** One `acquireMany` for `batch`; each waiter gets its verdict (ok null: the counter could not be asked). */
+async function askForSlots(env: Env, tenantId: string, kind: StreamKind, cap: number, batch: Waiter[]): Promise<void> {
+  let result: AcquireManyResult;
+  try {
+    result = await tenantStreams(env, tenantId).acquireMany(
+      batch.map((w) => w.id),
+      kind,
+      cap,
+    );
+  } catch (err) {
+    log.warn("stream counter unavailable", { tenantId, error: err });
+    for (const w of batch) w.verdict = { ok: null };
+    return;
+  }
+  const granted = new Set(result.granted);
+  for (const w of batch) w.verdict = granted.has(w.id) ? { ok: true } : { ok: false, open: result.open };
+}
+
+/** A single `acquire` with a given lease id (the joined path's fallback). */
+async function acquireStreamSlotAs(
+  env: Env,
+  tenantId: string,
+  kind: StreamKind,
+  cap: number,
+  id: string,
+): Promise<string | Response | null> {
   let result: AcquireResult;
   try {
     result = await tenantStreams(env, tenantId).acquire(id, kind, cap);
@@ -62,12 +187,5 @@ export async function acquireStreamSlot(
     log.warn("stream counter unavailable; stream opened uncounted", { tenantId, error: err });
     return null;
   }
-  if (result.ok) return id;
-  return apiErrorResponse(
-    new ApiError(
-      "rate_limited",
-      `this tenant already has ${result.open} open streams (limit ${cap}); close one or retry later`,
-      { retryAfterS: STREAM_LEASE.retryAfterS },
-    ),
-  );
+  return result.ok ? id : refusal(result.open, cap);
 }

@@ -14,7 +14,7 @@
 
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../../env";
-import type { AcquireResult, StreamKind, TenantStreamsRpc } from "../rpc";
+import type { AcquireManyResult, AcquireResult, StreamKind, TenantStreamsRpc } from "../rpc";
 import { STREAM_LEASE } from "./stream-leases";
 
 export class TenantStreamsObject extends DurableObject<Env> implements TenantStreamsRpc {
@@ -41,6 +41,40 @@ export class TenantStreamsObject extends DurableObject<Env> implements TenantStr
       now + ttlMs,
     );
     return { ok: true };
+  }
+
+  /**
+   * `acquire` for several streams in one call and one turn (the gateway joins the stream opens of
+   * a tenant that arrive while a call is in flight: stream-leases.ts, `acquireStreamSlotJoined`).
+   * Ids are taken in order while the count is under `cap`; the rest are refused. An id that
+   * already holds a lease keeps it (renewed), as `acquire` does, so a retried call counts nothing twice.
+   */
+  async acquireMany(
+    ids: string[],
+    kind: StreamKind,
+    cap: number,
+    ttlMs: number = STREAM_LEASE.ttlMs,
+  ): Promise<AcquireManyResult> {
+    const now = Date.now();
+    const sql = this.ctx.storage.sql;
+    sql.exec("DELETE FROM leases WHERE expires_at <= ?", now);
+    let open = sql.exec<{ n: number }>("SELECT count(*) AS n FROM leases").one().n;
+    const granted: string[] = [];
+    for (const id of ids) {
+      const held = sql.exec("SELECT 1 FROM leases WHERE id = ?", id).toArray().length > 0;
+      if (!held) {
+        if (cap > 0 && open >= cap) continue;
+        open++;
+      }
+      sql.exec(
+        "INSERT INTO leases (id, kind, expires_at) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at",
+        id,
+        kind,
+        now + ttlMs,
+      );
+      granted.push(id);
+    }
+    return { granted, open };
   }
 
   /**

@@ -6,7 +6,10 @@
  */
 import { describe, expect, it } from "vitest";
 import { sleep } from "../../../../src/domain/async";
-import { tenantStreams } from "../../../../workers/durable-objects/tenant-streams/stream-leases";
+import {
+  acquireStreamSlotJoined,
+  tenantStreams,
+} from "../../../../workers/durable-objects/tenant-streams/stream-leases";
 import { batch, envelope, ingest, newJob, SseReader, testEnv } from "../../helpers";
 
 describe("tenant stream leases", () => {
@@ -84,5 +87,63 @@ describe("SSE streams counted per tenant", () => {
     expect(replay.status).toBe(200);
     expect(await tenantStreams(testEnv, tenant).count()).toEqual({ sse: 0, ws: 0 });
     await replay.body?.cancel();
+  });
+});
+
+describe("stream opens joined into one counter call", () => {
+  it("acquireMany grants in order up to the cap, and a retried id counts once", async () => {
+    const t = tenantStreams(testEnv, `t-${crypto.randomUUID()}`);
+    expect(await t.acquire("held", "sse", 3, 5_000)).toEqual({ ok: true });
+    expect(await t.acquireMany(["a", "b", "c", "d"], "sse", 3, 5_000)).toEqual({ granted: ["a", "b"], open: 3 });
+    // A call retried with ids that already hold their lease changes nothing in the count.
+    expect(await t.acquireMany(["a", "b"], "sse", 3, 5_000)).toEqual({ granted: ["a", "b"], open: 3 });
+    expect(await t.count()).toEqual({ sse: 3, ws: 0 });
+  });
+
+  it("a burst of opens is one or two calls and never passes the cap", async () => {
+    const tenant = `t-${crypto.randomUUID()}`;
+    const kept: Array<Promise<unknown>> = [];
+    const verdicts = await Promise.all(
+      Array.from({ length: 24 }, () =>
+        acquireStreamSlotJoined(testEnv, tenant, "sse", 6, (work) => {
+          kept.push(work);
+        }),
+      ),
+    );
+    await Promise.all(kept);
+    const granted = verdicts.filter((v) => typeof v === "string");
+    const refused = verdicts.filter((v) => v instanceof Response) as Response[];
+    expect(granted).toHaveLength(6);
+    expect(refused).toHaveLength(18);
+    expect(refused.every((r) => r.status === 429)).toBe(true);
+    // Each call that carried opens was handed to keepAlive: the first open's, then the rest's.
+    expect(kept.length).toBeLessThanOrEqual(2);
+    expect(await tenantStreams(testEnv, tenant).count()).toEqual({ sse: 6, ws: 0 });
+  });
+
+  it("the object holds a lease the gateway handed over, and releases it when it does not subscribe", async () => {
+    const tenant = `t-${crypto.randomUUID()}`;
+    const counter = tenantStreams(testEnv, tenant);
+    const { jobId, stub } = newJob();
+    expect((await counter.acquireMany(["sse:live"], "sse", 5)).granted).toEqual(["sse:live"]);
+    const live = new SseReader(
+      await stub.fetch(`https://job-events/events?after=0&job_id=${jobId}&tenant_id=${tenant}&lease=sse:live`),
+    );
+    const exec = crypto.randomUUID();
+    await ingest(stub, {
+      job_id: jobId,
+      events: [envelope(jobId, exec, 1, 1, "run.completed", { output: "done" })],
+    });
+    expect((await live.rest()).map((e) => e.event)).toEqual(["run.completed"]);
+    for (let i = 0; i < 20 && (await counter.count()).sse > 0; i++) await sleep(50);
+    expect(await counter.count()).toEqual({ sse: 0, ws: 0 });
+    // A finished job with nothing after the cursor: 204, and the handed-over lease goes back.
+    expect((await counter.acquireMany(["sse:late"], "sse", 5)).granted).toEqual(["sse:late"]);
+    const done = await stub.fetch(
+      `https://job-events/events?after=1&job_id=${jobId}&tenant_id=${tenant}&lease=sse:late`,
+    );
+    expect(done.status).toBe(204);
+    for (let i = 0; i < 20 && (await counter.count()).sse > 0; i++) await sleep(50);
+    expect(await counter.count()).toEqual({ sse: 0, ws: 0 });
   });
 });

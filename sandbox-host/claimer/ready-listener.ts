@@ -24,6 +24,8 @@ export class ReadyListener implements Service {
   readonly name = "ready listener";
   private client: pg.Client | null = null;
   private stopped = false;
+  /** Closed on purpose by a sleeping host (lifecycle/sleep.ts): no reconnect until resume(). */
+  private paused = false;
   private attempt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
 
@@ -53,8 +55,30 @@ export class ReadyListener implements Service {
     await this.connect();
   }
 
+  /**
+   * A host going to sleep closes its session (lifecycle/sleep.ts): the close is not news (no
+   * onDisconnected), and nothing reconnects, whatever ends the connection meanwhile (a suspended
+   * compute closing it), until resume().
+   */
+  async pause(): Promise<void> {
+    this.paused = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    const c = this.client;
+    this.client = null;
+    await c?.end().catch(() => {});
+  }
+
+  /** Connect again now (a woken host); the connect calls onConnected, as any reconnect. */
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.attempt = 0;
+    if (!this.client && !this.retryTimer) void this.connect();
+  }
+
   private async connect(): Promise<void> {
-    if (this.stopped) return;
+    if (this.stopped || this.paused) return;
     const client = new pg.Client({
       connectionString: this.opts.databaseUrl,
       connectionTimeoutMillis: 5000,
@@ -78,7 +102,7 @@ export class ReadyListener implements Service {
       if (this.opts.onCancel) await client.query(`LISTEN ${CANCEL_CHANNEL}`);
       if (this.opts.onWebhook) await client.query(`LISTEN ${WEBHOOK_CHANNEL}`);
       if (this.opts.onSchedule) await client.query(`LISTEN ${SCHEDULE_CHANNEL}`);
-      if (this.stopped) {
+      if (this.stopped || this.paused) {
         await client.end().catch(() => {});
         return;
       }
@@ -97,7 +121,7 @@ export class ReadyListener implements Service {
       this.opts.onDisconnected?.();
     }
     client.end().catch(() => {});
-    if (this.stopped || this.retryTimer) return;
+    if (this.stopped || this.paused || this.retryTimer) return;
     const delay = backoffDelay(this.attempt++, { baseMs: 200, maxMs: 5000 }) + 100;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;

@@ -106,9 +106,11 @@ export class RedisLink {
       enableReadyCheck: false,
       commandTimeout: Math.ceil(waitS * 1000) + 5_000,
       retryStrategy: () => null,
+      lazyConnect: true,
     });
     own.on("error", () => {});
     try {
+      await own.connect();
       return { ok: true, reply: (await own.sendCommand(new RawCommand(cmd))) as RawReply };
     } catch (err) {
       return toOutcome(err);

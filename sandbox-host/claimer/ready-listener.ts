@@ -24,7 +24,11 @@ export class ReadyListener implements Service {
   readonly name = "ready listener";
   private client: pg.Client | null = null;
   private stopped = false;
-  /** Closed on purpose by a sleeping host (lifecycle/sleep.ts): no reconnect until resume(). */
+  /**
+   * A sleeping host (lifecycle/sleep.ts): the connection is kept while it lasts (a NOTIFY still
+   * wakes the host), but once it ends (a suspended compute closes it) nothing reconnects until
+   * resume(), and the end is not news.
+   */
   private paused = false;
   private attempt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -56,20 +60,18 @@ export class ReadyListener implements Service {
   }
 
   /**
-   * A host going to sleep closes its session (lifecycle/sleep.ts): the close is not news (no
-   * onDisconnected), and nothing reconnects, whatever ends the connection meanwhile (a suspended
-   * compute closing it), until resume().
+   * A host going to sleep (lifecycle/sleep.ts): the session is kept, idle (it runs no query, so
+   * it does not keep a Neon compute up, and its NOTIFYs still wake the host), but when it ends
+   * (a suspended compute closes its connections) nothing reconnects until resume(), and the end
+   * is not news: the Redis wake-up stands in for it.
    */
-  async pause(): Promise<void> {
+  pause(): void {
     this.paused = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
-    const c = this.client;
-    this.client = null;
-    await c?.end().catch(() => {});
   }
 
-  /** Connect again now (a woken host); the connect calls onConnected, as any reconnect. */
+  /** Awake again: reconnect now if the session ended while asleep (onConnected then, as any reconnect). */
   resume(): void {
     if (!this.paused) return;
     this.paused = false;
@@ -92,7 +94,8 @@ export class ReadyListener implements Service {
       else if (msg.channel === SCHEDULE_CHANNEL) this.opts.onSchedule?.();
     });
     client.on("error", (err) => {
-      this.opts.log.warn("ready listener connection failed", errorFields(err));
+      if (this.paused) this.opts.log.info("ready listener session ended while asleep; not reconnecting until awake");
+      else this.opts.log.warn("ready listener connection failed", errorFields(err));
       this.dropAndRetry(client);
     });
     client.on("end", () => this.dropAndRetry(client));
@@ -118,7 +121,7 @@ export class ReadyListener implements Service {
   private dropAndRetry(client: pg.Client): void {
     if (this.client === client) {
       this.client = null;
-      this.opts.onDisconnected?.();
+      if (!this.paused) this.opts.onDisconnected?.();
     }
     client.end().catch(() => {});
     if (this.stopped || this.paused || this.retryTimer) return;

@@ -6,18 +6,20 @@
  * Going to sleep, right after the look that found the fleet quiet (one statement, which also read
  * the soonest known deadline: src/db/reaper-repo.ts fleetWork):
  *  1. register in Redis as a sleeper until that deadline (one command, src/quota/fleet-wake.ts);
- *  2. close the LISTEN connection (paused: no reconnect while asleep);
+ *  2. stop reconnecting its LISTEN session: the session is kept while it lasts (idle, it runs no
+ *     query, and a NOTIFY on it still wakes the host), but a suspend that closes it is not news;
  *  3. block on its wake list (BLPOP, HOST_WAKE_POLL_MS per command, ≤ 60 s: one Redis command a
  *     minute), until a poke, the deadline, or HOST_SLEEP_MAX_MS.
- * The pool's one kept connection is left alone: it runs no query, so it does not keep a compute
- * up, and a suspend that closes it costs nothing (pg.Pool drops it and opens one at the next
- * statement, never before).
+ * Neon suspends a compute after 5 minutes without active queries; idle sessions do not count, and
+ * the suspend closes them. So the pool's one kept connection and the LISTEN session are left
+ * alone, and what the suspend closes is reopened only when there is work: pg.Pool drops a closed
+ * client and opens one at the next statement, never before; LISTEN reconnects on the wake-up.
  *
  * Waking (a poke from a submit, a chat message, a decision, a schedule change; the deadline; the
  * wait failing) is `activity.noteWork()`: every loop is back on its busy cadence, the claimer reads
- * the ready index at once, LISTEN reconnects. Work announced while registering (NOTIFY on the still
- * open LISTEN connection) wakes it as well, so there is no window where a job is neither announced
- * nor poked. When Redis cannot be reached the host stays awake on the HOST_IDLE_MS look, as before
+ * the ready index at once, LISTEN reconnects if it was closed. A NOTIFY while registering or
+ * asleep (while the session lasts) wakes it as well, so there is no window where a job is neither
+ * announced nor poked. When Redis cannot be reached the host stays awake on the HOST_IDLE_MS look, as before
  * sleep existed: the wake-up channel is what makes the sleep safe.
  */
 import { REGISTER_SLEEPER } from "../../src/quota/fleet-wake";
@@ -33,9 +35,9 @@ export const MIN_SLEEP_MS = 2000;
 const REGISTRATION_MARGIN_MS = 5000;
 
 export interface PausableListener {
-  /** Close the LISTEN connection, without reconnecting and without counting it as news. */
-  pause(): Promise<void>;
-  /** Connect again (the connect counts as news, as any reconnect). */
+  /** Keep the LISTEN session while it lasts, but do not reconnect (nor count its end as news). */
+  pause(): void;
+  /** Reconnect if the session ended meanwhile (the connect counts as news, as any reconnect). */
   resume(): void;
 }
 
@@ -123,7 +125,7 @@ export class FleetSleep implements Service {
       sleep_ms: sleepMs,
       due_in_ms: nextDueInMs,
     });
-    await this.opts.listener?.pause();
+    this.opts.listener?.pause();
     const abort = new AbortController();
     this.abort = abort;
     this.loop = this.sleep(until, abort.signal);

@@ -154,6 +154,8 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
           if (recent.length > 60) recent.shift();
           if (watching && /"level":"(warn|error)"/.test(line)) problems.push(line.slice(0, 300));
         },
+        // tsx compiles the host from source at start: slow on a loaded 2-core machine.
+        { readyTimeoutMs: 120_000 },
       );
       hosts.push(h);
       cleanups.push(() => h.stop());

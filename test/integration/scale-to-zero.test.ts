@@ -1,5 +1,5 @@
 /**
- * Scale to zero, on real processes (tools/bench/scale-to-zero-run.ts): two hosts idle after a job
+ * Scale to zero, on real processes (tools/lib/scale-to-zero.ts): two hosts idle after a job
  * go to sleep; every other session on their database is terminated (what a Neon suspend does);
  * then for the window Postgres sees no statement, no transaction and no new session from them,
  * Redis at most one command per host per wake-poll period (HOST_WAKE_POLL_MS, shortened here as
@@ -7,7 +7,7 @@
  * job submitted the way the gateway submits starts within 1 s.
  */
 import { describe, expect, it } from "vitest";
-import { runScaleToZero } from "../../tools/bench/scale-to-zero-run";
+import { runScaleToZero } from "../../tools/lib/scale-to-zero";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");

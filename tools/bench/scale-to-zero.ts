@@ -1,12 +1,12 @@
 /**
  * `npm run bench:scale-to-zero [-- --minutes 5 --hosts 2]`: a sleeping fleet for the full window a
  * Neon compute waits before it suspends (5 minutes), at the default HOST_WAKE_POLL_MS (60 s), and
- * the wake-up after it. What is measured and how: tools/bench/scale-to-zero-run.ts; the figures
+ * the wake-up after it. What is measured and how: tools/lib/scale-to-zero.ts; the figures
  * and their reading: docs/deploy.md, "Idle and scale to zero".
  */
 import { availableParallelism } from "node:os";
+import { runScaleToZero } from "../lib/scale-to-zero";
 import { startBench } from "./harness";
-import { runScaleToZero } from "./scale-to-zero-run";
 
 const bench = startBench({
   usage: "npm run bench:scale-to-zero -- [--minutes 5] [--hosts 2] [--json]",

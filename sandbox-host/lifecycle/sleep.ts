@@ -57,9 +57,12 @@ export interface FleetSleepOptions {
   fetch?: typeof fetch;
   /** Asleep or awake (metrics). */
   onChange?: (asleep: boolean) => void;
+  /** Awake again, and why (the host wakes the loops that keep their own timers). */
+  onAwake?: (reason: WakeReason) => void;
 }
 
 type State = "awake" | "entering" | "asleep";
+export type WakeReason = "work" | "poked" | "deadline" | "wait failed" | "stop";
 
 export class FleetSleep implements Service {
   readonly name = "fleet sleep";
@@ -132,7 +135,7 @@ export class FleetSleep implements Service {
   }
 
   /** Awake now (idempotent): loops hurried by the caller's noteWork, or by this one. */
-  wake(reason: "work" | "poked" | "deadline" | "wait failed" | "stop"): void {
+  wake(reason: WakeReason): void {
     const was = this.state;
     if (was === "awake") return;
     this.state = "awake";
@@ -147,6 +150,7 @@ export class FleetSleep implements Service {
     this.opts.log.info("awake", { reason, slept_ms: Date.now() - this.sleptAt });
     this.opts.listener?.resume();
     this.opts.activity.noteWork();
+    this.opts.onAwake?.(reason);
   }
 
   private async sleep(until: number, signal: AbortSignal): Promise<void> {

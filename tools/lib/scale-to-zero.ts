@@ -68,6 +68,8 @@ export interface ScaleToZeroResult {
   redisByCommand: Record<string, number>;
   /** Enqueue→started of the job submitted after the window (started_at − created_at). */
   wakeMs: number;
+  /** What the hosts logged after the submit began, ms from then (where the wake-up's time went). */
+  wakeTrace: string[];
   /** Lines at level warn or error the hosts logged from the termination to the end. */
   hostProblems: string[];
   load: { atStart: number[]; atEnd: number[] };
@@ -139,6 +141,7 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
 
     const problems: string[] = [];
     const recent: string[] = [];
+    let lines = 0;
     let watching = false;
     const hosts: HostHandle[] = [];
     for (let i = 0; i < opts.hosts; i++) {
@@ -162,6 +165,7 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
         (_source, line) => {
           recent.push(`${i + 1}: ${line.slice(0, 300)}`);
           if (recent.length > 60) recent.shift();
+          lines++;
           if (watching && /"level":"(warn|error)"/.test(line)) problems.push(line.slice(0, 300));
         },
         // tsx compiles the host from source at start: slow on a loaded 2-core machine.
@@ -270,6 +274,8 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
     cleanups.push(() => late.end());
     const lateDb = drizzle(late, { schema });
     const id = randomUUID();
+    const traceFrom = lines;
+    const pokedAt = Date.now();
     await createJob(lateDb, TENANT, id, { input: { messages: [{ role: "user", content: "wake up" }] } });
     await indexAndWake(redisClient, redisKeys(), [{ score: Date.now(), member: id }]);
     let wakeMs: number | null = null;
@@ -295,6 +301,11 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
       redisCommands: Object.values(redisByCommand).reduce((a, b) => a + b, 0),
       redisByCommand,
       wakeMs: wakeMs as unknown as number,
+      wakeTrace: recent.slice(Math.max(0, recent.length - (lines - traceFrom))).map((l) => {
+        const ts = /"ts":"([^"]+)"/.exec(l)?.[1];
+        const msg = /"msg":"([^"]+)"/.exec(l)?.[1] ?? l.slice(0, 80);
+        return `${l.slice(0, 2)}+${ts ? Date.parse(ts) - pokedAt : "?"} ms ${msg}`;
+      }),
       hostProblems: problems,
       load: { atStart: loadStart, atEnd: loadEnd },
     };

@@ -22,6 +22,11 @@ export const WAKE_ENTRY_TTL_MS = 120_000;
  * now (ms), then score/member pairs for the ready index (none: a poke only). The per-host wake
  * lists are named inside the script (they are only known from the set it reads); Upstash runs a
  * database's scripts on one node, so that is allowed there. Returns how many hosts were poked.
+ *
+ * Two entries per host: a host woken by something else (a NOTIFY) stops waiting for its BLPOP's
+ * answer, but Redis still holds that BLPOP until its timeout, first in line on the list. If the
+ * host is asleep again meanwhile, one entry would go to that orphan and the host's live wait would
+ * miss the poke; with two, each gets one. The spare is dropped when the host next registers.
  */
 export const INDEX_AND_WAKE = `
 for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1]) end
@@ -30,7 +35,7 @@ if #hosts == 0 then return 0 end
 redis.call('DEL', KEYS[2])
 for _, h in ipairs(hosts) do
   local k = ARGV[1] .. h
-  redis.call('RPUSH', k, ARGV[2])
+  redis.call('RPUSH', k, ARGV[2], ARGV[2])
   redis.call('PEXPIRE', k, ${WAKE_ENTRY_TTL_MS})
 end
 return #hosts

@@ -339,8 +339,19 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
         onCancel: (owner) => {
           if (owner === config.hostId) runner.wakeCancelCheck();
         },
-        onWebhook: webhooks ? () => webhooks.wake() : undefined,
-        onSchedule: scheduler ? () => scheduler.wake() : undefined,
+        // News too: a sleeping host's ticker and sender skip their passes until it is awake.
+        onWebhook: webhooks
+          ? () => {
+              activity.noteWork();
+              webhooks.wake();
+            }
+          : undefined,
+        onSchedule: scheduler
+          ? () => {
+              activity.noteWork();
+              scheduler.wake();
+            }
+          : undefined,
         onConnected: () => {
           touchedPostgres();
           activity.noteWork();

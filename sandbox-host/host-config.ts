@@ -87,6 +87,22 @@ export const HostConfigSchema = z.object({
   idleMs: intFromEnv(0, 3_600_000)
     .refine((v) => v === 0 || v >= 1000, "must be 0 (never idle) or at least 1000 ms")
     .default(60_000),
+  /**
+   * HOST_SLEEP_MAX_MS: the longest an idle host sleeps without a Postgres statement or connection
+   * (sandbox-host/lifecycle/sleep.ts), between its look and the next known deadline; it is woken
+   * at once through Redis (HOST_WAKE_POLL_MS). 0 = never sleep: the HOST_IDLE_MS look a minute,
+   * over a held LISTEN connection, as before. It bounds how late a job is seen whose Redis
+   * wake-up was lost (the submit's Redis write failed while the host's wait did not).
+   */
+  sleepMaxMs: intFromEnv(0, 86_400_000)
+    .refine((v) => v === 0 || v >= 1000, "must be 0 (never sleep) or at least 1000 ms")
+    .default(3_600_000),
+  /**
+   * HOST_WAKE_POLL_MS: a sleeping host's blocking wait on Redis (BLPOP) lasts this long, so it
+   * sends one Redis command per this period while asleep (60 s: one a minute; the REST wait
+   * cannot be longer).
+   */
+  wakePollMs: intFromEnv(100, 60_000).default(60_000),
   /** Postgres sweep for jobs whose index entry was lost. */
   sweepMs: intFromEnv(50, 600_000).default(1500),
   sweepOlderThanMs: intFromEnv(0, 600_000).default(2000),
@@ -259,6 +275,8 @@ const ENV_NAMES: Record<string, string> = {
   pollMs: "HOST_POLL_MS",
   idlePollMs: "HOST_IDLE_POLL_MS",
   idleMs: "HOST_IDLE_MS",
+  sleepMaxMs: "HOST_SLEEP_MAX_MS",
+  wakePollMs: "HOST_WAKE_POLL_MS",
   sweepMs: "HOST_SWEEP_MS",
   sweepOlderThanMs: "HOST_SWEEP_OLDER_THAN_MS",
   heartbeatMs: "HOST_HEARTBEAT_MS",
@@ -333,6 +351,8 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     pollMs: v("HOST_POLL_MS"),
     idlePollMs: v("HOST_IDLE_POLL_MS"),
     idleMs: v("HOST_IDLE_MS"),
+    sleepMaxMs: v("HOST_SLEEP_MAX_MS"),
+    wakePollMs: v("HOST_WAKE_POLL_MS"),
     sweepMs: v("HOST_SWEEP_MS"),
     sweepOlderThanMs: v("HOST_SWEEP_OLDER_THAN_MS"),
     heartbeatMs: v("HOST_HEARTBEAT_MS"),

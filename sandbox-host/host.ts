@@ -116,6 +116,8 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     // Admission: the claimer, then what wakes it. Stopped first, so no claim starts during the shutdown.
     parts.claimer,
     ...(parts.listener ? [parts.listener] : []),
+    // After the listener it pauses and resumes; stopped before it (a stopping host is awake).
+    ...(parts.sleep ? [parts.sleep] : []),
     // The first step of a shutdown: /readyz says "shutting down" from here on.
     {
       name: "readiness",

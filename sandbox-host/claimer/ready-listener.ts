@@ -24,6 +24,12 @@ export class ReadyListener implements Service {
   readonly name = "ready listener";
   private client: pg.Client | null = null;
   private stopped = false;
+  /**
+   * A sleeping host (lifecycle/sleep.ts): the connection is kept while it lasts (a NOTIFY still
+   * wakes the host), but once it ends (a suspended compute closes it) nothing reconnects until
+   * resume(), and the end is not news.
+   */
+  private paused = false;
   private attempt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
 
@@ -53,8 +59,28 @@ export class ReadyListener implements Service {
     await this.connect();
   }
 
+  /**
+   * A host going to sleep (lifecycle/sleep.ts): the session is kept, idle (it runs no query, so
+   * it does not keep a Neon compute up, and its NOTIFYs still wake the host), but when it ends
+   * (a suspended compute closes its connections) nothing reconnects until resume(), and the end
+   * is not news: the Redis wake-up stands in for it.
+   */
+  pause(): void {
+    this.paused = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+  }
+
+  /** Awake again: reconnect now if the session ended while asleep (onConnected then, as any reconnect). */
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.attempt = 0;
+    if (!this.client && !this.retryTimer) void this.connect();
+  }
+
   private async connect(): Promise<void> {
-    if (this.stopped) return;
+    if (this.stopped || this.paused) return;
     const client = new pg.Client({
       connectionString: this.opts.databaseUrl,
       connectionTimeoutMillis: 5000,
@@ -68,7 +94,8 @@ export class ReadyListener implements Service {
       else if (msg.channel === SCHEDULE_CHANNEL) this.opts.onSchedule?.();
     });
     client.on("error", (err) => {
-      this.opts.log.warn("ready listener connection failed", errorFields(err));
+      if (this.paused) this.opts.log.info("ready listener session ended while asleep; not reconnecting until awake");
+      else this.opts.log.warn("ready listener connection failed", errorFields(err));
       this.dropAndRetry(client);
     });
     client.on("end", () => this.dropAndRetry(client));
@@ -78,7 +105,7 @@ export class ReadyListener implements Service {
       if (this.opts.onCancel) await client.query(`LISTEN ${CANCEL_CHANNEL}`);
       if (this.opts.onWebhook) await client.query(`LISTEN ${WEBHOOK_CHANNEL}`);
       if (this.opts.onSchedule) await client.query(`LISTEN ${SCHEDULE_CHANNEL}`);
-      if (this.stopped) {
+      if (this.stopped || this.paused) {
         await client.end().catch(() => {});
         return;
       }
@@ -94,10 +121,10 @@ export class ReadyListener implements Service {
   private dropAndRetry(client: pg.Client): void {
     if (this.client === client) {
       this.client = null;
-      this.opts.onDisconnected?.();
+      if (!this.paused) this.opts.onDisconnected?.();
     }
     client.end().catch(() => {});
-    if (this.stopped || this.retryTimer) return;
+    if (this.stopped || this.paused || this.retryTimer) return;
     const delay = backoffDelay(this.attempt++, { baseMs: 200, maxMs: 5000 }) + 100;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;

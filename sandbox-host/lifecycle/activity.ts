@@ -11,7 +11,9 @@
  * listener connecting or dropping, a look that found work) ends idleness at once and hurries
  * every loop sleeping an idle period back to its busy one.
  *
- * While idle the host's only Postgres statements are the look itself and the retention purge
+ * An idle host whose look also found nothing due for a while goes to sleep (lifecycle/sleep.ts):
+ * no statement at all until a Redis wake-up or the soonest known deadline.
+ * While idle and awake the host's only Postgres statements are the look itself and the retention purge
  * (and the sandbox janitor's question when labelled sandboxes exist), one each per HOST_IDLE_MS
  * (default 60 s), and it sends no Redis command at all; the measured before/after is in
  * docs/deploy.md, "The cost of an idle host".
@@ -37,6 +39,8 @@ export interface FleetWork {
    * Jobs that merely wait are not work: no host holds them.
    */
   expiring?: boolean;
+  /** Milliseconds until the soonest known deadline (null: none known; absent: not asked). */
+  nextDueInMs?: number | null;
 }
 
 /**
@@ -55,6 +59,9 @@ export class FleetActivity {
   /** The last look failed (lookFailed), so nothing is known about waiting jobs. */
   private unsure = false;
   private readonly listeners = new Set<() => void>();
+  private readonly quietListeners = new Set<(work: FleetWork) => void>();
+  /** lifecycle/sleep.ts: LISTEN is closed on purpose and the Redis wake-up stands in for it. */
+  private sleeping = false;
 
   constructor(
     private readonly opts: {
@@ -71,7 +78,25 @@ export class FleetActivity {
   }
 
   get idle(): boolean {
-    return this.quiet && this.opts.localRuns() === 0 && this.opts.listening();
+    return this.quiet && this.opts.localRuns() === 0 && (this.sleeping || this.opts.listening());
+  }
+
+  /**
+   * Idle and asleep (lifecycle/sleep.ts): no loop touches Postgres until a wake-up or the known
+   * deadline; each loop's pass returns without a statement.
+   */
+  get asleep(): boolean {
+    return this.sleeping;
+  }
+
+  setAsleep(asleep: boolean): void {
+    this.sleeping = asleep;
+  }
+
+  /** Call `fn` with the look's findings each time a look leaves the host idle (the sleep's cue). */
+  onQuiet(fn: (work: FleetWork) => void): () => void {
+    this.quietListeners.add(fn);
+    return () => this.quietListeners.delete(fn);
   }
 
   /** Call `fn` whenever idleness ends (a loop cuts an idle sleep short). */
@@ -134,5 +159,6 @@ export class FleetActivity {
     // An announcement while the statement ran may name a job its snapshot did not see.
     if (this.lastWorkAt >= startedAt) return;
     this.quiet = true;
+    if (this.idle) for (const fn of this.quietListeners) fn(work);
   }
 }

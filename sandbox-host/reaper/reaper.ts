@@ -37,6 +37,8 @@ export interface ReaperOptions {
   runLostAfterMs: number;
   /** Whether the fleet is idle; without it every pass is a busy one. */
   activity?: FleetActivity;
+  /** JOB_RETENTION_S in ms when this host purges: the look then reads when the next purge is due. */
+  retentionMs?: number;
   /** Called for each run this pass declared lost, timed out or recovered. */
   onReaped?: (r: ReapedRun) => void;
 }
@@ -60,6 +62,8 @@ export class Reaper extends PeriodicService {
   /** One reaping pass; safe to run concurrently with other hosts' passes. */
   async pass(): Promise<void> {
     const activity = this.opts.activity;
+    // Asleep (lifecycle/sleep.ts): the look before the sleep found nothing to reap before its deadline.
+    if (activity?.asleep) return;
     if (activity?.idle) {
       const work = await this.look(activity);
       // A failed look knows nothing: the pass runs in full.
@@ -74,7 +78,7 @@ export class Reaper extends PeriodicService {
     const startedAt = activity.lookStarting();
     try {
       // The next look may come 1.3 × HOST_IDLE_MS from now (its jitter): a deadline before then is work.
-      const work = await fleetWork(this.opts.db, activity.idleMs * 1.3);
+      const work = await fleetWork(this.opts.db, activity.idleMs * 1.3, this.opts.retentionMs ?? null);
       activity.looked(work, startedAt);
       return work;
     } catch (err) {

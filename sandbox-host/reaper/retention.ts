@@ -42,6 +42,8 @@ export class RetentionPurge extends PeriodicService {
 
   /** One bounded purge (the repo's batch size × batch count). */
   async purge(): Promise<void> {
+    // Asleep: the look before the sleep read when the oldest finished job is due; it wakes the host then.
+    if (this.opts.activity?.asleep) return;
     const { db, log, jobRetentionMs } = this.opts;
     try {
       const { purged, batches } = await purgeFinishedJobs(db, { olderThanMs: jobRetentionMs });

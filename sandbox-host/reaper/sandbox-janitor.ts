@@ -76,6 +76,8 @@ export class SandboxJanitor extends PeriodicService {
 
   /** One pass; returns the runs whose sandboxes were removed. Never throws. */
   async once(): Promise<string[]> {
+    // Asleep (lifecycle/sleep.ts): no statement; a sandbox left behind waits for the next wake-up.
+    if (this.opts.activity?.asleep) return [];
     let runs: string[] = [];
     try {
       if (this.failed.size > 0) {

@@ -61,6 +61,8 @@ export class ScheduleTicker implements Service {
   }
 
   private async pass(): Promise<number | null> {
+    // Asleep (lifecycle/sleep.ts): the sleep ends by the next tick (the look read it) and wakes this loop.
+    if (this.opts.activity?.asleep) return null;
     const outcome = await fireDueSchedules(this.opts.db, this.opts.admission, this.opts.log);
     for (const f of outcome.fired) {
       if (f.jobId && f.scheduledFor) {

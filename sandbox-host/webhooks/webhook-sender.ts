@@ -63,13 +63,20 @@ const DROPPED_SERIES = 20;
  * scrape: one small statement over the endpoints; read max across hosts). A failed read leaves
  * the series out rather than failing the scrape.
  */
-export function registerWebhookMetrics(registry: Registry, db: Db, log: Logger): void {
+export function registerWebhookMetrics(
+  registry: Registry,
+  db: Db,
+  log: Logger,
+  /** While this holds (a sleeping host) a scrape keeps the last values and sends no statement. */
+  skip: () => boolean = () => false,
+): void {
   new Gauge({
     name: "webhook_deliveries_dropped",
     help: `Webhook deliveries dropped because the tenant was at its pending cap (${WEBHOOK_LIMITS.maxPendingPerTenant}), per tenant, for the ${DROPPED_SERIES} tenants with the most (global; read max across hosts)`,
     labelNames: ["tenant"] as const,
     registers: [registry],
     async collect() {
+      if (skip()) return;
       this.reset();
       try {
         for (const r of await droppedDeliveriesByTenant(db, DROPPED_SERIES))
@@ -135,6 +142,8 @@ export class WebhookSender implements Service {
 
   /** Claims what this host has room for; returns how long until the next row is due. */
   private async pass(): Promise<number | null> {
+    // Asleep (lifecycle/sleep.ts): the sleep ends by the next due attempt (the look read it) and wakes this loop.
+    if (this.opts.activity?.asleep) return null;
     const free = this.opts.concurrency - this.inFlight.size;
     // Full: a finishing attempt wakes the loop.
     if (free <= 0) return null;

@@ -8,6 +8,7 @@ import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql, RECOVERABLE, REQUEUE_SET } from "./ownership-repo";
+import { FINAL_STATES_SQL } from "./schema";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
 const LOST = jobErrorSql(
@@ -106,31 +107,73 @@ export async function reapRuns(
   }));
 }
 
+/** What one look at the fleet found (sandbox-host/lifecycle/activity.ts). */
+export interface FleetWorkRow {
+  waiting: boolean;
+  claimed: boolean;
+  running: boolean;
+  expiring: boolean;
+  /**
+   * Milliseconds until the soonest thing known to come due (a delayed job's run_at, a queued
+   * job's expires_at, a wait's deadline, a schedule tick, a webhook attempt, a finished job past
+   * its retention), on Postgres' clock; null when nothing is known to come due. A sleeping host
+   * wakes then (lifecycle/sleep.ts).
+   */
+  nextDueInMs: number | null;
+}
+
 /**
  * Whether any job anywhere waits for a claim, is claimed but not started, or runs: an idle host's
- * one look at the fleet (sandbox-host/lifecycle/activity.ts). Three EXISTS probes, each the first
- * entry of a partial index (jobs_ready_idx, jobs_tenant_queued_idx, jobs_running_owner_idx), so
- * the job history never enters the plan.
+ * one look at the fleet (sandbox-host/lifecycle/activity.ts), and when the soonest known deadline
+ * falls. One statement: EXISTS probes and min()s, each the first entry of a partial index
+ * (jobs_ready_idx, jobs_tenant_queued_idx, jobs_running_owner_idx, jobs_waiting_deadline_idx,
+ * jobs_expiry_idx, schedules_due_idx, webhook_deliveries_due_idx, jobs_finished_idx), so the job
+ * history never enters the plan. A job queued with a later run_at, or a wait or a ttl ending
+ * later than `deadlineHorizonMs` from now, is not work yet: it is a deadline.
  */
 export async function fleetWork(
   db: Db,
-  /** A wait whose deadline falls within this many ms counts as work (`expiring`). */
+  /** A wait, run_at or expiry within this many ms counts as work (`waiting`, `expiring`). */
   deadlineHorizonMs = 0,
-): Promise<{ waiting: boolean; claimed: boolean; running: boolean; expiring: boolean }> {
-  const [row] = resultRows<{ waiting: boolean; claimed: boolean; running: boolean; expiring: boolean }>(
+  /** JOB_RETENTION_S in ms, to know when the oldest finished job is due for the purge; null: not asked. */
+  retentionMs: number | null = null,
+): Promise<FleetWorkRow> {
+  const horizon = sql`now() + make_interval(secs => ${deadlineHorizonMs / 1000})`;
+  const retention =
+    retentionMs === null
+      ? sql`NULL::timestamptz`
+      : sql`(SELECT min(finished_at) FROM jobs WHERE state IN ${FINAL_STATES_SQL} AND NOT cleanup_pending)
+            + make_interval(secs => ${retentionMs / 1000})`;
+  const [row] = resultRows<{
+    waiting: boolean;
+    claimed: boolean;
+    running: boolean;
+    expiring: boolean;
+    next_due_in_ms: number | string | null;
+  }>(
     await db.execute(sql`
       SELECT
-        EXISTS (SELECT 1 FROM jobs WHERE ${claimable()}) AS waiting,
+        EXISTS (SELECT 1 FROM jobs WHERE ${claimable()} AND (run_at IS NULL OR run_at < ${horizon})) AS waiting,
         EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner IS NOT NULL) AS claimed,
         EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS running,
-        EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting'
-          AND wait_deadline_at < now() + make_interval(secs => ${deadlineHorizonMs / 1000})) AS expiring`),
+        (EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < ${horizon})
+          OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})) AS expiring,
+        extract(epoch FROM least(
+          (SELECT min(run_at) FROM jobs WHERE ${claimable()}),
+          (SELECT min(expires_at) FROM jobs WHERE state = 'queued' AND expires_at IS NOT NULL),
+          (SELECT min(wait_deadline_at) FROM jobs WHERE state = 'waiting'),
+          (SELECT min(greatest(next_run_at, retry_at)) FROM schedules WHERE enabled),
+          (SELECT min(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending'),
+          ${retention}
+        ) - now()) * 1000 AS next_due_in_ms`),
   );
+  const due = row?.next_due_in_ms;
   return {
     waiting: row?.waiting === true,
     claimed: row?.claimed === true,
     running: row?.running === true,
     expiring: row?.expiring === true,
+    nextDueInMs: due === null || due === undefined ? null : Math.max(0, Number(due)),
   };
 }
 

@@ -19,6 +19,13 @@ export function redisKeys(prefix = "ear") {
     quotaWaiters: (quotaKey: string) => `${prefix}:quota-waiters:${quotaKey}`,
     /** Last poll (server ms) of each waiter of a quota key: waiters that stop polling are purged. */
     quotaWaitersSeen: (quotaKey: string) => `${prefix}:quota-seen:${quotaKey}`,
+    /**
+     * ZSET of sleeping hosts (src/quota/fleet-wake.ts): member = host id, score = when its sleep
+     * ends at the latest (ms). A submit's wake-up pokes every live member and empties it.
+     */
+    sleepers: () => `${prefix}:sleepers`,
+    /** The LIST a sleeping host blocks on (BLPOP); a poke pushes one entry. */
+    wake: (hostId: string) => `${prefix}:wake:${hostId}`,
     /** Prefix of @upstash/ratelimit's keys for the per-API-key request rate (it appends the rest). */
     rateLimitPrefix: () => `${prefix}:rl`,
   };

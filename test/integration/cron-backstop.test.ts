@@ -4,7 +4,8 @@
  * that never started, a wait past its deadline, re-indexed once re-queued; a queued job past its
  * ttl_s), and the gateway's scheduled handler fired in workerd through Miniflare's trigger route,
  * the way Cloudflare's cron trigger would call it. It also fires schedule ticks, each admitted as
- * a submit is: a tenant whose budget is spent gets no tick's job.
+ * a submit is: a tenant whose budget is spent gets no tick's job. While a host sleeps it sweeps
+ * nothing, until a submit has poked the sleepers.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
@@ -40,6 +41,29 @@ describe("the cron backstop with zero hosts", () => {
   }
 
   const fire = () => fetch(`${t.stack.gatewayUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent("* * * * *")}`);
+
+  it("sends Postgres nothing while a host sleeps, and sweeps again once a submit has poked the sleepers", async () => {
+    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
+    const staleClaim = await submit();
+    await claimAsDeadHost(db, staleClaim, false);
+    await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [staleClaim]);
+    // A host asleep for another minute (sandbox-host/lifecycle/sleep.ts registers this way).
+    const redis = createRedisClient(t.stack.upstash);
+    const keys = redisKeys();
+    await redis.zadd(keys.sleepers(), { score: Date.now() + 60_000, member: "sleeping-host" });
+    expect((await fire()).status).toBe(200);
+    // The stale claim is the reaper backstop's to release: left alone, the invocation did no sweep.
+    const r1 = await t.pool.query<{ owner: string | null }>("SELECT owner FROM jobs WHERE id = $1", [staleClaim]);
+    expect(r1.rows[0]?.owner).toBe("dead-host");
+    // A submit's ready-index command pokes the sleeper and empties the set: the next invocation sweeps.
+    await submit();
+    expect(await redis.zcard(keys.sleepers())).toBe(0);
+    // Two entries: one for a wait the host gave up on but Redis still holds (fleet-wake.ts), one for its live wait.
+    expect(await redis.llen(keys.wake("sleeping-host"))).toBe(2);
+    expect((await fire()).status).toBe(200);
+    const r2 = await t.pool.query<{ owner: string | null }>("SELECT owner FROM jobs WHERE id = $1", [staleClaim]);
+    expect(r2.rows[0]?.owner).toBeNull();
+  }, 60_000);
 
   it("marks the silent run lost, the overdue run timed_out, releases the stale claim, leaves a live run alone, and a watcher sees run.lost", async () => {
     const db = drizzle({ client: t.pool, schema }) as unknown as Db;

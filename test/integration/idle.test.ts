@@ -4,7 +4,10 @@
  * behind the Upstash bridge (INFO commandstats counts every command), the mock model. And that
  * going quiet neither slows a job's start on an idle host nor stretches the recovery bounds
  * docs/capacity.md states: a lost run is found within its bound whether the host heard the job's
- * announcement or missed it, and a job whose wake-ups were all lost is still claimed.
+ * announcement or missed it, and a job whose wake-ups were all lost is still claimed. The cases
+ * where every announcement is lost run without sleep (HOST_SLEEP_MAX_MS=0): they bound the idle
+ * look, which a sleeping host replaces by its known deadline and HOST_SLEEP_MAX_MS
+ * (scale-to-zero.test.ts and docs/deploy.md, "Idle and scale to zero").
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
@@ -212,7 +215,7 @@ describe.skipIf(!canRun)("an idle host", () => {
 
   it("finds a lost run within the idle bound when every announcement was missed", async () => {
     const { name, pool } = await freshDb();
-    const config = hostConfig(name, { idleMs: 5000 });
+    const config = hostConfig(name, { idleMs: 5000, sleepMaxMs: 0 });
     const host = await launch(config);
     await waitIdle(host);
     // The announcements are lost (triggers off): only the idle host's own pass can find the run.
@@ -226,7 +229,7 @@ describe.skipIf(!canRun)("an idle host", () => {
 
   it("ends a wait past its approval deadline within the idle bound (waiting jobs are not work)", async () => {
     const { name, pool } = await freshDb();
-    const config = hostConfig(name, { idleMs: 5000 });
+    const config = hostConfig(name, { idleMs: 5000, sleepMaxMs: 0 });
     const host = await launch(config);
     await waitIdle(host);
     // A job suspended by a host that is gone: nobody holds it, nothing announces its deadline
@@ -256,7 +259,7 @@ describe.skipIf(!canRun)("an idle host", () => {
 
   it("claims a job whose announcement and ready-index entry were both lost within the idle bound", async () => {
     const { name, pool, db } = await freshDb();
-    const config = hostConfig(name, { idleMs: 5000 });
+    const config = hostConfig(name, { idleMs: 5000, sleepMaxMs: 0 });
     const host = await launch(config);
     await waitIdle(host);
     await pool.query("ALTER TABLE jobs DISABLE TRIGGER jobs_ready_notify_insert");

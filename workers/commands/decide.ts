@@ -7,17 +7,21 @@
 import { ApiError } from "../../src/contracts/errors";
 import type { ApprovalAnswer, ApprovalBody } from "../../src/contracts/wait";
 import { decideApproval, type RecordedDecision } from "../../src/db/wait-repo";
+import { indexAndWake } from "../../src/quota/fleet-wake";
 import { redisKeys } from "../../src/quota/keys";
 import { callDependency, type Deps } from "../deps";
 import { accelerate } from "./redis-accelerator";
 
 const keys = redisKeys();
 
-/** The re-queued job goes back into the ready index (an accelerator: hosts also sweep Postgres). */
+/**
+ * The re-queued job goes back into the ready index, and sleeping hosts are poked, in one command
+ * (src/quota/fleet-wake.ts; an accelerator: hosts also sweep Postgres).
+ */
 export function wakeHosts(deps: Deps, jobId: string, defer?: (work: Promise<unknown>) => void): Promise<void> {
   return accelerate(
     deps,
-    (redis) => redis.zadd(keys.readyIndex(), { score: Date.now(), member: jobId.toLowerCase() }),
+    (redis) => indexAndWake(redis, keys, [{ score: Date.now(), member: jobId.toLowerCase() }]),
     { msg: "ready index ZADD failed; hosts will find the resumed job in Postgres", fields: { jobId } },
     defer,
   );

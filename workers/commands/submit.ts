@@ -34,6 +34,7 @@ import {
 } from "../../src/domain/job-admission";
 import type { ModelCatalog } from "../../src/domain/models";
 import { jobRequestHash } from "../../src/domain/request-hash";
+import { indexAndWake } from "../../src/quota/fleet-wake";
 import { redisKeys } from "../../src/quota/keys";
 import { readyScore } from "../../src/quota/ready-index";
 import { callDependency, type Deps } from "../deps";
@@ -115,8 +116,9 @@ function assertBodyAdmitted(models: ModelCatalog, tenantId: string, body: Create
 }
 
 /**
- * The ready-index wake-up for new jobs: one ZADD, however many, each scored by when it becomes
- * runnable (a delayed job's entry comes due at its run_at; claimers read only due entries).
+ * The ready-index wake-up for new jobs: one command, however many, each scored by when it becomes
+ * runnable (a delayed job's entry comes due at its run_at; claimers read only due entries), which
+ * also pokes every sleeping host (src/quota/fleet-wake.ts: nothing more when none sleeps).
  */
 function wake(deps: Deps, created: JobRow[], defer?: (work: Promise<unknown>) => void): Promise<void> {
   const jobIds = created.map((j) => j.id);
@@ -124,7 +126,7 @@ function wake(deps: Deps, created: JobRow[], defer?: (work: Promise<unknown>) =>
   if (!first) return Promise.resolve();
   return accelerate(
     deps,
-    (redis) => redis.zadd(keys.readyIndex(), first, ...rest),
+    (redis) => indexAndWake(redis, keys, [first, ...rest]),
     { msg: "ready index ZADD failed; hosts will find the job in Postgres", fields: { jobIds: jobIds.join(",") } },
     defer,
   );

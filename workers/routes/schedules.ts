@@ -25,6 +25,7 @@ import {
 import { assertAdmitted, planRefusal } from "../../src/domain/job-admission";
 import type { ModelCatalog } from "../../src/domain/models";
 import { cronProblem, nextTick, timezoneProblem } from "../../src/domain/schedule-time";
+import { wakeSleepers } from "../commands/redis-accelerator";
 import { resolveJobAgent } from "../commands/submit";
 import { callDependency } from "../deps";
 import { route, routes } from "./route";
@@ -95,6 +96,8 @@ export const scheduleRoutes = routes(
           `this tenant already has ${SCHEDULE_LIMITS.maxSchedulesPerTenant} schedules (the limit); delete one first`,
         );
       }
+      // Sleeping hosts know the old soonest tick only (ear_schedule reaches awake ones).
+      wakeSleepers(c.get("deps"), (work) => c.executionCtx.waitUntil(work));
       return c.json({ schedule: created }, 201);
     },
   }),
@@ -174,6 +177,7 @@ export const scheduleRoutes = routes(
         }),
       );
       if (!updated) throw notFound();
+      if (timingChanged) wakeSleepers(c.get("deps"), (work) => c.executionCtx.waitUntil(work));
       return c.json({ schedule: updated });
     },
   }),

@@ -27,7 +27,7 @@ export class BadCommandError extends Error {
  * serves pub/sub and MONITOR on separate SSE endpoints, not as commands.
  */
 const REFUSED: ReadonlyMap<string, string> = new Map([
-  ...["blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof"].map(
+  ...["brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop", "wait", "waitaof"].map(
     (c) => [c, "blocks the bridge's shared Redis connection"] as const,
   ),
   ...["subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "monitor"].map(
@@ -41,8 +41,27 @@ const REFUSED: ReadonlyMap<string, string> = new Map([
   ),
 ]);
 
+/** The longest BLPOP/BRPOP wait the bridge serves (its HTTP server keeps a request this long). */
+export const MAX_BLOCKING_S = 60;
+
+/**
+ * BLPOP/BRPOP with a timeout in (0, MAX_BLOCKING_S]: served on a connection of its own for the
+ * length of the wait (RedisLink.runBlocking), as Upstash serves them over REST. Hosts sleep on
+ * one (sandbox-host/lifecycle/wake-channel.ts). Any other blocking form stays refused.
+ */
+export function isBoundedBlockingPop(cmd: CommandLine): boolean {
+  if (cmd.name !== "blpop" && cmd.name !== "brpop") return false;
+  const timeout = Number(argText(cmd.args[cmd.args.length - 1]));
+  return cmd.args.length >= 2 && timeout > 0 && timeout <= MAX_BLOCKING_S;
+}
+
 /** Why `cmd` cannot run through the bridge, or undefined when it can. */
 export function refusalReason(cmd: CommandLine): string | undefined {
+  if (cmd.name === "blpop" || cmd.name === "brpop") {
+    return isBoundedBlockingPop(cmd)
+      ? undefined
+      : `ERR command '${cmd.name.toUpperCase()}' needs a timeout in (0, ${MAX_BLOCKING_S}] seconds through the bridge`;
+  }
   const reason = REFUSED.get(cmd.name);
   if (reason) return `ERR command '${cmd.name.toUpperCase()}' ${reason}`;
   const sub = argText(cmd.args[0])?.toLowerCase();

@@ -33,7 +33,10 @@ describe("upstash REST request parsing", () => {
   });
 
   it("refuses commands that would block or re-state the shared connection", () => {
-    expect(refusalReason({ name: "blpop", args: ["q", "0"] })).toMatch(/BLPOP.*blocks/);
+    expect(refusalReason({ name: "blpop", args: ["q", "0"] })).toMatch(/BLPOP.*timeout/);
+    expect(refusalReason({ name: "brpop", args: ["q", "61"] })).toMatch(/BRPOP.*timeout/);
+    expect(refusalReason({ name: "blpop", args: ["q", "55"] })).toBeUndefined();
+    expect(refusalReason({ name: "blmove", args: ["a", "b", "LEFT", "LEFT", "1"] })).toMatch(/BLMOVE.*blocks/);
     expect(refusalReason({ name: "subscribe", args: ["c"] })).toMatch(/SUBSCRIBE/);
     expect(refusalReason({ name: "multi", args: [] })).toMatch(/multi-exec/);
     expect(refusalReason({ name: "client", args: ["REPLY", "OFF"] })).toMatch(/CLIENT REPLY/);

@@ -11,7 +11,8 @@
  * Upstash-only Lua shebang flags (`allow-key-locking`, used by @upstash/ratelimit) are dropped
  * before Redis sees a script (upstash-rest/commands.ts, ScriptTranslator).
  *
- * Not provided: blocking, pub/sub, MONITOR and connection-state commands (refused with a clear
+ * BLPOP/BRPOP with a timeout of at most 60 s are served, each on a connection of its own for the
+ * length of its wait (a sleeping host waits on one). Not provided: other blocking forms, pub/sub, MONITOR and connection-state commands (refused with a clear
  * error, see upstash-rest/commands.ts), SSE endpoints, `Upstash-Response-Format: resp2`,
  * read-only tokens, read-your-writes sync tokens (one Redis: every read sees every write).
  *
@@ -31,6 +32,7 @@ import {
   commandFromJson,
   commandFromPath,
   commandsFromJson,
+  isBoundedBlockingPop,
   refusalReason,
   ScriptTranslator,
 } from "./commands";
@@ -113,7 +115,9 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
     );
     assertAllowed(cmd);
     stats.command++;
-    const outcome = await link.run(cmd);
+    const outcome = isBoundedBlockingPop(cmd)
+      ? await link.runBlocking(cmd, Number(String(cmd.args[cmd.args.length - 1])))
+      : await link.run(cmd);
     if (!outcome.ok) return send(res, 400, { error: outcome.error });
     return send(res, 200, { result: encodeReply(outcome.reply, encoding) });
   };

@@ -95,6 +95,30 @@ export class RedisLink {
     }
   }
 
+  /**
+   * A bounded BLPOP/BRPOP (commands.ts isBoundedBlockingPop) on a connection of its own, closed
+   * after the reply: the shared connection never waits on it. No ready check (its INFO would be
+   * counted as a command), and a command timeout past the wait.
+   */
+  async runBlocking(cmd: CommandLine, waitS: number): Promise<Outcome> {
+    this.#assertReady();
+    const own = this.#redis.duplicate({
+      enableReadyCheck: false,
+      commandTimeout: Math.ceil(waitS * 1000) + 5_000,
+      retryStrategy: () => null,
+      lazyConnect: true,
+    });
+    own.on("error", () => {});
+    try {
+      await own.connect();
+      return { ok: true, reply: (await own.sendCommand(new RawCommand(cmd))) as RawReply };
+    } catch (err) {
+      return toOutcome(err);
+    } finally {
+      own.disconnect();
+    }
+  }
+
   /** Not atomic: other requests' commands may interleave, exactly as on Upstash. */
   async pipeline(cmds: CommandLine[]): Promise<Outcome[]> {
     const results = await this.#batch(cmds);

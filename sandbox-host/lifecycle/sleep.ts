@@ -1,0 +1,192 @@
+/**
+ * A sleeping host: idle (lifecycle/activity.ts) and told by its last look that nothing is due
+ * before a known time, it sends Postgres nothing and holds no session of its own until then, so a
+ * Neon compute can suspend (after 5 minutes without queries) and stay suspended.
+ *
+ * Going to sleep, right after the look that found the fleet quiet (one statement, which also read
+ * the soonest known deadline: src/db/reaper-repo.ts fleetWork):
+ *  1. register in Redis as a sleeper until that deadline (one command, src/quota/fleet-wake.ts);
+ *  2. stop reconnecting its LISTEN session: the session is kept while it lasts (idle, it runs no
+ *     query, and a NOTIFY on it still wakes the host), but a suspend that closes it is not news;
+ *  3. block on its wake list (BLPOP, HOST_WAKE_POLL_MS per command, ≤ 60 s: one Redis command a
+ *     minute), until a poke, the deadline, or HOST_SLEEP_MAX_MS.
+ * Neon suspends a compute after 5 minutes without active queries; idle sessions do not count, and
+ * the suspend closes them. So the pool's one kept connection and the LISTEN session are left
+ * alone, and what the suspend closes is reopened only when there is work: pg.Pool drops a closed
+ * client and opens one at the next statement, never before; LISTEN reconnects on the wake-up.
+ *
+ * Waking (a poke from a submit, a chat message, a decision, a schedule change; the deadline; the
+ * wait failing) is `activity.noteWork()`: every loop is back on its busy cadence, the claimer reads
+ * the ready index at once, LISTEN reconnects if it was closed. A NOTIFY while registering or
+ * asleep (while the session lasts) wakes it as well, so there is no window where a job is neither
+ * announced nor poked. When Redis cannot be reached the host stays awake on the HOST_IDLE_MS look, as before
+ * sleep existed: the wake-up channel is what makes the sleep safe.
+ */
+import { REGISTER_SLEEPER } from "../../src/quota/fleet-wake";
+import type { RedisKeys } from "../../src/quota/keys";
+import type { Redis } from "../../src/quota/redis";
+import { errorFields, type Logger } from "../log";
+import type { FleetActivity } from "./activity";
+import type { Service } from "./service";
+
+/** A sleep shorter than this is not taken: the deadline is as good as now. */
+export const MIN_SLEEP_MS = 2000;
+/** The sleeper registration outlives the planned sleep by this (the last BLPOP may end a little late). */
+const REGISTRATION_MARGIN_MS = 5000;
+
+export interface PausableListener {
+  /** Keep the LISTEN session while it lasts, but do not reconnect (nor count its end as news). */
+  pause(): void;
+  /** Reconnect if the session ended meanwhile (the connect counts as news, as any reconnect). */
+  resume(): void;
+}
+
+export interface FleetSleepOptions {
+  hostId: string;
+  activity: FleetActivity;
+  redis: Redis;
+  keys: RedisKeys;
+  /** The Upstash REST endpoint: BLPOP is sent raw (the @upstash/redis client does not have it). */
+  rest: { url: string; token: string };
+  listener: PausableListener | null;
+  /** HOST_SLEEP_MAX_MS (> 0). */
+  maxSleepMs: number;
+  /** HOST_WAKE_POLL_MS. */
+  wakePollMs: number;
+  log: Logger;
+  fetch?: typeof fetch;
+  /** Asleep or awake (metrics). */
+  onChange?: (asleep: boolean) => void;
+  /** Awake again, and why (the host wakes the loops that keep their own timers). */
+  onAwake?: (reason: WakeReason) => void;
+}
+
+type State = "awake" | "entering" | "asleep";
+export type WakeReason = "work" | "poked" | "deadline" | "wait failed" | "stop";
+
+export class FleetSleep implements Service {
+  readonly name = "fleet sleep";
+  private state: State = "awake";
+  private stopped = true;
+  private abort: AbortController | null = null;
+  private loop: Promise<void> | null = null;
+  private sleptAt = 0;
+  private readonly unsubscribe: Array<() => void> = [];
+
+  constructor(private readonly opts: FleetSleepOptions) {}
+
+  get asleep(): boolean {
+    return this.state === "asleep";
+  }
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.unsubscribe.push(
+      this.opts.activity.onQuiet((work) => void this.enter(work.nextDueInMs ?? null)),
+      this.opts.activity.onWork(() => this.wake("work")),
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const u of this.unsubscribe.splice(0)) u();
+    this.wake("stop");
+    await this.loop;
+  }
+
+  /** The fleet is quiet and nothing is due for `nextDueInMs` (null: nothing known): sleep. */
+  async enter(nextDueInMs: number | null): Promise<void> {
+    if (this.state !== "awake" || this.stopped) return;
+    const sleepMs = Math.min(nextDueInMs ?? Number.POSITIVE_INFINITY, this.opts.maxSleepMs);
+    if (sleepMs < MIN_SLEEP_MS) return;
+    const until = Date.now() + sleepMs;
+    this.state = "entering";
+    const { redis, keys, hostId } = this.opts;
+    try {
+      await redis.eval(
+        REGISTER_SLEEPER,
+        [keys.sleepers(), keys.wake(hostId)],
+        [String(until + REGISTRATION_MARGIN_MS), hostId],
+      );
+    } catch (err) {
+      this.state = "awake";
+      this.opts.log.warn("cannot register asleep in Redis; staying awake on the idle look", errorFields(err));
+      return;
+    }
+    // Work announced meanwhile (a NOTIFY on the still open LISTEN connection) set us awake.
+    if (this.state !== "entering" || !this.opts.activity.idle || this.stopped) {
+      if (this.state === "entering") this.state = "awake";
+      this.unregister();
+      return;
+    }
+    this.state = "asleep";
+    this.sleptAt = Date.now();
+    this.opts.activity.setAsleep(true);
+    this.opts.onChange?.(true);
+    this.opts.log.info("asleep: no Postgres statement until woken or due", {
+      sleep_ms: sleepMs,
+      due_in_ms: nextDueInMs,
+    });
+    this.opts.listener?.pause();
+    const abort = new AbortController();
+    this.abort = abort;
+    this.loop = this.sleep(until, abort.signal);
+  }
+
+  /** Awake now (idempotent): loops hurried by the caller's noteWork, or by this one. */
+  wake(reason: WakeReason): void {
+    const was = this.state;
+    if (was === "awake") return;
+    this.state = "awake";
+    this.abort?.abort();
+    this.abort = null;
+    if (was !== "asleep") return;
+    this.opts.activity.setAsleep(false);
+    this.opts.onChange?.(false);
+    // A poke emptied the sleepers already; any other wake leaves our registration behind.
+    if (reason !== "poked") this.unregister();
+    if (reason === "stop") return;
+    this.opts.log.info("awake", { reason, slept_ms: Date.now() - this.sleptAt });
+    this.opts.listener?.resume();
+    this.opts.activity.noteWork();
+    this.opts.onAwake?.(reason);
+  }
+
+  private async sleep(until: number, signal: AbortSignal): Promise<void> {
+    while (this.state === "asleep" && !signal.aborted) {
+      const left = until - Date.now();
+      if (left <= 0) return this.wake("deadline");
+      let poked: boolean;
+      try {
+        poked = await this.blpop(Math.min(this.opts.wakePollMs, left), signal);
+      } catch (err) {
+        if (signal.aborted) return;
+        this.opts.log.warn("the Redis wake-up wait failed; awake", errorFields(err));
+        return this.wake("wait failed");
+      }
+      if (poked && !signal.aborted) return this.wake("poked");
+    }
+  }
+
+  /** One BLPOP on this host's wake list; true when an entry was popped. */
+  private async blpop(waitMs: number, signal: AbortSignal): Promise<boolean> {
+    const { url, token } = this.opts.rest;
+    const res = await (this.opts.fetch ?? fetch)(url, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(["BLPOP", this.opts.keys.wake(this.opts.hostId), (waitMs / 1000).toFixed(3)]),
+      signal: AbortSignal.any([signal, AbortSignal.timeout(waitMs + 15_000)]),
+    });
+    const body = (await res.json()) as { result?: unknown; error?: string };
+    if (!res.ok || body.error) throw new Error(`BLPOP answered ${res.status}: ${body.error ?? "no result"}`);
+    return body.result !== null && body.result !== undefined;
+  }
+
+  /** Fire and forget: a registration left behind only costs its owner one spurious wake-up. */
+  private unregister(): void {
+    this.opts.redis
+      .zrem(this.opts.keys.sleepers(), this.opts.hostId)
+      .catch((err: unknown) => this.opts.log.warn("sleeper registration not removed", errorFields(err)));
+  }
+}

@@ -205,6 +205,7 @@ describe.skipIf(!canRun)("npm run dev", () => {
     expect(await run.exited).toBe(0);
     expect(run.output()).toContain("stopping the stack…");
     expect(run.output()).toContain("stopped.");
+    expect(run.stderr()).not.toMatch(/error/i);
     await expectNothingLeft(run);
   }, 180_000);
 

@@ -89,7 +89,12 @@ describe("corsForAllowedOrigins", () => {
     for (const o of ["http://localhost:5173", "http://localhost", "http://127.0.0.1:3000"]) {
       expect(corsOriginAllowed(o, entries), o).toBe(true);
     }
-    for (const o of ["https://localhost:5173", "http://localhost.evil.test:5173", "http://[::1]:5173", "http://evil.test"]) {
+    for (const o of [
+      "https://localhost:5173",
+      "http://localhost.evil.test:5173",
+      "http://[::1]:5173",
+      "http://evil.test",
+    ]) {
       expect(corsOriginAllowed(o, entries), o).toBe(false);
     }
     expect(corsOriginAllowed("http://localhost:5173", ["http://localhost:5174"])).toBe(false);

@@ -7,14 +7,26 @@ import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
-import { type AllowedUrl, parseAllowedUrls, parseSecretNames, type SecretTenants } from "../src/domain/mcp";
+import {
+  type AllowedUrl,
+  parseAllowedUrls,
+  parseSecretNames,
+  type SecretTenants,
+  splitAnyPort,
+} from "../src/domain/mcp";
 import { type ModelCatalog, parseModelList, parseModelRegistry } from "../src/domain/models";
 import { DEFAULT_CLAIM_TIMEOUT_MS, defaultRunLostAfterMs } from "../src/domain/recovery";
 import type { Env } from "./env";
 
-/** `https://console.example.com`, `http://localhost:5173`: what a browser sends as `Origin`. */
+/**
+ * `https://console.example.com`, `http://localhost:5173`: what a browser sends as `Origin`; or a
+ * loopback host with any port, `http://localhost:*` (splitAnyPort: a dev server's port changes).
+ */
 function isOrigin(value: string): boolean {
+  const wild = splitAnyPort(value);
+  if (typeof wild === "string") return false;
   try {
+    if (wild) return new URL(wild.url).origin === wild.url;
     const url = new URL(value);
     return (url.protocol === "https:" || url.protocol === "http:") && url.origin === value;
   } catch {
@@ -53,7 +65,12 @@ const ConfigSchema = z.object({
       )
       .pipe(
         z.array(
-          z.string().refine(isOrigin, "each entry must be an origin: scheme://host[:port], no path, no wildcard"),
+          z
+            .string()
+            .refine(
+              isOrigin,
+              "each entry must be an origin: scheme://host[:port], no path; the one wildcard is a loopback host's port (http://localhost:*)",
+            ),
         ),
       ),
   ),
@@ -160,7 +177,7 @@ export interface GatewayConfig {
    * TOKEN_SIGNING_SECRET is unset and keys are derived from `signingSecrets` (access-tokens.ts).
    */
   tokenSecrets: readonly string[] | null;
-  /** Origins allowed to call the API from a browser (CORS_ALLOWED_ORIGINS); empty: none. */
+  /** Origins allowed to call the API from a browser (CORS_ALLOWED_ORIGINS; corsOriginAllowed); empty: none. */
   corsAllowedOrigins: readonly string[];
   maxBodyBytes: number;
   limits: GatewayLimits;

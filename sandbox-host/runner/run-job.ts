@@ -50,6 +50,10 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
     return "not_started";
   }
   run.start(startSentAt);
+  // One line at each end of a run (the runner logs its outcome): without them a host that runs
+  // jobs well says nothing at all, and an operator (or `npm run dev`'s log) cannot tell which
+  // host ran a job.
+  log.info("job started", fields);
   const out = deps.outbox.open(id);
   const emit: Emit = (type, payload) => {
     if (run.owned) out.emit(type, payload);

@@ -34,7 +34,7 @@ import { FinishBatcher } from "./finish-batcher";
 export const HAND_OFF_WAIT_MS = 5000;
 
 import type { RetryPolicy } from "./model-retry";
-import { ActiveRun, type QuotaGate, type RunDeps } from "./run-context";
+import { ActiveRun, type QuotaGate, type RunDeps, runFields } from "./run-context";
 import { runJob } from "./run-job";
 import { StartBatcher } from "./start-batcher";
 
@@ -226,6 +226,9 @@ export class Runner {
     const done = runJob(this.deps, run).then(
       (result) => {
         if (result !== "not_started") this.opts.metrics.runsFinished.inc({ outcome: result });
+        // runJob logged the other two itself (it never started them).
+        if (result !== "not_started" && result !== "cancelled_before_start")
+          this.opts.log.info("job run ended", { ...runFields(id), outcome: result });
       },
       (err: unknown) => {
         // Only the started CAS can throw here; an unstarted claim is released by the reaper.

@@ -21,7 +21,9 @@ import { TENANT_ID_RE } from "./tenant-id";
  * `https://mcp.example.com.attacker.net/`.
  */
 export interface AllowedUrl {
+  /** `scheme://host[:port]`; with `anyPort`, `scheme://host` and every port of it is admitted. */
   origin: string;
+  anyPort?: boolean;
   /** Ends with `/`: a path under it is allowed. */
   path: string;
   /** The path as the operator wrote it: allowed itself (`/tools` admits `/tools`; `/hooks/` does not admit `/hooks`). */
@@ -34,9 +36,11 @@ export function parseAllowedUrls(raw: string | undefined): AllowedUrl[] | string
   for (const entry of (raw ?? "").split(",")) {
     const e = entry.trim();
     if (e === "") continue;
+    const wild = splitAnyPort(e);
+    if (typeof wild === "string") return wild;
     let url: URL;
     try {
-      url = new URL(e);
+      url = new URL(wild?.url ?? e);
     } catch {
       return `"${e}" is not a URL`;
     }
@@ -46,9 +50,33 @@ export function parseAllowedUrls(raw: string | undefined): AllowedUrl[] | string
     }
     const exact = normalisedPath(url.pathname);
     if (exact === null) return `"${e}" has a path that does not decode`;
-    out.push({ origin: url.origin, path: exact.endsWith("/") ? exact : `${exact}/`, exact });
+    const path = exact.endsWith("/") ? exact : `${exact}/`;
+    out.push(wild ? { origin: url.origin, anyPort: true, path, exact } : { origin: url.origin, path, exact });
   }
   return out;
+}
+
+/** The hosts `:*` may follow: this machine only. */
+const LOOPBACK_HOSTS = new Set(["localhost", "127.0.0.1", "[::1]"]);
+
+/**
+ * `http://localhost:*` (any port of a loopback host): a local server's port changes from run to
+ * run (Vite takes the next free one), and naming each one meant restarting the stack. Loopback
+ * only: on any other host a wildcard would admit every service listening there. Returns the
+ * entry without `:*`, null when it has none, or a message.
+ */
+export function splitAnyPort(entry: string): { url: string; host: string } | null | string {
+  const m = /^(https?:\/\/)([^/?#@]+):\*(?=$|[/?#])/i.exec(entry);
+  if (!m) return null;
+  const host = (m[2] as string).toLowerCase();
+  if (!LOOPBACK_HOSTS.has(host))
+    return `"${entry}": a wildcard port (:*) is allowed only on localhost, 127.0.0.1 or [::1]`;
+  return { url: `${m[1]}${host}${entry.slice(m[0].length)}`, host };
+}
+
+/** `url`'s origin is the entry's: the same, or (`anyPort`) the same scheme and host on any port. */
+export function originMatches(url: URL, a: Pick<AllowedUrl, "origin" | "anyPort">): boolean {
+  return a.anyPort ? `${url.protocol}//${url.hostname}` === a.origin : url.origin === a.origin;
 }
 
 /** Percent-decoding rounds before a path that still changes is refused (a server may decode twice). */
@@ -102,7 +130,7 @@ export function isUrlAllowed(raw: string, allowed: readonly AllowedUrl[]): boole
   const url = new URL(raw);
   const path = normalisedPath(url.pathname);
   if (path === null) return false;
-  return allowed.some((a) => a.origin === url.origin && (path === a.exact || path.startsWith(a.path)));
+  return allowed.some((a) => originMatches(url, a) && (path === a.exact || path.startsWith(a.path)));
 }
 
 /**

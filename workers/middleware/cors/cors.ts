@@ -15,6 +15,7 @@
  */
 import { cors } from "hono/cors";
 import { createMiddleware } from "hono/factory";
+import { originMatches, splitAnyPort } from "../../../src/domain/mcp";
 import type { GatewayEnv } from "../../types";
 
 /** How long a browser may reuse a preflight's answer (s). */
@@ -30,11 +31,31 @@ const allowed = cors({
   credentials: false,
 });
 
+/** `origin` is one of the entries, or on a loopback host an entry names with any port (`http://localhost:*`). */
+export function corsOriginAllowed(origin: string, entries: readonly string[]): boolean {
+  if (entries.includes(origin)) return true;
+  let url: URL;
+  try {
+    url = new URL(origin);
+  } catch {
+    return false;
+  }
+  if (url.origin !== origin) return false;
+  return entries.some((e) => {
+    const wild = splitAnyPort(e);
+    return (
+      wild !== null &&
+      typeof wild !== "string" &&
+      originMatches(url, { origin: new URL(wild.url).origin, anyPort: true })
+    );
+  });
+}
+
 export function corsForAllowedOrigins() {
   return createMiddleware<GatewayEnv>(async (c, next) => {
     if (c.req.header("upgrade")?.toLowerCase() === "websocket") return next();
     const origin = c.req.header("origin");
-    if (origin !== undefined && c.get("config").corsAllowedOrigins.includes(origin)) return allowed(c, next);
+    if (origin !== undefined && corsOriginAllowed(origin, c.get("config").corsAllowedOrigins)) return allowed(c, next);
     if (c.req.method === "OPTIONS" && c.req.header("access-control-request-method") !== undefined) {
       return new Response(null, { status: 204, headers: { vary: "Origin" } });
     }

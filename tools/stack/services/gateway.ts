@@ -8,7 +8,8 @@
  *                        database-touching throughput here, docs/capacity.md).
  *
  * Choose with GATEWAY_RUNNER=wrangler|miniflare; GATEWAY_INSPECTOR_PORT opens the Worker's
- * DevTools inspector under miniflare (wrangler dev always opens one). Either way the child runs in its own process
+ * DevTools inspector under miniflare (wrangler dev always opens one), GATEWAY_RUNNER_CPU_PROF
+ * a CPU profile of the miniflare runner's own Node process. Either way the child runs in its own process
  * group and we stop the whole group (killing wrangler's parent alone leaves workerd running), and every port is chosen free: a busy port is a hard error in both.
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -94,7 +95,11 @@ function miniflareRunner(root: string, port: number, opts: GatewayOptions, outdi
     inspectorPort: inspector ? Number(inspector) : undefined,
     outdir,
   };
-  return spawn(process.execPath, ["--import", "tsx", runner], {
+  // GATEWAY_RUNNER_CPU_PROF=DIR profiles this Node process alone (the rest of the stack
+  // inherits no flag); the profile is written when the runner stops.
+  const prof = process.env.GATEWAY_RUNNER_CPU_PROF;
+  const profile = prof ? ["--cpu-prof", "--cpu-prof-dir", resolve(prof)] : [];
+  return spawn(process.execPath, [...profile, "--import", "tsx", runner], {
     cwd: root,
     env: { ...offlineWranglerEnv(root), EAR_GATEWAY_RUNNER: JSON.stringify(settings) },
     detached: true,

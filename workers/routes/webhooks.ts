@@ -26,6 +26,7 @@ import {
 } from "../../src/db/webhooks-repo";
 import { isUrlAllowed } from "../../src/domain/mcp";
 import { newWebhookSecret } from "../../src/domain/webhook-signature";
+import { wakeSleepers } from "../commands/redis-accelerator";
 import { callDependency } from "../deps";
 import { route, routes } from "./route";
 
@@ -166,6 +167,8 @@ export const webhookRoutes = routes(
         retryDelivery(db, c.get("tenantId"), c.req.param("id"), c.req.param("delivery_id")),
       );
       if (!delivery) throw new ApiError("not_found", "delivery not found");
+      // Due now: a sleeping fleet's hosts know only the delivery's old next attempt.
+      wakeSleepers(c.get("deps"), (work) => c.executionCtx.waitUntil(work));
       return c.json({ delivery }, 202);
     },
   }),

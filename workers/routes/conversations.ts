@@ -19,13 +19,14 @@ import { agentRefSchema } from "../../src/contracts/agent";
 import { CHAT_ERROR_CODES, ConversationMessagesSchema, MULTITASK_POLICIES } from "../../src/contracts/chat";
 import { ApiError } from "../../src/contracts/errors";
 import { CreateJobBodySchema, conversationIdSchema } from "../../src/contracts/job";
-import { BODY_ERRORS, callIdParam, conversationIdParam, inline, ref, V1_ERRORS } from "../../src/contracts/openapi";
-import { ApprovalAnswerSchema, ApprovalBodySchema } from "../../src/contracts/wait";
+import { callIdParam, conversationIdParam, inline, ref, V1_ERRORS } from "../../src/contracts/openapi";
+import { ApprovalBodySchema } from "../../src/contracts/wait";
 import { conversationMessages, listConversationJobsOldestFirst } from "../../src/db/conversations-repo";
 import { getJob } from "../../src/db/jobs-repo";
 import { decide } from "../commands/decide";
 import { callDependency, callDurableObject } from "../deps";
 import { CHAT_HEADERS, chatSessionName } from "../durable-objects/chat-session/session-address";
+import { APPROVAL_ERRORS, APPROVAL_RESPONSES } from "./job-control";
 import { missingJob } from "./jobs";
 import { route, routes } from "./route";
 
@@ -147,15 +148,8 @@ export const conversationRoutes = routes(
       callIdParam,
     ],
     body: ApprovalBodySchema,
-    responses: [
-      { status: 202, description: "Recorded; the job is re-queued.", schema: ApprovalAnswerSchema },
-      {
-        status: 200,
-        description: "Already decided the same way: the recorded decision.",
-        schema: ApprovalAnswerSchema,
-      },
-    ],
-    errors: ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    responses: APPROVAL_RESPONSES,
+    errors: APPROVAL_ERRORS,
     handler: async (c, input) => {
       const id = conversationId(c.req.param("id"));
       const body = await input.body();

@@ -16,6 +16,17 @@ import { callDependency } from "../deps";
 import { missingJob } from "./jobs";
 import { route, routes } from "./route";
 
+/** A decision's answers and errors, one declaration for both routes that take one (this and the conversation's). */
+export const APPROVAL_RESPONSES = [
+  { status: 202, description: "Recorded; the job is re-queued.", schema: ApprovalAnswerSchema },
+  {
+    status: 200,
+    description: "Already decided the same way: the recorded decision.",
+    schema: ApprovalAnswerSchema,
+  },
+];
+export const APPROVAL_ERRORS = ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS] as const;
+
 export const jobControlRoutes = routes(
   route({
     method: "post",
@@ -79,15 +90,8 @@ export const jobControlRoutes = routes(
     auth: "bearer",
     parameters: [jobIdParam, callIdParam],
     body: ApprovalBodySchema,
-    responses: [
-      { status: 202, description: "Recorded; the job is re-queued.", schema: ApprovalAnswerSchema },
-      {
-        status: 200,
-        description: "Already decided the same way: the recorded decision.",
-        schema: ApprovalAnswerSchema,
-      },
-    ],
-    errors: ["not_found", "gone", ...BODY_ERRORS, "conflict", ...V1_ERRORS],
+    responses: APPROVAL_RESPONSES,
+    errors: APPROVAL_ERRORS,
     handler: async (c, input) => {
       const body = await input.body();
       const db = c.get("deps").db();

@@ -386,6 +386,12 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
           log,
           onChange: (asleep) => fleetAsleep.set(asleep ? 1 : 0),
           onAwake,
+          // No catalog refresh while asleep: the rows are dated to the sleep's end instead, so the
+          // gateway keeps listing this host's tools (GET /v1/tools, agents naming them).
+          beforeSleep:
+            (deps.codeTools?.specs.length ?? 0) > 0
+              ? (untilMs) => refreshCodeTools(db, config.hostId, new Date(untilMs))
+              : undefined,
         })
       : null;
   const queueDepth = new QueueDepthSampler({

@@ -59,7 +59,25 @@ export interface FleetSleepOptions {
   onChange?: (asleep: boolean) => void;
   /** Awake again, and why (the host wakes the loops that keep their own timers). */
   onAwake?: (reason: WakeReason) => void;
+  /**
+   * Runs before the registration, while the host may still write Postgres: what a sleep would
+   * let go stale (the code tool catalog's rows) is dated to the sleep's end. A failure keeps the
+   * host awake on the idle look.
+   */
+  beforeSleep?: (untilMs: number) => Promise<void>;
 }
+
+/**
+ * Removes a sleep's registration only if it is still that sleep's (its score): a removal that
+ * lands late (the client retries with backoff) must not delete the next sleep's registration,
+ * which would leave a host asleep that no poke reaches.
+ * KEYS[1] the sleepers ZSET; ARGV[1] the score registered, ARGV[2] the host id.
+ */
+export const UNREGISTER_SLEEPER = `
+local s = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if s and tonumber(s) == tonumber(ARGV[1]) then return redis.call('ZREM', KEYS[1], ARGV[2]) end
+return 0
+`;
 
 type State = "awake" | "entering" | "asleep";
 export type WakeReason = "work" | "poked" | "deadline" | "wait failed" | "stop";
@@ -71,6 +89,10 @@ export class FleetSleep implements Service {
   private abort: AbortController | null = null;
   private loop: Promise<void> | null = null;
   private sleptAt = 0;
+  /** Each enter() takes the next number: one that a later enter() or a wake overtook does nothing. */
+  private generation = 0;
+  /** The score of the registration this host's current sleep made (what unregister removes). */
+  private registered = 0;
   private readonly unsubscribe: Array<() => void> = [];
 
   constructor(private readonly opts: FleetSleepOptions) {}
@@ -101,25 +123,28 @@ export class FleetSleep implements Service {
     const sleepMs = Math.min(nextDueInMs ?? Number.POSITIVE_INFINITY, this.opts.maxSleepMs);
     if (sleepMs < MIN_SLEEP_MS) return;
     const until = Date.now() + sleepMs;
+    const score = until + REGISTRATION_MARGIN_MS;
     this.state = "entering";
+    const generation = ++this.generation;
     const { redis, keys, hostId } = this.opts;
     try {
-      await redis.eval(
-        REGISTER_SLEEPER,
-        [keys.sleepers(), keys.wake(hostId)],
-        [String(until + REGISTRATION_MARGIN_MS), hostId],
-      );
+      await this.opts.beforeSleep?.(until);
+      await redis.eval(REGISTER_SLEEPER, [keys.sleepers(), keys.wake(hostId)], [String(score), hostId]);
     } catch (err) {
-      this.state = "awake";
-      this.opts.log.warn("cannot register asleep in Redis; staying awake on the idle look", errorFields(err));
+      if (generation === this.generation && this.state === "entering") this.state = "awake";
+      this.opts.log.warn("cannot prepare or register the sleep; staying awake on the idle look", errorFields(err));
       return;
     }
+    // A wake and a later enter() came while this one registered: that one owns the state now (its
+    // own registration overwrote this one's score).
+    if (generation !== this.generation) return;
     // Work announced meanwhile (a NOTIFY on the still open LISTEN connection) set us awake.
     if (this.state !== "entering" || !this.opts.activity.idle || this.stopped) {
       if (this.state === "entering") this.state = "awake";
-      this.unregister();
+      this.unregister(score);
       return;
     }
+    this.registered = score;
     this.state = "asleep";
     this.sleptAt = Date.now();
     this.opts.activity.setAsleep(true);
@@ -145,7 +170,7 @@ export class FleetSleep implements Service {
     this.opts.activity.setAsleep(false);
     this.opts.onChange?.(false);
     // A poke emptied the sleepers already; any other wake leaves our registration behind.
-    if (reason !== "poked") this.unregister();
+    if (reason !== "poked") this.unregister(this.registered);
     if (reason === "stop") return;
     this.opts.log.info("awake", { reason, slept_ms: Date.now() - this.sleptAt });
     this.opts.listener?.resume();
@@ -183,10 +208,13 @@ export class FleetSleep implements Service {
     return body.result !== null && body.result !== undefined;
   }
 
-  /** Fire and forget: a registration left behind only costs its owner one spurious wake-up. */
-  private unregister(): void {
+  /**
+   * Fire and forget: a registration left behind only costs its owner one spurious wake-up (and
+   * the cron one skipped pass). Compare-and-delete on the score (UNREGISTER_SLEEPER).
+   */
+  private unregister(score: number): void {
     this.opts.redis
-      .zrem(this.opts.keys.sleepers(), this.opts.hostId)
+      .eval(UNREGISTER_SLEEPER, [this.opts.keys.sleepers()], [String(score), this.opts.hostId])
       .catch((err: unknown) => this.opts.log.warn("sleeper registration not removed", errorFields(err)));
   }
 }

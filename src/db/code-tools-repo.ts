@@ -43,9 +43,16 @@ export async function publishCodeTools(db: Db, hostId: string, tools: readonly C
       timeout_ms = excluded.timeout_ms, published_at = now()`);
 }
 
-/** This host is alive: its rows stay fresh (one UPDATE a minute per host with tools). */
-export async function refreshCodeTools(db: Db, hostId: string): Promise<void> {
-  await db.execute(sql`UPDATE code_tools SET published_at = now() WHERE host_id = ${hostId}`);
+/**
+ * This host is alive: its rows stay fresh (one UPDATE a minute per host with tools). `freshUntil`:
+ * a host about to sleep (sandbox-host/lifecycle/sleep.ts) refreshes none while asleep, so it dates
+ * its rows at the end of its planned sleep, and they stay listed until CODE_TOOLS_STALE_S after
+ * that (a host that died asleep: its tools drop out that much later than a busy one's).
+ */
+export async function refreshCodeTools(db: Db, hostId: string, freshUntil?: Date): Promise<void> {
+  await db.execute(
+    sql`UPDATE code_tools SET published_at = ${freshUntil ? sql`${freshUntil.toISOString()}::timestamptz` : sql`now()`} WHERE host_id = ${hostId}`,
+  );
 }
 
 /** A graceful stop: this host offers nothing any more. */

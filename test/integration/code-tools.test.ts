@@ -291,6 +291,15 @@ describe.skipIf(!canRun)("code tools on a host (HOST_TOOLS)", () => {
       await refreshCodeTools(db, "another-host");
       const again = await api().call<{ tools: ToolView[] }>("GET", "/v1/tools");
       expect(again.body.tools.map((x) => x.name)).toContain("remote_only");
+      // A host going to sleep for an hour dates its rows to the sleep's end (it refreshes none
+      // while asleep): still listed when a busy host's rows would be stale long since.
+      await refreshCodeTools(db, "another-host", new Date(Date.now() + 3_600_000));
+      await t.pool.query(
+        "UPDATE code_tools SET published_at = published_at - make_interval(secs => $1 + 1) WHERE host_id = 'another-host'",
+        [CODE_TOOLS_STALE_S],
+      );
+      const asleep = await api().call<{ tools: ToolView[] }>("GET", "/v1/tools");
+      expect(asleep.body.tools.map((x) => x.name)).toContain("remote_only");
     } finally {
       await unpublishCodeTools(db, "another-host");
     }

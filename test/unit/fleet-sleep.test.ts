@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { FleetActivity } from "../../sandbox-host/lifecycle/activity";
-import { FleetSleep } from "../../sandbox-host/lifecycle/sleep";
+import { FleetSleep, UNREGISTER_SLEEPER } from "../../sandbox-host/lifecycle/sleep";
 import { silentLogger } from "../../sandbox-host/log";
 import { sleep } from "../../src/domain/async";
 import { redisKeys } from "../../src/quota/keys";
@@ -40,14 +40,19 @@ function setup(opts: { maxSleepMs?: number; registerFails?: boolean } = {}) {
     if (outcome instanceof Error) throw outcome;
     return new Response(JSON.stringify(outcome), { status: 200 });
   }) as typeof fetch;
+  let score: number | null = null;
   const redis = {
-    eval: async (_script: string, keys: string[], args: string[]) => {
+    eval: async (script: string, keys: string[], args: string[]) => {
+      if (script === UNREGISTER_SLEEPER) {
+        // Compare-and-delete: only the registration with this very score goes.
+        if (score === null || Number(args[0]) !== score) return 0;
+        score = null;
+        state.removed++;
+        return 1;
+      }
       if (opts.registerFails) throw new Error("redis down");
       state.registered.push([...keys, ...args]);
-      return 1;
-    },
-    zrem: async () => {
-      state.removed++;
+      score = Number(args[0]);
       return 1;
     },
   } as unknown as Redis;

@@ -39,6 +39,11 @@ export interface FleetWork {
    * Jobs that merely wait are not work: no host holds them.
    */
   expiring?: boolean;
+  /**
+   * A run over (lost, say) whose sandbox cleanup fence is still set: the sandbox janitor must
+   * remove it, and it skips its passes while the host sleeps, so the fleet stays busy until then.
+   */
+  cleanup?: boolean;
   /** Milliseconds until the soonest known deadline (null: none known; absent: not asked). */
   nextDueInMs?: number | null;
 }
@@ -152,7 +157,7 @@ export class FleetActivity {
 
   looked(work: FleetWork, startedAt: number): void {
     this.unsure = false;
-    if (work.waiting || work.claimed || work.running || work.expiring) {
+    if (work.waiting || work.claimed || work.running || work.expiring || work.cleanup) {
       this.noteWork();
       return;
     }

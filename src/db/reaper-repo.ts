@@ -113,6 +113,8 @@ export interface FleetWorkRow {
   claimed: boolean;
   running: boolean;
   expiring: boolean;
+  /** A run that is over with its sandbox cleanup fence still set: a janitor's work (a dead host's sandbox). */
+  cleanup: boolean;
   /**
    * Milliseconds until the soonest thing known to come due (a delayed job's run_at, a queued
    * job's expires_at, a wait's deadline, a schedule tick, a webhook attempt, a finished job past
@@ -123,11 +125,20 @@ export interface FleetWorkRow {
 }
 
 /**
+ * How long a run that is over keeps the fleet awake while its sandbox fence is set: a janitor
+ * (SANDBOX_JANITOR_MS, 30 s) on the sandbox's engine removes it within a pass or two. Past this,
+ * the engine is presumably gone for good (a machine that never came back) and no host here can
+ * remove it: the fleet may sleep rather than stay awake for it forever.
+ */
+export const CLEANUP_WORK_WINDOW_S = 600;
+
+/**
  * Whether any job anywhere waits for a claim, is claimed but not started, or runs: an idle host's
  * one look at the fleet (sandbox-host/lifecycle/activity.ts), and when the soonest known deadline
  * falls. One statement: EXISTS probes and min()s, each the first entry of a partial index
  * (jobs_ready_idx, jobs_tenant_queued_idx, jobs_running_owner_idx, jobs_waiting_deadline_idx,
- * jobs_expiry_idx, schedules_due_idx, webhook_deliveries_due_idx, jobs_finished_idx), so the job
+ * jobs_expiry_idx, jobs_cleanup_pending_idx, schedules_due_idx, webhook_deliveries_due_idx,
+ * jobs_finished_idx), so the job
  * history never enters the plan. A job queued with a later run_at, or a wait or a ttl ending
  * later than `deadlineHorizonMs` from now, is not work yet: it is a deadline.
  */
@@ -149,6 +160,7 @@ export async function fleetWork(
     claimed: boolean;
     running: boolean;
     expiring: boolean;
+    cleanup: boolean;
     next_due_in_ms: number | string | null;
   }>(
     await db.execute(sql`
@@ -158,6 +170,8 @@ export async function fleetWork(
         EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS running,
         (EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < ${horizon})
           OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})) AS expiring,
+        EXISTS (SELECT 1 FROM jobs WHERE cleanup_pending AND state <> 'running'
+          AND (finished_at IS NULL OR finished_at > now() - make_interval(secs => ${CLEANUP_WORK_WINDOW_S}))) AS cleanup,
         extract(epoch FROM least(
           (SELECT min(run_at) FROM jobs WHERE ${claimable()}),
           (SELECT min(expires_at) FROM jobs WHERE state = 'queued' AND expires_at IS NOT NULL),
@@ -173,6 +187,7 @@ export async function fleetWork(
     claimed: row?.claimed === true,
     running: row?.running === true,
     expiring: row?.expiring === true,
+    cleanup: row?.cleanup === true,
     nextDueInMs: due === null || due === undefined ? null : Math.max(0, Number(due)),
   };
 }

@@ -239,6 +239,9 @@ export const jobs = pgTable(
     uniqueIndex("jobs_held_slot_uq").on(t.tenantId, t.tenantSlot).where(sql`${t.tenantSlot} is not null and ${HELD}`),
     // The expiry sweep (admission-repo.ts).
     index("jobs_expiry_idx").on(t.expiresAt).where(sql`${t.state} = 'queued' and ${t.expiresAt} is not null`),
+    // The idle look (reaper-repo.ts fleetWork): a run over with its sandbox not yet removed is work
+    // for a janitor, so no host sleeps through it. Rare rows: a tiny index.
+    index("jobs_cleanup_pending_idx").on(t.id).where(sql`${t.cleanupPending}`),
     check(
       "jobs_priority_ck",
       sql`${t.priority} between ${sql.raw(String(ADMISSION_LIMITS.minPriority))} and ${sql.raw(String(ADMISSION_LIMITS.maxPriority))}`,

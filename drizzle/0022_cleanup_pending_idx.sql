@@ -1,0 +1,1 @@
+CREATE INDEX "jobs_cleanup_pending_idx" ON "jobs" USING btree ("id") WHERE "jobs"."cleanup_pending";

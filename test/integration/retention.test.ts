@@ -154,8 +154,11 @@ describe.skipIf(!canRun)("retention end to end", () => {
   const s = useStack({
     hosts: 1,
     // A fleet with nothing queued or running is idle: the purge then runs in the idle passes,
-    // every HOST_IDLE_MS (docs/deploy.md §10), so that is shortened too.
+    // every HOST_IDLE_MS (docs/deploy.md §10), so that is shortened too. No sleep
+    // (HOST_SLEEP_MAX_MS=0): this test seeds finished jobs straight into Postgres, which no
+    // sleeping host hears of (a deployment's jobs finish through a host, which is awake then).
     hostEnv: {
+      HOST_SLEEP_MAX_MS: "0",
       SANDBOX_ENABLED: "false",
       HOST_REAP_MS: "200",
       HOST_PURGE_MS: "1000",

@@ -16,6 +16,7 @@ import {
   runChaosQuota,
   SLOT_RETURN_TOLERANCE_MS,
   slotReturnBoundMs,
+  slotReturnedLate,
 } from "../../tools/chaos/quota-harness";
 import { requireBinary } from "../helpers/require";
 
@@ -79,7 +80,8 @@ describe.skipIf(!canRun)("chaos: the global model quota under SIGKILL and SIGSTO
     const measured = r.slotReturns.filter((s) => s.goneByMs !== null);
     expect(measured.length, context).toBeGreaterThan(0);
     for (const s of measured) {
-      expect(s.goneByMs, context).toBeLessThanOrEqual(slotReturnBoundMs(r) + SLOT_RETURN_TOLERANCE_MS);
+      // Within the bound of the freeze, or of the first waiter that queued behind it later.
+      expect(slotReturnedLate(s, r), `${context}\n${JSON.stringify(s)}`).toBe(false);
     }
 
     // 3. The frozen holder: its lease expired while it was stopped; after SIGCONT the expired

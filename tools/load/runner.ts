@@ -34,7 +34,7 @@ import type {
   Target,
   TargetCheck,
 } from "./types";
-import { runVu } from "./vu";
+import { emptyRecord, runVu } from "./vu";
 
 export interface LoadOptions extends TargetOptions {
   steps: number[];
@@ -189,41 +189,7 @@ function cpuSampler(resolved: ResolvedTarget, clients: ClientPool): ProcCpuSampl
 
 /** A strict failure for a VU whose client process could not report it. */
 function lostRecord(scenario: Scenario, n: number, runId: string, vu: number, why: string): RunRecord {
-  return {
-    step: n,
-    vu,
-    scenario,
-    jobId: null,
-    conversationId: `load-${runId}-s${n}-v${vu}`,
-    ok: false,
-    streamOk: false,
-    stateOk: false,
-    problems: [`client: ${why}`],
-    finalState: null,
-    errorCode: null,
-    host: null,
-    events: 0,
-    client: {
-      submitMs: null,
-      preparationMs: null,
-      firstTokenMs: null,
-      totalMs: null,
-      cancelMs: null,
-      resumedEvents: null,
-    },
-    path: {
-      clientSetupMs: null,
-      submitToInsertMs: null,
-      insertToAnswerMs: null,
-      answerToStreamMs: null,
-      streamHeadersMs: null,
-      headersToFirstEventMs: null,
-      firstEventPathMs: null,
-      terminalPathMs: null,
-      finishedToReceiveMs: null,
-    },
-    server: null,
-  };
+  return { ...emptyRecord(n, vu, scenario, `load-${runId}-s${n}-v${vu}`), problems: [`client: ${why}`] };
 }
 
 async function runStep(

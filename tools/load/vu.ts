@@ -162,21 +162,10 @@ class StreamState {
   }
 }
 
-export async function runVu(
-  ctx: VuContext,
-  vu: number,
-  scenario: Scenario,
-  t0 = performance.now(),
-): Promise<RunRecord> {
-  const { target } = ctx;
-  const token = `${ctx.runId}-s${ctx.step}-v${vu}`;
-  const conversationId = `load-${ctx.runId}-s${ctx.step}-v${vu}`;
-  const plan = planFor(scenario, token, ctx.script);
-  const auth = { authorization: `Bearer ${target.apiKey}` };
-  const api = new EarClient({ baseUrl: target.gatewayUrl, credential: target.apiKey });
-  const deadline = AbortSignal.timeout(ctx.runTimeoutMs);
-  const rec: RunRecord = {
-    step: ctx.step,
+/** A run's record before anything is known: every measure null, not ok (also a lost client's record). */
+export function emptyRecord(step: number, vu: number, scenario: Scenario, conversationId: string): RunRecord {
+  return {
+    step,
     vu,
     scenario,
     jobId: null,
@@ -210,6 +199,22 @@ export async function runVu(
       finishedToReceiveMs: null,
     },
   };
+}
+
+export async function runVu(
+  ctx: VuContext,
+  vu: number,
+  scenario: Scenario,
+  t0 = performance.now(),
+): Promise<RunRecord> {
+  const { target } = ctx;
+  const token = `${ctx.runId}-s${ctx.step}-v${vu}`;
+  const conversationId = `load-${ctx.runId}-s${ctx.step}-v${vu}`;
+  const plan = planFor(scenario, token, ctx.script);
+  const auth = { authorization: `Bearer ${target.apiKey}` };
+  const api = new EarClient({ baseUrl: target.gatewayUrl, credential: target.apiKey });
+  const deadline = AbortSignal.timeout(ctx.runTimeoutMs);
+  const rec = emptyRecord(ctx.step, vu, scenario, conversationId);
   const since = (t: number | null) => (t === null ? null : Math.max(0, t - t0));
   const streamProblems: string[] = [];
   const stateProblems: string[] = [];

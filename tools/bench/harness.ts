@@ -67,6 +67,45 @@ export async function treeCpuSeconds(pid: number): Promise<number | null> {
   return ticks / 100; // USER_HZ
 }
 
+/**
+ * `total` calls of `run` kept `concurrency` at a time, after a warm-up of up to 50: calls/s,
+ * p50/p95 latency, and CPU per call of this process and (when `serverCpuS` reads one) of the
+ * server under test, e.g. `() => treeCpuSeconds(pid)`.
+ */
+export async function measureConcurrent(
+  run: (i: number) => Promise<unknown>,
+  opts: { concurrency: number; total: number; serverCpuS?: () => Promise<number | null> },
+): Promise<{ perS: number; p50: number; p95: number; clientCpuMs: number; serverCpuMs: number | null }> {
+  const { concurrency, total } = opts;
+  const serverCpuS = opts.serverCpuS ?? (async () => null);
+  await Promise.all(Array.from({ length: Math.min(concurrency, 50) }, (_, i) => run(i)));
+  const lat: number[] = [];
+  let next = 0;
+  const cpu0 = process.cpuUsage();
+  const server0 = await serverCpuS();
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        const t = performance.now();
+        await run(i);
+        lat.push(performance.now() - t);
+      }
+    }),
+  );
+  const s = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const server1 = await serverCpuS();
+  return {
+    perS: Math.round(total / s),
+    p50: pct(lat, 50),
+    p95: pct(lat, 95),
+    clientCpuMs: (cpu.user + cpu.system) / 1000 / total,
+    serverCpuMs: server0 === null || server1 === null ? null : ((server1 - server0) * 1000) / total,
+  };
+}
+
 /** `p50 12 ms, p95 30 ms, max 41 ms (n=100)`: the summary most benches print per figure. */
 export function summary(xs: number[], digits = 0, unit = "ms"): string {
   const f = (x: number) => `${x.toFixed(digits)} ${unit}`;

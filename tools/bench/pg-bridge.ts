@@ -19,7 +19,7 @@ import { WebSocket } from "ws";
 import { startPgProxy } from "../bridges/pg-proxy/main";
 import { startChildService } from "../stack/services/child-service";
 import { startPostgres } from "../stack/services/postgres";
-import { pct, startBench, treeCpuSeconds } from "./harness";
+import { measureConcurrent, startBench, treeCpuSeconds } from "./harness";
 
 const DRIVERS = ["http", "ws", "ws-pool"] as const;
 type Driver = (typeof DRIVERS)[number];
@@ -60,34 +60,10 @@ const bridgeCpuS = async () => (bridgePid === null ? null : treeCpuSeconds(bridg
 async function measure(
   run: (i: number) => Promise<void>,
 ): Promise<{ qps: number; p50: number; p95: number; clientCpuMs: number; bridgeCpuMs: number | null }> {
-  // Warm: the bridge's pool, the driver's connections, the JIT.
-  await Promise.all(Array.from({ length: Math.min(concurrency, 50) }, (_, i) => run(i)));
-  const lat: number[] = [];
-  let next = 0;
-  const cpu0 = process.cpuUsage();
-  const bridge0 = await bridgeCpuS();
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < total) {
-        const i = next++;
-        const t = performance.now();
-        await run(i);
-        lat.push(performance.now() - t);
-      }
-    }),
-  );
-  const s = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  const bridge1 = await bridgeCpuS();
-  return {
-    qps: Math.round(total / s),
-    p50: pct(lat, 50),
-    p95: pct(lat, 95),
-    // Per query: what the driver costs its caller, and what the bridge costs (child mode only).
-    clientCpuMs: (cpu.user + cpu.system) / 1000 / total,
-    bridgeCpuMs: bridge0 === null || bridge1 === null ? null : ((bridge1 - bridge0) * 1000) / total,
-  };
+  // Warm-up inside: the bridge's pool, the driver's connections, the JIT. Per query: what the
+  // driver costs its caller, and what the bridge costs (child mode only).
+  const m = await measureConcurrent(run, { concurrency, total, serverCpuS: bridgeCpuS });
+  return { qps: m.perS, p50: m.p50, p95: m.p95, clientCpuMs: m.clientCpuMs, bridgeCpuMs: m.serverCpuMs };
 }
 
 const pg = await startPostgres({});

@@ -12,7 +12,7 @@
 import { createRedisClient } from "../../src/quota/redis";
 import { startChildService } from "../stack/services/child-service";
 import { startRedis } from "../stack/services/redis";
-import { pct, startBench, treeCpuSeconds } from "./harness";
+import { measureConcurrent, startBench, treeCpuSeconds } from "./harness";
 
 const SHAPES = ["command", "pipeline", "eval"] as const;
 type Shape = (typeof SHAPES)[number];
@@ -80,28 +80,14 @@ try {
   const figures: Record<string, unknown> = {};
   for (const shape of shapes) {
     const one = run[shape];
-    await Promise.all(Array.from({ length: Math.min(concurrency, 50) }, (_, i) => one(i))); // warm
-    const lat: number[] = [];
-    let next = 0;
-    const cpu0 = process.cpuUsage();
-    const bridge0 = await treeCpuSeconds(bridge.process.pid as number);
-    const t0 = performance.now();
-    await Promise.all(
-      Array.from({ length: concurrency }, async () => {
-        while (next < total) {
-          const i = next++;
-          const t = performance.now();
-          await one(i);
-          lat.push(performance.now() - t);
-        }
-      }),
-    );
-    const s = (performance.now() - t0) / 1000;
-    const cpu = process.cpuUsage(cpu0);
-    const bridge1 = await treeCpuSeconds(bridge.process.pid as number);
-    const clientMs = (cpu.user + cpu.system) / 1000 / total;
-    const bridgeMs = bridge0 === null || bridge1 === null ? null : ((bridge1 - bridge0) * 1000) / total;
-    const r = { rps: Math.round(total / s), p50: pct(lat, 50), p95: pct(lat, 95) };
+    const m = await measureConcurrent(one, {
+      concurrency,
+      total,
+      serverCpuS: () => treeCpuSeconds(bridge.process.pid as number),
+    });
+    const clientMs = m.clientCpuMs;
+    const bridgeMs = m.serverCpuMs;
+    const r = { rps: m.perS, p50: m.p50, p95: m.p95 };
     rows.push([
       shape,
       r.rps,

@@ -68,15 +68,27 @@ export const JOINED_ACQUIRE_WAIT_MS = 2_000;
 
 type SlotVerdict = { ok: true } | { ok: false; open: number } | { ok: null };
 
+/**
+ * One open waiting for a slot. It waits on a promise it made itself (`wake`), which the request
+ * whose call decides it resolves: a request never awaits a promise another request made. workerd
+ * cancels the continuations of a request that awaits another request's promise once that
+ * request has ended, and answers it 500 "your Worker's code had hung": 5 of 100 stream opens at
+ * step 100 on `npm run dev` did, while they awaited the call in flight directly.
+ */
 interface Waiter {
   id: string;
   verdict?: SlotVerdict;
+  wake: () => void;
 }
 
 interface SlotQueue {
   waiting: Waiter[];
-  /** The call in flight for this tenant and cap; settles (never rejects) once its waiters have a verdict. */
-  inFlight: Promise<void> | null;
+  /**
+   * When the call in flight for this tenant and cap began (0: none); its request wakes the
+   * waiters after it. A call older than JOINED_ACQUIRE_WAIT_MS is taken for one whose request
+   * was cancelled before it could say so, and the next open asks.
+   */
+  askingSince: number;
 }
 
 /** (tenant, kind, cap) → the opens waiting for a slot in this isolate. */
@@ -100,8 +112,9 @@ function refusal(open: number, cap: number): Response {
  * (`acquireMany`) takes a slot for all of them at once, in arrival order. A burst of N opens
  * costs a few calls instead of N, and the count stays exact: every slot is still granted by the
  * counter, in one turn, against the cap. Each open keeps its own lease (renewed and released by
- * its holder as before). `keepAlive` keeps a call alive past the request that started it (the
- * route's waitUntil).
+ * its holder as before). The call is made by a request that is waiting itself, so it is that
+ * request's own I/O; when it ends, the requests still waiting are woken and the next of them asks.
+ * `keepAlive` keeps the call alive past its request (the route's waitUntil).
  */
 export async function acquireStreamSlotJoined(
   env: Env,
@@ -114,23 +127,34 @@ export async function acquireStreamSlotJoined(
   const key = `${tenantId}\n${kind}\n${cap}`;
   let queue = slotQueues.get(key);
   if (!queue) {
-    queue = { waiting: [], inFlight: null };
+    queue = { waiting: [], askingSince: 0 };
     slotQueues.set(key, queue);
   }
-  const me: Waiter = { id: `${kind}:${crypto.randomUUID()}` };
-  queue.waiting.push(me);
   const deadline = Date.now() + JOINED_ACQUIRE_WAIT_MS;
+  let woken!: Promise<void>;
+  const me: Waiter = { id: `${kind}:${crypto.randomUUID()}`, wake: () => {} };
+  const arm = () => {
+    woken = new Promise<void>((resolve) => {
+      me.wake = resolve;
+    });
+  };
+  arm();
+  queue.waiting.push(me);
   while (me.verdict === undefined) {
-    if (queue.inFlight === null) {
+    if (queue.askingSince === 0 || Date.now() - queue.askingSince > JOINED_ACQUIRE_WAIT_MS) {
       // Nobody is asking: this request asks for everyone waiting (itself included).
       const batch = queue.waiting.splice(0, JOINED_ACQUIRE_MAX);
       const q = queue;
-      queue.inFlight = askForSlots(env, tenantId, kind, cap, batch).finally(() => {
-        q.inFlight = null;
+      const since = Date.now();
+      q.askingSince = since;
+      const call = askForSlots(env, tenantId, kind, cap, batch).finally(() => {
+        if (q.askingSince === since) q.askingSince = 0;
         if (q.waiting.length === 0 && slotQueues.get(key) === q) slotQueues.delete(key);
+        // The opens that arrived meanwhile: the first of them to run asks next.
+        for (const w of q.waiting) w.wake();
       });
-      keepAlive(queue.inFlight);
-      await queue.inFlight;
+      keepAlive(call);
+      await call;
       continue;
     }
     const left = deadline - Date.now();
@@ -143,8 +167,9 @@ export async function acquireStreamSlotJoined(
     const gaveUp = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, left);
     });
-    await Promise.race([queue.inFlight, gaveUp]);
+    await Promise.race([woken, gaveUp]);
     if (timer !== undefined) clearTimeout(timer);
+    arm();
   }
   const verdict = me.verdict;
   if (verdict.ok === null) {
@@ -154,7 +179,7 @@ export async function acquireStreamSlotJoined(
   return verdict.ok ? me.id : refusal(verdict.open, cap);
 }
 
-/** One `acquireMany` for `batch`; each waiter gets its verdict (ok null: the counter could not be asked). */
+/** One `acquireMany` for `batch`; each waiter gets its verdict (ok null: the counter could not be asked) and is woken. */
 async function askForSlots(env: Env, tenantId: string, kind: StreamKind, cap: number, batch: Waiter[]): Promise<void> {
   let result: AcquireManyResult;
   try {
@@ -165,11 +190,17 @@ async function askForSlots(env: Env, tenantId: string, kind: StreamKind, cap: nu
     );
   } catch (err) {
     log.warn("stream counter unavailable", { tenantId, error: err });
-    for (const w of batch) w.verdict = { ok: null };
+    for (const w of batch) {
+      w.verdict = { ok: null };
+      w.wake();
+    }
     return;
   }
   const granted = new Set(result.granted);
-  for (const w of batch) w.verdict = granted.has(w.id) ? { ok: true } : { ok: false, open: result.open };
+  for (const w of batch) {
+    w.verdict = granted.has(w.id) ? { ok: true } : { ok: false, open: result.open };
+    w.wake();
+  }
 }
 
 /** A single `acquire` with a given lease id (the joined path's fallback). */

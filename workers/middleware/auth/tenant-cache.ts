@@ -14,7 +14,10 @@
  * A request that joins another's lookup waits at most JOIN_WAIT_MS for it, then asks on its own:
  * the runtime may cancel a request's outbound I/O when that request's client goes away, and a
  * lookup left pending by it must not hold up requests that are still wanted. A lookup that fails
- * fails every request that joined it (the dependency is down for all of them alike).
+ * fails every request that joined it (the dependency is down for all of them alike). A joining
+ * request waits on a promise it made itself, which the lookup's request settles: workerd cancels
+ * a request that awaits a promise another request made once that one has ended (and answers it
+ * 500 "your Worker's code had hung"; seen on stream opens, stream-leases.ts).
  */
 export const TTL_MS = 5_000;
 const MAX_ENTRIES = 1_000;
@@ -22,7 +25,11 @@ const MAX_ENTRIES = 1_000;
 export const JOIN_WAIT_MS = 2_000;
 
 const entries = new Map<string, { tenantId: string; expiresAt: number }>();
-const inFlight = new Map<string, Promise<string | null>>();
+/** A lookup in flight: the requests that joined it, each with its own promise's settlers. */
+interface Lookup {
+  joined: Set<{ resolve: (tenantId: string | null) => void; reject: (err: unknown) => void }>;
+}
+const inFlight = new Map<string, Lookup>();
 
 export function cachedTenant(keyHash: string, now = Date.now()): string | null {
   const hit = entries.get(keyHash);
@@ -68,24 +75,35 @@ export async function resolveTenant(
     const waitMs = opts.joinWaitMs ?? JOIN_WAIT_MS;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const gaveUp = Symbol("gave up");
+    let me!: { resolve: (tenantId: string | null) => void; reject: (err: unknown) => void };
+    const mine = new Promise<string | null>((resolve, reject) => {
+      me = { resolve, reject };
+    });
+    shared.joined.add(me);
     const joined = await Promise.race([
-      shared,
+      mine,
       new Promise<typeof gaveUp>((resolve) => {
         timer = setTimeout(() => resolve(gaveUp), waitMs);
       }),
     ]).finally(() => {
       if (timer !== undefined) clearTimeout(timer);
+      shared.joined.delete(me);
     });
     if (joined !== gaveUp) return joined;
     return lookupAndRemember(keyHash, lookup, now);
   }
+  const entry: Lookup = { joined: new Set() };
+  inFlight.set(keyHash, entry);
   const own = lookupAndRemember(keyHash, lookup, now);
-  inFlight.set(keyHash, own);
-  const clear = () => {
-    if (inFlight.get(keyHash) === own) inFlight.delete(keyHash);
+  const settle = (outcome: { tenantId: string | null } | { err: unknown }) => {
+    if (inFlight.get(keyHash) === entry) inFlight.delete(keyHash);
+    for (const j of entry.joined) "err" in outcome ? j.reject(outcome.err) : j.resolve(outcome.tenantId);
   };
-  own.then(clear, clear);
-  opts.keepAlive?.(own.catch(() => {}));
+  const settled = own.then(
+    (tenantId) => settle({ tenantId }),
+    (err: unknown) => settle({ err }),
+  );
+  opts.keepAlive?.(settled);
   return own;
 }
 

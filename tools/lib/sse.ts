@@ -20,10 +20,15 @@ export interface SseOptions {
   onComment?: (text: string) => void;
   /** Called once the response's head arrived (status and headers), before any event is read. */
   onOpen?: (res: Response) => void;
+  /** Defaults to the global fetch (the load tool gives each virtual user a connection pool of its own). */
+  fetch?: typeof fetch;
 }
 
 export async function* readSse(url: string, opts: SseOptions = {}): AsyncGenerator<SseEvent> {
-  const res = await fetch(url, { headers: { accept: "text/event-stream", ...opts.headers }, signal: opts.signal });
+  const res = await (opts.fetch ?? fetch)(url, {
+    headers: { accept: "text/event-stream", ...opts.headers },
+    signal: opts.signal,
+  });
   opts.onOpen?.(res);
   // The job is finished and nothing is after the cursor (SSE_FINISHED_STATUS): an empty stream.
   if (res.status === SSE_FINISHED_STATUS) return;

@@ -303,6 +303,8 @@ export function summarizeStep(
     scenario,
     runs: records.length,
     strictOk: records.filter((r) => r.ok).length,
+    runsRecovered: records.filter((r) => r.recoveries > 0).length,
+    turnsAskedAgain: records.reduce((n, r) => n + r.turnsAskedAgain, 0),
     wallMs: Math.round(wallMs),
     throughputPerS: round(records.length / (wallMs / 1000), 2) as number,
     failures,

@@ -43,6 +43,9 @@ export interface RunRecord {
   /** Host that ran it (from run.started). */
   host: string | null;
   events: number;
+  /** `run.recovered` events on its stream, and model turns asked again (recovered or lease lost). */
+  recoveries: number;
+  turnsAskedAgain: number;
   client: {
     submitMs: number | null;
     preparationMs: number | null;
@@ -157,6 +160,10 @@ export interface StepResult {
   scenario: Scenario;
   runs: number;
   strictOk: number;
+  /** Runs whose stream showed a `run.recovered` (correct, but a host was lost or judged lost under load). */
+  runsRecovered: number;
+  /** Model turns asked again over the step's runs. */
+  turnsAskedAgain: number;
   wallMs: number;
   throughputPerS: number;
   failures: Record<string, number>;

@@ -14,6 +14,7 @@
  */
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
+import { Agent, fetch as undiciFetch } from "undici";
 import { EarClient } from "../../src/client/client";
 import { ApiClientError } from "../../src/client/http";
 import { isTerminalEventType } from "../../src/contracts/events";
@@ -92,6 +93,10 @@ class StreamState {
   events = 0;
   text = "";
   deltas = 0;
+  /** `run.recovered` events seen (the run continued on another execution). */
+  recoveries = 0;
+  /** Model turns asked again (`model.turn` reason `recovered` or `lease_lost`): their text replaced the earlier turn's. */
+  turnsAskedAgain = 0;
   terminal: string | null = null;
   firstEventAt: number | null = null;
   firstDeltaAt: number | null = null;
@@ -131,6 +136,17 @@ class StreamState {
     switch (ev.event) {
       case "run.started":
         this.host = typeof payload.host === "string" ? payload.host : this.host;
+        break;
+      case "run.recovered":
+        this.recoveries++;
+        break;
+      case "model.turn":
+        // docs/events.md "A turn can start over": a turn asked again streams its text from the
+        // start, and a client keeps the last turn's (the job's output is that turn's text).
+        if (payload.reason === "recovered" || payload.reason === "lease_lost") {
+          this.turnsAskedAgain++;
+          this.text = "";
+        }
         break;
       case "model.delta": {
         const t = typeof payload.text === "string" ? payload.text : "";
@@ -178,6 +194,8 @@ export function emptyRecord(step: number, vu: number, scenario: Scenario, conver
     errorCode: null,
     host: null,
     events: 0,
+    recoveries: 0,
+    turnsAskedAgain: 0,
     client: {
       submitMs: null,
       preparationMs: null,
@@ -201,18 +219,45 @@ export function emptyRecord(step: number, vu: number, scenario: Scenario, conver
   };
 }
 
+/**
+ * One virtual user is one user's client: its requests share a connection pool of its own (its
+ * submit's connection carries its stream, as a browser tab's would), never another user's.
+ * With one pool for every VU of a process (the global fetch), a VU's request went out on a
+ * connection another VU's answer had just left idle; when the gateway closed that connection
+ * first (its idle timer runs from when it wrote the answer, the client's from when its busy loop
+ * read it), the request failed `ECONNRESET` or `UND_ERR_SOCKET` before any byte came back.
+ * Measured on `npm run dev`, step 100 of the text scenario: 5–100 of 100 runs strict with the
+ * shared pool (7 runs), 100/100 with a pool per VU; docs/capacity.md.
+ */
 export async function runVu(
   ctx: VuContext,
   vu: number,
   scenario: Scenario,
   t0 = performance.now(),
 ): Promise<RunRecord> {
+  const pool = new Agent({ connections: 4 });
+  const vuFetch = ((input: string | URL, init?: RequestInit) =>
+    undiciFetch(input, { ...(init as object), dispatcher: pool })) as unknown as typeof fetch;
+  try {
+    return await runVuOn(ctx, vu, scenario, t0, vuFetch);
+  } finally {
+    await pool.close().catch(() => {});
+  }
+}
+
+async function runVuOn(
+  ctx: VuContext,
+  vu: number,
+  scenario: Scenario,
+  t0: number,
+  vuFetch: typeof fetch,
+): Promise<RunRecord> {
   const { target } = ctx;
   const token = `${ctx.runId}-s${ctx.step}-v${vu}`;
   const conversationId = `load-${ctx.runId}-s${ctx.step}-v${vu}`;
   const plan = planFor(scenario, token, ctx.script);
   const auth = { authorization: `Bearer ${target.apiKey}` };
-  const api = new EarClient({ baseUrl: target.gatewayUrl, credential: target.apiKey });
+  const api = new EarClient({ baseUrl: target.gatewayUrl, credential: target.apiKey, fetch: vuFetch });
   const deadline = AbortSignal.timeout(ctx.runTimeoutMs);
   const rec = emptyRecord(ctx.step, vu, scenario, conversationId);
   const since = (t: number | null) => (t === null ? null : Math.max(0, t - t0));
@@ -269,6 +314,7 @@ export async function runVu(
     const gen = readSse(eventsUrl, {
       headers: { ...auth, ...headers },
       signal: AbortSignal.any([deadline, conn.signal]),
+      fetch: vuFetch,
       onOpen: first
         ? () => {
             streamOpenedAt = performance.now();
@@ -337,6 +383,8 @@ export async function runVu(
   rec.path.firstEventPathMs = st.firstEventPathMs;
   rec.path.terminalPathMs = st.terminalPathMs;
   rec.eventPathSamples = st.pathMs;
+  rec.recoveries = st.recoveries;
+  rec.turnsAskedAgain = st.turnsAskedAgain;
   if (cancelSentAt !== null && st.terminalAt !== null) rec.client.cancelMs = Math.max(0, st.terminalAt - cancelSentAt);
   streamProblems.push(...st.problems);
   if (!st.terminal && !streamProblems.some((p) => p.startsWith("no terminal"))) {

@@ -5,11 +5,20 @@
  * refused until the stack was restarted with the right list. Set by tools/stack/dev.ts only, and
  * printed there as dev-only: nothing in the gateway's or the hosts' own defaults changes (with
  * these unset, webhooks and MCP are off and no origin may call the API).
+ *
+ * The per-tenant limits are sized for `npm run load` up to 1,000 runs at once from the dev key
+ * (one tenant): each run is a submit, a stream and a read-back. With the deployment's defaults
+ * (1,200 requests per 10 s, 200 open streams, 1,000 queued jobs per tenant) the step of 1,000 was
+ * refused by the limits, not measured. A developer who tests their own handling of a 429 sets
+ * the variable to the deployment's value.
  */
 export const DEV_ONLY_DEFAULTS = {
   WEBHOOK_ALLOWED_URLS: "http://127.0.0.1:*,http://localhost:*",
   MCP_ALLOWED_URLS: "http://127.0.0.1:*,http://localhost:*",
   CORS_ALLOWED_ORIGINS: "http://localhost:*,http://127.0.0.1:*",
+  RATE_LIMIT_REQUESTS: "100000",
+  MAX_STREAMS_PER_TENANT: "20000",
+  MAX_QUEUED_JOBS_PER_TENANT: "50000",
 } as const;
 
 /** The dev-only defaults `env` does not set itself. */

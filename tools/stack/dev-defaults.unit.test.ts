@@ -23,13 +23,28 @@ async function filesUnder(dir: string): Promise<string[]> {
 describe("npm run dev's dev-only defaults", () => {
   it("admit a webhook receiver, an MCP server and a page on this machine, on any port", () => {
     const defaults = devOnlyDefaults({});
-    expect(Object.keys(defaults).sort()).toEqual(["CORS_ALLOWED_ORIGINS", "MCP_ALLOWED_URLS", "WEBHOOK_ALLOWED_URLS"]);
+    expect(Object.keys(defaults).sort()).toEqual([
+      "CORS_ALLOWED_ORIGINS",
+      "MAX_QUEUED_JOBS_PER_TENANT",
+      "MAX_STREAMS_PER_TENANT",
+      "MCP_ALLOWED_URLS",
+      "RATE_LIMIT_REQUESTS",
+      "WEBHOOK_ALLOWED_URLS",
+    ]);
     const hooks = parseAllowedUrls(defaults.WEBHOOK_ALLOWED_URLS) as AllowedUrl[];
     expect(isUrlAllowed("http://127.0.0.1:4000/hook", hooks)).toBe(true);
     expect(isUrlAllowed("http://localhost:3000/hook", hooks)).toBe(true);
     expect(isUrlAllowed("https://example.com/hook", hooks)).toBe(false);
     // Origins: workers/middleware/cors/cors.test.ts checks these entries admit any port of their host.
     expect(defaults.CORS_ALLOWED_ORIGINS).toBe("http://localhost:*,http://127.0.0.1:*");
+  });
+
+  it("let the load ladder's 1,000 runs at once through one tenant's limits", () => {
+    const defaults = devOnlyDefaults({});
+    // Per run: a submit, a stream and a read-back, all within the rate limit's window.
+    expect(Number(defaults.RATE_LIMIT_REQUESTS)).toBeGreaterThanOrEqual(3 * 1000 * 10);
+    expect(Number(defaults.MAX_STREAMS_PER_TENANT)).toBeGreaterThanOrEqual(1000 * 10);
+    expect(Number(defaults.MAX_QUEUED_JOBS_PER_TENANT)).toBeGreaterThanOrEqual(1000 * 10);
   });
 
   it("leave a variable the developer set alone", () => {

@@ -3,12 +3,13 @@
  * load run can script latency, length, tool calls and failures from inside the conversation:
  *
  * - last message from the user `!mock {json}` → the script: `reply`, `tokens`, `ttft_ms`,
- *   `tokens_per_s`, `tool_calls: [{name, args}]` (the first answer after the script only),
+ *   `tokens_per_s`, `tool_calls: [{name, args}]` (the first answer after the script only, or the
+ *   first `tool_turns` answers: a run of several tool turns),
  *   `error: {status, message}`,
  *   `drop_after_tokens` (cut the connection after N tokens, a provider dying mid-stream);
  * - last message a tool result → the final answer of the turn that asked for the tools: the
  *   script's `reply`/`tokens` if the last user message had them, else `Echo: <tool results>`;
- *   never more tool calls, so an agent loop terminates;
+ *   no more tool calls past `tool_turns`, so an agent loop terminates;
  * - any other last user message → `Echo: <message>`.
  *
  * What an agent sends is honoured too: `echo_system` answers the system prompt, `echo_sampling`
@@ -62,6 +63,8 @@ const ScriptSchema = z
       .array(z.object({ name: z.string().min(1), args: z.unknown().optional() }))
       .max(64)
       .optional(),
+    /** How many answers in a row make the `tool_calls` (default 1), the final answer after them. */
+    tool_turns: z.number().int().min(1).max(20).optional(),
     error: z
       .object({
         status: z.number().int().min(400).max(599),
@@ -264,7 +267,8 @@ export function planAnswer(req: CompletionRequest, defaults: TimingDefaults, nex
 
   let tokens: TokenSeq;
   let toolCalls: PlannedToolCall[] = [];
-  if (!afterTools && answered === 0 && script?.tool_calls?.length) {
+  const toolTurns = script?.tool_turns ?? 1;
+  if (script?.tool_calls?.length && answered < toolTurns && (answered > 0 || !afterTools)) {
     tokens = listedTokens([]);
     toolCalls = script.tool_calls.map((c) => ({ id: nextId(), name: c.name, argsJson: JSON.stringify(c.args ?? {}) }));
   } else if (script?.echo_system) {

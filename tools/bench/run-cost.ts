@@ -1,7 +1,7 @@
 /**
  * `npm run bench:run-cost`: what one run costs in production terms, per text run and per 5-turn
  * tool run, counted on a whole local stack (gateway in workerd, one host, the bridges, Postgres,
- * Redis, the mock model), and priced at list prices (tools/bench/prices.ts):
+ * Redis, the mock model), and priced at list prices (tools/lib/prices.ts):
  *
  * - gateway requests: every request that reached the gateway, the client's (submit, stream,
  *   read-back) and the host's (event ingest, …), counted by a proxy in front of it
@@ -33,7 +33,7 @@ import { startPostgres } from "../stack/services/postgres";
 import { startRedis } from "../stack/services/redis";
 import { startStack } from "../stack/start";
 import { startBench, treeCpuSeconds } from "./harness";
-import { PRICES } from "./prices";
+import { PRICES } from "../lib/prices";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const DOCS = join(ROOT, "docs", "capacity.md");

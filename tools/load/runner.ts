@@ -305,6 +305,7 @@ export function summarizeStep(
     strictOk: records.filter((r) => r.ok).length,
     runsRecovered: records.filter((r) => r.recoveries > 0).length,
     turnsAskedAgain: records.reduce((n, r) => n + r.turnsAskedAgain, 0),
+    connectionRetries: records.reduce((n, r) => n + r.connectionRetries, 0),
     wallMs: Math.round(wallMs),
     throughputPerS: round(records.length / (wallMs / 1000), 2) as number,
     failures,

@@ -126,7 +126,7 @@ export function summaryRows(r: LoadResults): string[][] {
   const rows = r.steps.map((s) => [
     s.scenario,
     String(s.concurrency),
-    `${s.strictOk}/${s.runs}${s.runsRecovered ? ` (${s.runsRecovered} recovered)` : ""}`,
+    `${s.strictOk}/${s.runs}${s.runsRecovered ? ` (${s.runsRecovered} recovered)` : ""}${s.connectionRetries ? ` (${s.connectionRetries} GETs resent)` : ""}`,
     d(s.client.preparation),
     d(s.client.firstToken),
     d(s.client.total),

@@ -46,6 +46,8 @@ export interface RunRecord {
   /** `run.recovered` events on its stream, and model turns asked again (recovered or lease lost). */
   recoveries: number;
   turnsAskedAgain: number;
+  /** GETs sent again after their kept-alive connection failed before any answer (vu.ts). */
+  connectionRetries: number;
   client: {
     submitMs: number | null;
     preparationMs: number | null;
@@ -164,6 +166,8 @@ export interface StepResult {
   runsRecovered: number;
   /** Model turns asked again over the step's runs. */
   turnsAskedAgain: number;
+  /** GETs sent again after their connection failed before any answer, over the step's runs. */
+  connectionRetries: number;
   wallMs: number;
   throughputPerS: number;
   failures: Record<string, number>;

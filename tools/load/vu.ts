@@ -196,6 +196,7 @@ export function emptyRecord(step: number, vu: number, scenario: Scenario, conver
     events: 0,
     recoveries: 0,
     turnsAskedAgain: 0,
+    connectionRetries: 0,
     client: {
       submitMs: null,
       preparationMs: null,
@@ -236,10 +237,28 @@ export async function runVu(
   t0 = performance.now(),
 ): Promise<RunRecord> {
   const pool = new Agent({ connections: 4 });
-  const vuFetch = ((input: string | URL, init?: RequestInit) =>
-    undiciFetch(input, { ...(init as object), dispatcher: pool })) as unknown as typeof fetch;
+  let retried = 0;
+  const once = (input: string | URL, init?: RequestInit) =>
+    undiciFetch(input, { ...(init as object), dispatcher: pool });
+  // A GET that failed on its connection before any answer is sent again once, as browsers do
+  // with a kept-alive connection the server closed as the request went out (an SSE response's
+  // connection, reused for the read-back, was closed by the gateway as the GET left: 1 of 100
+  // at step 100). Counted per run (connectionRetries); a POST is never sent twice.
+  const vuFetch = (async (input: string | URL, init?: RequestInit) => {
+    try {
+      return await once(input, init);
+    } catch (err) {
+      const code = (err as { cause?: { code?: string } }).cause?.code;
+      const get = (init?.method ?? "GET").toUpperCase() === "GET";
+      if (!get || init?.signal?.aborted || (code !== "UND_ERR_SOCKET" && code !== "ECONNRESET")) throw err;
+      retried++;
+      return await once(input, init);
+    }
+  }) as unknown as typeof fetch;
   try {
-    return await runVuOn(ctx, vu, scenario, t0, vuFetch);
+    const rec = await runVuOn(ctx, vu, scenario, t0, vuFetch);
+    rec.connectionRetries = retried;
+    return rec;
   } finally {
     await pool.close().catch(() => {});
   }

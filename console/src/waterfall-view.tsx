@@ -32,7 +32,7 @@ export function Waterfall({ job, events }: { job: JobView | null; events: readon
       <figcaption>
         <strong>Run timeline</strong>{" "}
         <span data-testid="waterfall-summary">
-          {ms(w.span)} from submit; active {ms(w.activeMs)}
+          {ms(w.totalMs)} from submit; active {ms(w.activeMs)}
           {w.waitingMs > 0 && <>, waiting for a person {ms(w.waitingMs)}</>}
           {w.lanes.length > 1 && <>; {w.lanes.length} executions</>}
         </span>

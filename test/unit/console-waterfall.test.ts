@@ -78,6 +78,20 @@ describe("waterfall", () => {
     ]);
     expect(w.waitingMs).toBe(0);
     expect(w.activeMs).toBe(2650);
+    // With the job's facts, the first execution's queue wait and preparation are the API's
+    // (the claim and preparation commits), not the host's later event stamps.
+    const withFacts = {
+      ...job(2650),
+      started_at: new Date(T0 + 100).toISOString(),
+      prepared_at: new Date(T0 + 390).toISOString(),
+    };
+    expect(bars(waterfall(events, withFacts as JobView), 0).slice(0, 2)).toEqual([
+      { kind: "queue", label: "queue wait", start: 0, end: 100, marks: [] },
+      { kind: "preparation", label: "preparation", start: 100, end: 390, marks: [] },
+    ]);
+    // The terminal event stamped after the row's finish: the axis holds it, the total stays the API's.
+    const late = waterfall(events, job(2500));
+    expect([late.span, late.totalMs, late.activeMs]).toEqual([2600, 2500, 2500]);
     // A replayed prefix ends at its last event, not at the job's finish.
     const prefix = waterfall(events.slice(0, 4), job(2650));
     expect(prefix.span).toBe(420);

@@ -14,7 +14,8 @@
  * Timestamps are the hosts' `ts` (ISO, ms), so bars of one lane are as exact as its host's clock;
  * across lanes of different hosts they are as close as those clocks are.
  */
-import { type EventEnvelope, isTerminalEventType } from "../../src/contracts/events";
+import type { EventEnvelope } from "../../src/contracts/events";
+import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 import type { JobView } from "./api";
 import { type OffsetEvent, recoveryReason, type ToolKind, toolKind } from "./run";
 
@@ -236,7 +237,7 @@ export function waterfall(events: readonly OffsetEvent[], job: JobView | null): 
   }
   // The job's finish ends the axis only once its terminal event is among the events (a replayed
   // prefix ends at its last event).
-  const ended = events.some(({ event: e }) => isTerminalEventType(e.type));
+  const ended = events.some(({ event: e }) => stateOfTerminalEvent(e.type) !== null);
   const finished = ended && job?.finished_at ? Date.parse(job.finished_at) - origin : null;
   // The axis holds every event: a host's terminal event is stamped after the job row's
   // finished_at commits (69 ms later in a browser test's run), so the axis can pass the total.

@@ -1,7 +1,7 @@
 /**
  * The console's shell: sign-in, navigation and the hash routes
  *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>],
- *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries).
+ *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries), #/usage.
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
  * the history. The key is exchanged for a token (api.ts) like a pasted one. A tab already signed
@@ -17,6 +17,7 @@ import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
 import { ScheduleDetail, Schedules } from "./schedules";
+import { UsagePage } from "./usage";
 import { WebhookDeliveries, Webhooks } from "./webhooks";
 import "./style.css";
 
@@ -258,6 +259,9 @@ function App() {
           <a href="#/webhooks" aria-current={section === "webhooks" ? "page" : undefined}>
             Webhooks
           </a>
+          <a href="#/usage" aria-current={section === "usage" ? "page" : undefined}>
+            Usage
+          </a>
         </nav>
         <span class="tenant" data-testid="tenant" title="The tenant this tab acts for (its API key's)">
           Tenant <strong>{signedInTenant()}</strong>
@@ -285,6 +289,10 @@ function App() {
       ) : section === "webhooks" ? (
         <main id="main" tabIndex={-1}>
           {id ? <WebhookDeliveries id={id} /> : <Webhooks />}
+        </main>
+      ) : section === "usage" ? (
+        <main id="main" tabIndex={-1}>
+          <UsagePage />
         </main>
       ) : section === "jobs" ? (
         <main id="main" tabIndex={-1}>

@@ -201,9 +201,16 @@ export function waterfall(events: readonly OffsetEvent[], job: JobView | null): 
         break;
       }
       case "run.resumed": {
+        // The person's wait ends at the decision (`waited_ms` after the request: decided_at −
+        // requested_at in Postgres); from there to this event the job waited for a host again
+        // (3.2 s of a 4.9 s "wait" in a loaded browser-test run), which is queue, not a person.
         const b = waits.get(e.payload.call_id);
-        close(b ?? null, now);
-        b?.marks.push(`${e.payload.decision} by ${e.payload.by}`);
+        if (!b) break;
+        const decided = Math.min(now, b.start + e.payload.waited_ms);
+        close(b, decided);
+        b.marks.push(`${e.payload.decision} by ${e.payload.by}`);
+        const queued = add({ kind: "queue", label: "queue wait after the decision", start: decided, end: now, offset });
+        queued.open = false;
         break;
       }
       case "child.created":

@@ -121,7 +121,7 @@ describe("waterfall", () => {
         3,
       ),
       at(5410, "run.suspended", { waiting_for: { kind: "approval", call_id: "a1", tool: "shell" } }, "x2", 3),
-      at(65_400, "run.resumed", { call_id: "a1", decision: "approve", by: "api", waited_ms: 60_000 }, "x3", 4),
+      at(65_400, "run.resumed", { call_id: "a1", decision: "approve", by: "api", waited_ms: 59_000 }, "x3", 4),
       at(65_420, "tool.call", { id: "a1", name: "shell", args: {} }, "x3", 4),
       at(65_500, "tool.result", { id: "a1", ok: true, output: {} }, "x3", 4),
       at(65_510, "tool.call", { id: "d1", name: "delegate_worker", args: {} }, "x3", 4),
@@ -160,10 +160,17 @@ describe("waterfall", () => {
     expect(lost).toMatchObject({ start: 210, end: 300, open: false });
     expect(lost.marks).toEqual(["discarded: asked again after the recovery"]);
     const wait = w.lanes[1]!.bars.find((b) => b.kind === "wait")!;
-    expect(wait).toMatchObject({ label: "waiting for approval of shell", start: 5400, end: 65_400 });
+    // The person's wait ends at the decision (waited_ms); the second after it is queue again.
+    expect(wait).toMatchObject({ label: "waiting for approval of shell", start: 5400, end: 64_400 });
     expect(wait.marks).toEqual(["approve by api"]);
-    expect(w.waitingMs).toBe(60_000);
-    expect(w.activeMs).toBe(10_100);
+    expect(w.lanes[2]!.bars[0]).toMatchObject({
+      kind: "queue",
+      label: "queue wait after the decision",
+      start: 64_400,
+      end: 65_400,
+    });
+    expect(w.waitingMs).toBe(59_000);
+    expect(w.activeMs).toBe(11_100);
     const child = w.lanes[2]!.bars.find((b) => b.kind === "child")!;
     expect(child).toMatchObject({ start: 65_520, end: 70_001, href: "#/jobs/11111111-2222-4333-8444-555555555555" });
     expect(child.marks).toEqual(["completed"]);

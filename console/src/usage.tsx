@@ -183,6 +183,7 @@ function AsTable({ head, rows, testId }: { head: string[]; rows: Array<Array<str
   );
 }
 
+const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
 const msText = (v: number | null) => (v === null ? "–" : `${v} ms`);
 
 export function UsagePage() {
@@ -268,7 +269,8 @@ function Charts({ u }: { u: Usage }) {
       <section aria-labelledby="jobs-head" class="chart-box" data-testid="chart-jobs">
         <h3 id="jobs-head">Jobs per hour by state</h3>
         <p class="muted">
-          {totalJobs} jobs created in the range{totalJobs ? `, in ${hours.length} hours with jobs` : ""}.
+          {count(totalJobs, "job", "jobs")} created in the range
+          {totalJobs ? `, in ${count(hours.length, "hour", "hours")} with jobs` : ""}.
         </p>
         {totalJobs > 0 && (
           <>
@@ -365,7 +367,7 @@ function Charts({ u }: { u: Usage }) {
                   format={(v) => `${v} jobs`}
                   max={u.errors[0]?.jobs ?? 1}
                 />
-                <span class="lat-values">{e.jobs} jobs</span>
+                <span class="lat-values">{count(e.jobs, "job", "jobs")}</span>
               </li>
             ))}
           </ul>

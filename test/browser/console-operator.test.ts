@@ -271,7 +271,7 @@ describe.runIf(canRun)("web console: the operator's window", () => {
     await page.getByLabel("Range (UTC)").selectOption("1");
     await expect.poll(() => page.getByTestId("usage-range").textContent()).toBe(`${day(0)} to ${day(0)}`);
     await page.close();
-  }, 90_000);
+  }, 150_000);
 
   it("has no serious or critical axe violations on any page, at 1280 px and 390 px", async () => {
     const pages = [
@@ -289,9 +289,10 @@ describe.runIf(canRun)("web console: the operator's window", () => {
         await page.locator("main#main").waitFor();
         await page.waitForLoadState("networkidle");
         await expectAccessible(page, `${name} at ${width}px`);
-        await shoot(page, `${name}-${width}`, true);
+        // The usage page's shots are its own test's, with a budget and a failed job in them.
+        if (name !== "usage") await shoot(page, `${name}-${width}`, true);
         await page.close();
       }
     }
-  }, 120_000);
+  }, 240_000);
 });

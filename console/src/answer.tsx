@@ -10,6 +10,15 @@ import type { ModelTurn, Segment } from "./run";
 export const agentLabel = (job: JobView): string | null =>
   job.agent ? `${job.agent.name}@${job.agent.version}` : null;
 
+/**
+ * US dollars as the console shows them: small sums keep six decimals (one model call of a cheap
+ * model costs well under a cent); null is "not priced", which is not $0.
+ */
+export function usd(v: number | null): string {
+  if (v === null) return "not priced";
+  return `$${v.toFixed(v !== 0 && v < 0.01 ? 6 : 4)}`;
+}
+
 /** The job's agent (a link to that version) and its tokens, for an answer's footer or the inspector's line. */
 export function RunFacts({ job }: { job: JobView }) {
   const label = agentLabel(job);
@@ -37,6 +46,11 @@ export function RunFacts({ job }: { job: JobView }) {
               </abbr>
             </>
           )}
+        </span>
+      )}
+      {u.model_calls > 0 && (
+        <span data-testid="run-cost" data-usd={u.cost_usd ?? ""}>
+          cost {usd(u.cost_usd)}
         </span>
       )}
     </>
@@ -122,7 +136,7 @@ function Segments({ segments, textClass }: { segments: readonly Segment[]; textC
         ) : (
           <details key={s.id} class="tool" data-testid="tool-call">
             <summary>
-              tool <code>{s.name}</code> {s.result === null ? "running…" : s.result.ok ? "ok" : "error"}
+              {s.runs} tool <code>{s.name}</code> {s.result === null ? "running…" : s.result.ok ? "ok" : "error"}
             </summary>
             <h5>arguments</h5>
             <div data-testid="tool-args">

@@ -136,6 +136,23 @@ export const client = new EarClient({
 
 export const isTerminal = (type: string) => stateOfTerminalEvent(type) !== null;
 
+/**
+ * Ids this tab made for "New conversation" and has sent nothing in yet. Their history is known to
+ * be empty, so the chat does not ask for it: the API answers 404 for a conversation with no job,
+ * and the browser logs every 404 as an error in the console, which read as a fault on every new
+ * conversation.
+ */
+const unused = new Set<string>();
+
 export function newConversationId(): string {
-  return `c-${crypto.randomUUID().slice(0, 8)}`;
+  const id = `c-${crypto.randomUUID().slice(0, 8)}`;
+  unused.add(id);
+  return id;
+}
+
+export const isUnusedConversation = (id: string): boolean => unused.has(id);
+
+/** The first message went out: from now on the conversation has a history to read. */
+export function conversationUsed(id: string): void {
+  unused.delete(id);
 }

@@ -8,13 +8,15 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ChatConnection } from "../../src/client/chat";
 import { isFinalState } from "../../src/contracts/job-state";
+import { AgentOptions, useLiveAgents } from "./agent-options";
 import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import {
-  type AgentView,
   ApiClientError,
   type ChatStatus,
   client,
+  conversationUsed,
   isTerminal,
+  isUnusedConversation,
   type JobView,
   type LatencyView,
   type ServerFrame,
@@ -88,7 +90,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
   const [draft, setDraft] = useState("");
   const [policy, setPolicy] = useState<Policy>("queue");
   const [agent, setAgentState] = useState<string>(() => conversationAgent(conversationId) ?? "");
-  const [agents, setAgents] = useState<AgentView[]>([]);
+  const agents = useLiveAgents();
   const setAgent = (a: string) => {
     setConversationAgent(conversationId, a);
     setAgentState(a);
@@ -101,11 +103,6 @@ export function Chat({ conversationId }: { conversationId: string }) {
     turns.current = [];
     setBanner(null);
     setAgentState(conversationAgent(conversationId) ?? "");
-    // The first page of live agents (up to 100, by name) to pick from.
-    client
-      .listAgents({ limit: 100 })
-      .then((p) => !disposed && setAgents(p.agents))
-      .catch(() => {});
     const byJob = (id: string) => turns.current.find((t) => t.jobId === id);
 
     const refreshJob = async (t: Turn) => {
@@ -192,7 +189,9 @@ export function Chat({ conversationId }: { conversationId: string }) {
 
     (async () => {
       try {
-        const { messages } = await client.messages(conversationId);
+        const { messages } = isUnusedConversation(conversationId)
+          ? { messages: [] }
+          : await client.messages(conversationId);
         for (const m of messages) {
           let t = byJob(m.job_id);
           if (!t) {
@@ -248,6 +247,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
     const t: Turn = { key: newId(), user: content, events: [], lastOffset: 0, live: false };
     t.clientMessageId = t.key;
     turns.current.push(t);
+    conversationUsed(conversationId);
     socket.current?.send(content, {
       client_message_id: t.clientMessageId,
       multitask: policy,
@@ -372,13 +372,7 @@ export function Chat({ conversationId }: { conversationId: string }) {
             value={agent}
             onChange={(e) => setAgent((e.target as HTMLSelectElement).value)}
           >
-            <option value="">none (default)</option>
-            {agent && !agents.some((a) => a.name === agent) && <option value={agent}>{agent}</option>}
-            {agents.map((a) => (
-              <option key={a.name} value={a.name}>
-                {a.name} (latest v{a.latest_version})
-              </option>
-            ))}
+            <AgentOptions agents={agents} chosen={agent} />
           </select>
         </label>
         <label class="policy">

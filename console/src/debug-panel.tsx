@@ -1,11 +1,12 @@
 /**
  * One run's facts for debugging: the five timing facts and the latencies derived from them (as
  * the API reports them, never recomputed here), execution id, epoch and trace id, quota waits, waits for a
- * person (the execution that suspended and the one that resumed), sandbox events, and the raw
+ * person (the execution that suspended and the one that resumed), recoveries and retries in words,
+ * tool calls (labelled sandbox, MCP, code, delegate or question) and sandbox events, and the raw
  * event timeline with offsets and per-execution seq numbers.
  */
 import type { JobView } from "./api";
-import { foldRun, type OffsetEvent, payloadSummary } from "./run";
+import { foldRun, type OffsetEvent, payloadSummary, recoverySummaries } from "./run";
 
 const FACTS = ["created_at", "started_at", "prepared_at", "first_output_at", "finished_at"] as const;
 const LATENCIES = [
@@ -22,6 +23,7 @@ export function ms(v: number | null): string {
 
 export function DebugPanel({ job, events }: { job: JobView | null; events: readonly OffsetEvent[] }) {
   const run = foldRun(events);
+  const recoveries = recoverySummaries(events);
   return (
     <section class="debug" aria-label="Run details" data-testid="debug-panel">
       <div class="debug-grid">
@@ -126,6 +128,16 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
           </tbody>
         </table>
       </div>
+      <h4>Recoveries and retries</h4>
+      {recoveries.length === 0 ? (
+        <p class="muted">none</p>
+      ) : (
+        <ul data-testid="recoveries">
+          {recoveries.map((r) => (
+            <li key={r}>{r}</li>
+          ))}
+        </ul>
+      )}
       <h4>Quota waits</h4>
       {run.quotaWaits.length === 0 ? (
         <p class="muted">none</p>
@@ -165,7 +177,7 @@ export function DebugPanel({ job, events }: { job: JobView | null; events: reado
           ))}
         </ul>
       )}
-      <h4>Sandbox events</h4>
+      <h4>Tool calls and sandboxes</h4>
       {run.sandbox.length === 0 ? (
         <p class="muted">none</p>
       ) : (

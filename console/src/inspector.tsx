@@ -1,6 +1,8 @@
 /**
  * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
- * runs). The slider shows the run as it stood after any event; Play steps through them again.
+ * runs). It opens on the job's input and output with its cost and tokens, then the run as a
+ * waterfall (waterfall-view.tsx); the raw events stay below in the debug panel. The slider shows
+ * the run as it stood after any event; Play steps through them again.
  */
 import { useEffect, useRef, useState } from "preact/hooks";
 import { isFinalState } from "../../src/contracts/job-state";
@@ -9,6 +11,65 @@ import { client, isTerminal, type JobView } from "./api";
 import { ApprovalCard } from "./approval";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
+import { Waterfall } from "./waterfall-view";
+
+/**
+ * The user's messages that made the job. The job view carries no input, so it is read from the
+ * job's conversation (GET /v1/conversations/{id}/messages); a job submitted outside a
+ * conversation has none to show here (null).
+ */
+function useInput(job: JobView | null): { text: string[] | null; error: string | null } {
+  const [text, setText] = useState<string[] | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const conversation = job?.conversation_id ?? null;
+  const id = job?.id ?? null;
+  useEffect(() => {
+    setText(null);
+    setError(null);
+    if (!conversation || !id) return;
+    const ctl = new AbortController();
+    client
+      .messages(conversation, { signal: ctl.signal })
+      .then(
+        (m) =>
+          ctl.signal.aborted ||
+          setText(m.messages.filter((x) => x.role === "user" && x.job_id === id).map((x) => x.content)),
+      )
+      .catch((err) => ctl.signal.aborted || setError((err as Error).message));
+    return () => ctl.abort();
+  }, [conversation, id]);
+  return { text, error };
+}
+
+function InputOutput({ job }: { job: JobView }) {
+  const input = useInput(job);
+  return (
+    <section class="io" aria-label="Input and output" data-testid="inspector-io">
+      <div>
+        <h3>Input</h3>
+        {input.error ? (
+          <p class="error">{input.error}</p>
+        ) : !job.conversation_id ? (
+          <p class="muted" data-testid="inspector-input">
+            not shown: the job has no conversation, and the job view does not carry a job's input
+          </p>
+        ) : input.text === null ? (
+          <p class="muted">loading…</p>
+        ) : (
+          <pre data-testid="inspector-input">{input.text.join("\n\n")}</pre>
+        )}
+      </div>
+      <div>
+        <h3>Output</h3>
+        {job.error ? (
+          <p class="error" data-testid="inspector-output">{`${job.error.code}: ${job.error.message}`}</p>
+        ) : (
+          <pre data-testid="inspector-output">{job.output ?? "–"}</pre>
+        )}
+      </div>
+    </section>
+  );
+}
 
 /** How the inspector names what a waiting job waits for, by wait kind. */
 const WAITING_FOR = { approval: "an approval of", input: "an answer to", children: "the child jobs of" } as const;
@@ -105,6 +166,8 @@ export function Inspector({ jobId }: { jobId: string }) {
           <RunFacts job={job} />
         </p>
       )}
+      {job && <InputOutput job={job} />}
+      <Waterfall job={job} events={shown} />
       {job?.waiting_for && (
         <p class="meta" data-testid="waiting-for">
           waiting for {WAITING_FOR[job.waiting_for.kind]} <code>{job.waiting_for.tool}</code> (call{" "}

@@ -1,6 +1,7 @@
 /** The tenant's jobs, newest first, with a state filter and cursor paging (GET /v1/jobs). */
 import { useState } from "preact/hooks";
 import { JOB_STATES, type JobState } from "../../src/contracts/job-state";
+import { usd } from "./answer";
 import { client, type JobView } from "./api";
 import { ms } from "./debug-panel";
 import { day, JobLink, ListTable, usePaged, when } from "./list";
@@ -46,7 +47,7 @@ export function Jobs() {
         error={error}
         empty="no jobs"
         testId="jobs-table"
-        columns={["job", "state", "conversation", "created", "total"]}
+        columns={["job", "state", "conversation", "created", "total", "cost"]}
         row={(j) => (
           <tr key={j.id} data-job-id={j.id}>
             <td>
@@ -76,6 +77,9 @@ export function Jobs() {
             <td>{j.conversation_id ? <a href={`#/chat/${j.conversation_id}`}>{j.conversation_id}</a> : "–"}</td>
             <td>{when(j.created_at)}</td>
             <td>{ms(j.latency.total_latency_ms)}</td>
+            <td data-testid="job-cost" data-usd={j.usage.cost_usd ?? ""}>
+              {j.usage.model_calls > 0 ? usd(j.usage.cost_usd) : "–"}
+            </td>
           </tr>
         )}
       />

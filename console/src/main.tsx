@@ -1,7 +1,7 @@
 /**
  * The console's shell: sign-in, navigation and the hash routes
  *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>],
- *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries).
+ *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries), #/usage.
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
  * the history. The key is exchanged for a token (api.ts) like a pasted one. A tab already signed
@@ -17,6 +17,7 @@ import { Chat } from "./chat";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
 import { ScheduleDetail, Schedules } from "./schedules";
+import { UsagePage } from "./usage";
 import { WebhookDeliveries, Webhooks } from "./webhooks";
 import "./style.css";
 
@@ -157,6 +158,39 @@ function SignIn({ fragmentKey }: { fragmentKey: string | null }) {
   );
 }
 
+/** A conversation's name: its first user message, on one line, cut to fit the side list. */
+const TITLE_CHARS = 48;
+/** Names already read, for the tab's life (a conversation's first message never changes). */
+const titles = new Map<string, string>();
+
+/**
+ * Names the listed conversations by their first message. The API has no list of conversations
+ * with their first messages, so each is read once (GET /v1/conversations/{id}/messages), at most
+ * four at a time, and kept; until it is read, or if it cannot be, the id names it.
+ */
+function useTitles(ids: readonly string[]): ReadonlyMap<string, string> {
+  const [, setRead] = useState(0);
+  useEffect(() => {
+    const ctl = new AbortController();
+    const todo = ids.filter((id) => !titles.has(id));
+    const worker = async () => {
+      for (let id = todo.shift(); id !== undefined && !ctl.signal.aborted; id = todo.shift()) {
+        const first = await client
+          .messages(id, { signal: ctl.signal })
+          .then((m) => m.messages.find((x) => x.role === "user")?.content ?? null)
+          .catch(() => null);
+        if (first === null) continue;
+        const line = first.replace(/\s+/g, " ").trim();
+        titles.set(id, line.length > TITLE_CHARS ? `${line.slice(0, TITLE_CHARS - 1)}…` : line);
+        setRead((n) => n + 1);
+      }
+    };
+    void Promise.all([worker(), worker(), worker(), worker()]);
+    return () => ctl.abort();
+  }, [ids]);
+  return titles;
+}
+
 function Conversations({ current }: { current: string | undefined }) {
   const [ids, setIds] = useState<string[]>([]);
   useEffect(() => {
@@ -165,6 +199,7 @@ function Conversations({ current }: { current: string | undefined }) {
       .then((p) => setIds([...new Set(p.jobs.flatMap((j) => (j.conversation_id ? [j.conversation_id] : [])))]))
       .catch(() => {});
   }, [current]);
+  const named = useTitles(ids);
   const all = current && !ids.includes(current) ? [current, ...ids] : ids;
   return (
     <nav class="conversations" aria-label="Conversations">
@@ -174,8 +209,13 @@ function Conversations({ current }: { current: string | undefined }) {
       <ul>
         {all.map((id) => (
           <li key={id}>
-            <a href={`#/chat/${id}`} aria-current={id === current ? "page" : undefined}>
-              {id}
+            <a
+              href={`#/chat/${id}`}
+              aria-current={id === current ? "page" : undefined}
+              title={id}
+              data-conversation={id}
+            >
+              {named.get(id) ?? id}
             </a>
           </li>
         ))}
@@ -219,6 +259,9 @@ function App() {
           <a href="#/webhooks" aria-current={section === "webhooks" ? "page" : undefined}>
             Webhooks
           </a>
+          <a href="#/usage" aria-current={section === "usage" ? "page" : undefined}>
+            Usage
+          </a>
         </nav>
         <span class="tenant" data-testid="tenant" title="The tenant this tab acts for (its API key's)">
           Tenant <strong>{signedInTenant()}</strong>
@@ -246,6 +289,10 @@ function App() {
       ) : section === "webhooks" ? (
         <main id="main" tabIndex={-1}>
           {id ? <WebhookDeliveries id={id} /> : <Webhooks />}
+        </main>
+      ) : section === "usage" ? (
+        <main id="main" tabIndex={-1}>
+          <UsagePage />
         </main>
       ) : section === "jobs" ? (
         <main id="main" tabIndex={-1}>

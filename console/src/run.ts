@@ -6,6 +6,69 @@
  * share it.
  */
 import type { EventEnvelope, EventPayload } from "../../src/contracts/events";
+import { ASK_USER_TOOL, DELEGATE_TOOL_PREFIX, TOOL_NAMES } from "../../src/contracts/tools";
+
+/** What runs a tool call, as the console labels it. */
+export type ToolKind = "sandbox" | "MCP" | "code" | "delegate" | "question";
+
+/**
+ * From the `tool.call` event alone: an MCP call carries its `server`; the sandbox tools, `ask_user`
+ * and the delegate prefix are reserved names (src/contracts/tools.ts), so any other name is one of
+ * the hosts' code tools.
+ */
+export function toolKind(name: string, server?: string): ToolKind {
+  if (server) return "MCP";
+  if ((TOOL_NAMES as readonly string[]).includes(name)) return "sandbox";
+  if (name === ASK_USER_TOOL) return "question";
+  if (name.startsWith(DELEGATE_TOOL_PREFIX)) return "delegate";
+  return "code";
+}
+
+/** Why a recovered execution exists (`run.recovered`'s reason), in words. */
+export function recoveryReason(reason: string): string {
+  if (reason === "host_lost") return "continued on another host after its host was lost";
+  if (reason === "host_shutdown") return "continued on another host after its host shut down";
+  return `continued after ${reason.replaceAll("_", " ")}`;
+}
+
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+
+/**
+ * The run's recoveries and model-call retries as sentences, one per recovery and one for all the
+ * retries: "continued on another host after its host was lost; 1 turn asked again".
+ */
+export function recoverySummaries(events: readonly OffsetEvent[]): string[] {
+  const out: string[] = [];
+  const retries: Array<EventPayload<"model.retry">> = [];
+  for (const { event: e } of events) {
+    if (e.type === "model.retry") retries.push(e.payload);
+    if (e.type !== "run.recovered") continue;
+    const p = e.payload;
+    const parts = [recoveryReason(p.reason)];
+    if (p.discarded_turn) parts.push("1 turn asked again");
+    if (p.unknown_calls?.length)
+      parts.push(
+        `${plural(p.unknown_calls.length, "tool call", "tool calls")} in flight made again or reported as outcome unknown`,
+      );
+    if (p.sandbox_reset) parts.push("its sandbox workspace was lost");
+    if (e.execution_id === "projector") parts.push("the new execution has reported nothing yet");
+    out.push(`Epoch ${e.epoch}: ${parts.join("; ")}`);
+  }
+  if (retries.length) {
+    const reasons = new Map<string, number>();
+    for (const r of retries) {
+      const k = r.status === null ? r.reason : `${r.reason} (HTTP ${r.status})`;
+      reasons.set(k, (reasons.get(k) ?? 0) + 1);
+    }
+    const waited = retries.reduce((s, r) => s + r.delay_ms, 0);
+    out.push(
+      `${plural(retries.length, "model call was", "model calls were")} asked again: ${[...reasons]
+        .map(([k, n]) => `${k} ×${n}`)
+        .join(", ")}; ${waited} ms spent backing off`,
+    );
+  }
+  return out;
+}
 
 export interface OffsetEvent {
   offset: number;
@@ -14,7 +77,15 @@ export interface OffsetEvent {
 
 export type Segment =
   | { kind: "text"; text: string }
-  | { kind: "tool"; id: string; name: string; args: unknown; result: { ok: boolean; output: unknown } | null };
+  | {
+      kind: "tool";
+      id: string;
+      name: string;
+      /** What runs it (toolKind). */
+      runs: ToolKind;
+      args: unknown;
+      result: { ok: boolean; output: unknown } | null;
+    };
 
 /**
  * One model turn: its number and why it started (`model.turn`), both null for events before any
@@ -120,12 +191,18 @@ export function foldRun(events: readonly OffsetEvent[]): RunFold {
           kind: "tool" as const,
           id: e.payload.id,
           name: e.payload.name,
+          runs: toolKind(e.payload.name, e.payload.server),
           args: e.payload.args,
           result: null,
         };
         tools.set(seg.id, seg);
         current().push(seg);
-        f.sandbox.push({ offset, ts: e.ts, type: e.type, detail: e.payload.name });
+        f.sandbox.push({
+          offset,
+          ts: e.ts,
+          type: e.type,
+          detail: `${toolKind(e.payload.name, e.payload.server)} tool ${e.payload.name}`,
+        });
         break;
       }
       case "tool.result": {

@@ -5,6 +5,7 @@
  */
 import { useState } from "preact/hooks";
 import type { ScheduleAnswer } from "../../src/client/client";
+import { AgentOptions, useLiveAgents } from "./agent-options";
 import { client } from "./api";
 import { Field, FormEnd, text, useSubmit } from "./form";
 import { JobLink, ListTable, useLoaded, when } from "./list";
@@ -22,7 +23,7 @@ export function Schedules() {
         error={error}
         empty="no schedules"
         testId="schedules-table"
-        columns={["cron", "timezone", "state", "next tick", "last tick", "actions"]}
+        columns={["cron", "timezone", "agent", "state", "next tick", "last tick", "actions"]}
         row={(s) => (
           <tr key={s.id} data-schedule-id={s.id}>
             <td>
@@ -31,6 +32,7 @@ export function Schedules() {
               </a>
             </td>
             <td>{s.timezone}</td>
+            <td data-testid="schedule-agent">{s.agent ?? "default"}</td>
             <td>{s.enabled ? "enabled" : "disabled"}</td>
             <td>{when(s.next_run_at)}</td>
             <td>{when(s.last_run_at)}</td>
@@ -63,11 +65,14 @@ function NewSchedule({ onCreated }: { onCreated: () => void }) {
   const [timezone, setTimezone] = useState("UTC");
   const [message, setMessage] = useState("");
   const [catchUp, setCatchUp] = useState<"latest" | "none">("latest");
+  const [agent, setAgent] = useState("");
+  const agents = useLiveAgents();
   const { busy, error, submit } = useSubmit(async () => {
     await client.createSchedule({
       cron,
       timezone,
       catch_up: catchUp,
+      ...(agent ? { agent } : {}),
       input: { messages: [{ role: "user", content: message }] },
     });
     setCron("");
@@ -84,14 +89,20 @@ function NewSchedule({ onCreated }: { onCreated: () => void }) {
         <Field id="schedule-timezone" label="Timezone" hint="IANA, e.g. Europe/Berlin">
           <input id="schedule-timezone" required spellcheck={false} {...text(timezone, setTimezone)} />
         </Field>
-        <Field id="schedule-catch-up" label="Catch up">
+        {/* The options' words stay short so the select is never cut; what they mean is the hint. */}
+        <Field id="schedule-catch-up" label="Catch up" hint="latest: one run for the ticks missed; none: skip them">
           <select
             id="schedule-catch-up"
             value={catchUp}
             onChange={(e) => setCatchUp((e.target as HTMLSelectElement).value as "latest" | "none")}
           >
-            <option value="latest">latest (one run for missed ticks)</option>
+            <option value="latest">latest</option>
             <option value="none">none</option>
+          </select>
+        </Field>
+        <Field id="schedule-agent" label="Agent" hint="each tick runs its latest version">
+          <select id="schedule-agent" value={agent} onChange={(e) => setAgent((e.target as HTMLSelectElement).value)}>
+            <AgentOptions agents={agents} chosen={agent} />
           </select>
         </Field>
       </div>

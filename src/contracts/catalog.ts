@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { AGENT_LIMITS, AgentViewSchema } from "./agent";
 import { LIMITS } from "./job";
+import { JOB_STATES } from "./job-state";
 import { text } from "./text";
 
 /** GET /v1/agents and GET /v1/agents/{name}/versions: keyset pages like GET /v1/jobs. */
@@ -101,5 +102,45 @@ export const UsageDaySchema = z.object({
   /** US dollars the day's calls cost at the registry's prices when they were made; null: none was priced. */
   cost_usd: z.number().min(0).nullable(),
 });
-/** Days with usage only, oldest first, then by model. */
-export const UsageAnswerSchema = z.object({ from: z.string(), to: z.string(), usage: z.array(UsageDaySchema) });
+const LatencyPercentilesSchema = z.object({
+  /** Jobs of the range that have this latency (the later fact is set). */
+  jobs: z.number().int().min(0),
+  /** ms, a job's own value (percentile_disc); null when no job has it. */
+  p50: z.number().nullable(),
+  p95: z.number().nullable(),
+  p99: z.number().nullable(),
+});
+
+/**
+ * Days with usage only, oldest first, then by model; then, for the same days, what the console's
+ * usage page draws (src/db/usage-repo.ts usageHealth): the budget, spend per day, agent and model,
+ * jobs per hour by state, latency percentiles and the top error codes.
+ */
+export const UsageAnswerSchema = z.object({
+  from: z.string(),
+  to: z.string(),
+  usage: z.array(UsageDaySchema),
+  /** The tenant's daily budget in US dollars per UTC day (docs/limits.md), or null: none. */
+  daily_budget_usd: z.number().min(0).nullable(),
+  /** Cost per UTC day, agent and model; `agent` null: the built-in default agent, or a purged job's calls. */
+  spend: z.array(
+    z.object({
+      day: z.string(),
+      agent: z.string().nullable(),
+      model: z.string(),
+      model_calls: z.number().int().min(0),
+      cost_usd: z.number().min(0).nullable(),
+    }),
+  ),
+  /** Jobs created in each UTC hour (ISO, `…T13:00:00Z`) by the state they are in now; hours with jobs only. */
+  jobs_per_hour: z.array(z.object({ hour: z.string(), state: z.enum(JOB_STATES), jobs: z.number().int().min(1) })),
+  /** Over the jobs created in the range, as GET /v1/jobs/{id} derives each (created → started, first output, finished). */
+  latency: z.object({
+    dispatch_ms: LatencyPercentilesSchema,
+    first_output_ms: LatencyPercentilesSchema,
+    total_ms: LatencyPercentilesSchema,
+  }),
+  /** The most frequent error codes of the range's jobs that ended with one, most first (at most 10). */
+  errors: z.array(z.object({ code: z.string(), jobs: z.number().int().min(1) })),
+});
+export type UsageAnswer = z.infer<typeof UsageAnswerSchema>;

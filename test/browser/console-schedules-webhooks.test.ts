@@ -51,9 +51,14 @@ describe.runIf(canRun)("web console: schedules and webhooks", () => {
     await new Promise((r) => server.close(r));
   });
 
-  it("creates a schedule (a bad cron shows the 400), lists its ticks' jobs, disables and deletes it", async () => {
+  it("creates a schedule (a bad cron shows the 400) for an agent picked in the form, lists its ticks' jobs, disables and deletes it", async () => {
+    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    expect((await api.call("POST", "/v1/agents", { name: "ticker", model: "mock-model" })).status).toBe(201);
     const page = await open("/schedules");
     await page.getByRole("heading", { name: "Schedules" }).waitFor();
+    const picker = page.getByLabel("Agent");
+    await expect.poll(() => picker.locator("option").allTextContents()).toContain("ticker (latest v1)");
+    await picker.selectOption("ticker");
     await page.getByLabel("Cron").fill("61 * * * *");
     await page.getByLabel("Message").fill("tick");
     await page.getByRole("button", { name: "Create schedule" }).click();
@@ -66,6 +71,16 @@ describe.runIf(canRun)("web console: schedules and webhooks", () => {
     const row = page.getByTestId("schedules-table").locator("tr[data-schedule-id]");
     await expect.poll(() => row.count()).toBe(1);
     const id = (await row.getAttribute("data-schedule-id")) as string;
+    expect(await row.getByTestId("schedule-agent").textContent()).toBe("ticker");
+    // The catch-up select shows each option's whole text: measured in the select's own font, plus
+    // room for its arrow, every option fits its width.
+    const widths = await page.locator("#schedule-catch-up").evaluate((el) => {
+      const s = el as HTMLSelectElement;
+      const ctx = document.createElement("canvas").getContext("2d") as CanvasRenderingContext2D;
+      ctx.font = getComputedStyle(s).font;
+      return { box: s.clientWidth, texts: [...s.options].map((o) => ctx.measureText(o.text).width + 24) };
+    });
+    for (const w of widths.texts) expect(w).toBeLessThanOrEqual(widths.box);
     await expectAccessible(page, "schedules list");
     await shoot(page, "schedules-list");
 
@@ -82,9 +97,12 @@ describe.runIf(canRun)("web console: schedules and webhooks", () => {
     await expectAccessible(page, "schedule detail");
 
     await page.goto(`${t.stack.gatewayUrl}/#/schedules`);
+    const ticked = (
+      await api.call<{ jobs: Array<{ agent: { name: string } | null }> }>("GET", `/v1/jobs?schedule_id=${id}`)
+    ).body.jobs;
+    expect(ticked.map((j) => j.agent?.name)).toContain("ticker");
     await page.getByRole("button", { name: "Disable schedule */2 * * * * *" }).click();
-    await expect.poll(() => row.locator("td").nth(2).textContent()).toBe("disabled");
-    const api = apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+    await expect.poll(() => row.locator("td").nth(3).textContent()).toBe("disabled");
     const off = (
       await api.call<{ schedule: { enabled: boolean; next_run_at: string | null } }>("GET", `/v1/schedules/${id}`)
     ).body.schedule;

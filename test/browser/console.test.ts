@@ -446,7 +446,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     const tool = page.getByTestId("inspector-answer").getByTestId("tool-call");
     expect(await tool.count()).toBe(1);
     expect(await tool.getAttribute("open")).toBeNull(); // collapsed
-    expect(await tool.locator("summary").textContent()).toBe("tool shell ok");
+    expect(await tool.locator("summary").textContent()).toBe("sandbox tool shell ok");
     const stdout = tool.getByTestId("tool-output").locator('[data-key="stdout"] pre');
     expect(await stdout.isVisible()).toBe(false);
     await tool.locator("summary").press("Enter"); // the keyboard opens it
@@ -459,6 +459,7 @@ describe.runIf(canRun)("web console in Chromium", () => {
     expect(await page.getByTestId("inspector-answer").locator(".text").last().textContent()).toBe(script.reply);
     const sandbox = await page.getByTestId("sandbox-events").locator("li").allTextContents();
     expect(sandbox.map((l) => l.split(" ")[2])).toEqual(["tool.call", "sandbox.created", "tool.result"]);
+    expect(sandbox[0]).toContain("tool.call sandbox tool shell");
     await shoot(page, "inspector-tools", { fullPage: true });
     await page.close();
   });

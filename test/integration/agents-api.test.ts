@@ -382,7 +382,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     expect(mine.body.models.map((m) => m.name)).toEqual(["mock-model", "other-model"]);
   });
 
-  it("GET /v1/usage sums the tenant's model calls per UTC day and model", async () => {
+  it("GET /v1/usage sums the tenant's model calls per UTC day and model, with spend by agent, jobs, latencies and errors", async () => {
     const job = crypto.randomUUID();
     const exec = crypto.randomUUID();
     // The cost column as hosts write it: priced calls carry theirs, big-model's are unpriced (null).
@@ -402,10 +402,19 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
         [tenant, job, exec, model, p, c, est, at, cost],
       );
     }
+    // The calls' job, in the range: its agent names their spend, and its facts and error are the
+    // range's jobs, latencies and errors (read back through the gateway's own driver).
+    await pool.query(
+      `insert into jobs (id, tenant_id, input, state, agent_name, agent_version, created_at, started_at, first_output_at, finished_at, error)
+       values ($1, 'dev', '{"messages":[{"role":"user","content":"x"}]}', 'failed', 'writer', 1, '2026-03-01T10:00:00Z',
+               '2026-03-01T10:00:00.025Z', '2026-03-01T10:00:00.100Z', '2026-03-01T10:00:01Z', '{"code":"provider_error","message":"m"}')`,
+      [job],
+    );
     const r = await api.call<{ from: string; to: string; usage: unknown[] }>(
       "GET",
       "/v1/usage?from=2026-03-01&to=2026-03-02",
     );
+    await pool.query("delete from jobs where id = $1", [job]);
     expect(r.status).toBe(200);
     expect(r.body).toEqual({
       from: "2026-03-01",
@@ -440,6 +449,19 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
           cost_usd: 0.000001,
         },
       ],
+      daily_budget_usd: null,
+      spend: [
+        { day: "2026-03-01", agent: "writer", model: "big-model", model_calls: 1, cost_usd: null },
+        { day: "2026-03-01", agent: "writer", model: "mock-model", model_calls: 2, cost_usd: 0.3 },
+        { day: "2026-03-02", agent: "writer", model: "mock-model", model_calls: 1, cost_usd: 0.000001 },
+      ],
+      jobs_per_hour: [{ hour: "2026-03-01T10:00:00Z", state: "failed", jobs: 1 }],
+      latency: {
+        dispatch_ms: { jobs: 1, p50: 25, p95: 25, p99: 25 },
+        first_output_ms: { jobs: 1, p50: 100, p95: 100, p99: 100 },
+        total_ms: { jobs: 1, p50: 1000, p95: 1000, p99: 1000 },
+      },
+      errors: [{ code: "provider_error", jobs: 1 }],
     });
     const empty = await api.call<{ usage: unknown[] }>("GET", "/v1/usage?from=2020-01-01&to=2020-01-31");
     expect(empty.body.usage).toEqual([]);

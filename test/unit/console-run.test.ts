@@ -50,6 +50,7 @@ describe("foldRun", () => {
         kind: "tool",
         id: "c1",
         name: "shell",
+        runs: "sandbox",
         args: { command: "ls" },
         result: { ok: true, output: { exit_code: 0, stdout: "a\n" } },
       },

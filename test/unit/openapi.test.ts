@@ -211,9 +211,28 @@ describe("OpenAPI document", () => {
       estimated: false,
       cost_usd: 0.0000012,
     };
-    expect(componentValidator("UsageAnswer")({ from: "2026-03-01", to: "2026-03-01", usage: [day] })).toEqual([]);
+    const p = { jobs: 3, p50: 40, p95: 100, p99: null };
+    const health = {
+      daily_budget_usd: null,
+      spend: [{ day: "2026-03-01", agent: null, model: "m", model_calls: 1, cost_usd: 0.0000012 }],
+      jobs_per_hour: [{ hour: "2026-03-01T13:00:00Z", state: "completed", jobs: 1 }],
+      latency: { dispatch_ms: p, first_output_ms: p, total_ms: p },
+      errors: [{ code: "provider_error", jobs: 1 }],
+    };
     expect(
-      componentValidator("UsageAnswer")({ from: "x", to: "y", usage: [{ ...day, model_calls: "1" }] }),
+      componentValidator("UsageAnswer")({ from: "2026-03-01", to: "2026-03-01", usage: [day], ...health }),
+    ).toEqual([]);
+    expect(
+      componentValidator("UsageAnswer")({ from: "x", to: "y", usage: [{ ...day, model_calls: "1" }], ...health }),
+    ).not.toEqual([]);
+    expect(
+      componentValidator("UsageAnswer")({
+        from: "x",
+        to: "y",
+        usage: [day],
+        ...health,
+        jobs_per_hour: [{ hour: "h", state: "done", jobs: 1 }],
+      }),
     ).not.toEqual([]);
   });
 

@@ -7,7 +7,7 @@ import { ModelListSchema, ToolListSchema, UsageAnswerSchema, UsageQuerySchema } 
 import { V1_ERRORS } from "../../src/contracts/openapi";
 import { sandboxToolSpecs } from "../../src/contracts/sandbox-tools";
 import { listCodeTools } from "../../src/db/code-tools-repo";
-import { usageByDay } from "../../src/db/usage-repo";
+import { usageByDay, usageHealth } from "../../src/db/usage-repo";
 import { modelsOfferedTo } from "../../src/domain/job-admission";
 import { tenantModelLimit } from "../../src/domain/models";
 import { callDependency } from "../deps";
@@ -83,7 +83,7 @@ export const usageRoutes = routes(
     path: "/",
     operationId: "getUsage",
     tag: "models",
-    summary: "The tenant's tokens, model calls and cost per UTC day and model",
+    summary: "The tenant's tokens, model calls and cost per UTC day and model, with spend, jobs, latency and errors",
     description:
       "`from` and `to` are UTC days (YYYY-MM-DD), both included, at most 366 days apart. Only days with usage appear.",
     auth: "bearer",
@@ -93,8 +93,11 @@ export const usageRoutes = routes(
     handler: async (c, input) => {
       const query = input.query();
       const db = c.get("deps").db();
-      const usage = await callDependency("postgres", () => usageByDay(db, c.get("tenantId"), query.from, query.to));
-      return c.json({ from: query.from, to: query.to, usage });
+      const tenant = c.get("tenantId");
+      const [usage, health] = await callDependency("postgres", () =>
+        Promise.all([usageByDay(db, tenant, query.from, query.to), usageHealth(db, tenant, query.from, query.to)]),
+      );
+      return c.json({ from: query.from, to: query.to, usage, ...health });
     },
   }),
 );

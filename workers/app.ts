@@ -15,6 +15,7 @@ import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
 import { jobControlRoutes } from "./routes/job-control";
+import { jobForkRoutes } from "./routes/job-fork";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
@@ -40,6 +41,7 @@ export function createApp() {
   app.route("/v1/jobs", jobRoutes);
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
+  app.route("/v1/jobs", jobForkRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/schedules", scheduleRoutes);
   app.route("/v1/webhooks", webhookRoutes);

@@ -32,6 +32,7 @@ import type {
   UsageAnswerSchema,
 } from "../contracts/catalog";
 import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
+import type { ForkBodySchema, RerunBody, StepPageSchema } from "../contracts/fork";
 import type {
   CancelAnswerSchema,
   CreateJobBody,
@@ -113,6 +114,10 @@ export type InputAnswer = z.infer<typeof InputAnswerSchema>;
 export type InputList = z.infer<typeof InputListSchema>;
 /** GET /v1/jobs/{id}/tree: `{tree}`, the job and its descendants nested. */
 export type JobTree = z.infer<typeof JobTreeSchema>;
+/** GET /v1/jobs/{id}/steps: one page of the job's steps. */
+export type StepPage = z.infer<typeof StepPageSchema>;
+/** POST /v1/jobs/{id}/fork's body, as sent (`replace_result.result` any JSON value). */
+export type ForkInput = z.input<typeof ForkBodySchema>;
 export type ConversationMessages = z.infer<typeof ConversationMessagesSchema>;
 /** Every route of one agent or version: `{agent}`. */
 export type AgentAnswer = z.infer<typeof AgentAnswerSchema>;
@@ -188,6 +193,34 @@ export class EarClient {
   /** GET /v1/jobs/{id}/tree: `{tree}`, the job and every child its delegate calls created, nested, with usage. */
   async tree(jobId: string, opts: CallOptions = {}): Promise<JobTree> {
     return (await this.transport.json<JobTree>("GET", `/v1/jobs/${enc(jobId)}/tree`, opts)).body;
+  }
+
+  /** GET /v1/jobs/{id}/steps: one page of the job's steps in journal order; pass `next_after` back as `after`. */
+  async steps(
+    jobId: string,
+    query: { after?: number; limit?: number } = {},
+    opts: CallOptions = {},
+  ): Promise<StepPage> {
+    const params = new URLSearchParams();
+    if (query.after !== undefined) params.set("after", String(query.after));
+    if (query.limit !== undefined) params.set("limit", String(query.limit));
+    const qs = params.size > 0 ? `?${params}` : "";
+    return (await this.transport.json<StepPage>("GET", `/v1/jobs/${enc(jobId)}/steps${qs}`, opts)).body;
+  }
+
+  /**
+   * POST /v1/jobs/{id}/fork: a new job continuing from the job's steps 1..`from_step` (default:
+   * all so far); `{job}` with `forked_from`, and `created` false for a repeated `idempotency_key`.
+   */
+  async fork(jobId: string, body: ForkInput = {}, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
+    const path = `/v1/jobs/${enc(jobId)}/fork`;
+    return created(await this.transport.json<JobAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
+  /** POST /v1/jobs/{id}/rerun: a new job with the job's input from step 0 (its agent version unless `agent` names another). */
+  async rerun(jobId: string, body: RerunBody = {}, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
+    const path = `/v1/jobs/${enc(jobId)}/rerun`;
+    return created(await this.transport.json<JobAnswer>("POST", path, { body, signal: opts.signal }));
   }
 
   /** POST /v1/jobs/{id}/cancel: `{status}`, what the cancel did. */

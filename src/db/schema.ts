@@ -198,6 +198,11 @@ export const jobs = pgTable(
     // starts from the journal (cleared by that execution's first write; null: a fresh start).
     recoveries: integer("recoveries").notNull().default(0),
     recoveryReason: text("recovery_reason"),
+    // A fork (POST /v1/jobs/{id}/fork, docs/architecture.md "Forks"): the job and journal step it
+    // was forked from. No foreign key: the source may be purged by retention before the fork ends,
+    // and the fork does not need it (its journal holds its own copy of the prefix).
+    forkedFromJobId: uuid("forked_from_job_id"),
+    forkedFromStep: integer("forked_from_step"),
     // The schedule tick that made the job (null: a submitted job). Unique together: the one
     // thing that makes a tick fire once however many hosts and cron invocations race for it.
     scheduleId: uuid("schedule_id"),

@@ -20,6 +20,7 @@ import {
   type CreatedJob,
   createJob,
   createJobs,
+  type ForkOf,
   findReplay,
   idempotencyMismatch,
   type ResolvedAgent,
@@ -56,6 +57,8 @@ export interface SubmitOptions extends AdmissionRules {
   traceparent?: string | null;
   /** Whether the operator lets a client's traceparent parent the run (OTEL_TRUST_CLIENT_SAMPLING); else it is a link. */
   trustClientTrace?: boolean;
+  /** The job is a fork of another (commands/fork.ts): its journal starts as that job's prefix. */
+  fork?: ForkOf;
 }
 
 /**
@@ -163,6 +166,7 @@ export async function submitJob(
       agent,
       traceparent: opts.traceparent ?? null,
       trustClientTrace: opts.trustClientTrace,
+      fork: opts.fork,
     }),
   );
   if (created.created) {

@@ -5,8 +5,8 @@
 import { and, desc, eq, getTableColumns, type SQL, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
 import { FORK_REASON } from "../contracts/fork";
-import { storable } from "../contracts/text";
 import type { CreateJobBody, JobState } from "../contracts/job";
+import { storable } from "../contracts/text";
 import { admissionError, queueFullRefusal } from "../domain/job-admission";
 import { jobRequestHash } from "../domain/request-hash";
 import { clientTraceContext } from "../domain/traceparent";

@@ -19,6 +19,7 @@ import { jobEventRoutes } from "./routes/job-events";
 import { jobForkRoutes } from "./routes/job-fork";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
+import { replayRoutes } from "./routes/replays";
 import { scheduleRoutes } from "./routes/schedules";
 import { tokenRoutes } from "./routes/tokens";
 import { webhookRoutes } from "./routes/webhooks";
@@ -42,6 +43,7 @@ export function createApp() {
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/jobs", jobForkRoutes);
+  app.route("/v1/replays", replayRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/schedules", scheduleRoutes);
   app.route("/v1/webhooks", webhookRoutes);

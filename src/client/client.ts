@@ -32,7 +32,14 @@ import type {
   UsageAnswerSchema,
 } from "../contracts/catalog";
 import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
-import type { ForkBodySchema, RerunBody, StepPageSchema } from "../contracts/fork";
+import type {
+  CreateReplayBodySchema,
+  ForkBodySchema,
+  ReplayAnswerSchema,
+  ReplayCreatedSchema,
+  RerunBody,
+  StepPageSchema,
+} from "../contracts/fork";
 import type {
   CancelAnswerSchema,
   CreateJobBody,
@@ -118,6 +125,10 @@ export type JobTree = z.infer<typeof JobTreeSchema>;
 export type StepPage = z.infer<typeof StepPageSchema>;
 /** POST /v1/jobs/{id}/fork's body, as sent (`replace_result.result` any JSON value). */
 export type ForkInput = z.input<typeof ForkBodySchema>;
+/** POST /v1/replays's body, as sent (`filter.limit` defaults to 100). */
+export type ReplayInput = z.input<typeof CreateReplayBodySchema>;
+export type ReplayCreated = z.infer<typeof ReplayCreatedSchema>;
+export type ReplayAnswer = z.infer<typeof ReplayAnswerSchema>;
 export type ConversationMessages = z.infer<typeof ConversationMessagesSchema>;
 /** Every route of one agent or version: `{agent}`. */
 export type AgentAnswer = z.infer<typeof AgentAnswerSchema>;
@@ -221,6 +232,16 @@ export class EarClient {
   async rerun(jobId: string, body: RerunBody = {}, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
     const path = `/v1/jobs/${enc(jobId)}/rerun`;
     return created(await this.transport.json<JobAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
+  /** POST /v1/replays: rerun every job `filter` selects (at most 1,000) as one batch; `{replay: {id, jobs_total}}`. */
+  async createReplay(body: ReplayInput, opts: CallOptions = {}): Promise<ReplayCreated> {
+    return (await this.transport.json<ReplayCreated>("POST", "/v1/replays", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/replays/{id}: the replay's progress, each new job paired with the job it reruns. */
+  async getReplay(id: string, opts: CallOptions = {}): Promise<ReplayAnswer> {
+    return (await this.transport.json<ReplayAnswer>("GET", `/v1/replays/${enc(id)}`, opts)).body;
   }
 
   /** POST /v1/jobs/{id}/cancel: `{status}`, what the cancel did. */

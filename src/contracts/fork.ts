@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { agentRefSchema } from "./agent";
 import { ChatMessageSchema, idempotencyKey, LIMITS } from "./job";
+import { JOB_STATES } from "./job-state";
 import { text } from "./text";
 
 /**
@@ -91,3 +92,48 @@ export const RerunBodySchema = z
   })
   .strict();
 export type RerunBody = z.infer<typeof RerunBodySchema>;
+
+/** The most jobs one replay reruns. */
+export const MAX_REPLAY_JOBS = 1000;
+
+/** Which of the tenant's jobs a replay reruns: newest first, at most `limit`. */
+export const ReplayFilterSchema = z
+  .object({
+    /** Jobs of this agent (`name`: any version, `name@N`: that version). */
+    agent: agentRefSchema.optional(),
+    state: z.enum(JOB_STATES).optional(),
+    /** Created at or after this instant. */
+    since: z.iso.datetime({ offset: true }).optional(),
+    /** Created before this instant. */
+    until: z.iso.datetime({ offset: true }).optional(),
+    limit: z.number().int().min(1).max(MAX_REPLAY_JOBS).default(100),
+  })
+  .strict();
+
+export const CreateReplayBodySchema = z
+  .object({
+    filter: ReplayFilterSchema,
+    /** The agent to rerun them with (`name` or `name@N`); default: each job's own version. */
+    agent: agentRefSchema.optional(),
+  })
+  .strict();
+export type CreateReplayBody = z.infer<typeof CreateReplayBodySchema>;
+
+export const ReplayCreatedSchema = z.object({
+  replay: z.object({ id: z.uuid(), jobs_total: z.number().int().min(0) }),
+});
+
+export const ReplayViewSchema = z.object({
+  id: z.uuid(),
+  filter: z.record(z.string(), z.unknown()),
+  agent: z.string().nullable(),
+  created_at: z.iso.datetime(),
+  jobs_total: z.number().int().min(0),
+  /** How many of its jobs are in each state (states with none are left out). */
+  progress: z.partialRecord(z.enum(JOB_STATES), z.number().int().min(1)),
+  /** Its jobs ended (a final state), of `jobs_total`. */
+  finished: z.number().int().min(0),
+  /** Each new job with the job it reruns, in the order the replay selected them (newest source first). */
+  jobs: z.array(z.object({ source_job_id: z.uuid(), job_id: z.uuid(), state: z.enum(JOB_STATES) })),
+});
+export const ReplayAnswerSchema = z.object({ replay: ReplayViewSchema });

@@ -227,6 +227,8 @@ export interface BatchItem {
   agent?: ResolvedAgent;
   /** The idempotency key's request hash (null: the body has no key). */
   requestHash: string | null;
+  /** A replay's rerun (POST /v1/replays): a fork of `jobId` from step 0, made by replay `replayId`. */
+  rerunOf?: { jobId: string; replayId: string };
 }
 
 /** How createJobs refuses a batch: nothing was created. `index` names the item at fault. */
@@ -272,7 +274,7 @@ export async function createJobs(
 ): Promise<CreatedJob[] | BatchRefusal> {
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const defaultTimeoutMs = jobs.timeoutMs.default as number;
-  const rows = items.map(({ id, body, agent, requestHash }, ord) => ({
+  const rows = items.map(({ id, body, agent, requestHash, rerunOf }, ord) => ({
     ord,
     id,
     conversation_id: body.conversation_id ?? null,
@@ -285,13 +287,15 @@ export async function createJobs(
     agent_version: agent?.version ?? null,
     timeout_ms: agent?.timeoutMs ?? defaultTimeoutMs,
     ...admissionOf(body, agent),
+    forked_from_job_id: rerunOf?.jobId ?? null,
+    replay_id: rerunOf?.replayId ?? null,
   }));
   const statement = sql`
     WITH item AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS i(ord int, id uuid, conversation_id text,
         input jsonb, model text, tools jsonb, metadata jsonb, idempotency_key text, request_hash text,
         agent_name text, agent_version int, timeout_ms int, priority int, delay_s int, run_at timestamptz, ttl_s int,
-        concurrency_key text)
+        concurrency_key text, forked_from_job_id uuid, replay_id uuid)
     ),
     existing AS (
       SELECT i.ord AS batch_ord, j.* FROM item i JOIN jobs j ON j.tenant_id = ${tenantId} AND j.idempotency_key = i.idempotency_key
@@ -307,11 +311,13 @@ export async function createJobs(
     ),
     ins AS (
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key)
+        agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key,
+        forked_from_job_id, forked_from_step, recovery_reason, replay_id)
       SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
         f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond',
         f.priority, ${runAtSql(sql`f.delay_s`, sql`f.run_at`)}, ${expiresAtSql(sql`f.delay_s`, sql`f.run_at`, sql`f.ttl_s`)},
-        f.concurrency_key
+        f.concurrency_key, f.forked_from_job_id, CASE WHEN f.forked_from_job_id IS NOT NULL THEN 0 END,
+        CASE WHEN f.forked_from_job_id IS NOT NULL THEN ${FORK_REASON} END, f.replay_id
       FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits AND NOT g.over_budget
       ORDER BY f.ord
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

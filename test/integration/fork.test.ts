@@ -8,17 +8,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { drizzle } from "drizzle-orm/node-postgres";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { StepView } from "../../src/contracts/fork";
 import type { JobView } from "../../src/contracts/job";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
 import { waitFor } from "../../tools/stack/services/ports";
-import { type Stack, startStack } from "../../tools/stack/start";
 import { agentJobs, apiClient } from "../helpers/api";
-import { testPool } from "../helpers/db";
-import { type FakeProvider, type ProviderRequest, startFakeProvider } from "../helpers/fake-provider";
-import { startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
+import type { ProviderRequest } from "../helpers/fake-provider";
+import { useProviderStack } from "../helpers/provider-stack";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -32,16 +30,8 @@ const messagesOf = (req: ProviderRequest) => req.body.messages as Msg[];
 const caseOf = (req: ProviderRequest) => String(messagesOf(req).find((m) => m.role === "user")?.content ?? "");
 
 describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled call", () => {
-  let stack: Stack;
-  let provider: FakeProvider;
-  let mcp: TestMcpServer;
-  let pool: ReturnType<typeof testPool>;
-  const api = () => apiClient(stack.gatewayUrl, stack.apiKey);
-  const jobs = agentJobs<JobView>(api, () => "fake-model");
-
-  beforeAll(async () => {
-    mcp = await startTestMcpServer();
-    provider = await startFakeProvider((req) => {
+  const t = useProviderStack(
+    (req) => {
       const messages = messagesOf(req);
       const results = messages.filter((m) => m.role === "tool");
       const last = messages.at(-1) as Msg;
@@ -67,15 +57,18 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
         kind: "stream",
         pieces: [`[${system}] last: ${results.at(-1)?.content}`, extra.length > 0 ? ` extra: ${extra.join("|")}` : ""],
       };
-    });
-    const allowed = new URL("/mcp", mcp.url).toString();
-    stack = await startStack({
+    },
+    (allowed) => ({
       hosts: 2,
-      model: { baseUrl: provider.url, apiKey: "k", name: "fake-model" },
       gatewayVars: { MCP_ALLOWED_URLS: allowed },
       hostEnv: { MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false", HOST_REAP_MS: "200" },
-    });
-    pool = testPool(stack.databaseUrl, 2);
+    }),
+  );
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const jobs = agentJobs<JobView>(api, () => "fake-model");
+  const server = (tools: unknown[]) => t.server(tools);
+
+  beforeAll(async () => {
     await jobs.defineAgent("chain", { instructions: "v1", mcp_servers: server(["echo"]) });
     // Version 2 of the same agent: other instructions (the answer names them).
     const v2 = await api().call("POST", "/v1/agents/chain/versions", {
@@ -84,19 +77,11 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
       mcp_servers: server(["echo"]),
     });
     expect(v2.status, JSON.stringify(v2.body)).toBe(201);
-  }, 180_000);
-  afterAll(async () => {
-    await pool?.end();
-    await stack?.stop();
-    await provider?.close();
-    await mcp?.close();
   }, 60_000);
-
-  const server = (tools: unknown[]) => [{ name: "files", url: mcp.url, tools }];
   /** Every journal row of a job exactly as stored (payload as text, times as epoch µs). */
   const journalRows = async (jobId: string) =>
     (
-      await pool.query(
+      await t.pool.query(
         `select seq, epoch, kind, payload::text as payload, extract(epoch from created_at)::text as at
          from job_journal where job_id = $1 order by seq`,
         [jobId],
@@ -119,7 +104,7 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     (await api().events(jobId)).map((e) => JSON.parse(e.data) as { type: string; payload: Record<string, unknown> });
   /** The echo calls the MCP server received for a job, by their argument (the call's id). */
   const echoedBy = (jobId: string) =>
-    mcp.calls
+    t.mcp.calls
       .filter((c) => c.tool === "echo" && c.headers["x-ear-job-id"] === jobId)
       .map((c) => (c.args as { text: string }).text);
   const completed = async (id: string) => {
@@ -216,12 +201,12 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     const f1Steps = (await steps(f1.id, "?limit=100")).steps;
     const lastCall = f1Steps.filter((s) => s.kind === "result").at(-1) as StepView;
     const [sourceBefore, f1Before] = [await journalRows(source.id), await journalRows(f1.id)];
-    const callsBefore = mcp.calls.length;
+    const callsBefore = t.mcp.calls.length;
     const f2 = await fork(f1.id, { replace_result: { call_id: lastCall.call_id, result: "REPLACED" } });
     expect(f2.forked_from).toEqual({ job_id: f1.id, step: f1Steps.length });
     const done = await completed(f2.id);
     expect(done.output).toContain("last: REPLACED");
-    expect(mcp.calls.length).toBe(callsBefore);
+    expect(t.mcp.calls.length).toBe(callsBefore);
     expect(await journalRows(source.id)).toEqual(sourceBefore);
     expect(await journalRows(f1.id)).toEqual(f1Before);
     // The replaced step reads as the new result in the fork, as the old one in its source.
@@ -268,7 +253,7 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     const id = await jobs.submit("charger", { input: { messages: [{ role: "user", content: "case:charge" }] } });
     // The charge hangs at the MCP server (its first ask under a key): the source runs on.
     await waitFor("the charge to reach the server", async () =>
-      mcp.calls.some((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === id) ? true : null,
+      t.mcp.calls.some((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === id) ? true : null,
     );
     const running = (await steps(id)).steps;
     expect(running.map((s) => s.kind)).toEqual(["turn", "call"]);
@@ -279,7 +264,8 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     expect(f.forked_from).toEqual({ job_id: id, step: 2 });
     const done = await completed(f.id);
     expect(done.output).toContain("outcome_unknown");
-    const charges = (job: string) => mcp.calls.filter((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === job);
+    const charges = (job: string) =>
+      t.mcp.calls.filter((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === job);
     expect(charges(f.id)).toEqual([]);
     const events = await eventsOf(f.id);
     expect(events.find((e) => e.type === "tool.result")).toMatchObject({
@@ -303,9 +289,9 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
   }, 90_000);
 
   it("another tenant's job is 404 on steps, fork and rerun; bad bodies are 400; idempotency keys replay", async () => {
-    const db = drizzle(pool, { schema });
+    const db = drizzle(t.pool, { schema });
     await createTenant(db, "fork-other");
-    const other = apiClient(stack.gatewayUrl, (await createApiKey(db, "fork-other")).key);
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(db, "fork-other")).key);
     expect((await other.call("GET", `/v1/jobs/${source.id}/steps`)).status).toBe(404);
     expect((await other.call("POST", `/v1/jobs/${source.id}/fork`, {})).status).toBe(404);
     expect((await other.call("POST", `/v1/jobs/${source.id}/rerun`)).status).toBe(404);
@@ -340,4 +326,68 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     expect(c.status).toBe(409);
     await completed(a.id);
   }, 60_000);
+
+  it("POST /v1/replays reruns every job the filter selects as one batch; GET /v1/replays/{id} pairs them and shows progress", async () => {
+    // Two more jobs of chain@1, made after a mark; the replay takes exactly those (newest first).
+    const mark = new Date().toISOString();
+    const a = await completed(await jobs.submit("chain@1", chainInput("replay a")));
+    const b = await completed(await jobs.submit("chain@1", chainInput("replay b")));
+    const [aBefore, bBefore] = [await journalRows(a.id), await journalRows(b.id)];
+    const r = await api().call<{ replay: { id: string; jobs_total: number } }>("POST", "/v1/replays", {
+      filter: { agent: "chain@1", state: "completed", since: mark, limit: 10 },
+      agent: "chain@2",
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    expect(r.body.replay.jobs_total).toBe(2);
+    type Replay = {
+      jobs_total: number;
+      finished: number;
+      progress: Record<string, number>;
+      agent: string | null;
+      jobs: Array<{ source_job_id: string; job_id: string; state: string }>;
+    };
+    const read = async () => {
+      const g = await api().call<{ replay: Replay }>("GET", `/v1/replays/${r.body.replay.id}`);
+      expect(g.status, JSON.stringify(g.body)).toBe(200);
+      return g.body.replay;
+    };
+    const done = await waitFor("the replay to finish", async () => {
+      const replay = await read();
+      return replay.finished === replay.jobs_total ? replay : null;
+    });
+    expect(done.agent).toBe("chain@2");
+    expect(done.progress).toEqual({ completed: 2 });
+    expect(done.jobs.map((j) => j.source_job_id)).toEqual([b.id, a.id]);
+    for (const pair of done.jobs) {
+      const rerun = await jobs.job(pair.job_id);
+      expect(rerun.forked_from).toEqual({ job_id: pair.source_job_id, step: 0 });
+      expect(rerun.agent).toEqual({ name: "chain", version: 2 });
+      expect(rerun.output).toContain("[v2]");
+      // From step 0: the rerun's calls are its own, none of its source's.
+      const mine = echoedBy(pair.job_id);
+      expect(mine).toHaveLength(CHAIN_CALLS);
+      expect(mine.filter((id) => echoedBy(pair.source_job_id).includes(id))).toEqual([]);
+    }
+    expect(await journalRows(a.id)).toEqual(aBefore);
+    expect(await journalRows(b.id)).toEqual(bBefore);
+
+    // Nothing selected: a replay of no jobs. Bad filters are 400; another tenant's replay is 404.
+    const none = await api().call<{ replay: { jobs_total: number } }>("POST", "/v1/replays", {
+      filter: { agent: "no-such-agent" },
+    });
+    expect(none.status).toBe(202);
+    expect(none.body.replay.jobs_total).toBe(0);
+    expect((await api().call("POST", "/v1/replays", { filter: { limit: 1001 } })).status).toBe(400);
+    expect((await api().call("POST", "/v1/replays", { filter: { state: "nope" } })).status).toBe(400);
+    expect((await api().call("POST", "/v1/replays", {})).status).toBe(400);
+    expect((await api().call("GET", `/v1/replays/${randomUUID()}`)).status).toBe(404);
+    expect((await api().call("GET", "/v1/replays/not-an-id")).status).toBe(404);
+    const db = drizzle(t.pool, { schema });
+    await createTenant(db, "replay-other");
+    const other = apiClient(t.stack.gatewayUrl, (await createApiKey(db, "replay-other")).key);
+    expect((await other.call("GET", `/v1/replays/${r.body.replay.id}`)).status).toBe(404);
+    // The other tenant's filter sees none of this tenant's jobs.
+    const theirs = await other.call<{ replay: { jobs_total: number } }>("POST", "/v1/replays", { filter: {} });
+    expect(theirs.body.replay.jobs_total).toBe(0);
+  }, 90_000);
 });

@@ -59,6 +59,20 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
       }),
   ],
   rerun: [(api) => api.rerun(JOB, { agent: "triage" })],
+  createReplay: [
+    (api) =>
+      api.createReplay({
+        filter: {
+          agent: "triage@2",
+          state: "completed",
+          since: "2026-03-01T00:00:00Z",
+          until: "2026-03-02T00:00:00Z",
+          limit: 50,
+        },
+        agent: "triage@3",
+      }),
+  ],
+  getReplay: [(api) => api.getReplay(JOB)],
   input: [(api) => api.input(JOB, { content: "more" })],
   decide: [(api) => api.decide(JOB, "call-1", { decision: "approve" })],
   decideInConversation: [(api) => api.decideInConversation("conv-1", JOB, "call-1", { decision: "deny", note: "no" })],

@@ -16,7 +16,11 @@ import { callDependency, type Deps } from "../deps";
 import { type SubmitOptions, submitJob } from "./submit";
 
 /** The submit body a fork of `source` runs: the source's input, its agent (or model and tools) unless `agent` names another. */
-function forkJobBody(source: JobRow, agent: string | undefined, idempotencyKey: string | undefined): CreateJobBody {
+export function forkJobBody(
+  source: JobRow,
+  agent: string | undefined,
+  idempotencyKey: string | undefined,
+): CreateJobBody {
   const runs: Partial<CreateJobBody> =
     agent !== undefined
       ? { agent }

@@ -4,7 +4,7 @@
  * recording MCP server (mcp-server.ts), allowed on the gateway and the hosts: started before the
  * block's tests, stopped after them. `server(tools)` is an agent's `mcp_servers` entry for it.
  */
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import { type Stack, type StackOptions, startStack } from "../../tools/stack/start";
 import { testPool } from "./db";
 import { type FakeProvider, type ProviderScript, startFakeProvider } from "./fake-provider";
@@ -17,6 +17,10 @@ export interface ProviderStack {
   readonly mcp: TestMcpServer;
   readonly pool: ReturnType<typeof testPool>;
   server(tools: unknown[]): Array<{ name: string; url: string; tools: unknown[] }>;
+  /** The job's owner (a host id), or null. */
+  ownerOf(jobId: string): Promise<string | null>;
+  /** SIGKILL the job's owner, and start one more host so as many stay up for the next case; the owner's id. */
+  killOwner(jobId: string): Promise<string | null>;
 }
 
 /** `options(allowed)`: the stack's options beside its model, given the MCP endpoint to allow. */
@@ -55,5 +59,17 @@ export function useProviderStack(
       return started(parts.pool);
     },
     server: (tools) => [{ name: "files", url: started(parts.mcp).url, tools }],
+    ownerOf: async (jobId) =>
+      (await started(parts.pool).query<{ owner: string | null }>("select owner from jobs where id = $1", [jobId]))
+        .rows[0]?.owner ?? null,
+    async killOwner(jobId) {
+      const stack = started(parts.stack);
+      const owner = await this.ownerOf(jobId);
+      const host = stack.hosts.find((h) => h.id === owner);
+      expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
+      host?.process.kill("SIGKILL");
+      await stack.addHost();
+      return owner;
+    },
   };
 }

@@ -18,6 +18,7 @@ import { agentJobs, apiClient } from "../helpers/api";
 import type { ProviderRequest } from "../helpers/fake-provider";
 import { useProviderStack } from "../helpers/provider-stack";
 import { requireBinary } from "../helpers/require";
+import { FAST_LOSS_HOST_ENV } from "../helpers/stack";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
@@ -30,6 +31,8 @@ const messagesOf = (req: ProviderRequest) => req.body.messages as Msg[];
 const caseOf = (req: ProviderRequest) => String(messagesOf(req).find((m) => m.role === "user")?.content ?? "");
 
 describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled call", () => {
+  const killedOnce = new Set<string>();
+  const never = new Promise<void>(() => {});
   const t = useProviderStack(
     (req) => {
       const messages = messagesOf(req);
@@ -40,6 +43,11 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
         // One charge call; then the answer says what its result was.
         if (results.length === 0) {
           return { kind: "stream", toolCalls: [{ id: `charge-${randomUUID()}`, name: "files__charge", args: {} }] };
+        }
+        // case:charge-kill: a fork's first turn after the prefix hangs once (its host is killed there).
+        if (caseOf(req) === "case:charge-kill" && !killedOnce.has("fork")) {
+          killedOnce.add("fork");
+          return { kind: "stream", pieces: ["doomed"], until: never };
         }
         return { kind: "stream", pieces: [`saw: ${results.at(-1)?.content}`] };
       }
@@ -61,7 +69,8 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     (allowed) => ({
       hosts: 2,
       gatewayVars: { MCP_ALLOWED_URLS: allowed },
-      hostEnv: { MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false", HOST_REAP_MS: "200" },
+      // A silent run is lost within ~4 s (the SIGKILL case).
+      hostEnv: { ...FAST_LOSS_HOST_ENV, MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false" },
     }),
   );
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
@@ -389,5 +398,31 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     // The other tenant's filter sees none of this tenant's jobs.
     const theirs = await other.call<{ replay: { jobs_total: number } }>("POST", "/v1/replays", { filter: {} });
     expect(theirs.body.replay.jobs_total).toBe(0);
+  }, 90_000);
+
+  it("a fork's host SIGKILLed in its first turn: the fork recovers as its own (recoveries 1), the source's in-flight call is still never made", async () => {
+    const id = await jobs.submit("charger", { input: { messages: [{ role: "user", content: "case:charge-kill" }] } });
+    await waitFor("the charge to reach the server", async () =>
+      t.mcp.calls.some((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === id) ? true : null,
+    );
+    const before = await journalRows(id);
+    const f = await fork(id);
+    // The fork's first turn (after the prefix's call got outcome_unknown) hangs: kill its host there.
+    await waitFor("the fork's first turn", async () => (killedOnce.has("fork") ? true : null));
+    await waitFor("the fork to be owned", async () => ((await t.ownerOf(f.id)) !== null ? true : null));
+    await t.killOwner(f.id);
+    const done = await completed(f.id);
+    expect(done.recoveries).toBe(1);
+    expect(done.output).toContain("outcome_unknown");
+    expect(done.forked_from).toEqual({ job_id: id, step: 2 });
+    const types = (await eventsOf(f.id)).map((e) => e.type);
+    expect(types[0]).toBe("run.forked");
+    expect(types.filter((x) => x === "run.forked")).toHaveLength(1);
+    expect(types.filter((x) => x === "run.recovered")).toHaveLength(1);
+    expect(t.mcp.calls.filter((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === f.id)).toEqual([]);
+    // The source: its journal as it was, its recoveries its own (none).
+    expect(await journalRows(id)).toEqual(before);
+    expect((await jobs.job(id)).recoveries).toBe(0);
+    expect((await api().call("POST", `/v1/jobs/${id}/cancel`)).status).toBe(202);
   }, 90_000);
 });

@@ -90,18 +90,8 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const jobs = agentJobs<Job>(api, () => "fake-model");
   const server = (tools: unknown[]) => t.server(tools);
-  const ownerOf = async (jobId: string) =>
-    (await t.pool.query<{ owner: string | null }>("select owner from jobs where id = $1", [jobId])).rows[0]?.owner ??
-    null;
-  /** SIGKILL the job's owner, and start one more host so two stay up for the next case. */
-  const killOwner = async (jobId: string) => {
-    const owner = await ownerOf(jobId);
-    const host = t.stack.hosts.find((h) => h.id === owner);
-    expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
-    host?.process.kill("SIGKILL");
-    await t.stack.addHost();
-    return owner;
-  };
+  const ownerOf = (jobId: string) => t.ownerOf(jobId);
+  const killOwner = (jobId: string) => t.killOwner(jobId);
   const callsOf = (jobId: string, tool: string) =>
     t.mcp.calls.filter((c) => c.tool === tool && c.headers["x-ear-job-id"] === jobId);
   const eventsOf = async (jobId: string) => (await api().events(jobId)).map((e: SseEvent) => JSON.parse(e.data));

@@ -29,6 +29,9 @@ import { callModel } from "./model-call";
 import type { TurnRequest } from "./model-turn";
 import {
   beginRecovery,
+  FORK_OUTCOME_UNKNOWN,
+  FORK_SANDBOX_NOTE,
+  forkedPayload,
   OUTCOME_UNKNOWN,
   OUTCOME_UNKNOWN_NOTE,
   openCalls,
@@ -102,7 +105,9 @@ export async function readRow(exec: Execution): Promise<Start> {
     }
     return { resume, recovery };
   } finally {
-    if (recovery) {
+    if (recovery?.forkedFrom) {
+      emit("run.forked", forkedPayload(recovery.forkedFrom));
+    } else if (recovery) {
       emit("run.recovered", recoveredPayload(recovery));
     } else if (resume) {
       const d = resume.decision.decision;
@@ -181,6 +186,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
         decided: checkpoint.children ? null : decision,
         delegated,
         inFlight: new Set(),
+        sourceCalls: new Set(),
       });
       if (ran) return ran;
     }
@@ -203,20 +209,25 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
           decided: null,
           delegated,
           inFlight: recovery.inFlight,
+          sourceCalls: recovery.sourceCalls,
         });
         if (ran) return ran;
       }
       if (recovery.sandboxReset) {
-        messages.push({ role: "user", content: SANDBOX_RESET_NOTE });
-        exec.journal.note({
-          kind: "user",
-          payload: { content: SANDBOX_RESET_NOTE, why: "recovery", turn: recovery.rebuilt.turn },
-        });
+        const note = recovery.forkedFrom ? FORK_SANDBOX_NOTE : SANDBOX_RESET_NOTE;
+        messages.push({ role: "user", content: note });
+        exec.journal.note({ kind: "user", payload: { content: note, why: "recovery", turn: recovery.rebuilt.turn } });
       }
     }
 
     // Why the next turn starts, announced by `model.turn` so a client can tell the turns' text apart.
-    let reason: ModelTurnReason = resume ? "resumed" : recovery ? "recovered" : "start";
+    let reason: ModelTurnReason = resume
+      ? "resumed"
+      : recovery?.forkedFrom
+        ? "forked"
+        : recovery
+          ? "recovered"
+          : "start";
     for (let turn = firstTurn; ; turn++) {
       // The steps before this turn (its input, the last turn's results) are durable first.
       if (!(await exec.journal.write())) return abortedOutcome(run, text);
@@ -241,6 +252,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
           decided: null,
           delegated: new Map(),
           inFlight: new Set(),
+          sourceCalls: new Set(),
         });
         if (ran) return ran;
         reason = "tool_results";
@@ -299,7 +311,8 @@ interface LoopState {
  * unresolved delegate call of the turn create their children together (parallel children), and
  * the resuming execution finds their results in `delegated`. `inFlight`: calls a recovering
  * execution found started with no result (recovery.ts): one not declared idempotent is never
- * made again. Each result is journaled before the next call.
+ * made again. `sourceCalls`: calls a fork's source had started (recovery.ts): never made again,
+ * idempotent or not. Each result is journaled before the next call.
  * Returns null when every call ran, else the outcome that ends the execution.
  */
 async function runCalls(
@@ -313,10 +326,11 @@ async function runCalls(
     decided: { callId: string; decision: ResumeDecision } | null;
     delegated: Map<string, string>;
     inFlight: ReadonlySet<string>;
+    sourceCalls: ReadonlySet<string>;
   },
 ): Promise<FinalOutcome | WaitOutcome | null> {
   const { run, emit } = exec;
-  const { messages, calls, turn, text, loop, decided, delegated, inFlight } = step;
+  const { messages, calls, turn, text, loop, decided, delegated, inFlight, sourceCalls } = step;
   const definition = exec.job.agent?.definition ?? null;
   // What a waitpoint at `call` keeps beside the journal: which call waits, in which turn.
   const checkpointAt = (call: ModelToolCall) => ({ v: 2 as const, callId: call.id, turn });
@@ -352,6 +366,10 @@ async function runCalls(
       result = { content: delegated.get(call.id) as string };
     } else if (decided && call.id === decided.callId) {
       result = await decidedCallResult(exec, call, decided.decision);
+    } else if (sourceCalls.has(call.id)) {
+      // The fork's source made (or was making) this call: its side effect is the source's.
+      emit("tool.result", { id: call.id, ok: false, output: FORK_OUTCOME_UNKNOWN });
+      result = { content: JSON.stringify({ error: FORK_OUTCOME_UNKNOWN }) };
     } else if (
       inFlight.has(call.id) &&
       // The agent's entry says so, or the code tool's own definition (defineTool's `idempotent`).

@@ -85,6 +85,7 @@ export class AnswerChunks {
     const out: EarChunk[] = [];
     switch (event.type) {
       case "run.started":
+      case "run.forked":
         this.timing.started_at ??= event.ts;
         out.push(this.timingChunk());
         break;

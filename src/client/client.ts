@@ -33,6 +33,14 @@ import type {
 } from "../contracts/catalog";
 import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
 import type {
+  CreateReplayBodySchema,
+  ForkBodySchema,
+  ReplayAnswerSchema,
+  ReplayCreatedSchema,
+  RerunBody,
+  StepPageSchema,
+} from "../contracts/fork";
+import type {
   CancelAnswerSchema,
   CreateJobBody,
   InputAnswerSchema,
@@ -113,6 +121,14 @@ export type InputAnswer = z.infer<typeof InputAnswerSchema>;
 export type InputList = z.infer<typeof InputListSchema>;
 /** GET /v1/jobs/{id}/tree: `{tree}`, the job and its descendants nested. */
 export type JobTree = z.infer<typeof JobTreeSchema>;
+/** GET /v1/jobs/{id}/steps: one page of the job's steps. */
+export type StepPage = z.infer<typeof StepPageSchema>;
+/** POST /v1/jobs/{id}/fork's body, as sent (`replace_result.result` any JSON value). */
+export type ForkInput = z.input<typeof ForkBodySchema>;
+/** POST /v1/replays's body, as sent (`filter.limit` defaults to 100). */
+export type ReplayInput = z.input<typeof CreateReplayBodySchema>;
+export type ReplayCreated = z.infer<typeof ReplayCreatedSchema>;
+export type ReplayAnswer = z.infer<typeof ReplayAnswerSchema>;
 export type ConversationMessages = z.infer<typeof ConversationMessagesSchema>;
 /** Every route of one agent or version: `{agent}`. */
 export type AgentAnswer = z.infer<typeof AgentAnswerSchema>;
@@ -188,6 +204,44 @@ export class EarClient {
   /** GET /v1/jobs/{id}/tree: `{tree}`, the job and every child its delegate calls created, nested, with usage. */
   async tree(jobId: string, opts: CallOptions = {}): Promise<JobTree> {
     return (await this.transport.json<JobTree>("GET", `/v1/jobs/${enc(jobId)}/tree`, opts)).body;
+  }
+
+  /** GET /v1/jobs/{id}/steps: one page of the job's steps in journal order; pass `next_after` back as `after`. */
+  async steps(
+    jobId: string,
+    query: { after?: number; limit?: number } = {},
+    opts: CallOptions = {},
+  ): Promise<StepPage> {
+    const params = new URLSearchParams();
+    if (query.after !== undefined) params.set("after", String(query.after));
+    if (query.limit !== undefined) params.set("limit", String(query.limit));
+    const qs = params.size > 0 ? `?${params}` : "";
+    return (await this.transport.json<StepPage>("GET", `/v1/jobs/${enc(jobId)}/steps${qs}`, opts)).body;
+  }
+
+  /**
+   * POST /v1/jobs/{id}/fork: a new job continuing from the job's steps 1..`from_step` (default:
+   * all so far); `{job}` with `forked_from`, and `created` false for a repeated `idempotency_key`.
+   */
+  async fork(jobId: string, body: ForkInput = {}, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
+    const path = `/v1/jobs/${enc(jobId)}/fork`;
+    return created(await this.transport.json<JobAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
+  /** POST /v1/jobs/{id}/rerun: a new job with the job's input from step 0 (its agent version unless `agent` names another). */
+  async rerun(jobId: string, body: RerunBody = {}, opts: CallOptions = {}): Promise<Created<JobAnswer>> {
+    const path = `/v1/jobs/${enc(jobId)}/rerun`;
+    return created(await this.transport.json<JobAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
+  /** POST /v1/replays: rerun every job `filter` selects (at most 1,000) as one batch; `{replay: {id, jobs_total}}`. */
+  async createReplay(body: ReplayInput, opts: CallOptions = {}): Promise<ReplayCreated> {
+    return (await this.transport.json<ReplayCreated>("POST", "/v1/replays", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/replays/{id}: the replay's progress, each new job paired with the job it reruns. */
+  async getReplay(id: string, opts: CallOptions = {}): Promise<ReplayAnswer> {
+    return (await this.transport.json<ReplayAnswer>("GET", `/v1/replays/${enc(id)}`, opts)).body;
   }
 
   /** POST /v1/jobs/{id}/cancel: `{status}`, what the cancel did. */

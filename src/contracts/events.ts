@@ -30,6 +30,7 @@ export const EVENT_TYPES = [
   "run.suspended",
   "run.resumed",
   "run.recovered",
+  "run.forked",
   "sandbox.waiting",
   "sandbox.created",
   "input.accepted",
@@ -45,7 +46,8 @@ export type EventType = (typeof EVENT_TYPES)[number];
  * tool results, the one repair turn after an answer the response_format refused, the first turn of
  * an execution that resumed from a wait, the turn that takes input sent during the last one,
  * the same turn asked again because its quota lease was lost mid-call (its text so far is void),
- * or the first turn of an execution that recovered the job from its journal (run.recovered).
+ * the first turn of an execution that recovered the job from its journal (run.recovered), or the
+ * first turn of a fork (run.forked).
  * Readers must accept reasons not listed here (more may come).
  */
 export const MODEL_TURN_REASONS = [
@@ -56,6 +58,7 @@ export const MODEL_TURN_REASONS = [
   "input",
   "lease_lost",
   "recovered",
+  "forked",
 ] as const;
 export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 
@@ -205,6 +208,17 @@ export const EVENT_PAYLOAD_SCHEMAS = {
       sandbox_reset: z.boolean().optional(),
     }),
   ]),
+  /**
+   * The first event of a fork's first execution (POST /v1/jobs/{id}/fork, …/rerun): it continues
+   * after step `from_step` of job `from_job`, whose steps it was created with (read, never
+   * changed; their tool calls are not made again). Projected (`source: "projector"`) when the
+   * execution delivered no event of its own.
+   */
+  "run.forked": z.looseObject({
+    from_job: z.string(),
+    from_step: z.number().int().min(0),
+    source: fromProjector.optional(),
+  }),
   /** The run's first tool call waits for a sandbox creation turn; `ahead` creations are queued before it. */
   "sandbox.waiting": z.looseObject({ ahead: z.number().int().min(0) }),
   "sandbox.created": z.looseObject({}),
@@ -335,6 +349,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("run.suspended"),
   envelopeOf("run.resumed"),
   envelopeOf("run.recovered"),
+  envelopeOf("run.forked"),
   envelopeOf("sandbox.waiting"),
   envelopeOf("sandbox.created"),
   envelopeOf("input.accepted"),

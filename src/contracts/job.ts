@@ -44,7 +44,7 @@ export const LIMITS = {
  */
 export const RESERVED_IDEMPOTENCY_PREFIX = "chat:";
 
-const idempotencyKey = text()
+export const idempotencyKey = text()
   .min(1)
   .max(LIMITS.maxIdempotencyKey)
   .refine((k) => !k.startsWith(RESERVED_IDEMPOTENCY_PREFIX), {
@@ -238,6 +238,11 @@ export const JobViewSchema = z.object({
   /** Ends `expired` if not started by then (ttl_s), else null. */
   expires_at: isoTime.nullable(),
   concurrency_key: z.string().nullable(),
+  /**
+   * The job and journal step this job was forked from (POST /v1/jobs/{id}/fork or …/rerun): its
+   * first execution continued from that job's steps 1..`step`; null for a job that is no fork.
+   */
+  forked_from: z.object({ job_id: z.uuid(), step: z.number().int().min(0) }).nullable(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -261,6 +261,14 @@ export const scheduleIdParam: JsonSchema = {
   schema: { type: "string" },
 };
 
+export const replayIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The replay id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
 export const webhookIdParam: JsonSchema = {
   name: "id",
   in: "path",

@@ -53,5 +53,9 @@ export function toJobView(row: JobRow): JobView {
     run_at: isoOrNull(row.runAt),
     expires_at: isoOrNull(row.expiresAt),
     concurrency_key: row.concurrencyKey,
+    forked_from:
+      row.forkedFromJobId !== null && row.forkedFromStep !== null
+        ? { job_id: row.forkedFromJobId, step: row.forkedFromStep }
+        : null,
   };
 }

@@ -4,7 +4,9 @@
  */
 import { and, desc, eq, getTableColumns, type SQL, sql } from "drizzle-orm";
 import { ApiError } from "../contracts/errors";
+import { FORK_REASON } from "../contracts/fork";
 import type { CreateJobBody, JobState } from "../contracts/job";
+import { storable } from "../contracts/text";
 import { admissionError, queueFullRefusal } from "../domain/job-admission";
 import { jobRequestHash } from "../domain/request-hash";
 import { clientTraceContext } from "../domain/traceparent";
@@ -103,6 +105,8 @@ export async function createJob(
     /** The client's traceparent header, and whether the operator lets it parent the run (clientTraceContext). */
     traceparent?: string | null;
     trustClientTrace?: boolean;
+    /** The job is a fork: its journal starts as a copy of the source's prefix (ForkOf). */
+    fork?: ForkOf;
   } = {},
 ): Promise<CreatedJob> {
   const hash = body.idempotency_key ? (opts.requestHash ?? (await jobRequestHash(body))) : null;
@@ -120,19 +124,23 @@ export async function createJob(
   // An idempotency key already used makes the insert a no-op, like a full queue; the lookup
   // below tells the two apart (a replay is answered, never refused as over the limit).
   const a = admissionOf(body, agent);
-  const inserted = resultRows<Record<string, unknown>>(
-    await db.execute(sql`
+  const fork = opts.fork;
+  const forkColumns = fork ? sql`, forked_from_job_id, forked_from_step, recovery_reason` : sql``;
+  const forkValues = fork ? sql`, ${fork.jobId}::uuid, ${fork.step}::int, ${FORK_REASON}` : sql``;
+  const insert = sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, traceparent, client_traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``})
+        agent_name, agent_version, traceparent, client_traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``}${forkColumns})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
         ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
         ${trace.traceparent}, ${trace.link}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
         ${expiresAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`, sql`${a.ttl_s}::int`)},
-        ${a.concurrency_key}${timeout?.value ?? sql``}
+        ${a.concurrency_key}${timeout?.value ?? sql``}${forkValues}
       WHERE ${queueFitsSql(tenantId, maxQueued)} AND NOT ${overBudgetSql(tenantId)}
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-      RETURNING *`),
+      RETURNING *`;
+  const inserted = resultRows<Record<string, unknown>>(
+    await db.execute(fork ? withForkedJournal(insert, fork) : insert),
   );
   if (inserted[0]) return { job: jobFromRow(inserted[0]), created: true };
   const existing = body.idempotency_key ? await findByIdempotencyKey(db, tenantId, body.idempotency_key) : null;
@@ -142,6 +150,45 @@ export async function createJob(
   if (refusal) throw budgetExceeded(refusal);
   if (maxQueued === 0) throw new Error("idempotent insert conflicted but no row was found");
   throw admissionError(queueFullRefusal(maxQueued));
+}
+
+/**
+ * A fork's source and what its journal starts with: the source's rows 1..`step`, copied (the
+ * replaced call's `result` row with `replace`'s content instead), then `extra` rows (a replaced
+ * open call's result, appended messages), numbered from `step` + 1. The copies are written at
+ * epoch 0 (before any execution of the fork), so the fork's first execution reads them as an
+ * earlier execution's steps and its `run.forked.from_step` is `step`.
+ */
+export interface ForkOf {
+  jobId: string;
+  step: number;
+  replace: { callId: string; content: string } | null;
+  extra: Array<{ kind: string; payload: Record<string, unknown> }>;
+}
+
+/**
+ * The insert of a fork's row, with its journal's copy of the prefix in the same statement (the
+ * source's rows are only read: an INSERT … SELECT from them). No row inserted (a replay, a full
+ * queue): nothing copied.
+ */
+function withForkedJournal(insert: SQL, fork: ForkOf): SQL {
+  const replaced = fork.replace;
+  const payload = replaced
+    ? sql`CASE WHEN s.kind = 'result' AND s.payload->>'call_id' = ${replaced.callId}
+        THEN jsonb_set(s.payload, '{content}', to_jsonb(${storable(replaced.content)}::text)) ELSE s.payload END`
+    : sql`s.payload`;
+  const extra = JSON.stringify(storable(fork.extra).map((r, i) => ({ n: i + 1, ...r })));
+  return sql`
+    WITH ins AS (${insert}),
+    copied AS (
+      INSERT INTO job_journal (job_id, seq, epoch, kind, payload)
+      SELECT ins.id, s.seq, 0, s.kind, ${payload}
+      FROM ins, job_journal s WHERE s.job_id = ${fork.jobId}::uuid AND s.seq <= ${fork.step}::int
+      UNION ALL
+      SELECT ins.id, ${fork.step}::int + r.n, 0, r.kind, r.payload
+      FROM ins, jsonb_to_recordset(${extra}::jsonb) AS r(n int, kind text, payload jsonb)
+    )
+    SELECT * FROM ins`;
 }
 
 /**
@@ -180,6 +227,8 @@ export interface BatchItem {
   agent?: ResolvedAgent;
   /** The idempotency key's request hash (null: the body has no key). */
   requestHash: string | null;
+  /** A replay's rerun (POST /v1/replays): a fork of `jobId` from step 0, made by replay `replayId`. */
+  rerunOf?: { jobId: string; replayId: string };
 }
 
 /** How createJobs refuses a batch: nothing was created. `index` names the item at fault. */
@@ -225,7 +274,7 @@ export async function createJobs(
 ): Promise<CreatedJob[] | BatchRefusal> {
   const maxQueued = opts.maxQueued && opts.maxQueued > 0 ? opts.maxQueued : 0;
   const defaultTimeoutMs = jobs.timeoutMs.default as number;
-  const rows = items.map(({ id, body, agent, requestHash }, ord) => ({
+  const rows = items.map(({ id, body, agent, requestHash, rerunOf }, ord) => ({
     ord,
     id,
     conversation_id: body.conversation_id ?? null,
@@ -238,13 +287,15 @@ export async function createJobs(
     agent_version: agent?.version ?? null,
     timeout_ms: agent?.timeoutMs ?? defaultTimeoutMs,
     ...admissionOf(body, agent),
+    forked_from_job_id: rerunOf?.jobId ?? null,
+    replay_id: rerunOf?.replayId ?? null,
   }));
   const statement = sql`
     WITH item AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS i(ord int, id uuid, conversation_id text,
         input jsonb, model text, tools jsonb, metadata jsonb, idempotency_key text, request_hash text,
         agent_name text, agent_version int, timeout_ms int, priority int, delay_s int, run_at timestamptz, ttl_s int,
-        concurrency_key text)
+        concurrency_key text, forked_from_job_id uuid, replay_id uuid)
     ),
     existing AS (
       SELECT i.ord AS batch_ord, j.* FROM item i JOIN jobs j ON j.tenant_id = ${tenantId} AND j.idempotency_key = i.idempotency_key
@@ -260,11 +311,13 @@ export async function createJobs(
     ),
     ins AS (
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key)
+        agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key,
+        forked_from_job_id, forked_from_step, recovery_reason, replay_id)
       SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
         f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond',
         f.priority, ${runAtSql(sql`f.delay_s`, sql`f.run_at`)}, ${expiresAtSql(sql`f.delay_s`, sql`f.run_at`, sql`f.ttl_s`)},
-        f.concurrency_key
+        f.concurrency_key, f.forked_from_job_id, CASE WHEN f.forked_from_job_id IS NOT NULL THEN 0 END,
+        CASE WHEN f.forked_from_job_id IS NOT NULL THEN ${FORK_REASON} END, f.replay_id
       FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits AND NOT g.over_budget
       ORDER BY f.ord
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

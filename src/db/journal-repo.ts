@@ -111,6 +111,8 @@ export interface ExecutionHistoryEntry {
   outcome: string | null;
   recovered: Record<string, unknown> | null;
   fromStep: number;
+  /** The job's fork source (jobs.forked_from_*), null for a job that is no fork: its first execution opens with `run.forked`. */
+  forkedFrom?: { jobId: string; step: number } | null;
 }
 
 export async function executionHistory(db: Db, jobId: string): Promise<ExecutionHistoryEntry[]> {
@@ -121,13 +123,16 @@ export async function executionHistory(db: Db, jobId: string): Promise<Execution
     outcome: string | null;
     recovered: Record<string, unknown> | string | null;
     from_step: number | string;
+    forked_from_job_id: string | null;
+    forked_from_step: number | string | null;
   }>(
     await db.execute(sql`
       SELECT e.id, e.epoch, e.started_at, e.outcome,
         (SELECT r.payload FROM job_journal r
           WHERE r.job_id = e.job_id AND r.epoch = e.epoch AND r.kind = 'recovered' ORDER BY r.seq LIMIT 1) AS recovered,
-        (SELECT coalesce(max(r.seq), 0) FROM job_journal r WHERE r.job_id = e.job_id AND r.epoch < e.epoch) AS from_step
-      FROM executions e WHERE e.job_id = ${jobId} ORDER BY e.epoch`),
+        (SELECT coalesce(max(r.seq), 0) FROM job_journal r WHERE r.job_id = e.job_id AND r.epoch < e.epoch) AS from_step,
+        j.forked_from_job_id, j.forked_from_step
+      FROM executions e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = ${jobId} ORDER BY e.epoch`),
   );
   return rows.map((r) => ({
     executionId: r.id,
@@ -136,5 +141,9 @@ export async function executionHistory(db: Db, jobId: string): Promise<Execution
     outcome: r.outcome,
     recovered: typeof r.recovered === "string" ? (JSON.parse(r.recovered) as Record<string, unknown>) : r.recovered,
     fromStep: Number(r.from_step),
+    forkedFrom:
+      r.forked_from_job_id !== null && r.forked_from_step !== null
+        ? { jobId: r.forked_from_job_id, step: Number(r.forked_from_step) }
+        : null,
   }));
 }

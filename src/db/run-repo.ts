@@ -31,6 +31,10 @@ export interface RunnableJob {
    * reaper or a hand-off re-queued it, src/db/reaper-repo.ts), or null: not a recovery.
    */
   recoveryReason: string | null;
+  /** The job this one was forked from (null: no fork); its first execution has `recoveryReason` "forked". */
+  forkedFromJobId: string | null;
+  /** The source's step the fork continued after (null: no fork): calls journaled up to it are the source's. */
+  forkedFromStep: number | null;
   /** The W3C traceparent the run's spans are children of (the delegating call's, or a trusted client's); null: none. */
   traceparent: string | null;
   /** The client's traceparent kept as a link only (the default; clientTraceContext); null: none. */
@@ -56,6 +60,8 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       definition: agentVersions.definition,
       checkpoint: jobs.checkpoint,
       recoveryReason: jobs.recoveryReason,
+      forkedFromJobId: jobs.forkedFromJobId,
+      forkedFromStep: jobs.forkedFromStep,
       traceparent: jobs.traceparent,
       clientTraceparent: jobs.clientTraceparent,
       budgetSpent: sql<boolean>`${overBudgetSql(sql`${jobs.tenantId}`)}`,
@@ -88,6 +94,8 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     agent,
     checkpoint: row.checkpoint ?? null,
     recoveryReason: row.recoveryReason ?? null,
+    forkedFromJobId: row.forkedFromJobId ?? null,
+    forkedFromStep: row.forkedFromStep ?? null,
     traceparent: row.traceparent,
     clientTraceparent: row.clientTraceparent,
     budgetSpent: row.budgetSpent === true,

@@ -198,6 +198,13 @@ export const jobs = pgTable(
     // starts from the journal (cleared by that execution's first write; null: a fresh start).
     recoveries: integer("recoveries").notNull().default(0),
     recoveryReason: text("recovery_reason"),
+    // A fork (POST /v1/jobs/{id}/fork, docs/architecture.md "Forks"): the job and journal step it
+    // was forked from. No foreign key: the source may be purged by retention before the fork ends,
+    // and the fork does not need it (its journal holds its own copy of the prefix).
+    forkedFromJobId: uuid("forked_from_job_id"),
+    forkedFromStep: integer("forked_from_step"),
+    /** The replay (POST /v1/replays) that made this job as a rerun of `forked_from_job_id`; null: none. */
+    replayId: uuid("replay_id"),
     // The schedule tick that made the job (null: a submitted job). Unique together: the one
     // thing that makes a tick fire once however many hosts and cron invocations race for it.
     scheduleId: uuid("schedule_id"),
@@ -257,6 +264,8 @@ export const jobs = pgTable(
     // A parent's children (its resume trigger, drizzle/0010) and a root's tree (cancel, GET …/tree).
     index("jobs_parent_idx").on(t.parentJobId).where(sql`${t.parentJobId} is not null`),
     index("jobs_root_idx").on(t.rootJobId).where(sql`${t.rootJobId} is not null`),
+    // A replay's jobs (GET /v1/replays/{id}); only replayed jobs are in it.
+    index("jobs_replay_idx").on(t.replayId).where(sql`${t.replayId} is not null`),
     // The retention purge (retention-repo.ts) takes the oldest finished jobs first; without it
     // each batch would scan every job.
     index("jobs_finished_idx")
@@ -489,6 +498,22 @@ export const codeTools = pgTable(
  * jobs.scheduled_for). `next_run_at` is the tick owed next; whoever fires it (any host's
  * scheduler, the Worker's cron) inserts the job and moves it on, src/db/schedules-repo.ts.
  */
+/**
+ * A bulk replay (POST /v1/replays): which of the tenant's jobs it selected and the agent it
+ * reruns them with (null: each job's own version). Its jobs carry `jobs.replay_id`; its progress
+ * is theirs. Not purged with them: a row per replay, a few hundred bytes.
+ */
+export const replays = pgTable("replays", {
+  id: uuid("id").primaryKey(),
+  tenantId: text("tenant_id")
+    .notNull()
+    .references(() => tenants.id),
+  filter: jsonb("filter").$type<Record<string, unknown>>().notNull(),
+  agent: text("agent"),
+  jobsTotal: integer("jobs_total").notNull(),
+  createdAt: tstz("created_at").notNull().defaultNow(),
+});
+
 export const schedules = pgTable(
   "schedules",
   {

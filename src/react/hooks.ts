@@ -89,7 +89,9 @@ export function useJob(id: string | null | undefined, opts: { client?: EarClient
 
 /** The state an event moves a job to, when it moves it. */
 function liveState(type: string): JobState | null {
-  if (type === "run.started" || type === "run.resumed" || type === "run.recovered") return "running";
+  if (type === "run.started" || type === "run.resumed" || type === "run.recovered" || type === "run.forked") {
+    return "running";
+  }
   if (type === "run.suspended") return "waiting";
   return stateOfTerminalEvent(type);
 }

@@ -17,6 +17,12 @@ import { testPool } from "./db";
  */
 export const FAST_LOSS_HOST_ENV = { HOST_HEARTBEAT_MS: "1000", HOST_RUN_LOST_AFTER_MS: "4000", HOST_REAP_MS: "200" };
 
+/** A part of a stack a describe block starts in beforeAll: there once started, else a clear error. */
+export function started<T>(value: T | undefined): T {
+  if (value === undefined) throw new Error("the stack is not started yet (read it inside a test or hook)");
+  return value;
+}
+
 export interface StackHandle {
   readonly stack: Stack;
   readonly pool: pg.Pool;
@@ -34,10 +40,6 @@ export function useStack(opts: StackOptions, ready?: (stack: Stack, pool: pg.Poo
     await pool?.end();
     await stack?.stop();
   }, 60_000);
-  const started = <T>(value: T | undefined): T => {
-    if (value === undefined) throw new Error("the stack is not started yet (read it inside a test or hook)");
-    return value;
-  };
   return {
     get stack() {
       return started(stack);

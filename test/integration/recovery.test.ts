@@ -8,14 +8,12 @@
  * recovering execution whose host dies before its outbox delivered anything still shows on the
  * stream: the gateway projects its `run.recovered` from Postgres.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { SseEvent } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/stack/services/ports";
-import { type Stack, startStack } from "../../tools/stack/start";
 import { agentJobs, apiClient } from "../helpers/api";
-import { testPool } from "../helpers/db";
-import { type FakeProvider, type ProviderRequest, startFakeProvider } from "../helpers/fake-provider";
-import { startTestMcpServer, type TestMcpServer } from "../helpers/mcp-server";
+import type { ProviderRequest } from "../helpers/fake-provider";
+import { useProviderStack } from "../helpers/provider-stack";
 import { requireBinary } from "../helpers/require";
 import { FAST_LOSS_HOST_ENV } from "../helpers/stack";
 
@@ -42,25 +40,17 @@ const caseOf = (req: ProviderRequest): string =>
 const lastOf = (req: ProviderRequest) => req.body.messages.at(-1) as { role: string; content: string };
 
 describe.skipIf(!canRun)("recovery: a run survives its host", () => {
-  let stack: Stack;
-  let provider: FakeProvider;
-  let mcp: TestMcpServer;
-  let pool: ReturnType<typeof testPool>;
-  const api = () => apiClient(stack.gatewayUrl, stack.apiKey);
-  const jobs = agentJobs<Job>(api, () => "fake-model");
   /** Asked once per case: the first final turn of case "final" hangs (the host is killed during it). */
   const heldOnce = new Set<string>();
   const never = new Promise<void>(() => {});
-
-  beforeAll(async () => {
-    mcp = await startTestMcpServer();
-    provider = await startFakeProvider((req) => {
+  const t = useProviderStack(
+    (req) => {
       const which = caseOf(req);
       const last = lastOf(req);
       if (which === "case:fail") return { kind: "stream", pieces: ["never"], until: never };
       if (which === "case:relost") {
         // The first two executions hang in their first turn (each host is killed there); the third answers.
-        const n = provider.requests.filter((r) => caseOf(r) === which).length;
+        const n = t.provider.requests.filter((r) => caseOf(r) === which).length;
         return n <= 2
           ? { kind: "stream", pieces: [`doomed ${n} `], until: never }
           : { kind: "stream", pieces: RELOST_ANSWER };
@@ -85,11 +75,9 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       if (which === "case:final") return { kind: "stream", pieces: FINAL_ANSWER };
       // The charge cases: the model says what the tool result was.
       return { kind: "stream", pieces: [`saw: ${last.content}`] };
-    });
-    const allowed = new URL("/mcp", mcp.url).toString();
-    stack = await startStack({
+    },
+    (allowed) => ({
       hosts: 2,
-      model: { baseUrl: provider.url, apiKey: "k", name: "fake-model" },
       gatewayVars: { MCP_ALLOWED_URLS: allowed },
       hostEnv: {
         ...FAST_LOSS_HOST_ENV,
@@ -97,31 +85,15 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
         SANDBOX_ENABLED: "false",
         HOST_SHUTDOWN_GRACE_MS: String(GRACE_MS),
       },
-    });
-    pool = testPool(stack.databaseUrl, 2);
-  }, 180_000);
-  afterAll(async () => {
-    await pool?.end();
-    await stack?.stop();
-    await provider?.close();
-    await mcp?.close();
-  }, 60_000);
-
-  const server = (tools: unknown[]) => [{ name: "files", url: mcp.url, tools }];
-  const ownerOf = async (jobId: string) =>
-    (await pool.query<{ owner: string | null }>("select owner from jobs where id = $1", [jobId])).rows[0]?.owner ??
-    null;
-  /** SIGKILL the job's owner, and start one more host so two stay up for the next case. */
-  const killOwner = async (jobId: string) => {
-    const owner = await ownerOf(jobId);
-    const host = stack.hosts.find((h) => h.id === owner);
-    expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
-    host?.process.kill("SIGKILL");
-    await stack.addHost();
-    return owner;
-  };
+    }),
+  );
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const jobs = agentJobs<Job>(api, () => "fake-model");
+  const server = (tools: unknown[]) => t.server(tools);
+  const ownerOf = (jobId: string) => t.ownerOf(jobId);
+  const killOwner = (jobId: string) => t.killOwner(jobId);
   const callsOf = (jobId: string, tool: string) =>
-    mcp.calls.filter((c) => c.tool === tool && c.headers["x-ear-job-id"] === jobId);
+    t.mcp.calls.filter((c) => c.tool === tool && c.headers["x-ear-job-id"] === jobId);
   const eventsOf = async (jobId: string) => (await api().events(jobId)).map((e: SseEvent) => JSON.parse(e.data));
 
   it("refuses a recovery setting out of range with a clear 400", async () => {
@@ -141,7 +113,7 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     const id = await jobs.submit("rec-final", { input: { messages: [{ role: "user", content: "case:final" }] } });
     await waitFor(
       "the final turn to start",
-      async () => provider.requests.some((r) => caseOf(r) === "case:final" && lastOf(r).role === "tool") || null,
+      async () => t.provider.requests.some((r) => caseOf(r) === "case:final" && lastOf(r).role === "tool") || null,
       { timeoutMs: 30_000, intervalMs: 20 },
     );
     const killedAt = Date.now();
@@ -171,7 +143,7 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       reason: "recovered",
     });
     // The recovered turn saw the tool result the journal kept (not a repeated call).
-    const retried = provider.requests.filter((r) => caseOf(r) === "case:final" && lastOf(r).role === "tool");
+    const retried = t.provider.requests.filter((r) => caseOf(r) === "case:final" && lastOf(r).role === "tool");
     expect(retried).toHaveLength(2);
     expect(lastOf(retried[1] as ProviderRequest).content).toBe("echo: hi");
     console.log(`[recovery] SIGKILL → completed in ${Date.now() - killedAt} ms`);
@@ -255,14 +227,14 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     const id = await jobs.submit("rec-deploy", { input: { messages: [{ role: "user", content: "case:deploy" }] } });
     await waitFor(
       "the answer to start",
-      async () => provider.requests.some((r) => caseOf(r) === "case:deploy") || null,
+      async () => t.provider.requests.some((r) => caseOf(r) === "case:deploy") || null,
       {
         timeoutMs: 30_000,
         intervalMs: 20,
       },
     );
     const owner = await ownerOf(id);
-    const host = stack.hosts.find((h) => h.id === owner);
+    const host = t.stack.hosts.find((h) => h.id === owner);
     expect(host, `owner ${owner} is one of this stack's hosts`).toBeDefined();
     const termAt = Date.now();
     host?.process.kill("SIGTERM");
@@ -279,7 +251,7 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
       unknown_calls: [],
       sandbox_reset: false,
     });
-    const execs = await pool.query<{ host: string; outcome: string }>(
+    const execs = await t.pool.query<{ host: string; outcome: string }>(
       "SELECT host, outcome FROM executions WHERE job_id = $1 ORDER BY epoch",
       [id],
     );
@@ -289,13 +261,13 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     const handOffMs = Date.parse(recovered.ts) - termAt;
     expect(handOffMs).toBeLessThan(GRACE_MS + 3000);
     console.log(`[recovery] SIGTERM → run.recovered on another host in ${handOffMs} ms (grace ${GRACE_MS} ms)`);
-    await stack.addHost();
+    await t.stack.addHost();
   });
 
   it('on_host_loss: "fail": the job ends lost, as before recovery existed', async () => {
     await jobs.defineAgent("rec-fail", { recovery: { on_host_loss: "fail" } });
     const id = await jobs.submit("rec-fail", { input: { messages: [{ role: "user", content: "case:fail" }] } });
-    await waitFor("the first turn", async () => provider.requests.some((r) => caseOf(r) === "case:fail") || null, {
+    await waitFor("the first turn", async () => t.provider.requests.some((r) => caseOf(r) === "case:fail") || null, {
       timeoutMs: 30_000,
       intervalMs: 20,
     });
@@ -308,17 +280,17 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
   });
 
   it("a recovering host SIGKILLed before its outbox delivered anything: its run.recovered is still on the stream, once, projected from Postgres, then the next recovery's own", async () => {
-    const asked = () => provider.requests.filter((r) => caseOf(r) === "case:relost").length;
+    const asked = () => t.provider.requests.filter((r) => caseOf(r) === "case:relost").length;
     await jobs.defineAgent("rec-relost", {});
     const id = await jobs.submit("rec-relost", { input: { messages: [{ role: "user", content: "case:relost" }] } });
     await waitFor("the first turn", async () => asked() >= 1 || null, { timeoutMs: 30_000, intervalMs: 20 });
-    const alive = stack.hosts.filter((h) => h.process.exitCode === null && h.process.signalCode === null);
+    const alive = t.stack.hosts.filter((h) => h.process.exitCode === null && h.process.signalCode === null);
     const ownerA = await ownerOf(id);
     const hostA = alive.find((h) => h.id === ownerA);
     expect(hostA, `owner ${ownerA} is one of this stack's hosts`).toBeDefined();
     // A host whose outbox cannot reach the gateway (nothing listens on port 9): every event it
     // emits dies with it. The other hosts are paused, so it is the one that recovers the job.
-    const mute = await stack.addHost({ GATEWAY_URL: "http://127.0.0.1:9" });
+    const mute = await t.stack.addHost({ GATEWAY_URL: "http://127.0.0.1:9" });
     const paused = alive.filter((h) => h !== hostA);
     for (const h of paused) h.process.kill("SIGSTOP");
     try {
@@ -334,12 +306,12 @@ describe.skipIf(!canRun)("recovery: a run survives its host", () => {
     } finally {
       for (const h of paused) h.process.kill("SIGCONT");
     }
-    await stack.addHost();
+    await t.stack.addHost();
     const job = await jobs.finished(id, 60_000);
     expect(job).toMatchObject({ state: "completed", output: RELOST_ANSWER.join(""), recoveries: 2 });
 
     const execs = (
-      await pool.query<{ id: string; host: string; outcome: string }>(
+      await t.pool.query<{ id: string; host: string; outcome: string }>(
         "SELECT id, host, outcome FROM executions WHERE job_id = $1 ORDER BY epoch",
         [id],
       )

@@ -48,6 +48,31 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
   list: [(api) => api.list({ state: "running", limit: 5, cursor: "c1", schedule_id: JOB })],
   tree: [(api) => api.tree(JOB)],
   cancel: [(api) => api.cancel(JOB)],
+  steps: [(api) => api.steps(JOB, { after: 3, limit: 10 })],
+  fork: [
+    (api) =>
+      api.fork(JOB, {
+        from_step: 4,
+        agent: "triage@2",
+        append_messages: [{ role: "user", content: "try again" }],
+        replace_result: { call_id: "call-1", result: { ok: true } },
+      }),
+  ],
+  rerun: [(api) => api.rerun(JOB, { agent: "triage" })],
+  createReplay: [
+    (api) =>
+      api.createReplay({
+        filter: {
+          agent: "triage@2",
+          state: "completed",
+          since: "2026-03-01T00:00:00Z",
+          until: "2026-03-02T00:00:00Z",
+          limit: 50,
+        },
+        agent: "triage@3",
+      }),
+  ],
+  getReplay: [(api) => api.getReplay(JOB)],
   input: [(api) => api.input(JOB, { content: "more" })],
   decide: [(api) => api.decide(JOB, "call-1", { decision: "approve" })],
   decideInConversation: [(api) => api.decideInConversation("conv-1", JOB, "call-1", { decision: "deny", note: "no" })],

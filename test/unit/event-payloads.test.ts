@@ -51,6 +51,7 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
     "run.recovered",
     { reason: "host_shutdown", from_step: 0, discarded_turn: true, unknown_calls: [], sandbox_reset: false },
   ],
+  ["run.forked", { from_job: "0b9f7a4e-5c1d-4a57-9d43-2f0e8f3c6a11", from_step: 6 }],
   ["cancel.accepted", { via: "hint" }],
   ["cancel.accepted", { via: null }],
   ["run.suspended", { waiting_for: { kind: "children", call_id: "c4", tool: "delegate_worker" } }],

@@ -169,6 +169,8 @@ describe("OpenAPI document", () => {
       runAt: t,
       expiresAt: null,
       concurrencyKey: "repo-1",
+      forkedFromJobId: "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+      forkedFromStep: 6,
     } as unknown as JobRow;
     const job = toJobView(row);
     expect(componentValidator("Job")(job)).toEqual([]);

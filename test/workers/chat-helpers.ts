@@ -63,6 +63,7 @@ export class FakeChatBackend implements ChatBackend {
       run_at: null,
       expires_at: null,
       concurrency_key: null,
+      forked_from: null,
       tenant: s.tenantId,
       content: s.content,
       // The reference as the session passed it (the real backend resolves it to a version).

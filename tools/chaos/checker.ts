@@ -275,7 +275,9 @@ export function streamDisagreements(row: StreamRow, events: StreamEvent[]): stri
     }
   }
   const starts = events.filter((e) => e.type === "run.started");
-  const firsts = events.filter((e) => e.type === "run.started" || e.type === "run.recovered");
+  const firsts = events.filter(
+    (e) => e.type === "run.started" || e.type === "run.recovered" || e.type === "run.forked",
+  );
   if (row.started) {
     const mine = firsts.filter((e) => e.executionId === row.executionId);
     if (mine.length !== 1 || starts.length > 1) {

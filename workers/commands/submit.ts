@@ -17,9 +17,11 @@ import { budgetExceeded } from "../../src/db/budget-repo";
 import type { Db } from "../../src/db/client";
 import {
   type BatchItem,
+  type BatchRefusal,
   type CreatedJob,
   createJob,
   createJobs,
+  type ForkOf,
   findReplay,
   idempotencyMismatch,
   type ResolvedAgent,
@@ -56,6 +58,8 @@ export interface SubmitOptions extends AdmissionRules {
   traceparent?: string | null;
   /** Whether the operator lets a client's traceparent parent the run (OTEL_TRUST_CLIENT_SAMPLING); else it is a link. */
   trustClientTrace?: boolean;
+  /** The job is a fork of another (commands/fork.ts): its journal starts as that job's prefix. */
+  fork?: ForkOf;
 }
 
 /**
@@ -110,7 +114,7 @@ export async function resolveJobAgent(
  * deployment's default when it names none, which an allow-list may also close to this tenant;
  * the host does not check tenants) and its tools. The statement gates checks 3 and 4.
  */
-function assertBodyAdmitted(models: ModelCatalog, tenantId: string, body: CreateJobBody): void {
+export function assertBodyAdmitted(models: ModelCatalog, tenantId: string, body: CreateJobBody): void {
   if (body.agent !== undefined) return;
   assertAdmitted(planRefusal(models, tenantId, { model: body.model, tools: body.tools ?? [] }));
 }
@@ -120,7 +124,7 @@ function assertBodyAdmitted(models: ModelCatalog, tenantId: string, body: Create
  * runnable (a delayed job's entry comes due at its run_at; claimers read only due entries), which
  * also pokes every sleeping host (src/quota/fleet-wake.ts: nothing more when none sleeps).
  */
-function wake(deps: Deps, created: JobRow[], defer?: (work: Promise<unknown>) => void): Promise<void> {
+export function wake(deps: Deps, created: JobRow[], defer?: (work: Promise<unknown>) => void): Promise<void> {
   const jobIds = created.map((j) => j.id);
   const [first, ...rest] = created.map((j) => ({ score: Math.max(Date.now(), readyScore(j)), member: j.id }));
   if (!first) return Promise.resolve();
@@ -163,6 +167,7 @@ export async function submitJob(
       agent,
       traceparent: opts.traceparent ?? null,
       trustClientTrace: opts.trustClientTrace,
+      fork: opts.fork,
     }),
   );
   if (created.created) {
@@ -179,6 +184,17 @@ export async function submitJob(
 function atItem(index: number, err: unknown): unknown {
   if (!(err instanceof ApiError) || err.status >= 500) return err;
   return new ApiError(err.code, `jobs[${index}].${err.message}`, { cause: err, retryAfterS: err.retryAfterS });
+}
+
+/** The error for a batch createJobs refused; `itemOf` maps its index to the caller's item number. */
+export function batchRefused(result: BatchRefusal, itemOf: (index: number) => number): ApiError {
+  if (result.kind === "mismatch") return atItem(itemOf(result.index), idempotencyMismatch()) as ApiError;
+  if (result.kind === "budget") return budgetExceeded(result.refusal);
+  return new ApiError(
+    "rate_limited",
+    `this batch's ${result.fresh} new jobs do not fit under this tenant's limit of ${result.maxQueued} queued jobs; nothing was created`,
+    { retryAfterS: QUEUE_FULL_RETRY_AFTER_S },
+  );
 }
 
 /**
@@ -265,15 +281,7 @@ export async function submitJobs(
     items.length === 0
       ? []
       : await callDependency("postgres", () => createJobs(db, tenantId, items, { maxQueued: opts.maxQueued }));
-  if (!Array.isArray(result)) {
-    if (result.kind === "mismatch") throw atItem(order[result.index] ?? result.index, idempotencyMismatch());
-    if (result.kind === "budget") throw budgetExceeded(result.refusal);
-    throw new ApiError(
-      "rate_limited",
-      `this batch's ${result.fresh} new jobs do not fit under this tenant's limit of ${result.maxQueued} queued jobs; nothing was created`,
-      { retryAfterS: QUEUE_FULL_RETRY_AFTER_S },
-    );
-  }
+  if (!Array.isArray(result)) throw batchRefused(result, (index) => order[index] ?? index);
   for (const [n, created] of result.entries()) answered.set(order[n] as number, created);
   const all = bodies.map((_, i) => answered.get(i) as CreatedJob);
   for (const c of all) if (c.created) rememberJobOwner(c.job.id, tenantId, started);

@@ -117,3 +117,15 @@ export async function readJsonBody<S extends z.ZodType>(
   requireJsonContentType(req);
   return validate(schema, parseJson(await readBodyText(req, maxBytes)));
 }
+
+/** readJsonBody for a route whose body may be left out: no body at all reads as `{}`. */
+export async function readOptionalJsonBody<S extends z.ZodType>(
+  req: Request,
+  schema: S,
+  maxBytes: number,
+): Promise<z.infer<S>> {
+  const text = await readBodyText(req, maxBytes);
+  if (text === "") return validate(schema, {});
+  requireJsonContentType(req);
+  return validate(schema, parseJson(text));
+}

@@ -43,7 +43,11 @@ export class FirstEventProjection {
     // A first batch that opens with no first event at all (its host could not read the job row,
     // agent-loop.ts readRow, and sent only its end): this execution's own first event is
     // projected too, ahead of its events.
-    const ownToo = opening !== undefined && opening.type !== "run.recovered" && opening.type !== "run.resumed";
+    const ownToo =
+      opening !== undefined &&
+      opening.type !== "run.recovered" &&
+      opening.type !== "run.resumed" &&
+      opening.type !== "run.forked";
     try {
       const history = await this.history(batch.job_id);
       return projectedFirstEvents(batch.job_id, history, ownToo ? first.epoch + 1 : first.epoch);

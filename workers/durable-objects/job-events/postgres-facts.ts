@@ -142,7 +142,7 @@ const RECOVERY_REASON_OF: Record<string, string> = { lost: "host_lost", handed_o
  * that execution delivered none: `run.recovered` when it continued the job from the journal (it
  * wrote its journal `recovered` row, or its predecessor ended `lost`/`handed_off`, which only a
  * re-queue for a new execution leaves behind a later one), `run.started` when it is the job's
- * first execution. Null for an execution resuming from a wait: its `run.resumed` names the
+ * first execution, `run.forked` when it is a fork's first. Null for an execution resuming from a wait: its `run.resumed` names the
  * decision, which Postgres no longer ties to that execution.
  *
  * A projected `run.recovered` carries `source: "projector"`, `reason` and `from_step` always; the
@@ -159,6 +159,11 @@ export function projectedFirstEvent(
   const before = history[i - 1];
   const base = { job_id: jobId, execution_id: x.executionId, epoch: x.epoch, ts: x.startedAt.toISOString() };
   const handedBy = before?.outcome ? RECOVERY_REASON_OF[before.outcome] : undefined;
+  if (!before && x.forkedFrom) {
+    // A fork's first execution, whether or not it wrote its journal `recovered` row.
+    const payload = { from_job: x.forkedFrom.jobId, from_step: x.forkedFrom.step, source: "projector" as const };
+    return { ...base, seq: PROJECTED_RECOVERED_SEQ, type: "run.forked", payload };
+  }
   if (x.recovered !== null || handedBy !== undefined) {
     const payload: EventPayload<"run.recovered"> = {
       reason: handedBy ?? "host_lost",

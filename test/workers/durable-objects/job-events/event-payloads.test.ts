@@ -95,7 +95,19 @@ describe("projected event payloads", () => {
       ["run.started", 1, undefined],
       ["run.recovered", 3, "host_shutdown"],
     ]);
-    projected.push(...firsts);
+    // A fork's first execution opens with run.forked (from the row's forked_from_*), whether or
+    // not it wrote its journal row; its later recoveries are run.recovered as for any job.
+    const source = crypto.randomUUID();
+    const forked: ExecutionHistoryEntry[] = [
+      { ...(history[0] as ExecutionHistoryEntry), forkedFrom: { jobId: source, step: 6 } },
+      { ...(history[1] as ExecutionHistoryEntry), forkedFrom: { jobId: source, step: 6 } },
+    ];
+    const forkFirsts = projectedFirstEvents(JOB, forked, 6);
+    expect(forkFirsts.map((e) => [e.type, e.epoch, e.payload])).toEqual([
+      ["run.forked", 1, { source: "projector", from_job: source, from_step: 6 }],
+      ["run.recovered", 3, { source: "projector", reason: "host_lost", from_step: 2 }],
+    ]);
+    projected.push(...firsts, ...forkFirsts);
     expect(projected.every((e) => e !== null)).toBe(true);
     for (const e of projected) expect(EventEnvelopeSchema.safeParse(e).error?.issues ?? []).toEqual([]);
   });

@@ -22,6 +22,7 @@ import { budgetAdmission, budgetRefusal } from "./budget-repo";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { claimable, jobErrorSql } from "./ownership-repo";
+import { held } from "./schema";
 
 const EXPIRED = jobErrorSql("expired", "the job was not started within its ttl_s");
 
@@ -47,9 +48,24 @@ export async function expireOverdue(db: Db): Promise<string[]> {
 }
 
 /**
+ * How many jobs the tenant has `queued` (claimed but not started included), for its queued-jobs
+ * limit. Two counts, each an exact partial-index predicate: the unclaimed ones walk
+ * jobs_admission_idx, the claimed ones jobs_held_idx (at most the tenant's held jobs, read
+ * through to the row for `state`). An index of `state = 'queued'` alone would serve one count,
+ * but every claim added an entry to it (the claim keeps `queued` and sets `owner`, a non-HOT
+ * update): 1 of the ~12.5 index entries a lifecycle wrote, for a count made only when jobs are
+ * created (docs/claims.md, "WAL per job"). `tenantId` is a value or a column of the enclosing
+ * statement.
+ */
+export function tenantQueuedSql(tenantId: string | SQL): SQL {
+  return sql`((SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued' AND owner IS NULL)
+    + (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND ${held()} AND state = 'queued'))`;
+}
+
+/**
  * Job admission's checks 3 and 4 (src/domain/job-admission.ts) inside a creating statement, so
- * no job slips in between a read and the insert: the tenant's queued jobs (by the partial index
- * jobs_tenant_queued_idx) plus the `fresh` ones it inserts fit under `maxQueued` (0: no cap).
+ * no job slips in between a read and the insert: the tenant's queued jobs (`tenantQueuedSql`)
+ * plus the `fresh` ones it inserts fit under `maxQueued` (0: no cap).
  * `tenantId` is a value, or a column of the enclosing statement. Under READ COMMITTED concurrent
  * creators do not see each other's rows, so a burst can pass the cap by the number in flight at
  * once: it stops one tenant filling the queue, it is not an exact quota.
@@ -57,7 +73,7 @@ export async function expireOverdue(db: Db): Promise<string[]> {
 export function queueFitsSql(tenantId: string | SQL, maxQueued: number, fresh: number | SQL = 1): SQL {
   const cap = Math.max(maxQueued, 0);
   return sql`(${cap}::int = 0
-    OR (SELECT count(*) FROM jobs WHERE tenant_id = ${tenantId} AND state = 'queued') + ${fresh} <= ${cap}::int)`;
+    OR ${tenantQueuedSql(tenantId)} + ${fresh} <= ${cap}::int)`;
 }
 
 /** Checks 3 and 4 as they stand now: the budget's refusal, else the queue's, else null. */

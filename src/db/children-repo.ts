@@ -9,6 +9,7 @@ import { sql } from "drizzle-orm";
 import type { JobError } from "../contracts/job";
 import type { TreeNode } from "../contracts/tree";
 import { isUuid } from "../domain/uuid";
+import { tenantQueuedSql } from "./admission-repo";
 import { overBudgetSql } from "./budget-repo";
 import { type Db, resultRows } from "./client";
 
@@ -19,7 +20,7 @@ export interface TreePlace {
   children: number;
   /** Jobs below the root of the job's tree. */
   treeSize: number;
-  /** The tenant's jobs in `queued` now (by jobs_tenant_queued_idx), for its queued-jobs limit. */
+  /** The tenant's jobs in `queued` now (`tenantQueuedSql`), for its queued-jobs limit. */
   tenantQueued: number;
   /** The tenant's daily budget is spent (budget-repo.ts): delegate calls create no child. */
   overBudget: boolean;
@@ -37,7 +38,7 @@ export async function treePlace(db: Db, jobId: string): Promise<TreePlace> {
       SELECT j.depth,
         (SELECT count(*) FROM jobs c WHERE c.parent_job_id = j.id) AS children,
         (SELECT count(*) FROM jobs d WHERE d.root_job_id = coalesce(j.root_job_id, j.id)) AS tree_size,
-        (SELECT count(*) FROM jobs q WHERE q.tenant_id = j.tenant_id AND q.state = 'queued') AS tenant_queued,
+        ${tenantQueuedSql(sql`j.tenant_id`)} AS tenant_queued,
         ${overBudgetSql(sql`j.tenant_id`)} AS over_budget
       FROM jobs j WHERE j.id = ${jobId}`),
   );

@@ -8,7 +8,7 @@ import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql, RECOVERABLE, REQUEUE_SET } from "./ownership-repo";
-import { FINAL_STATES_SQL } from "./schema";
+import { FINAL_STATES_SQL, held } from "./schema";
 
 const TIMED_OUT = jobErrorSql("timed_out", "the run passed its deadline");
 const LOST = jobErrorSql(
@@ -76,7 +76,9 @@ export async function reapRuns(
             WHEN ${RECOVERABLE} THEN 'recovered' ELSE 'lost' END AS outcome
         FROM jobs j
         LEFT JOIN agent_versions v ON v.tenant_id = j.tenant_id AND v.name = j.agent_name AND v.version = j.agent_version
-        WHERE j.state = 'running'
+        -- Every running job has an owner (jobs_running_owner_ck); stated so that the plan walks
+        -- jobs_held_idx, the held jobs, rather than the job history.
+        WHERE j.state = 'running' AND j.owner IS NOT NULL
           AND ((j.deadline_at IS NOT NULL AND j.deadline_at < now())
             OR j.heartbeat_at < now() - make_interval(secs => ${heartbeatTimeoutMs / 1000}))
       ), reaped AS (
@@ -136,7 +138,7 @@ export const CLEANUP_WORK_WINDOW_S = 600;
  * Whether any job anywhere waits for a claim, is claimed but not started, or runs: an idle host's
  * one look at the fleet (sandbox-host/lifecycle/activity.ts), and when the soonest known deadline
  * falls. One statement: EXISTS probes and min()s, each the first entry of a partial index
- * (jobs_ready_idx, jobs_tenant_queued_idx, jobs_running_owner_idx, jobs_waiting_deadline_idx,
+ * (jobs_ready_idx, jobs_held_idx, jobs_waiting_deadline_idx,
  * jobs_expiry_idx, jobs_cleanup_pending_idx, schedules_due_idx, webhook_deliveries_due_idx,
  * jobs_finished_idx), so the job
  * history never enters the plan. A job queued with a later run_at, or a wait or a ttl ending
@@ -166,8 +168,8 @@ export async function fleetWork(
     await db.execute(sql`
       SELECT
         EXISTS (SELECT 1 FROM jobs WHERE ${claimable()} AND (run_at IS NULL OR run_at < ${horizon})) AS waiting,
-        EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND owner IS NOT NULL) AS claimed,
-        EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS running,
+        EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'queued') AS claimed,
+        EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running') AS running,
         (EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < ${horizon})
           OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})) AS expiring,
         EXISTS (SELECT 1 FROM jobs WHERE cleanup_pending AND state <> 'running'

@@ -255,10 +255,15 @@ export const jobs = pgTable(
     ),
     // Candidate selection when the ready index is unavailable, and index rebuilds.
     index("jobs_ready_idx").on(t.createdAt).where(sql`${t.state} = 'queued' and ${t.owner} is null`),
-    // Heartbeats and reaping of running jobs by owner.
-    index("jobs_running_owner_idx").on(t.owner).where(sql`${t.state} = 'running'`),
-    // The per-tenant queued-jobs limit counts these at submit.
-    index("jobs_tenant_queued_idx").on(t.tenantId).where(sql`${t.state} = 'queued'`),
+    // A running job always has its owner (only the started CAS sets `running`, under the owner's
+    // claim; every statement that clears the owner also leaves `running`). So the running jobs are
+    // a part of the held ones, and the reaper and the idle look find them through jobs_held_idx
+    // with `owner IS NOT NULL` stated: an index of its own took an entry from every start (a
+    // non-HOT update), 1 of the ~12.5 index entries a lifecycle wrote (docs/claims.md).
+    check("jobs_running_owner_ck", sql`${t.state} <> 'running' OR ${t.owner} IS NOT NULL`),
+    // No index of `state = 'queued'` alone: the queued-jobs limit counts the unclaimed by
+    // jobs_admission_idx and the claimed by jobs_held_idx (tenantQueuedSql, admission-repo.ts).
+    // Such an index took an entry from every claim, for a count made at submit (docs/claims.md).
     // Hosts' reapers and the cron backstop end waits past their deadline.
     index("jobs_waiting_deadline_idx").on(t.waitDeadlineAt).where(sql`${t.state} = 'waiting'`),
     // A parent's children (its resume trigger, drizzle/0010) and a root's tree (cancel, GET …/tree).

@@ -8,11 +8,14 @@
  * whose model is closed to the tenant creates no child.
  */
 import { randomUUID } from "node:crypto";
+import { sql } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import type { JobView } from "../../src/contracts/job";
-import type { Db } from "../../src/db/client";
+import { stateRefusal, tenantQueuedSql } from "../../src/db/admission-repo";
+import { type Db, resultRows } from "../../src/db/client";
+import { fleetWork, reapRuns } from "../../src/db/reaper-repo";
 import { fireDueSchedules } from "../../src/db/schedules-repo";
 import * as schema from "../../src/db/schema";
 import { createApiKey, createTenant } from "../../src/db/tenants-repo";
@@ -302,5 +305,90 @@ describe("fireDueSchedules returns a refused tick's reason, and skips it (Postgr
     const made = await fire(rulesOf(open, 2));
     expect(made.refused).toBeNull();
     expect(made.jobId).not.toBeNull();
+  });
+});
+
+describe("the queued count and the running jobs without indexes of their own (Postgres; migration 0024)", () => {
+  let t: TestDb;
+  fixture.beforeAll(({ testDb }) => {
+    t = testDb;
+  });
+
+  /** Index names and node types of a statement's plan (EXPLAIN, JSON). */
+  const planOf = async (statement: ReturnType<typeof sql>) => {
+    const [row] = resultRows<{ "QUERY PLAN": Array<{ Plan: unknown }> }>(
+      await t.db.execute(sql`explain (format json) ${statement}`),
+    );
+    const text = JSON.stringify(row?.["QUERY PLAN"][0]?.Plan);
+    return {
+      nodes: [...text.matchAll(/"Node Type":"([^"]+)"/g)].map((m) => m[1]),
+      indexes: [...text.matchAll(/"Index Name":"([^"]+)"/g)].map((m) => m[1]),
+    };
+  };
+
+  it("a tenant's queued jobs count the unclaimed and the claimed-not-started, nothing else, off two partial indexes, never its history", async () => {
+    await t.pool.query("INSERT INTO tenants (id, name) VALUES ('qc', 'qc'), ('qc2', 'qc2')");
+    const job = (tenant: string, extra = "", values = "") =>
+      t.pool.query(
+        `INSERT INTO jobs (id, tenant_id, input${extra}) VALUES (gen_random_uuid(), '${tenant}', '{"messages":[]}'${values})`,
+      );
+    for (let i = 0; i < 3; i++) await job("qc"); // queued, unclaimed
+    for (let i = 0; i < 2; i++)
+      await job("qc", ", owner, claimed_at, epoch, token", ", 'h1', now(), 1, gen_random_uuid()"); // claimed, not started
+    await job(
+      "qc",
+      ", state, owner, epoch, token, execution_id",
+      ", 'running', 'h1', 1, gen_random_uuid(), gen_random_uuid()",
+    );
+    await job("qc", ", state", ", 'waiting'");
+    for (let i = 0; i < 4; i++) await job("qc2");
+    // The tenant's history: what a count of `state = 'queued'` by tenant alone would walk.
+    await t.pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, state, finished_at)
+       SELECT gen_random_uuid(), 'qc', '{"messages":[]}', 'completed', now() FROM generate_series(1, 20000)`,
+    );
+    await t.pool.query("ANALYZE jobs");
+
+    const count = async (tenant: string) =>
+      Number(resultRows<{ n: string }>(await t.db.execute(sql`SELECT ${tenantQueuedSql(tenant)} AS n`))[0]?.n);
+    expect(await count("qc")).toBe(5);
+    expect(await count("qc2")).toBe(4);
+    // The cap counts the claimed ones too: 5 queued + 1 new fits under 6, not under 5.
+    expect(await stateRefusal(t.db as unknown as Db, "qc", 6)).toBeNull();
+    expect(await stateRefusal(t.db as unknown as Db, "qc", 5)).toMatchObject({ code: "rate_limited" });
+
+    const plan = await planOf(sql`SELECT ${tenantQueuedSql("qc")} AS n`);
+    console.log(`queued count plan: nodes ${plan.nodes.join(" > ")}; indexes ${plan.indexes.join(", ")}`);
+    expect(plan.nodes).not.toContain("Seq Scan");
+    // The unclaimed by either partial index of them (the tenant's, or the fleet's when it has few),
+    // the claimed by the held jobs; the tenant's 20,000 finished jobs are in neither.
+    expect(plan.indexes).toContain("jobs_held_idx");
+    expect(plan.indexes.some((i) => i === "jobs_admission_idx" || i === "jobs_ready_idx")).toBe(true);
+    for (const i of plan.indexes) expect(["jobs_admission_idx", "jobs_ready_idx", "jobs_held_idx"]).toContain(i);
+
+    // The idle look sees the claimed and the running job through jobs_held_idx.
+    const work = await fleetWork(t.db as unknown as Db);
+    expect({ claimed: work.claimed, running: work.running }).toEqual({ claimed: true, running: true });
+  });
+
+  it("a running job without an owner is refused by the database, so the reaper's `owner IS NOT NULL` misses none", async () => {
+    const id = randomUUID();
+    await t.pool.query(
+      `INSERT INTO jobs (id, tenant_id, input, state, owner, epoch, token, execution_id, heartbeat_at)
+       VALUES ($1, 'acme', '{"messages":[]}', 'running', 'h2', 1, gen_random_uuid(), gen_random_uuid(), now() - interval '1 hour')`,
+      [id],
+    );
+    await expect(t.pool.query("UPDATE jobs SET owner = NULL WHERE id = $1", [id])).rejects.toMatchObject({
+      code: "23514",
+      constraint: "jobs_running_owner_ck",
+    });
+    // The silent run is reaped (re-queued for a new execution: no agent, so the default recovery).
+    const reaped = await reapRuns(t.db as unknown as Db, 1000);
+    expect(reaped.map((r) => [r.id, r.state])).toContainEqual([id, "recovered"]);
+    const reapPlan = await planOf(
+      sql`SELECT id FROM jobs j WHERE j.state = 'running' AND j.owner IS NOT NULL AND j.heartbeat_at < now()`,
+    );
+    expect(reapPlan.nodes).not.toContain("Seq Scan");
+    expect(reapPlan.indexes).toContain("jobs_held_idx");
   });
 });

@@ -82,7 +82,7 @@ describe("queue depth", () => {
         `execution ${timings.map((ms) => ms.toFixed(2)).join(", ")} ms; nodes ${scans.join(" > ")}; indexes ${indexes.join(", ")}`,
     );
     expect(scans).not.toContain("Seq Scan");
-    expect(indexes.some((name) => name === "jobs_ready_idx" || name === "jobs_tenant_queued_idx")).toBe(true);
+    expect(indexes.some((name) => name === "jobs_ready_idx" || name === "jobs_admission_idx")).toBe(true);
     // Loose bound (2 shared cores under other suites): the point is not reading 200,000 rows.
     expect(Math.min(...timings)).toBeLessThan(50);
   });

@@ -14,6 +14,9 @@
  *       for runs long enough to be heartbeaten. No-op agent. The lifecycle statements go out as
  *       named prepared statements, as from a host on a direct connection; "b16 unprepared"
  *       sends them unnamed (a host behind a pooler; the pre-change host always did).
+ *     - ours b8 / b16 before: the same lifecycle on the jobs table as it was before migration 0024
+ *       (fillfactor 100, jobs_tenant_queued_idx, jobs_running_owner_idx), set up for its run and
+ *       undone after.
  *     - ours pre-change (B = 8): what a host did before the terminal write was group-committed
  *       and the timing facts folded: the same claim and start statements, then per job one
  *       `UPDATE … SET prepared_at`, one `… first_output_at`, one terminal write; the same
@@ -27,7 +30,8 @@
  *  2. latency: an idle claimer (LISTEN ear_ready → claim + started CAS, what a host's
  *     ReadyListener does) while jobs are enqueued one by one at 20/s; graphile-worker's add_job →
  *     task start with its own LISTEN wake-up. (pg-boss has no wake-up: it polls, ≥ 0.5 s.)
- *  3. bloat: n_dead_tup / HOT updates on `jobs` over the whole lifecycle, now and pre-change.
+ *  3. WAL by record type (pg_walinspect) of one lifecycle run, now and before; bloat: n_dead_tup /
+ *     HOT updates on `jobs` over the whole lifecycle, now and pre-change.
  *  4. with --investigate: why graphile-worker once looked slower at 4 workers than at 1.
  *  --admission instead runs only the admission claim's cost against the first-come claim, with
  *  1 and 1,000 tenants holding queued work (`admissionCost` below), with and without a newcomer
@@ -132,6 +136,41 @@ const walLsn = async () => (await admin.query("SELECT pg_current_wal_lsn() AS l"
 const walSince = async (from: string) =>
   Number((await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1) AS d", [from])).rows[0].d);
 
+/**
+ * The jobs table as it was before migration 0024 (fillfactor 100, jobs_tenant_queued_idx and
+ * jobs_running_owner_idx, which took an entry from every claim and every start), for the "before" columns: the same lifecycle on the same
+ * Postgres in the same run. The table's own settings and indexes are put back after.
+ */
+async function withTableBefore<T>(run: () => Promise<T>): Promise<T> {
+  const { rows } = await admin.query("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass");
+  const opts = (rows[0]?.reloptions ?? []) as string[];
+  await admin.query("ALTER TABLE jobs SET (fillfactor = 100)");
+  await admin.query("CREATE INDEX jobs_tenant_queued_idx ON jobs (tenant_id) WHERE state = 'queued'");
+  await admin.query("CREATE INDEX jobs_running_owner_idx ON jobs (owner) WHERE state = 'running'");
+  try {
+    return await run();
+  } finally {
+    await admin.query("DROP INDEX jobs_tenant_queued_idx, jobs_running_owner_idx");
+    await admin.query(
+      opts.length > 0 ? `ALTER TABLE jobs SET (${opts.join(", ")})` : "ALTER TABLE jobs RESET (fillfactor)",
+    );
+  }
+}
+
+/** LSNs of the last run's timed section, for the WAL breakdown by record type. */
+let walRange: [string, string] = ["0/0", "0/0"];
+
+/** WAL of the last run by record type (pg_walinspect), bytes per job, largest first. */
+async function walByRecord(): Promise<Array<{ type: string; perJob: number; bytesPerJob: number }>> {
+  await admin.query("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
+  const r = await admin.query(
+    `SELECT "resource_manager/record_type" AS t, count, combined_size FROM pg_get_wal_stats($1, $2, true)
+     WHERE count > 0 ORDER BY combined_size DESC`,
+    walRange,
+  );
+  return r.rows.map((x) => ({ type: x.t, perJob: Number(x.count) / N, bytesPerJob: Number(x.combined_size) / N }));
+}
+
 type Mode = "now" | "pre-change" | "unprepared";
 /** How often a host heartbeats its runs (HOST_HEARTBEAT_MS); `perPass` heartbeats every pass. */
 type Heartbeats = "timer" | "perPass";
@@ -215,6 +254,7 @@ async function ours(
   );
   const secs = (performance.now() - t0) / 1000;
   walBytes = await walSince(w0);
+  walRange = [w0, await walLsn()];
   await pool.end();
   if (finished !== N) {
     const left = await admin.query("SELECT state, count(*)::int AS n FROM jobs GROUP BY 1");
@@ -680,6 +720,9 @@ try {
       // And with the admission claim as it was, re-planned on every execution.
       { name: "ours b8 replanned", run: (k) => ours(k, 8, "now", "timer", false, "replanned") },
       { name: "ours b16", run: (k) => ours(k, 16, "now") },
+      // The same lifecycles on the jobs table as it was before migration 0024.
+      { name: "ours b8 before", run: (k) => withTableBefore(() => ours(k, 8, "now")) },
+      { name: "ours b16 before", run: (k) => withTableBefore(() => ours(k, 16, "now")) },
       { name: "ours b16 unprepared", run: (k) => ours(k, 16, "unprepared") },
       { name: "ours b8 hb every pass", run: (k) => ours(k, 8, "now", "perPass") },
       { name: "ours b8 pre-change", run: (k) => ours(k, 8, "pre-change") },
@@ -729,6 +772,8 @@ try {
         ["b8 admission/first-come", "ours b8", "ours b8 first-come"],
         ["b8 replanned/first-come", "ours b8 replanned", "ours b8 first-come"],
         ["b16/b16 unprepared", "ours b16", "ours b16 unprepared"],
+        ["b8 now/before", "ours b8", "ours b8 before"],
+        ["b16 now/before", "ours b16", "ours b16 before"],
       ];
       const ratios = pairs
         .filter(([, a, b]) => Number.isFinite(m(a) / m(b)))
@@ -740,6 +785,21 @@ try {
       `  heartbeat statements of ours (every ${DEFAULT_HEARTBEAT_MS} ms per claimer; every pass in "hb every pass"): ${heartbeatStatements}`,
     );
 
+    // Where a lifecycle's WAL goes, from Postgres' own records: one run of each side, 4 claimers, B = 16.
+    bench.say(
+      "\nWAL by record type (pg_walinspect), one run each, 4 claimers, B = 16, bytes per job (records per job)",
+    );
+    for (const [label, run] of [
+      ["now", () => ours(4, 16, "now")],
+      ["before", () => withTableBefore(() => ours(4, 16, "now"))],
+    ] as const) {
+      await run();
+      const rows = await walByRecord();
+      const total = rows.reduce((a, x) => a + x.bytesPerJob, 0);
+      const top = rows.slice(0, 6).map((x) => `${x.type} ${x.bytesPerJob.toFixed(0)} (${x.perJob.toFixed(2)})`);
+      bench.say(`  ${label.padEnd(7)} ${total.toFixed(0)} B/job: ${top.join(" · ")}`);
+    }
+
     bench.say("\nenqueue → started, idle claimer, 20 jobs/s, 300 jobs");
     const o = await oursLatency(300);
     const g = await graphileLatency(300);
@@ -749,7 +809,10 @@ try {
     bench.say(`  graphile-worker (add_job → task): ${f(g)}`);
     bench.say(`  load average ${load()}`);
 
-    bench.say("\nbloat over whole lifecycles (4 claimers, B = 8), fillfactor 100");
+    const ff = await admin.query("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass");
+    bench.say(
+      `\nbloat over whole lifecycles (4 claimers, B = 8), jobs ${(ff.rows[0]?.reloptions ?? ["fillfactor=100"]).join(", ")}`,
+    );
     for (const mode of ["pre-change", "now"] as const) {
       const [b, a] = await bloat(mode);
       const upd = a.upd - b.upd;

@@ -58,6 +58,12 @@ export const HostConfigSchema = z.object({
    * `defaultReservedSlots(maxRuns)`: 1 slot in 8; fewer than HOST_MAX_RUNS.
    */
   reservedSlots: intFromEnv(0, 255).optional(),
+  /**
+   * The host's Postgres pool: at most this many connections (default `defaultPgPoolMax(maxRuns)`).
+   * A run issues one statement at a time and spends most of its life waiting on the model, so
+   * a busy host's runs share far fewer connections than they have slots.
+   */
+  pgPoolMax: intFromEnv(2, 1000).optional(),
   /** 0 = any free port. */
   metricsPort: intFromEnv(0, 65535).default(0),
   /**
@@ -247,6 +253,16 @@ export type HostConfig = z.infer<typeof HostConfigSchema>;
  * a fleet that is 1/8 of its slots, which a lone tenant with more work than the rest leaves
  * idle: the price of a newcomer starting at once without preempting anyone (docs/claims.md).
  */
+/**
+ * One connection per run slot plus the claimer, heartbeat and sweep, up to 36: 4 hosts with 256
+ * slots each opened 1,040 connections under 1,000 runs at once on `npm run dev`, past Postgres'
+ * 300, and a third of the runs failed `internal_error` ("too many clients"); a Neon compute's
+ * direct limit is lower still (112 at 0.25 CU). Past the bound a statement waits for a connection.
+ */
+export function defaultPgPoolMax(maxRuns: number): number {
+  return Math.min(maxRuns + 4, 36);
+}
+
 export function defaultReservedSlots(maxRuns: number): number {
   return Math.floor(maxRuns / 8);
 }
@@ -269,6 +285,7 @@ const ENV_NAMES: Record<string, string> = {
   signingSecret: "INTERNAL_SIGNING_SECRET",
   maxRuns: "HOST_MAX_RUNS",
   reservedSlots: "HOST_RESERVED_SLOTS",
+  pgPoolMax: "HOST_PG_POOL_MAX",
   metricsPort: "HOST_METRICS_PORT",
   metricsHost: "HOST_METRICS_HOST",
   queueDepthMs: "HOST_QUEUE_DEPTH_MS",
@@ -345,6 +362,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     signingSecret: v("INTERNAL_SIGNING_SECRET"),
     maxRuns: v("HOST_MAX_RUNS"),
     reservedSlots: v("HOST_RESERVED_SLOTS"),
+    pgPoolMax: v("HOST_PG_POOL_MAX"),
     metricsPort: v("HOST_METRICS_PORT"),
     metricsHost: v("HOST_METRICS_HOST"),
     queueDepthMs: v("HOST_QUEUE_DEPTH_MS"),

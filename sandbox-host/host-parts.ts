@@ -24,7 +24,7 @@ import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
 import type { CodeToolSpec } from "./code-tools/tool-modules";
-import { type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
+import { defaultPgPoolMax, type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
@@ -109,18 +109,20 @@ export interface HostParts {
 }
 
 export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
-  // One connection per run slot (each run issues one statement at a time) plus the claimer,
-  // the heartbeat and the sweep: max runs + 4 keeps a busy host from queueing on its own pool.
-  // One connection stays open when unused: an idle host sends a statement a minute at most, so
+  // Up to one connection per run slot plus the claimer, the heartbeat and the sweep, bounded
+  // (defaultPgPoolMax, HOST_PG_POOL_MAX). One connection stays open when unused: an idle host sends a statement a minute at most, so
   // without it the first claim after a quiet spell would wait for a new connection on top of the
   // claim (measured here: 26 ms for connect + SCRAM authentication + a query, 0.7 ms for the
   // query on an open connection; TLS adds more on Neon). An open connection costs no statement.
   const pool = new pg.Pool({
     connectionString: config.databaseUrl,
-    max: config.maxRuns + 4,
+    max: config.pgPoolMax ?? defaultPgPoolMax(config.maxRuns),
     min: 1,
     idleTimeoutMillis: 30_000,
-    connectionTimeoutMillis: 5_000,
+    // pg-pool bounds both a new connection's start and a statement's wait for a busy pool with
+    // this: the second is a queue under a burst (1,000 runs starting at once), not a failure. A
+    // Postgres that is down still answers at once (connection refused).
+    connectionTimeoutMillis: 60_000,
   });
   // An idle client losing its connection emits here; unhandled it would kill the process. A
   // suspended Neon compute closes idle connections: the pool drops the client and opens a new one

@@ -14,13 +14,16 @@ import { type Attributes, SpanKind } from "@opentelemetry/api";
 import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
+import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
+import { budgetKeys } from "../../src/quota/keys";
+import type { BudgetDemand } from "../../src/quota/lease-store";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
 import { inSpan, markOutcome } from "../tracing/spans";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
-import { acquireQuota } from "./quota-gate";
+import { type AdmittedTurn, acquireQuota, type BudgetExhausted } from "./quota-gate";
 import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /**
@@ -56,13 +59,18 @@ export async function callModel(
   const overBudget = await budgetCheck(exec);
   if (overBudget) return failed("budget_exceeded", overBudget, textSoFar);
   for (let attempt = 1; ; attempt++) {
+    // Every attempt reserves its own worst case: its prompt may have grown (a retry after a lost
+    // lease asks the same turn again, but the budget's spend moved meanwhile).
+    const budgets = budgetDemands(exec, model, request);
     // A retry is a new lease (its own holder): the slot was given back for the wait.
     const admitted = await acquireQuota(exec, {
       model,
       turn: attempt === 1 ? turn : `${turn}.${attempt}`,
       afterLoss,
+      budgets,
     });
     if ("state" in admitted) return admitted;
+    if ("budgetExhausted" in admitted) return failed("budget_exceeded", exhaustedMessage(admitted), textSoFar);
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
     // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
     afterLoss = undefined;
@@ -72,6 +80,7 @@ export async function callModel(
       { kind: SpanKind.CLIENT, attributes: modelSpanAttributes(model, request, attempt) },
       async (span) => {
         const r = await streamModelTurn(exec, { request, admitted });
+        let costUsd = 0;
         // A call that produced output (or finished) was served, and the provider counts it: so do we.
         if (r.ok || r.outputStarted) {
           const used = await recordUsage(exec, {
@@ -87,7 +96,11 @@ export async function callModel(
             "ear.usage.estimated": used.estimated,
             ...(used.costUsd === null ? {} : { "ear.cost_usd": used.costUsd }),
           });
+          costUsd = used.costUsd ?? 0;
         }
+        // After the ledger's write, so the spend is never in neither place (a settle before it
+        // would free the reservation while Postgres did not have the call yet).
+        await settleBudgets(exec, admitted, budgets, costUsd);
         if (r.ok) {
           span.setAttribute("gen_ai.response.finish_reasons", [
             r.finishReason ?? (r.calls.length ? "tool_calls" : "stop"),
@@ -177,6 +190,70 @@ async function budgetCheck(exec: Execution): Promise<string | null> {
     exec.deps.log.warn("budget check failed; the turn goes on", { ...exec.fields, ...errorFields(err) });
     return null;
   }
+}
+
+/** Nano-USD (1e-9 $) per US dollar: budgets count in integers, exact for prices per million tokens. */
+const NANO = 1_000_000_000;
+/** How long a day's spend counter outlives its last write: past the day's end whatever the time zone of the write. */
+const DAY_BUDGET_TTL_MS = 2 * 86_400_000;
+
+/**
+ * What this call reserves before it is made: its worst case (the prompt as counted, plus the
+ * request's output bound, priced by the registry) against each budget it counts toward. None
+ * for an unpriced model (it spends nothing) or a tenant without a budget.
+ *
+ * The tenant's day is the host's UTC date (the key's name); the ledger's spend read at the run's
+ * start is the counter's floor only on the same day, so Redis losing its data never restarts a
+ * day from 0 for a run that knows better.
+ */
+function budgetDemands(exec: Execution, model: ModelEntry, request: TurnRequest): BudgetDemand[] {
+  const daily = exec.job.dailyBudget;
+  if (!model.pricing || !daily) return [];
+  const promptTokens = estimateUsage(request, "", []).promptTokens;
+  const maxOutput = request.maxOutputTokens ?? exec.deps.defaultMaxOutputTokens ?? AGENT_LIMITS.defaultMaxOutputTokens;
+  const worstUsd = callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing);
+  const day = new Date().toISOString().slice(0, 10);
+  return [
+    {
+      key: budgetKeys.tenantDay(exec.job.tenantId, day),
+      limitNano: Math.round(daily.budgetUsd * NANO),
+      amountNano: Math.ceil(worstUsd * NANO),
+      floorNano: daily.day === day ? Math.round(daily.spentUsd * NANO) : 0,
+      ttlMs: DAY_BUDGET_TTL_MS,
+    },
+  ];
+}
+
+/**
+ * Settle the call's reservations to its real cost (0 for a call that produced nothing). Counted
+ * once per holder however often it is sent; a settle Redis does not answer leaves the
+ * reservation to expire with the lease, and the ledger has the call either way.
+ */
+async function settleBudgets(
+  exec: Execution,
+  admitted: AdmittedTurn,
+  budgets: readonly BudgetDemand[],
+  costUsd: number,
+): Promise<void> {
+  const q = exec.deps.quota;
+  if (!q || !admitted.lease?.budgets?.length) return;
+  const amountNano = Math.round(costUsd * NANO);
+  const outcome = await q.store.settle(
+    admitted.lease.holder,
+    budgets.map((b) => ({ key: b.key, amountNano, ttlMs: b.ttlMs })),
+  );
+  exec.deps.metrics.budgetSettlements.inc({ outcome });
+  if (outcome === "unavailable") {
+    exec.deps.log.warn("budget settlement not sent; the reservation expires with the lease", {
+      ...exec.fields,
+      holder: admitted.lease.holder,
+    });
+  }
+}
+
+function exhaustedMessage({ budgetExhausted: b }: BudgetExhausted): string {
+  const usd = (n: number) => `$${(n / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
+  return `this tenant spent ${usd(b.spentNano)} of its daily budget of ${usd(b.limitNano)} (UTC day), with ${usd(b.reservedNano)} reserved by model calls in flight; this call was refused before it was made`;
 }
 
 function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {

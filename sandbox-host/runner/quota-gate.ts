@@ -8,7 +8,7 @@
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
-import type { QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
+import type { BudgetDemand, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait } from "../../src/quota/wait";
 import { inSpan } from "../tracing/spans";
 import { abortedOutcome, type Execution, failed, type QuotaGate, type RunDeps } from "./run-context";
@@ -19,6 +19,11 @@ export interface AdmittedTurn {
   lost: AbortSignal;
   /** How long the wait for it took (0 without quota). */
   waitedMs: number;
+}
+
+/** A budget refused the call (its spend plus what calls in flight reserved reached its limit). */
+export interface BudgetExhausted {
+  budgetExhausted: { key: string; spentNano: number; reservedNano: number; limitNano: number };
 }
 
 /** Never aborted: the `lost` signal of a turn without quota. */
@@ -32,18 +37,27 @@ const NEVER_LOST = new AbortController().signal;
  */
 export async function acquireQuota(
   exec: Execution,
-  call: { model: ModelEntry; turn: number | string; afterLoss?: { maxWaitMs: number; retry: number } },
-): Promise<AdmittedTurn | FinalOutcome> {
+  call: {
+    model: ModelEntry;
+    turn: number | string;
+    afterLoss?: { maxWaitMs: number; retry: number };
+    /** Budget reservations taken with the slots, in the same script (none: no budget applies). */
+    budgets?: readonly BudgetDemand[];
+  },
+): Promise<AdmittedTurn | FinalOutcome | BudgetExhausted> {
   const { deps, run, job } = exec;
-  const { model, turn, afterLoss } = call;
+  const { model, turn, afterLoss, budgets = [] } = call;
   const q = deps.quota;
   const modelLimit = modelQuotaLimit(q, model);
-  if (!q || modelLimit <= 0) return { lease: null, lost: NEVER_LOST, waitedMs: 0 };
+  if (!q || (modelLimit <= 0 && budgets.length === 0)) return { lease: null, lost: NEVER_LOST, waitedMs: 0 };
   // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
-  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: modelLimit }];
-  const perTenant = tenantModelLimit(model, job.tenantId);
-  if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
-  if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
+  const demands: QuotaDemand[] = [];
+  if (modelLimit > 0) {
+    demands.push({ key: quotaKeys.model(model.name), limit: modelLimit });
+    const perTenant = tenantModelLimit(model, job.tenantId);
+    if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
+    if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
+  }
   const outcome = await inSpan(
     deps.tracing.tracer,
     "quota.wait",
@@ -52,6 +66,7 @@ export async function acquireQuota(
       const waited = await acquireWithWait(q.store, {
         holder: `${exec.id.executionId}:${turn}`,
         demands,
+        budgets,
         maxWaitMs: afterLoss?.maxWaitMs ?? q.maxWaitMs,
         signal: exec.signal,
         onWaiting: (info) =>
@@ -62,7 +77,13 @@ export async function acquireQuota(
     },
   );
   q.onWait?.(outcome);
+  if (budgets.length > 0 && outcome.kind === "admitted") deps.metrics.budgetReservations.inc({ outcome: "reserved" });
+  if (outcome.kind === "budget_exhausted") deps.metrics.budgetReservations.inc({ outcome: "refused" });
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
+  if (outcome.kind === "budget_exhausted") {
+    const { key, spentNano, reservedNano, limitNano } = outcome;
+    return { budgetExhausted: { key, spentNano, reservedNano, limitNano } };
+  }
   if (outcome.kind === "timed_out" && afterLoss) {
     return failed(
       "quota_lease_lost",

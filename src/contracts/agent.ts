@@ -18,6 +18,11 @@ export const AGENT_LIMITS = {
   maxTurns: 50,
   defaultMaxTurns: 8,
   maxOutputTokens: 128_000,
+  /**
+   * A model call's output bound when its agent sets none (the hosts' MODEL_MAX_OUTPUT_TOKENS
+   * default): no call is unbounded, so budgets can reserve its worst case (docs/quota.md).
+   */
+  defaultMaxOutputTokens: 4096,
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,

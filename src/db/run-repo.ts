@@ -37,6 +37,12 @@ export interface RunnableJob {
   clientTraceparent: string | null;
   /** The tenant's daily budget was spent when the run started (budget-repo.ts; read in the same statement). */
   budgetSpent: boolean;
+  /**
+   * The tenant's daily budget and the day's spend in the ledger when the run started (Postgres's
+   * UTC day, `YYYY-MM-DD`), or null: no budget. The run reserves each call against it in Redis
+   * (docs/quota.md, "Budgets: reserve, then settle"); the spend is the floor of that counter.
+   */
+  dailyBudget: { budgetUsd: number; spentUsd: number; day: string } | null;
 }
 
 /**
@@ -59,6 +65,12 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       traceparent: jobs.traceparent,
       clientTraceparent: jobs.clientTraceparent,
       budgetSpent: sql<boolean>`${overBudgetSql(sql`${jobs.tenantId}`)}`,
+      dailyBudget: sql<{ budget_usd: number | string; spent_usd: number | string; day: string } | null>`(
+        SELECT json_build_object('budget_usd', bt.daily_budget_usd, 'spent_usd', coalesce(bs.cost_usd, 0),
+          'day', to_char((now() AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD'))
+        FROM tenants bt
+        LEFT JOIN tenant_daily_spend bs ON bs.tenant_id = bt.id AND bs.day = (now() AT TIME ZONE 'UTC')::date
+        WHERE bt.id = ${jobs.tenantId} AND bt.daily_budget_usd IS NOT NULL)`,
     })
     .from(jobs)
     .leftJoin(
@@ -91,6 +103,13 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     traceparent: row.traceparent,
     clientTraceparent: row.clientTraceparent,
     budgetSpent: row.budgetSpent === true,
+    dailyBudget: row.dailyBudget
+      ? {
+          budgetUsd: Number(row.dailyBudget.budget_usd),
+          spentUsd: Number(row.dailyBudget.spent_usd),
+          day: row.dailyBudget.day,
+        }
+      : null,
   };
 }
 

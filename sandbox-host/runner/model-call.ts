@@ -11,10 +11,10 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Attributes, SpanKind } from "@opentelemetry/api";
+import { AGENT_LIMITS } from "../../src/contracts/agent";
 import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
-import { AGENT_LIMITS } from "../../src/contracts/agent";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
 import { budgetKeys } from "../../src/quota/keys";
 import type { BudgetDemand } from "../../src/quota/lease-store";
@@ -23,7 +23,7 @@ import type { ModelToolCall, ModelUsage } from "../model/types";
 import { inSpan, markOutcome } from "../tracing/spans";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
-import { type AdmittedTurn, acquireQuota, type BudgetExhausted } from "./quota-gate";
+import { type AdmittedTurn, acquireQuota, type BudgetExhausted, settledQuota } from "./quota-gate";
 import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /**
@@ -80,7 +80,6 @@ export async function callModel(
       { kind: SpanKind.CLIENT, attributes: modelSpanAttributes(model, request, attempt) },
       async (span) => {
         const r = await streamModelTurn(exec, { request, admitted });
-        let costUsd = 0;
         // A call that produced output (or finished) was served, and the provider counts it: so do we.
         if (r.ok || r.outputStarted) {
           const used = await recordUsage(exec, {
@@ -89,6 +88,7 @@ export async function callModel(
             text: r.text,
             calls: r.calls,
             reported: r.ok ? r.usage : undefined,
+            settle: (costUsd) => settleBudgets(exec, admitted, budgets, costUsd),
           });
           span.setAttributes({
             "gen_ai.usage.input_tokens": used.promptTokens,
@@ -96,11 +96,10 @@ export async function callModel(
             "ear.usage.estimated": used.estimated,
             ...(used.costUsd === null ? {} : { "ear.cost_usd": used.costUsd }),
           });
-          costUsd = used.costUsd ?? 0;
+        } else {
+          // Refused or failed before any output: nothing was served, the reservation goes.
+          await settleBudgets(exec, admitted, budgets, 0);
         }
-        // After the ledger's write, so the spend is never in neither place (a settle before it
-        // would free the reservation while Postgres did not have the call yet).
-        await settleBudgets(exec, admitted, budgets, costUsd);
         if (r.ok) {
           span.setAttribute("gen_ai.response.finish_reasons", [
             r.finishReason ?? (r.calls.length ? "tool_calls" : "stop"),
@@ -242,6 +241,7 @@ async function settleBudgets(
     admitted.lease.holder,
     budgets.map((b) => ({ key: b.key, amountNano, ttlMs: b.ttlMs })),
   );
+  settledQuota(exec.deps, admitted.lease);
   exec.deps.metrics.budgetSettlements.inc({ outcome });
   if (outcome === "unavailable") {
     exec.deps.log.warn("budget settlement not sent; the reservation expires with the lease", {
@@ -273,6 +273,16 @@ async function recordUsage(
     calls: ModelToolCall[];
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
+    /**
+     * Settle the call's budget reservations to its cost, BEFORE the ledger's write: the Redis
+     * counter is then never behind the ledger, so taking the larger of the two (the floor a run
+     * reads from Postgres at its start, acquire.lua) never counts a call twice. Settled after
+     * the write, a run starting in between read a floor with the call in it, raised the counter
+     * to it, and the settle added the call again (seen: 20.45 vs 12.27 m$ in
+     * budget-reservations.test.ts). A host dying between the two leaves Redis ahead of the
+     * ledger: the budget errs on the side of refusing.
+     */
+    settle: (costUsd: number) => Promise<void>;
   },
 ): Promise<ModelUsage & { estimated: boolean; costUsd: number | null }> {
   const { deps } = exec;
@@ -284,6 +294,7 @@ async function recordUsage(
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
   const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
   if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
+  await call.settle(costUsd ?? 0);
   try {
     exec.run.budgetSpent = await recordModelUsage(deps.db, exec.id, {
       tenantId: exec.job.tenantId,

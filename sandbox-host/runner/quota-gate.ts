@@ -111,11 +111,32 @@ export function modelQuotaLimit(q: Pick<QuotaGate, "modelLimit"> | undefined, mo
   return model.concurrency ?? q.modelLimit;
 }
 
-/** The turn is over: stop renewing its lease and free the slot. */
+/** The budget reservations of a released lease, renewed on their own until they are settled. */
+const unsettled = new WeakMap<QuotaLease, QuotaLease>();
+
+/**
+ * The turn is over: stop renewing its lease and free the slot. Its budget reservations are kept
+ * renewed until `settledQuota`: the call's cost is known only after its usage is counted, and a
+ * reservation left to expire meanwhile let a fourth call in under a budget that held three
+ * (budget-reservations.test.ts, with the host loaded by 40 runs starting at once).
+ */
 export async function releaseQuota(deps: RunDeps, lease: QuotaLease | null): Promise<void> {
   if (!lease) return;
   deps.quota?.untrack(lease);
+  if (deps.quota && lease.budgets?.length) {
+    const held: QuotaLease = { holder: lease.holder, keys: [], budgets: lease.budgets, validUntil: lease.validUntil };
+    unsettled.set(lease, held);
+    // Lost (a renewal found it expired): settle.lua still counts the call; nothing to stop.
+    deps.quota.track(held, () => {});
+  }
   await deps.quota?.store.release(lease);
+}
+
+/** The lease's reservations were settled: stop renewing them. */
+export function settledQuota(deps: RunDeps, lease: QuotaLease): void {
+  const held = unsettled.get(lease);
+  if (held) deps.quota?.untrack(held);
+  unsettled.delete(lease);
 }
 
 /**

@@ -208,15 +208,19 @@ export function createLeaseStore(
       let reply: unknown;
       try {
         reply = await breaker.run(() =>
-          runner.evalScript(scripts.acquire, [...triples(quotaKeys), ...budgets.flatMap((b) => budgetTriple(b.key))], [
-            holder,
-            String(leaseTimeoutMs),
-            String(waiterTimeoutMs),
-            queue ? "1" : "0",
-            ...demands.flatMap((d) => [String(d.limit), String(d.slack ?? 0)]),
-            ...budgets.flatMap((b) => [b.limitNano, b.amountNano, b.floorNano, b.ttlMs].map(String)),
-            String(budgets.length),
-          ]),
+          runner.evalScript(
+            scripts.acquire,
+            [...triples(quotaKeys), ...budgets.flatMap((b) => budgetTriple(b.key))],
+            [
+              holder,
+              String(leaseTimeoutMs),
+              String(waiterTimeoutMs),
+              queue ? "1" : "0",
+              ...demands.flatMap((d) => [String(d.limit), String(d.slack ?? 0)]),
+              ...budgets.flatMap((b) => [b.limitNano, b.amountNano, b.floorNano, b.ttlMs].map(String)),
+              String(budgets.length),
+            ],
+          ),
         );
       } catch (err) {
         counters.unavailable += 1;
@@ -261,14 +265,18 @@ export function createLeaseStore(
       const redisKeyIndex = new Map<string, number>();
       const args = [String(leaseTimeoutMs), String(leases.length)];
       for (const lease of leases) {
-        args.push(lease.holder, String(lease.keys.length + (lease.budgets?.length ?? 0)));
-        for (const rk of [...lease.keys.map(keys.quotaLeases), ...(lease.budgets ?? []).map(keys.budgetReservations)]) {
-          let i = redisKeyIndex.get(rk);
-          if (i === undefined) {
-            i = redisKeyIndex.size + 1;
-            redisKeyIndex.set(rk, i);
+        args.push(lease.holder);
+        // Its slots (they decide whether it is lost), then its budget reservations (renewed only).
+        for (const group of [lease.keys.map(keys.quotaLeases), (lease.budgets ?? []).map(keys.budgetReservations)]) {
+          args.push(String(group.length));
+          for (const rk of group) {
+            let i = redisKeyIndex.get(rk);
+            if (i === undefined) {
+              i = redisKeyIndex.size + 1;
+              redisKeyIndex.set(rk, i);
+            }
+            args.push(String(i));
           }
-          args.push(String(i));
         }
       }
       const sentAt = now();

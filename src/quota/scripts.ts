@@ -15,7 +15,12 @@ export interface QuotaScripts {
   settle: string;
 }
 
-export const QUOTA_SCRIPT_NAMES = ["acquire", "renew", "release", "settle"] as const satisfies readonly (keyof QuotaScripts)[];
+export const QUOTA_SCRIPT_NAMES = [
+  "acquire",
+  "renew",
+  "release",
+  "settle",
+] as const satisfies readonly (keyof QuotaScripts)[];
 
 /**
  * Runs a script by its text: EVALSHA first, EVAL on NOSCRIPT (a Redis restart or SCRIPT FLUSH

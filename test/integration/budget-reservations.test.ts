@@ -6,6 +6,7 @@
  * counter equals the ledger (nothing counted twice), and no reservation is left behind.
  */
 import { randomUUID } from "node:crypto";
+import { resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningHost, startHost } from "../../sandbox-host/host";
@@ -13,11 +14,14 @@ import { HostConfigSchema } from "../../sandbox-host/host-config";
 import { silentLogger } from "../../sandbox-host/log";
 import { hostModelsFromEnv } from "../../sandbox-host/model/provider-config";
 import { createModelRouter } from "../../sandbox-host/model/router";
+import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
 import { callCostUsd, estimateUsage } from "../../sandbox-host/runner/model-call";
 import * as schema from "../../src/db/schema";
 import { budgetKeys, redisKeys } from "../../src/quota/keys";
+import { createLeaseStore } from "../../src/quota/lease-store";
 import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/stack/services/ports";
+import { spawnHost } from "../../tools/stack/start";
 import type { TestDb } from "../helpers/db";
 import { type FakeProvider, startFakeProvider } from "../helpers/fake-provider";
 import { type HostServices, startHostServices } from "../helpers/host-services";
@@ -25,6 +29,7 @@ import { sampleValue } from "../helpers/metrics";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+const ROOT = resolve(import.meta.dirname, "../..");
 
 const TENANT = "t-budget";
 const BRIDGE_TOKEN = "budget-bridge-token";
@@ -48,21 +53,7 @@ if (canRun) {
     provider = await startFakeProvider();
     t = await services.pgStack.freshDb(6);
     await t.db.insert(schema.tenants).values({ id: TENANT, name: "budget" });
-    const models = hostModelsFromEnv({
-      MODEL_REGISTRY: JSON.stringify({
-        default: "priced",
-        models: [
-          {
-            name: "priced",
-            base_url: provider.url,
-            api_key_env: "P_KEY",
-            upstream_model: "up-priced",
-            pricing: { input_usd_per_mtok: PRICING.inputUsdPerMtok, output_usd_per_mtok: PRICING.outputUsdPerMtok },
-          },
-        ],
-      }),
-      P_KEY: "key",
-    });
+    const models = hostModelsFromEnv({ MODEL_REGISTRY: registry(), P_KEY: "key" });
     const config = HostConfigSchema.parse({
       hostId: `budget-host-${randomUUID().slice(0, 8)}`,
       databaseUrl: t.url,
@@ -88,6 +79,21 @@ if (canRun) {
     await services?.stop();
   });
 }
+
+/** The operator's registry: one model on the test's provider, priced. */
+const registry = () =>
+  JSON.stringify({
+    default: "priced",
+    models: [
+      {
+        name: "priced",
+        base_url: provider.url,
+        api_key_env: "P_KEY",
+        upstream_model: "up-priced",
+        pricing: { input_usd_per_mtok: PRICING.inputUsdPerMtok, output_usd_per_mtok: PRICING.outputUsdPerMtok },
+      },
+    ],
+  });
 
 async function ended(id: string, timeoutMs = 60_000) {
   return waitFor(
@@ -182,5 +188,97 @@ describe.skipIf(!canRun)("budgets reserved before each call", () => {
     const refusedByRedis =
       (await sampleValue(host.metricsUrl, "budget_reservations_total", { outcome: "refused" })) ?? 0;
     expect(refusedByRedis).toBeGreaterThan(0);
+  });
+
+  it("a SIGKILLed host's reservations expire like its leases, and its recovered runs count each call once", {
+    timeout: 120_000,
+  }, async () => {
+    // Its own database, so the in-process host above never claims these jobs.
+    const db = await services.pgStack.freshDb(4);
+    const tenant = "t-kill";
+    await db.db.insert(schema.tenants).values({ id: tenant, name: "kill", dailyBudgetUsd: 1 });
+    provider.reset();
+    // The killed host's three calls hang before any output; every later call answers.
+    provider.script = (_req, n) =>
+      n <= 3
+        ? { kind: "stream", pieces: ["never"], until: new Promise(() => {}) }
+        : { kind: "stream", pieces: ["done"], usage: { prompt_tokens: 90, completion_tokens: 50 } };
+    const heartbeatMs = 500;
+    const env = {
+      DATABASE_URL: db.url,
+      UPSTASH_REDIS_REST_URL: services.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: BRIDGE_TOKEN,
+      GATEWAY_URL: services.ingest.url,
+      INTERNAL_SIGNING_SECRET: "budget-host-signing-secret-0123456789",
+      MODEL_REGISTRY: registry(),
+      P_KEY: "key",
+      MODEL_MAX_OUTPUT_TOKENS: String(MAX_OUTPUT),
+      HOST_METRICS_PORT: "0",
+      SANDBOX_ENABLED: "false",
+      HOST_HEARTBEAT_MS: String(heartbeatMs),
+      HOST_RUN_LOST_AFTER_MS: "3000",
+      HOST_REAP_MS: "300",
+      HOST_SHUTDOWN_GRACE_MS: "0",
+    };
+    const keys = redisKeys();
+    const budgetKey = budgetKeys.tenantDay(tenant, new Date().toISOString().slice(0, 10));
+    const redis = createRedisClient({ url: services.bridge.url, token: BRIDGE_TOKEN });
+    const killed = await spawnHost(ROOT, env);
+    let survivor: Awaited<ReturnType<typeof spawnHost>> | undefined;
+    try {
+      const ids = Array.from({ length: 3 }, () => randomUUID());
+      await db.db.insert(schema.jobs).values(
+        ids.map((id) => ({
+          id,
+          tenantId: tenant,
+          input: { messages: [{ role: "user" as const, content: CONTENT }] },
+          model: "priced",
+        })),
+      );
+      await waitFor("three calls in flight", async () => provider.inFlight === 3, { timeoutMs: 30_000 });
+      expect(await redis.zcard(keys.budgetReservations(budgetKey))).toBe(3);
+      process.kill(-(killed.process.pid as number), "SIGKILL");
+      await new Promise((r) => killed.process.once("exit", r));
+
+      // Another host recovers the runs (the job journal): each asks its turn again and completes.
+      survivor = await spawnHost(ROOT, env);
+      const rows = await Promise.all(
+        ids.map((id) =>
+          waitFor(
+            `job ${id} to end`,
+            async () => {
+              const [row] = await db.db.select().from(schema.jobs).where(eq(schema.jobs.id, id));
+              return row && !["queued", "running"].includes(row.state) ? row : null;
+            },
+            { timeoutMs: 60_000, intervalMs: 100 },
+          ),
+        ),
+      );
+      expect(rows.map((r) => r.state)).toEqual(["completed", "completed", "completed"]);
+      expect(provider.requests.length).toBe(6);
+
+      // No spend counted twice: the killed calls produced nothing and settled nothing; the
+      // recovered ones are in the ledger once, and the Redis counter says the same.
+      const ledger = await db.pool.query<{ cost: string }>(
+        "select coalesce(sum(cost_usd), 0)::text as cost from model_usage where tenant_id = $1",
+        [tenant],
+      );
+      const spentNano = Math.round(Number(ledger.rows[0]?.cost) * 1e9);
+      expect(spentNano).toBe(3 * Math.round(callCostUsd({ promptTokens: 90, completionTokens: 50 }, PRICING) * 1e9));
+      expect(Number(await redis.get(keys.budgetSpent(budgetKey)))).toBe(spentNano);
+
+      // No leak: the killed host's reservations count for nothing any more. A budget one
+      // nano-dollar above the spend admits a call only if nothing at all is reserved.
+      const store = createLeaseStore(redis, await loadQuotaScripts(), { heartbeatIntervalMs: heartbeatMs });
+      const probe = await store.acquire("leak-probe", [], {
+        budgets: [{ key: budgetKey, limitNano: spentNano + 1, amountNano: 1, floorNano: 0, ttlMs: 60_000 }],
+      });
+      expect(probe.admitted).toBe(true);
+      expect(await redis.zrange(keys.budgetReservations(budgetKey), 0, -1)).toEqual(["leak-probe"]);
+    } finally {
+      if (killed.process.exitCode === null && killed.process.signalCode === null)
+        process.kill(-(killed.process.pid as number), "SIGKILL");
+      await survivor?.stop().catch(() => {});
+    }
   });
 });

@@ -463,6 +463,8 @@ function AgentForm({
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),
         timeout_s: numberOrNull(timeout),
+        // No field for it here yet: an edit keeps the version's cost limit rather than dropping it.
+        max_cost_usd: base?.limits.max_cost_usd ?? null,
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
       priority: numberOrNull(priority) ?? 0,

@@ -193,8 +193,11 @@ async function budgetCheck(exec: Execution): Promise<string | null> {
 
 /** Nano-USD (1e-9 $) per US dollar: budgets count in integers, exact for prices per million tokens. */
 const NANO = 1_000_000_000;
-/** How long a day's spend counter outlives its last write: past the day's end whatever the time zone of the write. */
-const DAY_BUDGET_TTL_MS = 2 * 86_400_000;
+/**
+ * How long a budget's spend counter outlives its last write: a day's, past the day's end; a
+ * tree's, past a quiet spell (a longer one re-seeds it from the ledger's floor at the next run).
+ */
+const BUDGET_TTL_MS = 2 * 86_400_000;
 
 /**
  * What this call reserves before it is made: its worst case (the prompt as counted, plus the
@@ -206,21 +209,32 @@ const DAY_BUDGET_TTL_MS = 2 * 86_400_000;
  * day from 0 for a run that knows better.
  */
 function budgetDemands(exec: Execution, model: ModelEntry, request: TurnRequest): BudgetDemand[] {
-  const daily = exec.job.dailyBudget;
-  if (!model.pricing || !daily) return [];
+  const { dailyBudget: daily, treeBudget: tree } = exec.job;
+  if (!model.pricing || (!daily && !tree)) return [];
   const promptTokens = estimateUsage(request, "", []).promptTokens;
   const maxOutput = request.maxOutputTokens ?? exec.deps.defaultMaxOutputTokens ?? AGENT_LIMITS.defaultMaxOutputTokens;
-  const worstUsd = callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing);
+  const amountNano = Math.ceil(callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing) * NANO);
   const day = new Date().toISOString().slice(0, 10);
-  return [
-    {
+  const demands: BudgetDemand[] = [];
+  if (daily) {
+    demands.push({
       key: budgetKeys.tenantDay(exec.job.tenantId, day),
       limitNano: Math.round(daily.budgetUsd * NANO),
-      amountNano: Math.ceil(worstUsd * NANO),
+      amountNano,
       floorNano: daily.day === day ? Math.round(daily.spentUsd * NANO) : 0,
-      ttlMs: DAY_BUDGET_TTL_MS,
-    },
-  ];
+      ttlMs: BUDGET_TTL_MS,
+    });
+  }
+  if (tree) {
+    demands.push({
+      key: budgetKeys.tree(tree.rootJobId),
+      limitNano: Math.round(tree.maxCostUsd * NANO),
+      amountNano,
+      floorNano: Math.round(tree.spentUsd * NANO),
+      ttlMs: BUDGET_TTL_MS,
+    });
+  }
+  return demands;
 }
 
 /**
@@ -253,7 +267,10 @@ async function settleBudgets(
 
 function exhaustedMessage({ budgetExhausted: b }: BudgetExhausted): string {
   const usd = (n: number) => `$${(n / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
-  return `this tenant spent ${usd(b.spentNano)} of its daily budget of ${usd(b.limitNano)} (UTC day), with ${usd(b.reservedNano)} reserved by model calls in flight; this call was refused before it was made`;
+  const whose = b.key.startsWith("tree:")
+    ? `this job's tree spent ${usd(b.spentNano)} of its limit of ${usd(b.limitNano)} (the root agent's limits.max_cost_usd)`
+    : `this tenant spent ${usd(b.spentNano)} of its daily budget of ${usd(b.limitNano)} (UTC day)`;
+  return `${whose}, with ${usd(b.reservedNano)} reserved by model calls in flight; this call was refused before it was made`;
 }
 
 function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {

@@ -43,6 +43,11 @@ export interface RunnableJob {
    * (docs/quota.md, "Budgets: reserve, then settle"); the spend is the floor of that counter.
    */
   dailyBudget: { budgetUsd: number; spentUsd: number; day: string } | null;
+  /**
+   * The tree's budget: the root job's agent `limits.max_cost_usd` and what the tree's jobs had
+   * spent when the run started (the Redis counter's floor), or null: no limit.
+   */
+  treeBudget: { rootJobId: string; maxCostUsd: number; spentUsd: number } | null;
 }
 
 /**
@@ -71,6 +76,13 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
         FROM tenants bt
         LEFT JOIN tenant_daily_spend bs ON bs.tenant_id = bt.id AND bs.day = (now() AT TIME ZONE 'UTC')::date
         WHERE bt.id = ${jobs.tenantId} AND bt.daily_budget_usd IS NOT NULL)`,
+      treeBudget: sql<{ root: string; max_cost_usd: number | string; spent_usd: number | string } | null>`(
+        SELECT json_build_object('root', r.id, 'max_cost_usd', (av.definition->'limits'->>'max_cost_usd')::numeric,
+          'spent_usd', (SELECT coalesce(sum(tj.cost_usd), 0) FROM jobs tj WHERE tj.id = r.id OR tj.root_job_id = r.id))
+        FROM jobs r
+        JOIN agent_versions av ON av.tenant_id = r.tenant_id AND av.name = r.agent_name AND av.version = r.agent_version
+        WHERE r.id = coalesce(${jobs.rootJobId}, ${jobs.id})
+          AND jsonb_typeof(av.definition->'limits'->'max_cost_usd') = 'number')`,
     })
     .from(jobs)
     .leftJoin(
@@ -108,6 +120,13 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
           budgetUsd: Number(row.dailyBudget.budget_usd),
           spentUsd: Number(row.dailyBudget.spent_usd),
           day: row.dailyBudget.day,
+        }
+      : null,
+    treeBudget: row.treeBudget
+      ? {
+          rootJobId: row.treeBudget.root,
+          maxCostUsd: Number(row.treeBudget.max_cost_usd),
+          spentUsd: Number(row.treeBudget.spent_usd),
         }
       : null,
   };

@@ -60,4 +60,6 @@ export const quotaKeys = {
 export const budgetKeys = {
   /** A tenant's spend of one UTC day (`YYYY-MM-DD`). */
   tenantDay: (tenantId: string, day: string) => `tenant-day:${tenantId}:${day}`,
+  /** A job tree's spend (the root job and every child it delegated), against the root agent's `limits.max_cost_usd`. */
+  tree: (rootJobId: string) => `tree:${rootJobId}`,
 };

@@ -16,6 +16,7 @@ import { hostModelsFromEnv } from "../../sandbox-host/model/provider-config";
 import { createModelRouter } from "../../sandbox-host/model/router";
 import { loadQuotaScripts } from "../../sandbox-host/quota/load-scripts";
 import { callCostUsd, estimateUsage } from "../../sandbox-host/runner/model-call";
+import { AgentDefinitionSchema } from "../../src/contracts/agent";
 import * as schema from "../../src/db/schema";
 import { budgetKeys, redisKeys } from "../../src/quota/keys";
 import { createLeaseStore } from "../../src/quota/lease-store";
@@ -188,6 +189,51 @@ describe.skipIf(!canRun)("budgets reserved before each call", () => {
     const refusedByRedis =
       (await sampleValue(host.metricsUrl, "budget_reservations_total", { outcome: "refused" })) ?? 0;
     expect(refusedByRedis).toBeGreaterThan(0);
+  });
+
+  it("an agent's limits.max_cost_usd bounds its job's tree: turn 2 is refused before its call once turn 1 spent it", {
+    timeout: 60_000,
+  }, async () => {
+    await t.pool.query("update tenants set daily_budget_usd = null where id = $1", [TENANT]);
+    // One call reserves $0.0041 (100 prompt + 2,000 output tokens): under a $0.004 limit only the first is admitted.
+    const def = AgentDefinitionSchema.parse({ model: "priced", limits: { max_cost_usd: 0.004 } });
+    await t.db.insert(schema.agents).values({ tenantId: TENANT, name: "capped", latestVersion: 1 });
+    await t.db.insert(schema.agentVersions).values({ tenantId: TENANT, name: "capped", version: 1, definition: def });
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    provider.reset();
+    provider.script = (_req, n) =>
+      n === 1
+        ? { kind: "stream", pieces: ["one"], until: held, usage: { prompt_tokens: 90, completion_tokens: MAX_OUTPUT } }
+        : { kind: "stream", pieces: ["two"], usage: { prompt_tokens: 1, completion_tokens: 1 } };
+    const id = randomUUID();
+    await t.db.insert(schema.jobs).values({
+      id,
+      tenantId: TENANT,
+      input: { messages: [{ role: "user", content: CONTENT }] },
+      agentName: "capped",
+      agentVersion: 1,
+      model: "priced",
+    });
+    await waitFor("turn 1 at the provider", async () => provider.requests.length === 1);
+    // Input during turn 1 makes a turn 2.
+    await t.db.insert(schema.jobInputs).values({ jobId: id, tenantId: TENANT, content: "more" });
+    release();
+    const row = await ended(id);
+    expect({ state: row.state, code: row.error?.code, output: row.output }).toEqual({
+      state: "failed",
+      code: "budget_exceeded",
+      output: "one",
+    });
+    expect(row.error?.message).toMatch(
+      /tree spent \$0\.00409 of its limit of \$0\.004 \(the root agent's limits\.max_cost_usd\)/,
+    );
+    expect(provider.requests.length).toBe(1);
+    expect(row.costUsd).toBeCloseTo(callCostUsd({ promptTokens: 90, completionTokens: MAX_OUTPUT }, PRICING), 12);
+    const redis = createRedisClient({ url: services.bridge.url, token: BRIDGE_TOKEN });
+    expect(Number(await redis.get(redisKeys().budgetSpent(budgetKeys.tree(id))))).toBe(4_090_000);
   });
 
   it("a SIGKILLed host's reservations expire like its leases, and its recovered runs count each call once", {

@@ -128,6 +128,12 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="timeout_s">{orNone(agent.limits.timeout_s, " s")}</td>
           </tr>
           <tr>
+            <th scope="row">max cost (tree)</th>
+            <td data-field="max_cost_usd">
+              {agent.limits.max_cost_usd == null ? "none" : `$${agent.limits.max_cost_usd}`}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">temperature</th>
             <td data-field="temperature">{orNone(agent.sampling.temperature)}</td>
           </tr>

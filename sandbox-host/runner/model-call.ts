@@ -173,10 +173,10 @@ export async function callModel(
  * The tenant's daily budget before each turn, with no statement of its own while it is not spent:
  * the run's last usage write returned the state (its own spend, and what the tenant's other runs
  * had written by then), else the job's read at the start did. Only a spent budget is read again,
- * for the refusal's figures and to see that the UTC day has not turned since. A spent budget ends
- * the run before the call, so what can pass it is the calls in flight when it ran out, plus one
- * turn per run whose last write came before another run's spend crossed it (docs/quota.md). A
- * failed read lets the turn go on: the budget bounds spend, it guards no state.
+ * for the refusal's figures and to see that the UTC day has not turned since. This is only the
+ * ledger's early word (the refusal without a Redis call); what bounds the spend is the
+ * reservation each call takes with its lease (budgetDemands, docs/quota.md "Budgets: reserve,
+ * then settle"). A failed read lets the turn go on: the reservation still guards it.
  */
 async function budgetCheck(exec: Execution): Promise<string | null> {
   if (!(exec.run.budgetSpent ?? exec.job.budgetSpent)) return null;

@@ -5,6 +5,7 @@
  */
 import { hostname } from "node:os";
 import { z } from "zod";
+import { AGENT_LIMITS } from "../src/contracts/agent";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
 import { WEBHOOK_LIMITS } from "../src/contracts/webhook";
 import { isPoolerUrl } from "../src/db/pooler-url";
@@ -183,6 +184,12 @@ export const HostConfigSchema = z.object({
    * jitter (runner/model-retry.ts), or after the provider's Retry-After when it sends one.
    */
   modelRetryMax: intFromEnv(0, 100).default(4),
+  /**
+   * The output bound of a model call whose agent sets no `limits.max_output_tokens` (and of jobs
+   * without an agent): every call is sent with one, so its worst-case cost, which budgets reserve
+   * before the call (docs/quota.md), is bounded.
+   */
+  modelMaxOutputTokens: intFromEnv(1, AGENT_LIMITS.maxOutputTokens).default(AGENT_LIMITS.defaultMaxOutputTokens),
   /** The first backoff's ceiling; each retry doubles it, up to modelRetryMaxDelayMs. */
   modelRetryBaseMs: intFromEnv(1, 600_000).default(500),
   modelRetryMaxDelayMs: intFromEnv(1, 3_600_000).default(20_000),
@@ -320,6 +327,7 @@ const ENV_NAMES: Record<string, string> = {
   quotaTenantLimit: "QUOTA_TENANT_LIMIT",
   quotaMaxWaitMs: "QUOTA_MAX_WAIT_MS",
   modelRetryMax: "MODEL_RETRY_MAX",
+  modelMaxOutputTokens: "MODEL_MAX_OUTPUT_TOKENS",
   modelRetryBaseMs: "MODEL_RETRY_BASE_MS",
   modelRetryMaxDelayMs: "MODEL_RETRY_MAX_DELAY_MS",
   modelRetryBudgetMs: "MODEL_RETRY_BUDGET_MS",
@@ -394,6 +402,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     quotaTenantLimit: v("QUOTA_TENANT_LIMIT"),
     quotaMaxWaitMs: v("QUOTA_MAX_WAIT_MS"),
     modelRetryMax: v("MODEL_RETRY_MAX"),
+    modelMaxOutputTokens: v("MODEL_MAX_OUTPUT_TOKENS"),
     modelRetryBaseMs: v("MODEL_RETRY_BASE_MS"),
     modelRetryMaxDelayMs: v("MODEL_RETRY_MAX_DELAY_MS"),
     modelRetryBudgetMs: v("MODEL_RETRY_BUDGET_MS"),

@@ -200,6 +200,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     models,
     mcp: deps.mcp,
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
+    defaultMaxOutputTokens: config.modelMaxOutputTokens,
     retry: {
       maxRetries: config.modelRetryMax,
       baseMs: config.modelRetryBaseMs,

@@ -128,6 +128,12 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="timeout_s">{orNone(agent.limits.timeout_s, " s")}</td>
           </tr>
           <tr>
+            <th scope="row">max cost (tree)</th>
+            <td data-field="max_cost_usd">
+              {agent.limits.max_cost_usd == null ? "none" : `$${agent.limits.max_cost_usd}`}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">temperature</th>
             <td data-field="temperature">{orNone(agent.sampling.temperature)}</td>
           </tr>
@@ -463,6 +469,8 @@ function AgentForm({
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),
         timeout_s: numberOrNull(timeout),
+        // No field for it here yet: an edit keeps the version's cost limit rather than dropping it.
+        max_cost_usd: base?.limits.max_cost_usd ?? null,
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
       priority: numberOrNull(priority) ?? 0,

@@ -11,7 +11,11 @@ import type { OffloadObserver } from "../offload/pool";
 export type ClaimSource = "index" | "notify" | "sweep" | "poll";
 
 export type RunLatencyPhase = "dispatch" | "preparation" | "model_first_output" | "total";
-export type QuotaWaitOutcome = "admitted" | "timed_out" | "aborted";
+export type QuotaWaitOutcome = "admitted" | "timed_out" | "aborted" | "budget_exhausted";
+/** How a budget reservation ended: admitted with it, or refused because the budget was used up. */
+export type BudgetReservationOutcome = "reserved" | "refused";
+/** How a settlement ended: counted, a repeat of one already counted, or Redis not reachable. */
+export type BudgetSettlementOutcome = "counted" | "repeated" | "unavailable";
 /** What a timed-out wait was last waiting for; "none" for admitted and aborted waits. */
 export type QuotaWaitReason = "none" | "limit_reached" | "redis_unavailable";
 export type SandboxOpOutcome = "ok" | "error";
@@ -37,6 +41,10 @@ export interface HostMetrics {
   quotaLeasesHeld: Gauge;
   /** A renewal found the lease purged: the holder lost its slot and must stop model calls. */
   quotaLeasesLost: Counter;
+  /** Model calls that reserved their worst case against a budget before they were made, or were refused. */
+  budgetReservations: Counter<"outcome">;
+  /** Reservations settled to a call's real cost (docs/quota.md, "Budgets: reserve, then settle"). */
+  budgetSettlements: Counter<"outcome">;
   /** A run stopped itself: no heartbeat acknowledged within the lost bound (ActiveRun.renew). */
   runsSelfFenced: Counter;
   sandboxesActive: Gauge;
@@ -142,6 +150,18 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   const quotaLeasesLost = new Counter({
     name: "quota_leases_lost_total",
     help: "Leases lost while held: found purged on renewal, or past their local deadline at a model call (the holder stopped its model calls); nonzero means heartbeats or Redis were late",
+    registers: [registry],
+  });
+  const budgetReservations = new Counter({
+    name: "budget_reservations_total",
+    help: "Model calls that reserved their worst-case cost against a budget before being made (outcome reserved), or were refused because the budget's spend plus reservations had reached it (refused)",
+    labelNames: ["outcome"] as const,
+    registers: [registry],
+  });
+  const budgetSettlements = new Counter({
+    name: "budget_settlements_total",
+    help: "Budget reservations settled to the call's real cost: counted, repeated (already counted; added nothing), unavailable (Redis unreachable: the reservation expires, the ledger keeps the call)",
+    labelNames: ["outcome"] as const,
     registers: [registry],
   });
   const runsSelfFenced = new Counter({
@@ -276,6 +296,8 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     quotaBreakerOpen,
     quotaLeasesHeld,
     quotaLeasesLost,
+    budgetReservations,
+    budgetSettlements,
     runsSelfFenced,
     sandboxesActive,
     watchSandboxCreateQueue: (queued) => {

@@ -15,6 +15,6 @@ export const QUOTA_LUA_DIR = new URL("../../src/quota/lua/", import.meta.url);
 export async function loadQuotaScripts(dir: URL = QUOTA_LUA_DIR): Promise<QuotaScripts> {
   if (typeof __EAR_QUOTA_SCRIPTS__ !== "undefined" && dir === QUOTA_LUA_DIR) return __EAR_QUOTA_SCRIPTS__;
   const texts = await Promise.all(QUOTA_SCRIPT_NAMES.map((name) => readFile(new URL(`${name}.lua`, dir), "utf8")));
-  const [acquire = "", renew = "", release = ""] = texts;
-  return { acquire, renew, release };
+  const [acquire = "", renew = "", release = "", settle = ""] = texts;
+  return { acquire, renew, release, settle };
 }

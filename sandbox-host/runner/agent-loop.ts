@@ -498,7 +498,8 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
     tools,
     request: {
       model: model.name,
-      maxOutputTokens: agent?.limits.max_output_tokens ?? null,
+      maxOutputTokens:
+        agent?.limits.max_output_tokens ?? deps.defaultMaxOutputTokens ?? AGENT_LIMITS.defaultMaxOutputTokens,
       temperature: agent?.sampling.temperature ?? null,
       topP: agent?.sampling.top_p ?? null,
       responseFormat: format?.wire ?? null,

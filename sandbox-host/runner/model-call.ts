@@ -11,16 +11,19 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Attributes, SpanKind } from "@opentelemetry/api";
+import { AGENT_LIMITS } from "../../src/contracts/agent";
 import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
+import { budgetKeys } from "../../src/quota/keys";
+import type { BudgetDemand } from "../../src/quota/lease-store";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
 import { inSpan, markOutcome } from "../tracing/spans";
 import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
-import { acquireQuota } from "./quota-gate";
+import { type AdmittedTurn, acquireQuota, type BudgetExhausted, settledQuota } from "./quota-gate";
 import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
 
 /**
@@ -56,13 +59,18 @@ export async function callModel(
   const overBudget = await budgetCheck(exec);
   if (overBudget) return failed("budget_exceeded", overBudget, textSoFar);
   for (let attempt = 1; ; attempt++) {
+    // Every attempt reserves its own worst case: its prompt may have grown (a retry after a lost
+    // lease asks the same turn again, but the budget's spend moved meanwhile).
+    const budgets = budgetDemands(exec, model, request);
     // A retry is a new lease (its own holder): the slot was given back for the wait.
     const admitted = await acquireQuota(exec, {
       model,
       turn: attempt === 1 ? turn : `${turn}.${attempt}`,
       afterLoss,
+      budgets,
     });
     if ("state" in admitted) return admitted;
+    if ("budgetExhausted" in admitted) return failed("budget_exceeded", exhaustedMessage(admitted), textSoFar);
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
     // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
     afterLoss = undefined;
@@ -80,6 +88,7 @@ export async function callModel(
             text: r.text,
             calls: r.calls,
             reported: r.ok ? r.usage : undefined,
+            settle: (costUsd) => settleBudgets(exec, admitted, budgets, costUsd),
           });
           span.setAttributes({
             "gen_ai.usage.input_tokens": used.promptTokens,
@@ -87,6 +96,9 @@ export async function callModel(
             "ear.usage.estimated": used.estimated,
             ...(used.costUsd === null ? {} : { "ear.cost_usd": used.costUsd }),
           });
+        } else {
+          // Refused or failed before any output: nothing was served, the reservation goes.
+          await settleBudgets(exec, admitted, budgets, 0);
         }
         if (r.ok) {
           span.setAttribute("gen_ai.response.finish_reasons", [
@@ -161,10 +173,10 @@ export async function callModel(
  * The tenant's daily budget before each turn, with no statement of its own while it is not spent:
  * the run's last usage write returned the state (its own spend, and what the tenant's other runs
  * had written by then), else the job's read at the start did. Only a spent budget is read again,
- * for the refusal's figures and to see that the UTC day has not turned since. A spent budget ends
- * the run before the call, so what can pass it is the calls in flight when it ran out, plus one
- * turn per run whose last write came before another run's spend crossed it (docs/quota.md). A
- * failed read lets the turn go on: the budget bounds spend, it guards no state.
+ * for the refusal's figures and to see that the UTC day has not turned since. This is only the
+ * ledger's early word (the refusal without a Redis call); what bounds the spend is the
+ * reservation each call takes with its lease (budgetDemands, docs/quota.md "Budgets: reserve,
+ * then settle"). A failed read lets the turn go on: the reservation still guards it.
  */
 async function budgetCheck(exec: Execution): Promise<string | null> {
   if (!(exec.run.budgetSpent ?? exec.job.budgetSpent)) return null;
@@ -177,6 +189,88 @@ async function budgetCheck(exec: Execution): Promise<string | null> {
     exec.deps.log.warn("budget check failed; the turn goes on", { ...exec.fields, ...errorFields(err) });
     return null;
   }
+}
+
+/** Nano-USD (1e-9 $) per US dollar: budgets count in integers, exact for prices per million tokens. */
+const NANO = 1_000_000_000;
+/**
+ * How long a budget's spend counter outlives its last write: a day's, past the day's end; a
+ * tree's, past a quiet spell (a longer one re-seeds it from the ledger's floor at the next run).
+ */
+const BUDGET_TTL_MS = 2 * 86_400_000;
+
+/**
+ * What this call reserves before it is made: its worst case (the prompt as counted, plus the
+ * request's output bound, priced by the registry) against each budget it counts toward. None
+ * for an unpriced model (it spends nothing) or a tenant without a budget.
+ *
+ * The tenant's day is the host's UTC date (the key's name); the ledger's spend read at the run's
+ * start is the counter's floor only on the same day, so Redis losing its data never restarts a
+ * day from 0 for a run that knows better.
+ */
+function budgetDemands(exec: Execution, model: ModelEntry, request: TurnRequest): BudgetDemand[] {
+  const { dailyBudget: daily, treeBudget: tree } = exec.job;
+  if (!model.pricing || (!daily && !tree)) return [];
+  const promptTokens = estimateUsage(request, "", []).promptTokens;
+  const maxOutput = request.maxOutputTokens ?? exec.deps.defaultMaxOutputTokens ?? AGENT_LIMITS.defaultMaxOutputTokens;
+  const amountNano = Math.ceil(callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing) * NANO);
+  const day = new Date().toISOString().slice(0, 10);
+  const demands: BudgetDemand[] = [];
+  if (daily) {
+    demands.push({
+      key: budgetKeys.tenantDay(exec.job.tenantId, day),
+      limitNano: Math.round(daily.budgetUsd * NANO),
+      amountNano,
+      floorNano: daily.day === day ? Math.round(daily.spentUsd * NANO) : 0,
+      ttlMs: BUDGET_TTL_MS,
+    });
+  }
+  if (tree) {
+    demands.push({
+      key: budgetKeys.tree(tree.rootJobId),
+      limitNano: Math.round(tree.maxCostUsd * NANO),
+      amountNano,
+      floorNano: Math.round(tree.spentUsd * NANO),
+      ttlMs: BUDGET_TTL_MS,
+    });
+  }
+  return demands;
+}
+
+/**
+ * Settle the call's reservations to its real cost (0 for a call that produced nothing). Counted
+ * once per holder however often it is sent; a settle Redis does not answer leaves the
+ * reservation to expire with the lease, and the ledger has the call either way.
+ */
+async function settleBudgets(
+  exec: Execution,
+  admitted: AdmittedTurn,
+  budgets: readonly BudgetDemand[],
+  costUsd: number,
+): Promise<void> {
+  const q = exec.deps.quota;
+  if (!q || !admitted.lease?.budgets?.length) return;
+  const amountNano = Math.round(costUsd * NANO);
+  const outcome = await q.store.settle(
+    admitted.lease.holder,
+    budgets.map((b) => ({ key: b.key, amountNano, ttlMs: b.ttlMs })),
+  );
+  settledQuota(exec.deps, admitted.lease);
+  exec.deps.metrics.budgetSettlements.inc({ outcome });
+  if (outcome === "unavailable") {
+    exec.deps.log.warn("budget settlement not sent; the reservation expires with the lease", {
+      ...exec.fields,
+      holder: admitted.lease.holder,
+    });
+  }
+}
+
+function exhaustedMessage({ budgetExhausted: b }: BudgetExhausted): string {
+  const usd = (n: number) => `$${(n / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
+  const whose = b.key.startsWith("tree:")
+    ? `this job's tree spent ${usd(b.spentNano)} of its limit of ${usd(b.limitNano)} (the root agent's limits.max_cost_usd)`
+    : `this tenant spent ${usd(b.spentNano)} of its daily budget of ${usd(b.limitNano)} (UTC day)`;
+  return `${whose}, with ${usd(b.reservedNano)} reserved by model calls in flight; this call was refused before it was made`;
 }
 
 function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
@@ -196,6 +290,16 @@ async function recordUsage(
     calls: ModelToolCall[];
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
+    /**
+     * Settle the call's budget reservations to its cost, BEFORE the ledger's write: the Redis
+     * counter is then never behind the ledger, so taking the larger of the two (the floor a run
+     * reads from Postgres at its start, acquire.lua) never counts a call twice. Settled after
+     * the write, a run starting in between read a floor with the call in it, raised the counter
+     * to it, and the settle added the call again (seen: 20.45 vs 12.27 m$ in
+     * budget-reservations.test.ts). A host dying between the two leaves Redis ahead of the
+     * ledger: the budget errs on the side of refusing.
+     */
+    settle: (costUsd: number) => Promise<void>;
   },
 ): Promise<ModelUsage & { estimated: boolean; costUsd: number | null }> {
   const { deps } = exec;
@@ -207,6 +311,7 @@ async function recordUsage(
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
   const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
   if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
+  await call.settle(costUsd ?? 0);
   try {
     exec.run.budgetSpent = await recordModelUsage(deps.db, exec.id, {
       tenantId: exec.job.tenantId,

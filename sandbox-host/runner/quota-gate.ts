@@ -8,7 +8,7 @@
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { type ModelEntry, tenantModelLimit } from "../../src/domain/models";
 import { quotaKeys } from "../../src/quota/keys";
-import type { QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
+import type { BudgetDemand, QuotaDemand, QuotaLease } from "../../src/quota/lease-store";
 import { acquireWithWait } from "../../src/quota/wait";
 import { inSpan } from "../tracing/spans";
 import { abortedOutcome, type Execution, failed, type QuotaGate, type RunDeps } from "./run-context";
@@ -19,6 +19,11 @@ export interface AdmittedTurn {
   lost: AbortSignal;
   /** How long the wait for it took (0 without quota). */
   waitedMs: number;
+}
+
+/** A budget refused the call (its spend plus what calls in flight reserved reached its limit). */
+export interface BudgetExhausted {
+  budgetExhausted: { key: string; spentNano: number; reservedNano: number; limitNano: number };
 }
 
 /** Never aborted: the `lost` signal of a turn without quota. */
@@ -32,18 +37,27 @@ const NEVER_LOST = new AbortController().signal;
  */
 export async function acquireQuota(
   exec: Execution,
-  call: { model: ModelEntry; turn: number | string; afterLoss?: { maxWaitMs: number; retry: number } },
-): Promise<AdmittedTurn | FinalOutcome> {
+  call: {
+    model: ModelEntry;
+    turn: number | string;
+    afterLoss?: { maxWaitMs: number; retry: number };
+    /** Budget reservations taken with the slots, in the same script (none: no budget applies). */
+    budgets?: readonly BudgetDemand[];
+  },
+): Promise<AdmittedTurn | FinalOutcome | BudgetExhausted> {
   const { deps, run, job } = exec;
-  const { model, turn, afterLoss } = call;
+  const { model, turn, afterLoss, budgets = [] } = call;
   const q = deps.quota;
   const modelLimit = modelQuotaLimit(q, model);
-  if (!q || modelLimit <= 0) return { lease: null, lost: NEVER_LOST, waitedMs: 0 };
+  if (!q || (modelLimit <= 0 && budgets.length === 0)) return { lease: null, lost: NEVER_LOST, waitedMs: 0 };
   // Keyed by the resolved model: a client cannot mint buckets of its own by naming models.
-  const demands: QuotaDemand[] = [{ key: quotaKeys.model(model.name), limit: modelLimit }];
-  const perTenant = tenantModelLimit(model, job.tenantId);
-  if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
-  if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
+  const demands: QuotaDemand[] = [];
+  if (modelLimit > 0) {
+    demands.push({ key: quotaKeys.model(model.name), limit: modelLimit });
+    const perTenant = tenantModelLimit(model, job.tenantId);
+    if (perTenant !== null) demands.push({ key: quotaKeys.tenantModel(job.tenantId, model.name), limit: perTenant });
+    if (q.tenantLimit > 0) demands.push({ key: quotaKeys.tenant(job.tenantId), limit: q.tenantLimit });
+  }
   const outcome = await inSpan(
     deps.tracing.tracer,
     "quota.wait",
@@ -52,6 +66,7 @@ export async function acquireQuota(
       const waited = await acquireWithWait(q.store, {
         holder: `${exec.id.executionId}:${turn}`,
         demands,
+        budgets,
         maxWaitMs: afterLoss?.maxWaitMs ?? q.maxWaitMs,
         signal: exec.signal,
         onWaiting: (info) =>
@@ -62,7 +77,13 @@ export async function acquireQuota(
     },
   );
   q.onWait?.(outcome);
+  if (budgets.length > 0 && outcome.kind === "admitted") deps.metrics.budgetReservations.inc({ outcome: "reserved" });
+  if (outcome.kind === "budget_exhausted") deps.metrics.budgetReservations.inc({ outcome: "refused" });
   if (outcome.kind === "aborted") return abortedOutcome(run, "");
+  if (outcome.kind === "budget_exhausted") {
+    const { key, spentNano, reservedNano, limitNano } = outcome;
+    return { budgetExhausted: { key, spentNano, reservedNano, limitNano } };
+  }
   if (outcome.kind === "timed_out" && afterLoss) {
     return failed(
       "quota_lease_lost",
@@ -90,11 +111,32 @@ export function modelQuotaLimit(q: Pick<QuotaGate, "modelLimit"> | undefined, mo
   return model.concurrency ?? q.modelLimit;
 }
 
-/** The turn is over: stop renewing its lease and free the slot. */
+/** The budget reservations of a released lease, renewed on their own until they are settled. */
+const unsettled = new WeakMap<QuotaLease, QuotaLease>();
+
+/**
+ * The turn is over: stop renewing its lease and free the slot. Its budget reservations are kept
+ * renewed until `settledQuota`: the call's cost is known only after its usage is counted, and a
+ * reservation left to expire meanwhile let a fourth call in under a budget that held three
+ * (budget-reservations.test.ts, with the host loaded by 40 runs starting at once).
+ */
 export async function releaseQuota(deps: RunDeps, lease: QuotaLease | null): Promise<void> {
   if (!lease) return;
   deps.quota?.untrack(lease);
+  if (deps.quota && lease.budgets?.length) {
+    const held: QuotaLease = { holder: lease.holder, keys: [], budgets: lease.budgets, validUntil: lease.validUntil };
+    unsettled.set(lease, held);
+    // Lost (a renewal found it expired): settle.lua still counts the call; nothing to stop.
+    deps.quota.track(held, () => {});
+  }
   await deps.quota?.store.release(lease);
+}
+
+/** The lease's reservations were settled: stop renewing them. */
+export function settledQuota(deps: RunDeps, lease: QuotaLease): void {
+  const held = unsettled.get(lease);
+  if (held) deps.quota?.untrack(held);
+  unsettled.delete(lease);
 }
 
 /**

@@ -64,6 +64,11 @@ export interface RunDeps {
   models: ModelCatalog;
   /** Which failed model calls are tried again, and how long a turn may spend on it. */
   retry: RetryPolicy;
+  /**
+   * MODEL_MAX_OUTPUT_TOKENS: the output bound sent with a call whose agent sets none, so every
+   * call's worst case (what budgets reserve) is bounded. Absent: AGENT_LIMITS.defaultMaxOutputTokens.
+   */
+  defaultMaxOutputTokens?: number;
   /** The URLs MCP calls may go to and the secrets their headers may name; absent = MCP off. */
   mcp?: McpHostConfig;
   /**
@@ -112,6 +117,8 @@ export type RunMetrics = Pick<
   | "waitsStarted"
   | "waitDuration"
   | "quotaLeasesLost"
+  | "budgetReservations"
+  | "budgetSettlements"
 >;
 
 /** Emit one event of the run (dropped once the run is no longer the owner). */

@@ -74,6 +74,8 @@ export interface RunnerOptions {
   models: ModelCatalog;
   /** Retries of model calls that failed before output (default: none). */
   retry?: RetryPolicy;
+  /** MODEL_MAX_OUTPUT_TOKENS (default AGENT_LIMITS.defaultMaxOutputTokens). */
+  defaultMaxOutputTokens?: number;
   /** MCP's allowed URLs and secrets (default: MCP off). */
   mcp?: McpHostConfig;
   /** Child jobs a delegating run may queue while its tenant has this many queued (0 or absent: no check). */
@@ -129,6 +131,7 @@ export class Runner {
       fenceOwed: opts.fenceOwed ?? (() => {}),
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,
+      ...(opts.defaultMaxOutputTokens === undefined ? {} : { defaultMaxOutputTokens: opts.defaultMaxOutputTokens }),
       mcp: opts.mcp,
       maxQueuedJobsPerTenant: opts.maxQueuedJobsPerTenant,
       offload: opts.offload,

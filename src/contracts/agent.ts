@@ -18,6 +18,13 @@ export const AGENT_LIMITS = {
   maxTurns: 50,
   defaultMaxTurns: 8,
   maxOutputTokens: 128_000,
+  /**
+   * A model call's output bound when its agent sets none (the hosts' MODEL_MAX_OUTPUT_TOKENS
+   * default): no call is unbounded, so budgets can reserve its worst case (docs/quota.md).
+   */
+  defaultMaxOutputTokens: 4096,
+  /** The largest `limits.max_cost_usd` (US dollars), a sanity bound on a typo. */
+  maxCostUsd: 1_000_000,
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,
@@ -71,6 +78,12 @@ export const AgentLimitsSchema = z
     max_turns: z.number().int().min(1).max(AGENT_LIMITS.maxTurns).default(AGENT_LIMITS.defaultMaxTurns),
     max_output_tokens: z.number().int().min(1).max(AGENT_LIMITS.maxOutputTokens).nullable().default(null),
     timeout_s: z.number().int().min(1).max(AGENT_LIMITS.maxTimeoutS).nullable().default(null),
+    /**
+     * The most a job of this agent and the children it delegates to (its tree) may spend, in US
+     * dollars at the registry's prices; reserved before each call like the tenant's daily budget
+     * (docs/quota.md). At the limit the run fails `budget_exceeded`. Null: no limit.
+     */
+    max_cost_usd: z.number().gt(0).max(AGENT_LIMITS.maxCostUsd).nullable().default(null),
   })
   .strict();
 

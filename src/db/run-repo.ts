@@ -41,6 +41,17 @@ export interface RunnableJob {
   clientTraceparent: string | null;
   /** The tenant's daily budget was spent when the run started (budget-repo.ts; read in the same statement). */
   budgetSpent: boolean;
+  /**
+   * The tenant's daily budget and the day's spend in the ledger when the run started (Postgres's
+   * UTC day, `YYYY-MM-DD`), or null: no budget. The run reserves each call against it in Redis
+   * (docs/quota.md, "Budgets: reserve, then settle"); the spend is the floor of that counter.
+   */
+  dailyBudget: { budgetUsd: number; spentUsd: number; day: string } | null;
+  /**
+   * The tree's budget: the root job's agent `limits.max_cost_usd` and what the tree's jobs had
+   * spent when the run started (the Redis counter's floor), or null: no limit.
+   */
+  treeBudget: { rootJobId: string; maxCostUsd: number; spentUsd: number } | null;
 }
 
 /**
@@ -65,6 +76,19 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       traceparent: jobs.traceparent,
       clientTraceparent: jobs.clientTraceparent,
       budgetSpent: sql<boolean>`${overBudgetSql(sql`${jobs.tenantId}`)}`,
+      dailyBudget: sql<{ budget_usd: number | string; spent_usd: number | string; day: string } | null>`(
+        SELECT json_build_object('budget_usd', bt.daily_budget_usd, 'spent_usd', coalesce(bs.cost_usd, 0),
+          'day', to_char((now() AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD'))
+        FROM tenants bt
+        LEFT JOIN tenant_daily_spend bs ON bs.tenant_id = bt.id AND bs.day = (now() AT TIME ZONE 'UTC')::date
+        WHERE bt.id = ${jobs.tenantId} AND bt.daily_budget_usd IS NOT NULL)`,
+      treeBudget: sql<{ root: string; max_cost_usd: number | string; spent_usd: number | string } | null>`(
+        SELECT json_build_object('root', r.id, 'max_cost_usd', (av.definition->'limits'->>'max_cost_usd')::numeric,
+          'spent_usd', (SELECT coalesce(sum(tj.cost_usd), 0) FROM jobs tj WHERE tj.id = r.id OR tj.root_job_id = r.id))
+        FROM jobs r
+        JOIN agent_versions av ON av.tenant_id = r.tenant_id AND av.name = r.agent_name AND av.version = r.agent_version
+        WHERE r.id = coalesce(${jobs.rootJobId}, ${jobs.id})
+          AND jsonb_typeof(av.definition->'limits'->'max_cost_usd') = 'number')`,
     })
     .from(jobs)
     .leftJoin(
@@ -99,6 +123,20 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     traceparent: row.traceparent,
     clientTraceparent: row.clientTraceparent,
     budgetSpent: row.budgetSpent === true,
+    dailyBudget: row.dailyBudget
+      ? {
+          budgetUsd: Number(row.dailyBudget.budget_usd),
+          spentUsd: Number(row.dailyBudget.spent_usd),
+          day: row.dailyBudget.day,
+        }
+      : null,
+    treeBudget: row.treeBudget
+      ? {
+          rootJobId: row.treeBudget.root,
+          maxCostUsd: Number(row.treeBudget.max_cost_usd),
+          spentUsd: Number(row.treeBudget.spent_usd),
+        }
+      : null,
   };
 }
 

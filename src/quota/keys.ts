@@ -20,6 +20,17 @@ export function redisKeys(prefix = "ear") {
     /** Last poll (server ms) of each waiter of a quota key: waiters that stop polling are purged. */
     quotaWaitersSeen: (quotaKey: string) => `${prefix}:quota-seen:${quotaKey}`,
     /**
+     * A budget's reservations (src/quota/lua/acquire.lua): ZSET holder → last heartbeat, renewed
+     * with the holder's lease, so a dead holder's reservation expires like its lease.
+     */
+    budgetReservations: (budgetKey: string) => `${prefix}:budget-res:${budgetKey}`,
+    /** HASH holder → its reservation in nano-USD (integer). */
+    budgetAmounts: (budgetKey: string) => `${prefix}:budget-amt:${budgetKey}`,
+    /** A budget's settled spend in nano-USD (integer), moved only by settle.lua. */
+    budgetSpent: (budgetKey: string) => `${prefix}:budget-spent:${budgetKey}`,
+    /** Set once a holder's call is settled: a second settle of the same call adds nothing. */
+    budgetSettled: (holder: string) => `${prefix}:budget-settled:${holder}`,
+    /**
      * ZSET of sleeping hosts (src/quota/fleet-wake.ts): member = host id, score = when its sleep
      * ends at the latest (ms). A submit's wake-up pokes every live member and empties it.
      */
@@ -43,4 +54,12 @@ export const quotaKeys = {
   tenant: (tenantId: string) => `tenant:${tenantId}`,
   /** One tenant's turns on one model, when the registry gives the model a per-tenant limit. */
   tenantModel: (tenantId: string, model: string) => `tenant-model:${tenantId}:${model}`,
+};
+
+/** Budget keys (what the budget reservations and spent counters are keyed by). */
+export const budgetKeys = {
+  /** A tenant's spend of one UTC day (`YYYY-MM-DD`). */
+  tenantDay: (tenantId: string, day: string) => `tenant-day:${tenantId}:${day}`,
+  /** A job tree's spend (the root job and every child it delegated), against the root agent's `limits.max_cost_usd`. */
+  tree: (rootJobId: string) => `tree:${rootJobId}`,
 };

@@ -30,10 +30,35 @@ export interface QuotaDemand {
   slack?: number;
 }
 
+/**
+ * A call's budget reservation (docs/quota.md, "Budgets: reserve, then settle"), in integer
+ * nano-USD (1e-9 $: a token at $0.15 per million tokens is 150 nano-USD, exact).
+ */
+export interface BudgetDemand {
+  /** A budget key (budgetKeys in keys.ts), e.g. the tenant's UTC day. */
+  key: string;
+  limitNano: number;
+  /** The call's worst case: its prompt as counted plus its max output tokens, priced. */
+  amountNano: number;
+  /** The spend the ledger (Postgres) knows of: the Redis counter never counts from below it. */
+  floorNano: number;
+  /** How long the budget's counter outlives its last write. */
+  ttlMs: number;
+}
+
+/** What one call really cost, for each budget it reserved on. */
+export interface BudgetSettle {
+  key: string;
+  amountNano: number;
+  ttlMs: number;
+}
+
 export interface QuotaLease {
   holder: string;
   /** Quota keys (not Redis keys) this lease holds a slot on. */
   keys: readonly string[];
+  /** Budget keys this holder reserved on (renewed with the lease; settled, not released). */
+  budgets?: readonly string[];
   /** Local monotonic deadline (store clock): past it, the holder must treat the lease as lost. */
   validUntil: number;
 }
@@ -50,7 +75,16 @@ export type AcquireResult =
       /** Free slots on that key at that moment. */
       free: number;
     }
-  | { admitted: false; reason: "redis_unavailable"; error: QuotaUnavailableError };
+  | { admitted: false; reason: "redis_unavailable"; error: QuotaUnavailableError }
+  | {
+      admitted: false;
+      /** Every slot was free, but this budget's settled spend plus its reservations reached its limit. */
+      reason: "budget_exhausted";
+      key: string;
+      spentNano: number;
+      reservedNano: number;
+      limitNano: number;
+    };
 
 export interface RenewResult {
   renewed: QuotaLease[];
@@ -65,6 +99,11 @@ export interface LeaseStoreStats {
   renewed: number;
   lost: number;
   released: number;
+  /** Calls admitted with budget reservations, refused by a budget, and settlements counted / repeated. */
+  reserved: number;
+  budgetRefused: number;
+  settled: number;
+  settledAgain: number;
 }
 
 export interface LeaseStoreOptions {
@@ -88,7 +127,17 @@ export interface LeaseStore {
    * holds is idempotent (no second slot). `queue: true` joins the fair waiter queue when refused
    * (acquireWithWait does this); without it a refused holder leaves no trace.
    */
-  acquire(holder: string, demands: readonly QuotaDemand[], opts?: { queue?: boolean }): Promise<AcquireResult>;
+  acquire(
+    holder: string,
+    demands: readonly QuotaDemand[],
+    opts?: { queue?: boolean; budgets?: readonly BudgetDemand[] },
+  ): Promise<AcquireResult>;
+  /**
+   * End the holder's budget reservations with what its call really cost: counted once per
+   * holder, whatever the retries. "unavailable": Redis could not be asked (the reservation then
+   * expires, and the ledger in Postgres still has the call). Never throws.
+   */
+  settle(holder: string, settles: readonly BudgetSettle[]): Promise<"counted" | "repeated" | "unavailable">;
   /** One round trip for all leases of a host. Throws QuotaUnavailableError when Redis cannot be asked. */
   renew(leases: readonly QuotaLease[]): Promise<RenewResult>;
   /**
@@ -117,7 +166,19 @@ export function createLeaseStore(
   const now = opts.now ?? (() => performance.now());
   const breaker = opts.breaker instanceof CircuitBreaker ? opts.breaker : new CircuitBreaker({ now, ...opts.breaker });
   const listeners = new Set<(quotaKeys: readonly string[]) => void>();
-  const counters: LeaseStoreStats = { admitted: 0, refused: 0, unavailable: 0, renewed: 0, lost: 0, released: 0 };
+  const counters: LeaseStoreStats = {
+    admitted: 0,
+    refused: 0,
+    unavailable: 0,
+    renewed: 0,
+    lost: 0,
+    released: 0,
+    reserved: 0,
+    budgetRefused: 0,
+    settled: 0,
+    settledAgain: 0,
+  };
+  const budgetTriple = (b: string) => [keys.budgetReservations(b), keys.budgetAmounts(b), keys.budgetSpent(b)];
 
   const triples = (quotaKeys: readonly string[]) =>
     quotaKeys.flatMap((k) => [keys.quotaLeases(k), keys.quotaWaiters(k), keys.quotaWaitersSeen(k)]);
@@ -129,8 +190,13 @@ export function createLeaseStore(
     leaseTimeoutMs,
     heartbeatIntervalMs,
 
-    async acquire(holder, demands, { queue = false } = {}): Promise<AcquireResult> {
-      if (demands.length === 0) throw new RangeError("acquire needs at least one quota demand");
+    async acquire(holder, demands, { queue = false, budgets = [] } = {}): Promise<AcquireResult> {
+      if (demands.length === 0 && budgets.length === 0) throw new RangeError("acquire needs a quota or budget demand");
+      for (const b of budgets) {
+        for (const v of [b.limitNano, b.amountNano, b.floorNano, b.ttlMs]) {
+          if (!Number.isSafeInteger(v) || v < 0) throw new RangeError(`invalid budget figure for ${b.key}: ${v}`);
+        }
+      }
       for (const d of demands) {
         if (!Number.isInteger(d.limit) || d.limit < 0) throw new RangeError(`invalid limit for ${d.key}: ${d.limit}`);
         if (d.slack !== undefined && !(Number.isInteger(d.slack) && d.slack >= 0)) {
@@ -142,13 +208,19 @@ export function createLeaseStore(
       let reply: unknown;
       try {
         reply = await breaker.run(() =>
-          runner.evalScript(scripts.acquire, triples(quotaKeys), [
-            holder,
-            String(leaseTimeoutMs),
-            String(waiterTimeoutMs),
-            queue ? "1" : "0",
-            ...demands.flatMap((d) => [String(d.limit), String(d.slack ?? 0)]),
-          ]),
+          runner.evalScript(
+            scripts.acquire,
+            [...triples(quotaKeys), ...budgets.flatMap((b) => budgetTriple(b.key))],
+            [
+              holder,
+              String(leaseTimeoutMs),
+              String(waiterTimeoutMs),
+              queue ? "1" : "0",
+              ...demands.flatMap((d) => [String(d.limit), String(d.slack ?? 0)]),
+              ...budgets.flatMap((b) => [b.limitNano, b.amountNano, b.floorNano, b.ttlMs].map(String)),
+              String(budgets.length),
+            ],
+          ),
         );
       } catch (err) {
         counters.unavailable += 1;
@@ -157,10 +229,29 @@ export function createLeaseStore(
       const [ok = 0, serverTimeMs = 0, refusedAt = 0, ahead = 0, free = 0] = intArray(reply, "acquire", 5);
       if (ok === 1) {
         counters.admitted += 1;
+        if (budgets.length > 0) counters.reserved += 1;
         return {
           admitted: true,
           serverTimeMs,
-          lease: { holder, keys: quotaKeys, validUntil: sentAt + leaseTimeoutMs },
+          lease: {
+            holder,
+            keys: quotaKeys,
+            ...(budgets.length > 0 ? { budgets: budgets.map((b) => b.key) } : {}),
+            validUntil: sentAt + leaseTimeoutMs,
+          },
+        };
+      }
+      if (ok === 2) {
+        const budget = budgets[refusedAt - 1];
+        if (budget === undefined) throw new QuotaProtocolError(`acquire refused at budget index ${refusedAt}`);
+        counters.budgetRefused += 1;
+        return {
+          admitted: false,
+          reason: "budget_exhausted",
+          key: budget.key,
+          spentNano: ahead,
+          reservedNano: free,
+          limitNano: budget.limitNano,
         };
       }
       const key = quotaKeys[refusedAt - 1];
@@ -174,15 +265,18 @@ export function createLeaseStore(
       const redisKeyIndex = new Map<string, number>();
       const args = [String(leaseTimeoutMs), String(leases.length)];
       for (const lease of leases) {
-        args.push(lease.holder, String(lease.keys.length));
-        for (const k of lease.keys) {
-          const rk = keys.quotaLeases(k);
-          let i = redisKeyIndex.get(rk);
-          if (i === undefined) {
-            i = redisKeyIndex.size + 1;
-            redisKeyIndex.set(rk, i);
+        args.push(lease.holder);
+        // Its slots (they decide whether it is lost), then its budget reservations (renewed only).
+        for (const group of [lease.keys.map(keys.quotaLeases), (lease.budgets ?? []).map(keys.budgetReservations)]) {
+          args.push(String(group.length));
+          for (const rk of group) {
+            let i = redisKeyIndex.get(rk);
+            if (i === undefined) {
+              i = redisKeyIndex.size + 1;
+              redisKeyIndex.set(rk, i);
+            }
+            args.push(String(i));
           }
-          args.push(String(i));
         }
       }
       const sentAt = now();
@@ -203,7 +297,30 @@ export function createLeaseStore(
       return { renewed, lost };
     },
 
+    async settle(holder, settles) {
+      if (settles.length === 0) return "counted";
+      try {
+        const reply = await breaker.run(() =>
+          runner.evalScript(
+            scripts.settle,
+            [keys.budgetSettled(holder), ...settles.flatMap((s) => budgetTriple(s.key))],
+            [
+              holder,
+              String(SETTLED_MARKER_TTL_MS),
+              ...settles.flatMap((s) => [String(Math.max(0, Math.round(s.amountNano))), String(s.ttlMs)]),
+            ],
+          ),
+        );
+        if (reply === 1) counters.settled += 1;
+        else counters.settledAgain += 1;
+        return reply === 1 ? "counted" : "repeated";
+      } catch {
+        return "unavailable";
+      }
+    },
+
     async release(lease) {
+      if (lease.keys.length === 0) return false;
       try {
         const removed = await breaker.run(() =>
           runner.evalScript(scripts.release, triples(lease.keys), [lease.holder]),
@@ -229,6 +346,12 @@ export function createLeaseStore(
     },
   };
 }
+
+/**
+ * How long a settled call's marker stays: longer than any settle of the same holder can come late
+ * (a host paused for a day would have lost its lease and its job long before).
+ */
+const SETTLED_MARKER_TTL_MS = 2 * 86_400_000;
 
 function asUnavailable(err: unknown): QuotaUnavailableError {
   return err instanceof QuotaUnavailableError ? err : new QuotaUnavailableError(String(err), { cause: err });

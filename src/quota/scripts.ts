@@ -6,14 +6,21 @@
  */
 import type { Redis } from "./redis";
 
-/** Source text of the three lease scripts (src/quota/lua/{acquire,renew,release}.lua). */
+/** Source text of the lease scripts (src/quota/lua/{acquire,renew,release,settle}.lua). */
 export interface QuotaScripts {
   acquire: string;
   renew: string;
   release: string;
+  /** Budget reservations are taken by acquire and renewed by renew; settle ends them. */
+  settle: string;
 }
 
-export const QUOTA_SCRIPT_NAMES = ["acquire", "renew", "release"] as const satisfies readonly (keyof QuotaScripts)[];
+export const QUOTA_SCRIPT_NAMES = [
+  "acquire",
+  "renew",
+  "release",
+  "settle",
+] as const satisfies readonly (keyof QuotaScripts)[];
 
 /**
  * Runs a script by its text: EVALSHA first, EVAL on NOSCRIPT (a Redis restart or SCRIPT FLUSH

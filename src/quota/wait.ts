@@ -15,7 +15,7 @@
  * `quota.waiting` event).
  */
 import { backoffDelay, jitter } from "../domain/backoff";
-import type { AcquireResult, LeaseStore, QuotaDemand, QuotaLease } from "./lease-store";
+import type { AcquireResult, BudgetDemand, LeaseStore, QuotaDemand, QuotaLease } from "./lease-store";
 
 export type QuotaWaitingReason = "limit_reached" | "redis_unavailable";
 
@@ -31,11 +31,23 @@ export interface QuotaWaitingInfo {
 export type WaitOutcome =
   | { kind: "admitted"; lease: QuotaLease; waitedMs: number; polls: number }
   | { kind: "timed_out"; reason: QuotaWaitingReason; waitedMs: number; polls: number }
-  | { kind: "aborted"; waitedMs: number; polls: number };
+  | { kind: "aborted"; waitedMs: number; polls: number }
+  /** A budget refused: waiting would not help (spend only grows until the budget changes). */
+  | {
+      kind: "budget_exhausted";
+      key: string;
+      spentNano: number;
+      reservedNano: number;
+      limitNano: number;
+      waitedMs: number;
+      polls: number;
+    };
 
 export interface AcquireWithWaitOptions {
   holder: string;
   demands: readonly QuotaDemand[];
+  /** Budget reservations taken in the same atomic acquire as the slots (lease-store.ts). */
+  budgets?: readonly BudgetDemand[];
   /** Give up after this long (the runner fails the run or reports it; never waits forever). */
   maxWaitMs: number;
   signal?: AbortSignal;
@@ -84,9 +96,17 @@ export async function acquireWithWait(store: LeaseStore, opts: AcquireWithWaitOp
       return { kind: "aborted", waitedMs: now() - started, polls };
     }
     polls += 1;
-    const result: AcquireResult = await store.acquire(opts.holder, demands, { queue: opts.queue ?? true });
+    const result: AcquireResult = await store.acquire(opts.holder, demands, {
+      queue: opts.queue ?? true,
+      ...(opts.budgets ? { budgets: opts.budgets } : {}),
+    });
     const waitedMs = now() - started;
     if (result.admitted) return { kind: "admitted", lease: result.lease, waitedMs, polls };
+    if (result.reason === "budget_exhausted") {
+      await leaveQueue();
+      const { key, spentNano, reservedNano, limitNano } = result;
+      return { kind: "budget_exhausted", key, spentNano, reservedNano, limitNano, waitedMs, polls };
+    }
 
     let delay: number;
     if (result.reason === "limit_reached") {

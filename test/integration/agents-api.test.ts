@@ -93,7 +93,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       instructions: "Write briefly.",
       description: "",
       tools: [],
-      limits: { max_turns: 8, max_output_tokens: null, timeout_s: null },
+      limits: { max_turns: 8, max_output_tokens: null, timeout_s: null, max_cost_usd: null },
       sampling: { temperature: null, top_p: null },
       priority: 0,
       sandbox_profile: "default",

@@ -242,7 +242,12 @@ describe.skipIf(!canRun)("quota lease property", () => {
     direct = new IORedis(redis.url, { protocol: 2 });
     tcp = new IORedis(redis.url, { protocol: 2 });
     const real = await loadQuotaScripts();
-    virtual = { acquire: withVirtualClock(real.acquire), renew: withVirtualClock(real.renew), release: real.release };
+    virtual = {
+      acquire: withVirtualClock(real.acquire),
+      renew: withVirtualClock(real.renew),
+      release: real.release,
+      settle: real.settle,
+    };
     upstash = upstashLuaRunner(createRedisClient({ url: bridge.url, token }));
     raw = ioredisLuaRunner(tcp);
   });

@@ -50,7 +50,7 @@ describe.skipIf(!canRun)("quota lease store", () => {
   });
 
   it("loads the script text exactly as the .lua files hold it", async () => {
-    for (const name of ["acquire", "renew", "release"] as const) {
+    for (const name of ["acquire", "renew", "release", "settle"] as const) {
       const file = await readFile(new URL(`../../src/quota/lua/${name}.lua`, import.meta.url), "utf8");
       expect(scripts[name]).toBe(file);
       expect(scripts[name].length).toBeGreaterThan(100);
@@ -89,6 +89,93 @@ describe.skipIf(!canRun)("quota lease store", () => {
         expect((await s.acquire("x", both)).admitted).toBe(true);
         expect(await members("model")).toEqual(["x"]);
         expect(await members("tenant:1")).toEqual(["x"]);
+      });
+
+      describe("budgets: reserve, then settle", () => {
+        const m = [{ key: "m", limit: 100 }];
+        const budget = (amountNano: number, limitNano = 1000, floorNano = 0) => [
+          { key: "day", limitNano, amountNano, floorNano, ttlMs: 60_000 },
+        ];
+        const spent = async () => Number((await direct.get(keys.budgetSpent("day"))) ?? 0);
+
+        it("admits while spend plus reservations is under the limit, with the slots in one script", async () => {
+          const s = store();
+          const a = await s.acquire("a", m, { budgets: budget(600) });
+          expect(a.admitted && a.lease.budgets).toEqual(["day"]);
+          // 600 reserved < 1000: admitted, and reserves its own 600 (the overrun bound: one reservation).
+          expect((await s.acquire("b", m, { budgets: budget(600) })).admitted).toBe(true);
+          expect(await s.acquire("c", m, { budgets: budget(1) })).toEqual({
+            admitted: false,
+            reason: "budget_exhausted",
+            key: "day",
+            spentNano: 0,
+            reservedNano: 1200,
+            limitNano: 1000,
+          });
+          // Refused by the budget: no slot taken either.
+          expect((await members("m")).sort()).toEqual(["a", "b"]);
+          expect(await s.acquire("a", m, { budgets: budget(600) })).toMatchObject({ admitted: true }); // idempotent
+          expect(s.stats()).toMatchObject({ reserved: 3, budgetRefused: 1 });
+        });
+
+        it("settles to the real cost once per holder, however often it is sent", async () => {
+          const s = store();
+          const a = await s.acquire("a", m, { budgets: budget(900) });
+          expect(a.admitted).toBe(true);
+          expect(await s.settle("a", [{ key: "day", amountNano: 250, ttlMs: 60_000 }])).toBe("counted");
+          expect(await s.settle("a", [{ key: "day", amountNano: 250, ttlMs: 60_000 }])).toBe("repeated");
+          expect(await spent()).toBe(250);
+          expect(await direct.zcard(keys.budgetReservations("day"))).toBe(0);
+          expect(await direct.hlen(keys.budgetAmounts("day"))).toBe(0);
+          // 250 spent + 0 reserved < 1000: admitted; then 250 + 750 reserved reaches the limit.
+          expect((await s.acquire("b", m, { budgets: budget(750) })).admitted).toBe(true);
+          expect(await s.acquire("c", m, { budgets: budget(1) })).toMatchObject({
+            reason: "budget_exhausted",
+            spentNano: 250,
+            reservedNano: 750,
+          });
+          expect(await direct.pttl(keys.budgetSpent("day"))).toBeGreaterThan(50_000);
+        });
+
+        it("a holder that dies unsettled gives its reservation back at the lease timeout; a renewing one keeps it", async () => {
+          const s = store({ leaseTimeoutMs: 300 });
+          const dead = await s.acquire("dead", m, { budgets: budget(700) });
+          const alive = await s.acquire("alive", m, { budgets: budget(300) });
+          if (!dead.admitted || !alive.admitted) throw new Error("not admitted");
+          expect((await s.acquire("x", m, { budgets: budget(1) })).admitted).toBe(false);
+          for (let i = 0; i < 4; i++) {
+            await sleep(100);
+            expect((await s.renew([alive.lease])).lost).toEqual([]);
+          }
+          // 400 ms: dead's 700 expired, alive's 300 still held (renewed with its lease).
+          expect((await s.acquire("x", m, { budgets: budget(1) })).admitted).toBe(true);
+          expect((await direct.zrange(keys.budgetReservations("day"), "0", "-1")).sort()).toEqual(["alive", "x"]);
+          expect(await direct.hget(keys.budgetAmounts("day"), "dead")).toBeNull();
+          // A late settle of the dead holder still counts its call, once.
+          expect(await s.settle("dead", [{ key: "day", amountNano: 40, ttlMs: 60_000 }])).toBe("counted");
+          expect(await s.settle("dead", [{ key: "day", amountNano: 40, ttlMs: 60_000 }])).toBe("repeated");
+          expect(await spent()).toBe(40);
+        });
+
+        it("never counts from below the ledger's floor when Redis lost the counter", async () => {
+          const s = store();
+          expect(await s.acquire("a", m, { budgets: budget(10, 1000, 995) })).toMatchObject({ admitted: true });
+          expect(await spent()).toBe(995);
+          expect(await s.acquire("b", m, { budgets: budget(10, 1000, 995) })).toMatchObject({
+            reason: "budget_exhausted",
+            spentNano: 995,
+            reservedNano: 10,
+          });
+        });
+
+        it("reserves without a slot when the model has no quota", async () => {
+          const s = store();
+          const a = await s.acquire("a", [], { budgets: budget(2000) });
+          expect(a.admitted && a.lease.keys).toEqual([]);
+          expect(await s.acquire("b", [], { budgets: budget(1) })).toMatchObject({ reason: "budget_exhausted" });
+          if (a.admitted) expect(await s.release(a.lease)).toBe(false); // nothing to free; the reservation stays until settled
+          expect(await direct.zcard(keys.budgetReservations("day"))).toBe(1);
+        });
       });
 
       it("scores leases with the Redis server's clock, whatever the host clock says", async () => {

@@ -163,7 +163,7 @@ describe("heartbeat defaults", () => {
   it("the lease store's default heartbeat is the hosts' default HOST_HEARTBEAT_MS", () => {
     // Building a store sends nothing: the client only needs to exist.
     const redis = createRedisClient({ url: "http://127.0.0.1:1", token: "unused" });
-    const store = createLeaseStore(redis, { acquire: "", renew: "", release: "" });
+    const store = createLeaseStore(redis, { acquire: "", renew: "", release: "", settle: "" });
     expect(store.heartbeatIntervalMs).toBe(hostConfigFromEnv(MINIMAL_HOST_ENV).heartbeatMs);
     expect(store.leaseTimeoutMs).toBe(3 * store.heartbeatIntervalMs);
   });

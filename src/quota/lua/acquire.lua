@@ -7,7 +7,11 @@
 --   seen    ZSET member = holder, score = the waiter's last poll (server ms)
 -- ARGV[1] holder id, ARGV[2] lease timeout ms, ARGV[3] waiter timeout ms,
 -- ARGV[4] "1" = join (or keep a place in) the waiter queue when refused, "0" = only try,
--- ARGV[5..] per quota key 1..n: limit, slack.
+-- ARGV[5..] per quota key 1..n: limit, slack; then per budget 1..m: limit, amount, floor, ttl
+-- ms; the LAST ARGV is m (0 = no budgets). KEYS after the quota keys' triples, three per budget j:
+--   reservations ZSET member = holder, score = last heartbeat (server ms), renewed with the lease
+--   amounts      HASH holder -> reserved amount (integer nano-USD)
+--   spent        STRING settled spend (integer nano-USD), moved only by settle.lua
 --
 -- Admitted only if, on EVERY key, the holder already holds (idempotent retry: same id, no
 -- second slot) or there is a free slot and fewer than `free + slack` live waiters are queued
@@ -15,7 +19,13 @@
 -- slack 0 = strict arrival order; a small slack lets an awake waiter near the head take a slot
 -- the sleeping head would leave idle until its next poll (utilization vs. order, docs/quota.md).
 -- Returns {1, now_ms, 0, 0, 0} or {0, now_ms, i, ahead, free}: i = first refusing key (1-based),
--- ahead = waiters queued before this holder there, free = its free slots.
+-- ahead = waiters queued before this holder there, free = its free slots; or {2, now_ms, j,
+-- spent, reserved}: the slots were free but budget j is used up (spent + reserved by others >=
+-- its limit), nothing added anywhere. A budget admits a call while what is settled plus what
+-- is reserved is under its limit, and then reserves the call's worst case: so the spend passes a
+-- limit by at most one call's reservation (docs/quota.md, "Budgets: reserve, then settle").
+-- Reservations expire like leases (same timeout, renewed by renew.lua with the holder's lease),
+-- so a killed holder's reservation comes back by itself.
 
 -- clock:begin (the only clock; test/integration/quota-property.test.ts swaps this block)
 -- One TIME call gives both: whole ms, and the sub-millisecond part in [0, 1) (an arrival
@@ -32,7 +42,8 @@ local holder = ARGV[1]
 local lease_timeout = tonumber(ARGV[2])
 local waiter_timeout = tonumber(ARGV[3])
 local queue = ARGV[4] == '1'
-local n = #KEYS / 3
+local m = tonumber(ARGV[#ARGV])
+local n = #KEYS / 3 - m
 local now, now_sub = clock_ms()
 local function fmt(x) return string.format('%d', x) end
 
@@ -61,7 +72,47 @@ for i = 1, n do
   end
 end
 
+-- Budgets, only once every slot is free: a refusal here ends the call rather than queueing it.
+local budget_ttl = {}
 if refused == 0 then
+  for j = 1, m do
+    local res, amt, spent = KEYS[3 * (n + j) - 2], KEYS[3 * (n + j) - 1], KEYS[3 * (n + j)]
+    local base = 4 + 2 * n + 4 * (j - 1)
+    local limit, floor = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 3])
+    budget_ttl[j] = ARGV[base + 4]
+    local dead = redis.call('ZRANGEBYSCORE', res, '-inf', '(' .. fmt(now - lease_timeout))
+    for _, d in ipairs(dead) do
+      redis.call('ZREM', res, d)
+      redis.call('HDEL', amt, d)
+    end
+    if not redis.call('ZSCORE', res, holder) then
+      -- Redis is the accelerator, Postgres the ledger: a counter lost with Redis's data starts
+      -- again from the ledger's figure the caller read (floor), never from 0.
+      local s = tonumber(redis.call('GET', spent) or '0')
+      if floor > s then
+        redis.call('SET', spent, fmt(floor), 'PX', budget_ttl[j])
+        s = floor
+      end
+      local reserved = 0
+      for _, h in ipairs(redis.call('ZRANGE', res, 0, -1)) do
+        reserved = reserved + tonumber(redis.call('HGET', amt, h) or '0')
+      end
+      if s + reserved >= limit then
+        return {2, now, j, s, reserved}
+      end
+    end
+  end
+end
+
+if refused == 0 then
+  for j = 1, m do
+    local res, amt = KEYS[3 * (n + j) - 2], KEYS[3 * (n + j) - 1]
+    local amount = ARGV[4 + 2 * n + 4 * (j - 1) + 2]
+    redis.call('ZADD', res, fmt(now), holder)
+    redis.call('HSET', amt, holder, amount)
+    redis.call('PEXPIRE', res, budget_ttl[j])
+    redis.call('PEXPIRE', amt, budget_ttl[j])
+  end
   for i = 1, n do
     redis.call('ZADD', KEYS[3 * i - 2], fmt(now), holder)
     redis.call('ZREM', KEYS[3 * i - 1], holder)

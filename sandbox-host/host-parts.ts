@@ -140,7 +140,34 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
   return pool;
 }
 
-export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger, pool: pg.Pool): Promise<HostParts> {
+/**
+ * The heartbeat's own connection, apart from the pool the runs share: under 1,000 runs at once
+ * the runs' statements queued for the bounded pool and the heartbeat waited behind them, past
+ * the lost bound: 20 runs self-fenced and were recovered elsewhere though their host was alive.
+ * One connection, opened when a heartbeat is due and closed after 30 s unused (an idle host
+ * has no runs, so no heartbeat and no session).
+ */
+export function heartbeatPool(config: HostConfig, log: Logger): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: config.databaseUrl,
+    max: 1,
+    idleTimeoutMillis: 30_000,
+    connectionTimeoutMillis: 60_000,
+  });
+  pool.on("error", (err) =>
+    log.info("idle heartbeat connection closed; the next heartbeat opens a new one", errorFields(err)),
+  );
+  if (!isPoolerUrl(config.databaseUrl)) nameLifecycleStatements(pool);
+  return pool;
+}
+
+export async function buildParts(
+  config: HostConfig,
+  deps: HostDeps,
+  log: Logger,
+  pool: pg.Pool,
+  beats: pg.Pool = pool,
+): Promise<HostParts> {
   const db = drizzle(pool, { schema });
   const redis = deps.redis ?? createRedisClient(config.redis);
   const metrics = createHostMetrics(config.hostId);
@@ -178,6 +205,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
   const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
   const runner = new Runner({
     db,
+    heartbeatDb: beats === pool ? db : drizzle(beats, { schema }),
     maxRuns: config.maxRuns,
     model: deps.model,
     outbox,
@@ -232,6 +260,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     lastStatementAt = Date.now();
   };
   pool.on("acquire", touchedPostgres);
+  if (beats !== pool) beats.on("acquire", touchedPostgres);
   new Gauge({
     name: "host_postgres_last_statement_timestamp_seconds",
     help: "When this host last sent Postgres a statement (pool checkout or LISTEN), Unix seconds: a sleeping host's does not move",
@@ -246,6 +275,7 @@ export async function buildParts(config: HostConfig, deps: HostDeps, log: Logger
     registers: [metrics.registry],
   });
   pool.on("connect", () => sessions.inc());
+  if (beats !== pool) beats.on("connect", () => sessions.inc());
   const fleetAsleep = new Gauge({
     name: "host_fleet_asleep",
     help: "1 while this host sleeps (idle, nothing due before its known deadline): no Postgres statement or LISTEN session, woken through Redis",

@@ -6,7 +6,7 @@
  */
 import type { LeaseStore } from "../src/quota/lease-store";
 import type { HostConfig } from "./host-config";
-import { buildParts, connectPostgres, type HostDeps, type HostParts } from "./host-parts";
+import { buildParts, connectPostgres, type HostDeps, type HostParts, heartbeatPool } from "./host-parts";
 import { type Service, type StartedServices, startInOrder } from "./lifecycle/service";
 import { createLogger } from "./log";
 import { type Readiness, startMetricsServer } from "./metrics/server";
@@ -35,11 +35,13 @@ export interface RunningHost {
 export async function startHost(config: HostConfig, deps: HostDeps): Promise<RunningHost> {
   const log = deps.log ?? createLogger({ host: config.hostId });
   const pool = await connectPostgres(config, log);
+  const beats = heartbeatPool(config, log);
   let parts: HostParts;
   try {
-    parts = await buildParts(config, deps, log, pool);
+    parts = await buildParts(config, deps, log, pool, beats);
   } catch (err) {
     await pool.end().catch(() => {});
+    await beats.end().catch(() => {});
     throw err;
   }
   const { runner, outbox, offload, metrics } = parts;
@@ -49,7 +51,7 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
   let graceMs = config.shutdownGraceMs;
   const services: Service[] = [
     // Stopped last: every other part writes through the pool until it has stopped.
-    { name: "postgres pool", stop: () => pool.end() },
+    { name: "postgres pool", stop: async () => void (await Promise.all([pool.end(), beats.end()])) },
     // Published before the first claim; removed once the runs are over (they still use the tools).
     parts.toolCatalog,
     // After the runs: their last spans are ended by then, and this exports what is buffered.

@@ -40,6 +40,8 @@ import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
   db: Db;
+  /** The heartbeat's own connection (host-parts.ts heartbeatPool), so it never queues behind runs; default `db`. */
+  heartbeatDb?: Db;
   maxRuns: number;
   model: ModelClient;
   outbox: Outbox;
@@ -367,7 +369,7 @@ export class Runner {
     const sent = running.map((r) => ({ ...r.identity, facts: r.pendingFacts() }));
     const sentAt = performance.now();
     try {
-      ours = await heartbeat(this.opts.db, sent);
+      ours = await heartbeat(this.opts.heartbeatDb ?? this.opts.db, sent);
     } catch (err) {
       // Unknown is not lost: keep running; if Postgres stays away the reaper decides.
       this.opts.log.warn("heartbeat failed", { runs: running.length, ...errorFields(err) });

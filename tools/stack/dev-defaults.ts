@@ -6,8 +6,9 @@
  * printed there as dev-only: nothing in the gateway's or the hosts' own defaults changes (with
  * these unset, webhooks and MCP are off and no origin may call the API).
  *
- * The per-tenant limits are sized for `npm run load` up to 1,000 runs at once from the dev key
- * (one tenant): each run is a submit, a stream and a read-back. With the deployment's defaults
+ * The per-tenant limits (the gateway's, and the hosts' share of model slots) are sized for
+ * `npm run load` up to 1,000 runs at once from the dev key (one tenant): each run is a submit, a
+ * stream and a read-back, and one model call at a time. With the deployment's defaults
  * (1,200 requests per 10 s, 200 open streams, 1,000 queued jobs per tenant) the step of 1,000 was
  * refused by the limits, not measured. A developer who tests their own handling of a 429 sets
  * the variable to the deployment's value.
@@ -19,6 +20,10 @@ export const DEV_ONLY_DEFAULTS = {
   RATE_LIMIT_REQUESTS: "100000",
   MAX_STREAMS_PER_TENANT: "20000",
   MAX_QUEUED_JOBS_PER_TENANT: "50000",
+  // The hosts' per-tenant share of a model's slots (default 32, the fairness rule between
+  // tenants) made the dev key's 1,000 runs at once wait for 32 slots: 50 of them failed
+  // quota_unavailable after QUOTA_MAX_WAIT_MS. `npm run dev` has one tenant; 0 is no share.
+  QUOTA_TENANT_LIMIT: "0",
 } as const;
 
 /** The dev-only defaults `env` does not set itself. */

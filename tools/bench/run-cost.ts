@@ -28,12 +28,12 @@ import { EarClient } from "../../src/client/client";
 import { isTerminalEventType } from "../../src/contracts/events";
 import { countingHttpProxy } from "../lib/http-counting-proxy";
 import { countingPgProxy } from "../lib/pg-counting-proxy";
+import { PRICES } from "../lib/prices";
 import { readSse } from "../lib/sse";
 import { startPostgres } from "../stack/services/postgres";
 import { startRedis } from "../stack/services/redis";
 import { startStack } from "../stack/start";
 import { startBench, treeCpuSeconds } from "./harness";
-import { PRICES } from "../lib/prices";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const DOCS = join(ROOT, "docs", "capacity.md");

@@ -29,7 +29,13 @@ const script = (s: unknown) => [{ role: "user", content: `!mock ${JSON.stringify
 const jsonBytes = (v: unknown) => Buffer.byteLength(JSON.stringify(v));
 
 describe.skipIf(!canRun)("events bigger than the event path: cut and marked, and nothing after them lost", () => {
-  const t = useStack({ hosts: 1, mockModel: { ttftMs: 5, tokensPerS: 2000 } });
+  // An answer bigger than the event path needs more than the default output bound
+  // (MODEL_MAX_OUTPUT_TOKENS, 4,096 tokens), which would cut it first.
+  const t = useStack({
+    hosts: 1,
+    mockModel: { ttftMs: 5, tokensPerS: 2000 },
+    hostEnv: { MODEL_MAX_OUTPUT_TOKENS: "128000" },
+  });
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
   const run = async (body: Record<string, unknown>) => {
     const r = await api().call<{ job: { id: string } }>("POST", "/v1/jobs", body);

@@ -49,9 +49,11 @@ async function insertRows(
   opts: { state: string; finishedAgoMs: number | null; cleanupPending?: boolean },
 ): Promise<void> {
   await pool.query(
-    `INSERT INTO jobs (id, tenant_id, state, input, output, created_at, finished_at, cleanup_pending, epoch, execution_id)
+    // A running job has an owner (the jobs_running_owner_ck constraint): the execution's host.
+    `INSERT INTO jobs (id, tenant_id, state, input, output, created_at, finished_at, cleanup_pending, epoch, execution_id, owner)
      SELECT id, $2, $3, $4::jsonb, $5, now() - interval '40 days',
-       CASE WHEN $6::bigint IS NULL THEN NULL ELSE now() - make_interval(secs => $6::bigint / 1000.0) END, $7, 1, id
+       CASE WHEN $6::bigint IS NULL THEN NULL ELSE now() - make_interval(secs => $6::bigint / 1000.0) END, $7, 1, id,
+       CASE WHEN $3 = 'running' THEN 'host-a' END
      FROM unnest($1::uuid[]) AS id`,
     [
       ids,

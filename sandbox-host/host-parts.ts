@@ -108,16 +108,14 @@ export interface HostParts {
   sleep: FleetSleep | null;
 }
 
-export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
-  // Up to one connection per run slot plus the claimer, the heartbeat and the sweep, bounded
-  // (defaultPgPoolMax, HOST_PG_POOL_MAX). One connection stays open when unused: an idle host sends a statement a minute at most, so
-  // without it the first claim after a quiet spell would wait for a new connection on top of the
-  // claim (measured here: 26 ms for connect + SCRAM authentication + a query, 0.7 ms for the
-  // query on an open connection; TLS adds more on Neon). An open connection costs no statement.
+/**
+ * A pool to the host's DATABASE_URL, as both of the host's pools are made: idle connections
+ * closed after 30 s, a lost idle connection logged as news, the lifecycle statements named.
+ */
+function hostPool(config: HostConfig, log: Logger, what: string, size: { max: number; min?: number }): pg.Pool {
   const pool = new pg.Pool({
     connectionString: config.databaseUrl,
-    max: config.pgPoolMax ?? defaultPgPoolMax(config.maxRuns),
-    min: 1,
+    ...size,
     idleTimeoutMillis: 30_000,
     // pg-pool bounds both a new connection's start and a statement's wait for a busy pool with
     // this: the second is a queue under a burst (1,000 runs starting at once), not a failure. A
@@ -128,9 +126,20 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
   // suspended Neon compute closes idle connections: the pool drops the client and opens a new one
   // at the next statement, never before, so this is news, not a failure.
   pool.on("error", (err) =>
-    log.info("idle Postgres connection closed; the next statement opens a new one", errorFields(err)),
+    log.info(`idle ${what} connection closed; the next statement opens a new one`, errorFields(err)),
   );
   if (!isPoolerUrl(config.databaseUrl)) nameLifecycleStatements(pool);
+  return pool;
+}
+
+export async function connectPostgres(config: HostConfig, log: Logger): Promise<pg.Pool> {
+  // Up to one connection per run slot plus the claimer, the heartbeat and the sweep, bounded
+  // (defaultPgPoolMax, HOST_PG_POOL_MAX). One connection stays open when unused: an idle host
+  // sends a statement a minute at most, so without it the first claim after a quiet spell would
+  // wait for a new connection on top of the claim (measured here: 26 ms for connect + SCRAM
+  // authentication + a query, 0.7 ms for the query on an open connection; TLS adds more on
+  // Neon). An open connection costs no statement.
+  const pool = hostPool(config, log, "Postgres", { max: config.pgPoolMax ?? defaultPgPoolMax(config.maxRuns), min: 1 });
   try {
     await pool.query("SELECT 1");
   } catch (err) {
@@ -148,17 +157,7 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
  * has no runs, so no heartbeat and no session).
  */
 export function heartbeatPool(config: HostConfig, log: Logger): pg.Pool {
-  const pool = new pg.Pool({
-    connectionString: config.databaseUrl,
-    max: 1,
-    idleTimeoutMillis: 30_000,
-    connectionTimeoutMillis: 60_000,
-  });
-  pool.on("error", (err) =>
-    log.info("idle heartbeat connection closed; the next heartbeat opens a new one", errorFields(err)),
-  );
-  if (!isPoolerUrl(config.databaseUrl)) nameLifecycleStatements(pool);
-  return pool;
+  return hostPool(config, log, "heartbeat", { max: 1 });
 }
 
 export async function buildParts(

@@ -5,6 +5,7 @@
  * only through `tenantStreams`, over RPC, so they never import the object's class.
  */
 import { ApiError } from "../../../src/contracts/errors";
+import { settlesWithin } from "../../../src/domain/async";
 import type { Env } from "../../env";
 import { log } from "../../log";
 import { apiErrorResponse } from "../../middleware/error-handler/error-handler";
@@ -163,12 +164,7 @@ export async function acquireStreamSlotJoined(
       if (at >= 0) queue.waiting.splice(at, 1);
       return acquireStreamSlotAs(env, tenantId, kind, cap, me.id);
     }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const gaveUp = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, left);
-    });
-    await Promise.race([woken, gaveUp]);
-    if (timer !== undefined) clearTimeout(timer);
+    await settlesWithin(woken, left);
     arm();
   }
   const verdict = me.verdict;

@@ -19,6 +19,8 @@
  * a request that awaits a promise another request made once that one has ended (and answers it
  * 500 "your Worker's code had hung"; seen on stream opens, stream-leases.ts).
  */
+import { settlesWithin } from "../../../src/domain/async";
+
 export const TTL_MS = 5_000;
 const MAX_ENTRIES = 1_000;
 /** Far above a healthy lookup (a few ms on Neon), far below a client's patience. */
@@ -73,23 +75,18 @@ export async function resolveTenant(
   const shared = inFlight.get(keyHash);
   if (shared) {
     const waitMs = opts.joinWaitMs ?? JOIN_WAIT_MS;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const gaveUp = Symbol("gave up");
     let me!: { resolve: (tenantId: string | null) => void; reject: (err: unknown) => void };
     const mine = new Promise<string | null>((resolve, reject) => {
       me = { resolve, reject };
     });
     shared.joined.add(me);
-    const joined = await Promise.race([
-      mine,
-      new Promise<typeof gaveUp>((resolve) => {
-        timer = setTimeout(() => resolve(gaveUp), waitMs);
-      }),
-    ]).finally(() => {
-      if (timer !== undefined) clearTimeout(timer);
+    let answered: boolean;
+    try {
+      answered = await settlesWithin(mine, waitMs);
+    } finally {
       shared.joined.delete(me);
-    });
-    if (joined !== gaveUp) return joined;
+    }
+    if (answered) return mine;
     return lookupAndRemember(keyHash, lookup, now);
   }
   const entry: Lookup = { joined: new Set() };

@@ -5,9 +5,8 @@ import { AgentDefinitionSchema, type AgentView } from "../../src/contracts/agent
 import type { JobView } from "../../src/contracts/job";
 import { publishCodeTools, unpublishCodeTools } from "../../src/db/code-tools-repo";
 import * as schema from "../../src/db/schema";
-import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consoleSuite, startBrowser } from "../helpers/browser";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
@@ -22,13 +21,7 @@ describe.runIf(canRun)("web console: agents", () => {
   // MCP on at the gateway, so an agent with mcp_servers can be defined (no server is called here).
   const t = useStack({ hosts: 1, gatewayVars: { MCP_ALLOWED_URLS: "https://mcp.example.com/" } });
   let chrome: BrowserHandle;
-  const { open, shoot } = consolePages(
-    () => chrome,
-    () => t.stack.gatewayUrl,
-    () => t.stack.apiKey,
-  );
-  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
-  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const { open, shoot, api, job } = consoleSuite(t, () => chrome);
 
   beforeAll(async () => {
     chrome = await startBrowser();

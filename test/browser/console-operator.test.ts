@@ -13,9 +13,8 @@ import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { UsageAnswer } from "../../src/contracts/catalog";
 import type { JobView } from "../../src/contracts/job";
-import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consoleSuite, startBrowser } from "../helpers/browser";
 import { requireDocker } from "../helpers/docker";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
@@ -36,13 +35,7 @@ const mock = (script: unknown) => `!mock ${JSON.stringify(script)}`;
 describe.runIf(canRun)("web console: the operator's window", () => {
   const t = useStack({ hosts: 1, modelRegistry: REGISTRY });
   let chrome: BrowserHandle;
-  const { open, shoot } = consolePages(
-    () => chrome,
-    () => t.stack.gatewayUrl,
-    () => t.stack.apiKey,
-  );
-  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
-  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const { open, shoot, api, job } = consoleSuite(t, () => chrome);
   const finished = async (id: string) => {
     await expect.poll(async () => (await job(id)).finished_at, { timeout: 60_000 }).not.toBeNull();
     return job(id);

@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { JobView } from "../../src/contracts/job";
-import { apiClient } from "../helpers/api";
 import { expectAccessible } from "../helpers/axe";
-import { type BrowserHandle, CHROMIUM, consolePages, startBrowser } from "../helpers/browser";
+import { type BrowserHandle, CHROMIUM, consoleSuite, startBrowser } from "../helpers/browser";
 import { requireBinary } from "../helpers/require";
 import { useStack } from "../helpers/stack";
 
@@ -22,13 +21,7 @@ const mock = (script: unknown) => `!mock ${JSON.stringify(script)}`;
 describe.runIf(canRun)("web console: sub-agents in the run inspector", () => {
   const t = useStack({ hosts: 1 });
   let chrome: BrowserHandle;
-  const { open, shoot } = consolePages(
-    () => chrome,
-    () => t.stack.gatewayUrl,
-    () => t.stack.apiKey,
-  );
-  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
-  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  const { open, shoot, api, job } = consoleSuite(t, () => chrome);
 
   beforeAll(async () => {
     chrome = await startBrowser();

@@ -10,7 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { type Browser, chromium, type Page } from "playwright-core";
+import type { JobView } from "../../src/contracts/job";
 import { killOnExit, stopProcessGroup } from "../../tools/stack/services/process";
+import { apiClient } from "./api";
 
 export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
@@ -89,4 +91,19 @@ export function consolePages(browser: () => BrowserHandle, gatewayUrl: () => str
     await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
   }
   return { open, shoot };
+}
+
+/**
+ * A console suite's pages and the API of its stack (`useStack`'s handle): `open`, `shoot`, the
+ * API client and a job's view, the four every console suite builds the same way.
+ */
+export function consoleSuite(t: { stack: { gatewayUrl: string; apiKey: string } }, browser: () => BrowserHandle) {
+  const pages = consolePages(
+    browser,
+    () => t.stack.gatewayUrl,
+    () => t.stack.apiKey,
+  );
+  const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
+  const job = async (id: string) => (await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`)).body.job;
+  return { ...pages, api, job };
 }

@@ -14,9 +14,10 @@ import { foldRun, type OffsetEvent, pendingWait } from "./run";
 import { Waterfall } from "./waterfall-view";
 
 /**
- * The user's messages that made the job. The job view carries no input, so it is read from the
- * job's conversation (GET /v1/conversations/{id}/messages); a job submitted outside a
- * conversation has none to show here (null).
+ * The user's messages that made the job. A job of a conversation: read from the conversation
+ * (GET /v1/conversations/{id}/messages, the messages whose job this is), since its submitted input
+ * also carries the conversation's history. Any other job: its submitted input's user messages
+ * (GET /v1/jobs/{id}?include=input).
  */
 function useInput(job: JobView | null): { text: string[] | null; error: string | null } {
   const [text, setText] = useState<string[] | null>(null);
@@ -26,15 +27,17 @@ function useInput(job: JobView | null): { text: string[] | null; error: string |
   useEffect(() => {
     setText(null);
     setError(null);
-    if (!conversation || !id) return;
+    if (!id) return;
     const ctl = new AbortController();
-    client
-      .messages(conversation, { signal: ctl.signal })
-      .then(
-        (m) =>
-          ctl.signal.aborted ||
-          setText(m.messages.filter((x) => x.role === "user" && x.job_id === id).map((x) => x.content)),
-      )
+    const read: Promise<string[]> = conversation
+      ? client
+          .messages(conversation, { signal: ctl.signal })
+          .then((m) => m.messages.filter((x) => x.role === "user" && x.job_id === id).map((x) => x.content))
+      : client
+          .get(id, { include: "input", signal: ctl.signal })
+          .then((a) => (a.job.input?.messages ?? []).filter((x) => x.role === "user").map((x) => x.content));
+    read
+      .then((t) => ctl.signal.aborted || setText(t))
       .catch((err) => ctl.signal.aborted || setError((err as Error).message));
     return () => ctl.abort();
   }, [conversation, id]);
@@ -49,10 +52,6 @@ function InputOutput({ job }: { job: JobView }) {
         <h3>Input</h3>
         {input.error ? (
           <p class="error">{input.error}</p>
-        ) : !job.conversation_id ? (
-          <p class="muted" data-testid="inspector-input">
-            not shown: the job has no conversation, and the job view does not carry a job's input
-          </p>
         ) : input.text === null ? (
           <p class="muted">loading…</p>
         ) : (

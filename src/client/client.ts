@@ -185,9 +185,10 @@ export class EarClient {
     );
   }
 
-  /** GET /v1/jobs/{id}: `{job}`. */
-  async get(jobId: string, opts: CallOptions = {}): Promise<JobAnswer> {
-    return (await this.transport.json<JobAnswer>("GET", `/v1/jobs/${enc(jobId)}`, opts)).body;
+  /** GET /v1/jobs/{id}: `{job}`; `include: "input"` adds the job's submitted `input` to it. */
+  async get(jobId: string, opts: CallOptions & { include?: "input" } = {}): Promise<JobAnswer> {
+    const qs = opts.include ? `?include=${opts.include}` : "";
+    return (await this.transport.json<JobAnswer>("GET", `/v1/jobs/${enc(jobId)}${qs}`, { signal: opts.signal })).body;
   }
 
   /** GET /v1/jobs: one page, newest first; pass `next_cursor` back as `cursor` for the next. */

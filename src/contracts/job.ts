@@ -142,6 +142,9 @@ export const ListJobsQuerySchema = z.object({
   cursor: text().max(200).optional(),
 });
 
+/** GET /v1/jobs/:id's query: `include=input` adds the job's submitted `input` to its view. */
+export const GetJobQuerySchema = z.object({ include: z.enum(["input"]).optional() });
+
 export const JobErrorSchema = z.object({ code: z.enum(JOB_ERROR_CODES), message: z.string() });
 export type JobError = z.infer<typeof JobErrorSchema>;
 
@@ -243,6 +246,12 @@ export const JobViewSchema = z.object({
    * first execution continued from that job's steps 1..`step`; null for a job that is no fork.
    */
   forked_from: z.object({ job_id: z.uuid(), step: z.number().int().min(0) }).nullable(),
+  /**
+   * The messages the job was submitted with (a chat message's job: its conversation's history
+   * then the message). Only on `GET /v1/jobs/{id}?include=input`: an input can be as large as
+   * LIMITS.maxMessages messages, which no list, stream frame or submit answer should carry.
+   */
+  input: JobInputSchema.optional(),
 });
 export type JobView = z.infer<typeof JobViewSchema>;
 

@@ -140,6 +140,32 @@ describe.runIf(canRun)("web console: the operator's window", () => {
     120_000,
   );
 
+  it("shows the input of a job submitted without a conversation, read from GET /v1/jobs/{id}?include=input", async () => {
+    const system = `You answer in one line (${process.pid}).`;
+    const question = `What is the input of a job with no conversation? ${process.pid}`;
+    const messages = [
+      { role: "system", content: system },
+      { role: "user", content: question },
+    ];
+    const id = await submit({ input: { messages } });
+    await finished(id);
+    // The API: the input only when asked for, and a clear 400 for an include it does not know.
+    const plain = await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}`);
+    expect(plain.body.job).not.toHaveProperty("input");
+    const withInput = await api().call<{ job: JobView }>("GET", `/v1/jobs/${id}?include=input`);
+    expect(withInput.status).toBe(200);
+    expect(withInput.body.job.input).toEqual({ messages });
+    const bad = await api().call<{ error: { code: string; message: string } }>("GET", `/v1/jobs/${id}?include=secrets`);
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe("invalid_request");
+    expect(bad.body.error.message).toContain("include");
+
+    // The inspector shows the user's messages of it (the system message is the agent's, not the user's).
+    const page = await inspect(id);
+    await expect.poll(() => page.getByTestId("inspector-input").textContent(), { timeout: 20_000 }).toBe(question);
+    await page.close();
+  });
+
   it("splits a wait for a person out of the active time, and draws the resumed execution as its own lane", async () => {
     const agent = `asker-${process.pid}`;
     const made = await api().call("POST", "/v1/agents", { name: agent, model: MODEL, ask_user: true });

@@ -3,6 +3,7 @@ import { ApiError } from "../../src/contracts/errors";
 import {
   CreateJobBatchBodySchema,
   CreateJobBodySchema,
+  GetJobQuerySchema,
   JobAnswerSchema,
   JobBatchAnswerSchema,
   JobBatchEnvelopeSchema,
@@ -149,15 +150,19 @@ export const jobRoutes = routes(
     operationId: "getJob",
     tag: "jobs",
     summary: "One job",
+    description: "With `include=input` the view also has the job's `input`: the messages it was submitted with.",
     auth: "bearer",
     parameters: [jobIdParam],
+    query: GetJobQuerySchema,
     responses: [{ status: 200, description: "The job.", schema: JobAnswerSchema }],
     errors: ["not_found", "gone", ...V1_ERRORS],
-    handler: async (c) => {
+    handler: async (c, input) => {
+      const { include } = input.query();
       const db = c.get("deps").db();
       const job = await callDependency("postgres", () => getJob(db, c.get("tenantId"), c.req.param("id")));
       if (!job) throw await missingJob(db, c.get("tenantId"), c.req.param("id"));
-      return c.json({ job: toJobView(job) });
+      const view = toJobView(job);
+      return c.json({ job: include === "input" ? { ...view, input: job.input } : view });
     },
   }),
   route({

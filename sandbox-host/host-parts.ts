@@ -150,14 +150,18 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
 }
 
 /**
- * The heartbeat's own connection, apart from the pool the runs share: under 1,000 runs at once
- * the runs' statements queued for the bounded pool and the heartbeat waited behind them, past
- * the lost bound: 20 runs self-fenced and were recovered elsewhere though their host was alive.
- * One connection, opened when a heartbeat is due and closed after 30 s unused (an idle host
- * has no runs, so no heartbeat and no session).
+ * The ownership lease's own connections, apart from the pool the runs share: the heartbeat and
+ * the started CAS (which starts a run's lease). Under 1,000 runs at once the runs' statements
+ * queued for the bounded pool and the heartbeat waited behind them, past the lost bound: 20 runs
+ * self-fenced and were recovered elsewhere though their host was alive. The started CAS queued
+ * there too: its lease counts from when it was sent, so a start that waited ~4 s for the pool
+ * left its first heartbeat ~3.5 s of the 7.5 s fence to land in, and under that step's load it
+ * did not (20 more self-fences, the same count one step later). Two connections: one heartbeat
+ * and one start batch are in flight at most (each is one statement at a time), so neither waits
+ * for the other. Opened when due, closed after 30 s unused (an idle host has no runs: no session).
  */
 export function heartbeatPool(config: HostConfig, log: Logger): pg.Pool {
-  return hostPool(config, log, "heartbeat", { max: 1 });
+  return hostPool(config, log, "heartbeat", { max: 2 });
 }
 
 export async function buildParts(

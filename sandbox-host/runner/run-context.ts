@@ -100,7 +100,8 @@ export interface QuotaGate {
 
 /** The started CAS and the terminal write, each fenced by the execution identity. */
 export interface RunWrites {
-  start(id: ExecutionIdentity): Promise<boolean>;
+  /** The started CAS: whether it hit, and when its statement was sent (the lease counts from there). */
+  start(id: ExecutionIdentity): Promise<{ started: boolean; sentAt: number }>;
   finish(finish: Finish): Promise<FinishResult>;
 }
 

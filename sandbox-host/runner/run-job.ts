@@ -38,8 +38,8 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
   const id = run.identity;
   const fields = { ...runFields(id), epoch: id.epoch };
 
-  const startSentAt = performance.now();
-  if (!(await deps.writes.start(id))) {
+  const { started, sentAt: startSentAt } = await deps.writes.start(id);
+  if (!started) {
     // Cancelled before it started: end it with our claim identity. Otherwise someone else owns
     // it now (claim released and re-claimed): not ours to run.
     if (await cancelClaim(deps.db, id).catch(() => false)) {

@@ -40,7 +40,7 @@ import { StartBatcher } from "./start-batcher";
 
 export interface RunnerOptions {
   db: Db;
-  /** The heartbeat's own connection (host-parts.ts heartbeatPool), so it never queues behind runs; default `db`. */
+  /** The lease's own connections (host-parts.ts heartbeatPool) for heartbeats and started CASes, so they never queue behind runs; default `db`. */
   heartbeatDb?: Db;
   maxRuns: number;
   model: ModelClient;
@@ -114,7 +114,7 @@ export class Runner {
   private readonly cancelChecks: PeriodicTask;
 
   constructor(private readonly opts: RunnerOptions) {
-    const starts = new StartBatcher(opts.db);
+    const starts = new StartBatcher(opts.heartbeatDb ?? opts.db);
     const finishes = new FinishBatcher(opts.db);
     this.deps = {
       db: opts.db,

@@ -134,6 +134,14 @@ function Definition({ agent }: { agent: AgentView }) {
             </td>
           </tr>
           <tr>
+            <th scope="row">max tokens (tree)</th>
+            <td data-field="max_tokens">{agent.limits.max_tokens ?? "none"}</td>
+          </tr>
+          <tr>
+            <th scope="row">at the budget</th>
+            <td data-field="on_budget">{agent.limits.on_budget}</td>
+          </tr>
+          <tr>
             <th scope="row">temperature</th>
             <td data-field="temperature">{orNone(agent.sampling.temperature)}</td>
           </tr>
@@ -469,8 +477,10 @@ function AgentForm({
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),
         timeout_s: numberOrNull(timeout),
-        // No field for it here yet: an edit keeps the version's cost limit rather than dropping it.
+        // No fields for the budget limits here yet: an edit keeps the version's rather than dropping them.
         max_cost_usd: base?.limits.max_cost_usd ?? null,
+        max_tokens: base?.limits.max_tokens ?? null,
+        on_budget: base?.limits.on_budget ?? "fail",
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
       priority: numberOrNull(priority) ?? 0,

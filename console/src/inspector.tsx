@@ -72,7 +72,12 @@ function InputOutput({ job }: { job: JobView }) {
 }
 
 /** How the inspector names what a waiting job waits for, by wait kind. */
-const WAITING_FOR = { approval: "an approval of", input: "an answer to", children: "the child jobs of" } as const;
+const WAITING_FOR = {
+  approval: "an approval of",
+  input: "an answer to",
+  children: "the child jobs of",
+  budget: "more budget (add_usd) for",
+} as const;
 
 export function Inspector({ jobId }: { jobId: string }) {
   const [job, setJob] = useState<JobView | null>(null);

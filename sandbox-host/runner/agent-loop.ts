@@ -96,7 +96,9 @@ export async function readRow(exec: Execution): Promise<Start> {
       ]);
       if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.callId}`);
       const rebuilt = rebuildFromJournal(records);
-      if (rebuilt.turn !== checkpoint.turn || rebuilt.open[0]?.call.id !== checkpoint.callId) {
+      // A budget wait is before a turn: the journal ends at the last one, no call open.
+      const atWait = checkpoint.budget ? rebuilt.open.length === 0 : rebuilt.open[0]?.call.id === checkpoint.callId;
+      if (rebuilt.turn !== checkpoint.turn || !atWait) {
         throw new Error(
           `job ${id.jobId}'s journal does not end at the call it waited on (${checkpoint.callId}, turn ${checkpoint.turn})`,
         );
@@ -172,7 +174,20 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       }
       firstTurn = rebuilt.turn + 1;
     }
-    if (resume) {
+    if (resume?.checkpoint.budget) {
+      // The budget wait's decision: deny ends the run; approve (its add_usd already in this
+      // execution's tree budget, loadRunnableJob) goes on with the turn that was refused.
+      const d = resume.decision.decision;
+      if (d.decision !== "approve") {
+        return failed(
+          "budget_exceeded",
+          d.decidedBy === "deadline"
+            ? "nobody raised the job's budget before the wait's deadline (limits.on_budget: ask)"
+            : "the job's budget was not raised: the budget.exhausted wait was denied",
+          text,
+        );
+      }
+    } else if (resume) {
       // Continue the turn the last execution suspended in: the decided call, then the rest.
       const { checkpoint, decision } = resume;
       // A children wait: every delegate call of the turn gets its child's end as its result.

@@ -27,6 +27,7 @@ export const EVENT_TYPES = [
   "tool.result",
   "tool.approval_requested",
   "input.requested",
+  "budget.exhausted",
   "run.suspended",
   "run.resumed",
   "run.recovered",
@@ -161,6 +162,18 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     deadline_at: z.string(),
     /** Why a person is asked again: an approved call's outcome is unknown after a recovery. */
     note: z.string().optional(),
+  }),
+  /**
+   * The job tree's max_cost_usd refused the next model call and its `limits.on_budget` is `ask`:
+   * the run suspends (run.suspended follows) until POST /v1/jobs/{id}/approvals/{call_id} decides
+   * (approve with `add_usd` raises the limit; deny fails the job `budget_exceeded`), or the
+   * deadline passes. `spent_usd`: the tree's settled spend; `limit_usd`: its limit then.
+   */
+  "budget.exhausted": z.looseObject({
+    call_id: z.string(),
+    spent_usd: z.number().min(0),
+    limit_usd: z.number().min(0),
+    deadline_at: z.string(),
   }),
   /** The model asked the user (ask_user): the run suspends until POST /v1/jobs/{id}/input answers. */
   "input.requested": z.looseObject({ call_id: z.string(), question: z.string(), deadline_at: z.string() }),
@@ -346,6 +359,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("tool.result"),
   envelopeOf("tool.approval_requested"),
   envelopeOf("input.requested"),
+  envelopeOf("budget.exhausted"),
   envelopeOf("run.suspended"),
   envelopeOf("run.resumed"),
   envelopeOf("run.recovered"),

@@ -1,7 +1,7 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
 import { ADMISSION_LIMITS } from "./admission";
-import { agentRefSchema } from "./agent";
+import { agentRefSchema, JobLimitsSchema } from "./agent";
 import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
 import { refineStorableJson, text, whenValid } from "./text";
@@ -108,6 +108,8 @@ export const CreateJobBodySchema = z
     ttl_s: z.number().int().min(ADMISSION_LIMITS.minTtlS).max(ADMISSION_LIMITS.maxTtlS).optional(),
     /** This tenant's jobs sharing a key run one at a time. */
     concurrency_key: text().min(1).max(ADMISSION_LIMITS.maxConcurrencyKey).optional(),
+    /** This job's own budget limits, each at most its agent's (docs/quota.md, "A tree's budget"). */
+    limits: JobLimitsSchema.optional(),
   })
   .strict()
   .refine((b) => b.delay_s === undefined || b.run_at === undefined, {

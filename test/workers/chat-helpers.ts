@@ -96,6 +96,7 @@ export class FakeChatBackend implements ChatBackend {
       note: body.note ?? null,
       decided_at: new Date(0).toISOString(),
       decided_by: "api",
+      add_usd: body.add_usd ?? null,
     };
   }
 

@@ -40,9 +40,18 @@ export const CHARS_PER_TOKEN = 4;
  */
 export const MAX_LEASE_RETRIES = 3;
 
+/**
+ * Provider failures before the first token that send a turn on to the agent's next model: a
+ * refusal (429), the provider failing (5xx, a broken or unusable stream) or not answering
+ * (timeout, connection). A 4xx of the request itself (`bad_response`) would fail on any model.
+ */
+const FALLBACK_CODES: ReadonlySet<string> = new Set(["rate_limited", "provider_error", "network_error"]);
+
 /** The run's turn: its number, its request, and the run's answer so far (the outcome's partial output if it ends here). */
 export interface ModelCallInput {
   model: ModelEntry;
+  /** The agent's fallback models, in order (docs/models.md, "Fallbacks"); none: retries only. */
+  fallbacks?: readonly ModelEntry[];
   turn: number;
   request: TurnRequest;
   textSoFar: string;
@@ -53,7 +62,10 @@ export async function callModel(
   input: ModelCallInput,
 ): Promise<{ text: string; calls: ModelToolCall[] } | FinalOutcome | WaitOutcome> {
   const { deps, run } = exec;
-  const { model, turn, request, textSoFar } = input;
+  const { turn, textSoFar } = input;
+  // The model this turn is on, and its request: a fallback moves both to the next model.
+  let { model, request } = input;
+  const fallbacks = [...(input.fallbacks ?? [])];
   const began = performance.now();
   // Lost leases so far and the quota wait spent on the retries after them (the shared budget).
   const lost = { retries: 0, waitedMs: 0 };
@@ -144,6 +156,29 @@ export async function callModel(
     }
     const err = result.error;
     deps.log.warn("model call failed", { ...exec.fields, attempt, ...errorFields(err) });
+    const next = result.outputStarted || !FALLBACK_CODES.has(err.code) ? undefined : fallbacks.shift();
+    if (next) {
+      // Refused before its first token: the next model, under its own lease and reservation (a
+      // new holder: the attempt count goes on), at once. Each turn starts again on the primary.
+      countCall(deps, model, "fallback");
+      deps.metrics.modelFallbacks.inc({ from: model.name, to: next.name, reason: err.code });
+      deps.log.warn("model call refused before output; falling back", {
+        ...exec.fields,
+        from: model.name,
+        to: next.name,
+      });
+      exec.emit("model.turn", {
+        turn,
+        reason: "fallback",
+        from: model.name,
+        to: next.name,
+        error: err.code,
+        status: err.status,
+      });
+      model = next;
+      request = { ...request, model: next.name };
+      continue;
+    }
     if (result.outputStarted) {
       // Retrying would stream the answer again after the tenant saw its beginning.
       countCall(deps, model, "failed");
@@ -321,7 +356,11 @@ function budgetOutcome(
   };
 }
 
-function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
+function countCall(
+  deps: RunDeps,
+  model: ModelEntry,
+  outcome: "ok" | "retried" | "fallback" | "failed" | "aborted",
+): void {
   deps.metrics.modelCalls.inc({ model: model.name, outcome });
 }
 

@@ -113,6 +113,7 @@ export type RunMetrics = Pick<
   | "modelCost"
   | "modelCalls"
   | "modelRetries"
+  | "modelFallbacks"
   | "modelRetryDelay"
   | "waitsStarted"
   | "waitDuration"

@@ -23,6 +23,8 @@ export const AGENT_LIMITS = {
    * default): no call is unbounded, so budgets can reserve its worst case (docs/quota.md).
    */
   defaultMaxOutputTokens: 4096,
+  /** Models one agent may list as `model` (the primary and its fallbacks). */
+  maxModels: 4,
   /** The largest `limits.max_cost_usd` (US dollars), a sanity bound on a typo. */
   maxCostUsd: 1_000_000,
   /** The largest `limits.max_tokens` (a job tree's prompt + completion tokens), a sanity bound on a typo. */
@@ -308,11 +310,29 @@ export const AgentRecoverySchema = z
   .strict();
 export type AgentRecovery = z.infer<typeof AgentRecoverySchema>;
 
+const modelName = text().min(1).max(200);
+
+/** The models an agent's `model` names, the primary first (a single name: a list of one). */
+export function agentModels(definition: { model: string | readonly string[] }): string[] {
+  return typeof definition.model === "string" ? [definition.model] : [...definition.model];
+}
+
 /** What a version holds; everything but `model` has a default. */
 const agentDefinitionFields = {
   description: text().max(AGENT_LIMITS.maxDescriptionChars).default(""),
-  /** A model name from the operator's registry (GET /v1/models). */
-  model: text().min(1).max(200),
+  /**
+   * A model name from the operator's registry (GET /v1/models), or a list of them: the first is
+   * the job's model, the others its fallbacks in order (a call refused before its first token
+   * goes to the next: docs/models.md, "Fallbacks").
+   */
+  model: z.union([
+    modelName,
+    z
+      .array(modelName)
+      .min(1)
+      .max(AGENT_LIMITS.maxModels)
+      .refine((m) => new Set(m).size === m.length, { message: "lists a model twice" }),
+  ]),
   /** The system prompt, sent first in every model turn. */
   instructions: text().max(AGENT_LIMITS.maxInstructionsChars).default(""),
   tools: z

@@ -47,8 +47,9 @@ export type EventType = (typeof EVENT_TYPES)[number];
  * tool results, the one repair turn after an answer the response_format refused, the first turn of
  * an execution that resumed from a wait, the turn that takes input sent during the last one,
  * the same turn asked again because its quota lease was lost mid-call (its text so far is void),
- * the first turn of an execution that recovered the job from its journal (run.recovered), or the
- * first turn of a fork (run.forked).
+ * the first turn of an execution that recovered the job from its journal (run.recovered), the
+ * first turn of a fork (run.forked), or the same turn sent on to the agent's next model after its
+ * call was refused before its first token (`fallback`, with `from`, `to`, `error`, `status`).
  * Readers must accept reasons not listed here (more may come).
  */
 export const MODEL_TURN_REASONS = [
@@ -60,6 +61,7 @@ export const MODEL_TURN_REASONS = [
   "lease_lost",
   "recovered",
   "forked",
+  "fallback",
 ] as const;
 export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 

@@ -15,15 +15,23 @@ import { createRedisClient } from "../../src/quota/redis";
 import { waitFor } from "../../tools/stack/services/ports";
 import { agentJobs, apiClient } from "../helpers/api";
 import type { ProviderRequest } from "../helpers/fake-provider";
+import { sampleValue } from "../helpers/metrics";
 import { useProviderStack } from "../helpers/provider-stack";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
 
-/** $1,000 per million tokens in and out: one token is $0.001, so a few tokens pass a small limit. */
+/**
+ * $1,000 per million tokens in and out: one token is $0.001, so a few tokens pass a small limit.
+ * `fake-backup` (a fallback, twice the price) is served by the same provider, told apart by the
+ * request's `model`.
+ */
 const REGISTRY = JSON.stringify({
   default: "fake-model",
-  models: [{ name: "fake-model", pricing: { input_usd_per_mtok: 1000, output_usd_per_mtok: 1000 } }],
+  models: [
+    { name: "fake-model", pricing: { input_usd_per_mtok: 1000, output_usd_per_mtok: 1000 } },
+    { name: "fake-backup", pricing: { input_usd_per_mtok: 2000, output_usd_per_mtok: 2000 } },
+  ],
 });
 /** Every call's usage: 35 tokens, $0.035. */
 const USAGE = { prompt_tokens: 10, completion_tokens: 25 };
@@ -33,11 +41,19 @@ const messagesOf = (req: ProviderRequest) => req.body.messages as Msg[];
 /** The case a request belongs to: its first user message names it. */
 const caseOf = (req: ProviderRequest) => String(messagesOf(req).find((m) => m.role === "user")?.content ?? "");
 
-describe.skipIf(!canRun)("run and tree budgets: job limits, max_tokens, on_budget ask", () => {
+describe.skipIf(!canRun)("run and tree budgets (job limits, max_tokens, on_budget ask) and model fallbacks", () => {
   const t = useProviderStack(
     (req) => {
       const messages = messagesOf(req);
       const c = caseOf(req);
+      // The fallback cases: the primary refuses (429), or breaks after its first token.
+      if (c === "case:fallback" && req.body.model === "fake-model") {
+        return { kind: "error", status: 429, message: "slow down", headers: { "retry-after": "30" } };
+      }
+      if (c === "case:fallback-late" && req.body.model === "fake-model") {
+        return { kind: "stream", pieces: ["half ", "answer"], cutAfter: 1 };
+      }
+      if (c.startsWith("case:fallback")) return { kind: "stream", pieces: [`${req.body.model} answers`], usage: USAGE };
       // A root's first turn calls a tool (or, in case:tree, delegates); every later turn, and a child's, answers.
       if (messages.some((m) => m.role === "tool") || c.startsWith("child:")) {
         return { kind: "stream", pieces: [`answer to ${c}`], usage: USAGE };
@@ -219,5 +235,52 @@ describe.skipIf(!canRun)("run and tree budgets: job limits, max_tokens, on_budge
     expect(done.error).toMatchObject({ code: "budget_exceeded" });
     expect(done.error?.message).toMatch(/denied/);
     expect(requestsOf("case:deny")).toBe(1);
+  });
+
+  it("a primary model answering 429 sends the turn to the fallback: the job completes there, the reason on the stream, usage and cost per model", async () => {
+    await jobs.defineAgent("fb", { model: ["fake-model", "fake-backup"] });
+    const agent = await api().call<{ agent: { model: unknown } }>("GET", "/v1/agents/fb");
+    expect(agent.body.agent.model).toEqual(["fake-model", "fake-backup"]);
+    const id = await jobs.submit("fb", { input: { messages: [{ role: "user", content: "case:fallback" }] } });
+    const done = await jobs.finished(id);
+    expect(done.state).toBe("completed");
+    expect(done.output).toBe("fake-backup answers");
+    // The job's model is the primary; the turn's call went to the fallback once the primary refused.
+    expect(done.model).toBe("fake-model");
+    const asked = t.provider.requests.filter((r) => caseOf(r) === "case:fallback").map((r) => r.body.model);
+    expect(asked).toEqual(["fake-model", "fake-backup"]);
+    const turns = (await typesOf(id)).filter((e) => e.type === "model.turn").map((e) => e.p.payload);
+    expect(turns).toEqual([
+      { turn: 1, reason: "start" },
+      { turn: 1, reason: "fallback", from: "fake-model", to: "fake-backup", error: "rate_limited", status: 429 },
+    ]);
+    // Usage and cost per model: the refused call produced nothing; the fallback's is priced at its own rate.
+    const usage = (
+      await t.pool.query<{ model: string; tokens: number; cost: number }>(
+        "select model, prompt_tokens + completion_tokens as tokens, cost_usd::float8 as cost from model_usage where job_id = $1",
+        [id],
+      )
+    ).rows;
+    expect(usage).toEqual([{ model: "fake-backup", tokens: 35, cost: 0.07 }]);
+    expect(done.usage.cost_usd).toBeCloseTo(0.07, 12);
+    const host = t.stack.hosts[0];
+    expect(
+      await sampleValue(host?.metricsUrl as string, "model_fallbacks_total", {
+        from: "fake-model",
+        to: "fake-backup",
+        reason: "rate_limited",
+      }),
+    ).toBe(1);
+  });
+
+  it("after the first token a broken primary fails the turn as before: no fallback", async () => {
+    await jobs.defineAgent("fb-late", { model: ["fake-model", "fake-backup"] });
+    const id = await jobs.submit("fb-late", { input: { messages: [{ role: "user", content: "case:fallback-late" }] } });
+    const done = await jobs.finished(id);
+    expect(done.state).toBe("failed");
+    expect(done.error?.code).toBe("provider_error");
+    const asked = t.provider.requests.filter((r) => caseOf(r) === "case:fallback-late").map((r) => r.body.model);
+    expect(asked).toEqual(["fake-model"]);
+    expect((await typesOf(id)).some((e) => e.type === "model.turn" && e.p.payload.reason === "fallback")).toBe(false);
   });
 });

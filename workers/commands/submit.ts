@@ -9,7 +9,7 @@
  * without an agent stays one round trip): the row records that version with its model, tools and
  * timeout, so a version created after the submit never reaches this job.
  */
-import { agentPriority, limitsAboveAgent, parseAgentRef } from "../../src/contracts/agent";
+import { agentModels, agentPriority, limitsAboveAgent, parseAgentRef } from "../../src/contracts/agent";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, CreateJobBodySchema } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
@@ -108,7 +108,7 @@ export async function resolveJobAgent(
   return {
     name: view.name,
     version: view.version,
-    model: definition.model,
+    model: agentModels(definition)[0] as string,
     tools,
     timeoutMs: definition.limits.timeout_s === null ? null : definition.limits.timeout_s * 1000,
     priority: agentPriority(definition),

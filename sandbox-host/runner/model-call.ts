@@ -102,6 +102,8 @@ export async function callModel(
             text: r.text,
             calls: r.calls,
             reported: r.ok ? r.usage : undefined,
+            // Counted only when a reservation was really taken (a turn without quota takes none).
+            reservedUsd: admitted.lease?.budgets?.length ? reservedUsdOf(budgets) : 0,
             settle: (spent) => settleBudgets(exec, admitted, budgets, spent),
           });
           span.setAttributes({
@@ -314,6 +316,12 @@ async function settleBudgets(
   }
 }
 
+/** What a call reserved against its cost budgets, in US dollars: one amount for all of them (0: none). */
+function reservedUsdOf(budgets: readonly BudgetDemand[]): number {
+  const cost = budgets.find((b) => !isTokenBudget(b.key));
+  return cost ? cost.amountNano / NANO : 0;
+}
+
 /** A budget amount in dollars as the messages say it ($0.00409). */
 const usdText = (nano: number) => `$${(nano / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
 
@@ -377,6 +385,8 @@ async function recordUsage(
     calls: ModelToolCall[];
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
+    /** What the call reserved against its cost budgets (US dollars), summed on the job as usage.reserved_usd. */
+    reservedUsd: number;
     /**
      * Settle the call's budget reservations to its cost, BEFORE the ledger's write: the Redis
      * counter is then never behind the ledger, so taking the larger of the two (the floor a run
@@ -405,6 +415,7 @@ async function recordUsage(
       model: model.name,
       ...usage,
       estimated,
+      reservedUsd: call.reservedUsd,
       ...(model.pricing ? { pricing: model.pricing } : {}),
     });
   } catch (err) {

@@ -180,6 +180,8 @@ export interface CallUsage {
   estimated: boolean;
   /** The host's registry prices for the model; absent: the call has no cost (null, not 0). */
   pricing?: ModelPricing;
+  /** What the call reserved against its cost budgets before it was made, in US dollars (0: none). */
+  reservedUsd?: number;
 }
 
 /**
@@ -230,6 +232,7 @@ export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: Cal
         completion_tokens = jobs.completion_tokens + used.completion_tokens,
         model_calls = jobs.model_calls + 1,
         usage_estimated = jobs.usage_estimated OR used.estimated,
+        reserved_usd = jobs.reserved_usd + ${usage.reservedUsd ?? 0}::numeric,
         cost_usd = CASE WHEN used.cost_usd IS NULL THEN jobs.cost_usd ELSE coalesce(jobs.cost_usd, 0) + used.cost_usd END
       FROM used WHERE jobs.id = used.job_id AND jobs.state NOT IN ${FINAL_STATES_SQL}
       RETURNING 1

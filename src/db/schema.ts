@@ -161,6 +161,11 @@ export const jobs = pgTable(
     usageEstimated: boolean("usage_estimated").notNull().default(false),
     /** US dollars of the priced calls (numeric: sums stay exact); null while none was priced. */
     costUsd: numeric("cost_usd", { mode: "number" }),
+    /**
+     * US dollars its calls reserved before they were made (each call's worst case against its
+     * cost budgets, summed with its usage; docs/quota.md): what the bound held against cost_usd.
+     */
+    reservedUsd: numeric("reserved_usd", { mode: "number" }).notNull().default(0),
     /** The job's own `limits` as submitted (each at most its agent's); null: the agent's apply. */
     limits: jsonb("limits").$type<JobLimits>(),
     /**

@@ -201,8 +201,12 @@ describe.skipIf(!canRun)("run and tree budgets (job limits, max_tokens, on_budge
     expect(done.state).toBe("completed");
     expect(done.output).toBe("answer to case:ask");
     expect(requestsOf("case:ask")).toBe(2);
-    const added = await t.pool.query("select budget_added_usd::float8 as a from jobs where id = $1", [id]);
-    expect(added.rows[0].a).toBe(1);
+    expect(done.budget_added_usd).toBe(1);
+    expect(done.limits).toBeNull();
+    // Each call reserved its worst case first: at least its 4,096-token output bound at $0.001 a token.
+    expect(done.usage.reserved_usd).toBeGreaterThan(2 * 4.096);
+    expect(done.usage.reserved_usd).toBeLessThan(2 * 4.096 + 1);
+    expect(done.usage.cost_usd).toBeCloseTo(0.07, 12);
     const events = await typesOf(id);
     const exhausted = events.find((e) => e.type === "budget.exhausted");
     expect(exhausted?.p.payload).toMatchObject({ call_id: callId, spent_usd: 0.035, limit_usd: 0.01 });

@@ -54,7 +54,7 @@ export function Agents() {
               <a href={`#/agents/${encodeURIComponent(a.name)}`}>{a.name}</a>
             </td>
             <td>v{a.latest_version}</td>
-            <td>{a.model}</td>
+            <td>{modelList(a.model)}</td>
             <td>{toolList(a.tools)}</td>
             <td>{when(a.created_at)}</td>
           </tr>
@@ -63,6 +63,11 @@ export function Agents() {
     </div>
   );
 }
+
+/** An agent's model, or its list: the primary, then its fallbacks in order. */
+const modelList = (m: string | string[]) => (typeof m === "string" ? m : m.join(" → "));
+/** An agent's primary model (what a job runs first). */
+const primaryModel = (m: string | string[]) => (typeof m === "string" ? m : (m[0] ?? ""));
 
 const orNone = (v: number | null, unit = "") => (v === null ? "default" : `${v}${unit}`);
 
@@ -78,7 +83,7 @@ function Definition({ agent }: { agent: AgentView }) {
         <tbody>
           <tr>
             <th scope="row">model</th>
-            <td data-field="model">{agent.model}</td>
+            <td data-field="model">{modelList(agent.model)}</td>
           </tr>
           <tr>
             <th scope="row">description</th>
@@ -132,6 +137,14 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="max_cost_usd">
               {agent.limits.max_cost_usd == null ? "none" : `$${agent.limits.max_cost_usd}`}
             </td>
+          </tr>
+          <tr>
+            <th scope="row">max tokens (tree)</th>
+            <td data-field="max_tokens">{agent.limits.max_tokens ?? "none"}</td>
+          </tr>
+          <tr>
+            <th scope="row">at the budget</th>
+            <td data-field="on_budget">{agent.limits.on_budget}</td>
           </tr>
           <tr>
             <th scope="row">temperature</th>
@@ -341,7 +354,7 @@ export function AgentDetail({ name, version }: { name: string; version: number |
                       v{v.version}
                     </a>{" "}
                     <span class="muted">
-                      {v.model} · {when(v.created_at)}
+                      {modelList(v.model)} · {when(v.created_at)}
                     </span>
                   </li>
                 );
@@ -416,7 +429,7 @@ function AgentForm({
 }) {
   const [models, setModels] = useState<ModelView[] | null>(null);
   const [name, setName] = useState("");
-  const [model, setModel] = useState(base?.model ?? "");
+  const [model, setModel] = useState(base ? primaryModel(base.model) : "");
   const [description, setDescription] = useState(base?.description ?? "");
   const [instructions, setInstructions] = useState(base?.instructions ?? "");
   const [tools, setTools] = useState<string[]>((base?.tools ?? []).map(toolName));
@@ -456,7 +469,8 @@ function AgentForm({
     if (typeof wrong === "string") throw new Error(wrong);
     // Every field, named: what the form does not edit is carried from the base unchanged.
     const definition: DefinitionBody = {
-      model,
+      // No field for fallbacks here yet: a new version keeps the base's after the chosen primary.
+      model: base && typeof base.model !== "string" ? [model, ...base.model.filter((m) => m !== model)] : model,
       description,
       instructions,
       // A tool's idempotent flag (recovery may call it again) has no control here: carried from the base.
@@ -469,8 +483,10 @@ function AgentForm({
         ...(maxTurns.trim() ? { max_turns: Number(maxTurns) } : {}),
         max_output_tokens: numberOrNull(maxOutput),
         timeout_s: numberOrNull(timeout),
-        // No field for it here yet: an edit keeps the version's cost limit rather than dropping it.
+        // No fields for the budget limits here yet: an edit keeps the version's rather than dropping them.
         max_cost_usd: base?.limits.max_cost_usd ?? null,
+        max_tokens: base?.limits.max_tokens ?? null,
+        on_budget: base?.limits.on_budget ?? "fail",
       },
       sampling: { temperature: numberOrNull(temperature), top_p: numberOrNull(topP) },
       priority: numberOrNull(priority) ?? 0,

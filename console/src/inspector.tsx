@@ -1,6 +1,7 @@
 /**
  * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
- * runs). It opens on the job's input and output with its cost and tokens, then the run as a
+ * runs). It opens on the job's cost and tokens, its spend against its budget (budget.tsx), its
+ * input and output, then the run as a
  * waterfall (waterfall-view.tsx); the raw events stay below in the debug panel. The slider shows
  * the run as it stood after any event; Play steps through them again.
  */
@@ -9,6 +10,7 @@ import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import { client, isTerminal, type JobView } from "./api";
 import { ApprovalCard } from "./approval";
+import { Budget } from "./budget";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
 import { Waterfall } from "./waterfall-view";
@@ -71,7 +73,12 @@ function InputOutput({ job }: { job: JobView }) {
 }
 
 /** How the inspector names what a waiting job waits for, by wait kind. */
-const WAITING_FOR = { approval: "an approval of", input: "an answer to", children: "the child jobs of" } as const;
+const WAITING_FOR = {
+  approval: "an approval of",
+  input: "an answer to",
+  children: "the child jobs of",
+  budget: "more budget (add_usd) for",
+} as const;
 
 export function Inspector({ jobId }: { jobId: string }) {
   const [job, setJob] = useState<JobView | null>(null);
@@ -165,6 +172,7 @@ export function Inspector({ jobId }: { jobId: string }) {
           <RunFacts job={job} />
         </p>
       )}
+      {job && <Budget job={job} />}
       {job && <InputOutput job={job} />}
       <Waterfall job={job} events={shown} />
       {job?.waiting_for && (

@@ -8,7 +8,7 @@ import { day, JobLink, ListTable, usePaged, when } from "./list";
 
 const PAGE = 20;
 /** The jobs table's word for what a waiting job waits for, by wait kind. */
-const WAIT_VERB = { approval: "approve", input: "answer", children: "children of" } as const;
+const WAIT_VERB = { approval: "approve", input: "answer", children: "children of", budget: "budget for" } as const;
 
 export function Jobs() {
   const [state, setState] = useState<JobState | "">("");

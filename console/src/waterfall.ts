@@ -5,10 +5,12 @@
  * wait), and bars on a common time axis measured from the job's `created_at`:
  *   queue wait (created → first `run.started`), preparation (`run.started` → `run.prepared`), each
  *   model turn (`model.turn` → its first tool call, the next turn or the lane's last event) with its
- *   quota waits inside it and its retries and a recovery's discarded turn as marks, each tool call
+ *   quota waits inside it and its retries, a recovery's discarded turn and a fallback to the
+ *   agent's next model (the refused call's bar and the next model's, `model.turn` reason
+ *   `fallback`) as marks, each tool call
  *   (`tool.call` → `tool.result` of the same id) labelled sandbox, MCP, code, delegate or question,
- *   each wait for a person (`tool.approval_requested` / `input.requested` → the `run.resumed` of its
- *   call) and each child job (`child.created` → `child.finished`).
+ *   each wait for a person (`tool.approval_requested` / `input.requested` / `budget.exhausted` →
+ *   the `run.resumed` of its call) and each child job (`child.created` → `child.finished`).
  * Every bar keeps the offset of the event that opened it, so selecting it shows that event.
  *
  * Timestamps are the hosts' `ts` (ISO, ms), so bars of one lane are as exact as its host's clock;
@@ -157,10 +159,26 @@ export function waterfall(events: readonly OffsetEvent[], job: JobView | null): 
           previous?.marks.push("discarded: asked again after the recovery");
         }
         break;
-      case "model.turn":
+      case "model.turn": {
+        const refused = model;
         closeTurn(now);
-        model = add({ kind: "model", label: `model turn ${e.payload.turn}`, start: now, end: now, offset });
+        const p = e.payload as { turn: number; reason: string; from?: unknown; to?: unknown; error?: unknown };
+        if (p.reason === "fallback") {
+          // The refused call's bar says where the turn went; the new bar is that model's call.
+          refused?.marks.push(`refused (${String(p.error)}): fell back to ${String(p.to)}`);
+          model = add({
+            kind: "model",
+            label: `model turn ${p.turn} on ${String(p.to)}`,
+            start: now,
+            end: now,
+            offset,
+          });
+          model.marks.push(`fallback from ${String(p.from)}`);
+          break;
+        }
+        model = add({ kind: "model", label: `model turn ${p.turn}`, start: now, end: now, offset });
         break;
+      }
       case "model.delta":
         // A log from before `model.turn` existed: its text is one turn.
         if (!model) model = add({ kind: "model", label: "model turn", start: now, end: now, offset });
@@ -192,6 +210,19 @@ export function waterfall(events: readonly OffsetEvent[], job: JobView | null): 
         if (b && !e.payload.ok) b.marks.push("error");
         break;
       }
+      case "budget.exhausted":
+        closeTurn(now);
+        waits.set(
+          e.payload.call_id,
+          add({
+            kind: "wait",
+            label: `waiting for budget (spent $${e.payload.spent_usd} of $${e.payload.limit_usd})`,
+            start: now,
+            end: now,
+            offset,
+          }),
+        );
+        break;
       case "tool.approval_requested":
       case "input.requested": {
         closeTurn(now);

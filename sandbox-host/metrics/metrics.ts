@@ -62,6 +62,7 @@ export interface HostMetrics {
   modelCalls: Counter<"model" | "outcome">;
   /** Retries of failed model calls by model and reason (the ModelError code). */
   modelRetries: Counter<"model" | "reason">;
+  modelFallbacks: Counter<"from" | "to" | "reason">;
   /** The wait before each retry (Retry-After or backoff). */
   modelRetryDelay: Histogram;
   offloadInFlight: Gauge;
@@ -220,7 +221,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
   });
   const modelCalls = new Counter({
     name: "model_calls_total",
-    help: "Model calls (one request to a provider each), by public model name and outcome: ok, retried (failed before output and tried again), failed, aborted",
+    help: "Model calls (one request to a provider each), by public model name and outcome: ok, retried (failed before output and tried again), fallback (refused before output, the turn went on to the agent's next model), failed, aborted",
     labelNames: ["model", "outcome"] as const,
     registers: [registry],
   });
@@ -228,6 +229,12 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     name: "model_retries_total",
     help: "Model calls retried after failing before output, by public model name and reason (rate_limited, provider_error, network_error)",
     labelNames: ["model", "reason"] as const,
+    registers: [registry],
+  });
+  const modelFallbacks = new Counter({
+    name: "model_fallbacks_total",
+    help: "Model turns sent on to an agent's next model after a call refused before its first token, by public model names (from, to) and reason (rate_limited, provider_error, network_error)",
+    labelNames: ["from", "to", "reason"] as const,
     registers: [registry],
   });
   const modelRetryDelay = new Histogram({
@@ -310,6 +317,7 @@ export function createHostMetrics(hostId: string, probeMs = 100): HostMetrics {
     modelCost,
     modelCalls,
     modelRetries,
+    modelFallbacks,
     modelRetryDelay,
     offloadInFlight,
     offloadQueued,

@@ -9,7 +9,7 @@
  * (journal.ts), so the execution that resumes the job after its wait, or recovers it after its
  * host was lost (recovery.ts), rebuilds the conversation from the journal and continues there.
  */
-import { AGENT_LIMITS } from "../../src/contracts/agent";
+import { AGENT_LIMITS, agentModels } from "../../src/contracts/agent";
 import type { ModelTurnReason } from "../../src/contracts/events";
 import { acceptPendingInputs, type FinalOutcome, markInputsApplied } from "../../src/db/ownership-repo";
 import { loadRunnableJob } from "../../src/db/run-repo";
@@ -96,7 +96,9 @@ export async function readRow(exec: Execution): Promise<Start> {
       ]);
       if (!decision) throw new Error(`job ${id.jobId} was resumed with no decision on call ${checkpoint.callId}`);
       const rebuilt = rebuildFromJournal(records);
-      if (rebuilt.turn !== checkpoint.turn || rebuilt.open[0]?.call.id !== checkpoint.callId) {
+      // A budget wait is before a turn: the journal ends at the last one, no call open.
+      const atWait = checkpoint.budget ? rebuilt.open.length === 0 : rebuilt.open[0]?.call.id === checkpoint.callId;
+      if (rebuilt.turn !== checkpoint.turn || !atWait) {
         throw new Error(
           `job ${id.jobId}'s journal does not end at the call it waited on (${checkpoint.callId}, turn ${checkpoint.turn})`,
         );
@@ -155,7 +157,7 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
   try {
     const prepared = await prepare(exec, start);
     if ("state" in prepared) return prepared;
-    const { model, messages, tools, request, format } = prepared;
+    const { model, fallbacks, messages, tools, request, format } = prepared;
     const loop: LoopState = {
       maxTurns: prepared.maxTurns,
       repaired: false,
@@ -172,7 +174,20 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       }
       firstTurn = rebuilt.turn + 1;
     }
-    if (resume) {
+    if (resume?.checkpoint.budget) {
+      // The budget wait's decision: deny ends the run; approve (its add_usd already in this
+      // execution's tree budget, loadRunnableJob) goes on with the turn that was refused.
+      const d = resume.decision.decision;
+      if (d.decision !== "approve") {
+        return failed(
+          "budget_exceeded",
+          d.decidedBy === "deadline"
+            ? "nobody raised the job's budget before the wait's deadline (limits.on_budget: ask)"
+            : "the job's budget was not raised: the budget.exhausted wait was denied",
+          text,
+        );
+      }
+    } else if (resume) {
       // Continue the turn the last execution suspended in: the decided call, then the rest.
       const { checkpoint, decision } = resume;
       // A children wait: every delegate call of the turn gets its child's end as its result.
@@ -232,7 +247,13 @@ export async function runAgent(exec: Execution, start: Start): Promise<FinalOutc
       // The steps before this turn (its input, the last turn's results) are durable first.
       if (!(await exec.journal.write())) return abortedOutcome(run, text);
       emit("model.turn", { turn, reason });
-      const called = await callModel(exec, { model, turn, request: { ...request, messages, tools }, textSoFar: text });
+      const called = await callModel(exec, {
+        model,
+        fallbacks,
+        turn,
+        request: { ...request, messages, tools },
+        textSoFar: text,
+      });
       if ("state" in called) return called;
       const { text: turnText, calls } = called;
       text = turnText;
@@ -422,6 +443,8 @@ async function runCalls(
 
 interface PreparedRun {
   model: ModelEntry;
+  /** The agent's fallback models, in order (its `model` list after the primary). */
+  fallbacks: ModelEntry[];
   messages: ModelMessage[];
   tools: ModelToolSpec[] | undefined;
   /** What every turn sends besides the messages and tools: the model, sampling, limits, format. */
@@ -443,7 +466,8 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
   const agent = job.agent?.definition ?? null;
   // The gateway accepts only offered models, but a row may predate the list or come from a
   // gateway configured differently: never hand the provider (or the quota) a name not offered.
-  const requested = job.model ?? agent?.model ?? null;
+  const listed = agent ? agentModels(agent) : [];
+  const requested = job.model ?? listed[0] ?? null;
   const model = resolveModel(deps.models, requested);
   if (model === null) {
     return failed(
@@ -452,6 +476,13 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
       "",
     );
   }
+  // The agent's fallbacks after its primary (the job's model), each only if this host offers it.
+  const fallbacks = listed.slice(1).flatMap((name) => {
+    const entry = resolveModel(deps.models, name);
+    if (entry === null)
+      deps.log.warn("fallback model not offered by this host; skipped", { ...exec.fields, model: name });
+    return entry === null || entry.name === model.name ? [] : [entry];
+  });
   // A first run starts from the job's input; a resumed or recovered one continues with the
   // journal's conversation after it (the same rebuild, journal.ts).
   const base: ModelMessage[] = [
@@ -494,6 +525,7 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
   if (!resume && !recovery) exec.emit("run.prepared", {});
   return {
     model,
+    fallbacks,
     messages,
     tools,
     request: {

@@ -11,7 +11,7 @@
 
 import { randomUUID } from "node:crypto";
 import { context, trace } from "@opentelemetry/api";
-import { type AgentDefinition, DELEGATE_TOOL_PREFIX, DELEGATION_LIMITS } from "../../src/contracts/agent";
+import { type AgentDefinition, agentModels, DELEGATE_TOOL_PREFIX, DELEGATION_LIMITS } from "../../src/contracts/agent";
 import { getAgentVersion } from "../../src/db/agents-repo";
 import { childrenOf, treePlace } from "../../src/db/children-repo";
 import type { ChildJob } from "../../src/db/wait-repo";
@@ -147,7 +147,7 @@ export async function planChildren(
           callId: call.id,
           agentName: found.view.name,
           agentVersion: found.view.version,
-          model: d.model,
+          model: agentModels(d)[0] as string,
           tools: toolNames(d.tools),
           timeoutMs: d.limits.timeout_s === null ? null : d.limits.timeout_s * 1000,
           input,

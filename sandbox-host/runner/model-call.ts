@@ -15,8 +15,9 @@ import { AGENT_LIMITS } from "../../src/contracts/agent";
 import { budgetMessage, budgetRefusal } from "../../src/db/budget-repo";
 import type { FinalOutcome } from "../../src/db/ownership-repo";
 import { recordModelUsage } from "../../src/db/run-repo";
+import { approvalSettings } from "../../src/domain/approval";
 import type { ModelEntry, ModelPricing } from "../../src/domain/models";
-import { budgetKeys } from "../../src/quota/keys";
+import { budgetKeys, isTokenBudget } from "../../src/quota/keys";
 import type { BudgetDemand } from "../../src/quota/lease-store";
 import { errorFields } from "../log";
 import type { ModelToolCall, ModelUsage } from "../model/types";
@@ -25,6 +26,7 @@ import { retryDelayMs } from "./model-retry";
 import { streamModelTurn, type TurnRequest } from "./model-turn";
 import { type AdmittedTurn, acquireQuota, type BudgetExhausted, settledQuota } from "./quota-gate";
 import { abortedOutcome, type Execution, failed, type RunDeps } from "./run-context";
+import type { WaitOutcome } from "./waitpoint";
 
 /**
  * Characters per token for an estimate when the provider reports no usage: OpenAI's rule of
@@ -38,9 +40,18 @@ export const CHARS_PER_TOKEN = 4;
  */
 export const MAX_LEASE_RETRIES = 3;
 
+/**
+ * Provider failures before the first token that send a turn on to the agent's next model: a
+ * refusal (429), the provider failing (5xx, a broken or unusable stream) or not answering
+ * (timeout, connection). A 4xx of the request itself (`bad_response`) would fail on any model.
+ */
+const FALLBACK_CODES: ReadonlySet<string> = new Set(["rate_limited", "provider_error", "network_error"]);
+
 /** The run's turn: its number, its request, and the run's answer so far (the outcome's partial output if it ends here). */
 export interface ModelCallInput {
   model: ModelEntry;
+  /** The agent's fallback models, in order (docs/models.md, "Fallbacks"); none: retries only. */
+  fallbacks?: readonly ModelEntry[];
   turn: number;
   request: TurnRequest;
   textSoFar: string;
@@ -49,9 +60,12 @@ export interface ModelCallInput {
 export async function callModel(
   exec: Execution,
   input: ModelCallInput,
-): Promise<{ text: string; calls: ModelToolCall[] } | FinalOutcome> {
+): Promise<{ text: string; calls: ModelToolCall[] } | FinalOutcome | WaitOutcome> {
   const { deps, run } = exec;
-  const { model, turn, request, textSoFar } = input;
+  const { turn, textSoFar } = input;
+  // The model this turn is on, and its request: a fallback moves both to the next model.
+  let { model, request } = input;
+  const fallbacks = [...(input.fallbacks ?? [])];
   const began = performance.now();
   // Lost leases so far and the quota wait spent on the retries after them (the shared budget).
   const lost = { retries: 0, waitedMs: 0 };
@@ -70,7 +84,7 @@ export async function callModel(
       budgets,
     });
     if ("state" in admitted) return admitted;
-    if ("budgetExhausted" in admitted) return failed("budget_exceeded", exhaustedMessage(admitted), textSoFar);
+    if ("budgetExhausted" in admitted) return budgetOutcome(exec, admitted, { model, turn, textSoFar });
     if (afterLoss) lost.waitedMs += admitted.waitedMs;
     // Only the wait right after a loss draws on the budget (a provider retry's wait has its own).
     afterLoss = undefined;
@@ -88,7 +102,9 @@ export async function callModel(
             text: r.text,
             calls: r.calls,
             reported: r.ok ? r.usage : undefined,
-            settle: (costUsd) => settleBudgets(exec, admitted, budgets, costUsd),
+            // Counted only when a reservation was really taken (a turn without quota takes none).
+            reservedUsd: admitted.lease?.budgets?.length ? reservedUsdOf(budgets) : 0,
+            settle: (spent) => settleBudgets(exec, admitted, budgets, spent),
           });
           span.setAttributes({
             "gen_ai.usage.input_tokens": used.promptTokens,
@@ -98,7 +114,7 @@ export async function callModel(
           });
         } else {
           // Refused or failed before any output: nothing was served, the reservation goes.
-          await settleBudgets(exec, admitted, budgets, 0);
+          await settleBudgets(exec, admitted, budgets, { costUsd: 0, tokens: 0 });
         }
         if (r.ok) {
           span.setAttribute("gen_ai.response.finish_reasons", [
@@ -142,6 +158,29 @@ export async function callModel(
     }
     const err = result.error;
     deps.log.warn("model call failed", { ...exec.fields, attempt, ...errorFields(err) });
+    const next = result.outputStarted || !FALLBACK_CODES.has(err.code) ? undefined : fallbacks.shift();
+    if (next) {
+      // Refused before its first token: the next model, under its own lease and reservation (a
+      // new holder: the attempt count goes on), at once. Each turn starts again on the primary.
+      countCall(deps, model, "fallback");
+      deps.metrics.modelFallbacks.inc({ from: model.name, to: next.name, reason: err.code });
+      deps.log.warn("model call refused before output; falling back", {
+        ...exec.fields,
+        from: model.name,
+        to: next.name,
+      });
+      exec.emit("model.turn", {
+        turn,
+        reason: "fallback",
+        from: model.name,
+        to: next.name,
+        error: err.code,
+        status: err.status,
+      });
+      model = next;
+      request = { ...request, model: next.name };
+      continue;
+    }
     if (result.outputStarted) {
       // Retrying would stream the answer again after the tenant saw its beginning.
       countCall(deps, model, "failed");
@@ -210,27 +249,39 @@ const BUDGET_TTL_MS = 2 * 86_400_000;
  */
 function budgetDemands(exec: Execution, model: ModelEntry, request: TurnRequest): BudgetDemand[] {
   const { dailyBudget: daily, treeBudget: tree } = exec.job;
-  if (!model.pricing || (!daily && !tree)) return [];
+  if (!daily && !tree) return [];
   const promptTokens = estimateUsage(request, "", []).promptTokens;
   const maxOutput = request.maxOutputTokens ?? exec.deps.defaultMaxOutputTokens ?? AGENT_LIMITS.defaultMaxOutputTokens;
-  const amountNano = Math.ceil(callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing) * NANO);
-  const day = new Date().toISOString().slice(0, 10);
   const demands: BudgetDemand[] = [];
-  if (daily) {
-    demands.push({
-      key: budgetKeys.tenantDay(exec.job.tenantId, day),
-      limitNano: Math.round(daily.budgetUsd * NANO),
-      amountNano,
-      floorNano: daily.day === day ? Math.round(daily.spentUsd * NANO) : 0,
-      ttlMs: BUDGET_TTL_MS,
-    });
+  if (model.pricing) {
+    const amountNano = Math.ceil(callCostUsd({ promptTokens, completionTokens: maxOutput }, model.pricing) * NANO);
+    const day = new Date().toISOString().slice(0, 10);
+    if (daily) {
+      demands.push({
+        key: budgetKeys.tenantDay(exec.job.tenantId, day),
+        limitNano: Math.round(daily.budgetUsd * NANO),
+        amountNano,
+        floorNano: daily.day === day ? Math.round(daily.spentUsd * NANO) : 0,
+        ttlMs: BUDGET_TTL_MS,
+      });
+    }
+    if (tree && tree.maxCostUsd !== null) {
+      demands.push({
+        key: budgetKeys.tree(tree.rootJobId),
+        limitNano: Math.round(tree.maxCostUsd * NANO),
+        amountNano,
+        floorNano: Math.round(tree.spentUsd * NANO),
+        ttlMs: BUDGET_TTL_MS,
+      });
+    }
   }
-  if (tree) {
+  // Tokens need no price: an unpriced model's calls count toward max_tokens too.
+  if (tree && tree.maxTokens !== null) {
     demands.push({
-      key: budgetKeys.tree(tree.rootJobId),
-      limitNano: Math.round(tree.maxCostUsd * NANO),
-      amountNano,
-      floorNano: Math.round(tree.spentUsd * NANO),
+      key: budgetKeys.treeTokens(tree.rootJobId),
+      limitNano: tree.maxTokens,
+      amountNano: promptTokens + maxOutput,
+      floorNano: tree.spentTokens,
       ttlMs: BUDGET_TTL_MS,
     });
   }
@@ -246,14 +297,14 @@ async function settleBudgets(
   exec: Execution,
   admitted: AdmittedTurn,
   budgets: readonly BudgetDemand[],
-  costUsd: number,
+  spent: { costUsd: number; tokens: number },
 ): Promise<void> {
   const q = exec.deps.quota;
   if (!q || !admitted.lease?.budgets?.length) return;
-  const amountNano = Math.round(costUsd * NANO);
+  const amountNano = Math.round(spent.costUsd * NANO);
   const outcome = await q.store.settle(
     admitted.lease.holder,
-    budgets.map((b) => ({ key: b.key, amountNano, ttlMs: b.ttlMs })),
+    budgets.map((b) => ({ key: b.key, amountNano: isTokenBudget(b.key) ? spent.tokens : amountNano, ttlMs: b.ttlMs })),
   );
   settledQuota(exec.deps, admitted.lease);
   exec.deps.metrics.budgetSettlements.inc({ outcome });
@@ -265,15 +316,59 @@ async function settleBudgets(
   }
 }
 
-function exhaustedMessage({ budgetExhausted: b }: BudgetExhausted): string {
-  const usd = (n: number) => `$${(n / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
-  const whose = b.key.startsWith("tree:")
-    ? `this job's tree spent ${usd(b.spentNano)} of its limit of ${usd(b.limitNano)} (the root agent's limits.max_cost_usd)`
-    : `this tenant spent ${usd(b.spentNano)} of its daily budget of ${usd(b.limitNano)} (UTC day)`;
-  return `${whose}, with ${usd(b.reservedNano)} reserved by model calls in flight; this call was refused before it was made`;
+/** What a call reserved against its cost budgets, in US dollars: one amount for all of them (0: none). */
+function reservedUsdOf(budgets: readonly BudgetDemand[]): number {
+  const cost = budgets.find((b) => !isTokenBudget(b.key));
+  return cost ? cost.amountNano / NANO : 0;
 }
 
-function countCall(deps: RunDeps, model: ModelEntry, outcome: "ok" | "retried" | "failed" | "aborted"): void {
+/** A budget amount in dollars as the messages say it ($0.00409). */
+const usdText = (nano: number) => `$${(nano / NANO).toFixed(6).replace(/0+$/, "").replace(/\.$/, "")}`;
+
+function exhaustedMessage({ budgetExhausted: b }: BudgetExhausted): string {
+  const refused = "this call was refused before it was made";
+  if (isTokenBudget(b.key)) {
+    return `this job's tree used ${b.spentNano} tokens of its limit of ${b.limitNano} (limits.max_tokens), with ${b.reservedNano} reserved by model calls in flight; ${refused}`;
+  }
+  const whose = b.key.startsWith("tree:")
+    ? `this job's tree spent ${usdText(b.spentNano)} of its limit of ${usdText(b.limitNano)} (limits.max_cost_usd)`
+    : `this tenant spent ${usdText(b.spentNano)} of its daily budget of ${usdText(b.limitNano)} (UTC day)`;
+  return `${whose}, with ${usdText(b.reservedNano)} reserved by model calls in flight; ${refused}`;
+}
+
+/**
+ * A refused call's outcome: the run fails `budget_exceeded`, or, when the tree's max_cost_usd
+ * refused it and the job's `limits.on_budget` is `ask`, it waits at a `budget` waitpoint holding
+ * no slot (the acquire that refused took none; suspendRun releases the sandbox). The wait names
+ * the turn the journal ends at (this turn was never journaled: it starts again on approval).
+ */
+function budgetOutcome(
+  exec: Execution,
+  refused: BudgetExhausted,
+  at: { model: ModelEntry; turn: number; textSoFar: string },
+): FinalOutcome | WaitOutcome {
+  const b = refused.budgetExhausted;
+  if (!b.key.startsWith("tree:") || exec.job.treeBudget?.onBudget !== "ask") {
+    return failed("budget_exceeded", exhaustedMessage(refused), at.textSoFar);
+  }
+  // Unique per wait: a run approved with too little waits again at the same turn.
+  const callId = `budget_${at.turn}_${crypto.randomUUID().slice(0, 8)}`;
+  return {
+    state: "waiting",
+    kind: "budget",
+    checkpoint: { v: 2, callId, turn: at.turn - 1, budget: true },
+    call: { id: callId, name: at.model.name, args: { spent_usd: b.spentNano / NANO, limit_usd: b.limitNano / NANO } },
+    text: at.textSoFar,
+    approval: approvalSettings(exec.job.agent?.definition ?? null),
+    note: exhaustedMessage(refused),
+  };
+}
+
+function countCall(
+  deps: RunDeps,
+  model: ModelEntry,
+  outcome: "ok" | "retried" | "fallback" | "failed" | "aborted",
+): void {
   deps.metrics.modelCalls.inc({ model: model.name, outcome });
 }
 
@@ -290,6 +385,8 @@ async function recordUsage(
     calls: ModelToolCall[];
     /** What the provider's usage chunk said; undefined: estimated from the characters. */
     reported: ModelUsage | undefined;
+    /** What the call reserved against its cost budgets (US dollars), summed on the job as usage.reserved_usd. */
+    reservedUsd: number;
     /**
      * Settle the call's budget reservations to its cost, BEFORE the ledger's write: the Redis
      * counter is then never behind the ledger, so taking the larger of the two (the floor a run
@@ -299,7 +396,7 @@ async function recordUsage(
      * budget-reservations.test.ts). A host dying between the two leaves Redis ahead of the
      * ledger: the budget errs on the side of refusing.
      */
-    settle: (costUsd: number) => Promise<void>;
+    settle: (spent: { costUsd: number; tokens: number }) => Promise<void>;
   },
 ): Promise<ModelUsage & { estimated: boolean; costUsd: number | null }> {
   const { deps } = exec;
@@ -311,13 +408,14 @@ async function recordUsage(
   deps.metrics.modelTokens.inc({ ...labels, kind: "completion" }, usage.completionTokens);
   const costUsd = model.pricing ? callCostUsd(usage, model.pricing) : null;
   if (costUsd !== null) deps.metrics.modelCost.inc({ model: model.name, tenant: exec.job.tenantId }, costUsd);
-  await call.settle(costUsd ?? 0);
+  await call.settle({ costUsd: costUsd ?? 0, tokens: usage.promptTokens + usage.completionTokens });
   try {
     exec.run.budgetSpent = await recordModelUsage(deps.db, exec.id, {
       tenantId: exec.job.tenantId,
       model: model.name,
       ...usage,
       estimated,
+      reservedUsd: call.reservedUsd,
       ...(model.pricing ? { pricing: model.pricing } : {}),
     });
   } catch (err) {

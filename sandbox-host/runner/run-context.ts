@@ -114,6 +114,7 @@ export type RunMetrics = Pick<
   | "modelCost"
   | "modelCalls"
   | "modelRetries"
+  | "modelFallbacks"
   | "modelRetryDelay"
   | "waitsStarted"
   | "waitDuration"

@@ -46,6 +46,11 @@ export interface RunCheckpoint {
   turn: number;
   /** Kind `children`: the turn's delegate calls and the child each created (delegate.ts). */
   children?: ChildrenCheckpoint;
+  /**
+   * Kind `budget`: the wait is before a model call, not at a tool call. `callId` names the wait
+   * only; the journal ends at `turn` with no call open, and the run continues with turn + 1.
+   */
+  budget?: true;
 }
 
 /** The agent loop's outcome when a call must wait: what runJob suspends with. */
@@ -76,7 +81,13 @@ export function readCheckpoint(raw: Record<string, unknown> | null): RunCheckpoi
   const children = raw.children as ChildrenCheckpoint | undefined;
   if (raw.v === 2) {
     if (typeof raw.callId !== "string" || typeof raw.turn !== "number") throw broken();
-    return { v: 2, callId: raw.callId, turn: raw.turn, ...(children ? { children } : {}) };
+    return {
+      v: 2,
+      callId: raw.callId,
+      turn: raw.turn,
+      ...(children ? { children } : {}),
+      ...(raw.budget === true ? { budget: true as const } : {}),
+    };
   }
   const pending = raw.pending as { id?: unknown } | undefined;
   if (raw.v === 1 && typeof pending?.id === "string" && typeof raw.turn === "number") {
@@ -95,7 +106,7 @@ export type SuspendResult = "suspended" | "cancel_requested" | "ownership_lost";
 /**
  * Suspend the run: remove its sandbox and clear the cleanup fence while still the owner (a
  * waiting job has no execution for the janitor to match it by), then the fenced suspend
- * statement, then `tool.approval_requested` / `input.requested` and `run.suspended`. The events
+ * statement, then `tool.approval_requested` / `input.requested` / `budget.exhausted` and `run.suspended`. The events
  * follow the write so a client that acts on them finds the job waiting.
  */
 export async function suspendRun(exec: Execution, wait: WaitOutcome): Promise<SuspendResult> {
@@ -130,6 +141,14 @@ export async function suspendRun(exec: Execution, wait: WaitOutcome): Promise<Su
     for (const child of wait.children ?? []) {
       emit("child.created", { job_id: child.id, call_id: child.callId, agent: child.agentName });
     }
+  } else if (wait.kind === "budget") {
+    const args = call.args as { spent_usd: number; limit_usd: number };
+    emit("budget.exhausted", {
+      call_id: call.id,
+      spent_usd: args.spent_usd,
+      limit_usd: args.limit_usd,
+      deadline_at: result.deadlineAt,
+    });
   } else if (wait.kind === "approval") {
     emit("tool.approval_requested", {
       call_id: call.id,

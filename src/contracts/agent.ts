@@ -23,8 +23,12 @@ export const AGENT_LIMITS = {
    * default): no call is unbounded, so budgets can reserve its worst case (docs/quota.md).
    */
   defaultMaxOutputTokens: 4096,
+  /** Models one agent may list as `model` (the primary and its fallbacks). */
+  maxModels: 4,
   /** The largest `limits.max_cost_usd` (US dollars), a sanity bound on a typo. */
   maxCostUsd: 1_000_000,
+  /** The largest `limits.max_tokens` (a job tree's prompt + completion tokens), a sanity bound on a typo. */
+  maxTokens: 1_000_000_000,
   /** The job timeout an agent may ask for, in seconds (the default job timeout is 900 s). */
   maxTimeoutS: 86_400,
   maxListLimit: 100,
@@ -73,6 +77,9 @@ const agentName = text().regex(AGENT_NAME_RE, "must be 1-63 of a-z 0-9 _ - and s
 /** Sandbox profile names a host may offer; only `default` exists today. */
 export const SANDBOX_PROFILES = ["default"] as const;
 
+/** At a run's budget limit: fail the run, or ask a person (a waitpoint) for more. */
+export const ON_BUDGET = ["fail", "ask"] as const;
+
 export const AgentLimitsSchema = z
   .object({
     max_turns: z.number().int().min(1).max(AGENT_LIMITS.maxTurns).default(AGENT_LIMITS.defaultMaxTurns),
@@ -84,8 +91,47 @@ export const AgentLimitsSchema = z
      * (docs/quota.md). At the limit the run fails `budget_exceeded`. Null: no limit.
      */
     max_cost_usd: z.number().gt(0).max(AGENT_LIMITS.maxCostUsd).nullable().default(null),
+    /**
+     * The most tokens (prompt + completion, every call) a job of this agent and its delegated
+     * children may use, reserved before each call like max_cost_usd (docs/quota.md). Null: no limit.
+     */
+    max_tokens: z.number().int().min(1).max(AGENT_LIMITS.maxTokens).nullable().default(null),
+    /**
+     * What a run does when max_cost_usd is reached: `fail` (`budget_exceeded`), or `ask`: wait
+     * at a waitpoint (`budget.exhausted`) for POST /v1/jobs/{id}/approvals/{call_id} with
+     * `add_usd` (docs/quota.md, "Asking at the limit").
+     */
+    on_budget: z.enum(ON_BUDGET).default("fail"),
   })
   .strict();
+export type AgentLimits = z.infer<typeof AgentLimitsSchema>;
+
+/**
+ * A job's own `limits` on submit: each at most its agent's (a 400 otherwise, checked at submit
+ * against the resolved version); `on_budget` replaces the agent's.
+ */
+export const JobLimitsSchema = z
+  .object({
+    max_cost_usd: z.number().gt(0).max(AGENT_LIMITS.maxCostUsd).optional(),
+    max_tokens: z.number().int().min(1).max(AGENT_LIMITS.maxTokens).optional(),
+    on_budget: z.enum(ON_BUDGET).optional(),
+  })
+  .strict();
+export type JobLimits = z.infer<typeof JobLimitsSchema>;
+
+/**
+ * The first of a job's `limits` above its agent's, said for a 400 (the caller appends whose), or
+ * null when none is: a job may narrow its agent's budget, never widen it (an agent without a
+ * limit lets its jobs set any).
+ */
+export function limitsAboveAgent(agent: AgentLimits, job: JobLimits | undefined): string | null {
+  for (const k of ["max_cost_usd", "max_tokens"] as const) {
+    const own = job?.[k];
+    const cap = agent[k];
+    if (own !== undefined && cap !== null && own > cap) return `${k}: ${own} is above its agent's limit of ${cap}`;
+  }
+  return null;
+}
 
 export const AgentSamplingSchema = z
   .object({
@@ -264,11 +310,29 @@ export const AgentRecoverySchema = z
   .strict();
 export type AgentRecovery = z.infer<typeof AgentRecoverySchema>;
 
+const modelName = text().min(1).max(200);
+
+/** The models an agent's `model` names, the primary first (a single name: a list of one). */
+export function agentModels(definition: { model: string | readonly string[] }): string[] {
+  return typeof definition.model === "string" ? [definition.model] : [...definition.model];
+}
+
 /** What a version holds; everything but `model` has a default. */
 const agentDefinitionFields = {
   description: text().max(AGENT_LIMITS.maxDescriptionChars).default(""),
-  /** A model name from the operator's registry (GET /v1/models). */
-  model: text().min(1).max(200),
+  /**
+   * A model name from the operator's registry (GET /v1/models), or a list of them: the first is
+   * the job's model, the others its fallbacks in order (a call refused before its first token
+   * goes to the next: docs/models.md, "Fallbacks").
+   */
+  model: z.union([
+    modelName,
+    z
+      .array(modelName)
+      .min(1)
+      .max(AGENT_LIMITS.maxModels)
+      .refine((m) => new Set(m).size === m.length, { message: "lists a model twice" }),
+  ]),
   /** The system prompt, sent first in every model turn. */
   instructions: text().max(AGENT_LIMITS.maxInstructionsChars).default(""),
   tools: z

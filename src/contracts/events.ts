@@ -27,6 +27,7 @@ export const EVENT_TYPES = [
   "tool.result",
   "tool.approval_requested",
   "input.requested",
+  "budget.exhausted",
   "run.suspended",
   "run.resumed",
   "run.recovered",
@@ -46,8 +47,9 @@ export type EventType = (typeof EVENT_TYPES)[number];
  * tool results, the one repair turn after an answer the response_format refused, the first turn of
  * an execution that resumed from a wait, the turn that takes input sent during the last one,
  * the same turn asked again because its quota lease was lost mid-call (its text so far is void),
- * the first turn of an execution that recovered the job from its journal (run.recovered), or the
- * first turn of a fork (run.forked).
+ * the first turn of an execution that recovered the job from its journal (run.recovered), the
+ * first turn of a fork (run.forked), or the same turn sent on to the agent's next model after its
+ * call was refused before its first token (`fallback`, with `from`, `to`, `error`, `status`).
  * Readers must accept reasons not listed here (more may come).
  */
 export const MODEL_TURN_REASONS = [
@@ -59,6 +61,7 @@ export const MODEL_TURN_REASONS = [
   "lease_lost",
   "recovered",
   "forked",
+  "fallback",
 ] as const;
 export type ModelTurnReason = (typeof MODEL_TURN_REASONS)[number];
 
@@ -161,6 +164,18 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     deadline_at: z.string(),
     /** Why a person is asked again: an approved call's outcome is unknown after a recovery. */
     note: z.string().optional(),
+  }),
+  /**
+   * The job tree's max_cost_usd refused the next model call and its `limits.on_budget` is `ask`:
+   * the run suspends (run.suspended follows) until POST /v1/jobs/{id}/approvals/{call_id} decides
+   * (approve with `add_usd` raises the limit; deny fails the job `budget_exceeded`), or the
+   * deadline passes. `spent_usd`: the tree's settled spend; `limit_usd`: its limit then.
+   */
+  "budget.exhausted": z.looseObject({
+    call_id: z.string(),
+    spent_usd: z.number().min(0),
+    limit_usd: z.number().min(0),
+    deadline_at: z.string(),
   }),
   /** The model asked the user (ask_user): the run suspends until POST /v1/jobs/{id}/input answers. */
   "input.requested": z.looseObject({ call_id: z.string(), question: z.string(), deadline_at: z.string() }),
@@ -346,6 +361,7 @@ export const EventEnvelopeSchema = z.discriminatedUnion("type", [
   envelopeOf("tool.result"),
   envelopeOf("tool.approval_requested"),
   envelopeOf("input.requested"),
+  envelopeOf("budget.exhausted"),
   envelopeOf("run.suspended"),
   envelopeOf("run.resumed"),
   envelopeOf("run.recovered"),

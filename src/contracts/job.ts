@@ -1,7 +1,7 @@
 /** Job-facing contracts: request bodies, the public Job view and the job states. */
 import { z } from "zod";
 import { ADMISSION_LIMITS } from "./admission";
-import { agentRefSchema } from "./agent";
+import { agentRefSchema, JobLimitsSchema } from "./agent";
 import { JOB_ERROR_CODES, type JobErrorCode } from "./errors";
 import { JOB_STATES } from "./job-state";
 import { refineStorableJson, text, whenValid } from "./text";
@@ -108,6 +108,8 @@ export const CreateJobBodySchema = z
     ttl_s: z.number().int().min(ADMISSION_LIMITS.minTtlS).max(ADMISSION_LIMITS.maxTtlS).optional(),
     /** This tenant's jobs sharing a key run one at a time. */
     concurrency_key: text().min(1).max(ADMISSION_LIMITS.maxConcurrencyKey).optional(),
+    /** This job's own budget limits, each at most its agent's (docs/quota.md, "A tree's budget"). */
+    limits: JobLimitsSchema.optional(),
   })
   .strict()
   .refine((b) => b.delay_s === undefined || b.run_at === undefined, {
@@ -187,6 +189,11 @@ export const JobUsageSchema = z.object({
   estimated: z.boolean(),
   /** US dollars at the registry's `pricing` when each call was made; null: no call was priced. */
   cost_usd: z.number().min(0).nullable(),
+  /**
+   * US dollars its calls reserved before they were made (each call's worst case, against its
+   * cost budgets), summed over the calls counted above; 0 when no budget applied (docs/quota.md).
+   */
+  reserved_usd: z.number().min(0),
 });
 
 /** The public Job every job route and chat `job` frame returns (built by src/db/job-view.ts). */
@@ -212,6 +219,10 @@ export const JobViewSchema = z.object({
   /** The agent version the job runs (resolved at submit), or null for the built-in default agent. */
   agent: z.object({ name: z.string(), version: z.number().int().min(1) }).nullable(),
   usage: JobUsageSchema,
+  /** The job's own budget `limits` as submitted (each at most its agent's); null: its agent's apply. */
+  limits: JobLimitsSchema.nullable(),
+  /** US dollars approvals of `budget.exhausted` waits added to this job's (as a tree's root) max_cost_usd. */
+  budget_added_usd: z.number().min(0),
   /** The answer parsed as JSON when the agent has a `response_format` (validated against it), else null. */
   output_json: z.unknown().nullable(),
   /** What a `waiting` job waits for (an approval of a tool call, or an answer to ask_user); null in every other state. */

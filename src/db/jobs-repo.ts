@@ -129,13 +129,13 @@ export async function createJob(
   const forkValues = fork ? sql`, ${fork.jobId}::uuid, ${fork.step}::int, ${FORK_REASON}` : sql``;
   const insert = sql`
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
-        agent_name, agent_version, traceparent, client_traceparent, priority, run_at, expires_at, concurrency_key${timeout?.column ?? sql``}${forkColumns})
+        agent_name, agent_version, traceparent, client_traceparent, priority, run_at, expires_at, concurrency_key, limits${timeout?.column ?? sql``}${forkColumns})
       SELECT ${id}::uuid, ${tenantId}, ${body.conversation_id ?? null}, ${JSON.stringify(body.input)}::jsonb,
         ${model}, ${JSON.stringify(tools)}::jsonb, ${JSON.stringify(body.metadata ?? {})}::jsonb,
         ${body.idempotency_key ?? null}, ${hash}, ${agent?.name ?? null}, ${agent?.version ?? null}::int,
         ${trace.traceparent}, ${trace.link}, ${a.priority}::int, ${runAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`)},
         ${expiresAtSql(sql`${a.delay_s}::int`, sql`${a.run_at}::timestamptz`, sql`${a.ttl_s}::int`)},
-        ${a.concurrency_key}${timeout?.value ?? sql``}${forkValues}
+        ${a.concurrency_key}, ${body.limits ? JSON.stringify(body.limits) : null}::jsonb${timeout?.value ?? sql``}${forkValues}
       WHERE ${queueFitsSql(tenantId, maxQueued)} AND NOT ${overBudgetSql(tenantId)}
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
       RETURNING *`;
@@ -289,13 +289,14 @@ export async function createJobs(
     ...admissionOf(body, agent),
     forked_from_job_id: rerunOf?.jobId ?? null,
     replay_id: rerunOf?.replayId ?? null,
+    limits: body.limits ?? null,
   }));
   const statement = sql`
     WITH item AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) AS i(ord int, id uuid, conversation_id text,
         input jsonb, model text, tools jsonb, metadata jsonb, idempotency_key text, request_hash text,
         agent_name text, agent_version int, timeout_ms int, priority int, delay_s int, run_at timestamptz, ttl_s int,
-        concurrency_key text, forked_from_job_id uuid, replay_id uuid)
+        concurrency_key text, forked_from_job_id uuid, replay_id uuid, limits jsonb)
     ),
     existing AS (
       SELECT i.ord AS batch_ord, j.* FROM item i JOIN jobs j ON j.tenant_id = ${tenantId} AND j.idempotency_key = i.idempotency_key
@@ -312,12 +313,13 @@ export async function createJobs(
     ins AS (
       INSERT INTO jobs (id, tenant_id, conversation_id, input, model, tools, metadata, idempotency_key, request_hash,
         agent_name, agent_version, timeout_ms, created_at, priority, run_at, expires_at, concurrency_key,
-        forked_from_job_id, forked_from_step, recovery_reason, replay_id)
+        forked_from_job_id, forked_from_step, recovery_reason, replay_id, limits)
       SELECT f.id, ${tenantId}, f.conversation_id, f.input, f.model, f.tools, f.metadata, f.idempotency_key,
         f.request_hash, f.agent_name, f.agent_version, f.timeout_ms, now() + f.ord * interval '1 microsecond',
         f.priority, ${runAtSql(sql`f.delay_s`, sql`f.run_at`)}, ${expiresAtSql(sql`f.delay_s`, sql`f.run_at`, sql`f.ttl_s`)},
         f.concurrency_key, f.forked_from_job_id, CASE WHEN f.forked_from_job_id IS NOT NULL THEN 0 END,
-        CASE WHEN f.forked_from_job_id IS NOT NULL THEN ${FORK_REASON} END, f.replay_id
+        CASE WHEN f.forked_from_job_id IS NOT NULL THEN ${FORK_REASON} END, f.replay_id,
+        CASE WHEN jsonb_typeof(f.limits) = 'object' THEN f.limits END
       FROM fresh f, gate g WHERE g.mismatch IS NULL AND g.fits AND NOT g.over_budget
       ORDER BY f.ord
       ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

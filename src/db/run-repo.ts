@@ -48,10 +48,18 @@ export interface RunnableJob {
    */
   dailyBudget: { budgetUsd: number; spentUsd: number; day: string } | null;
   /**
-   * The tree's budget: the root job's agent `limits.max_cost_usd` and what the tree's jobs had
-   * spent when the run started (the Redis counter's floor), or null: no limit.
+   * The tree's budgets: the root job's `limits` (its own, each at most its agent's, else the
+   * agent's; max_cost_usd raised by approved `budget.exhausted` waits) and what the tree's jobs
+   * had spent when the run started (the Redis counters' floors), or null: no limit.
    */
-  treeBudget: { rootJobId: string; maxCostUsd: number; spentUsd: number } | null;
+  treeBudget: {
+    rootJobId: string;
+    maxCostUsd: number | null;
+    maxTokens: number | null;
+    onBudget: "fail" | "ask";
+    spentUsd: number;
+    spentTokens: number;
+  } | null;
 }
 
 /**
@@ -82,13 +90,31 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
         FROM tenants bt
         LEFT JOIN tenant_daily_spend bs ON bs.tenant_id = bt.id AND bs.day = (now() AT TIME ZONE 'UTC')::date
         WHERE bt.id = ${jobs.tenantId} AND bt.daily_budget_usd IS NOT NULL)`,
-      treeBudget: sql<{ root: string; max_cost_usd: number | string; spent_usd: number | string } | null>`(
-        SELECT json_build_object('root', r.id, 'max_cost_usd', (av.definition->'limits'->>'max_cost_usd')::numeric,
-          'spent_usd', (SELECT coalesce(sum(tj.cost_usd), 0) FROM jobs tj WHERE tj.id = r.id OR tj.root_job_id = r.id))
-        FROM jobs r
-        JOIN agent_versions av ON av.tenant_id = r.tenant_id AND av.name = r.agent_name AND av.version = r.agent_version
-        WHERE r.id = coalesce(${jobs.rootJobId}, ${jobs.id})
-          AND jsonb_typeof(av.definition->'limits'->'max_cost_usd') = 'number')`,
+      // The root job's own limits narrow its agent's (least() skips a null); approvals of budget
+      // waits add to the cost limit (budget_added_usd, on the root). Null when neither is set.
+      treeBudget: sql<{
+        root: string;
+        max_cost_usd: number | string | null;
+        max_tokens: number | string | null;
+        on_budget: "fail" | "ask";
+        spent_usd: number | string;
+        spent_tokens: number | string;
+      } | null>`(
+        SELECT json_build_object('root', t.id, 'max_cost_usd', t.max_cost_usd + t.added, 'max_tokens', t.max_tokens,
+          'on_budget', t.on_budget, 'spent_usd', s.spent_usd, 'spent_tokens', s.spent_tokens)
+        FROM (
+          SELECT r.id, r.budget_added_usd AS added,
+            least((r.limits->>'max_cost_usd')::numeric, (av.definition->'limits'->>'max_cost_usd')::numeric) AS max_cost_usd,
+            least((r.limits->>'max_tokens')::bigint, (av.definition->'limits'->>'max_tokens')::bigint) AS max_tokens,
+            coalesce(r.limits->>'on_budget', av.definition->'limits'->>'on_budget', 'fail') AS on_budget
+          FROM jobs r
+          LEFT JOIN agent_versions av ON av.tenant_id = r.tenant_id AND av.name = r.agent_name AND av.version = r.agent_version
+          WHERE r.id = coalesce(${jobs.rootJobId}, ${jobs.id})
+        ) t,
+        LATERAL (SELECT coalesce(sum(tj.cost_usd), 0) AS spent_usd,
+            coalesce(sum(tj.prompt_tokens + tj.completion_tokens), 0) AS spent_tokens
+          FROM jobs tj WHERE tj.id = t.id OR tj.root_job_id = t.id) s
+        WHERE t.max_cost_usd IS NOT NULL OR t.max_tokens IS NOT NULL)`,
     })
     .from(jobs)
     .leftJoin(
@@ -133,8 +159,11 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     treeBudget: row.treeBudget
       ? {
           rootJobId: row.treeBudget.root,
-          maxCostUsd: Number(row.treeBudget.max_cost_usd),
+          maxCostUsd: row.treeBudget.max_cost_usd === null ? null : Number(row.treeBudget.max_cost_usd),
+          maxTokens: row.treeBudget.max_tokens === null ? null : Number(row.treeBudget.max_tokens),
+          onBudget: row.treeBudget.on_budget === "ask" ? "ask" : "fail",
           spentUsd: Number(row.treeBudget.spent_usd),
+          spentTokens: Number(row.treeBudget.spent_tokens),
         }
       : null,
   };
@@ -151,6 +180,8 @@ export interface CallUsage {
   estimated: boolean;
   /** The host's registry prices for the model; absent: the call has no cost (null, not 0). */
   pricing?: ModelPricing;
+  /** What the call reserved against its cost budgets before it was made, in US dollars (0: none). */
+  reservedUsd?: number;
 }
 
 /**
@@ -201,6 +232,7 @@ export async function recordModelUsage(db: Db, id: ExecutionIdentity, usage: Cal
         completion_tokens = jobs.completion_tokens + used.completion_tokens,
         model_calls = jobs.model_calls + 1,
         usage_estimated = jobs.usage_estimated OR used.estimated,
+        reserved_usd = jobs.reserved_usd + ${usage.reservedUsd ?? 0}::numeric,
         cost_usd = CASE WHEN used.cost_usd IS NULL THEN jobs.cost_usd ELSE coalesce(jobs.cost_usd, 0) + used.cost_usd END
       FROM used WHERE jobs.id = used.job_id AND jobs.state NOT IN ${FINAL_STATES_SQL}
       RETURNING 1

@@ -12,7 +12,7 @@
  * mid-statement committed nothing (one statement is one transaction), and Redis plays no part.
  */
 import { type SQL, sql } from "drizzle-orm";
-import { agentPriority, parseAgentRef } from "../contracts/agent";
+import { agentModels, agentPriority, parseAgentRef } from "../contracts/agent";
 import type { CatchUp, ScheduleView } from "../contracts/schedule";
 import { toolNames } from "../domain/approval";
 import type { AdmissionRefusal, AdmissionRules } from "../domain/job-admission";
@@ -307,7 +307,7 @@ async function fireOne(
     log?.warn("schedule tick skipped: its agent is gone or archived", { schedule_id: s.id, agent: s.agent });
     fire = null;
   }
-  const plan = { model: agent?.model ?? null, tools: agent?.tools ?? [] };
+  const plan = { model: agent?.models ?? null, tools: agent?.tools ?? [] };
   const refused = fire
     ? await admitJob(db, rules, s.tenantId, plan, agent ? `agent: ${agent.name}@${agent.version}'s ` : "")
     : null;
@@ -359,7 +359,9 @@ async function resolveAgent(db: Db, tenantId: string, ref: string) {
   return {
     name: found.view.name,
     version: found.view.version,
-    model: found.definition.model,
+    model: agentModels(found.definition)[0] as string,
+    /** The primary and its fallbacks, each checked at the tick like a submit's. */
+    models: agentModels(found.definition),
     tools: toolNames(found.definition.tools),
     timeoutMs: found.definition.limits.timeout_s === null ? null : found.definition.limits.timeout_s * 1000,
     // A tick's job takes its agent's default priority (a schedule has no priority of its own).

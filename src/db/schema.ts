@@ -22,7 +22,7 @@ import {
   uuid,
 } from "drizzle-orm/pg-core";
 import { ADMISSION_LIMITS } from "../contracts/admission";
-import type { AgentDefinition } from "../contracts/agent";
+import type { AgentDefinition, JobLimits } from "../contracts/agent";
 import { type ChatMessage, INPUT_STATUSES, JOB_STATES, type JobError } from "../contracts/job";
 import { FINAL_STATES } from "../contracts/job-state";
 import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
@@ -161,6 +161,18 @@ export const jobs = pgTable(
     usageEstimated: boolean("usage_estimated").notNull().default(false),
     /** US dollars of the priced calls (numeric: sums stay exact); null while none was priced. */
     costUsd: numeric("cost_usd", { mode: "number" }),
+    /**
+     * US dollars its calls reserved before they were made (each call's worst case against its
+     * cost budgets, summed with its usage; docs/quota.md): what the bound held against cost_usd.
+     */
+    reservedUsd: numeric("reserved_usd", { mode: "number" }).notNull().default(0),
+    /** The job's own `limits` as submitted (each at most its agent's); null: the agent's apply. */
+    limits: jsonb("limits").$type<JobLimits>(),
+    /**
+     * US dollars added to the tree's max_cost_usd by approvals of `budget.exhausted` waits
+     * (`add_usd`), on the root job (the tree's budget is the root's). Not indexed: HOT.
+     */
+    budgetAddedUsd: numeric("budget_added_usd", { mode: "number" }).notNull().default(0),
     /**
      * The W3C traceparent the run's spans are children of (sandbox-host/tracing/): the delegating
      * call's for a child job, the client's only when the operator trusts clients' trace context
@@ -395,6 +407,8 @@ export const jobWaits = pgTable(
     note: text("note"),
     /** The job_inputs row that answered an ask_user call. */
     inputId: uuid("input_id"),
+    /** Kind `budget`, decision approve: the US dollars it added to the tree's limit. */
+    addUsd: numeric("add_usd", { mode: "number" }),
     /** api | deadline | children. */
     decidedBy: text("decided_by"),
     decidedAt: tstz("decided_at"),

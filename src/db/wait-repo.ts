@@ -150,6 +150,8 @@ export interface RecordedDecision {
   note: string | null;
   decidedAt: Date;
   decidedBy: "api" | "deadline";
+  /** A budget wait's approval: the US dollars it added. */
+  addUsd: number | null;
 }
 
 export type DecideResult =
@@ -160,6 +162,8 @@ export type DecideResult =
   | { status: "not_waiting"; kind: WaitKind }
   /** The job exists but never waited on this call. */
   | { status: "unknown_call" }
+  /** An approval of a `budget` wait without add_usd, or add_usd on any other wait (nothing recorded). */
+  | { status: "add_usd"; kind: WaitKind }
   /** No such job for this tenant. */
   | { status: "not_found" };
 
@@ -170,6 +174,7 @@ interface DecisionRow {
   note: string | null;
   decided_at: string | Date | null;
   decided_by: "api" | "deadline" | null;
+  add_usd: string | number | null;
 }
 
 function toDecision(callId: string, r: DecisionRow): RecordedDecision {
@@ -180,12 +185,16 @@ function toDecision(callId: string, r: DecisionRow): RecordedDecision {
     note: r.note,
     decidedAt: new Date(r.decided_at as string),
     decidedBy: r.decided_by as "api" | "deadline",
+    addUsd: r.add_usd === null ? null : Number(r.add_usd),
   };
 }
 
 /**
  * Record an approve/deny for the call a job waits on and re-queue the job, in one statement
- * (tenant-scoped). Only the first decision of a call is recorded; later ones read it back.
+ * (tenant-scoped). Only the first decision of a call is recorded; later ones read it back. A
+ * `budget` wait's approval adds `addUsd` to the tree's limit (budget_added_usd of the root job:
+ * the job itself when it is a root, in the same UPDATE, as one statement may change a row once);
+ * it must carry one, and an approval of any other wait must not (`add_usd` status).
  */
 export async function decideApproval(
   db: Db,
@@ -194,32 +203,42 @@ export async function decideApproval(
   callId: string,
   decision: "approve" | "deny",
   note: string | null,
+  addUsd: number | null = null,
 ): Promise<DecideResult> {
   if (!isUuid(jobId)) return { status: "not_found" };
+  // The kinds this decision may end: a budget approval needs add_usd, nothing else takes it.
+  const kinds =
+    addUsd !== null ? sql`('budget')` : decision === "approve" ? sql`('approval')` : sql`('approval', 'budget')`;
   const run = async () =>
     resultRows<DecisionRow>(
       await db.execute(sql`
         WITH target AS (
-          SELECT id, state, waiting_for FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
+          SELECT id, state, waiting_for, root_job_id FROM jobs WHERE id = ${jobId} AND tenant_id = ${tenantId} FOR UPDATE
         ), decided AS (
-          UPDATE job_waits SET decision = ${decision}, note = ${note}, decided_by = 'api', decided_at = now()
+          UPDATE job_waits SET decision = ${decision}, note = ${note}, add_usd = ${addUsd}::numeric,
+            decided_by = 'api', decided_at = now()
           FROM target
           WHERE job_waits.job_id = target.id AND job_waits.call_id = ${callId} AND job_waits.decision IS NULL
-            AND job_waits.kind = 'approval' AND target.state = 'waiting' AND target.waiting_for->>'call_id' = ${callId}
+            AND job_waits.kind IN ${kinds} AND target.state = 'waiting' AND target.waiting_for->>'call_id' = ${callId}
           RETURNING job_waits.*
         ), requeued AS (
-          UPDATE jobs SET state = 'queued', waiting_for = NULL, wait_deadline_at = NULL
+          UPDATE jobs SET state = 'queued', waiting_for = NULL, wait_deadline_at = NULL,
+            budget_added_usd = jobs.budget_added_usd + CASE WHEN jobs.root_job_id IS NULL THEN coalesce(decided.add_usd, 0) ELSE 0 END
           FROM decided WHERE jobs.id = decided.job_id AND jobs.state = 'waiting'
           RETURNING jobs.id
+        ), raised AS (
+          UPDATE jobs SET budget_added_usd = jobs.budget_added_usd + decided.add_usd
+          FROM decided, target
+          WHERE decided.add_usd IS NOT NULL AND target.root_job_id IS NOT NULL AND jobs.id = target.root_job_id
         )
-        SELECT 'recorded' AS kind, d.kind AS wait_kind, d.decision, d.note, d.decided_at, d.decided_by
+        SELECT 'recorded' AS kind, d.kind AS wait_kind, d.decision, d.note, d.decided_at, d.decided_by, d.add_usd
         FROM decided d, requeued
         UNION ALL
-        SELECT 'existing', w.kind, w.decision, w.note, w.decided_at, w.decided_by
+        SELECT 'existing', w.kind, w.decision, w.note, w.decided_at, w.decided_by, w.add_usd
         FROM job_waits w JOIN target ON w.job_id = target.id
         WHERE w.call_id = ${callId} AND NOT EXISTS (SELECT 1 FROM decided)
         UNION ALL
-        SELECT 'no_call', NULL, NULL, NULL, NULL, NULL FROM target
+        SELECT 'no_call', NULL, NULL, NULL, NULL, NULL, NULL FROM target
         WHERE NOT EXISTS (SELECT 1 FROM job_waits w WHERE w.job_id = target.id AND w.call_id = ${callId})`),
     );
   let rows = await run();
@@ -229,7 +248,13 @@ export async function decideApproval(
   const row = rows[0];
   if (!row) return { status: "not_found" };
   if (row.kind === "no_call") return { status: "unknown_call" };
-  if (row.decision === null) return { status: "not_waiting", kind: row.wait_kind };
+  if (row.decision === null) {
+    // Undecided but not decided by this: an add_usd that does not fit the wait's kind, or a job no longer waiting.
+    const budgetWithout = row.wait_kind === "budget" && decision === "approve" && addUsd === null;
+    const addOnOther = row.wait_kind === "approval" && addUsd !== null;
+    if (budgetWithout || addOnOther) return { status: "add_usd", kind: row.wait_kind };
+    return { status: "not_waiting", kind: row.wait_kind };
+  }
   return { status: row.kind === "recorded" ? "recorded" : "existing", decision: toDecision(callId, row) };
 }
 

@@ -45,7 +45,8 @@ export interface AdmissionRules {
 
 /** What a new job will run with: its model (null or undefined: the default) and its tools. */
 export interface JobPlan {
-  model: string | null | undefined;
+  /** One model, or an agent's list (the primary and its fallbacks: each must be offered). */
+  model: string | readonly string[] | null | undefined;
   tools: readonly string[];
 }
 
@@ -62,9 +63,17 @@ export function modelsOfferedTo(models: ModelCatalog, tenantId: string): ModelEn
 export function modelRefusal(
   models: ModelCatalog,
   tenantId: string,
-  model: string | null | undefined,
+  model: string | readonly string[] | null | undefined,
   field = "model",
 ): AdmissionRefusal | null {
+  if (typeof model === "object" && model !== null) {
+    // An agent's fallbacks are checked like its primary: a call may go to any of them.
+    for (const [i, m] of model.entries()) {
+      const refused = modelRefusal(models, tenantId, m, model.length > 1 ? `${field}.${i}` : field);
+      if (refused) return refused;
+    }
+    return null;
+  }
   const omitted = model === null || model === undefined;
   const effective = omitted ? models.entries[0]?.name : model;
   if (effective === undefined) return null;

@@ -62,4 +62,9 @@ export const budgetKeys = {
   tenantDay: (tenantId: string, day: string) => `tenant-day:${tenantId}:${day}`,
   /** A job tree's spend (the root job and every child it delegated), against the root agent's `limits.max_cost_usd`. */
   tree: (rootJobId: string) => `tree:${rootJobId}`,
+  /** A job tree's tokens (prompt + completion, every call), against its `limits.max_tokens`: counted in tokens, not nano-USD. */
+  treeTokens: (rootJobId: string) => `tree-tokens:${rootJobId}`,
 };
+
+/** Whether a budget key counts tokens (else nano-USD). */
+export const isTokenBudget = (key: string): boolean => key.startsWith("tree-tokens:");

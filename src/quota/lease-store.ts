@@ -35,7 +35,10 @@ export interface QuotaDemand {
  * nano-USD (1e-9 $: a token at $0.15 per million tokens is 150 nano-USD, exact).
  */
 export interface BudgetDemand {
-  /** A budget key (budgetKeys in keys.ts), e.g. the tenant's UTC day. */
+  /**
+   * A budget key (budgetKeys in keys.ts), e.g. the tenant's UTC day. The scripts do not know
+   * units: a token budget (budgetKeys.treeTokens) counts tokens in the same fields.
+   */
   key: string;
   limitNano: number;
   /** The call's worst case: its prompt as counted plus its max output tokens, priced. */

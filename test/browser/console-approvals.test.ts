@@ -276,4 +276,38 @@ describe.runIf(canRun)("web console: approvals and questions", () => {
     expect(v2.approval).toEqual(v1.approval);
     await page.close();
   }, 60_000);
+
+  it("inspector: a run's spend against its budget — the job's own limit narrowed from its agent's, on_budget, tokens and what was reserved", async () => {
+    const agent = await defineAgent({ limits: { max_cost_usd: 2.5, max_tokens: 100_000, on_budget: "ask" } });
+    const r = await api().call<{ job: JobView }>("POST", "/v1/jobs", {
+      agent,
+      input: { messages: [{ role: "user", content: "hello budget" }] },
+      limits: { max_cost_usd: 1, on_budget: "fail" },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(202);
+    const id = r.body.job.id;
+    await expect.poll(async () => (await job(id)).state, { timeout: 30_000 }).toBe("completed");
+    const done = await job(id);
+    expect(done.limits).toEqual({ max_cost_usd: 1, on_budget: "fail" });
+    expect(done.budget_added_usd).toBe(0);
+    // The stack's mock model is unpriced: nothing reserved, nothing spent.
+    expect(done.usage.reserved_usd).toBe(0);
+    const page = await open(`/jobs/${id}`);
+    const budget = page.getByTestId("run-budget");
+    await budget.waitFor();
+    // The job's $1 under its agent's $2.5; its own on_budget replaces the agent's "ask".
+    expect(await budget.getAttribute("data-limit")).toBe("1");
+    expect(await budget.getAttribute("data-on-budget")).toBe("fail");
+    const tokens = done.usage.prompt_tokens + done.usage.completion_tokens;
+    await expect
+      .poll(() => budget.textContent())
+      .toMatch(
+        new RegExp(
+          `spent \\$0\\.0000 of \\$1\\.0000.*at the limit: fail.*reserved \\$0\\.0000.*${tokens} of 100000 tokens`,
+        ),
+      );
+    expect(await budget.getByRole("meter").count()).toBe(1);
+    await expectAccessible(page, "inspector with a budget");
+    await page.close();
+  }, 60_000);
 });

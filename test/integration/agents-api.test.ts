@@ -93,7 +93,14 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       instructions: "Write briefly.",
       description: "",
       tools: [],
-      limits: { max_turns: 8, max_output_tokens: null, timeout_s: null, max_cost_usd: null },
+      limits: {
+        max_turns: 8,
+        max_output_tokens: null,
+        timeout_s: null,
+        max_cost_usd: null,
+        max_tokens: null,
+        on_budget: "fail",
+      },
       sampling: { temperature: null, top_p: null },
       priority: 0,
       sandbox_profile: "default",
@@ -368,6 +375,8 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       model_calls: 3,
       estimated: true,
       cost_usd: 0.0002004,
+      // Rows written by hand reserve nothing (a host adds each call's reservation with its usage).
+      reserved_usd: 0,
     });
     expect(view.output_json).toEqual({ verdict: "ok", n: [1, 2] });
   });

@@ -81,7 +81,7 @@ describe.skipIf(!canRun)("agents deploy and the orders example", () => {
     expect(lines).toEqual([
       "orders: version 2 created",
       '  instructions: "You help customers with their orders. Look an order up before you answer about it." → "Be brief."',
-      '  limits: {"max_cost_usd":null,"max_output_tokens":null,"max_turns":4,"timeout_s":null} → {"max_cost_usd":null,"max_output_tokens":null,"max_turns":6,"timeout_s":null}',
+      '  limits: {"max_cost_usd":null,"max_output_tokens":null,"max_tokens":null,"max_turns":4,"on_budget":"fail","timeout_s":null} → {"max_cost_usd":null,"max_output_tokens":null,"max_tokens":null,"max_turns":6,"on_budget":"fail","timeout_s":null}',
       "  priority: 0 → 3",
     ]);
     const twice = await deployAgents({ baseUrl: t.stack.gatewayUrl, apiKey: t.stack.apiKey }, [{ agent: changed }], {

@@ -21,7 +21,7 @@ import { silentLogger } from "../../sandbox-host/log";
 import { hostModelsFromEnv } from "../../sandbox-host/model/provider-config";
 import { createModelRouter } from "../../sandbox-host/model/router";
 import { CHARS_PER_TOKEN } from "../../sandbox-host/runner/model-call";
-import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
+import { type AgentDefinitionInput, AgentDefinitionSchema, agentModels } from "../../src/contracts/agent";
 import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
 import * as schema from "../../src/db/schema";
@@ -147,7 +147,7 @@ async function submit(content: string, agent?: { name: string; version: number; 
     tenantId: TENANT,
     input: { messages: [{ role: "user", content }] },
     ...(agent && def
-      ? { agentName: agent.name, agentVersion: agent.version, model: def.model, tools: toolNames(def.tools) }
+      ? { agentName: agent.name, agentVersion: agent.version, model: agentModels(def)[0], tools: toolNames(def.tools) }
       : { model: "agent-model" }),
   });
   return id;

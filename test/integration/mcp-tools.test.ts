@@ -20,7 +20,7 @@ import { MCP_MESSAGE_MAX_BYTES } from "../../sandbox-host/mcp/fetch";
 import { mcpConfigFromEnv } from "../../sandbox-host/mcp/mcp-config";
 import { hostModelsFromEnv } from "../../sandbox-host/model/provider-config";
 import { createModelRouter } from "../../sandbox-host/model/router";
-import { type AgentDefinitionInput, AgentDefinitionSchema } from "../../src/contracts/agent";
+import { type AgentDefinitionInput, AgentDefinitionSchema, agentModels } from "../../src/contracts/agent";
 import type { EventEnvelope } from "../../src/contracts/events";
 import { requestCancel } from "../../src/db/control-repo";
 import { toJobView } from "../../src/db/job-view";
@@ -124,7 +124,7 @@ async function submit(marker: string, def: Omit<AgentDefinitionInput, "model">):
     input: { messages: [{ role: "user", content: marker }] },
     agentName: name,
     agentVersion: 1,
-    model: definition.model,
+    model: agentModels(definition)[0],
     tools: toolNames(definition.tools),
   });
   return id;

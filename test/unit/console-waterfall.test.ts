@@ -187,6 +187,50 @@ describe("waterfall", () => {
 });
 
 describe("recoverySummaries", () => {
+  it("marks a fallback turn on the refused call and the next model's bar, and a budget wait as a wait", () => {
+    const events = log([
+      at(100, "run.started", {}),
+      at(200, "run.prepared", {}),
+      at(210, "model.turn", { turn: 1, reason: "start" }),
+      at(300, "model.turn", {
+        turn: 1,
+        reason: "fallback",
+        from: "primary",
+        to: "backup",
+        error: "rate_limited",
+        status: 429,
+      }),
+      at(900, "tool.call", { id: "c1", name: "shell", args: {} }),
+      at(1000, "tool.result", { id: "c1", ok: true, output: {} }),
+      at(1010, "model.turn", { turn: 2, reason: "tool_results" }),
+      at(1020, "budget.exhausted", { call_id: "budget_2_ab", spent_usd: 0.035, limit_usd: 0.01, deadline_at: "x" }),
+      at(1030, "run.suspended", { waiting_for: { kind: "budget", call_id: "budget_2_ab", tool: "primary" } }),
+      at(5000, "run.resumed", { call_id: "budget_2_ab", decision: "approve", by: "api", waited_ms: 3000 }, "exec-b", 2),
+      at(5100, "model.turn", { turn: 2, reason: "resumed" }, "exec-b", 2),
+      at(5500, "run.completed", { output: "ok" }, "exec-b", 2),
+    ]);
+    const w = waterfall(events, job(5500));
+    expect(bars(w, 0).filter((b) => b.kind === "model" || b.kind === "wait")).toEqual([
+      {
+        kind: "model",
+        label: "model turn 1",
+        start: 210,
+        end: 300,
+        marks: ["refused (rate_limited): fell back to backup"],
+      },
+      { kind: "model", label: "model turn 1 on backup", start: 300, end: 900, marks: ["fallback from primary"] },
+      { kind: "model", label: "model turn 2", start: 1010, end: 1020, marks: [] },
+      {
+        kind: "wait",
+        label: "waiting for budget (spent $0.035 of $0.01)",
+        start: 1020,
+        end: 4020,
+        marks: ["approve by api"],
+      },
+    ]);
+    expect(w.lanes[1]!.reason).toBe("resumed: approve by api");
+  });
+
   it("says what a recovery and the retries did, in words", () => {
     const events = log([
       at(0, "model.retry", { attempt: 1, delay_ms: 250, reason: "rate_limited", status: 429 }),

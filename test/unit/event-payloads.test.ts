@@ -40,6 +40,10 @@ const HOST_PAYLOADS: Array<[string, unknown]> = [
     { call_id: "c2", tool: "shell", arguments: { command: "rm x" }, deadline_at: "2026-12-02T00:00:00.000Z" },
   ],
   ["input.requested", { call_id: "c3", question: "which?", deadline_at: "2026-12-02T00:00:00.000Z" }],
+  [
+    "budget.exhausted",
+    { call_id: "budget_2_0a1b2c3d", spent_usd: 0.035, limit_usd: 0.01, deadline_at: "2026-12-02T00:00:00.000Z" },
+  ],
   ["run.suspended", { waiting_for: { kind: "approval", call_id: "c2", tool: "shell" } }],
   ["run.resumed", { call_id: "c2", decision: "approve", by: "api", waited_ms: 1200 }],
   ["run.resumed", { call_id: "c3", decision: "deny", by: "deadline", waited_ms: 86_400_000 }],

@@ -49,7 +49,16 @@ export class FakeChatBackend implements ChatBackend {
       tools: [],
       metadata: {},
       agent: null,
-      usage: { prompt_tokens: 0, completion_tokens: 0, model_calls: 0, estimated: false, cost_usd: null },
+      usage: {
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        model_calls: 0,
+        estimated: false,
+        cost_usd: null,
+        reserved_usd: 0,
+      },
+      limits: null,
+      budget_added_usd: 0,
       output_json: null,
       waiting_for: null,
       parent_job_id: null,
@@ -96,6 +105,7 @@ export class FakeChatBackend implements ChatBackend {
       note: body.note ?? null,
       decided_at: new Date(0).toISOString(),
       decided_by: "api",
+      add_usd: body.add_usd ?? null,
     };
   }
 

@@ -34,6 +34,7 @@ function answerOf(d: RecordedDecision): ApprovalAnswer {
     note: d.note,
     decided_at: d.decidedAt.toISOString(),
     decided_by: d.decidedBy,
+    add_usd: d.addUsd,
   };
 }
 
@@ -52,10 +53,18 @@ export async function decide(
 ): Promise<{ body: ApprovalAnswer; created: boolean } | null> {
   const db = deps.db();
   const result = await callDependency("postgres", () =>
-    decideApproval(db, tenantId, jobId, callId, body.decision, body.note ?? null),
+    decideApproval(db, tenantId, jobId, callId, body.decision, body.note ?? null, body.add_usd ?? null),
   );
   if (result.status === "not_found") return null;
   if (result.status === "unknown_call") throw new ApiError("not_found", `job ${jobId} never waited on call ${callId}`);
+  if (result.status === "add_usd") {
+    throw new ApiError(
+      "invalid_request",
+      result.kind === "budget"
+        ? `add_usd: call ${callId} waits on the job's budget (budget.exhausted); approve it with add_usd, the US dollars to add to its limit`
+        : `add_usd: call ${callId} is a tool call; add_usd only goes with a budget wait (budget.exhausted)`,
+    );
+  }
   // A delegate call waits for its child jobs: nobody decides it (its waitpoint row only records
   // when the children ended), so it is refused whether the children are still running or not.
   const kind = result.status === "not_waiting" ? result.kind : result.decision.kind;
@@ -75,7 +84,7 @@ export async function decide(
     if (result.decision.kind === "input") {
       throw new ApiError("conflict", `call ${callId} was a question (ask_user), answered by input`);
     }
-    if (answer.decision !== body.decision) {
+    if (answer.decision !== body.decision || (body.add_usd !== undefined && answer.add_usd !== body.add_usd)) {
       throw new ApiError("conflict", `call ${callId} was already decided: ${answer.decision} (${answer.decided_by})`);
     }
     return { body: answer, created: false };

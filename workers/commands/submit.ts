@@ -9,7 +9,7 @@
  * without an agent stays one round trip): the row records that version with its model, tools and
  * timeout, so a version created after the submit never reaches this job.
  */
-import { agentPriority, parseAgentRef } from "../../src/contracts/agent";
+import { agentModels, agentPriority, limitsAboveAgent, parseAgentRef } from "../../src/contracts/agent";
 import { ApiError } from "../../src/contracts/errors";
 import { type CreateJobBody, CreateJobBodySchema } from "../../src/contracts/job";
 import { getAgentVersion } from "../../src/db/agents-repo";
@@ -71,7 +71,7 @@ export async function resolveJobAgent(
   db: Db,
   models: ModelCatalog,
   tenantId: string,
-  body: Pick<CreateJobBody, "agent" | "model" | "tools">,
+  body: Pick<CreateJobBody, "agent" | "model" | "tools" | "limits">,
 ): Promise<ResolvedAgent | undefined> {
   if (body.agent === undefined) return undefined;
   if (body.model !== undefined || body.tools !== undefined) {
@@ -95,6 +95,12 @@ export async function resolveJobAgent(
     throw new ApiError("conflict", `agent: "${ref.name}" is archived; no new jobs may run it`);
   }
   const { definition, view } = found;
+  const above = limitsAboveAgent(definition.limits, body.limits);
+  if (above)
+    throw new ApiError(
+      "invalid_request",
+      `limits.${above} (agent ${view.name}@${view.version}); a job may narrow its agent's limits, never widen them`,
+    );
   const tools = toolNames(definition.tools);
   assertAdmitted(
     planRefusal(models, tenantId, { model: definition.model, tools }, `agent: ${view.name}@${view.version}'s `),
@@ -102,7 +108,7 @@ export async function resolveJobAgent(
   return {
     name: view.name,
     version: view.version,
-    model: definition.model,
+    model: agentModels(definition)[0] as string,
     tools,
     timeoutMs: definition.limits.timeout_s === null ? null : definition.limits.timeout_s * 1000,
     priority: agentPriority(definition),

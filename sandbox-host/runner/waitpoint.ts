@@ -147,6 +147,7 @@ export async function suspendRun(exec: Execution, wait: WaitOutcome): Promise<Su
       call_id: call.id,
       spent_usd: args.spent_usd,
       limit_usd: args.limit_usd,
+      model: call.name,
       deadline_at: result.deadlineAt,
     });
   } else if (wait.kind === "approval") {

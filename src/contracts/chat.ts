@@ -46,13 +46,17 @@ export const ClientResumeFrameSchema = z.object({
   after: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
 });
 
-/** Approve or deny the tool call a job of this conversation waits on (as POST /v1/jobs/{id}/approvals/{call_id}). */
+/**
+ * Approve or deny the call a job of this conversation waits on (as POST /v1/jobs/{id}/approvals/{call_id}):
+ * a tool call, or a budget wait (`add_usd` required to approve it, refused on any other).
+ */
 export const ClientDecisionFrameSchema = z.object({
   type: z.literal("decision"),
   job_id: text().min(1).max(100),
   call_id: text().min(1).max(200),
   decision: ApprovalBodySchema.shape.decision,
   note: ApprovalBodySchema.shape.note,
+  add_usd: ApprovalBodySchema.shape.add_usd,
 });
 
 export const ClientFrameSchema = z.discriminatedUnion("type", [
@@ -109,8 +113,9 @@ export const ServerCancelFrameSchema = z.object({
 });
 /**
  * A job of the conversation waits for a person: sent to each socket following the job right
- * after the `tool.approval_requested` or `input.requested` event it comes from (same offset).
- * Answer an approval with a `decision` frame, a question with POST /v1/jobs/{id}/input.
+ * after the `tool.approval_requested`, `input.requested` or `budget.exhausted` event it comes
+ * from (same offset). Answer an approval with a `decision` frame (a budget wait's approval with
+ * `add_usd`), a question with POST /v1/jobs/{id}/input.
  */
 export const ServerApprovalRequestFrameSchema = z.object({
   type: z.literal("approval_request"),

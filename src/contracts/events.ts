@@ -175,6 +175,8 @@ export const EVENT_PAYLOAD_SCHEMAS = {
     call_id: z.string(),
     spent_usd: z.number().min(0),
     limit_usd: z.number().min(0),
+    /** The model whose call was refused (`waiting_for.tool`); absent in events from before it was sent. */
+    model: z.string().optional(),
     deadline_at: z.string(),
   }),
   /** The model asked the user (ask_user): the run suspends until POST /v1/jobs/{id}/input answers. */

@@ -90,7 +90,7 @@ export class FakeChatBackend implements ChatBackend {
     return "requested";
   }
 
-  readonly decisions: Array<{ jobId: string; callId: string; decision: string }> = [];
+  readonly decisions: Array<{ jobId: string; callId: string; decision: string; add_usd?: number }> = [];
 
   /** Records the first decision per call, and answers later ones with it (like the repo). */
   async decide(tenantId: string, jobId: string, callId: string, body: ApprovalBody): Promise<ApprovalAnswer | null> {
@@ -98,7 +98,14 @@ export class FakeChatBackend implements ChatBackend {
     if (!job || job.tenant !== tenantId) return null;
     const first = this.decisions.find((d) => d.jobId === jobId && d.callId === callId);
     if (first && first.decision !== body.decision) throw new ApiError("conflict", `call ${callId} was already decided`);
-    if (!first) this.decisions.push({ jobId, callId, decision: body.decision });
+    if (!first) {
+      this.decisions.push({
+        jobId,
+        callId,
+        decision: body.decision,
+        ...(body.add_usd === undefined ? {} : { add_usd: body.add_usd }),
+      });
+    }
     return {
       call_id: callId,
       decision: (first?.decision ?? body.decision) as "approve" | "deny",

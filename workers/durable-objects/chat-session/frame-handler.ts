@@ -63,6 +63,7 @@ async function onDecision(
   const answer = await s.backend().decide(identity.tenantId, frame.job_id, frame.call_id, {
     decision: frame.decision,
     ...(frame.note === undefined ? {} : { note: frame.note }),
+    ...(frame.add_usd === undefined ? {} : { add_usd: frame.add_usd }),
   });
   if (!answer) return send(ws, errorFrame("not_found", `job ${frame.job_id} never waited on call ${frame.call_id}`));
   send(ws, { type: "decision", job_id: frame.job_id, ...answer });

@@ -38,23 +38,43 @@ export function errorFrame(code: Extract<ServerFrame, { type: "error" }>["error"
 }
 
 /**
- * The `approval_request` frame for a `tool.approval_requested` or `input.requested` event (null
- * for any other): what a chat client needs to show the request and answer it, in one frame.
+ * The `approval_request` frame for a `tool.approval_requested`, `input.requested` or
+ * `budget.exhausted` event (null for any other): what a chat client needs to show the request and
+ * answer it, in one frame. A budget wait's `tool` is the refused model and its `arguments` the
+ * tree's spend and limit, as its `waiting_for` has them.
  */
 export function approvalRequestFrame(jobId: string, e: { offset: number; type: string; body: string }): string | null {
-  if (e.type !== "tool.approval_requested" && e.type !== "input.requested") return null;
+  if (e.type !== "tool.approval_requested" && e.type !== "input.requested" && e.type !== "budget.exhausted") {
+    return null;
+  }
   const { payload: p } = JSON.parse(e.body) as { payload: Record<string, unknown> };
-  const approval = e.type === "tool.approval_requested";
-  const frame: ServerFrame = {
-    type: "approval_request",
-    job_id: jobId,
-    offset: e.offset,
-    kind: approval ? "approval" : "input",
-    call_id: String(p.call_id),
-    tool: approval ? String(p.tool) : ASK_USER_TOOL,
-    arguments: approval ? p.arguments : { question: p.question },
-    question: approval ? null : String(p.question),
-    deadline_at: String(p.deadline_at),
-  };
+  const base = { type: "approval_request" as const, job_id: jobId, offset: e.offset, call_id: String(p.call_id) };
+  const frame: ServerFrame =
+    e.type === "tool.approval_requested"
+      ? {
+          ...base,
+          kind: "approval",
+          tool: String(p.tool),
+          arguments: p.arguments,
+          question: null,
+          deadline_at: String(p.deadline_at),
+        }
+      : e.type === "input.requested"
+        ? {
+            ...base,
+            kind: "input",
+            tool: ASK_USER_TOOL,
+            arguments: { question: p.question },
+            question: String(p.question),
+            deadline_at: String(p.deadline_at),
+          }
+        : {
+            ...base,
+            kind: "budget",
+            tool: String(p.model ?? ""),
+            arguments: { spent_usd: p.spent_usd, limit_usd: p.limit_usd },
+            question: null,
+            deadline_at: String(p.deadline_at),
+          };
   return JSON.stringify(frame);
 }

@@ -238,6 +238,49 @@ describe("ChatSession", () => {
     client.close();
   });
 
+  it("relays a budget wait (budget.exhausted) as an approval request, and its approval frame carries add_usd", async () => {
+    const { client, backend } = await conversation();
+    client.send(message("spend it", "b1"));
+    const job = (await client.next()) as JobFrame;
+    const id = job.job.id;
+    await ingest(jobStub(id), {
+      job_id: id,
+      events: [
+        envelope(id, "exec-1", 1, 1, "run.started", {}),
+        envelope(id, "exec-1", 1, 2, "budget.exhausted", {
+          call_id: "budget_2_0a1b2c3d",
+          spent_usd: 0.07,
+          limit_usd: 0.05,
+          model: "gpt-x",
+          deadline_at: "2026-12-02T00:00:00.000Z",
+        }),
+        envelope(id, "exec-1", 1, 3, "run.suspended", {
+          waiting_for: { kind: "budget", call_id: "budget_2_0a1b2c3d", tool: "gpt-x" },
+        }),
+      ],
+    });
+    const frames: ServerFrame[] = [];
+    while (frames.length < 4) frames.push(await client.next());
+    expect(frames[2]).toEqual({
+      type: "approval_request",
+      job_id: id,
+      offset: 2,
+      kind: "budget",
+      call_id: "budget_2_0a1b2c3d",
+      tool: "gpt-x",
+      arguments: { spent_usd: 0.07, limit_usd: 0.05 },
+      question: null,
+      deadline_at: "2026-12-02T00:00:00.000Z",
+    });
+    client.send({ type: "decision", job_id: id, call_id: "budget_2_0a1b2c3d", decision: "approve", add_usd: 0.5 });
+    expect(await client.next()).toMatchObject({ type: "decision", call_id: "budget_2_0a1b2c3d", add_usd: 0.5 });
+    // add_usd is checked as the REST body is: positive, and never with a denial.
+    client.send({ type: "decision", job_id: id, call_id: "budget_2_0a1b2c3d", decision: "approve", add_usd: -1 });
+    expect(await client.next()).toMatchObject({ type: "error", error: { code: "invalid_frame" } });
+    expect(backend.decisions).toEqual([{ jobId: id, callId: "budget_2_0a1b2c3d", decision: "approve", add_usd: 0.5 }]);
+    client.close();
+  });
+
   it("resume after a reconnect replays exactly what was missed, then continues live", async () => {
     const { tenant, conversationId, stub, client } = await conversation();
     client.send(message("stream me", "s1"));

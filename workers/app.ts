@@ -19,6 +19,7 @@ import { jobEventRoutes } from "./routes/job-events";
 import { jobForkRoutes } from "./routes/job-fork";
 import { jobRoutes } from "./routes/jobs";
 import { openApiRoutes } from "./routes/openapi";
+import { evalRoutes } from "./routes/evals";
 import { replayRoutes } from "./routes/replays";
 import { scheduleRoutes } from "./routes/schedules";
 import { tokenRoutes } from "./routes/tokens";
@@ -44,6 +45,7 @@ export function createApp() {
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/jobs", jobForkRoutes);
   app.route("/v1/replays", replayRoutes);
+  app.route("/v1/evals", evalRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/schedules", scheduleRoutes);
   app.route("/v1/webhooks", webhookRoutes);

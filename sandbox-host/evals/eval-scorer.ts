@@ -18,7 +18,13 @@
  */
 
 import { ApiError } from "../../src/contracts/errors";
-import { evalJudgeKey, type Scorer, type ScoreView, scorerNameOf } from "../../src/contracts/eval";
+import {
+  DEFAULT_JUDGE_THRESHOLD,
+  evalJudgeKey,
+  type Scorer,
+  type ScoreView,
+  scorerNameOf,
+} from "../../src/contracts/eval";
 import { type ChatMessage, LIMITS } from "../../src/contracts/job";
 import { isFinalState } from "../../src/contracts/job-state";
 import { admitJob } from "../../src/db/admission-repo";
@@ -114,6 +120,8 @@ export class EvalScorer extends PeriodicService {
       scorers.map((s) =>
         this.scoreOne({
           scorer: s,
+          name: scorerNameOf(s),
+          threshold: s.type === "judge" ? (s.threshold ?? DEFAULT_JUDGE_THRESHOLD) : 0,
           output: answered ? c.output : null,
           failure,
           expect: c.expect,
@@ -127,14 +135,13 @@ export class EvalScorer extends PeriodicService {
   }
 
   private async scoreOne(input: ScoreInput): Promise<ScoreView> {
-    const s = input.scorer;
     try {
       return await this.opts.offload.run("scoreAnswer", [input], { timeoutMs: SCORE_TIMEOUT_MS });
     } catch (err) {
       if (!(err instanceof OffloadTimeoutError)) throw err;
       return {
-        scorer: scorerNameOf(s),
-        type: s.type,
+        scorer: input.name,
+        type: input.scorer.type,
         score: null,
         pass: null,
         reason: `the scorer timed out after ${err.timeoutMs} ms (a pattern that backtracks on this answer?) and was stopped`,

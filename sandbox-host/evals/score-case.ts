@@ -3,7 +3,8 @@
  * task `scoreAnswer`): why there is eval-scorer.ts' to say. Kept apart from it, so the worker's
  * task table does not import the pool it is run by. Pure: no I/O, plain data in and out.
  */
-import { DEFAULT_JUDGE_THRESHOLD, type Scorer, type ScoreView, scorerNameOf } from "../../src/contracts/eval";
+// Types only: the contract module brings zod, which an offload thread need not load.
+import type { Scorer, ScoreView } from "../../src/contracts/eval";
 import { checkAnswerNow } from "../runner/answer-check";
 
 /** What a judge scorer knows of its judge job (or why there is none). */
@@ -13,6 +14,10 @@ export type JudgeOutcome =
 
 export interface ScoreInput {
   scorer: Scorer;
+  /** Its name in the scores (scorerNameOf, resolved by the caller). */
+  name: string;
+  /** A judge's pass mark (its `threshold` or DEFAULT_JUDGE_THRESHOLD, resolved by the caller). */
+  threshold: number;
   /** The case's answer; null when its job did not complete (`failure` says how it ended). */
   output: string | null;
   failure: string | null;
@@ -35,38 +40,40 @@ export const JUDGE_REPLY_SCHEMA: Record<string, unknown> = {
   required: ["score"],
 };
 
-function verdict(s: Scorer, score: number | null, pass: boolean | null, reason: string | null): ScoreView {
-  return { scorer: scorerNameOf(s), type: s.type, score, pass, reason };
+type Named = Pick<ScoreInput, "scorer" | "name">;
+
+function verdict(s: Named, score: number | null, pass: boolean | null, reason: string | null): ScoreView {
+  return { scorer: s.name, type: s.scorer.type, score, pass, reason };
 }
 
-const exact = (s: Scorer, ok: boolean, reason: string) => verdict(s, ok ? 1 : 0, ok, ok ? null : reason);
+const exact = (s: Named, ok: boolean, reason: string) => verdict(s, ok ? 1 : 0, ok, ok ? null : reason);
 
 export function scoreAnswerNow(input: ScoreInput): ScoreView {
   const { scorer: s, output, expect } = input;
   // A case whose job did not complete has no answer to score: it fails every scorer (no judge is asked).
-  if (output === null) return verdict(s, 0, false, input.failure ?? "the job has no answer");
-  if (s.type === "judge") return judgeVerdict(s, input.judge);
+  if (output === null) return verdict(input, 0, false, input.failure ?? "the job has no answer");
+  if (s.type === "judge") return judgeVerdict(input, input.judge);
   switch (s.type) {
     case "equals": {
       const want = s.value ?? expect;
-      if (want === null) return verdict(s, null, null, "no value to compare with (give the case an expect)");
-      return exact(s, output.trim() === want.trim(), "the answer is not the expected one");
+      if (want === null) return verdict(input, null, null, "no value to compare with (give the case an expect)");
+      return exact(input, output.trim() === want.trim(), "the answer is not the expected one");
     }
     case "contains": {
       const want = s.value ?? expect;
-      if (want === null) return verdict(s, null, null, "no value to look for (give the case an expect)");
-      return exact(s, output.includes(want), "the answer does not contain the expected text");
+      if (want === null) return verdict(input, null, null, "no value to look for (give the case an expect)");
+      return exact(input, output.includes(want), "the answer does not contain the expected text");
     }
     case "regex":
-      return exact(s, new RegExp(s.pattern, s.flags ?? "").test(output), "the answer does not match the pattern");
+      return exact(input, new RegExp(s.pattern, s.flags ?? "").test(output), "the answer does not match the pattern");
     case "json_schema": {
       const checked = checkAnswerNow(s.schema, output);
-      return checked.ok ? exact(s, true, "") : exact(s, false, checked.problems);
+      return checked.ok ? exact(input, true, "") : exact(input, false, checked.problems);
     }
   }
 }
 
-function judgeVerdict(s: Extract<Scorer, { type: "judge" }>, judge: JudgeOutcome | undefined): ScoreView {
+function judgeVerdict(s: ScoreInput, judge: JudgeOutcome | undefined): ScoreView {
   if (!judge) return verdict(s, null, null, "no judge job");
   if (judge.kind === "refused") return verdict(s, null, null, judge.reason);
   const withJob = (v: ScoreView): ScoreView => ({ ...v, judge_job_id: judge.jobId });
@@ -75,7 +82,7 @@ function judgeVerdict(s: Extract<Scorer, { type: "judge" }>, judge: JudgeOutcome
   }
   const parsed = parseJudgeReply(judge.output);
   if (typeof parsed === "string") return withJob(verdict(s, null, null, parsed));
-  const pass = parsed.score >= (s.threshold ?? DEFAULT_JUDGE_THRESHOLD);
+  const pass = parsed.score >= s.threshold;
   return withJob(verdict(s, parsed.score, pass, parsed.reason || null));
 }
 

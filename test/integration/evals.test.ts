@@ -143,6 +143,40 @@ describe.skipIf(!canRun)("evals: cases as jobs, scored by the hosts when they en
     expect(e.summary.mean_score).toBeCloseTo(mean, 6);
   }, 150_000);
 
+  it("a case left as a host dying mid-pass leaves it is scored again the same, with the same judge job", async () => {
+    // What a host SIGKILLed between making a case's judge job and recording it leaves in
+    // Postgres: the judge job exists, the case names none and has no scores. The next pass of
+    // any host must find that job by its key (no second judge job) and score the case as before.
+    const judged = script({ reply: JSON.stringify({ score: 0.75, reason: "fine" }) });
+    const made = await createEval({
+      agent: "answerer@1",
+      cases: [{ input: user(script({ reply: judged })) }],
+      scorers: [
+        { type: "judge", agent: "grader" },
+        { type: "contains", value: "fine" },
+      ],
+    });
+    const before = (await scored(made.id)).cases[0];
+    expect(before?.scores?.[0]).toMatchObject({ score: 0.75, pass: true });
+    const judgeJobs = async () =>
+      (
+        await t.pool.query<{ id: string }>("SELECT id FROM jobs WHERE idempotency_key LIKE $1", [`eval:${made.id}:%`])
+      ).rows.map((r) => r.id);
+    expect(await judgeJobs()).toEqual([before?.scores?.[0]?.judge_job_id]);
+
+    await t.pool.query(
+      "UPDATE eval_cases SET judge_jobs = NULL, scores = NULL, score = NULL, pass = NULL, scored_at = NULL WHERE eval_id = $1",
+      [made.id],
+    );
+    // A pass dies in a busy fleet (a case to score keeps it so); this one may have gone idle or
+    // to sleep since, so a job wakes it as the crash's fleet would be awake.
+    await jobs.finished(await jobs.submit("answerer@1", { input: user("wake") }));
+    const after = (await scored(made.id)).cases[0];
+    expect(after?.scores).toEqual(before?.scores);
+    expect(after?.scored_at).not.toBe(before?.scored_at);
+    expect(await judgeJobs()).toEqual([before?.scores?.[0]?.judge_job_id]);
+  }, 120_000);
+
   it("compares two evals case by case and lists them with their summaries", async () => {
     const cases = [{ input: user(script({ echo_system: true })), expect: "Paris" }];
     const a = await createEval({ agent: "answerer@1", cases, scorers: [{ type: "equals" }] });

@@ -6,10 +6,18 @@
 import { describe, expect, it } from "vitest";
 import { judgeMessages } from "../../sandbox-host/evals/eval-scorer";
 import { caseResult, parseJudgeReply, scoreAnswerNow } from "../../sandbox-host/evals/score-case";
-import { CreateEvalBodySchema, type Scorer } from "../../src/contracts/eval";
+import { CreateEvalBodySchema, DEFAULT_JUDGE_THRESHOLD, type Scorer, scorerNameOf } from "../../src/contracts/eval";
 
 const score = (scorer: Scorer, output: string | null, expect: string | null = null, judge?: never) =>
-  scoreAnswerNow({ scorer, output, failure: output === null ? "the job ended failed" : null, expect, judge });
+  scoreAnswerNow({
+    scorer,
+    name: scorerNameOf(scorer),
+    threshold: DEFAULT_JUDGE_THRESHOLD,
+    output,
+    failure: output === null ? "the job ended failed" : null,
+    expect,
+    judge,
+  });
 
 describe("eval scorers", () => {
   it("equals and contains compare with the scorer's value or the case's expect", () => {
@@ -42,6 +50,8 @@ describe("eval scorers", () => {
     const judge = (j: Parameters<typeof scoreAnswerNow>[0]["judge"], threshold?: number) =>
       scoreAnswerNow({
         scorer: { type: "judge", agent: "g", threshold },
+        name: "judge",
+        threshold: threshold ?? DEFAULT_JUDGE_THRESHOLD,
         output: "a",
         failure: null,
         expect: null,

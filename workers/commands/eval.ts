@@ -11,13 +11,12 @@ import { type CreateEvalBody, scorerNameOf } from "../../src/contracts/eval";
 import type { ChatMessage } from "../../src/contracts/job";
 import type { Db } from "../../src/db/client";
 import { insertEval, type NewEvalCase } from "../../src/db/evals-repo";
-import { type BatchItem, createJobs, type ResolvedAgent } from "../../src/db/jobs-repo";
+import type { BatchItem, ResolvedAgent } from "../../src/db/jobs-repo";
 import { selectReplayedSources, selectReplaySources } from "../../src/db/replays-repo";
 import type { JobRow } from "../../src/db/schema";
 import { jsonSchemaProblem } from "../../src/domain/json-schema";
 import { callDependency, type Deps } from "../deps";
-import { rememberJobOwner } from "./job-owners";
-import { batchRefused, resolveJobAgent, type SubmitOptions, wake } from "./submit";
+import { enqueueBatch, resolveJobAgent, type SubmitOptions } from "./submit";
 
 export async function createEval(
   deps: Deps,
@@ -40,18 +39,7 @@ export async function createEval(
     agent,
     requestHash: null,
   }));
-  if (items.length > 0) {
-    const result = await callDependency("postgres", () =>
-      createJobs(db, tenantId, items, { maxQueued: opts.maxQueued }),
-    );
-    if (!Array.isArray(result)) throw batchRefused(result, (index) => index);
-    for (const c of result) rememberJobOwner(c.job.id, tenantId, started);
-    await wake(
-      deps,
-      result.map((c) => c.job),
-      defer,
-    );
-  }
+  await enqueueBatch(deps, tenantId, items, opts, started, defer);
   const id = crypto.randomUUID();
   await callDependency("postgres", () =>
     insertEval(db, {

@@ -22,9 +22,10 @@ import {
   getEvalRow,
   listEvals,
 } from "../../src/db/evals-repo";
-import { decodeCursor, isJobId } from "../../src/db/jobs-repo";
+import { isJobId } from "../../src/db/jobs-repo";
 import { createEval } from "../commands/eval";
 import { callDependency } from "../deps";
+import { listCursor } from "./jobs";
 import { route, routes } from "./route";
 
 function notFoundEval(): ApiError {
@@ -120,8 +121,7 @@ export const evalRoutes = routes(
     errors: ["invalid_request", ...V1_ERRORS],
     handler: async (c, input) => {
       const query = input.query();
-      const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-      if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+      const cursor = listCursor(query.cursor);
       const db = c.get("deps").db();
       const tenantId = c.get("tenantId");
       const page = await callDependency("postgres", () => listEvals(db, tenantId, { limit: query.limit, cursor }));

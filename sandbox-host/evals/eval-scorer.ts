@@ -13,8 +13,8 @@
  * response_format). Past SCORE_TIMEOUT_MS the thread is ended and that scorer's score is null,
  * saying it timed out; the case's other scorers still score.
  *
- * Cadence: every EVAL_SCORE_MS while the fleet is busy, HOST_IDLE_MS while idle; the fleet is not
- * idle while a case waits to be scored (fleetWork's `scoring`).
+ * Cadence: every EVAL_SCORE_MS while the fleet is busy; no statement while it is idle, since the
+ * fleet is not idle while a case waits to be scored (fleetWork's `scoring`).
  */
 
 import { ApiError } from "../../src/contracts/errors";
@@ -77,7 +77,9 @@ export class EvalScorer extends PeriodicService {
 
   /** One pass: each pending case scored, or its judge jobs made; returns how many were scored. */
   async pass(): Promise<number> {
-    if (this.opts.activity?.asleep) return 0;
+    // Idle (and sure): the fleet's look found no case to score (fleetWork's `scoring`), so this
+    // pass would be a statement that finds nothing; a case that comes due ends idleness first.
+    if (this.opts.activity?.asleep || this.opts.activity?.idleAndSure) return 0;
     let scored = 0;
     for (const c of await pendingCases(this.opts.db, EVAL_SCORE_BATCH)) {
       try {

@@ -13,8 +13,9 @@
  *    different at the end (a fork only reads its source);
  *  - prefix_calls_repeated: a tool call the MCP server saw from a job that did not journal that
  *    call itself, counted by call id (the idempotency key is `<job>:<call id>`): a call's origins
- *    are the jobs whose journal has its `call` row at an epoch ≥ 1 (a fork's copied prefix is at
- *    epoch 0), so a fork that made a call of its prefix again is caught whatever its key;
+ *    are the jobs whose journal has its `call` row at an epoch ≥ 1 and not in the prefix they
+ *    were forked with (copied at epoch 0), so a fork that made a call of its prefix again is
+ *    caught whatever its key, and even if it journaled that call again;
  *  - recoveries_not_own: a fork whose `recoveries` is not its own executions less one (a fork
  *    starts at 0 whatever its source's count; the forked agents ask no person, so every later
  *    execution of a fork is a recovery);
@@ -215,7 +216,9 @@ export async function checkForks(db: pg.Pool, forker: Forker, calls: ToolCallRec
   const callIds = [...new Set(calls.map((c) => callIdOf(c.key)))];
   const origins = new Map<string, Set<string>>();
   const o = await db.query<{ call_id: string; job_id: string }>(
-    "SELECT payload->>'call_id' AS call_id, job_id FROM job_journal WHERE kind = 'call' AND epoch >= 1 AND payload->>'call_id' = ANY($1::text[])",
+    `SELECT payload->>'call_id' AS call_id, job_id FROM job_journal
+     WHERE kind = 'call' AND payload->>'call_id' = ANY($1::text[])
+     GROUP BY 1, 2 HAVING min(epoch) >= 1`,
     [callIds],
   );
   for (const r of o.rows) origins.set(r.call_id, (origins.get(r.call_id) ?? new Set()).add(r.job_id));

@@ -253,7 +253,17 @@ export interface PendingCase {
 }
 
 /**
- * Up to `limit` cases whose job ended (or is gone) and that are not scored, oldest eval first.
+ * A case (`c`, its job `j` left-joined) a scorer has work for: unscored, its job ended (or gone),
+ * and none of its judge jobs still open. A case waiting for its judges is left out until they end,
+ * so a batch is never filled with cases nothing can be done for yet (and a judge waiting for a
+ * person does not keep the fleet awake: it is a waiting job, which is not work).
+ */
+const READY_TO_SCORE = sql`c.scored_at IS NULL AND (j.id IS NULL OR j.state IN ${FINAL_STATES_SQL})
+  AND NOT EXISTS (SELECT 1 FROM jobs jj WHERE jj.tenant_id = c.tenant_id AND jj.state NOT IN ${FINAL_STATES_SQL}
+    AND jj.id IN (SELECT v::uuid FROM jsonb_each_text(coalesce(c.judge_jobs, '{}'::jsonb)) AS t(k, v)))`;
+
+/**
+ * Up to `limit` cases ready to score (READY_TO_SCORE), oldest eval first.
  * The partial index eval_cases_pending_idx holds exactly the unscored cases, so a pass with
  * nothing to score reads an empty index entry range.
  */
@@ -268,7 +278,7 @@ export async function pendingCases(db: Db, limit: number): Promise<PendingCase[]
       FROM eval_cases c
       JOIN evals e ON e.id = c.eval_id
       LEFT JOIN jobs j ON j.id = c.job_id AND j.tenant_id = c.tenant_id
-      WHERE c.scored_at IS NULL AND (j.id IS NULL OR j.state IN ${FINAL_STATES_SQL})
+      WHERE ${READY_TO_SCORE}
       ORDER BY e.created_at, c.idx
       LIMIT ${limit}`),
   );
@@ -322,9 +332,9 @@ export async function writeScores(
 }
 
 /**
- * Whether a case waits to be scored (its job ended or is gone, no scores yet): the fleet is not
- * idle while one does (reaper-repo.ts fleetWork), so the scorers keep their busy cadence. A case
- * whose job still runs needs nothing of it: that job is work of its own.
+ * Whether a case is ready to score (READY_TO_SCORE): the fleet is not idle while one is
+ * (reaper-repo.ts fleetWork), so the scorers keep their busy cadence. A case whose job or judge
+ * still runs needs nothing of it: that job is work of its own.
  */
 export const SCORING_WORK_EXISTS = sql`EXISTS (SELECT 1 FROM eval_cases c LEFT JOIN jobs j ON j.id = c.job_id
-  WHERE c.scored_at IS NULL AND (j.id IS NULL OR j.state IN ${FINAL_STATES_SQL}))`;
+  WHERE ${READY_TO_SCORE})`;

@@ -24,6 +24,7 @@ import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
 import type { CodeToolSpec } from "./code-tools/tool-modules";
+import { EvalScorer } from "./evals/eval-scorer";
 import { defaultPgPoolMax, type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
 import { PeriodicTask } from "./lifecycle/periodic";
@@ -96,6 +97,8 @@ export interface HostParts {
   retention: RetentionPurge | null;
   /** Fires schedule ticks (null: HOST_SCHEDULE_MS=0). */
   scheduler: ScheduleTicker | null;
+  /** Scores eval cases whose job ended (evals/eval-scorer.ts). */
+  evalScorer: EvalScorer;
   /** Sends webhook deliveries (null: HOST_WEBHOOK_POLL_MS=0). */
   webhooks: WebhookSender | null;
   janitor: SandboxJanitor | null;
@@ -342,6 +345,13 @@ export async function buildParts(
           admission: { models, maxQueued: config.maxQueuedJobsPerTenant },
         })
       : null;
+  const evalScorer = new EvalScorer({
+    db,
+    log,
+    offload,
+    activity,
+    admission: { models, maxQueued: config.maxQueuedJobsPerTenant },
+  });
   const webhooks =
     config.webhookPollMs > 0
       ? new WebhookSender({
@@ -479,6 +489,7 @@ export async function buildParts(
     indexRebuild,
     retention,
     scheduler,
+    evalScorer,
     webhooks,
     janitor,
     listener,

@@ -112,6 +112,9 @@ export async function startHost(config: HostConfig, deps: HostDeps): Promise<Run
     ...(parts.retention ? [parts.retention] : []),
     // Schedule ticks make jobs (any host's claimer runs them): stopped with the recovery loops.
     ...(parts.scheduler ? [parts.scheduler] : []),
+    // Scores eval cases (a judge's job is made like a tick's): stopped with the recovery loops; a
+    // pass cut short leaves its cases unscored for any host's next pass.
+    parts.evalScorer,
     // Webhook deliveries: stopped after admission and before the runs' wait (attempts in flight
     // end by their timeout; a delivery a run's end queues during the shutdown is sent by any host).
     ...(parts.webhooks ? [parts.webhooks] : []),

@@ -12,6 +12,7 @@ import { withConfig } from "./middleware/with-config/with-config";
 import { agentRoutes } from "./routes/agents";
 import { modelRoutes, toolRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";
+import { evalRoutes } from "./routes/evals";
 import { healthRoutes } from "./routes/health";
 import { internalEventRoutes } from "./routes/internal-events";
 import { jobControlRoutes } from "./routes/job-control";
@@ -44,6 +45,7 @@ export function createApp() {
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/jobs", jobForkRoutes);
   app.route("/v1/replays", replayRoutes);
+  app.route("/v1/evals", evalRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/schedules", scheduleRoutes);
   app.route("/v1/webhooks", webhookRoutes);

@@ -1,8 +1,8 @@
 /**
  * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
  * runs). It opens on the job's cost and tokens, its spend against its budget (budget.tsx), its
- * input and output, then the run as a
- * waterfall (waterfall-view.tsx); the raw events stay below in the debug panel. The slider shows
+ * input and output, then the run as a waterfall (waterfall-view.tsx); the job's steps with fork
+ * and rerun (steps.tsx) and the raw events in the debug panel stay below. The slider shows
  * the run as it stood after any event; Play steps through them again.
  */
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -13,6 +13,7 @@ import { ApprovalCard } from "./approval";
 import { Budget } from "./budget";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
+import { Steps } from "./steps";
 import { Waterfall } from "./waterfall-view";
 
 /**
@@ -163,6 +164,12 @@ export function Inspector({ jobId }: { jobId: string }) {
               {job.depth}) ·{" "}
             </>
           )}
+          {job.forked_from && (
+            <span data-testid="forked-from">
+              forked from <a href={`#/jobs/${job.forked_from.job_id}`}>{job.forked_from.job_id.slice(0, 8)}</a>{" "}
+              {job.forked_from.step === 0 ? "(a rerun, from its input)" : `after step ${job.forked_from.step}`} ·{" "}
+            </span>
+          )}
           model {job.model ?? "default"} · tools {job.tools.length ? job.tools.join(", ") : "none"}
           {job && !isFinalState(job.state) && " · live"}
         </p>
@@ -240,6 +247,7 @@ export function Inspector({ jobId }: { jobId: string }) {
         )}
         {job && upTo === null && <OutputJson job={job} />}
       </article>
+      {job && <Steps job={job} />}
       <DebugPanel job={job} events={shown} />
     </div>
   );

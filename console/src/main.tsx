@@ -1,7 +1,8 @@
 /**
  * The console's shell: sign-in, navigation and the hash routes
  *   #/chat, #/chat/<conversation>, #/jobs, #/jobs/<job>, #/agents, #/agents/_new, #/agents/<name>[/<version>],
- *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries), #/usage.
+ *   #/schedules, #/schedules/<id>, #/webhooks, #/webhooks/<id> (its deliveries), #/usage,
+ *   #/evals, #/evals/<id>, #/evals/<a>/compare/<b>.
  * A URL fragment `#key=<api key>` signs in at load (what `npm run dev` prints); the fragment never
  * reaches a server, and it is replaced at once so the key does not stay in the address bar or
  * the history. The key is exchanged for a token (api.ts) like a pasted one. A tab already signed
@@ -14,6 +15,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { AgentDetail, Agents, NewAgent } from "./agents";
 import { client, newConversationId, onSessionChange, signedIn, signedInTenant, signIn, signOut } from "./api";
 import { Chat } from "./chat";
+import { EvalCompareView, EvalDetail, Evals } from "./evals";
 import { Inspector } from "./inspector";
 import { Jobs } from "./jobs";
 import { ScheduleDetail, Schedules } from "./schedules";
@@ -259,6 +261,9 @@ function App() {
           <a href="#/webhooks" aria-current={section === "webhooks" ? "page" : undefined}>
             Webhooks
           </a>
+          <a href="#/evals" aria-current={section === "evals" ? "page" : undefined}>
+            Evals
+          </a>
           <a href="#/usage" aria-current={section === "usage" ? "page" : undefined}>
             Usage
           </a>
@@ -289,6 +294,16 @@ function App() {
       ) : section === "webhooks" ? (
         <main id="main" tabIndex={-1}>
           {id ? <WebhookDeliveries id={id} /> : <Webhooks />}
+        </main>
+      ) : section === "evals" ? (
+        <main id="main" tabIndex={-1}>
+          {id && route[2] === "compare" && route[3] ? (
+            <EvalCompareView a={id} b={route[3]} />
+          ) : id ? (
+            <EvalDetail id={id} />
+          ) : (
+            <Evals />
+          )}
         </main>
       ) : section === "usage" ? (
         <main id="main" tabIndex={-1}>

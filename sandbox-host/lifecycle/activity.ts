@@ -44,6 +44,8 @@ export interface FleetWork {
    * remove it, and it skips its passes while the host sleeps, so the fleet stays busy until then.
    */
   cleanup?: boolean;
+  /** An eval case whose job ended waits for its scores: the eval scorer's work (evals/eval-scorer.ts). */
+  scoring?: boolean;
   /** Milliseconds until the soonest known deadline (null: none known; absent: not asked). */
   nextDueInMs?: number | null;
 }
@@ -157,7 +159,7 @@ export class FleetActivity {
 
   looked(work: FleetWork, startedAt: number): void {
     this.unsure = false;
-    if (work.waiting || work.claimed || work.running || work.expiring || work.cleanup) {
+    if (work.waiting || work.claimed || work.running || work.expiring || work.cleanup || work.scoring) {
       this.noteWork();
       return;
     }

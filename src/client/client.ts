@@ -33,6 +33,13 @@ import type {
 } from "../contracts/catalog";
 import type { ConversationMessagesSchema, MultitaskPolicy } from "../contracts/chat";
 import type {
+  CreateEvalBodySchema,
+  EvalAnswerSchema,
+  EvalCompare,
+  EvalCreatedSchema,
+  EvalPageSchema,
+} from "../contracts/eval";
+import type {
   CreateReplayBodySchema,
   ForkBodySchema,
   ReplayAnswerSchema,
@@ -129,6 +136,12 @@ export type ForkInput = z.input<typeof ForkBodySchema>;
 export type ReplayInput = z.input<typeof CreateReplayBodySchema>;
 export type ReplayCreated = z.infer<typeof ReplayCreatedSchema>;
 export type ReplayAnswer = z.infer<typeof ReplayAnswerSchema>;
+/** POST /v1/evals's body, as sent. */
+export type EvalInput = z.input<typeof CreateEvalBodySchema>;
+export type EvalCreated = z.infer<typeof EvalCreatedSchema>;
+export type EvalAnswer = z.infer<typeof EvalAnswerSchema>;
+export type EvalPage = z.infer<typeof EvalPageSchema>;
+export type { EvalCompare };
 export type ConversationMessages = z.infer<typeof ConversationMessagesSchema>;
 /** Every route of one agent or version: `{agent}`. */
 export type AgentAnswer = z.infer<typeof AgentAnswerSchema>;
@@ -243,6 +256,26 @@ export class EarClient {
   /** GET /v1/replays/{id}: the replay's progress, each new job paired with the job it reruns. */
   async getReplay(id: string, opts: CallOptions = {}): Promise<ReplayAnswer> {
     return (await this.transport.json<ReplayAnswer>("GET", `/v1/replays/${enc(id)}`, opts)).body;
+  }
+
+  /** POST /v1/evals: run an agent version over cases (or a replay's jobs) as jobs and score each answer; `{eval: {id, cases_total}}`. */
+  async createEval(body: EvalInput, opts: CallOptions = {}): Promise<EvalCreated> {
+    return (await this.transport.json<EvalCreated>("POST", "/v1/evals", { body, signal: opts.signal })).body;
+  }
+
+  /** GET /v1/evals: the tenant's evals with their summaries, newest first. */
+  async listEvals(query: PageQuery = {}, opts: CallOptions = {}): Promise<EvalPage> {
+    return (await this.transport.json<EvalPage>("GET", `/v1/evals${pageQuery(query)}`, opts)).body;
+  }
+
+  /** GET /v1/evals/{id}: each case's job, scores, cost and latency, and the summary. */
+  async getEval(id: string, opts: CallOptions = {}): Promise<EvalAnswer> {
+    return (await this.transport.json<EvalAnswer>("GET", `/v1/evals/${enc(id)}`, opts)).body;
+  }
+
+  /** GET /v1/evals/{a}/compare/{b}: the two summaries and their cases paired by index. */
+  async compareEvals(a: string, b: string, opts: CallOptions = {}): Promise<EvalCompare> {
+    return (await this.transport.json<EvalCompare>("GET", `/v1/evals/${enc(a)}/compare/${enc(b)}`, opts)).body;
   }
 
   /** POST /v1/jobs/{id}/cancel: `{status}`, what the cancel did. */

@@ -44,11 +44,21 @@ export const LIMITS = {
  */
 export const RESERVED_IDEMPOTENCY_PREFIX = "chat:";
 
+/**
+ * The idempotency keys of an eval's judge jobs begin with this (`evalJudgeKey`, src/contracts/eval.ts):
+ * the key is what makes a judge job made once per case and scorer however many scoring passes
+ * (or hosts) try, so a client's key may not begin with it either.
+ */
+export const EVAL_JUDGE_KEY_PREFIX = "eval:";
+
 export const idempotencyKey = text()
   .min(1)
   .max(LIMITS.maxIdempotencyKey)
   .refine((k) => !k.startsWith(RESERVED_IDEMPOTENCY_PREFIX), {
     message: `must not start with "${RESERVED_IDEMPOTENCY_PREFIX}" (reserved for chat messages)`,
+  })
+  .refine((k) => !k.startsWith(EVAL_JUDGE_KEY_PREFIX), {
+    message: `must not start with "${EVAL_JUDGE_KEY_PREFIX}" (reserved for evals' judge jobs)`,
   });
 
 export const ChatMessageSchema = z.object({

@@ -171,6 +171,7 @@ export interface OperationSpec {
     | "tokens"
     | "agents"
     | "schedules"
+    | "evals"
     | "webhooks"
     | "models"
     | "health"
@@ -268,6 +269,21 @@ export const replayIdParam: JsonSchema = {
   description: "The replay id (a UUID; any other value answers 404 not_found).",
   schema: { type: "string" },
 };
+
+export const evalIdParam: JsonSchema = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "The eval id (a UUID; any other value answers 404 not_found).",
+  schema: { type: "string" },
+};
+
+/** GET /v1/evals/{a}/compare/{b}'s two evals. */
+export const evalPairParams: JsonSchema[] = (["a", "b"] as const).map((name) => ({
+  ...evalIdParam,
+  name,
+  description: `The ${name === "a" ? "first" : "second"} eval's id (a UUID; another tenant's or any other value answers 404 not_found).`,
+}));
 
 export const webhookIdParam: JsonSchema = {
   name: "id",
@@ -431,6 +447,10 @@ export function buildOpenApiDocument(operations: readonly Operation[]): JsonSche
       { name: "tokens", description: "Short-lived access tokens for browsers, minted with an API key." },
       { name: "agents", description: "The tenant's agent definitions, as immutable numbered versions." },
       { name: "schedules", description: "Cron schedules that submit a job at each tick, exactly once." },
+      {
+        name: "evals",
+        description: "An agent version run over cases as jobs, each answer scored; two evals compared.",
+      },
       { name: "webhooks", description: "Endpoints the runtime tells of job events, signed per Standard Webhooks." },
       { name: "models", description: "The models and tools a tenant may use, and its usage of the models." },
       { name: "health", description: "Liveness, readiness and this document; no key." },

@@ -7,6 +7,7 @@ import { sql } from "drizzle-orm";
 import { isUuid } from "../domain/uuid";
 import type { Db } from "./client";
 import { resultRows, retryOnDeadlock } from "./client";
+import { SCORING_WORK_EXISTS } from "./evals-repo";
 import { CANCELLED_BEFORE_START, claimable, jobErrorSql, RECOVERABLE, REQUEUE_SET } from "./ownership-repo";
 import { FINAL_STATES_SQL, held } from "./schema";
 
@@ -117,6 +118,8 @@ export interface FleetWorkRow {
   expiring: boolean;
   /** A run that is over with its sandbox cleanup fence still set: a janitor's work (a dead host's sandbox). */
   cleanup: boolean;
+  /** An eval case whose job ended waits for its scores (evals-repo.ts): a scorer's work. */
+  scoring: boolean;
   /**
    * Milliseconds until the soonest thing known to come due (a delayed job's run_at, a queued
    * job's expires_at, a wait's deadline, a schedule tick, a webhook attempt, a finished job past
@@ -163,6 +166,7 @@ export async function fleetWork(
     running: boolean;
     expiring: boolean;
     cleanup: boolean;
+    scoring: boolean;
     next_due_in_ms: number | string | null;
   }>(
     await db.execute(sql`
@@ -174,6 +178,7 @@ export async function fleetWork(
           OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})) AS expiring,
         EXISTS (SELECT 1 FROM jobs WHERE cleanup_pending AND state <> 'running'
           AND (finished_at IS NULL OR finished_at > now() - make_interval(secs => ${CLEANUP_WORK_WINDOW_S}))) AS cleanup,
+        ${SCORING_WORK_EXISTS} AS scoring,
         extract(epoch FROM least(
           (SELECT min(run_at) FROM jobs WHERE ${claimable()}),
           (SELECT min(expires_at) FROM jobs WHERE state = 'queued' AND expires_at IS NOT NULL),
@@ -190,6 +195,7 @@ export async function fleetWork(
     running: row?.running === true,
     expiring: row?.expiring === true,
     cleanup: row?.cleanup === true,
+    scoring: row?.scoring === true,
     nextDueInMs: due === null || due === undefined ? null : Math.max(0, Number(due)),
   };
 }

@@ -3,7 +3,7 @@
  * selects, the replay's row, and its progress read from the jobs it made (`jobs.replay_id`).
  * The reruns themselves are inserted by createJobs (jobs-repo.ts, `rerunOf`), as a batch.
  */
-import { and, asc, desc, eq, gte, isNull, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gte, inArray, isNull, lt, sql } from "drizzle-orm";
 import { parseAgentRef } from "../contracts/agent";
 import type { CreateReplayBody } from "../contracts/fork";
 import type { JobState } from "../contracts/job";
@@ -82,4 +82,30 @@ export async function getReplay(db: Db, tenantId: string, id: string): Promise<R
     progress,
     finished: made.filter((j) => (FINAL_STATES as readonly string[]).includes(j.state)).length,
   };
+}
+
+/**
+ * The jobs replay `replayId` reran (its sources), in the order it made their reruns; null when
+ * the tenant has no such replay. A source purged since is left out.
+ */
+export async function selectReplayedSources(db: Db, tenantId: string, replayId: string): Promise<JobRow[] | null> {
+  const [replay] = await db
+    .select({ id: replays.id })
+    .from(replays)
+    .where(and(eq(replays.id, replayId), eq(replays.tenantId, tenantId)))
+    .limit(1);
+  if (!replay) return null;
+  const made = await db
+    .select({ sourceJobId: jobs.forkedFromJobId })
+    .from(jobs)
+    .where(and(eq(jobs.replayId, replayId), eq(jobs.tenantId, tenantId)))
+    .orderBy(asc(jobs.createdAt), sql`${jobs.id}`);
+  const ids = made.map((m) => m.sourceJobId).filter((id): id is string => id !== null);
+  if (ids.length === 0) return [];
+  const sources = await db
+    .select()
+    .from(jobs)
+    .where(and(eq(jobs.tenantId, tenantId), inArray(jobs.id, ids)));
+  const byId = new Map(sources.map((s) => [s.id, s]));
+  return ids.map((id) => byId.get(id)).filter((s): s is JobRow => s !== undefined);
 }

@@ -302,7 +302,7 @@ async function fireOne(
 ): Promise<{ fired: FiredTick | null; next: Date | null }> {
   const dueAt = new Date(s.nextRunAt as Date);
   let { fire, next } = tickToFire({ cron: s.cron, timezone: s.timezone, catchUp: s.catchUp as CatchUp }, dueAt, now);
-  const agent = fire && s.agent ? await resolveAgent(db, s.tenantId, s.agent) : null;
+  const agent = fire && s.agent ? await resolveRunnableAgent(db, s.tenantId, s.agent) : null;
   if (fire && s.agent && !agent) {
     log?.warn("schedule tick skipped: its agent is gone or archived", { schedule_id: s.id, agent: s.agent });
     fire = null;
@@ -351,7 +351,11 @@ async function fireOne(
   };
 }
 
-async function resolveAgent(db: Db, tenantId: string, ref: string) {
+/**
+ * The agent version `ref` names, as a job made without a request runs it (a schedule's tick, an
+ * eval's judge): null when it is gone or archived.
+ */
+export async function resolveRunnableAgent(db: Db, tenantId: string, ref: string) {
   const parsed = parseAgentRef(ref);
   if (!parsed) return null;
   const found = await getAgentVersion(db, tenantId, parsed.name, parsed.version);

@@ -9,6 +9,7 @@ import {
   boolean,
   check,
   date,
+  doublePrecision,
   foreignKey,
   index,
   integer,
@@ -532,6 +533,62 @@ export const replays = pgTable("replays", {
   jobsTotal: integer("jobs_total").notNull(),
   createdAt: tstz("created_at").notNull().defaultNow(),
 });
+
+/**
+ * An eval (POST /v1/evals): the agent version its cases run with and the scorers each case's
+ * answer gets. Its cases are `eval_cases`; its summary is computed from them and their jobs.
+ */
+export const evals = pgTable(
+  "evals",
+  {
+    id: uuid("id").primaryKey(),
+    tenantId: text("tenant_id")
+      .notNull()
+      .references(() => tenants.id),
+    /** The agent as the request named it. */
+    agent: text("agent").notNull(),
+    agentName: text("agent_name").notNull(),
+    agentVersion: integer("agent_version").notNull(),
+    scorers: jsonb("scorers").$type<Array<Record<string, unknown>>>().notNull(),
+    /** A replay id (string) or a replay filter the cases were taken from; null: the request's cases. */
+    replayOf: jsonb("replay_of").$type<string | Record<string, unknown>>(),
+    casesTotal: integer("cases_total").notNull(),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [index("evals_tenant_created_idx").on(t.tenantId, t.createdAt.desc(), t.id.desc())],
+);
+
+/**
+ * One case of an eval: its input, what it expects, the job that ran it and, once that job ended
+ * and a host scored it (sandbox-host/evals/eval-scorer.ts), its scores. `scored_at IS NULL` is the
+ * scorers' work list (eval_cases_pending_idx); `judge_jobs` names the judge job of each judge
+ * scorer once made (scorer name → job id), so a pass after a crash finds them again.
+ */
+export const evalCases = pgTable(
+  "eval_cases",
+  {
+    evalId: uuid("eval_id")
+      .notNull()
+      .references(() => evals.id, { onDelete: "cascade" }),
+    idx: integer("idx").notNull(),
+    tenantId: text("tenant_id").notNull(),
+    input: jsonb("input").$type<{ messages: ChatMessage[] }>().notNull(),
+    expect: text("expect"),
+    sourceJobId: uuid("source_job_id"),
+    /** No foreign key: the retention purge may delete the job first (the case keeps its scores). */
+    jobId: uuid("job_id").notNull(),
+    judgeJobs: jsonb("judge_jobs").$type<Record<string, string>>(),
+    scores: jsonb("scores").$type<Array<Record<string, unknown>>>(),
+    /** The mean of the scores that scored, and whether every one of them passed (set with scored_at). */
+    score: doublePrecision("score"),
+    pass: boolean("pass"),
+    scoredAt: tstz("scored_at"),
+  },
+  (t) => [
+    primaryKey({ columns: [t.evalId, t.idx] }),
+    index("eval_cases_pending_idx").on(t.jobId).where(sql`${t.scoredAt} is null`),
+  ],
+);
 
 export const schedules = pgTable(
   "schedules",

@@ -4,10 +4,14 @@
  * mid-stream, mid-tool, mid-resume, mid-delegation; SIGTERM; a partition from Postgres) and one
  * rolling restart of the whole fleet. Zero anomalies: executions one after another, no charge
  * made twice, no call after a hand-off, every recovery on the stream, streams that rebuild the
- * rows' outputs, nothing stranded. Set CHAOS_SEED to replay.
+ * rows' outputs, nothing stranded. Meanwhile 8 forks and replays of the load's jobs (a fork of a
+ * finished job from a random step, of a running job, of a fork, a replay; runs-forks.ts): no row
+ * of a source's journal changed, no tool call of a fork's prefix made again (by call id), each
+ * fork's recoveries its own, every fork finished. Set CHAOS_SEED to replay.
  */
 import { describe, expect, it } from "vitest";
 import { formatRunCounts } from "../../tools/chaos/runs-checker";
+import { formatForkCheck } from "../../tools/chaos/runs-forks";
 import { runChaosRuns } from "../../tools/chaos/runs-harness";
 import { requireBinary } from "../helpers/require";
 
@@ -23,8 +27,11 @@ describe.skipIf(!canRun)("chaos: runs survive their hosts", () => {
       seed,
       faultEveryMs: 1200,
       recoveryWindowMs: 30_000,
+      forks: 8,
     });
-    const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatRunCounts(r.check)}\nfaults ${JSON.stringify(r.faults)} missed ${JSON.stringify(r.faultsMissed)}\n${r.check.verdicts
+    const forks = r.forks;
+    if (!forks) throw new Error("forks were asked for and not judged");
+    const context = `seed=${seed} (replay with CHAOS_SEED=${seed})\n${formatRunCounts(r.check)}\n${formatForkCheck(forks)}\n${forks.detail.join("\n")}\nfaults ${JSON.stringify(r.faults)} missed ${JSON.stringify(r.faultsMissed)}\n${r.check.verdicts
       .filter((v) => v.reasons.length)
       .slice(0, 10)
       .map((v) => `${v.cls} ${v.id}: ${v.reasons.join("; ")}`)
@@ -42,5 +49,15 @@ describe.skipIf(!canRun)("chaos: runs survive their hosts", () => {
     expect(r.toolCalls.charge, context).toBeGreaterThan(10);
     expect(r.check.counts.completed + r.check.counts.completed_after_recovery, context).toBeGreaterThan(40);
     expect(r.check.recoveries, context).toBeGreaterThan(0);
+    // Forks and replays under the same faults: the four printed counts are zero, and the forks
+    // were made (a fork of a fork among them, source rows to check).
+    expect(forks.sourceRowsChanged, context).toBe(0);
+    expect(forks.prefixCallsRepeated, context).toBe(0);
+    expect(forks.recoveriesNotOwn, context).toBe(0);
+    expect(forks.forksUnfinished, context).toBe(0);
+    expect(forks.anomalies, context).toBe(0);
+    expect(forks.made.fork_finished + forks.made.fork_of_fork, context).toBeGreaterThanOrEqual(3);
+    expect(forks.forksOfForks, context).toBeGreaterThanOrEqual(1);
+    expect(forks.sourceRowsChecked, context).toBeGreaterThan(0);
   }, 420_000); // a stream waiting out the projector's 120 s backlog grace adds up to 130 s
 });

@@ -73,6 +73,21 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
       }),
   ],
   getReplay: [(api) => api.getReplay(JOB)],
+  createEval: [
+    (api) =>
+      api.createEval({
+        agent: "triage@2",
+        cases: [{ input: { messages: [{ role: "user", content: "hi" }] }, expect: "hello" }],
+        scorers: [
+          { type: "equals" },
+          { type: "regex", pattern: "^h", flags: "i" },
+          { type: "judge", agent: "grader", threshold: 0.7 },
+        ],
+      }),
+  ],
+  listEvals: [(api) => api.listEvals({ limit: 5, cursor: "c1" })],
+  getEval: [(api) => api.getEval(JOB)],
+  compareEvals: [(api) => api.compareEvals(JOB, JOB)],
   input: [(api) => api.input(JOB, { content: "more" })],
   decide: [(api) => api.decide(JOB, "call-1", { decision: "approve" })],
   decideInConversation: [(api) => api.decideInConversation("conv-1", JOB, "call-1", { decision: "deny", note: "no" })],

@@ -18,7 +18,8 @@
  *  - partition_pg: cut a host off from Postgres past the lost bound, the process running on;
  *  - rolling_restart: every host in turn replaced (a new one up, then SIGTERM the old).
  * After a recovery window, runs-checker.ts judges every job (children too) from the rows, the
- * MCP server's record and each job's stream read through the gateway.
+ * MCP server's record and each job's stream read through the gateway. With `forks`, forks and
+ * replays of the load's jobs are made while the faults land and judged by runs-forks.ts.
  */
 import { resolve } from "node:path";
 import pg from "pg";
@@ -30,6 +31,7 @@ import { readJobStream } from "./job-stream";
 import { ChaosProxy } from "./pg-chaos-proxy";
 import { type RecordingMcp, startRecordingMcp } from "./recording-mcp";
 import { checkRuns, type RunCheckResult, type RunStreamEvent } from "./runs-checker";
+import { checkForks, FORK_OPS, type ForkCheck, Forker } from "./runs-forks";
 
 export const RUN_FAULT_KINDS = [
   "kill_mid_stream",
@@ -52,6 +54,11 @@ export interface RunsChaosOptions {
   seed: number;
   faultEveryMs: number;
   recoveryWindowMs: number;
+  /**
+   * Forks and replays made from the load's jobs while the faults land (runs-forks.ts), spread
+   * over the load like the faults; 0 or unset: none.
+   */
+  forks?: number;
   root?: string;
   log?: (line: string) => void;
 }
@@ -68,6 +75,8 @@ export interface RunsChaosReport {
   hostsSpawned: number;
   streamsRead: number;
   durationMs: number;
+  /** The forks' verdict (null when no fork was asked for). */
+  forks: ForkCheck | null;
 }
 
 /** Short bounds, so recovery happens inside the run (as chaos:claims; HOST_SHUTDOWN_GRACE_MS short: a deploy). */
@@ -121,6 +130,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
   const faultsMissed = { ...faults };
   const submitted = Object.fromEntries(JOB_KINDS.map((k) => [k, 0])) as Record<JobKind, number>;
   const ids: string[] = [];
+  const kindOf = new Map<string, JobKind>();
   const hosts: LiveHost[] = [];
   const background = backgroundTasks(log);
   let hostsSpawned = 0;
@@ -242,6 +252,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       const job = r.body?.job as { id: string } | undefined;
       if (r.status !== 202 || !job) throw new Error(`submit ${p.kind}: ${r.status} ${JSON.stringify(r.body)}`);
       ids.push(job.id);
+      kindOf.set(job.id, p.kind);
       submitted[p.kind]++;
     };
 
@@ -390,7 +401,25 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
         faultsDone++;
       }
     })();
-    await Promise.all([submitter, faulter]);
+    // Forks and replays of the streaming, charging and looking-up jobs (none asks a person), at
+    // their own even pace over the load, so they meet hosts dying (runs-forks.ts).
+    const forker = new Forker({
+      api,
+      db,
+      rand,
+      log,
+      sources: () => ids.filter((id) => ["stream", "charge", "lookup"].includes(kindOf.get(id) as string)),
+      agents: ["pay", "look"],
+    });
+    const forkCount = opts.forks ?? 0;
+    const forking = (async () => {
+      for (let i = 0; i < forkCount; i++) {
+        const wait = loadStart + ((i + 0.5) * loadMs) / forkCount - Date.now();
+        if (wait > 0) await sleep(wait);
+        await forker.one(FORK_OPS[i % FORK_OPS.length] as (typeof FORK_OPS)[number]);
+      }
+    })();
+    await Promise.all([submitter, faulter, forking]);
     await background.drain();
 
     // --- recovery window, then the verdict --------------------------------------------------
@@ -407,7 +436,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       all = await treeOf();
       const open = await db.query<{ n: string }>(
         "SELECT count(*) AS n FROM jobs WHERE id = ANY($1::uuid[]) AND state IN ('queued','running','waiting')",
-        [all],
+        [[...all, ...forker.forkIds]],
       );
       if (Number(open.rows[0]?.n) === 0) break;
       await sleep(250);
@@ -449,6 +478,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       streams,
     });
     for (const v of check.verdicts) if (v.cls === "stream_disagrees") log(`stream of ${v.id}: ${dump(v.id)}`);
+    const forks = forkCount > 0 ? await checkForks(db, forker, mcp.calls) : null;
     return {
       seed: opts.seed,
       check,
@@ -464,6 +494,7 @@ export async function runChaosRuns(opts: RunsChaosOptions): Promise<RunsChaosRep
       hostsSpawned,
       streamsRead: streams.size,
       durationMs: Date.now() - t0,
+      forks,
     };
   } finally {
     for (const h of hosts) {

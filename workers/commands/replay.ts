@@ -6,12 +6,11 @@
  * any of its jobs, so a replay never takes another tenant's share.
  */
 import type { CreateReplayBody } from "../../src/contracts/fork";
-import { type BatchItem, createJobs, type ResolvedAgent } from "../../src/db/jobs-repo";
+import type { BatchItem, ResolvedAgent } from "../../src/db/jobs-repo";
 import { insertReplay, selectReplaySources } from "../../src/db/replays-repo";
 import { callDependency, type Deps } from "../deps";
 import { forkJobBody } from "./fork";
-import { rememberJobOwner } from "./job-owners";
-import { assertBodyAdmitted, batchRefused, resolveJobAgent, type SubmitOptions, wake } from "./submit";
+import { assertBodyAdmitted, enqueueBatch, resolveJobAgent, type SubmitOptions } from "./submit";
 
 export async function createReplay(
   deps: Deps,
@@ -42,18 +41,7 @@ export async function createReplay(
       rerunOf: { jobId: source.id, replayId: id },
     });
   }
-  if (items.length > 0) {
-    const result = await callDependency("postgres", () =>
-      createJobs(db, tenantId, items, { maxQueued: opts.maxQueued }),
-    );
-    if (!Array.isArray(result)) throw batchRefused(result, (index) => index);
-    for (const c of result) rememberJobOwner(c.job.id, tenantId, started);
-    await wake(
-      deps,
-      result.map((c) => c.job),
-      defer,
-    );
-  }
+  await enqueueBatch(deps, tenantId, items, opts, started, defer);
   // After the jobs: a refused batch leaves no replay behind.
   await callDependency("postgres", () =>
     insertReplay(db, { id, tenantId, filter: body.filter, agent: body.agent ?? null, jobsTotal: items.length }),

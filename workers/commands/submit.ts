@@ -193,6 +193,32 @@ function atItem(index: number, err: unknown): unknown {
 }
 
 /** The error for a batch createJobs refused; `itemOf` maps its index to the caller's item number. */
+/**
+ * A batch a command built itself (a replay's reruns, an eval's cases) into the queue: one
+ * createJobs statement, all or none (a refusal is thrown as the API error), each job's owner
+ * remembered and the claimers woken.
+ */
+export async function enqueueBatch(
+  deps: Deps,
+  tenantId: string,
+  items: BatchItem[],
+  opts: Pick<SubmitOptions, "maxQueued">,
+  started: number,
+  defer?: (work: Promise<unknown>) => void,
+): Promise<void> {
+  if (items.length === 0) return;
+  const result = await callDependency("postgres", () =>
+    createJobs(deps.db(), tenantId, items, { maxQueued: opts.maxQueued }),
+  );
+  if (!Array.isArray(result)) throw batchRefused(result, (index) => index);
+  for (const c of result) rememberJobOwner(c.job.id, tenantId, started);
+  await wake(
+    deps,
+    result.map((c) => c.job),
+    defer,
+  );
+}
+
 export function batchRefused(result: BatchRefusal, itemOf: (index: number) => number): ApiError {
   if (result.kind === "mismatch") return atItem(itemOf(result.index), idempotencyMismatch()) as ApiError;
   if (result.kind === "budget") return budgetExceeded(result.refusal);

@@ -16,7 +16,7 @@ import { JobTreeSchema } from "../../src/contracts/tree";
 import { getTree } from "../../src/db/children-repo";
 import type { Db } from "../../src/db/client";
 import { toJobView } from "../../src/db/job-view";
-import { decodeCursor, getJob, isJobId, listJobs } from "../../src/db/jobs-repo";
+import { decodeCursor, getJob, isJobId, type ListCursor, listJobs } from "../../src/db/jobs-repo";
 import { wasPurged } from "../../src/db/retention-repo";
 import { submitJob, submitJobs } from "../commands/submit";
 import { callDependency } from "../deps";
@@ -36,6 +36,13 @@ export async function missingJob(db: Db, tenantId: string, id: string): Promise<
     return new ApiError("gone", "job deleted: it finished longer ago than the retention (JOB_RETENTION_S)");
   }
   return notFoundJob();
+}
+
+/** A list's `cursor` parameter as the keyset it names (undefined: the first page); 400 when it is none of ours. */
+export function listCursor(raw: string | undefined): ListCursor | undefined {
+  const cursor = raw === undefined ? undefined : decodeCursor(raw);
+  if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+  return cursor;
 }
 
 export const jobRoutes = routes(
@@ -130,8 +137,7 @@ export const jobRoutes = routes(
     errors: ["invalid_request", ...V1_ERRORS],
     handler: async (c, input) => {
       const query = input.query();
-      const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-      if (cursor === null) throw new ApiError("invalid_request", "cursor: not a cursor returned by this API");
+      const cursor = listCursor(query.cursor);
       const db = c.get("deps").db();
       const page = await callDependency("postgres", () =>
         listJobs(db, c.get("tenantId"), {

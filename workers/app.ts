@@ -13,7 +13,9 @@ import { agentRoutes } from "./routes/agents";
 import { modelRoutes, toolRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";
 import { healthRoutes } from "./routes/health";
+import { internalBlobRoutes } from "./routes/internal-blobs";
 import { internalEventRoutes } from "./routes/internal-events";
+import { jobArtifactRoutes } from "./routes/job-artifacts";
 import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobForkRoutes } from "./routes/job-fork";
@@ -35,6 +37,7 @@ export function createApp() {
 
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);
+  app.route("/", internalBlobRoutes);
 
   app.use("/v1/*", withConfig(), corsForAllowedOrigins(), authenticate(), rateLimit());
   app.route("/v1/tokens", tokenRoutes);
@@ -43,6 +46,7 @@ export function createApp() {
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/jobs", jobForkRoutes);
+  app.route("/v1/jobs", jobArtifactRoutes);
   app.route("/v1/replays", replayRoutes);
   app.route("/v1/agents", agentRoutes);
   app.route("/v1/schedules", scheduleRoutes);

@@ -16,6 +16,7 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { WaitOutcome } from "../../src/quota/wait";
+import type { ArtifactSettings } from "../artifacts/blob-client";
 import type { CodeTools } from "../code-tools/code-tool-pool";
 import type { Logger } from "../log";
 import type { McpHostConfig } from "../mcp/mcp-config";
@@ -55,6 +56,8 @@ export interface RunDeps {
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;
+  /** Where a run's /workspace/out/ files go at its end (artifacts.ts); absent = no artifacts kept. */
+  artifacts?: ArtifactSettings;
   /**
    * A run's sandbox is gone but its cleanup fence could not be cleared: the janitor clears it
    * later (`SandboxJanitor.settle`). No listing would ever find the sandbox again.

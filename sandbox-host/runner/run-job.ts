@@ -11,6 +11,7 @@ import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { inExecutionSpan, markOutcome } from "../tracing/spans";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
+import { collectArtifacts } from "./artifacts";
 import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
@@ -107,6 +108,8 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
       outcome = { state: "cancelled", output: outcome.text || null };
     }
     run.phase = "finishing";
+    // Before the terminal write: a client that sees the run end finds its artifacts listed.
+    await collectArtifacts(exec);
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });
     let finished: boolean;
     let written: FinishResult;

@@ -129,6 +129,19 @@ export interface SandboxManager {
     path?: string,
     opts?: { maxEntries?: number; signal?: AbortSignal },
   ): Promise<files.ListDirResult>;
+  /**
+   * A tar of the directory `dir` (an absolute path inside /workspace) of the run's existing
+   * sandbox, made by `tar` in the sandbox and read raw from the exec's stdout (a bind of the
+   * workspace's tmpfs is not reachable through the Engine's archive API, which reads the image's
+   * root filesystem). `null` when the directory does not exist; `tooLarge` when the archive passes
+   * `maxBytes` (nothing is returned then).
+   */
+  packDir(
+    runId: string,
+    dir: string,
+    maxBytes: number,
+    opts?: { timeoutMs?: number },
+  ): Promise<{ archive: Buffer | null; tooLarge: boolean }>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
   /**
@@ -384,6 +397,35 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         user: profile.user,
       });
       return toExecResult(r);
+    },
+
+    async packDir(runId, dir, maxBytes, o = {}) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        // Exit 3: no such directory (not an error: the run left nothing there).
+        argv: [
+          "/bin/sh",
+          "-c",
+          '[ -d "$1" ] || exit 3; cd "$1" && exec tar -cf - .',
+          "sh",
+          files.workspacePath(dir, runId),
+        ],
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: maxBytes,
+        user: profile.user,
+      });
+      if (r.exitCode === 3) return { archive: null, tooLarge: false };
+      if (r.stdoutBytes > maxBytes) return { archive: null, tooLarge: true };
+      if (r.exitCode !== 0) {
+        throw new SandboxError(
+          "exec_failed",
+          `tar of ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
+          {
+            runId,
+          },
+        );
+      }
+      return { archive: r.stdout, tooLarge: false };
     },
 
     async readFile(runId, path, o = {}) {

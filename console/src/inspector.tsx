@@ -1,7 +1,7 @@
 /**
  * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
  * runs). It opens on the job's input and output with its cost and tokens, then the run as a
- * waterfall (waterfall-view.tsx); the raw events stay below in the debug panel. The slider shows
+ * waterfall (waterfall-view.tsx), with the files it left (artifacts.tsx); the raw events stay below in the debug panel. The slider shows
  * the run as it stood after any event; Play steps through them again.
  */
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -9,6 +9,7 @@ import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import { client, isTerminal, type JobView } from "./api";
 import { ApprovalCard } from "./approval";
+import { Artifacts } from "./artifacts";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
 import { Waterfall } from "./waterfall-view";
@@ -167,6 +168,7 @@ export function Inspector({ jobId }: { jobId: string }) {
         </p>
       )}
       {job && <InputOutput job={job} />}
+      {job && <Artifacts job={job} />}
       <Waterfall job={job} events={shown} />
       {job?.waiting_for && (
         <p class="meta" data-testid="waiting-for">

@@ -245,6 +245,11 @@ export const HostConfigSchema = z.object({
    * kept as artifacts. At most the gateway's bound on one blob (32 MiB), which is the default.
    */
   artifactMaxBytes: intFromEnv(1, ARTIFACT_MAX_BYTES_DEFAULT).default(ARTIFACT_MAX_BYTES_DEFAULT),
+  /**
+   * SANDBOX_WORKSPACE_MAX_BYTES: the largest workspace snapshot (gzipped tar of /workspace) taken
+   * at a step boundary; at most the gateway's 32 MiB blob bound, the default (docs/sandboxes.md).
+   */
+  snapshotMaxBytes: intFromEnv(1, ARTIFACT_MAX_BYTES_DEFAULT).default(ARTIFACT_MAX_BYTES_DEFAULT),
   /** TENANT_STORAGE_MAX_BYTES: a tenant's blobs together (docs/limits.md "Storage"). */
   tenantStorageMaxBytes: intFromEnv(0, Number.MAX_SAFE_INTEGER).default(TENANT_STORAGE_MAX_BYTES_DEFAULT),
   /** Each tool thread's heap limit (resourceLimits.maxOldGenerationSizeMb); past it the call fails tool_out_of_memory. */
@@ -331,6 +336,7 @@ const ENV_NAMES: Record<string, string> = {
   toolModules: "HOST_TOOLS",
   toolConcurrency: "HOST_TOOLS_CONCURRENCY",
   artifactMaxBytes: "ARTIFACT_MAX_BYTES",
+  snapshotMaxBytes: "SANDBOX_WORKSPACE_MAX_BYTES",
   tenantStorageMaxBytes: "TENANT_STORAGE_MAX_BYTES",
   toolMemoryMb: "HOST_TOOLS_MEMORY_MB",
   quotaModelLimit: "QUOTA_MODEL_LIMIT",
@@ -425,6 +431,7 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     toolModules: v("HOST_TOOLS"),
     toolConcurrency: v("HOST_TOOLS_CONCURRENCY"),
     artifactMaxBytes: v("ARTIFACT_MAX_BYTES"),
+    snapshotMaxBytes: v("SANDBOX_WORKSPACE_MAX_BYTES"),
     tenantStorageMaxBytes: v("TENANT_STORAGE_MAX_BYTES"),
     toolMemoryMb: v("HOST_TOOLS_MEMORY_MB"),
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),

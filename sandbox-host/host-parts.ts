@@ -227,6 +227,7 @@ export async function buildParts(
         fetch: deps.fetch,
       }),
       maxBytes: config.artifactMaxBytes,
+      snapshotMaxBytes: config.snapshotMaxBytes,
       tenantCapBytes: config.tenantStorageMaxBytes,
     },
     // Called only by runs, which start after every part is built (the janitor is declared below).

@@ -7,6 +7,7 @@
 
 import { sleep } from "../../src/domain/async";
 import { BLOB_UPLOAD_PATH } from "../../src/domain/blobs";
+import { toHex } from "../../src/domain/hex";
 import { signedHeaders } from "../../src/domain/signing";
 
 export interface BlobClientOptions {
@@ -22,9 +23,16 @@ export interface BlobClientOptions {
 export interface BlobStore {
   /** Stores the bytes under the tenant's address `sha256` (idempotent). Throws when it could not. */
   put(tenantId: string, sha256: string, bytes: Uint8Array<ArrayBuffer>): Promise<void>;
+  /** The bytes stored under the tenant's address `sha256`, checked against it; null when none are. */
+  get(tenantId: string, sha256: string): Promise<Uint8Array<ArrayBuffer> | null>;
 }
 
 export interface ArtifactSettings {
+  /**
+   * SANDBOX_WORKSPACE_MAX_BYTES: a workspace snapshot (gzipped tar of /workspace) larger than this
+   * is not taken; a recovery then resets the sandbox as before. At most the 32 MiB blob bound.
+   */
+  snapshotMaxBytes: number;
   store: BlobStore;
   /** ARTIFACT_MAX_BYTES: the whole of /workspace/out/ as one archive; past it, no artifact is kept. */
   maxBytes: number;
@@ -62,6 +70,25 @@ export function createBlobClient(opts: BlobClientOptions): BlobStore {
         if (attempt < attempts) await sleep(200 * 2 ** (attempt - 1));
       }
       throw last instanceof Error ? last : new Error(String(last));
+    },
+
+    async get(tenantId, sha256) {
+      const url = new URL(`${BLOB_UPLOAD_PATH}/${tenantId}/${sha256}`, opts.gatewayUrl);
+      const headers = await signedHeaders(opts.signingSecret, "GET", url.pathname, sha256);
+      const res = await (opts.fetch ?? fetch)(url, {
+        headers,
+        signal: AbortSignal.timeout(opts.timeoutMs ?? 30_000),
+      });
+      if (res.status === 404) {
+        await res.arrayBuffer();
+        return null;
+      }
+      if (!res.ok) throw new Error(`blob read answered ${res.status}: ${(await res.text()).slice(0, 200)}`);
+      const bytes = new Uint8Array(await res.arrayBuffer());
+      // The address is the content's hash: bytes that are not it are not the blob asked for.
+      if (toHex(await crypto.subtle.digest("SHA-256", bytes)) !== sha256)
+        throw new Error("blob read: bytes do not match their address");
+      return bytes;
     },
   };
 }

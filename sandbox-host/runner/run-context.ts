@@ -27,7 +27,7 @@ import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import type { HostTracing } from "../tracing/tracing";
-import { type JournalStore, RunJournal } from "./journal";
+import { type JournalStore, RunJournal, type WorkspaceSnapshot } from "./journal";
 import type { RetryPolicy } from "./model-retry";
 
 /**
@@ -248,6 +248,15 @@ export class ActiveRun {
   budgetSpent: boolean | null = null;
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
+  /**
+   * The workspace snapshot this run continues from (a recovery's, a resume's): unpacked into the
+   * sandbox before its first tool call, then cleared (workspace.ts).
+   */
+  pendingRestore: WorkspaceSnapshot | null = null;
+  /** A tool call since the last snapshot may have changed /workspace: snapshot after its result. */
+  workspaceDirty = false;
+  /** The hash of the last snapshot taken or restored: an unchanged workspace is not stored again. */
+  lastSnapshot: string | null = null;
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 

@@ -15,6 +15,7 @@ import { collectArtifacts } from "./artifacts";
 import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
+import { snapshotWorkspace } from "./workspace";
 
 export type RunResult =
   | "not_started"
@@ -157,6 +158,8 @@ async function handOff(exec: Execution): Promise<"handed_off" | "ownership_lost"
   const fields = { ...runFields(id), epoch: id.epoch };
   run.phase = "finishing";
   if (run.sandboxUsed && deps.sandbox) {
+    // The next execution continues from the last journaled step: it restores this workspace.
+    await snapshotWorkspace(exec);
     await destroySandbox(exec);
     run.sandboxUsed = false;
   }

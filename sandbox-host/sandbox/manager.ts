@@ -140,8 +140,13 @@ export interface SandboxManager {
     runId: string,
     dir: string,
     maxBytes: number,
-    opts?: { timeoutMs?: number },
+    opts?: { timeoutMs?: number; gzip?: boolean },
   ): Promise<{ archive: Buffer | null; tooLarge: boolean }>;
+  /**
+   * Unpacks a gzipped tar (what `packDir(…, { gzip: true })` made) into `dir` of the run's
+   * sandbox, by `tar` in the sandbox reading it from the exec's stdin.
+   */
+  unpackDir(runId: string, dir: string, archive: Uint8Array, opts?: { timeoutMs?: number }): Promise<void>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
   /**
@@ -406,7 +411,8 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         argv: [
           "/bin/sh",
           "-c",
-          '[ -d "$1" ] || exit 3; cd "$1" && exec tar -cf - .',
+          // gzip is a stage of its own in the sandbox (its CPU, its cgroup), never on the host's loop.
+          `set -o pipefail; [ -d "$1" ] || exit 3; cd "$1" && ${o.gzip ? "tar -cf - . | gzip -c" : "exec tar -cf - ."}`,
           "sh",
           files.workspacePath(dir, runId),
         ],
@@ -426,6 +432,32 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         );
       }
       return { archive: r.stdout, tooLarge: false };
+    },
+
+    async unpackDir(runId, dir, archive, o = {}) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        argv: [
+          "/bin/sh",
+          "-c",
+          'set -o pipefail; mkdir -p "$1" && cd "$1" && gzip -dc | tar -xf -',
+          "sh",
+          files.workspacePath(dir, runId),
+        ],
+        stdin: archive,
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: DEFAULT_OUTPUT_CAP_BYTES,
+        user: profile.user,
+      });
+      if (r.exitCode !== 0) {
+        throw new SandboxError(
+          "exec_failed",
+          `untar into ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
+          {
+            runId,
+          },
+        );
+      }
     },
 
     async readFile(runId, path, o = {}) {

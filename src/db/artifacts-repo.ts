@@ -127,8 +127,14 @@ export async function getArtifact(
   };
 }
 
+/** Blob `b` is named by no artifact and by no workspace snapshot in a job's journal (workspace.ts). */
+const unreferenced =
+  sql.raw(`NOT EXISTS (SELECT 1 FROM job_artifacts a WHERE a.tenant_id = b.tenant_id AND a.sha256 = b.sha256)
+  AND NOT EXISTS (SELECT 1 FROM job_journal j JOIN jobs jb ON jb.id = j.job_id
+    WHERE j.kind = 'snapshot' AND (j.payload->>'sha256') = b.sha256 AND jb.tenant_id = b.tenant_id)`);
+
 /**
- * Blob rows no artifact references and untouched for `graceMs` (a host between reserving and
+ * Blob rows no artifact or snapshot references and untouched for `graceMs` (a host between reserving and
  * recording is within it), deleted and returned, at most `limit`; the caller deletes their
  * objects. A row goes before its object: an object left by a failed delete is unreferenced bytes
  * (no row counts it), never a row that names missing bytes.
@@ -143,13 +149,13 @@ export async function collectUnreferencedBlobs(
       WITH doomed AS (
         SELECT b.tenant_id, b.sha256 FROM blobs b
         WHERE b.touched_at < now() - make_interval(secs => ${graceMs / 1000})
-          AND NOT EXISTS (SELECT 1 FROM job_artifacts a WHERE a.tenant_id = b.tenant_id AND a.sha256 = b.sha256)
+          AND ${unreferenced}
         ORDER BY b.touched_at
         LIMIT ${limit}
         FOR UPDATE SKIP LOCKED
       )
       DELETE FROM blobs b USING doomed d WHERE b.tenant_id = d.tenant_id AND b.sha256 = d.sha256
-        AND NOT EXISTS (SELECT 1 FROM job_artifacts a WHERE a.tenant_id = b.tenant_id AND a.sha256 = b.sha256)
+        AND ${unreferenced}
       RETURNING b.tenant_id, b.sha256`),
   );
   return rows.map((r) => ({ tenantId: r.tenant_id, sha256: r.sha256 }));

@@ -28,7 +28,7 @@ import { FINAL_STATES } from "../contracts/job-state";
 import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
 
 /** What a journal row records (src/db/journal-repo.ts has each kind's payload). */
-export const JOURNAL_KINDS = ["turn", "call", "result", "user", "recovered"] as const;
+export const JOURNAL_KINDS = ["turn", "call", "result", "user", "recovered", "snapshot"] as const;
 
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -334,6 +334,8 @@ export const jobJournal = pgTable(
   (t) => [
     primaryKey({ columns: [t.jobId, t.seq] }),
     check("job_journal_kind_ck", sql`${t.kind} in ${sqlList(JOURNAL_KINDS)}`),
+    // The blob collection's "does a snapshot still name this blob" (artifacts-repo.ts).
+    index("job_journal_snapshot_idx").on(sql`(${t.payload}->>'sha256')`).where(sql`${t.kind} = 'snapshot'`),
   ],
 );
 

@@ -21,6 +21,7 @@ const NOT_CLIENT_OPERATIONS: Record<string, string> = {
   openapi: "this document itself, for tooling; the client is built from the same contracts",
   ingestEvents: "internal: sandbox-hosts deliver outbox batches, signed with INTERNAL_SIGNING_SECRET",
   putBlob: "internal: sandbox-hosts store artifacts' bytes, signed with INTERNAL_SIGNING_SECRET",
+  getBlob: "internal: sandbox-hosts read a workspace snapshot back, signed with INTERNAL_SIGNING_SECRET",
 };
 
 /** Documented query parameters no client call sends, as `operationId.name`, with why. */

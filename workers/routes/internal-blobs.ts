@@ -58,23 +58,7 @@ export const internalBlobRoutes = routes(
     description:
       "The body is the raw bytes. The signature (as for ingestEvents) covers the method, the path and, as its body, the hex SHA-256 of the bytes; the route hashes what it received and refuses bytes whose hash is not the path's (400).",
     auth: "signature",
-    parameters: [
-      {
-        name: "tenant",
-        in: "path",
-        required: true,
-        description: "The tenant the blob is stored for.",
-        schema: { type: "string" },
-      },
-      {
-        name: "sha256",
-        in: "path",
-        required: true,
-        description: "Lower-case hex SHA-256 of the body.",
-        schema: { type: "string" },
-      },
-      ...internalHeaderParams,
-    ],
+    parameters: BLOB_PARAMETERS,
     requestBody: { type: "string", contentMediaType: "application/octet-stream" },
     responses: [{ status: 201, description: "Stored.", schema: BlobUploadAnswerSchema }],
     errors: ["invalid_request", "payload_too_large", "unauthorized", "dependency_unavailable", "internal"],

@@ -69,9 +69,9 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
 
 /**
  * Unpack the snapshot this run continues from into its sandbox (called before its first tool
- * call, the sandbox just made). Throws when the blob cannot be read or unpacked: the tool call
- * then fails as a sandbox error the model reads, rather than running against an empty workspace
- * the model was told nothing about.
+ * call, the sandbox just made). Throws when the blob cannot be read or unpacked: the run then
+ * fails `sandbox_error` (tool-step.ts, `isRunFatal`), rather than running against an empty
+ * workspace the model was told nothing about.
  */
 export async function restoreWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;

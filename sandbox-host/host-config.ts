@@ -12,6 +12,7 @@ import { isPoolerUrl } from "../src/db/pooler-url";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 import { parseAllowedUrls } from "../src/domain/mcp";
 import { DEFAULT_CLAIM_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS } from "../src/domain/recovery";
+import { ARTIFACT_MAX_BYTES_DEFAULT, TENANT_STORAGE_MAX_BYTES_DEFAULT } from "./artifacts/blob-client";
 import { DEFAULT_CREATE_CONCURRENCY } from "./sandbox/manager";
 
 const intFromEnv = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -239,6 +240,18 @@ export const HostConfigSchema = z.object({
    * 4: a host's few cores are shared with the runs' own loop, and a tool that blocks holds a core.
    */
   toolConcurrency: intFromEnv(1, 64).default(4),
+  /**
+   * ARTIFACT_MAX_BYTES: the most a run's /workspace/out/ may hold (as one tar) for its files to be
+   * kept as artifacts. At most the gateway's bound on one blob (32 MiB), which is the default.
+   */
+  artifactMaxBytes: intFromEnv(1, ARTIFACT_MAX_BYTES_DEFAULT).default(ARTIFACT_MAX_BYTES_DEFAULT),
+  /**
+   * SANDBOX_WORKSPACE_MAX_BYTES: the largest workspace snapshot (gzipped tar of /workspace) taken
+   * at a step boundary; at most the gateway's 32 MiB blob bound, the default (docs/sandboxes.md).
+   */
+  snapshotMaxBytes: intFromEnv(1, ARTIFACT_MAX_BYTES_DEFAULT).default(ARTIFACT_MAX_BYTES_DEFAULT),
+  /** TENANT_STORAGE_MAX_BYTES: a tenant's blobs together (docs/limits.md "Storage"). */
+  tenantStorageMaxBytes: intFromEnv(0, Number.MAX_SAFE_INTEGER).default(TENANT_STORAGE_MAX_BYTES_DEFAULT),
   /** Each tool thread's heap limit (resourceLimits.maxOldGenerationSizeMb); past it the call fails tool_out_of_memory. */
   toolMemoryMb: intFromEnv(16, 16_384).default(256),
   /**
@@ -322,6 +335,9 @@ const ENV_NAMES: Record<string, string> = {
   listen: "HOST_LISTEN",
   toolModules: "HOST_TOOLS",
   toolConcurrency: "HOST_TOOLS_CONCURRENCY",
+  artifactMaxBytes: "ARTIFACT_MAX_BYTES",
+  snapshotMaxBytes: "SANDBOX_WORKSPACE_MAX_BYTES",
+  tenantStorageMaxBytes: "TENANT_STORAGE_MAX_BYTES",
   toolMemoryMb: "HOST_TOOLS_MEMORY_MB",
   quotaModelLimit: "QUOTA_MODEL_LIMIT",
   quotaTenantLimit: "QUOTA_TENANT_LIMIT",
@@ -414,6 +430,9 @@ export function hostConfigFromEnv(env: Env): HostConfig {
     sandboxJanitorMs: v("SANDBOX_JANITOR_MS"),
     toolModules: v("HOST_TOOLS"),
     toolConcurrency: v("HOST_TOOLS_CONCURRENCY"),
+    artifactMaxBytes: v("ARTIFACT_MAX_BYTES"),
+    snapshotMaxBytes: v("SANDBOX_WORKSPACE_MAX_BYTES"),
+    tenantStorageMaxBytes: v("TENANT_STORAGE_MAX_BYTES"),
     toolMemoryMb: v("HOST_TOOLS_MEMORY_MB"),
     deltaCoalesceMs: v("HOST_DELTA_COALESCE_MS"),
   };

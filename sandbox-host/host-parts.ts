@@ -4,6 +4,7 @@
  * offload pool, the outbox, the runner, the claimer, the upkeep duties (the reaper, expiry,
  * the index rebuild, retention), the janitor, the listener.
  */
+
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
 import { Counter, Gauge } from "prom-client";
@@ -20,6 +21,7 @@ import { defaultRunLostAfterMs } from "../src/domain/recovery";
 import { redisKeys } from "../src/quota/keys";
 import { createLeaseStore, type LeaseStore } from "../src/quota/lease-store";
 import { createRedisClient, type Redis } from "../src/quota/redis";
+import { createBlobClient } from "./artifacts/blob-client";
 import { Claimer } from "./claimer/claimer";
 import { ReadyListener } from "./claimer/ready-listener";
 import { CodeTools } from "./code-tools/code-tool-pool";
@@ -225,6 +227,16 @@ export async function buildParts(
     redis,
     keys: redisKeys(),
     sandbox: sandbox ?? undefined,
+    artifacts: {
+      store: createBlobClient({
+        gatewayUrl: config.gatewayUrl,
+        signingSecret: config.signingSecret,
+        fetch: deps.fetch,
+      }),
+      maxBytes: config.artifactMaxBytes,
+      snapshotMaxBytes: config.snapshotMaxBytes,
+      tenantCapBytes: config.tenantStorageMaxBytes,
+    },
     // Called only by runs, which start after every part is built (the janitor is declared below).
     fenceOwed: (run) => janitor?.settle([run]),
     sandboxQueueLimit: config.sandboxCreateQueue,

@@ -14,7 +14,9 @@ import { modelRoutes, toolRoutes, usageRoutes } from "./routes/catalog";
 import { conversationRoutes } from "./routes/conversations";
 import { evalRoutes } from "./routes/evals";
 import { healthRoutes } from "./routes/health";
+import { internalBlobRoutes } from "./routes/internal-blobs";
 import { internalEventRoutes } from "./routes/internal-events";
+import { jobArtifactRoutes } from "./routes/job-artifacts";
 import { jobControlRoutes } from "./routes/job-control";
 import { jobEventRoutes } from "./routes/job-events";
 import { jobForkRoutes } from "./routes/job-fork";
@@ -36,6 +38,7 @@ export function createApp() {
 
   app.use("/internal/*", withConfig());
   app.route("/", internalEventRoutes);
+  app.route("/", internalBlobRoutes);
 
   app.use("/v1/*", withConfig(), corsForAllowedOrigins(), authenticate(), rateLimit());
   app.route("/v1/tokens", tokenRoutes);
@@ -44,6 +47,7 @@ export function createApp() {
   app.route("/v1/conversations", conversationRoutes);
   app.route("/v1/jobs", jobControlRoutes);
   app.route("/v1/jobs", jobForkRoutes);
+  app.route("/v1/jobs", jobArtifactRoutes);
   app.route("/v1/replays", replayRoutes);
   app.route("/v1/evals", evalRoutes);
   app.route("/v1/agents", agentRoutes);

@@ -46,7 +46,7 @@ export function createDeps(config: GatewayConfig): Deps {
   };
 }
 
-export type DependencyName = "postgres" | "redis";
+export type DependencyName = "postgres" | "redis" | "r2";
 
 // One timeout helper for the gateway and the host: src/domain/async.ts.
 export { withTimeout } from "../src/domain/async";

@@ -9,6 +9,8 @@ export interface Env {
   JOB_EVENTS: DurableObjectNamespace<JobEventsRpc>;
   CHAT_SESSIONS: DurableObjectNamespace<ChatSessionRpc>;
   TENANT_STREAMS: DurableObjectNamespace<TenantStreamsRpc>;
+  /** The blob store (wrangler.toml r2_buckets): artifacts, content-addressed per tenant. */
+  BLOBS: R2Bucket;
   DATABASE_URL?: string;
   NEON_FETCH_ENDPOINT?: string;
   UPSTASH_REDIS_REST_URL?: string;
@@ -36,6 +38,7 @@ export interface Env {
   REAPER_CLAIM_TIMEOUT_MS?: string;
   JOB_EVENTS_RETENTION_S?: string;
   JOB_RETENTION_S?: string;
+  BLOB_GRACE_S?: string;
   /** Test hook: SSE keepalive period in ms (default 10 000). */
   SSE_HEARTBEAT_MS?: string;
 }

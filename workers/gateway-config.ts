@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { LIMITS } from "../src/contracts/job";
 import { LIMIT_DEFAULTS } from "../src/contracts/limits";
+import { BLOB_GRACE_DEFAULT_S } from "../src/db/artifacts-repo";
 import { JOB_RETENTION_DEFAULT_S } from "../src/db/retention-repo";
 import {
   type AllowedUrl,
@@ -126,6 +127,13 @@ const ConfigSchema = z.object({
       .min(60)
       .max(10 * 365 * 86_400),
   ),
+  BLOB_GRACE_S: optional(
+    z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(30 * 86_400),
+  ),
 });
 
 /**
@@ -206,6 +214,11 @@ export interface GatewayConfig {
   eventRetentionMs: number;
   /** Finished jobs are purged from Postgres this long after finishing (JOB_RETENTION_S; the cron's purge). */
   jobRetentionS: number;
+  /**
+   * A blob no artifact references is collected once untouched this long (BLOB_GRACE_S; the
+   * cron's blob collection): a host between reserving a blob and recording its artifact is within it.
+   */
+  blobGraceS: number;
 }
 
 export class ConfigError extends Error {
@@ -291,6 +304,7 @@ export function loadConfig(env: Env): GatewayConfig {
             },
             eventRetentionMs: (parsed.data.JOB_EVENTS_RETENTION_S ?? EVENT_RETENTION_DEFAULT_S) * 1000,
             jobRetentionS: parsed.data.JOB_RETENTION_S ?? JOB_RETENTION_DEFAULT_S,
+            blobGraceS: parsed.data.BLOB_GRACE_S ?? BLOB_GRACE_DEFAULT_S,
           };
     cached = { key, value };
   }

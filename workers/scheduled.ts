@@ -16,6 +16,7 @@
 import { anySleeper } from "../src/quota/fleet-wake";
 import { redisKeys } from "../src/quota/keys";
 import type { BackstopTask } from "./cron/backstop-task";
+import { blobCollection } from "./cron/blob-collection";
 import { expiryBackstop } from "./cron/expiry-backstop";
 import { reaperBackstop } from "./cron/reaper-backstop";
 import { retentionBackstop } from "./cron/retention-backstop";
@@ -30,6 +31,7 @@ export const BACKSTOP_TASKS: readonly BackstopTask[] = [
   retentionBackstop,
   scheduleBackstop,
   expiryBackstop,
+  blobCollection,
 ];
 
 /**

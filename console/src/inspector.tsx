@@ -1,8 +1,9 @@
 /**
  * The run inspector: any job's events replayed from its log (SSE from offset 0, then live while it
  * runs). It opens on the job's cost and tokens, its spend against its budget (budget.tsx), its
- * input and output, then the run as a waterfall (waterfall-view.tsx); the job's steps with fork
- * and rerun (steps.tsx) and the raw events in the debug panel stay below. The slider shows
+ * input and output and the files it left (artifacts.tsx), then the run as a waterfall
+ * (waterfall-view.tsx); the job's steps with fork and rerun (steps.tsx) and the raw events in the
+ * debug panel stay below. The slider shows
  * the run as it stood after any event; Play steps through them again.
  */
 import { useEffect, useRef, useState } from "preact/hooks";
@@ -10,6 +11,7 @@ import { isFinalState } from "../../src/contracts/job-state";
 import { AnswerBody, OutputJson, RunFacts } from "./answer";
 import { client, isTerminal, type JobView } from "./api";
 import { ApprovalCard } from "./approval";
+import { Artifacts } from "./artifacts";
 import { Budget } from "./budget";
 import { DebugPanel } from "./debug-panel";
 import { foldRun, type OffsetEvent, pendingWait } from "./run";
@@ -181,6 +183,7 @@ export function Inspector({ jobId }: { jobId: string }) {
       )}
       {job && <Budget job={job} />}
       {job && <InputOutput job={job} />}
+      {job && <Artifacts job={job} />}
       <Waterfall job={job} events={shown} />
       {job?.waiting_for && (
         <p class="meta" data-testid="waiting-for">

@@ -43,6 +43,7 @@ import { type AnswerFormat, answerFormat, repairMessage } from "./response-forma
 import { abortedOutcome, type Execution, failed } from "./run-context";
 import { allowedTools, codeToolNames, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
+import { snapshotWorkspace } from "./workspace";
 
 type TurnStep = Extract<Step, { kind: "turn" }>;
 
@@ -74,7 +75,7 @@ export interface Start {
  * The row goes into the execution (`exec.job` from here on). Throws when it failed.
  */
 export async function readRow(exec: Execution): Promise<Start> {
-  const { deps, emit, id } = exec;
+  const { deps, emit, id, run } = exec;
   let resume: Resume | null = null;
   let recovery: Recovery | null = null;
   let fresh = false;
@@ -104,6 +105,8 @@ export async function readRow(exec: Execution): Promise<Start> {
         );
       }
       resume = { checkpoint, rebuilt, decision: { callId: checkpoint.callId, decision } };
+      // The workspace the run had when it suspended, unpacked before its first tool call.
+      run.pendingRestore = rebuilt.snapshot;
     }
     return { resume, recovery };
   } finally {
@@ -437,6 +440,7 @@ async function runCalls(
     if (!(await exec.journal.write({ kind: "result", payload: { call_id: call.id, content: result.content } }))) {
       return abortedOutcome(run, text);
     }
+    if (run.workspaceDirty) await snapshotWorkspace(exec);
   }
   return null;
 }

@@ -11,6 +11,8 @@
  *  - `result`: the tool result the model reads, written as soon as the call returns.
  *  - `user`: a user message the loop added (input applied, the repair note, the recovery note).
  *  - `recovered`: an execution continued the job from here (recovery.ts; written by the repo).
+ *  - `snapshot`: the workspace after the step before, stored as a blob (workspace.ts): what an
+ *    execution that continues from here unpacks into its new sandbox.
  * The journal is the conversation after the job's own input (and the agent's instructions):
  * neither is copied into it, both are in the job row and its pinned agent version.
  */
@@ -41,7 +43,15 @@ export type Step =
   | { kind: "call"; payload: { call_id: string; name: string; sandbox: boolean } }
   | { kind: "result"; payload: { call_id: string; content: string } }
   /** `turn`: the turn the message follows (the repair note's bounds the repair turn). */
-  | { kind: "user"; payload: { content: string; why: UserWhy; turn: number } };
+  | { kind: "user"; payload: { content: string; why: UserWhy; turn: number } }
+  /** The workspace as it stood after the step before (a blob of the tenant: workspace.ts). */
+  | { kind: "snapshot"; payload: WorkspaceSnapshot };
+
+/** A gzipped tar of /workspace stored as the tenant's blob `sha256` (`bytes` long). */
+export interface WorkspaceSnapshot {
+  sha256: string;
+  bytes: number;
+}
 
 /** One execution's journal writer: steps noted ride on the next write; a missed fence loses the run. */
 export class RunJournal {
@@ -85,8 +95,10 @@ export interface Rebuilt {
   repairedAt: number | null;
   /** The seq of the last row (0: an empty journal). */
   lastSeq: number;
-  /** Some `call` row named a sandbox tool: the run had a sandbox, whose workspace is gone. */
+  /** Some `call` row named a sandbox tool since the last recovery: the run had a sandbox, whose workspace is gone. */
   hadSandbox: boolean;
+  /** The last workspace snapshot journaled (any execution's), or null: what a continuation restores. */
+  snapshot: WorkspaceSnapshot | null;
 }
 
 /**
@@ -95,7 +107,16 @@ export interface Rebuilt {
  * skipped (a newer host may write more).
  */
 export function rebuildFromJournal(records: readonly JournalRecord[]): Rebuilt {
-  const out: Rebuilt = { messages: [], turn: 0, text: "", open: [], repairedAt: null, lastSeq: 0, hadSandbox: false };
+  const out: Rebuilt = {
+    messages: [],
+    turn: 0,
+    text: "",
+    open: [],
+    repairedAt: null,
+    lastSeq: 0,
+    hadSandbox: false,
+    snapshot: null,
+  };
   const started = new Set<string>();
   const answered = new Set<string>();
   let calls: ModelToolCall[] = [];
@@ -121,6 +142,8 @@ export function rebuildFromJournal(records: readonly JournalRecord[]): Rebuilt {
     } else if (step.kind === "user") {
       if (step.payload.why === "repair") out.repairedAt = step.payload.turn;
       out.messages.push({ role: "user", content: step.payload.content });
+    } else if (step.kind === "snapshot") {
+      out.snapshot = { sha256: String(step.payload.sha256), bytes: Number(step.payload.bytes) };
     } else if (r.kind === "recovered") {
       // A sandbox reset already told: only a sandbox used since the last recovery is news.
       out.hadSandbox = false;

@@ -8,7 +8,8 @@
  *  - a tool call in flight at the loss (a `call` row, no `result`) is never repeated unless its
  *    agent declares it idempotent (then it is made again with the same idempotency key); else
  *    the model gets `outcome_unknown`, or, when the call needs approval, a person is asked again;
- *  - the sandbox's workspace died with the host: the model is told (`sandbox_reset`).
+ *  - the sandbox's workspace died with the host: the last journaled snapshot of it is restored
+ *    (workspace.ts); only when there is none is the model told (`sandbox_reset`).
  */
 import { FORK_REASON } from "../../src/contracts/fork";
 import type { ModelToolCall } from "../model/types";
@@ -28,7 +29,7 @@ export interface Recovery {
   sourceCalls: ReadonlySet<string>;
   /** The job this one was forked from, when this execution is a fork's first (`run.forked`). */
   forkedFrom: { jobId: string; step: number } | null;
-  /** The model must be told the sandbox is new. */
+  /** The model must be told the sandbox is new: it had one, and no snapshot of it was journaled. */
   sandboxReset: boolean;
 }
 
@@ -88,8 +89,10 @@ export async function beginRecovery(exec: Execution, reason: string): Promise<Re
     inFlight,
     sourceCalls,
     forkedFrom,
-    sandboxReset: rebuilt.hadSandbox,
+    sandboxReset: rebuilt.hadSandbox && rebuilt.snapshot === null,
   };
+  // The workspace of the step this execution continues from, unpacked before its first tool call.
+  run.pendingRestore = rebuilt.snapshot;
   if (!(await deps.journal.recovered(id, recoveredPayload(recovery)))) {
     run.loseOwnership();
     throw new Error("the recovered job is no longer this execution's");

@@ -16,6 +16,7 @@ import type { ExecutionIdentity } from "../../src/domain/identity";
 import type { ModelCatalog } from "../../src/domain/models";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { WaitOutcome } from "../../src/quota/wait";
+import type { ArtifactSettings } from "../artifacts/blob-client";
 import type { CodeTools } from "../code-tools/code-tool-pool";
 import type { Logger } from "../log";
 import type { McpHostConfig } from "../mcp/mcp-config";
@@ -26,7 +27,7 @@ import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import type { HostTracing } from "../tracing/tracing";
-import { type JournalStore, RunJournal } from "./journal";
+import { type JournalStore, RunJournal, type WorkspaceSnapshot } from "./journal";
 import type { RetryPolicy } from "./model-retry";
 
 /**
@@ -55,6 +56,8 @@ export interface RunDeps {
   quota?: QuotaGate;
   /** Docker sandboxes for tool calls; absent = tool runs fail with tools_unavailable. */
   sandbox?: SandboxManager;
+  /** Where a run's /workspace/out/ files go at its end (artifacts.ts); absent = no artifacts kept. */
+  artifacts?: ArtifactSettings;
   /**
    * A run's sandbox is gone but its cleanup fence could not be cleared: the janitor clears it
    * later (`SandboxJanitor.settle`). No listing would ever find the sandbox again.
@@ -247,6 +250,15 @@ export class ActiveRun {
   budgetSpent: boolean | null = null;
   /** A sandbox may exist for this run: it must be destroyed at the end, inside the cleanup fence. */
   sandboxUsed = false;
+  /**
+   * The workspace snapshot this run continues from (a recovery's, a resume's): unpacked into the
+   * sandbox before its first tool call, then cleared (workspace.ts).
+   */
+  pendingRestore: WorkspaceSnapshot | null = null;
+  /** A tool call since the last snapshot may have changed /workspace: snapshot after its result. */
+  workspaceDirty = false;
+  /** The hash of the last snapshot taken or restored: an unchanged workspace is not stored again. */
+  lastSnapshot: string | null = null;
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 

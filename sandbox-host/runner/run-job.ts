@@ -11,9 +11,11 @@ import { errorFields } from "../log";
 import { observeRunPhases } from "../metrics/metrics";
 import { inExecutionSpan, markOutcome } from "../tracing/spans";
 import { readRow, runAgent, unexpectedOutcome } from "./agent-loop";
+import { collectArtifacts } from "./artifacts";
 import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
+import { snapshotWorkspace } from "./workspace";
 
 export type RunResult =
   | "not_started"
@@ -107,6 +109,8 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
       outcome = { state: "cancelled", output: outcome.text || null };
     }
     run.phase = "finishing";
+    // Before the terminal write: a client that sees the run end finds its artifacts listed.
+    await collectArtifacts(exec);
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });
     let finished: boolean;
     let written: FinishResult;
@@ -154,6 +158,8 @@ async function handOff(exec: Execution): Promise<"handed_off" | "ownership_lost"
   const fields = { ...runFields(id), epoch: id.epoch };
   run.phase = "finishing";
   if (run.sandboxUsed && deps.sandbox) {
+    // The next execution continues from the last journaled step: it restores this workspace.
+    await snapshotWorkspace(exec);
     await destroySandbox(exec);
     run.sandboxUsed = false;
   }

@@ -13,6 +13,7 @@ import type { ModelCatalog } from "../../src/domain/models";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { LeaseStore, QuotaLease } from "../../src/quota/lease-store";
 import type { Redis } from "../../src/quota/redis";
+import type { ArtifactSettings } from "../artifacts/blob-client";
 import type { CodeTools } from "../code-tools/code-tool-pool";
 import { PeriodicTask } from "../lifecycle/periodic";
 import type { Service } from "../lifecycle/service";
@@ -64,6 +65,8 @@ export interface RunnerOptions {
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
+  /** See RunDeps.artifacts (absent: no artifacts kept). */
+  artifacts?: ArtifactSettings;
   /** See RunDeps.fenceOwed (absent: nothing is owed to anyone). */
   fenceOwed?: (executionId: string) => void;
   /**
@@ -130,6 +133,7 @@ export class Runner {
       coalesceMs: opts.coalesceMs ?? 30,
       metrics: opts.metrics,
       sandbox: opts.sandbox,
+      artifacts: opts.artifacts,
       fenceOwed: opts.fenceOwed ?? (() => {}),
       models: opts.models,
       retry: opts.retry ?? NO_RETRIES,

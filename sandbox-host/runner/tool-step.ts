@@ -3,6 +3,7 @@
  * agent lists on a tool thread (code-tool-step.ts), anything else in the run's sandbox (created
  * lazily by the first call).
  */
+
 import type { EventPayload } from "../../src/contracts/events";
 import { type JobError, tenantJobError } from "../../src/contracts/job";
 import { type FinalOutcome, setCleanupPending } from "../../src/db/ownership-repo";
@@ -16,6 +17,7 @@ import { callSandboxTool, isSandboxTool, toolResultContent } from "../sandbox/to
 import { inSpan, markOutcome } from "../tracing/spans";
 import { runCodeTool } from "./code-tool-step";
 import { abortedOutcome, type Emit, type Execution, failed } from "./run-context";
+import { restoreWorkspace, WORKSPACE_WRITERS } from "./workspace";
 
 /** A call the run must not make: visible as a call and its failed result, which the model reads. */
 export function refuseTool(call: ModelToolCall, emit: Emit, message: string): { content: string } {
@@ -127,7 +129,9 @@ async function runToolCall(exec: Execution, call: ModelToolCall): Promise<{ cont
         }),
       );
     }
+    if (run.pendingRestore) await restoreWorkspace(exec);
     const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, exec.signal);
+    if (WORKSPACE_WRITERS.has(call.name)) run.workspaceDirty = true;
     if (!hadSandbox) emit("sandbox.created", {});
     emit("tool.result", { id: call.id, ok: result.ok, output: result.ok ? result.output : result.error });
     return { content: toolResultContent(result) };

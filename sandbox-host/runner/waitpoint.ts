@@ -6,6 +6,7 @@
  * waits), so tool calls completed before the wait are never repeated, and the approved call runs
  * once, in the execution that resumed.
  */
+
 import type { AgentApproval } from "../../src/contracts/agent";
 import type { WaitKind } from "../../src/contracts/wait";
 import { applyAnswerInput } from "../../src/db/ownership-repo";
@@ -15,6 +16,7 @@ import type { ModelToolCall, ModelToolSpec } from "../model/types";
 import type { ChildrenCheckpoint } from "./delegate";
 import { type Execution, failed } from "./run-context";
 import { codeToolNames, destroySandbox, runTool } from "./tool-step";
+import { snapshotWorkspace } from "./workspace";
 
 /** The ask_user tool as the model sees it (offered when the agent sets `ask_user: true`). */
 export const ASK_USER_SPEC: ModelToolSpec = {
@@ -113,6 +115,8 @@ export async function suspendRun(exec: Execution, wait: WaitOutcome): Promise<Su
   const { deps, run, emit, id } = exec;
   // Still `running` (heartbeats go on) while the sandbox is removed, which can take seconds.
   if (run.sandboxUsed && deps.sandbox) {
+    // The execution that resumes the job unpacks this workspace into its new sandbox.
+    await snapshotWorkspace(exec);
     await destroySandbox(exec);
     run.sandboxUsed = false;
   }

@@ -129,6 +129,24 @@ export interface SandboxManager {
     path?: string,
     opts?: { maxEntries?: number; signal?: AbortSignal },
   ): Promise<files.ListDirResult>;
+  /**
+   * A tar of the directory `dir` (an absolute path inside /workspace) of the run's existing
+   * sandbox, made by `tar` in the sandbox and read raw from the exec's stdout (a bind of the
+   * workspace's tmpfs is not reachable through the Engine's archive API, which reads the image's
+   * root filesystem). `null` when the directory does not exist; `tooLarge` when the archive passes
+   * `maxBytes` (nothing is returned then).
+   */
+  packDir(
+    runId: string,
+    dir: string,
+    maxBytes: number,
+    opts?: { timeoutMs?: number; gzip?: boolean },
+  ): Promise<{ archive: Buffer | null; tooLarge: boolean }>;
+  /**
+   * Unpacks a gzipped tar (what `packDir(…, { gzip: true })` made) into `dir` of the run's
+   * sandbox, by `tar` in the sandbox reading it from the exec's stdin.
+   */
+  unpackDir(runId: string, dir: string, archive: Uint8Array, opts?: { timeoutMs?: number }): Promise<void>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
   /**
@@ -384,6 +402,62 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         user: profile.user,
       });
       return toExecResult(r);
+    },
+
+    async packDir(runId, dir, maxBytes, o = {}) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        // Exit 3: no such directory (not an error: the run left nothing there).
+        argv: [
+          "/bin/sh",
+          "-c",
+          // gzip is a stage of its own in the sandbox (its CPU, its cgroup), never on the host's loop.
+          `set -o pipefail; [ -d "$1" ] || exit 3; cd "$1" && ${o.gzip ? "tar -cf - . | gzip -c" : "exec tar -cf - ."}`,
+          "sh",
+          files.workspacePath(dir, runId),
+        ],
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: maxBytes,
+        user: profile.user,
+      });
+      if (r.exitCode === 3) return { archive: null, tooLarge: false };
+      if (r.stdoutBytes > maxBytes) return { archive: null, tooLarge: true };
+      if (r.exitCode !== 0) {
+        throw new SandboxError(
+          "exec_failed",
+          `tar of ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
+          {
+            runId,
+          },
+        );
+      }
+      return { archive: r.stdout, tooLarge: false };
+    },
+
+    async unpackDir(runId, dir, archive, o = {}) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        argv: [
+          "/bin/sh",
+          "-c",
+          'set -o pipefail; mkdir -p "$1" && cd "$1" && gzip -dc | tar -xf -',
+          "sh",
+          files.workspacePath(dir, runId),
+        ],
+        stdin: archive,
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: DEFAULT_OUTPUT_CAP_BYTES,
+        user: profile.user,
+      });
+      if (r.exitCode !== 0) {
+        throw new SandboxError(
+          "exec_failed",
+          `untar into ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
+          {
+            runId,
+          },
+        );
+      }
     },
 
     async readFile(runId, path, o = {}) {

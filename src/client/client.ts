@@ -21,6 +21,7 @@
 import type { z } from "zod";
 import { ACCESS_TOKEN_PARAM, looksLikeAccessToken } from "../contracts/access";
 import type { AgentDefinitionInput, AgentView, CreateAgentBody } from "../contracts/agent";
+import type { ArtifactList } from "../contracts/artifacts";
 import type {
   AgentAnswerSchema,
   AgentPageSchema,
@@ -320,6 +321,22 @@ export class EarClient {
   ): Promise<Created<ApprovalAnswer>> {
     const path = `/v1/conversations/${enc(conversationId)}/jobs/${enc(jobId)}/approvals/${enc(callId)}`;
     return created(await this.transport.json<ApprovalAnswer>("POST", path, { body, signal: opts.signal }));
+  }
+
+  /** GET /v1/jobs/{id}/artifacts: `{artifacts}`, the files the run left under /workspace/out/, in path order. */
+  async artifacts(jobId: string, opts: CallOptions = {}): Promise<ArtifactList> {
+    return (await this.transport.json<ArtifactList>("GET", `/v1/jobs/${enc(jobId)}/artifacts`, opts)).body;
+  }
+
+  /**
+   * GET /v1/jobs/{id}/artifacts/{path}: the artifact's bytes as a Blob (its `type` the
+   * artifact's content type); `path` is relative to /workspace/out/, as `artifacts` lists it.
+   */
+  async artifact(jobId: string, path: string, opts: CallOptions = {}): Promise<Blob> {
+    const encoded = path.split("/").map(enc).join("/");
+    const res = await this.transport.send("GET", `/v1/jobs/${enc(jobId)}/artifacts/${encoded}`, opts);
+    if (!res.ok) throw await errorOf(res);
+    return await res.blob();
   }
 
   /** GET /v1/jobs/{id}/inputs: `{inputs}`, in arrival order. */

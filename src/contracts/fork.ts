@@ -17,7 +17,7 @@ import { text } from "./text";
 export const FORK_REASON = "forked";
 
 /** The journal's kinds as GET /v1/jobs/{id}/steps shows them (src/db/schema.ts JOURNAL_KINDS). */
-export const STEP_KINDS = ["turn", "call", "result", "user", "recovered"] as const;
+export const STEP_KINDS = ["turn", "call", "result", "user", "recovered", "snapshot"] as const;
 
 /** How many characters of a step's text its `summary` shows. */
 export const STEP_SUMMARY_CHARS = 200;

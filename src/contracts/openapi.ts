@@ -162,7 +162,7 @@ export interface Success {
 
 /** What a route declares about itself (workers/routes/route.ts); its path comes from the app. */
 export interface OperationSpec {
-  method: "get" | "post" | "patch" | "delete";
+  method: "get" | "post" | "put" | "patch" | "delete";
   operationId: string;
   tag:
     | "jobs"

@@ -42,6 +42,8 @@ function summaryOf(r: StepRow): string {
       return cut(`user (${r.why ?? "input"}): ${r.text ?? ""}`);
     case "recovered":
       return cut(`recovered (${r.reason ?? "?"}) after step ${r.from_step ?? 0}`);
+    case "snapshot":
+      return "workspace snapshot";
     default:
       return r.kind;
   }

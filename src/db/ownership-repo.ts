@@ -273,7 +273,7 @@ export async function markStartedMany(db: Db, ids: ExecutionIdentity[]): Promise
   return new Set(rows.map((r) => r.id));
 }
 
-const fence = (id: ExecutionIdentity) => sql`
+export const fence = (id: ExecutionIdentity) => sql`
   id = ${id.jobId} AND owner = ${id.host} AND epoch = ${id.epoch} AND token = ${id.token}
   AND execution_id = ${id.executionId} AND state = 'running'`;
 

@@ -25,7 +25,7 @@ export interface PurgeOptions {
 }
 
 /**
- * Delete finished jobs older than `olderThanMs` (oldest first), their executions, job_inputs, job_waits and webhook deliveries,
+ * Delete finished jobs older than `olderThanMs` (oldest first), their executions, job_inputs, job_waits, artifacts and webhook deliveries,
  * and record a tombstone for each. A job whose sandbox cleanup is still pending is kept: the
  * janitor reads its row to know the sandbox may go. Returns how many jobs went, in how many
  * statements; stops at the first batch smaller than `batchSize`.
@@ -54,6 +54,8 @@ export async function purgeFinishedJobs(
         gone_inputs AS (DELETE FROM job_inputs WHERE job_id IN (SELECT id FROM doomed)),
         gone_waits AS (DELETE FROM job_waits WHERE job_id IN (SELECT id FROM doomed)),
         gone_journal AS (DELETE FROM job_journal WHERE job_id IN (SELECT id FROM doomed)),
+        -- Their blobs stay until the Worker's cron finds them unreferenced (artifacts-repo.ts).
+        gone_artifacts AS (DELETE FROM job_artifacts WHERE job_id IN (SELECT id FROM doomed)),
         gone_deliveries AS (DELETE FROM webhook_deliveries WHERE job_id IN (SELECT id FROM doomed)),
         tombstones AS (
           INSERT INTO purged_jobs (id, tenant_id) SELECT id, tenant_id FROM doomed ON CONFLICT (id) DO NOTHING

@@ -29,7 +29,7 @@ import { FINAL_STATES } from "../contracts/job-state";
 import { WAIT_DECISIONS, WAIT_KINDS, type WaitingFor } from "../contracts/wait";
 
 /** What a journal row records (src/db/journal-repo.ts has each kind's payload). */
-export const JOURNAL_KINDS = ["turn", "call", "result", "user", "recovered"] as const;
+export const JOURNAL_KINDS = ["turn", "call", "result", "user", "recovered", "snapshot"] as const;
 
 const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: "date" });
 
@@ -347,6 +347,8 @@ export const jobJournal = pgTable(
   (t) => [
     primaryKey({ columns: [t.jobId, t.seq] }),
     check("job_journal_kind_ck", sql`${t.kind} in ${sqlList(JOURNAL_KINDS)}`),
+    // The blob collection's "does a snapshot still name this blob" (artifacts-repo.ts).
+    index("job_journal_snapshot_idx").on(sql`(${t.payload}->>'sha256')`).where(sql`${t.kind} = 'snapshot'`),
   ],
 );
 
@@ -723,3 +725,45 @@ export const webhookAttempts = pgTable(
 
 export type JobRow = typeof jobs.$inferSelect;
 export type ScheduleRow = typeof schedules.$inferSelect;
+
+/**
+ * A blob in the R2 bucket (workers/env.ts BLOBS), content-addressed per tenant: the object key is
+ * `t/<tenant>/<sha256>` (src/domain/blobs.ts). Per tenant rather than shared, so a tenant's usage
+ * is the sum of its own rows (the storage cap) and no tenant can learn from a dedupe hit that
+ * another holds the same bytes. A row is written before the object (the host reserves it, then
+ * uploads), and the Worker's cron collects rows no artifact references any more, object first.
+ */
+export const blobs = pgTable(
+  "blobs",
+  {
+    tenantId: text("tenant_id").notNull(),
+    sha256: text("sha256").notNull(),
+    bytes: bigint("bytes", { mode: "number" }).notNull(),
+    /** Refreshed whenever a new reference is about to be made, so collection spares it a while. */
+    touchedAt: tstz("touched_at").notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.tenantId, t.sha256] }), index("blobs_touched_idx").on(t.touchedAt)],
+);
+
+/** A job's artifact: a file its run left under /workspace/out/ (path relative to it). */
+export const jobArtifacts = pgTable(
+  "job_artifacts",
+  {
+    jobId: uuid("job_id")
+      .notNull()
+      .references(() => jobs.id),
+    tenantId: text("tenant_id").notNull(),
+    path: text("path").notNull(),
+    bytes: bigint("bytes", { mode: "number" }).notNull(),
+    sha256: text("sha256").notNull(),
+    contentType: text("content_type").notNull(),
+    /** The execution that recorded it. */
+    executionId: uuid("execution_id").notNull(),
+    createdAt: tstz("created_at").notNull().defaultNow(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.jobId, t.path] }),
+    foreignKey({ columns: [t.tenantId, t.sha256], foreignColumns: [blobs.tenantId, blobs.sha256] }),
+    index("job_artifacts_blob_idx").on(t.tenantId, t.sha256),
+  ],
+);

@@ -20,6 +20,8 @@ const NOT_CLIENT_OPERATIONS: Record<string, string> = {
   ready: "a readiness probe for load balancers and operators; no key",
   openapi: "this document itself, for tooling; the client is built from the same contracts",
   ingestEvents: "internal: sandbox-hosts deliver outbox batches, signed with INTERNAL_SIGNING_SECRET",
+  putBlob: "internal: sandbox-hosts store artifacts' bytes, signed with INTERNAL_SIGNING_SECRET",
+  getBlob: "internal: sandbox-hosts read a workspace snapshot back, signed with INTERNAL_SIGNING_SECRET",
 };
 
 /** Documented query parameters no client call sends, as `operationId.name`, with why. */
@@ -92,6 +94,8 @@ const CALLS: Record<ClientCall, Array<(api: EarClient) => Promise<unknown>>> = {
   decide: [(api) => api.decide(JOB, "call-1", { decision: "approve" })],
   decideInConversation: [(api) => api.decideInConversation("conv-1", JOB, "call-1", { decision: "deny", note: "no" })],
   inputs: [(api) => api.inputs(JOB)],
+  artifacts: [(api) => api.artifacts(JOB)],
+  artifact: [(api) => api.artifact(JOB, "reports/q1 summary.csv")],
   events: [(api) => drain(api.events(JOB)), (api) => drain(api.events(JOB, { descendants: true }))],
   messages: [(api) => api.messages("conv-1")],
   chat: [
@@ -157,7 +161,8 @@ function documentOperations(): DocOperation[] {
         operationId: op.operationId as string,
         method: method.toUpperCase(),
         path,
-        pattern: new RegExp(`^${path.replace(/\{[^}]+\}/g, "[^/]+")}$`),
+        // `{path}` (an artifact's) spans segments; every other parameter is one.
+        pattern: new RegExp(`^${path.replace(/\{([^}]+)\}/g, (_, name) => (name === "path" ? ".+" : "[^/]+"))}$`),
         statuses,
         json: statuses.some((s) => responses[String(s)]?.content?.["application/json"] !== undefined),
         queryParameters: parameters.filter((p) => p.in === "query").map((p) => p.name),
@@ -270,10 +275,10 @@ describe("the client covers the OpenAPI document", () => {
       expect(result, `${call} returns ${hit.operation.operationId}'s body`).toEqual(expected);
       checked.push(call);
     }
-    // Everything but the two streams and the deletes (204, no body) is a JSON call.
+    // Everything but the two streams, the deletes (204, no body) and an artifact's bytes is a JSON call.
     expect([...new Set(checked)].sort()).toEqual(
       Object.keys(CALLS)
-        .filter((c) => c !== "events" && c !== "chat" && !c.startsWith("delete"))
+        .filter((c) => c !== "events" && c !== "chat" && c !== "artifact" && !c.startsWith("delete"))
         .sort(),
     );
   });

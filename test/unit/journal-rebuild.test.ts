@@ -22,7 +22,27 @@ describe("rebuildFromJournal", () => {
       repairedAt: null,
       lastSeq: 0,
       hadSandbox: false,
+      snapshot: null,
     });
+  });
+
+  it("the last workspace snapshot is what a continuation restores, whichever execution took it", () => {
+    const r = rebuildFromJournal(
+      rows(
+        { kind: "turn", payload: { turn: 1, text: "", calls: [call("a", "shell"), call("b", "shell")] } },
+        { kind: "call", payload: { call_id: "a", name: "shell", sandbox: true } },
+        { kind: "result", payload: { call_id: "a", content: "ok" } },
+        { kind: "snapshot", payload: { sha256: "1".repeat(64), bytes: 120 } },
+        { kind: "recovered", payload: { reason: "host_lost" }, epoch: 2 },
+        { kind: "call", payload: { call_id: "b", name: "shell", sandbox: true }, epoch: 2 },
+        { kind: "result", payload: { call_id: "b", content: "ok" }, epoch: 2 },
+        { kind: "snapshot", payload: { sha256: "2".repeat(64), bytes: 130 }, epoch: 2 },
+      ),
+    );
+    expect(r.snapshot).toEqual({ sha256: "2".repeat(64), bytes: 130 });
+    // A snapshot is no message of the conversation.
+    expect(r.messages.map((m) => m.role)).toEqual(["assistant", "tool", "tool"]);
+    expect([r.hadSandbox, r.lastSeq, r.open]).toEqual([true, 8, []]);
   });
 
   it("keeps completed results, and names the calls with no result (started or not) in order", () => {

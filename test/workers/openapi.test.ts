@@ -20,14 +20,14 @@ type Doc = { paths: Record<string, Record<string, unknown>> };
 type Json = any;
 
 /**
- * "METHOD /path" of every handler the app registers, in OpenAPI's spelling (`/:id` → `/{id}`).
+ * "METHOD /path" of every handler the app registers, in OpenAPI's spelling (`/:id` → `/{id}`, `/:path{.+}` → `/{path}`).
  * Middleware (`app.use`) registers as method ALL on a wildcard path; it is not an operation.
  */
 function appRoutes(app: { routes: { method: string; path: string }[] }): string[] {
   const out = new Set<string>();
   for (const r of app.routes) {
     if (r.method === "ALL" && r.path.endsWith("*")) continue;
-    out.add(`${r.method} ${r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`);
+    out.add(`${r.method} ${r.path.replace(/:([A-Za-z0-9_]+)(\{[^}]*\})?/g, "{$1}")}`);
   }
   return [...out].sort();
 }

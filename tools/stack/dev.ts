@@ -6,8 +6,8 @@
  *
  * Its data stays in .dev/ across restarts: the embedded Postgres's data dir (.dev/postgres), the
  * Durable Objects' state (.dev/durable-objects: a job's event log lives there, so a job kept in
- * Postgres without it would have no stream) and the dev key (.dev/dev-key.json).
- * `npm run dev -- --fresh` removes all three first and starts empty. Environment (all optional):
+ * Postgres without it would have no stream), the R2 bucket of artifacts (.dev/r2) and the dev key
+ * (.dev/dev-key.json). `npm run dev -- --fresh` removes all four first and starts empty. Environment (all optional):
  *   DATABASE_URL                       use this Postgres instead of an embedded one
  *   REDIS_URL                          use this Redis (behind the local Upstash bridge)
  *   UPSTASH_REDIS_REST_URL/_TOKEN      use a real Upstash endpoint directly
@@ -47,6 +47,8 @@ const devDir = resolve(root, env.DEV_DIR || ".dev");
 const kept = {
   postgres: join(devDir, "postgres"),
   durableObjects: join(devDir, "durable-objects"),
+  /** Miniflare's R2: the BLOBS bucket (artifacts). */
+  r2: join(devDir, "r2"),
   keyFile: join(devDir, "dev-key.json"),
 };
 const args = process.argv.slice(2);
@@ -174,6 +176,7 @@ try {
     databaseUrl: env.DATABASE_URL || undefined,
     postgresDataDir: kept.postgres,
     persistTo: kept.durableObjects,
+    r2PersistTo: kept.r2,
     keyFile: kept.keyFile,
     redisUrl: env.REDIS_URL || undefined,
     upstash: env.UPSTASH_REDIS_REST_URL

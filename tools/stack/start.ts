@@ -59,6 +59,8 @@ export interface StackOptions {
   watchGateway?: boolean;
   /** Where Durable Object state lives; default a throwaway dir in /dev/shm, removed at stop. */
   persistTo?: string;
+  /** Where Miniflare's R2 keeps the BLOBS bucket; default `r2` inside persistTo. */
+  r2PersistTo?: string;
   /** The embedded Postgres's data dir, kept across stops; default a throwaway one. */
   postgresDataDir?: string;
   /**
@@ -222,6 +224,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       root,
       port: opts.gatewayPort,
       persistTo,
+      r2PersistTo: opts.r2PersistTo,
       watch: opts.watchGateway,
       vars: {
         DATABASE_URL: databaseUrl,

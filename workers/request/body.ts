@@ -35,9 +35,19 @@ async function refuseTooLarge(req: Request, maxBytes: number, reader?: ReadableS
 }
 
 export async function readBodyText(req: Request, maxBytes: number): Promise<string> {
+  const bytes = await readBodyBytes(req, maxBytes);
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    throw new ApiError("invalid_json", "request body is not valid UTF-8");
+  }
+}
+
+/** The raw body, at most `maxBytes` (413 past it, whatever content-length claimed). */
+export async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw await refuseTooLarge(req, maxBytes);
-  if (!req.body) return "";
+  if (!req.body) return new Uint8Array(0);
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -54,11 +64,7 @@ export async function readBodyText(req: Request, maxBytes: number): Promise<stri
     bytes.set(chunk, at);
     at += chunk.byteLength;
   }
-  try {
-    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
-  } catch {
-    throw new ApiError("invalid_json", "request body is not valid UTF-8");
-  }
+  return bytes;
 }
 
 function tooLarge(maxBytes: number): ApiError {

@@ -73,7 +73,7 @@ export function routes(...declared: AnyRoute[]): Hono<GatewayEnv> {
 
 /**
  * The operations of every declared route the app serves, at the path it serves it (`/:id` as
- * `{id}`). Middleware and undeclared handlers carry no declaration; test/workers/openapi.test.ts
+ * `{id}`, `/:path{.+}` as `{path}`). Middleware and undeclared handlers carry no declaration; test/workers/openapi.test.ts
  * fails on an undeclared route.
  */
 export function operationsOf(app: Hono<GatewayEnv>): Operation[] {
@@ -82,7 +82,7 @@ export function operationsOf(app: Hono<GatewayEnv>): Operation[] {
     const declared = (r.handler as { [DECLARED]?: AnyRoute })[DECLARED];
     if (!declared) continue;
     const { handler: _, path: __, ...spec } = declared;
-    out.push({ ...spec, path: r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}") });
+    out.push({ ...spec, path: r.path.replace(/:([A-Za-z0-9_]+)(\{[^}]*\})?/g, "{$1}") });
   }
   return out;
 }

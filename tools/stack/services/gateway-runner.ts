@@ -13,7 +13,7 @@
  * reload.
  *
  * Started by tools/stack/services/gateway.ts as a child process; its settings come in one environment
- * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, vars, watch, inspectorPort, outdir}), so secrets do not
+ * variable, EAR_GATEWAY_RUNNER (JSON: {port, host, persistTo, r2PersistTo, vars, watch, inspectorPort, outdir}), so secrets do not
  * show up in `ps`. It prints `ready <url>` once the Worker answers.
  */
 import { spawn } from "node:child_process";
@@ -29,6 +29,8 @@ interface RunnerSettings {
   port: number;
   host?: string;
   persistTo: string;
+  /** Where Miniflare's own R2 keeps the BLOBS bucket (default: `r2` inside persistTo). */
+  r2PersistTo?: string;
   vars: Record<string, string>;
   watch?: boolean;
   root?: string;
@@ -90,6 +92,8 @@ function miniflareOptions(root: string, s: RunnerSettings, scriptPath: string, o
     modulesRoot: outdir,
     bindings: { ...workerOptions.bindings, ...s.vars },
     durableObjectsPersist: s.persistTo,
+    // The BLOBS bucket (wrangler.toml r2_buckets) is Miniflare's own R2, on disk like the objects.
+    r2Persist: s.r2PersistTo ?? join(s.persistTo, "r2"),
     ...(s.inspectorPort ? { inspectorPort: s.inspectorPort } : {}),
     // `GET /cdn-cgi/handler/scheduled?cron=…` runs the Worker's scheduled handler and answers 200
     // or 500 once it has finished; `wrangler dev` always exposes it. Miniflare 4 has no cron timer

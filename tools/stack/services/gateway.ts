@@ -41,6 +41,11 @@ export interface GatewayOptions {
   port?: number;
   /** Where workerd keeps Durable Object state (SQLite). */
   persistTo: string;
+  /**
+   * Where Miniflare's R2 keeps the BLOBS bucket (miniflare runner; default `r2` inside persistTo).
+   * `wrangler dev` keeps it under its `--persist-to` directory (`v3/r2`), next to the objects.
+   */
+  r2PersistTo?: string;
   root?: string;
   /** Rebuild and reload the Worker when its source changes (`npm run dev`). */
   watch?: boolean;
@@ -89,6 +94,7 @@ function miniflareRunner(root: string, port: number, opts: GatewayOptions, outdi
     port,
     host: "127.0.0.1",
     persistTo: opts.persistTo,
+    r2PersistTo: opts.r2PersistTo,
     vars: opts.vars,
     watch: opts.watch,
     root,

@@ -26,6 +26,7 @@ import { CodeTools } from "./code-tools/code-tool-pool";
 import type { CodeToolSpec } from "./code-tools/tool-modules";
 import { defaultPgPoolMax, type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
+import { HeldRunsWatch, holdRunsLock } from "./lifecycle/held-watch";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { FleetSleep, type WakeReason } from "./lifecycle/sleep";
@@ -202,6 +203,9 @@ export async function buildParts(
   });
   // One bound for the reaper (when to call a run lost) and the runner (when a run stops itself first).
   const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
+  // The owner's half of the held-run watch: its heartbeat session holds the lock while it lives
+  // and heartbeats. Only on a session of its own to a direct URL (a pooler keeps no session).
+  if (beats !== pool && !isPoolerUrl(config.databaseUrl)) holdRunsLock(beats, { lostAfterMs: runLostAfterMs, log });
   const runner = new Runner({
     db,
     heartbeatDb: beats === pool ? db : drizzle(beats, { schema }),
@@ -246,10 +250,13 @@ export async function buildParts(
   });
   // The listener is built below (it needs the claimer); the activity only reads it later.
   let listener: ReadyListener | null = null;
+  // Built below with the sleep; the activity only reads it later.
+  let heldWatch: HeldRunsWatch | null = null;
   const activity = new FleetActivity({
     idleMs: config.idleMs,
     localRuns: () => runner.active,
     listening: () => listener?.connected === true,
+    watchesHeld: () => heldWatch !== null,
   });
   runner.onSlotFreed(() => activity.localRunEnded());
   // When this host last sent Postgres anything (a pool checkout is one statement or one
@@ -404,6 +411,12 @@ export async function buildParts(
     if (reason === "deadline" || reason === "wait failed") wakeTimedLoops();
     else if (reason !== "stop") setTimeout(wakeTimedLoops, 1000).unref();
   };
+  // Sleeping over runs held elsewhere needs the owners' liveness from a session of our own
+  // (lifecycle/held-watch.ts); on the same direct URL as LISTEN.
+  heldWatch =
+    listener && listenTarget.url && config.sleepMaxMs > 0 && config.idleMs > 0
+      ? new HeldRunsWatch({ databaseUrl: listenTarget.url, log })
+      : null;
   const sleep =
     listener && config.sleepMaxMs > 0 && config.idleMs > 0
       ? new FleetSleep({
@@ -418,6 +431,7 @@ export async function buildParts(
           log,
           onChange: (asleep) => fleetAsleep.set(asleep ? 1 : 0),
           onAwake,
+          heldWatch,
           // No catalog refresh while asleep: the rows are dated to the sleep's end instead, so the
           // gateway keeps listing this host's tools (GET /v1/tools, agents naming them).
           beforeSleep:

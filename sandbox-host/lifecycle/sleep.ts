@@ -138,7 +138,10 @@ export class FleetSleep implements Service {
       try {
         armed = await watch.arm();
       } catch (err) {
-        this.opts.log.warn("cannot watch the held runs' owners; staying awake", errorFields(err));
+        // A wake while arming closed the watch's session under it: not a failure.
+        if (generation === this.generation && this.state === "entering") {
+          this.opts.log.warn("cannot watch the held runs' owners; staying awake", errorFields(err));
+        }
       }
       if (armed === null) {
         // No owner holds the lock (or the watch failed): the held runs are work, as before.

@@ -257,6 +257,7 @@ export async function buildParts(
     localRuns: () => runner.active,
     listening: () => listener?.connected === true,
     watchesHeld: () => heldWatch !== null,
+    ownLockMs: runLostAfterMs + 1000,
   });
   runner.onSlotFreed(() => activity.localRunEnded());
   // When this host last sent Postgres anything (a pool checkout is one statement or one

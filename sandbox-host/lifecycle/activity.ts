@@ -86,6 +86,13 @@ export class FleetActivity {
        * running jobs anywhere keep it busy.
        */
       watchesHeld?: () => boolean;
+      /**
+       * How long after this host's own last run its heartbeat session may still hold the owners'
+       * lock (HOST_RUN_LOST_AFTER_MS, the session's idle_session_timeout, plus a margin): no sleep
+       * over held runs until then, or its watch would wait on its own session and wake only when
+       * that ends, late for a run whose owner died meanwhile.
+       */
+      ownLockMs?: number;
     },
   ) {}
 
@@ -168,7 +175,10 @@ export class FleetActivity {
 
   looked(work: FleetWork, startedAt: number): void {
     this.unsure = false;
-    const heldOnly = work.running && this.opts.watchesHeld?.() === true;
+    const heldOnly =
+      work.running &&
+      this.opts.watchesHeld?.() === true &&
+      Date.now() - this.lastLocalEndAt >= (this.opts.ownLockMs ?? 0);
     if (work.waiting || work.claimed || (work.running && !heldOnly) || work.expiring || work.cleanup) {
       this.noteWork();
       return;

@@ -32,7 +32,7 @@ function fakeHeldWatch(holder: boolean) {
   return { w, watch };
 }
 
-function setup(opts: { maxSleepMs?: number; registerFails?: boolean; heldWatch?: HeldWatch } = {}) {
+function setup(opts: { maxSleepMs?: number; registerFails?: boolean; heldWatch?: HeldWatch; ownLockMs?: number } = {}) {
   const state = {
     listening: true,
     paused: 0,
@@ -79,6 +79,7 @@ function setup(opts: { maxSleepMs?: number; registerFails?: boolean; heldWatch?:
     localRuns: () => 0,
     listening: () => state.listening,
     watchesHeld: () => opts.heldWatch !== undefined,
+    ownLockMs: opts.ownLockMs,
   });
   activity.onWork(() => state.hurried++);
   const s = new FleetSleep({
@@ -234,5 +235,20 @@ describe("FleetSleep", () => {
     expect(c.activity.idle).toBe(false);
     expect(c.state.registered).toEqual([]);
     await c.s.stop();
+
+    // This host's own run ended within the lost bound: its heartbeat session may hold the lock
+    // still, and a watch would wait on it. Busy until that has passed, then asleep.
+    const own = fakeHeldWatch(true);
+    const d = setup({ heldWatch: own.watch, ownLockMs: 150 });
+    d.activity.localRunEnded();
+    await d.quietLook(null, true);
+    expect(own.w.armed).toBe(0);
+    expect(d.s.asleep).toBe(false);
+    expect(d.activity.idle).toBe(false);
+    await sleep(200);
+    await d.quietLook(null, true);
+    expect(own.w.armed).toBe(1);
+    expect(d.s.asleep).toBe(true);
+    await d.s.stop();
   });
 });

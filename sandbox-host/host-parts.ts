@@ -29,6 +29,7 @@ import type { CodeToolSpec } from "./code-tools/tool-modules";
 import { EvalScorer } from "./evals/eval-scorer";
 import { defaultPgPoolMax, type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
+import { HeldRunsWatch, holdRunsLock } from "./lifecycle/held-watch";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { FleetSleep, type WakeReason } from "./lifecycle/sleep";
@@ -117,11 +118,16 @@ export interface HostParts {
  * A pool to the host's DATABASE_URL, as both of the host's pools are made: idle connections
  * closed after 30 s, a lost idle connection logged as news, the lifecycle statements named.
  */
-function hostPool(config: HostConfig, log: Logger, what: string, size: { max: number; min?: number }): pg.Pool {
+function hostPool(
+  config: HostConfig,
+  log: Logger,
+  what: string,
+  size: { max: number; min?: number; idleTimeoutMillis?: number },
+): pg.Pool {
   const pool = new pg.Pool({
     connectionString: config.databaseUrl,
-    ...size,
     idleTimeoutMillis: 30_000,
+    ...size,
     // pg-pool bounds both a new connection's start and a statement's wait for a busy pool with
     // this: the second is a queue under a burst (1,000 runs starting at once), not a failure. A
     // Postgres that is down still answers at once (connection refused).
@@ -163,10 +169,14 @@ export async function connectPostgres(config: HostConfig, log: Logger): Promise<
  * left its first heartbeat ~3.5 s of the 7.5 s fence to land in, and under that step's load it
  * did not (20 more self-fences, the same count one step later). Two connections: one heartbeat
  * and one start batch are in flight at most (each is one statement at a time), so neither waits
- * for the other. Opened when due, closed after 30 s unused (an idle host has no runs: no session).
+ * for the other. Opened when due, closed when unused for half the lost bound (an idle host has
+ * no runs: no session): each of these sessions has the lost bound as its idle_session_timeout
+ * (lifecycle/held-watch.ts), and a pool that closes an idle one first never hands out one that
+ * Postgres is ending at that moment (a start batch would fail with it).
  */
 export function heartbeatPool(config: HostConfig, log: Logger): pg.Pool {
-  return hostPool(config, log, "heartbeat", { max: 2 });
+  const lost = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
+  return hostPool(config, log, "heartbeat", { max: 2, idleTimeoutMillis: Math.min(30_000, Math.floor(lost / 2)) });
 }
 
 export async function buildParts(
@@ -211,6 +221,9 @@ export async function buildParts(
   });
   // One bound for the reaper (when to call a run lost) and the runner (when a run stops itself first).
   const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
+  // The owner's half of the held-run watch: its heartbeat session holds the lock while it lives
+  // and heartbeats. Only on a session of its own to a direct URL (a pooler keeps no session).
+  if (beats !== pool && !isPoolerUrl(config.databaseUrl)) holdRunsLock(beats, { lostAfterMs: runLostAfterMs, log });
   const runner = new Runner({
     db,
     heartbeatDb: beats === pool ? db : drizzle(beats, { schema }),
@@ -265,10 +278,14 @@ export async function buildParts(
   });
   // The listener is built below (it needs the claimer); the activity only reads it later.
   let listener: ReadyListener | null = null;
+  // Built below with the sleep; the activity only reads it later.
+  let heldWatch: HeldRunsWatch | null = null;
   const activity = new FleetActivity({
     idleMs: config.idleMs,
     localRuns: () => runner.active,
     listening: () => listener?.connected === true,
+    watchesHeld: () => heldWatch !== null,
+    ownLockMs: runLostAfterMs + 1000,
   });
   runner.onSlotFreed(() => activity.localRunEnded());
   // When this host last sent Postgres anything (a pool checkout is one statement or one
@@ -430,6 +447,12 @@ export async function buildParts(
     if (reason === "deadline" || reason === "wait failed") wakeTimedLoops();
     else if (reason !== "stop") setTimeout(wakeTimedLoops, 1000).unref();
   };
+  // Sleeping over runs held elsewhere needs the owners' liveness from a session of our own
+  // (lifecycle/held-watch.ts); on the same direct URL as LISTEN.
+  heldWatch =
+    listener && listenTarget.url && config.sleepMaxMs > 0 && config.idleMs > 0
+      ? new HeldRunsWatch({ databaseUrl: listenTarget.url, log })
+      : null;
   const sleep =
     listener && config.sleepMaxMs > 0 && config.idleMs > 0
       ? new FleetSleep({
@@ -444,6 +467,7 @@ export async function buildParts(
           log,
           onChange: (asleep) => fleetAsleep.set(asleep ? 1 : 0),
           onAwake,
+          heldWatch,
           // No catalog refresh while asleep: the rows are dated to the sleep's end instead, so the
           // gateway keeps listing this host's tools (GET /v1/tools, agents naming them).
           beforeSleep:

@@ -13,6 +13,11 @@
  *
  * An idle host whose look also found nothing due for a while goes to sleep (lifecycle/sleep.ts):
  * no statement at all until a Redis wake-up or the soonest known deadline.
+ *
+ * Runs held by other hosts are work (the reaper must find a silent one within the lost bound),
+ * except on a host that can watch their owners without asking (`watchesHeld`, lifecycle/
+ * held-watch.ts): there a look that finds only running jobs leaves the host quiet, with `held`
+ * set, and it sleeps with the watch armed; when the watch cannot be armed it calls noteWork().
  * While idle and awake the host's only Postgres statements are the look itself and the retention purge
  * (and the sandbox janitor's question when labelled sandboxes exist), one each per HOST_IDLE_MS
  * (default 60 s), and it sends no Redis command at all; the measured before/after is in
@@ -77,6 +82,19 @@ export class FleetActivity {
       localRuns: () => number;
       /** The LISTEN connection is up (announcements reach this host). */
       listening: () => boolean;
+      /**
+       * This host sleeps over runs held elsewhere with their owners watched (lifecycle/
+       * held-watch.ts): a look that finds only running jobs leaves it quiet. Absent or false:
+       * running jobs anywhere keep it busy.
+       */
+      watchesHeld?: () => boolean;
+      /**
+       * How long after this host's own last run its heartbeat session may still hold the owners'
+       * lock (HOST_RUN_LOST_AFTER_MS, the session's idle_session_timeout, plus a margin): no sleep
+       * over held runs until then, or its watch would wait on its own session and wake only when
+       * that ends, late for a run whose owner died meanwhile.
+       */
+      ownLockMs?: number;
     },
   ) {}
 
@@ -159,7 +177,11 @@ export class FleetActivity {
 
   looked(work: FleetWork, startedAt: number): void {
     this.unsure = false;
-    if (work.waiting || work.claimed || work.running || work.expiring || work.cleanup || work.scoring) {
+    const heldOnly =
+      work.running &&
+      this.opts.watchesHeld?.() === true &&
+      Date.now() - this.lastLocalEndAt >= (this.opts.ownLockMs ?? 0);
+    if (work.waiting || work.claimed || (work.running && !heldOnly) || work.expiring || work.cleanup || work.scoring) {
       this.noteWork();
       return;
     }

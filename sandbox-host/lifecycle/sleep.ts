@@ -21,12 +21,18 @@
  * asleep (while the session lasts) wakes it as well, so there is no window where a job is neither
  * announced nor poked. When Redis cannot be reached the host stays awake on the HOST_IDLE_MS look, as before
  * sleep existed: the wake-up channel is what makes the sleep safe.
+ *
+ * A look that found runs held elsewhere, and nothing else, is a sleep too when the host watches
+ * their owners (lifecycle/held-watch.ts): before registering, the watch is armed (no owner holds
+ * the lock: stay awake, busy, as before); registered also as a held sleeper (the cron keeps its
+ * backstops); and the end of the last owner's session wakes the host ("released").
  */
-import { REGISTER_SLEEPER } from "../../src/quota/fleet-wake";
+import { REGISTER_SLEEPER, UNREGISTER_SLEEPER } from "../../src/quota/fleet-wake";
 import type { RedisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
 import { errorFields, type Logger } from "../log";
 import type { FleetActivity } from "./activity";
+import type { HeldWatch } from "./held-watch";
 import type { Service } from "./service";
 
 /** A sleep shorter than this is not taken: the deadline is as good as now. */
@@ -65,22 +71,12 @@ export interface FleetSleepOptions {
    * host awake on the idle look.
    */
   beforeSleep?: (untilMs: number) => Promise<void>;
+  /** Watches the owners of held runs (lifecycle/held-watch.ts); without it a held look is never a sleep. */
+  heldWatch?: HeldWatch | null;
 }
 
-/**
- * Removes a sleep's registration only if it is still that sleep's (its score): a removal that
- * lands late (the client retries with backoff) must not delete the next sleep's registration,
- * which would leave a host asleep that no poke reaches.
- * KEYS[1] the sleepers ZSET; ARGV[1] the score registered, ARGV[2] the host id.
- */
-export const UNREGISTER_SLEEPER = `
-local s = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if s and tonumber(s) == tonumber(ARGV[1]) then return redis.call('ZREM', KEYS[1], ARGV[2]) end
-return 0
-`;
-
 type State = "awake" | "entering" | "asleep";
-export type WakeReason = "work" | "poked" | "deadline" | "wait failed" | "stop";
+export type WakeReason = "work" | "poked" | "deadline" | "wait failed" | "released" | "watch failed" | "stop";
 
 export class FleetSleep implements Service {
   readonly name = "fleet sleep";
@@ -105,7 +101,7 @@ export class FleetSleep implements Service {
     if (!this.stopped) return;
     this.stopped = false;
     this.unsubscribe.push(
-      this.opts.activity.onQuiet((work) => void this.enter(work.nextDueInMs ?? null)),
+      this.opts.activity.onQuiet((work) => void this.enter(work.nextDueInMs ?? null, work.running)),
       this.opts.activity.onWork(() => this.wake("work")),
     );
   }
@@ -117,30 +113,84 @@ export class FleetSleep implements Service {
     await this.loop;
   }
 
-  /** The fleet is quiet and nothing is due for `nextDueInMs` (null: nothing known): sleep. */
-  async enter(nextDueInMs: number | null): Promise<void> {
+  /**
+   * The fleet is quiet and nothing is due for `nextDueInMs` (null: nothing known): sleep. `held`:
+   * the look found runs held elsewhere, so the sleep needs their owners watched.
+   */
+  async enter(nextDueInMs: number | null, held = false): Promise<void> {
     if (this.state !== "awake" || this.stopped) return;
+    const watch = held ? (this.opts.heldWatch ?? null) : null;
+    // Not this host's to watch (the activity only reports a held look on a host that watches).
+    if (held && !watch) return this.opts.activity.noteWork();
     const sleepMs = Math.min(nextDueInMs ?? Number.POSITIVE_INFINITY, this.opts.maxSleepMs);
-    if (sleepMs < MIN_SLEEP_MS) return;
+    if (sleepMs < MIN_SLEEP_MS) {
+      // Quiet over held runs, yet no sleep: they are work, and the reaper's busy cadence watches them.
+      if (watch) this.opts.activity.noteWork();
+      return;
+    }
     const until = Date.now() + sleepMs;
     const score = until + REGISTRATION_MARGIN_MS;
     this.state = "entering";
     const generation = ++this.generation;
     const { redis, keys, hostId } = this.opts;
+    if (watch) {
+      let armed: { released: Promise<void> } | null = null;
+      try {
+        armed = await watch.arm();
+      } catch (err) {
+        // A wake while arming closed the watch's session under it: not a failure.
+        if (generation === this.generation && this.state === "entering") {
+          this.opts.log.warn("cannot watch the held runs' owners; staying awake", errorFields(err));
+        }
+      }
+      if (armed === null) {
+        // No owner holds the lock (or the watch failed): the held runs are work, as before.
+        if (generation === this.generation && this.state === "entering") this.state = "awake";
+        this.opts.activity.noteWork();
+        return;
+      }
+      // Settled while registering or asleep: only this sleep's to wake (a later one armed its own).
+      armed.released.then(
+        // noteWork as well: a wake while still registering does not call it, and the host must
+        // not stay quiet over runs whose owner is gone.
+        () => {
+          if (generation !== this.generation) return;
+          this.wake("released");
+          this.opts.activity.noteWork();
+        },
+        (err: unknown) => {
+          if (generation !== this.generation || this.state === "awake") return;
+          this.opts.log.warn("the held-run watch failed; awake", errorFields(err));
+          this.wake("watch failed");
+          this.opts.activity.noteWork();
+        },
+      );
+    }
     try {
       await this.opts.beforeSleep?.(until);
-      await redis.eval(REGISTER_SLEEPER, [keys.sleepers(), keys.wake(hostId)], [String(score), hostId]);
+      await redis.eval(
+        REGISTER_SLEEPER,
+        [keys.sleepers(), keys.wake(hostId), keys.heldSleepers()],
+        [String(score), hostId, watch ? "1" : "0"],
+      );
     } catch (err) {
-      if (generation === this.generation && this.state === "entering") this.state = "awake";
+      if (generation === this.generation && this.state === "entering") {
+        this.state = "awake";
+        watch?.disarm();
+        // A held look left the host quiet: without the sleep the held runs are work again.
+        if (watch) this.opts.activity.noteWork();
+      }
       this.opts.log.warn("cannot prepare or register the sleep; staying awake on the idle look", errorFields(err));
       return;
     }
     // A wake and a later enter() came while this one registered: that one owns the state now (its
     // own registration overwrote this one's score).
     if (generation !== this.generation) return;
-    // Work announced meanwhile (a NOTIFY on the still open LISTEN connection) set us awake.
+    // Work announced meanwhile (a NOTIFY on the still open LISTEN connection), or the held runs'
+    // owners gone, set us awake.
     if (this.state !== "entering" || !this.opts.activity.idle || this.stopped) {
       if (this.state === "entering") this.state = "awake";
+      watch?.disarm();
       this.unregister(score);
       return;
     }
@@ -152,6 +202,7 @@ export class FleetSleep implements Service {
     this.opts.log.info("asleep: no Postgres statement until woken or due", {
       sleep_ms: sleepMs,
       due_in_ms: nextDueInMs,
+      held_runs_watched: watch !== null,
     });
     this.opts.listener?.pause();
     const abort = new AbortController();
@@ -166,6 +217,7 @@ export class FleetSleep implements Service {
     this.state = "awake";
     this.abort?.abort();
     this.abort = null;
+    this.opts.heldWatch?.disarm();
     if (was !== "asleep") return;
     this.opts.activity.setAsleep(false);
     this.opts.onChange?.(false);
@@ -214,7 +266,11 @@ export class FleetSleep implements Service {
    */
   private unregister(score: number): void {
     this.opts.redis
-      .eval(UNREGISTER_SLEEPER, [this.opts.keys.sleepers()], [String(score), this.opts.hostId])
+      .eval(
+        UNREGISTER_SLEEPER,
+        [this.opts.keys.sleepers(), this.opts.keys.heldSleepers()],
+        [String(score), this.opts.hostId],
+      )
       .catch((err: unknown) => this.opts.log.warn("sleeper registration not removed", errorFields(err)));
   }
 }

@@ -10,6 +10,10 @@
  *
  * Only an accelerator: every fact is in Postgres first. A lost poke is caught by the host's next
  * known deadline or its longest sleep (HOST_SLEEP_MAX_MS), never lost work.
+ *
+ * A host that sleeps while runs are held elsewhere (sandbox-host/lifecycle/held-watch.ts) is also
+ * in the held sleepers ZSET: the cron does not skip its backstops for it (anySleeper), since a
+ * held run may still need reaping, and the cron is the bound when no host is left to do it.
  */
 import type { RedisKeys } from "./keys";
 import type { Redis } from "./redis";
@@ -18,7 +22,8 @@ import type { Redis } from "./redis";
 export const WAKE_ENTRY_TTL_MS = 120_000;
 
 /**
- * KEYS[1] the ready index, KEYS[2] the sleepers ZSET; ARGV[1] the wake-list key prefix, ARGV[2]
+ * KEYS[1] the ready index, KEYS[2] the sleepers ZSET, KEYS[3] the held sleepers ZSET (emptied
+ * with it: a poked host is awake); ARGV[1] the wake-list key prefix, ARGV[2]
  * now (ms), then score/member pairs for the ready index (none: a poke only). The per-host wake
  * lists are named inside the script (they are only known from the set it reads); Upstash runs a
  * database's scripts on one node, so that is allowed there. Returns how many hosts were poked.
@@ -32,7 +37,7 @@ export const INDEX_AND_WAKE = `
 for i = 3, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1]) end
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')
 if #hosts == 0 then return 0 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
 for _, h in ipairs(hosts) do
   local k = ARGV[1] .. h
   redis.call('RPUSH', k, ARGV[2], ARGV[2])
@@ -43,13 +48,43 @@ return #hosts
 
 /**
  * Sleep registration, one command: the host's stale wake entries go (a poke it no longer needs
- * would wake its next sleep at once) and it joins the sleepers until `untilMs`.
- * KEYS[1] the sleepers ZSET, KEYS[2] the host's wake list; ARGV[1] untilMs, ARGV[2] the host id.
+ * would wake its next sleep at once) and it joins the sleepers until `untilMs`, and the held
+ * sleepers too when its look found runs held (ARGV[3] '1'; else it leaves them).
+ * KEYS[1] the sleepers ZSET, KEYS[2] the host's wake list, KEYS[3] the held sleepers ZSET;
+ * ARGV[1] untilMs, ARGV[2] the host id, ARGV[3] '1' or '0'.
  */
 export const REGISTER_SLEEPER = `
 redis.call('DEL', KEYS[2])
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[3] == '1' then redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2]) else redis.call('ZREM', KEYS[3], ARGV[2]) end
 return 1
+`;
+
+/**
+ * Removes a sleep's registration only if it is still that sleep's (its score): a removal that
+ * lands late (the client retries with backoff) must not delete the next sleep's registration,
+ * which would leave a host asleep that no poke reaches.
+ * KEYS[1] the sleepers ZSET, KEYS[2] the held sleepers ZSET; ARGV[1] the score registered,
+ * ARGV[2] the host id.
+ */
+export const UNREGISTER_SLEEPER = `
+local removed = 0
+for _, k in ipairs(KEYS) do
+  local s = redis.call('ZSCORE', k, ARGV[2])
+  if s and tonumber(s) == tonumber(ARGV[1]) then removed = removed + redis.call('ZREM', k, ARGV[2]) end
+end
+return removed
+`;
+
+/**
+ * Whether the cron may skip its backstops: 1 when a host sleeps with its sleep not over and no
+ * live registration says runs were held when it went to sleep. KEYS[1] the sleepers ZSET,
+ * KEYS[2] the held sleepers ZSET; ARGV[1] now (ms).
+ */
+const CRON_MAY_SKIP = `
+if redis.call('ZCOUNT', KEYS[2], ARGV[1], '+inf') > 0 then return 0 end
+if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') > 0 then return 1 end
+return 0
 `;
 
 /** The wake-list key prefix the script appends a host id to (keys.wake("")). */
@@ -69,10 +104,14 @@ export async function indexAndWake(
 ): Promise<number> {
   const args: string[] = [wakePrefix(keys), String(now)];
   for (const e of entries) args.push(String(e.score), e.member);
-  return Number(await redis.eval(INDEX_AND_WAKE, [keys.readyIndex(), keys.sleepers()], args));
+  return Number(await redis.eval(INDEX_AND_WAKE, [keys.readyIndex(), keys.sleepers(), keys.heldSleepers()], args));
 }
 
-/** Whether any host is registered asleep with a sleep not yet over (the gateway's cron asks). */
+/**
+ * Whether any host is registered asleep with a sleep not yet over, none of them over held runs
+ * (the gateway's cron asks, one command): such a host's look found nothing claimed, running,
+ * waiting or due before it wakes, so the backstops have nothing to do.
+ */
 export async function anySleeper(redis: Redis, keys: RedisKeys, now = Date.now()): Promise<boolean> {
-  return (await redis.zcount(keys.sleepers(), now, "+inf")) > 0;
+  return Number(await redis.eval(CRON_MAY_SKIP, [keys.sleepers(), keys.heldSleepers()], [String(now)])) === 1;
 }

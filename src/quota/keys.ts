@@ -35,6 +35,12 @@ export function redisKeys(prefix = "ear") {
      * ends at the latest (ms). A submit's wake-up pokes every live member and empties it.
      */
     sleepers: () => `${prefix}:sleepers`,
+    /**
+     * ZSET of the sleepers whose look found runs held (sandbox-host/lifecycle/held-watch.ts), same
+     * members and scores as in `sleepers`: while one is live the gateway's cron still runs its
+     * backstops. Always `sleepers` + ":held" (INDEX_AND_WAKE names it from that).
+     */
+    heldSleepers: () => `${prefix}:sleepers:held`,
     /** The LIST a sleeping host blocks on (BLPOP); a poke pushes one entry. */
     wake: (hostId: string) => `${prefix}:wake:${hostId}`,
     /** Prefix of @upstash/ratelimit's keys for the per-API-key request rate (it appends the rest). */

@@ -5,7 +5,8 @@
  * ttl_s), and the gateway's scheduled handler fired in workerd through Miniflare's trigger route,
  * the way Cloudflare's cron trigger would call it. It also fires schedule ticks, each admitted as
  * a submit is: a tenant whose budget is spent gets no tick's job. While a host sleeps it sweeps
- * nothing, until a submit has poked the sleepers.
+ * nothing, until a submit has poked the sleepers; while a host sleeps over runs held elsewhere
+ * (their owner may die with no host awake) it sweeps as ever.
  */
 import { drizzle } from "drizzle-orm/node-postgres";
 import { describe, expect, it } from "vitest";
@@ -40,13 +41,18 @@ describe("the cron backstop with zero hosts", () => {
     return Object.fromEntries(r.rows.map((row) => [row.id, { state: row.state, owner: row.owner, error: row.error }]));
   }
 
+  /** A job claimed an hour ago by a host that died before starting it: the reaper backstop's to release. */
+  async function staleClaimOfDeadHost(): Promise<string> {
+    const id = await submit();
+    await claimAsDeadHost(drizzle({ client: t.pool, schema }) as unknown as Db, id, false);
+    await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [id]);
+    return id;
+  }
+
   const fire = () => fetch(`${t.stack.gatewayUrl}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent("* * * * *")}`);
 
   it("sends Postgres nothing while a host sleeps, and sweeps again once a submit has poked the sleepers", async () => {
-    const db = drizzle({ client: t.pool, schema }) as unknown as Db;
-    const staleClaim = await submit();
-    await claimAsDeadHost(db, staleClaim, false);
-    await t.pool.query("UPDATE jobs SET claimed_at = now() - interval '1 hour' WHERE id = $1", [staleClaim]);
+    const staleClaim = await staleClaimOfDeadHost();
     // A host asleep for another minute (sandbox-host/lifecycle/sleep.ts registers this way).
     const redis = createRedisClient(t.stack.upstash);
     const keys = redisKeys();
@@ -63,6 +69,23 @@ describe("the cron backstop with zero hosts", () => {
     expect((await fire()).status).toBe(200);
     const r2 = await t.pool.query<{ owner: string | null }>("SELECT owner FROM jobs WHERE id = $1", [staleClaim]);
     expect(r2.rows[0]?.owner).toBeNull();
+  }, 60_000);
+
+  it("sweeps while a host sleeps over runs held elsewhere", async () => {
+    const staleClaim = await staleClaimOfDeadHost();
+    // Registered the way sandbox-host/lifecycle/sleep.ts registers a sleep over held runs.
+    const redis = createRedisClient(t.stack.upstash);
+    const keys = redisKeys();
+    const until = Date.now() + 60_000;
+    await redis.zadd(keys.sleepers(), { score: until, member: "held-sleeper" });
+    await redis.zadd(keys.heldSleepers(), { score: until, member: "held-sleeper" });
+    try {
+      expect((await fire()).status).toBe(200);
+      const r = await t.pool.query<{ owner: string | null }>("SELECT owner FROM jobs WHERE id = $1", [staleClaim]);
+      expect(r.rows[0]?.owner).toBeNull();
+    } finally {
+      await redis.del(keys.sleepers(), keys.heldSleepers());
+    }
   }, 60_000);
 
   it("marks the silent run lost, the overdue run timed_out, releases the stale claim, leaves a live run alone, and a watcher sees run.lost", async () => {

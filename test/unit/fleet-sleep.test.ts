@@ -6,15 +6,33 @@
  */
 import { describe, expect, it } from "vitest";
 import { FleetActivity } from "../../sandbox-host/lifecycle/activity";
-import { FleetSleep, UNREGISTER_SLEEPER } from "../../sandbox-host/lifecycle/sleep";
+import type { HeldWatch } from "../../sandbox-host/lifecycle/held-watch";
+import { FleetSleep } from "../../sandbox-host/lifecycle/sleep";
 import { silentLogger } from "../../sandbox-host/log";
 import { sleep } from "../../src/domain/async";
+import { UNREGISTER_SLEEPER } from "../../src/quota/fleet-wake";
 import { redisKeys } from "../../src/quota/keys";
 import type { Redis } from "../../src/quota/redis";
 
 const NONE = { waiting: false, claimed: false, running: false };
 
-function setup(opts: { maxSleepMs?: number; registerFails?: boolean } = {}) {
+/** A watch of the held runs' owners (lifecycle/held-watch.ts) whose lock is held until `release`. */
+function fakeHeldWatch(holder: boolean) {
+  const w = { armed: 0, disarmed: 0, release: () => {} };
+  const watch: HeldWatch = {
+    arm: async () => {
+      w.armed++;
+      if (!holder) return null;
+      return { released: new Promise<void>((resolve) => (w.release = resolve)) };
+    },
+    disarm: () => {
+      w.disarmed++;
+    },
+  };
+  return { w, watch };
+}
+
+function setup(opts: { maxSleepMs?: number; registerFails?: boolean; heldWatch?: HeldWatch; ownLockMs?: number } = {}) {
   const state = {
     listening: true,
     paused: 0,
@@ -56,7 +74,13 @@ function setup(opts: { maxSleepMs?: number; registerFails?: boolean } = {}) {
       return 1;
     },
   } as unknown as Redis;
-  const activity = new FleetActivity({ idleMs: 60_000, localRuns: () => 0, listening: () => state.listening });
+  const activity = new FleetActivity({
+    idleMs: 60_000,
+    localRuns: () => 0,
+    listening: () => state.listening,
+    watchesHeld: () => opts.heldWatch !== undefined,
+    ownLockMs: opts.ownLockMs,
+  });
   activity.onWork(() => state.hurried++);
   const s = new FleetSleep({
     hostId: "h1",
@@ -76,11 +100,12 @@ function setup(opts: { maxSleepMs?: number; registerFails?: boolean } = {}) {
     wakePollMs: 200,
     log: silentLogger,
     fetch: fakeFetch,
+    heldWatch: opts.heldWatch,
   });
   s.start();
-  const quietLook = async (nextDueInMs: number | null) => {
+  const quietLook = async (nextDueInMs: number | null, running = false) => {
     await sleep(2);
-    activity.looked({ ...NONE, nextDueInMs }, activity.lookStarting());
+    activity.looked({ ...NONE, running, nextDueInMs }, activity.lookStarting());
     await sleep(5);
   };
   return {
@@ -100,8 +125,10 @@ describe("FleetSleep", () => {
     expect(s.asleep).toBe(true);
     expect(activity.asleep).toBe(true);
     expect(state.paused).toBe(1);
-    expect(state.registered[0]?.slice(0, 2)).toEqual(["ear:sleepers", "ear:wake:h1"]);
-    const until = Number(state.registered[0]?.[2]);
+    // Not a held sleeper: the cron's backstops may skip while it sleeps.
+    expect(state.registered[0]?.slice(0, 3)).toEqual(["ear:sleepers", "ear:wake:h1", "ear:sleepers:held"]);
+    expect(state.registered[0]?.slice(4)).toEqual(["h1", "0"]);
+    const until = Number(state.registered[0]?.[3]);
     expect(until).toBeGreaterThan(Date.now() + 29_000);
     expect(until).toBeLessThan(Date.now() + 40_000);
     // A suspend closed LISTEN: still idle, nothing is news.
@@ -170,5 +197,58 @@ describe("FleetSleep", () => {
     await c.quietLook(500);
     expect(c.s.asleep).toBe(false);
     await c.s.stop();
+  });
+
+  it("sleeps over runs held elsewhere only with their owners watched, and wakes when the last owner's session ends", async () => {
+    // No watch on this host: a running job anywhere is work, as before.
+    const a = setup();
+    await a.quietLook(null, true);
+    expect(a.s.asleep).toBe(false);
+    expect(a.activity.idle).toBe(false);
+    expect(a.state.registered).toEqual([]);
+    await a.s.stop();
+
+    // Watched, with an owner holding the lock: asleep, registered as a held sleeper (the cron keeps its backstops).
+    const held = fakeHeldWatch(true);
+    const b = setup({ heldWatch: held.watch });
+    await b.quietLook(null, true);
+    expect(b.s.asleep).toBe(true);
+    expect(held.w.armed).toBe(1);
+    expect(b.state.registered[0]?.slice(4)).toEqual(["h1", "1"]);
+    const hurried = b.state.hurried;
+    // The owner's session ended: awake at once, busy (the reaper's cadence finds the silent run), unregistered.
+    held.w.release();
+    await sleep(5);
+    expect(b.s.asleep).toBe(false);
+    expect(b.activity.idle).toBe(false);
+    expect(b.state.hurried).toBe(hurried + 1);
+    expect(b.state.removed).toBe(1);
+    expect(held.w.disarmed).toBeGreaterThanOrEqual(1);
+    await b.s.stop();
+
+    // Watched, but no owner holds the lock (an older build, or not yet connected): no sleep, busy.
+    const free = fakeHeldWatch(false);
+    const c = setup({ heldWatch: free.watch });
+    await c.quietLook(null, true);
+    expect(free.w.armed).toBe(1);
+    expect(c.s.asleep).toBe(false);
+    expect(c.activity.idle).toBe(false);
+    expect(c.state.registered).toEqual([]);
+    await c.s.stop();
+
+    // This host's own run ended within the lost bound: its heartbeat session may hold the lock
+    // still, and a watch would wait on it. Busy until that has passed, then asleep.
+    const own = fakeHeldWatch(true);
+    const d = setup({ heldWatch: own.watch, ownLockMs: 150 });
+    d.activity.localRunEnded();
+    await d.quietLook(null, true);
+    expect(own.w.armed).toBe(0);
+    expect(d.s.asleep).toBe(false);
+    expect(d.activity.idle).toBe(false);
+    await sleep(200);
+    await d.quietLook(null, true);
+    expect(own.w.armed).toBe(1);
+    expect(d.s.asleep).toBe(true);
+    await d.s.stop();
   });
 });

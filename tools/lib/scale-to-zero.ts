@@ -79,13 +79,13 @@ const TENANT = "scale-to-zero";
 const TOKEN = "scale-to-zero-bridge-token";
 const ROLE_PASSWORD = "s2z";
 
-async function metric(h: HostHandle, name: string): Promise<number | null> {
+export async function metric(h: HostHandle, name: string): Promise<number | null> {
   const text = await (await fetch(h.metricsUrl)).text();
   const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, "m").exec(text);
   return m ? Number(m[1]) : null;
 }
 
-async function waitUntil(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+export async function waitUntil(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
@@ -95,7 +95,183 @@ async function waitUntil(what: string, timeoutMs: number, check: () => Promise<b
 
 export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZeroResult> {
   const say = opts.progress ?? (() => {});
+  const fleet = await startSleepFleet({ hosts: opts.hosts, hostEnv: opts.hostEnv });
+  const { hosts, observer, earUrl } = fleet;
+  try {
+    const submitter = new pg.Pool({ connectionString: earUrl, max: 1 });
+    submitter.on("error", () => {});
+    const db = drizzle(submitter, { schema });
+    say(`${opts.hosts} hosts up; one job, then waiting for every host to sleep…`);
+    await finished(submitter, await fleet.submit(db, "hello"));
+    await submitter.end();
+    await waitUntil("every host asleep", 120_000, async () =>
+      (await Promise.all(hosts.map((h) => metric(h, "host_fleet_asleep")))).every((v) => v === 1),
+    ).catch(async (err: Error) => {
+      const idle = await Promise.all(hosts.map((h) => metric(h, "host_fleet_idle")));
+      throw new Error(
+        `${err.message}; host_fleet_idle ${idle.join(",")}; last host lines:\n${fleet.recent.join("\n")}`,
+      );
+    });
+
+    fleet.watch();
+    const killed = await terminateSessions(observer);
+    // Let the terminated backends report their last stats before the first reading.
+    await sleep(1500);
+    const loadStart = loadAverage();
+    const before = await fleet.snapshot();
+    say(`window: ${opts.windowMs / 1000} s with ${killed} sessions terminated…`);
+    const t0 = performance.now();
+    await sleep(opts.windowMs);
+    const windowS = (performance.now() - t0) / 1000;
+    const after = await fleet.snapshot();
+    const loadEnd = loadAverage();
+    const statementTexts = statementsBetween(before, after, fleet.roles);
+    const redisByCommand = commandsBetween(before, after);
+
+    // The wake-up: a new pool (the observer never touches the hosts' database during the window).
+    const late = new pg.Pool({ connectionString: earUrl, max: 1 });
+    late.on("error", () => {});
+    try {
+      const traceFrom = fleet.lines();
+      const pokedAt = Date.now();
+      const id = await fleet.submit(drizzle(late, { schema }), "wake up");
+      const wakeMs = await startedWithin(late, id, 30_000);
+      return {
+        hosts: opts.hosts,
+        windowS,
+        terminated: killed,
+        statements: sum(statementTexts),
+        statementTexts,
+        transactions: after.xacts - before.xacts,
+        sessions: after.sessions - before.sessions,
+        liveSessions: after.live,
+        redisCommands: sum(redisByCommand),
+        redisByCommand,
+        wakeMs,
+        wakeTrace: fleet.recent.slice(Math.max(0, fleet.recent.length - (fleet.lines() - traceFrom))).map((l) => {
+          const ts = /"ts":"([^"]+)"/.exec(l)?.[1];
+          const msg = /"msg":"([^"]+)"/.exec(l)?.[1] ?? l.slice(0, 80);
+          return `${l.slice(0, 2)}+${ts ? Date.parse(ts) - pokedAt : "?"} ms ${msg}`;
+        }),
+        hostProblems: fleet.problems,
+        load: { atStart: loadStart, atEnd: loadEnd },
+      };
+    } finally {
+      await late.end().catch(() => {});
+    }
+  } finally {
+    await fleet.stop();
+  }
+}
+
+/** Ends every other session on the hosts' database (what a compute suspend does); how many. */
+export async function terminateSessions(observer: pg.Pool): Promise<number> {
+  const { rows } = await observer.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM (
+       SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE datname = 'ear' AND pid <> pg_backend_pid()) t`,
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+/** Waits for a job to finish; its enqueue→started in ms (Postgres clock). */
+export async function finished(pool: pg.Pool, id: string): Promise<number> {
+  let startedMs: number | null = null;
+  await waitUntil(`job ${id} to finish`, 60_000, async () => {
+    const { rows } = await pool.query<{ ms: number | null; state: string }>(
+      "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms, state FROM jobs WHERE id = $1",
+      [id],
+    );
+    if (rows[0]?.ms !== null && rows[0]?.ms !== undefined) startedMs = Number(rows[0].ms);
+    return rows[0]?.state === "completed" || rows[0]?.state === "failed";
+  });
+  if (startedMs === null) throw new Error(`job ${id} finished without started_at`);
+  return startedMs;
+}
+
+/** Waits for a job to start; its enqueue→started in ms (Postgres clock). */
+export async function startedWithin(pool: pg.Pool, id: string, timeoutMs: number): Promise<number> {
+  let ms: number | null = null;
+  await waitUntil(`job ${id} to start`, timeoutMs, async () => {
+    const { rows } = await pool.query<{ ms: number | null }>(
+      "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs WHERE id = $1",
+      [id],
+    );
+    if (rows[0]?.ms === null || rows[0]?.ms === undefined) return false;
+    ms = Number(rows[0].ms);
+    return true;
+  });
+  return ms as unknown as number;
+}
+
+/** A fleet of real host processes on a database of their own, with what the two measurements share. */
+export interface SleepFleet {
+  hosts: HostHandle[];
+  /** One Postgres role per host (pg_stat_statements counts per role). */
+  roles: string[];
+  /** On the `postgres` database: never counted on the hosts' one. */
+  observer: pg.Pool;
+  earUrl: string;
+  /** A client on a bridge of its own, so its commands are told from the hosts'. */
+  redisClient: ReturnType<typeof createRedisClient>;
+  /** Inserts a job the way the gateway does (the row, then the ready-index command that pokes sleepers). */
+  submit(db: ReturnType<typeof drizzle<typeof schema>>, content: string): Promise<string>;
+  /** Whether a host's /metrics gauge reads 1. */
+  metric(h: HostHandle, name: string): Promise<number | null>;
+  /** From now on, host lines at warn or error are problems. */
+  watch(): void;
+  problems: string[];
+  /** The last 60 host lines, `<host number>: <line>`. */
+  recent: string[];
+  /** Lines logged so far (the wake trace's start). */
+  lines(): number;
+  snapshot(): Promise<FleetSnapshot>;
+  stop(): Promise<void>;
+}
+
+export interface FleetSnapshot {
+  /** role → statement text → calls. */
+  statements: Map<string, Map<string, number>>;
+  xacts: number;
+  sessions: number;
+  live: number;
+  commands: Map<string, number>;
+}
+
+/** Statements by text (up to 90 characters) made between two snapshots by these roles. */
+export function statementsBetween(
+  a: FleetSnapshot,
+  b: FleetSnapshot,
+  roles: readonly string[],
+): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const role of roles) {
+    for (const [q, n] of b.statements.get(role) ?? []) {
+      const d = n - (a.statements.get(role)?.get(q) ?? 0);
+      const text = q.replace(/\s+/g, " ").slice(0, 90);
+      if (d > 0) out[text] = (out[text] ?? 0) + d;
+    }
+  }
+  return out;
+}
+
+/** Redis commands by name between two snapshots. */
+export function commandsBetween(a: FleetSnapshot, b: FleetSnapshot): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, n] of b.commands) {
+    const d = n - (a.commands.get(k) ?? 0);
+    if (d > 0) out[k] = d;
+  }
+  return out;
+}
+
+export const sum = (r: Record<string, number>): number => Object.values(r).reduce((x, y) => x + y, 0);
+
+export async function startSleepFleet(opts: { hosts: number; hostEnv?: Record<string, string> }): Promise<SleepFleet> {
   const cleanups: Array<() => Promise<unknown>> = [];
+  const stop = async () => {
+    for (const fn of cleanups.reverse()) await fn().catch(() => {});
+  };
   try {
     const pgs = await startPostgres({
       settings: {
@@ -174,56 +350,19 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
       hosts.push(h);
       cleanups.push(() => h.stop());
     }
-    const submitter = new pg.Pool({ connectionString: earUrl, max: 1 });
-    submitter.on("error", () => {});
-    const db = drizzle(submitter, { schema });
     const redisClient = createRedisClient({ url: ownBridge.url, token: TOKEN });
-    const submit = async (): Promise<string> => {
-      const id = randomUUID();
-      await createJob(db, TENANT, id, { input: { messages: [{ role: "user", content: "hello" }] } });
-      await indexAndWake(redisClient, redisKeys(), [{ score: Date.now(), member: id }]);
-      return id;
-    };
-    const finished = async (id: string): Promise<number> => {
-      let startedMs: number | null = null;
-      await waitUntil(`job ${id} to finish`, 60_000, async () => {
-        const { rows } = await submitter.query<{ ms: number | null; state: string }>(
-          "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms, state FROM jobs WHERE id = $1",
-          [id],
-        );
-        if (rows[0]?.ms !== null && rows[0]?.ms !== undefined) startedMs = Number(rows[0].ms);
-        return rows[0]?.state === "completed" || rows[0]?.state === "failed";
-      });
-      if (startedMs === null) throw new Error(`job ${id} finished without started_at`);
-      return startedMs;
-    };
-
-    say(`${opts.hosts} hosts up; one job, then waiting for every host to sleep…`);
-    await finished(await submit());
-    await submitter.end();
-    await waitUntil("every host asleep", 120_000, async () =>
-      (await Promise.all(hosts.map((h) => metric(h, "host_fleet_asleep")))).every((v) => v === 1),
-    ).catch(async (err: Error) => {
-      const idle = await Promise.all(hosts.map((h) => metric(h, "host_fleet_idle")));
-      throw new Error(`${err.message}; host_fleet_idle ${idle.join(",")}; last host lines:\n${recent.join("\n")}`);
-    });
-
-    watching = true;
-    const { rows: killed } = await observer.query<{ n: string }>(
-      `SELECT count(*)::text AS n FROM (
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-          WHERE datname = 'ear' AND pid <> pg_backend_pid()) t`,
-    );
-    // Let the terminated backends report their last stats before the first reading.
-    await sleep(1500);
-    const snapshot = async () => {
-      const st = await observer.query<{ query: string; calls: string }>(
-        `SELECT s.query, s.calls::text AS calls FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+    const snapshot = async (): Promise<FleetSnapshot> => {
+      const st = await observer.query<{ role: string; query: string; calls: string }>(
+        `SELECT r.rolname AS role, s.query, s.calls::text AS calls FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
           WHERE r.rolname = ANY($1)`,
         [roles],
       );
-      const statements = new Map<string, number>();
-      for (const r of st.rows) statements.set(r.query, (statements.get(r.query) ?? 0) + Number(r.calls));
+      const statements = new Map<string, Map<string, number>>();
+      for (const r of st.rows) {
+        const byText = statements.get(r.role) ?? new Map<string, number>();
+        byText.set(r.query, (byText.get(r.query) ?? 0) + Number(r.calls));
+        statements.set(r.role, byText);
+      }
       const d = await observer.query<{ xacts: string; sessions: string; live: string }>(
         `SELECT (xact_commit + xact_rollback)::text AS xacts, sessions::text AS sessions,
            (SELECT count(*) FROM pg_stat_activity WHERE datname = 'ear')::text AS live
@@ -248,68 +387,30 @@ export async function runScaleToZero(opts: ScaleToZeroOptions): Promise<ScaleToZ
         commands,
       };
     };
-    const loadStart = loadAverage();
-    const before = await snapshot();
-    say(`window: ${opts.windowMs / 1000} s with ${killed[0]?.n} sessions terminated…`);
-    const t0 = performance.now();
-    await sleep(opts.windowMs);
-    const windowS = (performance.now() - t0) / 1000;
-    const after = await snapshot();
-    const loadEnd = loadAverage();
-
-    const statementTexts: Record<string, number> = {};
-    for (const [q, n] of after.statements) {
-      const d = n - (before.statements.get(q) ?? 0);
-      if (d > 0) statementTexts[q.replace(/\s+/g, " ").slice(0, 90)] = d;
-    }
-    const redisByCommand: Record<string, number> = {};
-    for (const [k, n] of after.commands) {
-      const d = n - (before.commands.get(k) ?? 0);
-      if (d > 0) redisByCommand[k] = d;
-    }
-
-    // The wake-up: a new pool (the observer never touches the hosts' database during the window).
-    const late = new pg.Pool({ connectionString: earUrl, max: 1 });
-    late.on("error", () => {});
-    cleanups.push(() => late.end());
-    const lateDb = drizzle(late, { schema });
-    const id = randomUUID();
-    const traceFrom = lines;
-    const pokedAt = Date.now();
-    await createJob(lateDb, TENANT, id, { input: { messages: [{ role: "user", content: "wake up" }] } });
-    await indexAndWake(redisClient, redisKeys(), [{ score: Date.now(), member: id }]);
-    let wakeMs: number | null = null;
-    await waitUntil("the wake-up job to start", 30_000, async () => {
-      const { rows } = await late.query<{ ms: number | null }>(
-        "SELECT extract(epoch FROM started_at - created_at) * 1000 AS ms FROM jobs WHERE id = $1",
-        [id],
-      );
-      if (rows[0]?.ms === null || rows[0]?.ms === undefined) return false;
-      wakeMs = Number(rows[0].ms);
-      return true;
-    });
-
     return {
-      hosts: opts.hosts,
-      windowS,
-      terminated: Number(killed[0]?.n ?? 0),
-      statements: Object.values(statementTexts).reduce((a, b) => a + b, 0),
-      statementTexts,
-      transactions: after.xacts - before.xacts,
-      sessions: after.sessions - before.sessions,
-      liveSessions: after.live,
-      redisCommands: Object.values(redisByCommand).reduce((a, b) => a + b, 0),
-      redisByCommand,
-      wakeMs: wakeMs as unknown as number,
-      wakeTrace: recent.slice(Math.max(0, recent.length - (lines - traceFrom))).map((l) => {
-        const ts = /"ts":"([^"]+)"/.exec(l)?.[1];
-        const msg = /"msg":"([^"]+)"/.exec(l)?.[1] ?? l.slice(0, 80);
-        return `${l.slice(0, 2)}+${ts ? Date.parse(ts) - pokedAt : "?"} ms ${msg}`;
-      }),
-      hostProblems: problems,
-      load: { atStart: loadStart, atEnd: loadEnd },
+      hosts,
+      roles,
+      observer,
+      earUrl,
+      redisClient,
+      submit: async (db, content) => {
+        const id = randomUUID();
+        await createJob(db, TENANT, id, { input: { messages: [{ role: "user", content }] } });
+        await indexAndWake(redisClient, redisKeys(), [{ score: Date.now(), member: id }]);
+        return id;
+      },
+      metric,
+      watch: () => {
+        watching = true;
+      },
+      problems,
+      recent,
+      lines: () => lines,
+      snapshot,
+      stop,
     };
-  } finally {
-    for (const fn of cleanups.reverse()) await fn().catch(() => {});
+  } catch (err) {
+    await stop();
+    throw err;
   }
 }

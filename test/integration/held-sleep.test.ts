@@ -1,0 +1,63 @@
+/**
+ * A held run lets the rest of the fleet sleep, on real processes (tools/lib/held-sleep.ts): two
+ * hosts, one job whose model call takes minutes. The host without it sleeps: for the window it
+ * sends Postgres no statement and opens no session (its one watch statement waits on the owners'
+ * lock, sent before), and Redis one BLPOP per wake-poll period; the owner's statements are its
+ * own. Then the owner is SIGKILLed: its session's end wakes the sleeper at once, and the job is
+ * recovered within the lost bound (HOST_RUN_LOST_AFTER_MS + 1.3 × HOST_REAP_MS, the bound when
+ * every host was awake).
+ */
+import { describe, expect, it } from "vitest";
+import { runHeldSleep } from "../../tools/lib/held-sleep";
+import { requireBinary } from "../helpers/require";
+
+const canRun = await requireBinary("redis-server", "apt-get install redis-server");
+const WINDOW_MS = 30_000;
+const WAKE_POLL_MS = 5_000;
+// The hosts' defaults, stated: the bound is theirs.
+const HEARTBEAT_MS = 2_000;
+const LOST_AFTER_MS = 8_000;
+const REAP_MS = 2_000;
+/** The recovered run's claim and started write, on a loaded 2-core machine. */
+const CLAIM_SLACK_MS = 1_500;
+
+describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
+  it("lets the other host sleep with no statement, and recovers the job within the lost bound when the owner is killed", async () => {
+    const r = await runHeldSleep({
+      windowMs: WINDOW_MS,
+      hostEnv: {
+        HOST_WAKE_POLL_MS: String(WAKE_POLL_MS),
+        HOST_HEARTBEAT_MS: String(HEARTBEAT_MS),
+        HOST_RUN_LOST_AFTER_MS: String(LOST_AFTER_MS),
+        HOST_REAP_MS: String(REAP_MS),
+        MODEL_TIMEOUT_MS: "900000",
+      },
+    });
+    const detail = JSON.stringify(r);
+    console.log(`held sleep: ${detail}`);
+    expect(r.sleeperStatements, detail).toBe(0);
+    expect(r.sleeperNewSessions, detail).toBe(0);
+    // The owner heartbeats through the window (one statement per HOST_HEARTBEAT_MS): it is alive and counted.
+    const heartbeats = Object.entries(r.ownerStatementTexts)
+      .filter(([q]) => /heartbeat/i.test(q))
+      .reduce((a, [, n]) => a + n, 0);
+    expect(heartbeats, detail).toBeGreaterThanOrEqual(Math.floor(r.windowS / (HEARTBEAT_MS / 1000)) - 2);
+    // The sleeper's one BLPOP per period (+1 at the window's edge); the owner blocks on nothing.
+    expect(r.redisByCommand.blpop ?? 0, detail).toBeGreaterThanOrEqual(
+      Math.floor(r.windowS / (WAKE_POLL_MS / 1000)) - 1,
+    );
+    expect(r.redisByCommand.blpop ?? 0, detail).toBeLessThanOrEqual(Math.floor(r.windowS / (WAKE_POLL_MS / 1000)) + 1);
+    // Woken by the owner's session ending, long before the run could be reaped.
+    expect(r.awakeAfterKillMs, detail).not.toBeNull();
+    expect(r.awakeAfterKillMs as number, detail).toBeLessThan(LOST_AFTER_MS);
+    // Re-queued by a reaper for a new execution (host_lost), not started twice by anything else.
+    expect(r.recoveries, detail).toBe(1);
+    expect(r.recoveredAfterKillMs, detail).toBeLessThanOrEqual(LOST_AFTER_MS + 1.3 * REAP_MS + CLAIM_SLACK_MS);
+    // The one warning is the recovery itself.
+    expect(
+      r.hostProblems.filter((l) => !l.includes("run's owner stopped heartbeating")),
+      detail,
+    ).toEqual([]);
+    expect(r.hostProblems.length, detail).toBe(1);
+  }, 240_000);
+});

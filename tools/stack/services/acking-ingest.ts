@@ -23,6 +23,13 @@ export async function startAckingIngest(
   const acked = new Map<string, number>();
   const events: EventEnvelope[] = [];
   const server: Server = createServer(async (req, res) => {
+    // Only the ingest: a host's other gateway calls (a workspace snapshot's blob upload) are
+    // refused at once, which the host takes as a snapshot not stored, never as a stalled run.
+    if (req.method !== "POST" || !req.url?.startsWith("/internal/events")) {
+      req.resume();
+      res.writeHead(404, { "content-type": "application/json" }).end('{"error":{"code":"not_found"}}');
+      return;
+    }
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     opts.onRequest?.();

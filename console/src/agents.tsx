@@ -497,6 +497,8 @@ function AgentForm({
       approval: { ...(deadline.trim() ? { deadline_s: Number(deadline) } : {}), on_deadline: onDeadline },
       sandbox_profile: base?.sandbox_profile ?? "default",
       recovery: base?.recovery ?? {},
+      // No control for the workspace here yet: a new version keeps the base's.
+      workspace: base?.workspace ?? "run",
     };
     onSaved(
       base

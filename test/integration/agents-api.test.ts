@@ -108,6 +108,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       approval: { deadline_s: 86_400, on_deadline: "deny" },
       recovery: { on_host_loss: "resume", max_recoveries: 3 },
       ask_user: false,
+      workspace: "run",
       mcp_servers: [],
       delegates: [],
       archived_at: null,

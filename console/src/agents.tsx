@@ -98,6 +98,14 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="ask_user">{agent.ask_user ? "yes: may ask and wait for an answer" : "no"}</td>
           </tr>
           <tr>
+            <th scope="row">workspace</th>
+            <td data-field="workspace">
+              {agent.workspace === "conversation"
+                ? "conversation: a job starts from the workspace its conversation's last job left"
+                : "run: each job starts with an empty workspace"}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">delegates</th>
             <td data-field="delegates">
               {agent.delegates.length === 0

@@ -38,7 +38,8 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;
   const settings = deps.artifacts;
   run.workspaceDirty = false;
-  if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore) return;
+  if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore || run.conversationRestore)
+    return;
   try {
     const packed = await deps.sandbox.packDir(id.executionId, WORKSPACE, settings.snapshotMaxBytes, {
       gzip: true,
@@ -87,9 +88,7 @@ export function keepsConversationWorkspace(job: RunnableJob): boolean {
 export async function restoreWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;
   let snapshot = run.pendingRestore;
-  run.pendingRestore = null;
   const fromConversation = snapshot === null && run.conversationRestore;
-  run.conversationRestore = false;
   const settings = deps.artifacts;
   if (!settings || !deps.sandbox) return;
   const { conversationId, tenantId } = exec.job;
@@ -97,11 +96,19 @@ export async function restoreWorkspace(exec: Execution): Promise<void> {
     const found = await lastConversationSnapshot(deps.db, { jobId: id.jobId, tenantId, conversationId });
     if (found) snapshot = { sha256: String(found.payload.sha256), bytes: Number(found.payload.bytes) };
   }
-  if (!snapshot) return;
+  if (!snapshot) {
+    run.conversationRestore = false;
+    return;
+  }
+  // The flags stay set until the unpack succeeded: a failed restore fails the run, and its final
+  // snapshot (snapshotWorkspace skips while a restore is owed) must not journal the empty
+  // workspace as the job's, or as the conversation's.
   const started = performance.now();
   const bytes = await settings.store.get(exec.job.tenantId, snapshot.sha256);
   if (!bytes) throw new Error(`the workspace snapshot ${snapshot.sha256} is not in the blob store`);
   await deps.sandbox.unpackDir(id.executionId, WORKSPACE, bytes, { timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS });
+  run.pendingRestore = null;
+  run.conversationRestore = false;
   run.lastSnapshot = snapshot.sha256;
   // The conversation's snapshot becomes this job's too (the blob is already stored): a recovery
   // of this job restores it rather than resetting, and a job that only reads leaves it the

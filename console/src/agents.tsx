@@ -98,6 +98,14 @@ function Definition({ agent }: { agent: AgentView }) {
             <td data-field="ask_user">{agent.ask_user ? "yes: may ask and wait for an answer" : "no"}</td>
           </tr>
           <tr>
+            <th scope="row">workspace</th>
+            <td data-field="workspace">
+              {agent.workspace === "conversation"
+                ? "conversation: a job starts from the workspace its conversation's last job left"
+                : "run: each job starts with an empty workspace"}
+            </td>
+          </tr>
+          <tr>
             <th scope="row">delegates</th>
             <td data-field="delegates">
               {agent.delegates.length === 0
@@ -497,6 +505,8 @@ function AgentForm({
       approval: { ...(deadline.trim() ? { deadline_s: Number(deadline) } : {}), on_deadline: onDeadline },
       sandbox_profile: base?.sandbox_profile ?? "default",
       recovery: base?.recovery ?? {},
+      // No control for the workspace here yet: a new version keeps the base's.
+      workspace: base?.workspace ?? "run",
     };
     onSaved(
       base

@@ -43,7 +43,7 @@ import { type AnswerFormat, answerFormat, repairMessage } from "./response-forma
 import { abortedOutcome, type Execution, failed } from "./run-context";
 import { allowedTools, codeToolNames, runTool, unofferedCall } from "./tool-step";
 import { ASK_USER_SPEC, decidedCallResult, type RunCheckpoint, readCheckpoint, type WaitOutcome } from "./waitpoint";
-import { snapshotWorkspace } from "./workspace";
+import { keepsConversationWorkspace, snapshotWorkspace } from "./workspace";
 
 type TurnStep = Extract<Step, { kind: "turn" }>;
 
@@ -494,6 +494,10 @@ async function prepare(exec: Execution, start: Start): Promise<PreparedRun | Fin
     ...job.messages,
   ];
   const rebuilt = resume?.rebuilt ?? recovery?.rebuilt ?? null;
+  // A run that has no workspace of its own yet (none restored, no sandbox journaled) starts from
+  // its conversation's, on its first tool call.
+  run.conversationRestore =
+    keepsConversationWorkspace(job) && run.pendingRestore === null && !(rebuilt?.hadSandbox ?? false);
   const messages: ModelMessage[] = rebuilt ? [...base, ...rebuilt.messages] : base;
   const allowed = allowedTools(job);
   // In the order the agent (or job) lists them: what the provider sees is exactly that list;

@@ -255,6 +255,11 @@ export class ActiveRun {
    * sandbox before its first tool call, then cleared (workspace.ts).
    */
   pendingRestore: WorkspaceSnapshot | null = null;
+  /**
+   * The agent keeps a conversation workspace and this run has none of its own yet: its first
+   * tool call restores the conversation's last snapshot, if there is one (workspace.ts).
+   */
+  conversationRestore = false;
   /** A tool call since the last snapshot may have changed /workspace: snapshot after its result. */
   workspaceDirty = false;
   /** The hash of the last snapshot taken or restored: an unchanged workspace is not stored again. */

@@ -15,7 +15,7 @@ import { collectArtifacts } from "./artifacts";
 import { type ActiveRun, type Emit, Execution, type RunDeps, runFields } from "./run-context";
 import { destroySandbox } from "./tool-step";
 import { suspendRun, type WaitOutcome } from "./waitpoint";
-import { snapshotWorkspace } from "./workspace";
+import { keepsConversationWorkspace, snapshotWorkspace } from "./workspace";
 
 export type RunResult =
   | "not_started"
@@ -109,6 +109,10 @@ export async function runJob(deps: RunDeps, run: ActiveRun): Promise<RunResult> 
       outcome = { state: "cancelled", output: outcome.text || null };
     }
     run.phase = "finishing";
+    // A conversation workspace: the workspace as the job ended it (completed, failed, cancelled)
+    // is what the conversation's next job starts from, journaled before the terminal write ends
+    // the fence (a no-op when the last step's snapshot already holds it, or no sandbox was made).
+    if (run.sandboxUsed && keepsConversationWorkspace(exec.job)) await snapshotWorkspace(exec);
     // Before the terminal write: a client that sees the run end finds its artifacts listed.
     await collectArtifacts(exec);
     if (outcome.state === "cancelled") emit("cancel.accepted", { via: run.cancelledVia });

@@ -129,7 +129,7 @@ async function runToolCall(exec: Execution, call: ModelToolCall): Promise<{ cont
         }),
       );
     }
-    if (run.pendingRestore) await restoreWorkspace(exec);
+    if (run.pendingRestore || run.conversationRestore) await restoreWorkspace(exec);
     const result = await callSandboxTool(sandbox, id.executionId, call.name, call.args, exec.signal);
     if (WORKSPACE_WRITERS.has(call.name)) run.workspaceDirty = true;
     if (!hadSandbox) emit("sandbox.created", {});

@@ -16,6 +16,8 @@
  * snapshotted (logged); a continuation from it resets the sandbox as before and says so.
  */
 import { reserveBlob } from "../../src/db/artifacts-repo";
+import { lastConversationSnapshot } from "../../src/db/journal-repo";
+import type { RunnableJob } from "../../src/db/run-repo";
 import { toHex } from "../../src/domain/hex";
 import { errorFields } from "../log";
 import { WORKSPACE } from "../sandbox/profile";
@@ -36,7 +38,8 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;
   const settings = deps.artifacts;
   run.workspaceDirty = false;
-  if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore) return;
+  if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore || run.conversationRestore)
+    return;
   try {
     const packed = await deps.sandbox.packDir(id.executionId, WORKSPACE, settings.snapshotMaxBytes, {
       gzip: true,
@@ -68,24 +71,52 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
 }
 
 /**
+ * The job's agent keeps one workspace per conversation (`workspace: "conversation"`) and the job
+ * is in one. Versions stored before the field existed have no `workspace`: they are `run`.
+ */
+export function keepsConversationWorkspace(job: RunnableJob): boolean {
+  return job.conversationId !== null && job.agent?.definition.workspace === "conversation";
+}
+
+/**
  * Unpack the snapshot this run continues from into its sandbox (called before its first tool
- * call, the sandbox just made). Throws when the blob cannot be read or unpacked: the run then
- * fails `sandbox_error` (tool-step.ts, `isRunFatal`), rather than running against an empty
- * workspace the model was told nothing about.
+ * call, the sandbox just made): its own (a recovery's, a resume's), else, for a conversation
+ * workspace, the conversation's last (journal-repo.ts `lastConversationSnapshot`). Throws when
+ * the blob cannot be read or unpacked: the run then fails `sandbox_error` (tool-step.ts,
+ * `isRunFatal`), rather than running against an empty workspace the model was told nothing about.
  */
 export async function restoreWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;
-  const snapshot = run.pendingRestore;
-  run.pendingRestore = null;
+  let snapshot = run.pendingRestore;
+  const fromConversation = snapshot === null && run.conversationRestore;
   const settings = deps.artifacts;
-  if (!snapshot || !settings || !deps.sandbox) return;
+  if (!settings || !deps.sandbox) return;
+  const { conversationId, tenantId } = exec.job;
+  if (fromConversation && conversationId !== null) {
+    const found = await lastConversationSnapshot(deps.db, { jobId: id.jobId, tenantId, conversationId });
+    if (found) snapshot = { sha256: String(found.payload.sha256), bytes: Number(found.payload.bytes) };
+  }
+  if (!snapshot) {
+    run.conversationRestore = false;
+    return;
+  }
+  // The flags stay set until the unpack succeeded: a failed restore fails the run, and its final
+  // snapshot (snapshotWorkspace skips while a restore is owed) must not journal the empty
+  // workspace as the job's, or as the conversation's.
   const started = performance.now();
   const bytes = await settings.store.get(exec.job.tenantId, snapshot.sha256);
   if (!bytes) throw new Error(`the workspace snapshot ${snapshot.sha256} is not in the blob store`);
   await deps.sandbox.unpackDir(id.executionId, WORKSPACE, bytes, { timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS });
+  run.pendingRestore = null;
+  run.conversationRestore = false;
   run.lastSnapshot = snapshot.sha256;
+  // The conversation's snapshot becomes this job's too (the blob is already stored): a recovery
+  // of this job restores it rather than resetting, and a job that only reads leaves it the
+  // conversation's last for the next job either way.
+  if (fromConversation) await exec.journal.write({ kind: "snapshot", payload: snapshot });
   deps.log.info("workspace restored", {
     ...exec.fields,
+    from: fromConversation ? "conversation" : "journal",
     bytes: snapshot.bytes,
     ms: Math.round(performance.now() - started),
   });

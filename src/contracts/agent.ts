@@ -358,6 +358,12 @@ const agentDefinitionFields = {
   /** Offer the model an `ask_user` tool (argument `question`): the run waits for POST /v1/jobs/{id}/input. */
   ask_user: z.boolean().default(false),
   /**
+   * Whose `/workspace` a job starts with: `run` (an empty one; only the job's own continuations
+   * restore it) or `conversation` (the last workspace snapshot of the conversation's earlier
+   * jobs, restored on the first tool call: docs/sandboxes.md "Conversation workspaces").
+   */
+  workspace: z.enum(["run", "conversation"]).default("run"),
+  /**
    * Agents (of the same tenant, by name: the latest version when the call is made) this agent
    * may delegate to. The model gets one tool `delegate_<name>` per entry, argument `input`; each
    * call creates a child job, and the run waits (holding no slot) until the turn's children end.

@@ -91,6 +91,37 @@ export async function readJournal(db: Db, jobId: string): Promise<JournalRecord[
 }
 
 /**
+ * The workspace a job of a `workspace: "conversation"` agent starts from: the newest `snapshot`
+ * row journaled by the conversation's jobs created before this one whose agent version keeps a
+ * conversation workspace (a `run` agent's step snapshots are its own), the newest job first,
+ * then its last step; or null. Read once, at the job's first tool call, so a job interrupted by this
+ * one counts with the snapshots it had journaled by then. The journal is the home (no table of
+ * its own): the blob stays referenced by its row, collected with the job by the retention purge.
+ * Walks `jobs_conversation_idx` (tenant, conversation, created_at) and each job's journal key.
+ */
+export async function lastConversationSnapshot(
+  db: Db,
+  job: { jobId: string; tenantId: string; conversationId: string },
+): Promise<{ jobId: string; payload: Record<string, unknown> } | null> {
+  const rows = resultRows<{ job_id: string; payload: Record<string, unknown> }>(
+    await db.execute(sql`
+      SELECT j.id AS job_id, s.payload
+      FROM jobs j
+      JOIN agent_versions av ON av.tenant_id = j.tenant_id AND av.name = j.agent_name AND av.version = j.agent_version
+        AND av.definition->>'workspace' = 'conversation'
+      CROSS JOIN LATERAL (
+        SELECT payload FROM job_journal WHERE job_id = j.id AND kind = 'snapshot' ORDER BY seq DESC LIMIT 1
+      ) s
+      WHERE j.tenant_id = ${job.tenantId} AND j.conversation_id = ${job.conversationId} AND j.id <> ${job.jobId}
+        AND j.created_at <= (SELECT created_at FROM jobs WHERE id = ${job.jobId})
+      ORDER BY j.created_at DESC, j.id DESC
+      LIMIT 1`),
+  );
+  const row = rows[0];
+  return row ? { jobId: row.job_id, payload: row.payload } : null;
+}
+
+/**
  * Every execution of the job by epoch, each with the payload of the journal `recovered` row it
  * wrote (null if none) and the journal step the job stood at when it began (the last row an
  * earlier epoch wrote): what the gateway's projector needs to write the first event of an

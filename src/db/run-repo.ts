@@ -19,6 +19,8 @@ export interface RunnableJob {
   /** Sandbox tools, and an agent's code tools. */
   tools: string[];
   tenantId: string;
+  /** The conversation the job belongs to (chat messages, `conversation_id` on submit), or null. */
+  conversationId: string | null;
   /**
    * The agent version the job was submitted with (resolved at submit, so later versions never
    * reach it), or null for the built-in default agent. Read once, when the run starts.
@@ -74,6 +76,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
       model: jobs.model,
       tools: jobs.tools,
       tenantId: jobs.tenantId,
+      conversationId: jobs.conversationId,
       agentName: jobs.agentName,
       agentVersion: jobs.agentVersion,
       definition: agentVersions.definition,
@@ -141,6 +144,7 @@ export async function loadRunnableJob(db: Db, jobId: string): Promise<RunnableJo
     model: row.model,
     tools: row.tools,
     tenantId: row.tenantId,
+    conversationId: row.conversationId ?? null,
     agent,
     checkpoint: row.checkpoint ?? null,
     recoveryReason: row.recoveryReason ?? null,

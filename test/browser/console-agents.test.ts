@@ -240,6 +240,7 @@ describe.runIf(canRun)("web console: agents", () => {
     ],
     approval: { deadline_s: 600, on_deadline: "fail" },
     ask_user: true,
+    workspace: "conversation",
     delegates,
     limits: {
       max_turns: 5,
@@ -296,6 +297,7 @@ describe.runIf(canRun)("web console: agents", () => {
       mcp_servers: await page.locator('[data-field="mcp_servers"] li > div').allTextContents(),
       approval: await shown("approval"),
       ask_user: await shown("ask_user"),
+      workspace: await shown("workspace"),
       delegates: await shown("delegates"),
       limits: [
         await shown("max_turns"),
@@ -322,6 +324,7 @@ describe.runIf(canRun)("web console: agents", () => {
       ],
       approval: "decide within 600 s, then fail",
       ask_user: "yes: may ask and wait for an answer",
+      workspace: "conversation: a job starts from the workspace its conversation's last job left",
       delegates: helpers.join(", "),
       limits: ["5", "700", "120 s", "$2.5", "50000", "ask"],
       priority: "7",

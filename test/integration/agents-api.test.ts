@@ -108,6 +108,7 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
       approval: { deadline_s: 86_400, on_deadline: "deny" },
       recovery: { on_host_loss: "resume", max_recoveries: 3 },
       ask_user: false,
+      workspace: "run",
       mcp_servers: [],
       delegates: [],
       archived_at: null,
@@ -116,6 +117,10 @@ describe.skipIf(!canRun)("agents on the gateway", () => {
     const again = await create({ name: "writer", model: "mock-model" });
     expect(again.status).toBe(409);
     expect((again.body as unknown as ErrorBody).error.code).toBe("conflict");
+    const badWorkspace = await create({ name: "scratch", model: "mock-model", workspace: "shared" });
+    expect(badWorkspace.status).toBe(400);
+    expect((badWorkspace.body as unknown as ErrorBody).error).toMatchObject({ code: "invalid_request" });
+    expect((badWorkspace.body as unknown as ErrorBody).error.message).toContain("workspace");
     const got = await api.call<{ agent: AgentView }>("GET", "/v1/agents/writer");
     expect(got.body.agent).toEqual(r.body.agent);
   });

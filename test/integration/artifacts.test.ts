@@ -42,7 +42,14 @@ async function r2BlobFiles(): Promise<string[]> {
 
 describe.skipIf(!canRun)("artifacts: files under /workspace/out/ in R2", () => {
   // BLOB_GRACE_S=0: the cron collects an unreferenced blob at once (the default spares it an hour).
-  const t = useStack({ hosts: 1, r2PersistTo: r2Dir, gatewayVars: { BLOB_GRACE_S: "0" } });
+  // No sleep (HOST_SLEEP_MAX_MS=0): the cron skips its tasks while the whole fleet sleeps, and this
+  // test purges a job by hand, which no sleeping host hears of (docs/limits.md, "Storage").
+  const t = useStack({
+    hosts: 1,
+    r2PersistTo: r2Dir,
+    gatewayVars: { BLOB_GRACE_S: "0" },
+    hostEnv: { HOST_SLEEP_MAX_MS: "0" },
+  });
   afterAll(() => removeOwnedTempDir(r2Dir));
   const binary = randomBytes(40_000);
   let jobId = "";

@@ -69,8 +69,10 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
     (allowed) => ({
       hosts: 2,
       gatewayVars: { MCP_ALLOWED_URLS: allowed },
-      // A silent run is lost within ~4 s (the SIGKILL case).
-      hostEnv: { ...FAST_LOSS_HOST_ENV, MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false" },
+      // A silent run is lost within ~4 s (the SIGKILL case). No sleep (HOST_SLEEP_MAX_MS=0): the
+      // SIGKILL case needs the fork on the host that does not own its source, and a host asleep
+      // over the source's held run would leave every fork to the source's owner.
+      hostEnv: { ...FAST_LOSS_HOST_ENV, MCP_ALLOWED_URLS: allowed, SANDBOX_ENABLED: "false", HOST_SLEEP_MAX_MS: "0" },
     }),
   );
   const api = () => apiClient(t.stack.gatewayUrl, t.stack.apiKey);
@@ -406,10 +408,21 @@ describe.skipIf(!canRun)("forks: steps, fork, rerun, never repeating a journaled
       t.mcp.calls.some((c) => c.tool === "charge" && c.headers["x-ear-job-id"] === id) ? true : null,
     );
     const before = await journalRows(id);
-    const f = await fork(id);
-    // The fork's first turn (after the prefix's call got outcome_unknown) hangs: kill its host there.
-    await waitFor("the fork's first turn", async () => (killedOnce.has("fork") ? true : null));
-    await waitFor("the fork to be owned", async () => ((await t.ownerOf(f.id)) !== null ? true : null));
+    const sourceHost = await t.ownerOf(id);
+    // The fork's first turn (after the prefix's call got outcome_unknown) hangs: kill its host
+    // there. The fork must run on the other host (killing the source's would recover the source
+    // too): a fork its source's host claimed is cancelled and made again (each try lands on
+    // either host), up to 10 tries.
+    let f = { id: "" };
+    for (let attempt = 1; ; attempt++) {
+      killedOnce.delete("fork");
+      f = await fork(id);
+      await waitFor("the fork's first turn", async () => (killedOnce.has("fork") ? true : null));
+      await waitFor("the fork to be owned", async () => ((await t.ownerOf(f.id)) !== null ? true : null));
+      if ((await t.ownerOf(f.id)) !== sourceHost) break;
+      expect(attempt, "every fork was claimed by its source's host").toBeLessThan(10);
+      expect((await api().call("POST", `/v1/jobs/${f.id}/cancel`)).status).toBe(202);
+    }
     await t.killOwner(f.id);
     const done = await completed(f.id);
     expect(done.recoveries).toBe(1);

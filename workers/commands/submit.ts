@@ -40,6 +40,7 @@ import { indexAndWake } from "../../src/quota/fleet-wake";
 import { redisKeys } from "../../src/quota/keys";
 import { readyScore } from "../../src/quota/ready-index";
 import { callDependency, type Deps } from "../deps";
+import type { GatewayConfig } from "../gateway-config";
 import { describeZodError } from "../request/body";
 import { rememberJobOwner } from "./job-owners";
 import { accelerate } from "./redis-accelerator";
@@ -61,6 +62,12 @@ export interface SubmitOptions extends AdmissionRules {
   /** The job is a fork of another (commands/fork.ts): its journal starts as that job's prefix. */
   fork?: ForkOf;
 }
+
+/** The deployment's admission rules for a job the API makes (a fork, a replay's, an eval's). */
+export const submitOptions = (config: GatewayConfig): SubmitOptions => ({
+  maxQueued: config.limits.maxQueuedJobsPerTenant,
+  models: config.models,
+});
 
 /**
  * The agent version `body.agent` names for this tenant, checked for use: a known agent (400

@@ -24,6 +24,7 @@ import {
 } from "../../src/db/evals-repo";
 import { isJobId } from "../../src/db/jobs-repo";
 import { createEval } from "../commands/eval";
+import { submitOptions } from "../commands/submit";
 import { callDependency } from "../deps";
 import { listCursor } from "./jobs";
 import { route, routes } from "./route";
@@ -99,12 +100,8 @@ export const evalRoutes = routes(
     handler: async (c, input) => {
       const body = await input.body();
       const config = c.get("config");
-      const made = await createEval(
-        c.get("deps"),
-        c.get("tenantId"),
-        body,
-        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
-        (w) => c.executionCtx.waitUntil(w),
+      const made = await createEval(c.get("deps"), c.get("tenantId"), body, submitOptions(config), (w) =>
+        c.executionCtx.waitUntil(w),
       );
       return c.json({ eval: { id: made.id, cases_total: made.casesTotal } }, 202);
     },

@@ -9,9 +9,8 @@ import { listSteps } from "../../src/db/fork-repo";
 import { toJobView } from "../../src/db/job-view";
 import { isJobId } from "../../src/db/jobs-repo";
 import { forkJob } from "../commands/fork";
-import type { SubmitOptions } from "../commands/submit";
+import { submitOptions } from "../commands/submit";
 import { callDependency } from "../deps";
-import type { GatewayConfig } from "../gateway-config";
 import { readOptionalJsonBody } from "../request/body";
 import { missingJob } from "./jobs";
 import { route, routes } from "./route";
@@ -34,11 +33,6 @@ const FORK_ERRORS = [
   "budget_exceeded",
   ...V1_ERRORS,
 ] as const;
-
-const submitOptions = (config: GatewayConfig): SubmitOptions => ({
-  maxQueued: config.limits.maxQueuedJobsPerTenant,
-  models: config.models,
-});
 
 export const jobForkRoutes = routes(
   route({

@@ -5,6 +5,7 @@ import { BODY_ERRORS, replayIdParam, V1_ERRORS } from "../../src/contracts/opena
 import { isJobId } from "../../src/db/jobs-repo";
 import { getReplay } from "../../src/db/replays-repo";
 import { createReplay } from "../commands/replay";
+import { submitOptions } from "../commands/submit";
 import { callDependency } from "../deps";
 import { route, routes } from "./route";
 
@@ -26,12 +27,8 @@ export const replayRoutes = routes(
     handler: async (c, input) => {
       const body = await input.body();
       const config = c.get("config");
-      const replay = await createReplay(
-        c.get("deps"),
-        c.get("tenantId"),
-        body,
-        { maxQueued: config.limits.maxQueuedJobsPerTenant, models: config.models },
-        (w) => c.executionCtx.waitUntil(w),
+      const replay = await createReplay(c.get("deps"), c.get("tenantId"), body, submitOptions(config), (w) =>
+        c.executionCtx.waitUntil(w),
       );
       return c.json({ replay: { id: replay.id, jobs_total: replay.jobsTotal } }, 202);
     },

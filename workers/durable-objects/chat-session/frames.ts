@@ -4,6 +4,7 @@
  * no socket, no storage.
  */
 import { type ClientFrame, ClientFrameSchema, type ServerFrame } from "../../../src/contracts/chat";
+import type { WaitKind } from "../../../src/contracts/wait";
 import { ASK_USER_TOOL } from "../../../src/domain/approval";
 
 /** A frame is JSON of at most one message plus a little envelope. */
@@ -44,37 +45,42 @@ export function errorFrame(code: Extract<ServerFrame, { type: "error" }>["error"
  * tree's spend and limit, as its `waiting_for` has them.
  */
 export function approvalRequestFrame(jobId: string, e: { offset: number; type: string; body: string }): string | null {
-  if (e.type !== "tool.approval_requested" && e.type !== "input.requested" && e.type !== "budget.exhausted") {
-    return null;
-  }
+  const wait = WAIT_OF_EVENT[e.type];
+  if (!wait) return null;
   const { payload: p } = JSON.parse(e.body) as { payload: Record<string, unknown> };
-  const base = { type: "approval_request" as const, job_id: jobId, offset: e.offset, call_id: String(p.call_id) };
-  const frame: ServerFrame =
-    e.type === "tool.approval_requested"
-      ? {
-          ...base,
-          kind: "approval",
-          tool: String(p.tool),
-          arguments: p.arguments,
-          question: null,
-          deadline_at: String(p.deadline_at),
-        }
-      : e.type === "input.requested"
-        ? {
-            ...base,
-            kind: "input",
-            tool: ASK_USER_TOOL,
-            arguments: { question: p.question },
-            question: String(p.question),
-            deadline_at: String(p.deadline_at),
-          }
-        : {
-            ...base,
-            kind: "budget",
-            tool: String(p.model ?? ""),
-            arguments: { spent_usd: p.spent_usd, limit_usd: p.limit_usd },
-            question: null,
-            deadline_at: String(p.deadline_at),
-          };
+  const frame: ServerFrame = {
+    type: "approval_request",
+    job_id: jobId,
+    offset: e.offset,
+    call_id: String(p.call_id),
+    deadline_at: String(p.deadline_at),
+    ...wait(p),
+  };
   return JSON.stringify(frame);
 }
+
+/** Per event that asks a person: the frame's kind and what it shows (the rest is common). */
+const WAIT_OF_EVENT: Record<
+  string,
+  | ((p: Record<string, unknown>) => { kind: WaitKind; tool: string; arguments: unknown; question: string | null })
+  | undefined
+> = {
+  "tool.approval_requested": (p) => ({
+    kind: "approval",
+    tool: String(p.tool),
+    arguments: p.arguments,
+    question: null,
+  }),
+  "input.requested": (p) => ({
+    kind: "input",
+    tool: ASK_USER_TOOL,
+    arguments: { question: p.question },
+    question: String(p.question),
+  }),
+  "budget.exhausted": (p) => ({
+    kind: "budget",
+    tool: String(p.model ?? ""),
+    arguments: { spent_usd: p.spent_usd, limit_usd: p.limit_usd },
+    question: null,
+  }),
+};

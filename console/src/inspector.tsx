@@ -60,11 +60,7 @@ function InputOutput({ job }: { job: JobView }) {
         ) : input.text === null ? (
           <p class="muted">loading…</p>
         ) : (
-          // Focusable: a long input scrolls inside its box, and a keyboard user must reach it (axe's
-          // scrollable-region-focusable).
-          <pre data-testid="inspector-input" tabIndex={0} aria-label="Input">
-            {input.text.join("\n\n")}
-          </pre>
+          <pre data-testid="inspector-input">{input.text.join("\n\n")}</pre>
         )}
       </div>
       <div>
@@ -72,9 +68,7 @@ function InputOutput({ job }: { job: JobView }) {
         {job.error ? (
           <p class="error" data-testid="inspector-output">{`${job.error.code}: ${job.error.message}`}</p>
         ) : (
-          <pre data-testid="inspector-output" tabIndex={0} aria-label="Output">
-            {job.output ?? "–"}
-          </pre>
+          <pre data-testid="inspector-output">{job.output ?? "–"}</pre>
         )}
       </div>
     </section>

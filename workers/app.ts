@@ -8,6 +8,7 @@ import { authenticate } from "./middleware/auth/auth";
 import { corsForAllowedOrigins } from "./middleware/cors/cors";
 import { handleError, handleNotFound } from "./middleware/error-handler/error-handler";
 import { rateLimit } from "./middleware/rate-limit/rate-limit";
+import { serverTiming } from "./middleware/server-timing/server-timing";
 import { withConfig } from "./middleware/with-config/with-config";
 import { agentRoutes } from "./routes/agents";
 import { modelRoutes, toolRoutes, usageRoutes } from "./routes/catalog";
@@ -40,7 +41,7 @@ export function createApp() {
   app.route("/", internalEventRoutes);
   app.route("/", internalBlobRoutes);
 
-  app.use("/v1/*", withConfig(), corsForAllowedOrigins(), authenticate(), rateLimit());
+  app.use("/v1/*", serverTiming(), withConfig(), corsForAllowedOrigins(), authenticate(), rateLimit());
   app.route("/v1/tokens", tokenRoutes);
   app.route("/v1/jobs", jobEventRoutes);
   app.route("/v1/jobs", jobRoutes);

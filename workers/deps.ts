@@ -15,6 +15,7 @@ import { ApiError } from "../src/contracts/errors";
 import { createNeonHttpDb, type NeonHttpDb } from "../src/db/neon-http";
 import { createRedisClient, type Redis } from "../src/quota/redis";
 import type { GatewayConfig } from "./gateway-config";
+import { timed, timedFetch } from "./request-timing";
 
 export interface Deps {
   db(): NeonHttpDb;
@@ -25,7 +26,11 @@ let sharedDb: { connectionString: string; fetchEndpoint: string | undefined; db:
 
 function isolateDb(connectionString: string, fetchEndpoint: string | undefined): NeonHttpDb {
   if (sharedDb?.connectionString !== connectionString || sharedDb.fetchEndpoint !== fetchEndpoint) {
-    sharedDb = { connectionString, fetchEndpoint, db: createNeonHttpDb({ connectionString, fetchEndpoint }) };
+    sharedDb = {
+      connectionString,
+      fetchEndpoint,
+      db: createNeonHttpDb({ connectionString, fetchEndpoint, fetchFunction: timedFetch("pg") }),
+    };
   }
   return sharedDb.db;
 }
@@ -76,7 +81,7 @@ export async function callDependency<T>(name: DependencyName, work: () => Promis
 /** Durable Object calls fail with `retryable`/`overloaded` set when the object was reset or is busy. */
 export async function callDurableObject<T>(work: () => Promise<T>): Promise<T> {
   try {
-    return await work();
+    return await timed("do", work);
   } catch (err) {
     const e = err as { retryable?: boolean; overloaded?: boolean };
     if (e?.retryable || e?.overloaded) {

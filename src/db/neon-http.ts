@@ -12,12 +12,15 @@ export interface NeonHttpOptions {
   connectionString: string;
   /** e.g. "http://127.0.0.1:5480/sql" for the local proxy. */
   fetchEndpoint?: string;
+  /** The fetch the driver sends queries with (the gateway's times each as its request's `pg`). */
+  fetchFunction?: typeof fetch;
 }
 
-export function createNeonHttpDb({ connectionString, fetchEndpoint }: NeonHttpOptions) {
-  // neonConfig.fetchEndpoint is global to the isolate; one deployment talks to one database,
-  // so setting it on every call is idempotent.
+export function createNeonHttpDb({ connectionString, fetchEndpoint, fetchFunction }: NeonHttpOptions) {
+  // neonConfig's fields are global to the isolate; one deployment talks to one database, so
+  // setting them on every call is idempotent.
   if (fetchEndpoint) neonConfig.fetchEndpoint = fetchEndpoint;
+  if (fetchFunction) neonConfig.fetchFunction = fetchFunction;
   return drizzle({ client: neon(connectionString), schema });
 }
 

@@ -9,12 +9,14 @@ import type { RunPath, RunRecord, StepBottleneck, StepBreakdown, StepCpu } from 
 
 /** What the gateway does not expose, so the breakdown cannot split it (checked against the code). */
 export const NOT_EXPOSED = [
-  "the submit's parts inside the gateway (auth, validation, the insert's round trip, the ready-index ZADD): no Server-Timing header or gateway metric; the job's created_at splits it in two",
-  "the stream open's parts (auth, the tenant's stream lease, the job object's subscribe): request → response head only",
+  "the gateway's CPU per request: Server-Timing gives wall-clock waits (workerd's clock stands still while JavaScript runs), so the handler's time minus its waits is CPU plus waiting for the isolate's thread",
   "the event path's hops (ingest received, the job object's append, the SSE write): no timestamp of theirs is exposed; measured end to end, host emit (`ts`) → client receive, beside the hosts' outbox_backlog peak",
 ];
 
-const PREP_PARTS: Array<[string, keyof RunPath]> = [
+/** The parts of a run's path that are one figure in ms (not a header's several). */
+type MsPart = Exclude<keyof RunPath, "submitGateway" | "streamGateway">;
+
+const PREP_PARTS: Array<[string, MsPart]> = [
   ["client setup", "clientSetupMs"],
   ["submit → insert", "submitToInsertMs"],
   ["insert → submit answer", "insertToAnswerMs"],
@@ -24,7 +26,7 @@ const PREP_PARTS: Array<[string, keyof RunPath]> = [
 ];
 
 export function stepBreakdown(records: RunRecord[]): StepBreakdown {
-  const p = (k: keyof RunPath) => dist(records.map((r) => r.path?.[k] ?? null));
+  const p = (k: MsPart) => dist(records.map((r) => r.path?.[k] ?? null));
   const sums = PREP_PARTS.map(() => 0);
   for (const r of records) {
     const parts = PREP_PARTS.map(([, k]) => r.path?.[k] ?? null);
@@ -34,6 +36,9 @@ export function stepBreakdown(records: RunRecord[]): StepBreakdown {
     });
   }
   const total = sums.reduce((a, b) => a + b, 0);
+  const g = (f: (r: RunRecord) => number | null | undefined) => dist(records.map((r) => f(r) ?? null));
+  const outside = (client: number | null | undefined, app: number | null | undefined) =>
+    client == null || app == null ? null : Math.max(0, client - app);
   return {
     submit: {
       clientSetup: p("clientSetupMs"),
@@ -45,6 +50,22 @@ export function stepBreakdown(records: RunRecord[]): StepBreakdown {
       answerToRequest: p("answerToStreamMs"),
       headers: p("streamHeadersMs"),
       headersToFirstEvent: p("headersToFirstEventMs"),
+    },
+    gateway: {
+      submitApp: g((r) => r.path?.submitGateway?.appMs),
+      submitOutside: g((r) =>
+        outside(
+          r.client.submitMs === null || r.path?.clientSetupMs == null ? null : r.client.submitMs - r.path.clientSetupMs,
+          r.path?.submitGateway?.appMs,
+        ),
+      ),
+      submitPg: g((r) => r.path?.submitGateway?.pgMs),
+      submitPgCalls: g((r) => r.path?.submitGateway?.pgCalls),
+      submitRateLimit: g((r) => r.path?.submitGateway?.rateLimitMs),
+      streamApp: g((r) => r.path?.streamGateway?.appMs),
+      streamOutside: g((r) => outside(r.path?.streamHeadersMs, r.path?.streamGateway?.appMs)),
+      streamDo: g((r) => r.path?.streamGateway?.doMs),
+      streamPg: g((r) => r.path?.streamGateway?.pgMs),
     },
     events: {
       emitToReceive: dist(records.flatMap((r) => r.eventPathSamples ?? [])),

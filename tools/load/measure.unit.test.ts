@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { stepBreakdown } from "./breakdown";
 import { autoClientProcs, splitVus } from "./clients";
 import { ProcCpuSampler } from "./proc-cpu";
+import { parseServerTiming } from "./server-timing";
 import type { RunRecord } from "./types";
 
 describe("client processes", () => {
@@ -54,6 +55,33 @@ describe("breakdown", () => {
     ]);
     expect(b.events.emitToReceive).toEqual({ n: 4, p50: 2, p95: 4, max: 4 });
     expect(b.submit.toInsert.n).toBe(2);
+  });
+});
+
+describe("the gateway's Server-Timing", () => {
+  it("reads each part's wait and calls, and the handler's time; no header or no app part is null", () => {
+    expect(parseServerTiming('pg;dur=12;desc="3", ratelimit;dur=4;desc="1", app;dur=20')).toEqual({
+      appMs: 20,
+      pgMs: 12,
+      pgCalls: 3,
+      rateLimitMs: 4,
+      doMs: 0,
+    });
+    expect(parseServerTiming(null)).toBeNull();
+    expect(parseServerTiming('pg;dur=1;desc="1"')).toBeNull();
+  });
+
+  it("splits a submit into the gateway's time and the time outside it", () => {
+    const r = run(
+      { clientSetupMs: 5, submitGateway: { appMs: 40, pgMs: 30, pgCalls: 2, rateLimitMs: 3, doMs: 0 } },
+      [],
+    );
+    r.client.submitMs = 105;
+    const b = stepBreakdown([r]);
+    expect(b.gateway.submitApp.p50).toBe(40);
+    expect(b.gateway.submitOutside.p50).toBe(60);
+    expect(b.gateway.submitPgCalls.p50).toBe(2);
+    expect(b.gateway.streamApp.n).toBe(0);
   });
 });
 

@@ -5,7 +5,7 @@
  */
 
 import { markdownTable } from "../lib/table";
-import { baselineRows, breakdownRows, cpuRows, loopRows, summaryRows } from "./table";
+import { baselineRows, breakdownRows, cpuRows, gatewayRows, loopRows, summaryRows } from "./table";
 import type { LoadResults } from "./types";
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -263,6 +263,12 @@ Server metrics are the job's own timing facts from <code>GET /v1/jobs/{id}</code
 Lag figures are bucket bounds of <code>event_loop_lag_seconds</code> deltas over the step (p99 is an upper estimate; max is the highest bucket hit).</p>
 <h2>Summary</h2>${htmlTable(summaryRows(r))}
 <h2>Where the time went</h2><p>ms, p50/p95 unless said; the client's clock, the hosts' event <code>ts</code> and Postgres' timing facts are one machine's clock. Preparation shares are summed over the step's runs.</p>${htmlTable(breakdownRows(r))}
+${(() => {
+  const g = gatewayRows(r);
+  return g
+    ? `<h3>Inside the gateway</h3><p>From its Server-Timing headers: the handler's wall time, the client's time outside it, and the handler's waits (ms, p50/p95).</p>${htmlTable(g)}`
+    : "";
+})()}
 ${(() => {
   const c = cpuRows(r);
   return c

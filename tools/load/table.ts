@@ -58,6 +58,42 @@ export function breakdownRows(r: LoadResults): string[][] {
   return [head, ...rows];
 }
 
+/** Per step, inside the gateway (its Server-Timing headers): p50/p95 ms of the handler and its waits. */
+export function gatewayRows(r: LoadResults): string[][] | null {
+  const steps = r.steps.filter((s) => s.breakdown.gateway?.submitApp.n);
+  if (!steps.length) return null;
+  const head = [
+    "scenario",
+    "VUs",
+    "submit: in gateway",
+    "outside it",
+    "its pg waits",
+    "pg calls",
+    "rate-limit check",
+    "stream open: in gateway",
+    "outside it",
+    "its DO waits",
+    "its pg waits",
+  ];
+  const rows = steps.map((s) => {
+    const g = s.breakdown.gateway;
+    return [
+      s.scenario,
+      String(s.concurrency),
+      d2(g.submitApp),
+      d2(g.submitOutside),
+      d2(g.submitPg),
+      `${g.submitPgCalls.p50 ?? "–"}`,
+      d2(g.submitRateLimit),
+      d2(g.streamApp),
+      d2(g.streamOutside),
+      d2(g.streamDo),
+      d2(g.streamPg),
+    ];
+  });
+  return [head, ...rows];
+}
+
 /** Per step, CPU cores used by each part of the stack (proc-cpu.ts), busiest first over the run. */
 export function cpuRows(r: LoadResults): string[][] | null {
   const withCpu = r.steps.filter((s) => s.cpu);
@@ -180,6 +216,13 @@ export function summaryText(r: LoadResults): string {
       "\nwhere the time went (ms, p50/p95; clocks: client, host event `ts`, Postgres timing facts, one machine)",
     );
     parts.push(textTable(breakdownRows(r)));
+    const gw = gatewayRows(r);
+    if (gw) {
+      parts.push(
+        "\ninside the gateway (its Server-Timing headers; ms, p50/p95): the handler's wall time, the client's time outside it (waiting for workerd to read the request, and the answer's way back), and the handler's waits",
+      );
+      parts.push(textTable(gw));
+    }
     const cpu = cpuRows(r);
     if (cpu) {
       parts.push(

@@ -1,5 +1,6 @@
 /** Shapes shared by the load generator's parts and written to results.json. */
 import type { Dist } from "../lib/stats";
+import type { GatewayTiming } from "./server-timing";
 
 export type Scenario = "text" | "tool" | "cancel" | "reconnect";
 export const SCENARIOS: Scenario[] = ["text", "tool", "cancel", "reconnect"];
@@ -97,12 +98,32 @@ export interface RunPath {
   terminalPathMs: number | null;
   /** The job row's `finished_at` (terminal write) → the terminal event received. */
   finishedToReceiveMs: number | null;
+  /** The submit's answer's Server-Timing: the gateway's own time and its waits (null: no header). */
+  submitGateway?: GatewayTiming | null;
+  /** The event stream's response head's Server-Timing. */
+  streamGateway?: GatewayTiming | null;
 }
 
 /** Per step, where the runs' time went: p50 / p95 / max of each part (docs/capacity.md, "Breakdown"). */
 export interface StepBreakdown {
   submit: { clientSetup: Dist; roundTrip: Dist; toInsert: Dist; insertToAnswer: Dist };
   stream: { answerToRequest: Dist; headers: Dist; headersToFirstEvent: Dist };
+  /**
+   * Inside the gateway, from its Server-Timing headers: the handler's time (`app`), the client's
+   * time outside it (`outside`: the request waiting for workerd to read it, and the answer's way
+   * back), and the handler's waits on Postgres, the rate-limit check and Durable Objects.
+   */
+  gateway: {
+    submitApp: Dist;
+    submitOutside: Dist;
+    submitPg: Dist;
+    submitPgCalls: Dist;
+    submitRateLimit: Dist;
+    streamApp: Dist;
+    streamOutside: Dist;
+    streamDo: Dist;
+    streamPg: Dist;
+  };
   events: { emitToReceive: Dist; firstEvent: Dist; terminal: Dist; finishedToReceive: Dist };
   /** Share of the client's preparation (submit → first event) per part, summed over the step's runs. */
   preparationShares: Array<{ part: string; share: number }>;

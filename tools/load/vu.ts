@@ -21,6 +21,7 @@ import { isTerminalEventType } from "../../src/contracts/events";
 import type { JobView as ApiJobView, CreateJobBody } from "../../src/contracts/job";
 import { stateOfTerminalEvent } from "../../src/contracts/job-state";
 import { readSse, type SseEvent } from "../lib/sse";
+import { type GatewayTiming, parseServerTiming } from "./server-timing";
 import type { ModelScript, RunRecord, Scenario, Target } from "./types";
 
 export interface VuContext {
@@ -238,8 +239,17 @@ export async function runVu(
 ): Promise<RunRecord> {
   const pool = new Agent({ connections: 4 });
   let retried = 0;
-  const once = (input: string | URL, init?: RequestInit) =>
-    undiciFetch(input, { ...(init as object), dispatcher: pool });
+  // The gateway's Server-Timing of the submit's answer and of the event stream's head.
+  const gateway: { submit: GatewayTiming | null; stream: GatewayTiming | null } = { submit: null, stream: null };
+  const once = async (input: string | URL, init?: RequestInit) => {
+    const res = await undiciFetch(input, { ...(init as object), dispatcher: pool });
+    const path = new URL(String(input)).pathname;
+    const method = (init?.method ?? "GET").toUpperCase();
+    const timing = () => parseServerTiming(res.headers.get("server-timing"));
+    if (method === "POST" && path === "/v1/jobs") gateway.submit = timing();
+    else if (method === "GET" && path.endsWith("/events") && !gateway.stream) gateway.stream = timing();
+    return res;
+  };
   // A GET that failed on its connection before any answer is sent again once, as browsers do
   // with a kept-alive connection the server closed as the request went out (an SSE response's
   // connection, reused for the read-back, was closed by the gateway as the GET left: 1 of 100
@@ -258,6 +268,8 @@ export async function runVu(
   try {
     const rec = await runVuOn(ctx, vu, scenario, t0, vuFetch);
     rec.connectionRetries = retried;
+    rec.path.submitGateway = gateway.submit;
+    rec.path.streamGateway = gateway.stream;
     return rec;
   } finally {
     await pool.close().catch(() => {});

@@ -38,6 +38,7 @@ import { redisKeys } from "../../../src/quota/keys";
 import type { Redis } from "../../../src/quota/redis";
 import type { GatewayConfig } from "../../gateway-config";
 import { log } from "../../log";
+import { timed } from "../../request-timing";
 import type { GatewayEnv } from "../../types";
 
 /** Longest wait for the check; a healthy Upstash answers in a few ms from a nearby region. */
@@ -109,7 +110,7 @@ export async function checkKeyRate(
   });
   let verdict: Awaited<ReturnType<Ratelimit["limit"]>>;
   try {
-    verdict = await limiter.limit(keyHash);
+    verdict = await timed("ratelimit", () => limiter.limit(keyHash));
   } catch (err) {
     openBreaker("failed", err);
     return null;

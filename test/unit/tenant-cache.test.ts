@@ -99,4 +99,25 @@ describe("key → tenant cache", () => {
     expect(performance.now() - t0).toBeGreaterThanOrEqual(45);
     expect(JOIN_WAIT_MS).toBeLessThan(TTL_MS);
   });
+
+  it("with the database slower than the join wait, a burst makes one lookup per wait, not one per request", async () => {
+    const answers: Array<ReturnType<typeof deferred<string | null>>> = [];
+    const lookup = () => {
+      const d = deferred<string | null>();
+      answers.push(d);
+      return d.promise;
+    };
+    const burst = (n: number) => Array.from({ length: n }, () => resolveTenant("k7", lookup, { joinWaitMs: 40 }));
+    const first = burst(100);
+    await new Promise((r) => setTimeout(r, 60)); // every joiner's wait ended: one of them asked again
+    const second = burst(100); // later arrivals join the newer lookup
+    await new Promise((r) => setTimeout(r, 10));
+    expect(answers).toHaveLength(2);
+    answers[1]?.resolve("tenant-g");
+    expect(await Promise.all(second)).toEqual(Array(100).fill("tenant-g"));
+    // The 99 who left the first lookup joined the second; its starter still waits for its own.
+    answers[0]?.resolve("tenant-g");
+    expect(await Promise.all(first)).toEqual(Array(100).fill("tenant-g"));
+    expect(answers).toHaveLength(2);
+  });
 });

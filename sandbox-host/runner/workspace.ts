@@ -38,9 +38,10 @@ export const WORKSPACE_WRITERS: ReadonlySet<string> = new Set(["shell", "write_f
 const WORKSPACE_EXEC_TIMEOUT_MS = 60_000;
 
 /**
- * Diffs on one full snapshot before the chain is cut to a new full. Each link of a chain is one
- * blob read and one exec at a restore; `bench:workspace` measured a 10-link chain's restore (see
- * docs/sandboxes.md "Workspace snapshots"), so the bound keeps a restore within a few of a full's.
+ * Diffs on one full snapshot before the chain is cut to a new full. Each link of a chain costs a
+ * restore one blob read and one exec (~100–200 ms in `bench:workspace`), while each diff saves its
+ * step the full's pack time and bytes; steps outnumber restores (docs/sandboxes.md "Workspace
+ * snapshots" has the figures).
  */
 export const MAX_CHAIN_DIFFS = 10;
 

@@ -12,8 +12,8 @@
  *  2. End to end (`--recoveries N`, 0 to skip), on a stack with two hosts behind a counting proxy:
  *     N runs of 3 shell steps on a 1 MiB workspace whose owner is SIGKILLed during the second
  *     model turn; the time from the kill to the recovered execution's first `tool.result` event,
- *     for hosts that snapshot (the recovery restores the chain) and for hosts that cannot
- *     (SANDBOX_WORKSPACE_MAX_BYTES=1: the recovery resets the sandbox, as before snapshots). The
+ *     against the same runs killed in their first turn, before any sandbox (nothing to restore:
+ *     the recovery as it was before snapshots, less the reset note), the two interleaved. The
  *     gateway's blob routes the hosts called during each run (`PUT`: one R2 put, class A; `GET`:
  *     one R2 get, class B), counted by the proxy, priced at R2's list prices.
  * Usage: `npm run bench:workspace [sizes MB, e.g. 1,10,100] [--rounds N] [--recoveries N] [--json]`
@@ -40,7 +40,8 @@ const bench = startBench({
   options: { rounds: { type: "string", default: "5" }, recoveries: { type: "string", default: "10" } },
 });
 const recoveries = Number(bench.args.recoveries);
-const sizes = (bench.positionals[0] ?? "1,10,100").split(",").map(Number);
+// "none": only part 2.
+const sizes = bench.positionals[0] === "none" ? [] : (bench.positionals[0] ?? "1,10,100").split(",").map(Number);
 const rounds = Number(bench.args.rounds);
 const SNAPSHOT_MAX = 32 * 1024 * 1024;
 // The tmpfs is 256 MiB; the archive is read into memory: bound it above the largest workspace.
@@ -202,83 +203,83 @@ async function recoveryWithRestore(n: number) {
   };
   const out: Record<string, unknown> = {};
   const table: Array<Array<string | number>> = [
-    ["hosts", "kill → first tool.result ms p50 / p95 / max", "sandbox_reset", "R2 PUT (A) / GET (B) per run"],
+    ["recovery", "kill → first tool.result ms p50 / p95 / max", "sandbox_reset", "R2 PUT (A) / GET (B) per run p50"],
   ];
   try {
-    for (const variant of ["restore", "no snapshot"] as const) {
-      const env = {
-        ...FAST_LOSS,
-        GATEWAY_URL: gw.url,
-        ...(variant === "no snapshot" ? { SANDBOX_WORKSPACE_MAX_BYTES: "1" } : {}),
-      };
-      const live: HostHandle[] = [await stack.addHost(env), await stack.addHost(env)];
-      const ms: number[] = [];
-      const ops: Array<{ put: number; get: number }> = [];
-      const resets = new Set<string>();
-      for (let i = 0; i < n; i++) {
-        const before = blobOps();
-        const r = await fetch(`${gw.url}/v1/jobs`, {
-          method: "POST",
-          headers,
-          body: JSON.stringify({
-            input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(script)}` }] },
-            tools: ["shell"],
-          }),
-        });
-        const id = ((await r.json()) as { job: { id: string } }).job.id;
-        // Killed once the first step's result (and, with snapshots, its snapshot) is journaled.
-        const kind = variant === "restore" ? "snapshot" : "result";
-        for (let t = 0; t < 600; t++) {
-          const { rowCount } = await pool.query("SELECT 1 FROM job_journal WHERE job_id = $1 AND kind = $2", [
-            id,
-            kind,
-          ]);
-          if (rowCount) break;
-          await sleep(25);
-        }
-        const { rows } = await pool.query<{ owner: string }>("SELECT owner FROM jobs WHERE id = $1", [id]);
-        const owner = live.find((h) => h.id === rows[0]?.owner);
-        if (!owner) throw new Error(`the owner of ${id} is not a live host`);
-        const t0 = Date.now();
-        owner.process.kill("SIGKILL");
-        live.splice(live.indexOf(owner), 1);
-        const spare = stack.addHost(env).then((h) => live.push(h));
-        let recovered = false;
-        let firstResult = Number.NaN;
-        let terminal = "";
-        for await (const ev of readSse(`${gw.url}/v1/jobs/${id}/events`, {
-          headers,
-          signal: AbortSignal.timeout(120_000),
-        })) {
-          const e = JSON.parse(ev.data) as { type: string; ts: string; payload?: { sandbox_reset?: boolean } };
-          if (e.type === "run.recovered") {
-            recovered = true;
-            resets.add(String(e.payload?.sandbox_reset));
-          } else if (recovered && e.type === "tool.result" && Number.isNaN(firstResult)) firstResult = Date.parse(e.ts);
-          if (isTerminalEventType(e.type)) {
-            terminal = e.type;
-            break;
-          }
-        }
-        if (terminal !== "run.completed" || Number.isNaN(firstResult)) throw new Error(`run ${id}: ${terminal}`);
-        ms.push(firstResult - t0);
-        await spare;
-        await sleep(500); // the run's last uploads belong to it
-        const after = blobOps();
-        ops.push({ put: after.put - before.put, get: after.get - before.get });
+    const env = { ...FAST_LOSS, GATEWAY_URL: gw.url };
+    const live: HostHandle[] = [await stack.addHost(env), await stack.addHost(env)];
+    const variants = ["restore", "nothing to restore"] as const;
+    const ms = new Map<string, number[]>(variants.map((v) => [v, []]));
+    const ops = new Map<string, Array<{ put: number; get: number }>>(variants.map((v) => [v, []]));
+    const resets = new Map<string, Set<string>>(variants.map((v) => [v, new Set()]));
+    // The two interleaved, so the machine's load falls on both alike.
+    for (let i = 0; i < 2 * n; i++) {
+      const variant = variants[i % 2] as (typeof variants)[number];
+      const before = blobOps();
+      const r = await fetch(`${gw.url}/v1/jobs`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({
+          input: { messages: [{ role: "user", content: `!mock ${JSON.stringify(script)}` }] },
+          tools: ["shell"],
+        }),
+      });
+      const id = ((await r.json()) as { job: { id: string } }).job.id;
+      // "restore": killed in the second turn, once the first step's snapshot is journaled.
+      // "nothing to restore": killed in the first turn, before any sandbox (today's recovery
+      // without a workspace; a run killed after a step whose workspace was not snapshotted would
+      // also get the reset note, which the mock model reads as a prompt without a script).
+      const ready =
+        variant === "restore"
+          ? "SELECT 1 FROM job_journal WHERE job_id = $1 AND kind = 'snapshot'"
+          : "SELECT 1 FROM jobs WHERE id = $1 AND state = 'running' AND owner IS NOT NULL";
+      for (let t = 0; t < 600; t++) {
+        if ((await pool.query(ready, [id])).rowCount) break;
+        await sleep(25);
       }
-      for (const h of live) h.process.kill("SIGTERM");
-      const puts = ops.map((o) => o.put);
-      const gets = ops.map((o) => o.get);
-      out[variant] = { kill_to_first_tool_result_ms: dist(ms), r2_put: puts, r2_get: gets };
-      bench.say(`${variant}: kill → first tool.result ${summary(ms)}`);
+      const { rows } = await pool.query<{ owner: string }>("SELECT owner FROM jobs WHERE id = $1", [id]);
+      const owner = live.find((h) => h.id === rows[0]?.owner);
+      if (!owner) throw new Error(`the owner of ${id} is not a live host`);
+      const t0 = Date.now();
+      owner.process.kill("SIGKILL");
+      live.splice(live.indexOf(owner), 1);
+      const spare = stack.addHost(env).then((h) => live.push(h));
+      let recovered = false;
+      let firstResult = Number.NaN;
+      let terminal = "";
+      for await (const ev of readSse(`${gw.url}/v1/jobs/${id}/events`, {
+        headers,
+        signal: AbortSignal.timeout(120_000),
+      })) {
+        const e = JSON.parse(ev.data) as { type: string; ts: string; payload?: { sandbox_reset?: boolean } };
+        if (e.type === "run.recovered") {
+          recovered = true;
+          resets.get(variant)?.add(String(e.payload?.sandbox_reset));
+        } else if (recovered && e.type === "tool.result" && Number.isNaN(firstResult)) firstResult = Date.parse(e.ts);
+        if (isTerminalEventType(e.type)) {
+          terminal = e.type;
+          break;
+        }
+      }
+      if (terminal !== "run.completed" || Number.isNaN(firstResult)) throw new Error(`run ${id}: ${terminal}`);
+      ms.get(variant)?.push(firstResult - t0);
+      await spare;
+      await sleep(500); // the run's last uploads belong to it
+      const after = blobOps();
+      ops.get(variant)?.push({ put: after.put - before.put, get: after.get - before.get });
+    }
+    for (const variant of variants) {
+      const xs = ms.get(variant) ?? [];
+      const puts = (ops.get(variant) ?? []).map((o) => o.put);
+      const gets = (ops.get(variant) ?? []).map((o) => o.get);
+      out[variant] = { kill_to_first_tool_result_ms: dist(xs), r2_put: puts, r2_get: gets };
+      bench.say(`${variant}: kill → first tool.result ${summary(xs)}`);
       table.push([
         variant,
-        `${Math.round(pct(ms, 50))} / ${Math.round(pct(ms, 95))} / ${Math.round(pct(ms, 100))}`,
-        [...resets].join(","),
+        `${Math.round(pct(xs, 50))} / ${Math.round(pct(xs, 95))} / ${Math.round(pct(xs, 100))}`,
+        [...(resets.get(variant) ?? [])].join(","),
         `${pct(puts, 50)} / ${pct(gets, 50)}`,
       ]);
-      await sleep(2_000);
     }
     bench.table(table);
     const restore = out.restore as { r2_put: number[]; r2_get: number[] };

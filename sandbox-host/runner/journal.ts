@@ -47,10 +47,29 @@ export type Step =
   /** The workspace as it stood after the step before (a blob of the tenant: workspace.ts). */
   | { kind: "snapshot"; payload: WorkspaceSnapshot };
 
-/** A gzipped tar of /workspace stored as the tenant's blob `sha256` (`bytes` long). */
-export interface WorkspaceSnapshot {
+/** One blob of a snapshot's chain: the tenant's blob `sha256`, `bytes` long. */
+export interface WorkspaceLink {
   sha256: string;
   bytes: number;
+}
+
+/**
+ * /workspace stored as the tenant's blob `sha256` (`bytes` long): a gzipped tar of the whole
+ * workspace, or, with `base`, a diff (workspace-diff.ts) to apply after the chain `base` names in
+ * order (a full snapshot first, then diffs). Every link of `base` is itself the `sha256` of an
+ * earlier `snapshot` row of the same job.
+ */
+export interface WorkspaceSnapshot extends WorkspaceLink {
+  base?: WorkspaceLink[];
+}
+
+/** A `snapshot` row's payload as the host reads it back (a row from before diffs has no `base`). */
+export function snapshotFromPayload(payload: Record<string, unknown>): WorkspaceSnapshot {
+  const out: WorkspaceSnapshot = { sha256: String(payload.sha256), bytes: Number(payload.bytes) };
+  if (Array.isArray(payload.base) && payload.base.length > 0) {
+    out.base = payload.base.map((l: Record<string, unknown>) => ({ sha256: String(l.sha256), bytes: Number(l.bytes) }));
+  }
+  return out;
 }
 
 /** One execution's journal writer: steps noted ride on the next write; a missed fence loses the run. */
@@ -143,7 +162,7 @@ export function rebuildFromJournal(records: readonly JournalRecord[]): Rebuilt {
       if (step.payload.why === "repair") out.repairedAt = step.payload.turn;
       out.messages.push({ role: "user", content: step.payload.content });
     } else if (step.kind === "snapshot") {
-      out.snapshot = { sha256: String(step.payload.sha256), bytes: Number(step.payload.bytes) };
+      out.snapshot = snapshotFromPayload(step.payload as unknown as Record<string, unknown>);
     } else if (r.kind === "recovered") {
       // A sandbox reset already told: only a sandbox used since the last recovery is news.
       out.hadSandbox = false;

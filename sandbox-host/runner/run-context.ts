@@ -27,8 +27,9 @@ import type { OffloadPool } from "../offload/pool";
 import type { Outbox } from "../outbox/outbox";
 import type { SandboxManager } from "../sandbox/manager";
 import type { HostTracing } from "../tracing/tracing";
-import { type JournalStore, RunJournal, type WorkspaceSnapshot } from "./journal";
+import { type JournalStore, RunJournal, type WorkspaceLink, type WorkspaceSnapshot } from "./journal";
 import type { RetryPolicy } from "./model-retry";
+import type { Tree } from "./workspace-diff";
 
 /**
  * The host's collaborators, built once by the Runner and handed to every run (as trigger.dev's
@@ -264,6 +265,10 @@ export class ActiveRun {
   workspaceDirty = false;
   /** The hash of the last snapshot taken or restored: an unchanged workspace is not stored again. */
   lastSnapshot: string | null = null;
+  /** The blobs of the last snapshot taken or restored, its full first: the next diff's base (workspace.ts). */
+  workspaceChain: WorkspaceLink[] = [];
+  /** The workspace's tree as the last snapshot took or restored it; null: the next snapshot is full. */
+  workspaceTree: Tree | null = null;
   /** The run's MCP sessions (agents with mcp_servers), closed when the run ends. */
   mcp: McpToolset | null = null;
 

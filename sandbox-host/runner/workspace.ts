@@ -10,24 +10,49 @@
  * new sandbox before its first tool call; then `run.recovered.sandbox_reset` is false and the
  * model is not told of a reset.
  *
- * The archive is the whole workspace, not a diff against the previous one: the small
- * workspaces this runs at compress to little, and every snapshot stands alone (no chain to
- * restore, no base to keep). A workspace whose archive passes SANDBOX_WORKSPACE_MAX_BYTES is not
- * snapshotted (logged); a continuation from it resets the sandbox as before and says so.
+ * A snapshot is a diff when it can be: the entries changed or added since the run's previous
+ * snapshot (found from a listing of the tree, workspace-diff.ts) and the paths deleted, on top of
+ * a chain that starts with a full archive of the workspace. The row names its base (`base`: the
+ * chain before it, the full first), so a restore fetches and applies the chain in order. A chain
+ * is cut to a fresh full snapshot after MAX_CHAIN_DIFFS diffs, or once its diffs together weigh
+ * as much as its full (a restore then fetches more than twice what one full archive would be).
+ * SANDBOX_WORKSPACE_MAX_BYTES bounds the full archive, and a whole chain: a diff that would take
+ * the chain past it is a full snapshot instead; a workspace whose full archive passes it is not
+ * snapshotted (logged), and a continuation from it resets the sandbox as before and says so.
  */
 import { reserveBlob } from "../../src/db/artifacts-repo";
 import { lastConversationSnapshot } from "../../src/db/journal-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toHex } from "../../src/domain/hex";
 import { errorFields } from "../log";
+import type { SandboxManager } from "../sandbox/manager";
 import { WORKSPACE } from "../sandbox/profile";
+import { snapshotFromPayload, type WorkspaceLink, type WorkspaceSnapshot } from "./journal";
 import type { Execution } from "./run-context";
+import { argBytes, decodeDiff, diffTrees, encodeDiff, parseTree, type Tree, type TreeDiff } from "./workspace-diff";
 
 /** The sandbox tools that may change /workspace (read_file and list_dir do not). */
 export const WORKSPACE_WRITERS: ReadonlySet<string> = new Set(["shell", "write_file"]);
 
 /** How long packing or unpacking the workspace may take. */
 const WORKSPACE_EXEC_TIMEOUT_MS = 60_000;
+
+/**
+ * Diffs on one full snapshot before the chain is cut to a new full. Each link of a chain costs a
+ * restore one blob read and one exec (~100–200 ms in `bench:workspace`), while each diff saves its
+ * step the full's pack time and bytes; steps outnumber restores (docs/sandboxes.md "Workspace
+ * snapshots" has the figures).
+ */
+export const MAX_CHAIN_DIFFS = 10;
+
+/** A tree listing larger than this (a workspace of ~100k entries) is not diffed: the snapshot is full. */
+const TREE_LISTING_MAX_BYTES = 8 * 1024 * 1024;
+
+/**
+ * The paths a diff may name as one exec's arguments (changed and deleted together): well under
+ * Linux's 2 MiB for argv and environment; past it the snapshot is full (it changed most files).
+ */
+const DIFF_ARG_MAX_BYTES = 256 * 1024;
 
 /**
  * Snapshot the run's workspace and journal it; a no-op when the run has no sandbox, nothing to
@@ -40,34 +65,130 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
   run.workspaceDirty = false;
   if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore || run.conversationRestore)
     return;
+  const sandbox = deps.sandbox;
   try {
-    const packed = await deps.sandbox.packDir(id.executionId, WORKSPACE, settings.snapshotMaxBytes, {
-      gzip: true,
-      timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
-    });
-    if (packed.tooLarge) {
-      deps.log.warn("workspace not snapshotted: larger than SANDBOX_WORKSPACE_MAX_BYTES", {
-        ...exec.fields,
-        max_bytes: settings.snapshotMaxBytes,
-      });
+    // A listing that fails (say /tmp, where its marker goes, is full) costs a full snapshot, not the snapshot.
+    const listed = await listTree(exec);
+    if (listed === "no workspace") return;
+    const tree = listed;
+    const made = await packDiff(exec, tree);
+    let blob: Uint8Array<ArrayBuffer>;
+    let base: WorkspaceLink[] = [];
+    if (made === "unchanged") {
+      run.workspaceTree = tree;
       return;
     }
-    if (!packed.archive) return;
-    const bytes = new Uint8Array(packed.archive);
-    const sha256 = toHex(await crypto.subtle.digest("SHA-256", bytes));
-    if (sha256 === run.lastSnapshot) return;
+    if (made) {
+      blob = made;
+      base = run.workspaceChain;
+    } else {
+      const packed = await sandbox.packDir(id.executionId, WORKSPACE, settings.snapshotMaxBytes, {
+        gzip: true,
+        timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+      });
+      if (packed.tooLarge) {
+        deps.log.warn("workspace not snapshotted: larger than SANDBOX_WORKSPACE_MAX_BYTES", {
+          ...exec.fields,
+          max_bytes: settings.snapshotMaxBytes,
+        });
+        return;
+      }
+      if (!packed.archive) return;
+      blob = new Uint8Array(packed.archive);
+    }
+    const sha256 = toHex(await crypto.subtle.digest("SHA-256", blob));
+    if (sha256 === run.lastSnapshot) {
+      run.workspaceTree = tree;
+      return;
+    }
     const tenantId = exec.job.tenantId;
-    if ((await reserveBlob(deps.db, tenantId, sha256, bytes.byteLength, settings.tenantCapBytes)) === "over_cap") {
+    if ((await reserveBlob(deps.db, tenantId, sha256, blob.byteLength, settings.tenantCapBytes)) === "over_cap") {
       deps.log.warn("workspace not snapshotted: the tenant's storage is at TENANT_STORAGE_MAX_BYTES", exec.fields);
       return;
     }
-    await settings.store.put(tenantId, sha256, bytes);
-    if (await exec.journal.write({ kind: "snapshot", payload: { sha256, bytes: bytes.byteLength } })) {
+    await settings.store.put(tenantId, sha256, blob);
+    const payload: WorkspaceSnapshot = { sha256, bytes: blob.byteLength };
+    if (base.length > 0) payload.base = base;
+    if (await exec.journal.write({ kind: "snapshot", payload })) {
       run.lastSnapshot = sha256;
+      run.workspaceChain = [...base, { sha256, bytes: blob.byteLength }];
+      run.workspaceTree = tree;
     }
   } catch (err) {
     deps.log.warn("workspace not snapshotted", { ...exec.fields, ...errorFields(err) });
   }
+}
+
+/** The workspace's tree; null when it cannot be had (the snapshot is then full). */
+async function listTree(exec: Execution): Promise<Tree | null | "no workspace"> {
+  const { deps, id } = exec;
+  if (!deps.sandbox) return null;
+  try {
+    const l = await deps.sandbox.listTree(id.executionId, WORKSPACE, TREE_LISTING_MAX_BYTES, {
+      timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+    });
+    if (l.tooLarge) return null;
+    return l.listing === null ? "no workspace" : parseTree(l.listing);
+  } catch (err) {
+    deps.log.warn("workspace tree not listed: the snapshot is full", { ...exec.fields, ...errorFields(err) });
+    return null;
+  }
+}
+
+/**
+ * The diff blob of what changed since the run's last snapshot, "unchanged" when nothing did, or
+ * null when this snapshot must be full: no tree to diff against (the first snapshot, a listing
+ * that could not be read), a chain due to be cut, too many paths for one exec, or a diff that
+ * would take the chain past SANDBOX_WORKSPACE_MAX_BYTES.
+ */
+async function packDiff(exec: Execution, tree: Tree | null): Promise<Uint8Array<ArrayBuffer> | "unchanged" | null> {
+  const { deps, run, id } = exec;
+  const chain = run.workspaceChain;
+  const settings = deps.artifacts;
+  if (!tree || !run.workspaceTree || chain.length === 0 || !settings || !deps.sandbox) return null;
+  // Unchanged first: a chain due to be cut is not cut for a step that changed nothing.
+  const diff = diffTrees(run.workspaceTree, tree);
+  if (diff.changed.length === 0 && diff.deleted.length === 0) return "unchanged";
+  const [full, ...diffs] = chain as [WorkspaceLink, ...WorkspaceLink[]];
+  const diffBytes = diffs.reduce((n, l) => n + l.bytes, 0);
+  if (diffs.length >= MAX_CHAIN_DIFFS || diffBytes >= full.bytes) return null;
+  return packTreeDiff(deps.sandbox, id.executionId, diff, settings.snapshotMaxBytes - full.bytes - diffBytes);
+}
+
+/**
+ * The diff blob of `diff` in the run's workspace (the changed entries packed in the sandbox), or
+ * null when it names too many paths for one exec or passes `maxBytes`.
+ */
+export async function packTreeDiff(
+  sandbox: SandboxManager,
+  runId: string,
+  { changed, deleted }: TreeDiff,
+  maxBytes: number,
+): Promise<Uint8Array<ArrayBuffer> | null> {
+  if (argBytes(changed) + argBytes(deleted) > DIFF_ARG_MAX_BYTES) return null;
+  let archive: Uint8Array = new Uint8Array(0);
+  if (changed.length > 0) {
+    const packed = await sandbox.packDir(runId, WORKSPACE, maxBytes, {
+      gzip: true,
+      paths: changed,
+      timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+    });
+    if (packed.tooLarge || !packed.archive) return null;
+    archive = packed.archive;
+  }
+  const blob = encodeDiff(deleted, archive);
+  return blob.byteLength > maxBytes ? null : blob;
+}
+
+/** Apply one blob of a chain to the run's workspace: the first is a full archive, the rest diffs. */
+export async function unpackLink(
+  sandbox: SandboxManager,
+  runId: string,
+  blob: Uint8Array,
+  first: boolean,
+): Promise<void> {
+  const { deleted, archive } = first ? { deleted: [], archive: blob } : decodeDiff(blob);
+  await sandbox.unpackDir(runId, WORKSPACE, archive, { remove: deleted, timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS });
 }
 
 /**
@@ -81,9 +202,10 @@ export function keepsConversationWorkspace(job: RunnableJob): boolean {
 /**
  * Unpack the snapshot this run continues from into its sandbox (called before its first tool
  * call, the sandbox just made): its own (a recovery's, a resume's), else, for a conversation
- * workspace, the conversation's last (journal-repo.ts `lastConversationSnapshot`). Throws when
- * the blob cannot be read or unpacked: the run then fails `sandbox_error` (tool-step.ts,
- * `isRunFatal`), rather than running against an empty workspace the model was told nothing about.
+ * workspace, the conversation's last (journal-repo.ts `lastConversationSnapshot`). A diff's chain
+ * is applied in order, the full archive first. Throws when a blob cannot be read or unpacked: the
+ * run then fails `sandbox_error` (tool-step.ts, `isRunFatal`), rather than running against an
+ * empty or half-restored workspace the model was told nothing about.
  */
 export async function restoreWorkspace(exec: Execution): Promise<void> {
   const { deps, run, id } = exec;
@@ -94,7 +216,7 @@ export async function restoreWorkspace(exec: Execution): Promise<void> {
   const { conversationId, tenantId } = exec.job;
   if (fromConversation && conversationId !== null) {
     const found = await lastConversationSnapshot(deps.db, { jobId: id.jobId, tenantId, conversationId });
-    if (found) snapshot = { sha256: String(found.payload.sha256), bytes: Number(found.payload.bytes) };
+    if (found) snapshot = snapshotFromPayload(found.payload);
   }
   if (!snapshot) {
     run.conversationRestore = false;
@@ -104,20 +226,37 @@ export async function restoreWorkspace(exec: Execution): Promise<void> {
   // snapshot (snapshotWorkspace skips while a restore is owed) must not journal the empty
   // workspace as the job's, or as the conversation's.
   const started = performance.now();
-  const bytes = await settings.store.get(exec.job.tenantId, snapshot.sha256);
-  if (!bytes) throw new Error(`the workspace snapshot ${snapshot.sha256} is not in the blob store`);
-  await deps.sandbox.unpackDir(id.executionId, WORKSPACE, bytes, { timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS });
+  const chain: WorkspaceLink[] = [...(snapshot.base ?? []), { sha256: snapshot.sha256, bytes: snapshot.bytes }];
+  for (const [i, link] of chain.entries()) {
+    const blob = await settings.store.get(tenantId, link.sha256);
+    if (!blob) throw new Error(`the workspace snapshot ${link.sha256} is not in the blob store`);
+    await unpackLink(deps.sandbox, id.executionId, blob, i === 0);
+  }
   run.pendingRestore = null;
   run.conversationRestore = false;
   run.lastSnapshot = snapshot.sha256;
-  // The conversation's snapshot becomes this job's too (the blob is already stored): a recovery
-  // of this job restores it rather than resetting, and a job that only reads leaves it the
-  // conversation's last for the next job either way.
-  if (fromConversation) await exec.journal.write({ kind: "snapshot", payload: snapshot });
+  run.workspaceChain = chain;
+  // The restored tree is the next diff's base (the unpack gave every entry a new ctime). Without
+  // it the next snapshot is full: a failed listing costs bytes, never the restore.
+  const tree = await listTree(exec);
+  run.workspaceTree = tree === "no workspace" ? null : tree;
+  // The conversation's snapshot becomes this job's too (the blobs are already stored), each link
+  // of its chain a row of this job's journal: a recovery of this job restores it rather than
+  // resetting, a job that only reads leaves it the conversation's last for the next job either
+  // way, and every blob of the chain stays named by a row of a job that has it (the collection
+  // looks at rows' `sha256`, artifacts-repo.ts) when the older job's journal is purged.
+  if (fromConversation) {
+    for (const [i, link] of chain.entries()) {
+      const row: WorkspaceSnapshot = i === 0 ? { ...link } : { ...link, base: chain.slice(0, i) };
+      if (i < chain.length - 1) exec.journal.note({ kind: "snapshot", payload: row });
+      else await exec.journal.write({ kind: "snapshot", payload: row });
+    }
+  }
   deps.log.info("workspace restored", {
     ...exec.fields,
     from: fromConversation ? "conversation" : "journal",
-    bytes: snapshot.bytes,
+    bytes: chain.reduce((n, l) => n + l.bytes, 0),
+    links: chain.length,
     ms: Math.round(performance.now() - started),
   });
 }

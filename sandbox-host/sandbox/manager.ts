@@ -140,13 +140,32 @@ export interface SandboxManager {
     runId: string,
     dir: string,
     maxBytes: number,
-    opts?: { timeoutMs?: number; gzip?: boolean },
+    opts?: { timeoutMs?: number; gzip?: boolean; paths?: readonly string[] },
   ): Promise<{ archive: Buffer | null; tooLarge: boolean }>;
   /**
    * Unpacks a gzipped tar (what `packDir(…, { gzip: true })` made) into `dir` of the run's
-   * sandbox, by `tar` in the sandbox reading it from the exec's stdin.
+   * sandbox, by `tar` in the sandbox reading it from the exec's stdin. `remove`: paths (relative
+   * to `dir`) removed first, recursively; an empty `archive` then unpacks nothing.
    */
-  unpackDir(runId: string, dir: string, archive: Uint8Array, opts?: { timeoutMs?: number }): Promise<void>;
+  unpackDir(
+    runId: string,
+    dir: string,
+    archive: Uint8Array,
+    opts?: { timeoutMs?: number; remove?: readonly string[] },
+  ): Promise<void>;
+  /**
+   * The entries under `dir` of the run's sandbox (`find` + busybox `stat`, in the sandbox), one
+   * `%f|%i|%s|%y|%z|%n` line each (raw mode in hex, inode, size, mtime and ctime to the
+   * nanosecond, `./`-relative name), after a first line holding the ctime of a marker touched
+   * just before the walk (the filesystem clock's "now"). `null` when the directory does not
+   * exist; `tooLarge` when the listing passes `maxBytes`.
+   */
+  listTree(
+    runId: string,
+    dir: string,
+    maxBytes: number,
+    opts?: { timeoutMs?: number },
+  ): Promise<{ listing: string | null; tooLarge: boolean }>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
   /**
@@ -412,9 +431,11 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
           "/bin/sh",
           "-c",
           // gzip is a stage of its own in the sandbox (its CPU, its cgroup), never on the host's loop.
-          `set -o pipefail; [ -d "$1" ] || exit 3; cd "$1" && ${o.gzip ? "tar -cf - . | gzip -c" : "exec tar -cf - ."}`,
+          // `paths`: only those entries (busybox tar has no -T), each its own argument, none descended.
+          `set -o pipefail; [ -d "$1" ] || exit 3; cd "$1" && shift && ${o.paths ? 'tar -cf - --no-recursion "$@"' : "tar -cf - ."}${o.gzip ? " | gzip -c" : ""}`,
           "sh",
           files.workspacePath(dir, runId),
+          ...(o.paths ?? []),
         ],
         timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
         capBytes: maxBytes,
@@ -440,9 +461,12 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         argv: [
           "/bin/sh",
           "-c",
-          'set -o pipefail; mkdir -p "$1" && cd "$1" && gzip -dc | tar -xf -',
+          // $2: whether there is an archive to unpack (a diff may only delete); the rest: paths to remove first.
+          'set -o pipefail; mkdir -p "$1" && cd "$1" && x="$2" && shift 2 && { [ $# -eq 0 ] || rm -rf "$@"; } && { [ "$x" = 0 ] || gzip -dc | tar -xf -; }',
           "sh",
           files.workspacePath(dir, runId),
+          archive.byteLength > 0 ? "1" : "0",
+          ...(o.remove ?? []),
         ],
         stdin: archive,
         timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
@@ -458,6 +482,36 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
           },
         );
       }
+    },
+
+    async listTree(runId, dir, maxBytes, o = {}) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        argv: [
+          "/bin/sh",
+          "-c",
+          // The marker is on /tmp, a tmpfs like /workspace: both stamp times from the kernel's coarse
+          // clock (a few ms a tick), so "changed at or after the marker" is comparable.
+          '[ -d "$1" ] || exit 3; m=/tmp/.ear-tree-mark; touch "$m" && stat -c %z "$m" && cd "$1" && find . -mindepth 1 -exec stat -c "%f|%i|%s|%y|%z|%n" {} +',
+          "sh",
+          files.workspacePath(dir, runId),
+        ],
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: maxBytes,
+        user: profile.user,
+      });
+      if (r.exitCode === 3) return { listing: null, tooLarge: false };
+      if (r.stdoutBytes > maxBytes) return { listing: null, tooLarge: true };
+      if (r.exitCode !== 0) {
+        throw new SandboxError(
+          "exec_failed",
+          `listing ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
+          {
+            runId,
+          },
+        );
+      }
+      return { listing: r.stdout.toString("utf8"), tooLarge: false };
     },
 
     async readFile(runId, path, o = {}) {

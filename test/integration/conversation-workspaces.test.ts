@@ -3,8 +3,9 @@
  * real Docker sandboxes and a provider of the test's own: a `workspace: "conversation"` agent's
  * job writes /workspace/notes.txt, and the conversation's next job reads it with `cat`; a job of
  * another conversation, and a `workspace: "run"` agent's job in the same conversation, do not see
- * it; a job that calls no tool makes no sandbox; a cancelled job's (the `interrupt` policy's)
- * last snapshot is what the conversation's next job starts from.
+ * it; a job that calls no tool makes no sandbox; a job restores the chain (a full snapshot and
+ * diffs) an earlier job left and adds its own diff on it; a cancelled job's (the `interrupt`
+ * policy's) last snapshot is what the conversation's next job starts from.
  */
 import { describe, expect, it } from "vitest";
 import type { SseEvent } from "../../tools/lib/sse";
@@ -46,6 +47,14 @@ describe.skipIf(!canRun)("conversation workspaces: a conversation's next job sta
         // "write:…-hang": the turn after the write never ends (the job is cancelled there).
         if (which.endsWith("-hang")) return { kind: "stream", pieces: ["thinking"], until: never };
         return { kind: "stream", pieces: ["written"] };
+      }
+      // "steps:cmd1;;cmd2…": one shell call per command, then the last result.
+      const steps = /^steps:(.+)$/.exec(which)?.[1]?.split(";;");
+      if (steps) {
+        const command = steps[done];
+        if (command !== undefined)
+          return { kind: "stream", toolCalls: [{ id: `s${done}`, name: "shell", args: { command } }] };
+        return { kind: "stream", pieces: [`saw: ${toolResults(req).at(-1)?.content}`] };
       }
       if (which === "read") {
         if (done === 0) return { kind: "stream", toolCalls: [{ id: "r", name: "shell", args: { command: READ } }] };
@@ -98,6 +107,33 @@ describe.skipIf(!canRun)("conversation workspaces: a conversation's next job sta
     // The run agent's own (empty) step snapshot is not the conversation's: the next job still sees the note.
     const after = await run("cw-conv", "conv-a", "read");
     expect(after.output).toContain("conv-note-7");
+  }, 300_000);
+
+  it("a conversation's workspace is a chain across jobs: the next job restores it, adds its diff, and journals every link", async () => {
+    await jobs.defineAgent("cw-chain", { tools: ["shell"], workspace: "conversation" });
+    const first = await run("cw-chain", "conv-d", "steps:echo one > a.txt;;echo two > b.txt");
+    const second = await run("cw-chain", "conv-d", "steps:rm a.txt && echo three > c.txt");
+    const rowsOf = async (id: string) =>
+      (
+        await t.pool.query<{ payload: { sha256: string; base?: Array<{ sha256: string }> } }>(
+          "SELECT payload FROM job_journal WHERE job_id = $1 AND kind = 'snapshot' ORDER BY seq",
+          [id],
+        )
+      ).rows.map((r) => ({ sha256: r.payload.sha256, base: (r.payload.base ?? []).map((l) => l.sha256) }));
+    const a = await rowsOf(first.id);
+    // Job 1: a full snapshot, then a diff on it.
+    expect(a).toEqual([
+      { sha256: a[0]?.sha256, base: [] },
+      { sha256: a[1]?.sha256, base: [a[0]?.sha256] },
+    ]);
+    // Job 2: job 1's chain, each link a row of its own (kept when job 1 is purged), then its diff on it.
+    const b = await rowsOf(second.id);
+    expect(b.slice(0, 2)).toEqual(a);
+    expect(b[2]?.base).toEqual([a[0]?.sha256, a[1]?.sha256]);
+    expect(b).toHaveLength(3);
+    const third = await run("cw-chain", "conv-d", "steps:find . -type f | sort; cat b.txt c.txt");
+    const saw = JSON.parse((third.output ?? "").replace(/^saw: /, "")) as { stdout: string };
+    expect(saw.stdout, third.output ?? "").toBe("./b.txt\n./c.txt\ntwo\nthree\n");
   }, 300_000);
 
   it("a job cancelled mid-run (interrupt) leaves its last snapshot to the conversation's next job", async () => {

@@ -2,8 +2,9 @@
  * Workspace snapshots at step boundaries (docs/sandboxes.md "Workspace snapshots"), on the real
  * stack with real Docker sandboxes and a provider of the test's own: a file a shell call wrote is
  * still there after its host is SIGKILLed during the next step and another host recovers the job
- * (`run.recovered.sandbox_reset` false, the model never told of a reset); an approval-gated call
- * sees, after the wait, the files the run had before it.
+ * (`run.recovered.sandbox_reset` false, the model never told of a reset); a recovery applies a
+ * chain of a full snapshot and diffs (a deletion, a same-size rewrite) into exactly the tree the
+ * run left; an approval-gated call sees, after the wait, the files the run had before it.
  */
 import { describe, expect, it } from "vitest";
 import type { SseEvent } from "../../tools/lib/sse";
@@ -53,6 +54,32 @@ describe.skipIf(!canRun)("workspace snapshots: the workspace outlives its host a
           return { kind: "stream", toolCalls: [{ id: "r", name: "shell", args: { command: "cat data.txt" } }] };
         }
         return { kind: "stream", pieces: [`saw: ${toolResults(req).at(-1)?.content}`] };
+      }
+      if (which === "case:chain") {
+        // A full snapshot (a.txt beside 200 kB that do not compress), then two diffs: b.txt added,
+        // then a.txt deleted and b.txt rewritten to the same size (only its ctime tells).
+        const steps = [
+          "head -c 200000 /dev/urandom > bulk.bin && echo alpha > a.txt && md5sum bulk.bin",
+          "echo beta-1 > b.txt",
+          "rm a.txt && echo beta-2 > b.txt",
+        ];
+        const command = steps[done];
+        if (command !== undefined)
+          return { kind: "stream", toolCalls: [{ id: `s${done}`, name: "shell", args: { command } }] };
+        if (done === steps.length) {
+          if (!held.has(which)) {
+            held.add(which);
+            return { kind: "stream", pieces: ["doomed"], until: never };
+          }
+          return {
+            kind: "stream",
+            toolCalls: [{ id: "r", name: "shell", args: { command: "find . | sort; cat b.txt; md5sum bulk.bin" } }],
+          };
+        }
+        return {
+          kind: "stream",
+          pieces: [JSON.stringify([toolResults(req)[0]?.content, toolResults(req).at(-1)?.content])],
+        };
       }
       if (which === "case:wait") {
         if (done === 0)
@@ -104,6 +131,40 @@ describe.skipIf(!canRun)("workspace snapshots: the workspace outlives its host a
     for (const r of t.provider.requests.filter((q) => caseOf(q) === "case:kill")) {
       expect(JSON.stringify(r.body.messages)).not.toContain("[runtime note]");
     }
+  }, 180_000);
+
+  it("a recovery applies the chain: a full snapshot, then diffs with a deletion and a same-size rewrite", async () => {
+    await jobs.defineAgent("ws-chain", { tools: ["shell"] });
+    const id = await jobs.submit("ws-chain", { input: { messages: [{ role: "user", content: "case:chain" }] } });
+    await waitFor(
+      "the turn after the last write to start",
+      async () => t.provider.requests.some((r) => caseOf(r) === "case:chain" && toolResults(r).length === 3) || null,
+      { timeoutMs: 90_000, intervalMs: 20 },
+    );
+    const rows = await t.pool.query<{ payload: { sha256: string; bytes: number; base?: Array<{ sha256: string }> } }>(
+      "SELECT payload FROM job_journal WHERE job_id = $1 AND kind = 'snapshot' ORDER BY seq",
+      [id],
+    );
+    const [full, added, changed] = rows.rows.map((r) => r.payload);
+    expect(rows.rowCount, JSON.stringify(rows.rows)).toBe(3);
+    expect(full?.base).toBeUndefined();
+    expect(full?.bytes).toBeGreaterThan(200_000);
+    // Each diff names its chain, the full first, and holds only what changed.
+    expect(added?.base?.map((l) => l.sha256)).toEqual([full?.sha256]);
+    expect(changed?.base?.map((l) => l.sha256)).toEqual([full?.sha256, added?.sha256]);
+    for (const diff of [added, changed]) expect(diff?.bytes).toBeLessThan(2_000);
+    console.log(`[workspace] chain bytes: full ${full?.bytes}, diffs ${added?.bytes}, ${changed?.bytes}`);
+    await t.killOwner(id);
+    const job = await jobs.finished(id, 90_000);
+    expect(job, JSON.stringify(job)).toMatchObject({ state: "completed", recoveries: 1 });
+    // The first and the last shell results, each the tool's JSON ({stdout, …}).
+    const [first, last] = (JSON.parse(job.output ?? "[]") as string[]).map((c) => JSON.parse(c) as { stdout: string });
+    const md5 = /^([0-9a-f]{32}) {2}bulk\.bin$/m.exec(first?.stdout ?? "")?.[1];
+    expect(md5, job.output ?? "").toBeDefined();
+    // Exactly the tree the run left: no a.txt, b.txt's second content, the bulk file's bytes.
+    expect(last?.stdout, job.output ?? "").toBe(`.\n./b.txt\n./bulk.bin\nbeta-2\n${md5}  bulk.bin\n`);
+    const events = await eventsOf(id);
+    expect(events.find((e) => e.type === "run.recovered")?.payload).toMatchObject({ sandbox_reset: false });
   }, 180_000);
 
   it("an approval-gated call sees after the wait the files the run had before it", async () => {

@@ -15,6 +15,12 @@ export const PRICES = {
   neonPerCuHour: 0.106,
   /** Upstash Redis pay-as-you-go: $0.20 per 100,000 commands (pricing page as captured 2026-11-09). */
   upstashPer100kCommands: 0.2,
+  /** R2 Standard: $4.50 per million class A operations (PUT, LIST…), past the 1 million included a month. */
+  r2ClassAPerMillion: 4.5,
+  /** R2 Standard: $0.36 per million class B operations (GET, HEAD), past the 10 million included a month. */
+  r2ClassBPerMillion: 0.36,
+  /** Where the R2 figures come from, printed beside the R2 table. */
+  r2Source: "Cloudflare R2 pricing page (Standard storage class, 2026); list prices, past the included usage",
   /** Where the figures above come from, printed beside every priced table. */
   source:
     "Cloudflare Workers and Durable Objects pricing pages (2026), Neon plans page (2026-11-12), Upstash Redis pricing page (2026-11-09); list prices, past each plan's included usage",

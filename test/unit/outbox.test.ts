@@ -18,6 +18,13 @@ const TOKEN = "00000000-0000-4000-8000-000000000001";
 
 import { type EventEnvelope, INTERNAL_HEADERS, MAX_EVENT_PAYLOAD_BYTES } from "../../src/contracts/events";
 import { sleep } from "../../src/domain/async";
+
+/** Polls `cond` every 5 ms for up to 5 s. */
+async function until(cond: () => boolean, ms = 5_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond() && Date.now() < end) await sleep(5);
+}
+
 import { deriveIngestKey, verifyBatchMac } from "../../src/domain/signing";
 
 type Batch = { job_id: string; events: EventEnvelope[] };
@@ -146,17 +153,20 @@ describe("outbox: one request per flush for the whole host", () => {
     const box = outbox(gw.fetch);
     const a = box.open({ jobId: "ja", executionId: "ea", epoch: 1, token: TOKEN });
     a.emit("model.delta", { text: "1" });
-    await sleep(30);
+    // Waits for what must happen (a busy machine can take longer than a fixed sleep), then a
+    // little more for what must not.
+    await until(() => gw.requests.length >= 1);
     expect(gw.requests).toHaveLength(1);
     a.emit("model.delta", { text: "2" });
     a.emit("model.delta", { text: "3" });
     const b = box.open({ jobId: "jb", executionId: "eb", epoch: 1, token: TOKEN });
     b.emit("model.delta", { text: "x" });
+    await until(() => gw.requests.length >= 2);
     await sleep(30);
     // b is free to go while a's first batch is held; a's new events wait for a's answer.
     expect(gw.requests.map((r) => r.map((x) => x.job_id))).toEqual([["ja"], ["jb"]]);
     release();
-    await sleep(30);
+    await until(() => gw.requests.length >= 3);
     // The two deltas that waited behind the batch in flight went as one event (joined deltas).
     expect(gw.requests[2]?.map((x) => [x.job_id, seqs(x)])).toEqual([["ja", [2]]]);
     expect(gw.requests[2]?.[0]?.events[0]?.payload).toEqual({ text: "23" });

@@ -46,6 +46,8 @@ export interface HeldSleepResult {
   /** The job's `recoveries` once it started again (the reaper's re-queue counts one). */
   recoveries: number;
   hostProblems: string[];
+  /** Node's process warnings the hosts printed from their start (a pg deprecation, say). */
+  nodeWarnings: string[];
   load: { atStart: number[]; atEnd: number[] };
 }
 
@@ -131,6 +133,7 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
       recoveredAfterKillMs,
       recoveries,
       hostProblems: fleet.problems,
+      nodeWarnings: fleet.nodeWarnings,
       load: { atStart: loadStart, atEnd: loadEnd },
     };
   } finally {

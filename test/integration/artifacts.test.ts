@@ -179,7 +179,7 @@ describe.skipIf(!canRun)("artifacts: files under /workspace/out/ in R2", () => {
         jobId,
       ]);
       if (still.rowCount === 0) break;
-      if (Date.now() > deadline) throw new Error(`job not purged: cleanup_pending=${still.rows[0].cleanup_pending}`);
+      if (Date.now() > deadline) throw new Error(`job not purged: cleanup_pending=${still.rows[0]?.cleanup_pending}`);
       await new Promise((r) => setTimeout(r, 250));
     }
     expect((await pool.query("SELECT 1 FROM job_artifacts WHERE job_id = $1", [jobId])).rowCount).toBe(0);

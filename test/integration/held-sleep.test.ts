@@ -77,6 +77,8 @@ describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
       detail,
     ).toEqual([]);
     expect(r.hostProblems.length, detail).toBe(1);
+    // A cancel reaches an owner quiet over its run at once (ear_cancel), not at its minute backstop.
+    expect(r.cancelEndedMs, detail).toBeLessThan(2_000);
     // The owner's lock is taken before its session's first statement, not alongside it: node-postgres
     // warned "Calling client.query() when the client is already executing a query" when it was not.
     expect(r.nodeWarnings, detail).toEqual([]);

@@ -15,6 +15,9 @@
  *  4. The owner is SIGKILLed; the job must be recovered (re-queued by a reaper and started again,
  *     by the woken host) within the lost bound: HOST_RUN_LOST_AFTER_MS + 1.3 × HOST_REAP_MS after
  *     its last heartbeat, which is at most the kill.
+ *  5. The host that now holds it is waited for until it is quiet over its run (`host_fleet_idle`
+ *     1), and the job is cancelled in Postgres alone (no Redis hint): the owner's cancel watch is
+ *     on its minute backstop then, so only the `ear_cancel` notification ends the run at once.
  *
  * runTwoOwners: two hosts of one run slot each, each holding a run; one is SIGKILLed, and the
  * other's reaper must re-queue its job within the same bound (neither is quiet over its own run
@@ -23,6 +26,7 @@
 import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
 import pg from "pg";
+import { requestCancel } from "../../src/db/control-repo";
 import * as schema from "../../src/db/schema";
 import { sleep } from "../../src/domain/async";
 import {
@@ -69,6 +73,9 @@ export interface HeldSleepResult {
   recoveredAfterKillMs: number;
   /** The job's `recoveries` once it started again (the reaper's re-queue counts one). */
   recoveries: number;
+  /** Its cancel (Postgres only) on a quiet owner → `cancelled` (Postgres clock). */
+  cancelEndedMs: number;
+  /** Host warnings from the window to the recovery (before the cancel). */
   hostProblems: string[];
   /** Node's process warnings the hosts printed from their start (a pg deprecation, say). */
   nodeWarnings: string[];
@@ -170,6 +177,25 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
       return rows[0]?.state === "running" && rows[0]?.owner === sleeper.id;
     });
     const recoveredAfterKillMs = Date.now() - killedAt;
+    const problemsBeforeCancel = [...fleet.problems];
+
+    say("waiting for the new owner to be quiet over its run, then a cancel…");
+    await waitUntil(
+      "the new owner quiet over its run",
+      60_000,
+      async () => (await metric(sleeper, "host_fleet_idle")) === 1,
+    );
+    const { rows: own } = await pool.query<{ tenant_id: string }>("SELECT tenant_id FROM jobs WHERE id = $1", [id]);
+    await requestCancel(db, own[0]?.tenant_id as string, id);
+    let cancelEndedMs = 0;
+    await waitUntil("the cancelled job to end", 30_000, async () => {
+      const { rows } = await pool.query<{ state: string; ms: number | null }>(
+        "SELECT state, extract(epoch FROM finished_at - cancel_requested_at) * 1000 AS ms FROM jobs WHERE id = $1",
+        [id],
+      );
+      cancelEndedMs = Number(rows[0]?.ms ?? 0);
+      return rows[0]?.state === "cancelled";
+    });
     const awake = fleet.recent
       .slice(Math.max(0, fleet.recent.length - (fleet.lines() - linesAtKill)))
       .find((l) => l.startsWith(`${sleeperIndex + 1}:`) && l.includes('"msg":"awake"'));
@@ -189,7 +215,8 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
       awakeAfterKillMs: awakeTs ? Date.parse(awakeTs) - killedAt : null,
       recoveredAfterKillMs,
       recoveries,
-      hostProblems: fleet.problems,
+      cancelEndedMs,
+      hostProblems: problemsBeforeCancel,
       nodeWarnings: fleet.nodeWarnings,
       load: { atStart: loadStart, atEnd: loadEnd },
     };

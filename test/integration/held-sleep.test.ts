@@ -4,10 +4,11 @@
  * sends Postgres no statement and opens no session (its one watch statement waits on the owners'
  * lock, sent before), and Redis one BLPOP per wake-poll period. The owner is quiet too: its
  * statements are its heartbeats and at most one pass of each idle-period backstop. A quick job
- * submitted then starts within a second. Then the owner is SIGKILLed: its session's end wakes the
+ * submitted then starts within ~1 s. Then the owner is SIGKILLed: its session's end wakes the
  * sleeper at once, and the job is recovered within the lost bound (HOST_RUN_LOST_AFTER_MS + 1.3 ×
- * HOST_REAP_MS, the bound when every host was awake). With two owners each holding a run, the
- * death of one is recovered by the other within the same bound.
+ * HOST_REAP_MS, the bound when every host was awake); once its new owner is quiet over it, a
+ * cancel ends it at once. With two owners each holding a run, the death of one is recovered by
+ * the other within the same bound.
  */
 import { describe, expect, it } from "vitest";
 import { runHeldSleep, runTwoOwners } from "../../tools/lib/held-sleep";

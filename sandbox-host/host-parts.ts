@@ -236,6 +236,8 @@ export async function buildParts(
     runLostAfterMs,
     cancelHintMs: config.cancelHintMs,
     cancelDurableMs: config.cancelDurableMs,
+    // Read only once runs exist, after every part is built (the activity is declared below).
+    cancelIdle: { everyMs: Math.max(config.idleMs, 1000), when: () => activity.idle },
     coalesceMs: config.deltaCoalesceMs,
     redis,
     keys: redisKeys(),
@@ -288,6 +290,7 @@ export async function buildParts(
     ownLockMs: runLostAfterMs + 1000,
   });
   runner.onSlotFreed(() => activity.localRunEnded());
+  activity.onWork(() => runner.hurryCancelWatch());
   // When this host last sent Postgres anything (a pool checkout is one statement or one
   // transaction; the listener's LISTEN at each connect): a sleeping host's stays put.
   let lastStatementAt = Date.now();
@@ -318,7 +321,7 @@ export async function buildParts(
   });
   new Gauge({
     name: "host_fleet_idle",
-    help: "1 while this host calls the fleet idle (no run here, LISTEN up, nothing waiting, claimed or running at its last look): its loops then run every HOST_IDLE_MS",
+    help: "1 while this host calls the fleet idle (LISTEN up, and its last look found nothing waiting, claimed or running, or only this host's own runs): its loops then run every HOST_IDLE_MS",
     registers: [metrics.registry],
     collect() {
       this.set(activity.idle ? 1 : 0);
@@ -348,6 +351,7 @@ export async function buildParts(
     claimTimeoutMs: config.claimTimeoutMs,
     runLostAfterMs,
     activity,
+    hostId: config.hostId,
     retentionMs: config.purgeMs > 0 ? config.jobRetentionS * 1000 : undefined,
   });
   const expiry = new ExpirySweep({ db, log, intervalMs: config.reapMs, activity });

@@ -14,6 +14,16 @@
  * An idle host whose look also found nothing due for a while goes to sleep (lifecycle/sleep.ts):
  * no statement at all until a Redis wake-up or the soonest known deadline.
  *
+ * A host whose own runs are the fleet's only work (its look found nothing waiting, claimed,
+ * expiring or running on another host) is idle too, with them (`ownRunsOnly`): its loops go to
+ * the idle cadence and only its runs' heartbeats keep their pace. Its own runs need no reaper of
+ * its own (they are alive while it is); its death is seen by the others, asleep over its held-run
+ * lock or awake and busy (they look before sleeping, and a run held elsewhere keeps an owner busy:
+ * two owners each reap the other on the busy cadence). It looks for that when it has runs and
+ * nothing happened for BUSY_LOOK_GAP_MS (no announcement, no claim): a host claiming under load
+ * never does; and it never sleeps (the Redis wake-up is for hosts without runs: this one keeps
+ * its LISTEN session, which the heartbeats keep the compute up for anyway).
+ *
  * Runs held by other hosts are work (the reaper must find a silent one within the lost bound),
  * except on a host that can watch their owners without asking (`watchesHeld`, lifecycle/
  * held-watch.ts): there a look that finds only running jobs leaves the host quiet, with `held`
@@ -38,10 +48,12 @@ export interface FleetWork {
   claimed: boolean;
   /** Running: the reaper calls it lost if its owner stops heartbeating. */
   running: boolean;
+  /** Running on another host than the one that looked (absent or null: not asked, so unknown). */
+  runningElsewhere?: boolean | null;
   /**
-   * A job in `waiting` whose approval deadline falls before the next idle look: the reaper must
-   * end that wait on time (denied and re-queued, or failed), so the fleet stays busy until it has.
-   * Jobs that merely wait are not work: no host holds them.
+   * A job in `waiting` whose approval deadline falls before the next idle look, a queued job whose
+   * ttl does, or a running one whose deadline does: the reaper must end it on time, so the fleet
+   * stays busy until it has. Jobs that merely wait are not work: no host holds them.
    */
   expiring?: boolean;
   /**
@@ -68,6 +80,8 @@ export class FleetActivity {
   private lastWorkAt = Date.now();
   private lastLookAt = Number.NEGATIVE_INFINITY;
   private lastLocalEndAt = 0;
+  /** The last quiet look found this host's own runs and nothing else (see above). */
+  private ownRunsOnly = false;
   /** The last look failed (lookFailed), so nothing is known about waiting jobs. */
   private unsure = false;
   private readonly listeners = new Set<() => void>();
@@ -103,7 +117,7 @@ export class FleetActivity {
   }
 
   get idle(): boolean {
-    return this.quiet && this.opts.localRuns() === 0 && (this.sleeping || this.opts.listening());
+    return this.quiet && (this.opts.localRuns() === 0 || this.ownRunsOnly) && (this.sleeping || this.opts.listening());
   }
 
   /**
@@ -142,14 +156,24 @@ export class FleetActivity {
     for (const fn of this.listeners) fn();
   }
 
-  /** This host's last run ended: look soon rather than after BUSY_LOOK_GAP_MS. */
+  /**
+   * A run here ended: after the last one, look soon rather than after BUSY_LOOK_GAP_MS. On a host
+   * quiet over its own runs, any run's end is news: it may leave work no announcement tells of (an
+   * eval case to score, a sandbox to remove), which the busy loops then find as they did before.
+   */
   localRunEnded(): void {
     if (this.opts.localRuns() === 0) this.lastLocalEndAt = Date.now();
+    if (this.quiet && this.ownRunsOnly) this.noteWork();
   }
 
   /** Whether the reaper's pass should look at the fleet's work now. */
   shouldLook(now = Date.now()): boolean {
-    if (this.opts.idleMs === 0 || this.opts.localRuns() > 0 || !this.opts.listening()) return false;
+    if (this.opts.idleMs === 0 || !this.opts.listening()) return false;
+    // With runs here: only after BUSY_LOOK_GAP_MS without news, to learn that this host's own
+    // runs are all there is (a host claiming jobs notes work at every claim, and never looks).
+    if (this.opts.localRuns() > 0) {
+      return !this.quiet && now - this.lastLookAt >= BUSY_LOOK_GAP_MS && now - this.lastWorkAt >= BUSY_LOOK_GAP_MS;
+    }
     return this.quiet || now - this.lastLookAt >= BUSY_LOOK_GAP_MS || this.lastLocalEndAt > this.lastLookAt;
   }
 
@@ -177,17 +201,24 @@ export class FleetActivity {
 
   looked(work: FleetWork, startedAt: number): void {
     this.unsure = false;
+    const local = this.opts.localRuns() > 0;
+    // Runs here, and none elsewhere (asked and answered: unknown is not none).
+    const ownOnly = local && work.runningElsewhere === false;
     const heldOnly =
+      !local &&
       work.running &&
       this.opts.watchesHeld?.() === true &&
       Date.now() - this.lastLocalEndAt >= (this.opts.ownLockMs ?? 0);
-    if (work.waiting || work.claimed || (work.running && !heldOnly) || work.expiring || work.cleanup || work.scoring) {
+    const running = work.running && !(local ? ownOnly : heldOnly);
+    if (work.waiting || work.claimed || running || work.expiring || work.cleanup || work.scoring) {
       this.noteWork();
       return;
     }
     // An announcement while the statement ran may name a job its snapshot did not see.
     if (this.lastWorkAt >= startedAt) return;
     this.quiet = true;
-    if (this.idle) for (const fn of this.quietListeners) fn(work);
+    this.ownRunsOnly = ownOnly;
+    // Sleep (the quiet listeners) is for a host without runs; an owner only slows its loops.
+    if (this.idle && !local) for (const fn of this.quietListeners) fn(work);
   }
 }

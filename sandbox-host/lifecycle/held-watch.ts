@@ -5,7 +5,7 @@
  * every host was awake. Liveness is carried by a Postgres advisory lock, so it costs no statement:
  *
  *  - An owner (a host with runs) holds HELD_RUNS_LOCK in shared mode on its heartbeat session,
- *    taken when that session connects (holdRunsLock). The session carries every heartbeat, and
+ *    taken before that session's first statement (holdRunsLock). The session carries every heartbeat, and
  *    its `idle_session_timeout` is the lost bound, so Postgres ends it, and the lock, when the
  *    host dies (its socket closes), is cut off (TCP keepalive), or stops heartbeating for the
  *    lost bound (a frozen process, whose kernel still answers keepalives): exactly when its runs
@@ -39,39 +39,60 @@ export const HELD_LOCK_RETRY_MS = 5000;
 
 /**
  * The owner's half, on the lease pool (host-parts.ts heartbeatPool: the heartbeat's and the
- * started CAS's connections, direct sessions): each new
- * connection gets the lost bound as its idle_session_timeout and tries the shared lock in the
- * same round trip, before the heartbeat that opened it; a connection that got none tries again
- * before a later heartbeat. Only on a pool of its own: the runs' pool is not tied to liveness.
+ * started CAS's connections, direct sessions): each new connection gets the lost bound as its
+ * idle_session_timeout and tries the shared lock in the same round trip, before the statement
+ * that checked it out; a connection that got none tries again before a later statement, at most
+ * every HELD_LOCK_RETRY_MS. Only on a pool of its own: the runs' pool is not tied to liveness.
+ *
+ * The try runs on the checkout path (the pool's `connect`, which its `query` also goes through)
+ * and is awaited before the client is handed out. On the pool's 'connect'/'acquire' events it
+ * could only be fired and forgotten (pg-pool does not wait for listeners), so the caller's
+ * statement was sent while the try was in flight, which node-postgres warns about ("Calling
+ * client.query() when the client is already executing a query") and pg 9 will refuse.
  */
 export function holdRunsLock(pool: pg.Pool, opts: { lostAfterMs: number; log: Logger }): void {
   const holding = new WeakMap<pg.PoolClient, boolean>();
   let lastTryAt = 0;
   let warned = false;
-  const tryLock = (client: pg.PoolClient, setTimeout: boolean) => {
+  const tryLock = async (client: pg.PoolClient, setTimeout: boolean): Promise<void> => {
     lastTryAt = Date.now();
     // One simple-protocol round trip; when the SET fails (Postgres < 14) the SELECT does not run,
     // and the lock is not taken: a frozen host could not be told from a live one.
     const text = `${setTimeout ? `SET idle_session_timeout = ${Math.round(opts.lostAfterMs)}; ` : ""}SELECT pg_try_advisory_lock_shared(${HELD_RUNS_LOCK}) AS held`;
-    client
-      .query(text)
-      .then((res) => {
-        const results = Array.isArray(res) ? res : [res];
-        const last = results[results.length - 1] as pg.QueryResult<{ held: boolean }> | undefined;
-        holding.set(client, last?.rows[0]?.held === true);
-      })
-      .catch((err: unknown) => {
-        holding.set(client, false);
-        if (setTimeout && !warned) {
-          warned = true;
-          opts.log.warn("held-run lock not taken: other hosts stay awake while this one holds runs", errorFields(err));
-        }
-      });
+    try {
+      const res = (await client.query(text)) as pg.QueryResult | pg.QueryResult[];
+      const results = Array.isArray(res) ? res : [res];
+      const last = results[results.length - 1] as pg.QueryResult<{ held: boolean }> | undefined;
+      holding.set(client, last?.rows[0]?.held === true);
+    } catch (err) {
+      // Not the caller's failure: its own statement follows on this client and reports a broken one.
+      holding.set(client, false);
+      if (setTimeout && !warned) {
+        warned = true;
+        opts.log.warn("held-run lock not taken: other hosts stay awake while this one holds runs", errorFields(err));
+      }
+    }
   };
-  pool.on("connect", (client) => tryLock(client, true));
-  pool.on("acquire", (client) => {
-    if (holding.get(client) === false && Date.now() - lastTryAt >= HELD_LOCK_RETRY_MS) tryLock(client, false);
-  });
+  const checkout = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
+  const prepared = async (): Promise<pg.PoolClient> => {
+    const client = await checkout();
+    const held = holding.get(client);
+    if (held === undefined) await tryLock(client, true);
+    else if (!held && Date.now() - lastTryAt >= HELD_LOCK_RETRY_MS) await tryLock(client, false);
+    return client;
+  };
+  type Done = (release?: unknown) => void;
+  // Both of pg-pool's forms: a promise (transactions), a callback (its own `query`).
+  (pool as unknown as { connect: unknown }).connect = (
+    cb?: (err: Error | undefined, client: pg.PoolClient | undefined, done: Done) => void,
+  ) => {
+    if (!cb) return prepared();
+    prepared().then(
+      (client) => cb(undefined, client, client.release as Done),
+      (err: Error) => cb(err, undefined, () => {}),
+    );
+    return undefined;
+  };
 }
 
 /** The sleeper's half (lifecycle/sleep.ts): whether an owner holds the lock, and when none does. */

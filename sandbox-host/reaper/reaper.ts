@@ -15,7 +15,8 @@
  * statements only touch claimed or running jobs (or waits about to expire), so with none of them
  * anywhere they are skipped. A look that finds work runs them in the same pass and ends idleness,
  * which wakes the other duties. A host without runs in a busy fleet also looks now and then, to
- * learn when it is over.
+ * learn when it is over, and so does a host with runs when nothing happened for a while: the
+ * fleet's only work may be its own held runs (an owner's quiet, lifecycle/activity.ts).
  */
 import type { Db } from "../../src/db/client";
 import { fleetWork } from "../../src/db/reaper-repo";
@@ -37,6 +38,8 @@ export interface ReaperOptions {
   runLostAfterMs: number;
   /** Whether the fleet is idle; without it every pass is a busy one. */
   activity?: FleetActivity;
+  /** This host's id: the look tells runs held elsewhere from its own (lifecycle/activity.ts, an owner's quiet). */
+  hostId?: string;
   /** JOB_RETENTION_S in ms when this host purges: the look then reads when the next purge is due. */
   retentionMs?: number;
   /** Called for each run this pass declared lost, timed out or recovered. */
@@ -66,8 +69,11 @@ export class Reaper extends PeriodicService {
     if (activity?.asleep) return;
     if (activity?.idle) {
       const work = await this.look(activity);
-      // A failed look knows nothing: the pass runs in full.
-      if (work === null || work.claimed || work.running || work.expiring) await this.reap();
+      // A failed look knows nothing: the pass runs in full. This host's own runs are not its
+      // reaper's to watch (they are alive while it is): only another host's are.
+      if (work === null || work.claimed || (work.running && work.runningElsewhere !== false) || work.expiring) {
+        await this.reap();
+      }
       return;
     }
     await this.reap();
@@ -78,7 +84,12 @@ export class Reaper extends PeriodicService {
     const startedAt = activity.lookStarting();
     try {
       // The next look may come 1.3 × HOST_IDLE_MS from now (its jitter): a deadline before then is work.
-      const work = await fleetWork(this.opts.db, activity.idleMs * 1.3, this.opts.retentionMs ?? null);
+      const work = await fleetWork(
+        this.opts.db,
+        activity.idleMs * 1.3,
+        this.opts.retentionMs ?? null,
+        this.opts.hostId ?? null,
+      );
       activity.looked(work, startedAt);
       return work;
     } catch (err) {

@@ -62,6 +62,14 @@ export interface RunnerOptions {
   cancelHintMs?: number;
   /** Durable cancel flags (Postgres): one query for all running jobs this often (≈1 s). */
   cancelDurableMs?: number;
+  /**
+   * While `when()` holds, the cancel watch checks only every `everyMs` (hint and durable flag
+   * together): the fleet's only work is this host's runs (lifecycle/activity.ts, an owner's
+   * quiet), its LISTEN session is up, and a cancel's own NOTIFY (ear_cancel) runs a check at once
+   * (wakeCancelCheck); the slow check is the backstop for a notification lost on a dead session.
+   * `hurryCancelWatch()` puts it back on its busy period.
+   */
+  cancelIdle?: { everyMs: number; when: () => boolean };
   /** Global model quota; leases of all runs are renewed in one call per heartbeat. */
   quota?: Omit<QuotaGate, "track" | "untrack">;
   sandbox?: SandboxManager;
@@ -171,6 +179,7 @@ export class Runner {
         spread: 0.1,
         fixedRate: true,
         onError: onError("cancel check"),
+        idle: opts.cancelIdle,
       },
       () => this.checkCancels(),
     );
@@ -300,6 +309,11 @@ export class Runner {
     this.opts.metrics.quotaLeasesLost?.inc();
     this.opts.log.warn(`${why}; stopping that run's model calls`, { holder });
     entry.onLost();
+  }
+
+  /** Work appeared (lifecycle/activity.ts): an idle-period wait of the cancel watch is cut short. */
+  hurryCancelWatch(): void {
+    this.cancelChecks.hurry();
   }
 
   /**

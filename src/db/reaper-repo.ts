@@ -115,6 +115,8 @@ export interface FleetWorkRow {
   waiting: boolean;
   claimed: boolean;
   running: boolean;
+  /** Running with an owner other than the host that asked (null: no host asked). */
+  runningElsewhere: boolean | null;
   expiring: boolean;
   /** A run that is over with its sandbox cleanup fence still set: a janitor's work (a dead host's sandbox). */
   cleanup: boolean;
@@ -153,6 +155,8 @@ export async function fleetWork(
   deadlineHorizonMs = 0,
   /** JOB_RETENTION_S in ms, to know when the oldest finished job is due for the purge; null: not asked. */
   retentionMs: number | null = null,
+  /** The asking host: whether a run is held by another host (`runningElsewhere`); null: not asked. */
+  hostId: string | null = null,
 ): Promise<FleetWorkRow> {
   const horizon = sql`now() + make_interval(secs => ${deadlineHorizonMs / 1000})`;
   const retention =
@@ -164,6 +168,7 @@ export async function fleetWork(
     waiting: boolean;
     claimed: boolean;
     running: boolean;
+    running_elsewhere: boolean | null;
     expiring: boolean;
     cleanup: boolean;
     scoring: boolean;
@@ -174,8 +179,10 @@ export async function fleetWork(
         EXISTS (SELECT 1 FROM jobs WHERE ${claimable()} AND (run_at IS NULL OR run_at < ${horizon})) AS waiting,
         EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'queued') AS claimed,
         EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running') AS running,
+        ${hostId === null ? sql`NULL::boolean` : sql`EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running' AND owner <> ${hostId})`} AS running_elsewhere,
         (EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < ${horizon})
-          OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})) AS expiring,
+          OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})
+          OR EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running' AND deadline_at < ${horizon})) AS expiring,
         EXISTS (SELECT 1 FROM jobs WHERE cleanup_pending AND state <> 'running'
           AND (finished_at IS NULL OR finished_at > now() - make_interval(secs => ${CLEANUP_WORK_WINDOW_S}))) AS cleanup,
         ${SCORING_WORK_EXISTS} AS scoring,
@@ -193,6 +200,7 @@ export async function fleetWork(
     waiting: row?.waiting === true,
     claimed: row?.claimed === true,
     running: row?.running === true,
+    runningElsewhere: hostId === null ? null : row?.running_elsewhere === true,
     expiring: row?.expiring === true,
     cleanup: row?.cleanup === true,
     scoring: row?.scoring === true,

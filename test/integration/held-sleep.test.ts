@@ -2,13 +2,16 @@
  * A held run lets the rest of the fleet sleep, on real processes (tools/lib/held-sleep.ts): two
  * hosts, one job whose model call takes minutes. The host without it sleeps: for the window it
  * sends Postgres no statement and opens no session (its one watch statement waits on the owners'
- * lock, sent before), and Redis one BLPOP per wake-poll period; the owner's statements are its
- * own. Then the owner is SIGKILLed: its session's end wakes the sleeper at once, and the job is
- * recovered within the lost bound (HOST_RUN_LOST_AFTER_MS + 1.3 × HOST_REAP_MS, the bound when
- * every host was awake).
+ * lock, sent before), and Redis one BLPOP per wake-poll period. The owner is quiet too: its
+ * statements are its heartbeats and at most one pass of each idle-period backstop. A quick job
+ * submitted then starts within ~1 s. Then the owner is SIGKILLed: its session's end wakes the
+ * sleeper at once, and the job is recovered within the lost bound (HOST_RUN_LOST_AFTER_MS + 1.3 ×
+ * HOST_REAP_MS, the bound when every host was awake); once its new owner is quiet over it, a
+ * cancel ends it at once. With two owners each holding a run, the death of one is recovered by
+ * the other within the same bound.
  */
 import { describe, expect, it } from "vitest";
-import { runHeldSleep } from "../../tools/lib/held-sleep";
+import { runHeldSleep, runTwoOwners } from "../../tools/lib/held-sleep";
 import { requireBinary } from "../helpers/require";
 
 const canRun = await requireBinary("redis-server", "apt-get install redis-server");
@@ -20,18 +23,26 @@ const LOST_AFTER_MS = 8_000;
 const REAP_MS = 2_000;
 /** The recovered run's claim and started write, on a loaded 2-core machine. */
 const CLAIM_SLACK_MS = 1_500;
+/**
+ * The owner's statements besides its heartbeats, in a window shorter than one HOST_IDLE_MS
+ * (60 s, ±30 %: no loop passes twice in 30 s): at most one pass each of its idle-period loops
+ * that send a statement (the look, the schedule ticker, the webhook sender, the retention purge,
+ * the cancel watch's durable check), docs/deploy.md section 11. Before, 171 in 30 s.
+ */
+const OWNER_BACKSTOPS = 5;
+const HOST_ENV = {
+  HOST_WAKE_POLL_MS: String(WAKE_POLL_MS),
+  HOST_HEARTBEAT_MS: String(HEARTBEAT_MS),
+  HOST_RUN_LOST_AFTER_MS: String(LOST_AFTER_MS),
+  HOST_REAP_MS: String(REAP_MS),
+  MODEL_TIMEOUT_MS: "900000",
+};
 
 describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
   it("lets the other host sleep with no statement, and recovers the job within the lost bound when the owner is killed", async () => {
     const r = await runHeldSleep({
       windowMs: WINDOW_MS,
-      hostEnv: {
-        HOST_WAKE_POLL_MS: String(WAKE_POLL_MS),
-        HOST_HEARTBEAT_MS: String(HEARTBEAT_MS),
-        HOST_RUN_LOST_AFTER_MS: String(LOST_AFTER_MS),
-        HOST_REAP_MS: String(REAP_MS),
-        MODEL_TIMEOUT_MS: "900000",
-      },
+      hostEnv: HOST_ENV,
     });
     const detail = JSON.stringify(r);
     console.log(`held sleep: ${detail}`);
@@ -42,6 +53,14 @@ describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
       .filter(([q]) => /heartbeat/i.test(q))
       .reduce((a, [, n]) => a + n, 0);
     expect(heartbeats, detail).toBeGreaterThanOrEqual(Math.floor(r.windowS / (HEARTBEAT_MS / 1000)) - 2);
+    // And little else: its own loops are on the idle cadence while its run is the fleet's only work.
+    const ownerOthers = Object.entries(r.ownerStatementTexts)
+      .filter(([q]) => !/heartbeat/i.test(q))
+      .reduce((a, [, n]) => a + n, 0);
+    expect(ownerOthers, detail).toBeLessThanOrEqual(OWNER_BACKSTOPS);
+    // Quiet is not deaf: a submit's announcement brings every loop back at once. ~1 s: 63 ms
+    // measured (the owner claimed it) at load 9 on 2 cores, 1272 ms once at load 10.
+    expect(r.submitStartedMs, detail).toBeLessThan(1_500);
     // The sleeper's one BLPOP per period (+1 at the window's edge); the owner blocks on nothing.
     expect(r.redisByCommand.blpop ?? 0, detail).toBeGreaterThanOrEqual(
       Math.floor(r.windowS / (WAKE_POLL_MS / 1000)) - 1,
@@ -59,5 +78,24 @@ describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
       detail,
     ).toEqual([]);
     expect(r.hostProblems.length, detail).toBe(1);
+    // A cancel reaches an owner quiet over its run at once (ear_cancel), not at its minute backstop.
+    expect(r.cancelEndedMs, detail).toBeLessThan(2_000);
+    // The owner's lock is taken before its session's first statement, not alongside it: node-postgres
+    // warned "Calling client.query() when the client is already executing a query" when it was not.
+    expect(r.nodeWarnings, detail).toEqual([]);
   }, 240_000);
+
+  it("with two owners each holding a run, one's death is recovered by the other within the lost bound", async () => {
+    const r = await runTwoOwners({ heldMs: 30_000, hostEnv: HOST_ENV });
+    const detail = JSON.stringify(r);
+    console.log(`two owners: ${detail}`);
+    // Held 30 s first: an owner that wrongly went quiet over its own run would reap once a
+    // HOST_IDLE_MS (60 s) and miss this bound.
+    expect(r.recoveredAfterKillMs, detail).toBeLessThanOrEqual(LOST_AFTER_MS + 1.3 * REAP_MS + CLAIM_SLACK_MS);
+    expect(
+      r.hostProblems.filter((l) => !l.includes("run's owner stopped heartbeating")),
+      detail,
+    ).toEqual([]);
+    expect(r.nodeWarnings, detail).toEqual([]);
+  }, 180_000);
 });

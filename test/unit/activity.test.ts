@@ -82,4 +82,51 @@ describe("FleetActivity", () => {
     expect(a.shouldLook()).toBe(false);
     expect(a.idle).toBe(false);
   });
+
+  it("a host whose own runs are the fleet's only work goes idle with them, and never sleeps for it", async () => {
+    const { a, state } = activity();
+    let quietCalls = 0;
+    a.onQuiet(() => quietCalls++);
+    state.runs = 1;
+    // Busy with runs: no look until BUSY_LOOK_GAP_MS passed without news (a claim, an announcement).
+    expect(a.shouldLook()).toBe(false);
+    expect(a.shouldLook(Date.now() + BUSY_LOOK_GAP_MS / 2)).toBe(false);
+    expect(a.shouldLook(Date.now() + BUSY_LOOK_GAP_MS + 5)).toBe(true);
+    await sleep(20);
+    a.noteWork();
+    expect(a.shouldLook(Date.now() + BUSY_LOOK_GAP_MS / 2)).toBe(false);
+    // Runs elsewhere too, or not asked: busy (each owner's reaper watches the others).
+    await sleep(2);
+    a.looked({ ...NONE, running: true, runningElsewhere: true }, a.lookStarting());
+    expect(a.idle).toBe(false);
+    await sleep(2);
+    a.looked({ ...NONE, running: true }, a.lookStarting());
+    expect(a.idle).toBe(false);
+    // Only its own: idle (its loops slow down), but the sleep is not told.
+    await sleep(2);
+    a.looked({ ...NONE, running: true, runningElsewhere: false }, a.lookStarting());
+    expect(a.idle).toBe(true);
+    expect(quietCalls).toBe(0);
+    // A deadline coming (a run's timeout, a wait's): busy.
+    await sleep(2);
+    a.looked({ ...NONE, running: true, runningElsewhere: false, expiring: true }, a.lookStarting());
+    expect(a.idle).toBe(false);
+    await sleep(2);
+    a.looked({ ...NONE, running: true, runningElsewhere: false }, a.lookStarting());
+    expect(a.idle).toBe(true);
+    // One of its runs ending is news (it may leave work nothing announces).
+    const hurried = state.hurried;
+    a.localRunEnded();
+    expect(a.idle).toBe(false);
+    expect(state.hurried).toBe(hurried + 1);
+    // Quiet with no runs here, then a claim: the claim's noteWork ends it; without one, runs here
+    // after a look that saw none are not idle.
+    state.runs = 0;
+    await sleep(2);
+    a.looked(NONE, a.lookStarting());
+    expect(a.idle).toBe(true);
+    expect(quietCalls).toBe(1);
+    state.runs = 1;
+    expect(a.idle).toBe(false);
+  });
 });

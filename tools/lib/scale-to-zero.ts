@@ -221,6 +221,8 @@ export interface SleepFleet {
   /** From now on, host lines at warn or error are problems. */
   watch(): void;
   problems: string[];
+  /** Node's own process warnings the hosts printed since they started ("(node:…) DeprecationWarning: …"). */
+  nodeWarnings: string[];
   /** The last 60 host lines, `<host number>: <line>`. */
   recent: string[];
   /** Lines logged so far (the wake trace's start). */
@@ -316,6 +318,7 @@ export async function startSleepFleet(opts: { hosts: number; hostEnv?: Record<st
     cleanups.push(() => ingest.close());
 
     const problems: string[] = [];
+    const nodeWarnings: string[] = [];
     const recent: string[] = [];
     let lines = 0;
     let watching = false;
@@ -343,6 +346,7 @@ export async function startSleepFleet(opts: { hosts: number; hostEnv?: Record<st
           if (recent.length > 60) recent.shift();
           lines++;
           if (watching && /"level":"(warn|error)"/.test(line)) problems.push(line.slice(0, 300));
+          if (/\(node:\d+\) \w*Warning/.test(line)) nodeWarnings.push(`${i + 1}: ${line.slice(0, 300)}`);
         },
         // tsx compiles the host from source at start: slow on a loaded 2-core machine.
         { readyTimeoutMs: 120_000 },
@@ -404,6 +408,7 @@ export async function startSleepFleet(opts: { hosts: number; hostEnv?: Record<st
         watching = true;
       },
       problems,
+      nodeWarnings,
       recent,
       lines: () => lines,
       snapshot,

@@ -66,6 +66,7 @@ export function stepBreakdown(records: RunRecord[]): StepBreakdown {
       streamOutside: g((r) => outside(r.path?.streamHeadersMs, r.path?.streamGateway?.appMs)),
       streamDo: g((r) => r.path?.streamGateway?.doMs),
       streamPg: g((r) => r.path?.streamGateway?.pgMs),
+      readBack: p("readBackMs"),
     },
     events: {
       emitToReceive: dist(records.flatMap((r) => r.eventPathSamples ?? [])),

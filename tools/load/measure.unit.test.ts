@@ -36,6 +36,7 @@ const run = (path: Partial<RunRecord["path"]>, samples: number[]): RunRecord =>
       firstEventPathMs: null,
       terminalPathMs: null,
       finishedToReceiveMs: null,
+      readBackMs: null,
       ...path,
     },
     eventPathSamples: samples,

@@ -74,6 +74,7 @@ export function gatewayRows(r: LoadResults): string[][] | null {
     "outside it",
     "its DO waits",
     "its pg waits",
+    "read-back GET (verification)",
   ];
   const rows = steps.map((s) => {
     const g = s.breakdown.gateway;
@@ -89,6 +90,7 @@ export function gatewayRows(r: LoadResults): string[][] | null {
       d2(g.streamOutside),
       d2(g.streamDo),
       d2(g.streamPg),
+      d2(g.readBack),
     ];
   });
   return [head, ...rows];

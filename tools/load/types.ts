@@ -98,6 +98,8 @@ export interface RunPath {
   terminalPathMs: number | null;
   /** The job row's `finished_at` (terminal write) → the terminal event received. */
   finishedToReceiveMs: number | null;
+  /** The read-back's first GET /v1/jobs/{id} after the stream ended: sent → answered (verification, not the user's wait). */
+  readBackMs: number | null;
   /** The submit's answer's Server-Timing: the gateway's own time and its waits (null: no header). */
   submitGateway?: GatewayTiming | null;
   /** The event stream's response head's Server-Timing. */
@@ -123,6 +125,8 @@ export interface StepBreakdown {
     streamOutside: Dist;
     streamDo: Dist;
     streamPg: Dist;
+    /** The read-back's first GET after the stream ended (the load tool's verification). */
+    readBack: Dist;
   };
   events: { emitToReceive: Dist; firstEvent: Dist; terminal: Dist; finishedToReceive: Dist };
   /** Share of the client's preparation (submit → first event) per part, summed over the step's runs. */

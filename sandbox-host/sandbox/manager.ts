@@ -443,15 +443,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       });
       if (r.exitCode === 3) return { archive: null, tooLarge: false };
       if (r.stdoutBytes > maxBytes) return { archive: null, tooLarge: true };
-      if (r.exitCode !== 0) {
-        throw new SandboxError(
-          "exec_failed",
-          `tar of ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
-          {
-            runId,
-          },
-        );
-      }
+      if (r.exitCode !== 0) throw execFailed(runId, `tar of ${dir}`, r);
       return { archive: r.stdout, tooLarge: false };
     },
 
@@ -473,15 +465,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
         capBytes: DEFAULT_OUTPUT_CAP_BYTES,
         user: profile.user,
       });
-      if (r.exitCode !== 0) {
-        throw new SandboxError(
-          "exec_failed",
-          `untar into ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
-          {
-            runId,
-          },
-        );
-      }
+      if (r.exitCode !== 0) throw execFailed(runId, `untar into ${dir}`, r);
     },
 
     async listTree(runId, dir, maxBytes, o = {}) {
@@ -502,15 +486,7 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       });
       if (r.exitCode === 3) return { listing: null, tooLarge: false };
       if (r.stdoutBytes > maxBytes) return { listing: null, tooLarge: true };
-      if (r.exitCode !== 0) {
-        throw new SandboxError(
-          "exec_failed",
-          `listing ${dir} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`,
-          {
-            runId,
-          },
-        );
-      }
+      if (r.exitCode !== 0) throw execFailed(runId, `listing ${dir}`, r);
       return { listing: r.stdout.toString("utf8"), tooLarge: false };
     },
 
@@ -577,6 +553,13 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       return { runs, failed };
     },
   };
+}
+
+/** A workspace command (tar, untar, the listing) that exited non-zero, with the start of its stderr. */
+function execFailed(runId: string, what: string, r: RawExecResult): SandboxError {
+  return new SandboxError("exec_failed", `${what} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 200)}`, {
+    runId,
+  });
 }
 
 function marker(n: number, stream: string): string {

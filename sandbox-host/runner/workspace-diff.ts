@@ -20,8 +20,11 @@ const UNKNOWN = "?";
 /** `%f|%i|%s|%y|%z|%n`: raw mode (hex), inode, size, mtime, ctime, then the name (which may hold `|`). */
 const LINE = /^([0-9a-f]+)\|(\d+)\|(\d+)\|([^|]+)\|([^|]+)\|(\.\/.*)$/;
 
-/** Path → signature (`UNKNOWN` for an entry that may change unseen). */
-export type Tree = Map<string, string>;
+/** A listing: its marker's ctime, and path → signature (`UNKNOWN` for an entry that may change unseen). */
+export interface Tree {
+  mark: string;
+  entries: Map<string, string>;
+}
 
 /**
  * The tree from a listing, or null when a line is not one entry (a name holding a newline): the
@@ -31,7 +34,7 @@ export function parseTree(listing: string): Tree | null {
   const lines = listing.split("\n");
   const mark = lines[0]?.trim() ?? "";
   if (mark === "") return null;
-  const tree: Tree = new Map();
+  const entries = new Map<string, string>();
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i] as string;
     if (line === "" && i === lines.length - 1) break;
@@ -47,9 +50,29 @@ export function parseTree(listing: string): Tree | null {
       string,
     ];
     // Same zone and fixed width (busybox prints nine digits), so the strings compare as times.
-    tree.set(name, ctime >= mark ? `${typeOf(mode)}${UNKNOWN}` : `${mode}|${ino}|${size}|${mtime}|${ctime}`);
+    entries.set(name, ctime >= mark ? `${typeOf(mode)}${UNKNOWN}` : `${mode}|${ino}|${size}|${mtime}|${ctime}`);
   }
-  return tree;
+  return { mark, entries };
+}
+
+/**
+ * The entries of `tree` whose ctime is at or after `since` (an earlier listing's mark), in the
+ * listing's order: what the sandbox's one-exec snapshot packs as a diff (`snapshotTree`). Each
+ * is `diffTrees`' changed set against the listing that `since` marks, given a clock that does
+ * not step back: a change after that listing's marker gave its entry a ctime at or past it (any
+ * write, chmod, rename or new inode), and an entry it saw with such a ctime it kept as unknown.
+ * The host checks the two agree before it trusts the sandbox's selection.
+ */
+export function changedSince(tree: Tree, since: string): string[] {
+  const out: string[] = [];
+  for (const [path, sig] of tree.entries) {
+    if (sig.endsWith(UNKNOWN) || ctimeOf(sig) >= since) out.push(path);
+  }
+  return out;
+}
+
+function ctimeOf(sig: string): string {
+  return sig.split("|")[4] ?? "";
 }
 
 /** The file type bits of a signature (`S_IFMT`), so a file replaced by a directory is a deletion too. */
@@ -74,12 +97,12 @@ export interface TreeDiff {
 export function diffTrees(base: Tree, next: Tree): TreeDiff {
   const changed: string[] = [];
   const gone = new Set<string>();
-  for (const [path, sig] of next) {
-    const was = base.get(path);
+  for (const [path, sig] of next.entries) {
+    const was = base.entries.get(path);
     if (was === undefined || was !== sig || sig.endsWith(UNKNOWN)) changed.push(path);
     if (was !== undefined && storedType(was) !== storedType(sig)) gone.add(path);
   }
-  for (const path of base.keys()) if (!next.has(path)) gone.add(path);
+  for (const path of base.entries.keys()) if (!next.entries.has(path)) gone.add(path);
   const deleted = [...gone].filter((path) => !hasAncestorIn(path, gone)).sort();
   return { changed, deleted };
 }

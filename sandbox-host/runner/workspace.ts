@@ -19,6 +19,13 @@
  * SANDBOX_WORKSPACE_MAX_BYTES bounds the full archive, and a whole chain: a diff that would take
  * the chain past it is a full snapshot instead; a workspace whose full archive passes it is not
  * snapshotted (logged), and a continuation from it resets the sandbox as before and says so.
+ *
+ * A step's snapshot is one exec in the sandbox (`snapshotTree`: the listing, then the archive),
+ * not a listing and then a pack: each `docker exec` costs the engine (dockerd, containerd, runc)
+ * more CPU than the command, and at 100 tool runs at once the second exec per step was what the
+ * machine ran out of (docs/capacity.md). The sandbox packs what it selects by ctime against the
+ * previous listing's marker, which is the host's changed set (workspace-diff.ts `changedSince`);
+ * the host checks that before it stores the diff.
  */
 import { reserveBlob } from "../../src/db/artifacts-repo";
 import { lastConversationSnapshot } from "../../src/db/journal-repo";
@@ -29,7 +36,7 @@ import type { SandboxManager } from "../sandbox/manager";
 import { WORKSPACE } from "../sandbox/profile";
 import { snapshotFromPayload, type WorkspaceLink, type WorkspaceSnapshot } from "./journal";
 import type { Execution } from "./run-context";
-import { argBytes, decodeDiff, diffTrees, encodeDiff, parseTree, type Tree, type TreeDiff } from "./workspace-diff";
+import { argBytes, changedSince, decodeDiff, diffTrees, encodeDiff, parseTree, type Tree } from "./workspace-diff";
 
 /** The sandbox tools that may change /workspace (read_file and list_dir do not). */
 export const WORKSPACE_WRITERS: ReadonlySet<string> = new Set(["shell", "write_file"]);
@@ -49,8 +56,9 @@ export const MAX_CHAIN_DIFFS = 10;
 const TREE_LISTING_MAX_BYTES = 8 * 1024 * 1024;
 
 /**
- * The paths a diff may name as one exec's arguments (changed and deleted together): well under
- * Linux's 2 MiB for argv and environment; past it the snapshot is full (it changed most files).
+ * The paths a diff may name as one exec's arguments (its changed entries when packed, its
+ * deletions when restored): well under Linux's 2 MiB for argv and environment; past it the
+ * snapshot is full (it changed most files).
  */
 const DIFF_ARG_MAX_BYTES = 256 * 1024;
 
@@ -65,37 +73,28 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
   run.workspaceDirty = false;
   if (!settings || !deps.sandbox || !run.sandboxUsed || !run.owned || run.pendingRestore || run.conversationRestore)
     return;
-  const sandbox = deps.sandbox;
   try {
-    // A listing that fails (say /tmp, where its marker goes, is full) costs a full snapshot, not the snapshot.
-    const listed = await listTree(exec);
-    if (listed === "no workspace") return;
-    const tree = listed;
-    const made = await packDiff(exec, tree);
-    let blob: Uint8Array<ArrayBuffer>;
-    let base: WorkspaceLink[] = [];
-    if (made === "unchanged") {
-      run.workspaceTree = tree;
+    const took = await takeSnapshot(
+      deps.sandbox,
+      id.executionId,
+      { tree: run.workspaceTree, chain: run.workspaceChain },
+      settings.snapshotMaxBytes,
+      (msg, fields) => deps.log.warn(msg, { ...exec.fields, ...fields }),
+    );
+    if (took.kind === "no workspace") return;
+    if (took.kind === "too large") {
+      deps.log.warn("workspace not snapshotted: larger than SANDBOX_WORKSPACE_MAX_BYTES", {
+        ...exec.fields,
+        max_bytes: settings.snapshotMaxBytes,
+      });
       return;
     }
-    if (made) {
-      blob = made;
-      base = run.workspaceChain;
-    } else {
-      const packed = await sandbox.packDir(id.executionId, WORKSPACE, settings.snapshotMaxBytes, {
-        gzip: true,
-        timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
-      });
-      if (packed.tooLarge) {
-        deps.log.warn("workspace not snapshotted: larger than SANDBOX_WORKSPACE_MAX_BYTES", {
-          ...exec.fields,
-          max_bytes: settings.snapshotMaxBytes,
-        });
-        return;
-      }
-      if (!packed.archive) return;
-      blob = new Uint8Array(packed.archive);
+    if (took.kind === "unchanged") {
+      run.workspaceTree = took.tree;
+      return;
     }
+    const { blob, tree } = took;
+    const base = took.kind === "diff" ? run.workspaceChain : [];
     const sha256 = toHex(await crypto.subtle.digest("SHA-256", blob));
     if (sha256 === run.lastSnapshot) {
       run.workspaceTree = tree;
@@ -119,65 +118,98 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
   }
 }
 
-/** The workspace's tree; null when it cannot be had (the snapshot is then full). */
-async function listTree(exec: Execution): Promise<Tree | null | "no workspace"> {
+/** What one snapshot step made, before it is stored. */
+export type SnapshotTake =
+  | { kind: "no workspace" }
+  | { kind: "too large" }
+  /** Nothing changed since `prior.tree`: nothing to store; `tree` is the next diff's base. */
+  | { kind: "unchanged"; tree: Tree }
+  /**
+   * A blob to store: a full archive (a chain of its own) or a diff on `prior.chain`. `tree` is
+   * the next diff's base (null: the next snapshot is full). `execs`: the sandbox commands it took
+   * (1, unless the sandbox's selection could not be used and the archive was packed again).
+   */
+  | { kind: "full" | "diff"; blob: Uint8Array<ArrayBuffer>; tree: Tree | null; execs: number };
+
+/**
+ * One snapshot step: the run's workspace listed and packed in one sandbox exec (`snapshotTree`),
+ * as a diff on `prior` when it can be (see the file's head), else whole. The host decides from the
+ * listing what changed and what was deleted (`diffTrees`), and uses the sandbox's archive of the
+ * entries it selected by ctime only when that selection is exactly the changed set
+ * (`changedSince`); otherwise, and for a diff that would take the chain past `maxBytes` or name
+ * too many deletions, it packs the whole workspace in a second exec. `warn`: a selection that was
+ * not the changed set (a clock stepped back), logged.
+ */
+export async function takeSnapshot(
+  sandbox: SandboxManager,
+  runId: string,
+  prior: { tree: Tree | null; chain: readonly WorkspaceLink[] },
+  maxBytes: number,
+  warn: (msg: string, fields: Record<string, unknown>) => void = () => {},
+): Promise<SnapshotTake> {
+  const [full, ...diffs] = prior.chain;
+  const diffBytes = diffs.reduce((n, l) => n + l.bytes, 0);
+  // Diff only on a chain with a base tree; a chain due to be cut gets a full archive, or none
+  // when nothing changed (a step that changed nothing does not cut it).
+  const since = full && prior.tree ? prior.tree.mark : null;
+  const cut = full !== undefined && (diffs.length >= MAX_CHAIN_DIFFS || diffBytes >= full.bytes);
+  const budget = full ? maxBytes - full.bytes - diffBytes : maxBytes;
+  const took = await sandbox.snapshotTree(runId, WORKSPACE, {
+    since,
+    cut,
+    maxListingBytes: TREE_LISTING_MAX_BYTES,
+    maxArchiveBytes: maxBytes,
+    maxArgBytes: DIFF_ARG_MAX_BYTES,
+    timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+  });
+  if (took === null) return { kind: "no workspace" };
+  if (took.tooLarge) return { kind: "too large" };
+  // No tree (a listing past its cap, a name holding a newline): this snapshot and the next are full.
+  const tree = took.listing === null ? null : parseTree(took.listing);
+  const diff = tree && prior.tree ? diffTrees(prior.tree, tree) : null;
+  if (diff && diff.changed.length === 0 && diff.deleted.length === 0) return { kind: "unchanged", tree: tree as Tree };
+  if (took.mode === "full" && took.archive) return { kind: "full", blob: new Uint8Array(took.archive), tree, execs: 1 };
+  if (took.mode === "diff" && diff && since !== null && tree && argBytes(diff.deleted) <= DIFF_ARG_MAX_BYTES) {
+    const selected = changedSince(tree, since);
+    if (selected.length === took.selected && samePaths(selected, diff.changed)) {
+      const blob = encodeDiff(diff.deleted, took.archive ?? new Uint8Array(0));
+      if (blob.byteLength <= budget) return { kind: "diff", blob, tree, execs: 1 };
+    } else {
+      warn("workspace diff not used: the sandbox's selection is not the changed set", {
+        selected: took.selected,
+        changed: diff.changed.length,
+      });
+    }
+  }
+  // A chain due to be cut with only deletions, a selection that differs, a diff past the budget.
+  const packed = await sandbox.packDir(runId, WORKSPACE, maxBytes, {
+    gzip: true,
+    timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+  });
+  if (packed.tooLarge) return { kind: "too large" };
+  if (!packed.archive) return { kind: "no workspace" };
+  // The listing predates this archive; an entry changed in between has a ctime past its marker,
+  // so the next diff takes it again (bytes, never a miss).
+  return { kind: "full", blob: new Uint8Array(packed.archive), tree, execs: 2 };
+}
+
+/** The workspace's tree after a restore; null when it cannot be had (the next snapshot is then full). */
+async function listTree(exec: Execution): Promise<Tree | null> {
   const { deps, id } = exec;
   if (!deps.sandbox) return null;
   try {
     const l = await deps.sandbox.listTree(id.executionId, WORKSPACE, TREE_LISTING_MAX_BYTES, {
       timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
     });
-    if (l.tooLarge) return null;
-    return l.listing === null ? "no workspace" : parseTree(l.listing);
+    return l.tooLarge || l.listing === null ? null : parseTree(l.listing);
   } catch (err) {
-    deps.log.warn("workspace tree not listed: the snapshot is full", { ...exec.fields, ...errorFields(err) });
+    deps.log.warn("workspace tree not listed: the next snapshot is full", { ...exec.fields, ...errorFields(err) });
     return null;
   }
 }
 
-/**
- * The diff blob of what changed since the run's last snapshot, "unchanged" when nothing did, or
- * null when this snapshot must be full: no tree to diff against (the first snapshot, a listing
- * that could not be read), a chain due to be cut, too many paths for one exec, or a diff that
- * would take the chain past SANDBOX_WORKSPACE_MAX_BYTES.
- */
-async function packDiff(exec: Execution, tree: Tree | null): Promise<Uint8Array<ArrayBuffer> | "unchanged" | null> {
-  const { deps, run, id } = exec;
-  const chain = run.workspaceChain;
-  const settings = deps.artifacts;
-  if (!tree || !run.workspaceTree || chain.length === 0 || !settings || !deps.sandbox) return null;
-  // Unchanged first: a chain due to be cut is not cut for a step that changed nothing.
-  const diff = diffTrees(run.workspaceTree, tree);
-  if (diff.changed.length === 0 && diff.deleted.length === 0) return "unchanged";
-  const [full, ...diffs] = chain as [WorkspaceLink, ...WorkspaceLink[]];
-  const diffBytes = diffs.reduce((n, l) => n + l.bytes, 0);
-  if (diffs.length >= MAX_CHAIN_DIFFS || diffBytes >= full.bytes) return null;
-  return packTreeDiff(deps.sandbox, id.executionId, diff, settings.snapshotMaxBytes - full.bytes - diffBytes);
-}
-
-/**
- * The diff blob of `diff` in the run's workspace (the changed entries packed in the sandbox), or
- * null when it names too many paths for one exec or passes `maxBytes`.
- */
-export async function packTreeDiff(
-  sandbox: SandboxManager,
-  runId: string,
-  { changed, deleted }: TreeDiff,
-  maxBytes: number,
-): Promise<Uint8Array<ArrayBuffer> | null> {
-  if (argBytes(changed) + argBytes(deleted) > DIFF_ARG_MAX_BYTES) return null;
-  let archive: Uint8Array = new Uint8Array(0);
-  if (changed.length > 0) {
-    const packed = await sandbox.packDir(runId, WORKSPACE, maxBytes, {
-      gzip: true,
-      paths: changed,
-      timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
-    });
-    if (packed.tooLarge || !packed.archive) return null;
-    archive = packed.archive;
-  }
-  const blob = encodeDiff(deleted, archive);
-  return blob.byteLength > maxBytes ? null : blob;
+function samePaths(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((p, i) => p === b[i]);
 }
 
 /** Apply one blob of a chain to the run's workspace: the first is a full archive, the rest diffs. */
@@ -238,8 +270,7 @@ export async function restoreWorkspace(exec: Execution): Promise<void> {
   run.workspaceChain = chain;
   // The restored tree is the next diff's base (the unpack gave every entry a new ctime). Without
   // it the next snapshot is full: a failed listing costs bytes, never the restore.
-  const tree = await listTree(exec);
-  run.workspaceTree = tree === "no workspace" ? null : tree;
+  run.workspaceTree = await listTree(exec);
   // The conversation's snapshot becomes this job's too (the blobs are already stored), each link
   // of its chain a row of this job's journal: a recovery of this job restores it rather than
   // resetting, a job that only reads leaves it the conversation's last for the next job either

@@ -166,6 +166,27 @@ export interface SandboxManager {
     maxBytes: number,
     opts?: { timeoutMs?: number },
   ): Promise<{ listing: string | null; tooLarge: boolean }>;
+  /**
+   * One exec for a workspace snapshot step: `listTree`'s listing of `dir`, then the gzipped tar
+   * of it, whole (`mode` "full") or only the entries whose ctime is at or after `since` (a
+   * previous listing's marker: "diff", none descended), in the order of the listing. `cut`: a
+   * chain due to be cut, so anything selected makes the archive whole and an empty selection
+   * packs nothing ("none"). A selection whose names pass `maxArgBytes` is packed whole. `listing`
+   * is null when it passes `maxListingBytes` (the archive is then whole). `null` when the
+   * directory does not exist; `tooLarge` when the output passes `maxListingBytes + maxArchiveBytes`.
+   */
+  snapshotTree(
+    runId: string,
+    dir: string,
+    opts: {
+      since: string | null;
+      cut: boolean;
+      maxListingBytes: number;
+      maxArchiveBytes: number;
+      maxArgBytes: number;
+      timeoutMs?: number;
+    },
+  ): Promise<TreeSnapshot | null>;
   /** Removes the run's container and network; idempotent (nothing to remove is success). */
   destroy(runId: string, host?: string): Promise<DestroyResult>;
   /**
@@ -490,6 +511,45 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
       return { listing: r.stdout.toString("utf8"), tooLarge: false };
     },
 
+    async snapshotTree(runId, dir, o) {
+      const sb = await ensure(runId);
+      const r = await runExec(docker, sb.containerId, {
+        argv: [
+          "/bin/sh",
+          "-c",
+          SNAPSHOT_SCRIPT,
+          "sh",
+          files.workspacePath(dir, runId),
+          o.since ?? "",
+          o.cut ? "1" : "0",
+          String(o.maxListingBytes),
+          String(o.maxArgBytes),
+        ],
+        timeoutMs: o.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS,
+        capBytes: o.maxListingBytes + o.maxArchiveBytes + 64,
+        user: profile.user,
+      });
+      if (r.exitCode === 3) return null;
+      if (r.stdoutBytes > o.maxListingBytes + o.maxArchiveBytes + 64) {
+        return { listing: null, mode: "full", selected: 0, archive: null, tooLarge: true };
+      }
+      if (r.exitCode !== 0) throw execFailed(runId, `snapshot of ${dir}`, r);
+      const nl = r.stdout.indexOf(0x0a);
+      const head = /^(\d+) (full|diff|none) (\d+)$/.exec(r.stdout.subarray(0, nl === -1 ? 0 : nl).toString("latin1"));
+      if (!head) throw execFailed(runId, `snapshot of ${dir} (no header)`, r);
+      const listingBytes = Number(head[1]);
+      const mode = head[2] as TreeSnapshot["mode"];
+      const rest = r.stdout.subarray(nl + 1);
+      const archive = rest.subarray(listingBytes);
+      return {
+        listing: listingBytes > 0 ? rest.subarray(0, listingBytes).toString("utf8") : null,
+        mode,
+        selected: Number(head[3]),
+        archive: mode === "none" || archive.byteLength === 0 ? null : Buffer.from(archive),
+        tooLarge: false,
+      };
+    },
+
     async readFile(runId, path, o = {}) {
       return files.readFile(await fileCtx(runId, o.signal), path, o.maxBytes ?? DEFAULT_READ_MAX_BYTES);
     },
@@ -554,6 +614,56 @@ export function createSandboxManager(opts: SandboxManagerOptions): SandboxManage
     },
   };
 }
+
+/** What `snapshotTree` printed: the listing, what it packed, and the archive. */
+export interface TreeSnapshot {
+  listing: string | null;
+  mode: "full" | "diff" | "none";
+  /** Entries the diff selection held (0 unless `since` was given). */
+  selected: number;
+  /** The gzipped tar; null when nothing was packed. */
+  archive: Buffer | null;
+  tooLarge: boolean;
+}
+
+/**
+ * `snapshotTree`'s script ($1 dir, $2 since, $3 cut, $4 max listing bytes, $5 max selection
+ * argument bytes). The listing goes to a file on /tmp first (a tmpfs, like /workspace: the
+ * marker's ctime and the entries' come from the same coarse clock, see listTree) so its size can
+ * lead the output: `<listing bytes> <mode> <selected>\n`, the listing, then the archive. awk
+ * selects by the listing's ctime field (the fifth `|`-field; names may hold `|` but come last)
+ * and quotes each name for `eval` (busybox tar has no -T, and names are arguments).
+ */
+const SNAPSHOT_SCRIPT = `set -o pipefail
+d="$1"; since="$2"; cut="$3"; maxl="$4"; maxa="$5"
+[ -d "$d" ] || exit 3
+m=/tmp/.ear-tree-mark; l=/tmp/.ear-tree-list
+trap 'rm -f "$l"' EXIT
+touch "$m" && stat -c %z "$m" > "$l" && cd "$d" && find . -mindepth 1 -exec stat -c "%f|%i|%s|%y|%z|%n" {} + >> "$l" || exit 4
+lb=$(( $(wc -c < "$l") ))
+mode=full; n=0; sel=""
+if [ "$lb" -gt "$maxl" ]; then lb=0
+elif [ -n "$since" ]; then
+  sel=$(awk -F'|' -v since="$since" -v maxa="$maxa" '
+    NR > 1 && NF >= 6 && $5 >= since {
+      name = substr($0, length($1) + length($2) + length($3) + length($4) + length($5) + 6)
+      bytes += length(name) + 1; n++; q = ""
+      while ((i = index(name, "\\047")) > 0) { q = q substr(name, 1, i - 1) "\\047\\134\\047\\047"; name = substr(name, i + 1) }
+      args = args " \\047" q name "\\047"
+    }
+    END { print (bytes > maxa ? -1 : n + 0); print "set --" args }' "$l") || exit 5
+  n=\${sel%%[!0-9-]*}
+  if [ "$n" -lt 0 ]; then mode=full
+  elif [ "$cut" = 1 ]; then if [ "$n" -gt 0 ]; then mode=full; else mode=none; fi
+  else mode=diff; fi
+fi
+printf '%s %s %s\\n' "$lb" "$mode" "$n"
+[ "$lb" -eq 0 ] || cat "$l"
+case $mode in
+  full) tar -cf - . | gzip -c ;;
+  diff) if [ "$n" -gt 0 ]; then eval "\${sel#*
+}" && tar -cf - --no-recursion "$@" | gzip -c; fi ;;
+esac`;
 
 /** A workspace command (tar, untar, the listing) that exited non-zero, with the start of its stderr. */
 function execFailed(runId: string, what: string, r: RawExecResult): SandboxError {

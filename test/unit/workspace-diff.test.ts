@@ -4,7 +4,7 @@
  * (real Docker, a recovery) is in test/integration/workspace-snapshots.test.ts.
  */
 import { describe, expect, it } from "vitest";
-import { decodeDiff, diffTrees, encodeDiff, parseTree } from "../../sandbox-host/runner/workspace-diff";
+import { changedSince, decodeDiff, diffTrees, encodeDiff, parseTree } from "../../sandbox-host/runner/workspace-diff";
 
 const MARK = "2026-12-05 19:29:30.300000000 +0000";
 const T1 = "2026-12-05 19:29:30.100000000 +0000";
@@ -23,7 +23,7 @@ describe("workspace diffs", () => {
 
   it("keeps an entry stamped at or after the marker unknown, so the next diff takes it whatever its stamp", () => {
     const racy = parseTree(listing(line("81a4", 10, 7, MARK, "./hot.txt")));
-    expect(racy?.get("./hot.txt")).toBe(`${0o100000}?`);
+    expect(racy?.entries.get("./hot.txt")).toBe(`${0o100000}?`);
     // Same signature as before, but the one before was racy: it is sent again.
     const later = parseTree(`2026-12-05 19:29:31.000000000 +0000\n${line("81a4", 10, 7, MARK, "./hot.txt")}\n`);
     expect(racy && later && diffTrees(racy, later).changed).toEqual(["./hot.txt"]);
@@ -46,7 +46,37 @@ describe("workspace diffs", () => {
   it("refuses a listing with a line that is not one entry (a name holding a newline)", () => {
     expect(parseTree(listing(line("81a4", 1, 1, T1, "./a\nb")))).toBeNull();
     expect(parseTree("")).toBeNull();
-    expect(parseTree(listing(line("81a4", 1, 1, T1, "./a|b")))?.has("./a|b")).toBe(true);
+    expect(parseTree(listing(line("81a4", 1, 1, T1, "./a|b")))?.entries.has("./a|b")).toBe(true);
+  });
+
+  it("selects by ctime since the base's marker exactly the entries diffTrees counts as changed", () => {
+    const M2 = "2026-12-05 19:29:31.000000000 +0000";
+    const T3 = "2026-12-05 19:29:30.600000000 +0000";
+    // The base: one settled file, one stamped at its marker (unknown), one about to go.
+    const base = parseTree(
+      listing(
+        line("81a4", 1, 3, T1, "./settled"),
+        line("81a4", 2, 3, MARK, "./racy"),
+        line("81a4", 3, 3, T1, "./gone"),
+      ),
+    );
+    // Since: the settled file untouched, the racy one untouched (its ctime still the base's
+    // marker), a new file and a rewritten one stamped after it; ./gone deleted.
+    const next = parseTree(
+      `${M2}\n${[
+        line("81a4", 1, 3, T1, "./settled"),
+        line("81a4", 2, 3, MARK, "./racy"),
+        line("81a4", 4, 9, T3, "./new"),
+        line("41ed", 5, 4096, T3, "./dir"),
+      ].join("\n")}\n`,
+    );
+    if (!base || !next) throw new Error("listings did not parse");
+    const diff = diffTrees(base, next);
+    expect(diff).toEqual({ changed: ["./racy", "./new", "./dir"], deleted: ["./gone"] });
+    expect(changedSince(next, base.mark)).toEqual(diff.changed);
+    // Against a later marker the racy entry is old news: the selection is no longer the changed
+    // set, and the host would not use the sandbox's archive (workspace.ts takeSnapshot).
+    expect(changedSince(next, T3)).toEqual(["./new", "./dir"]);
   });
 
   it("frames a diff as its deletions then the archive, and refuses deletions outside the workspace", () => {

@@ -4,8 +4,8 @@
  *
  *  1. In the sandbox, for workspaces of 1, 10 and 100 MB with a small change (one 1 KiB file
  *     rewritten) before each snapshot: a full snapshot (tar | gzip in the sandbox, read over the
- *     exec, and the hash) against a diff (the tree listing, what changed since the last snapshot,
- *     only that packed, and the hash), their bytes, and the restore of a full archive against
+ *     exec, and the hash) against a diff (one exec: the tree listing and the entries changed since
+ *     the last snapshot's listing, packed; then the hash), their bytes, and the restore of a full archive against
  *     that of a chain (the full, then MAX_CHAIN_DIFFS diffs) into a fresh sandbox. The workspace
  *     is random bytes (incompressible: the worst case for size and gzip time), in files of 1 MiB.
  *     The upload and download (one signed request each, one R2 write or read) are not in these.
@@ -20,8 +20,9 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
-import { MAX_CHAIN_DIFFS, packTreeDiff, unpackLink } from "../../sandbox-host/runner/workspace";
-import { diffTrees, parseTree, type Tree } from "../../sandbox-host/runner/workspace-diff";
+import type { WorkspaceLink } from "../../sandbox-host/runner/journal";
+import { MAX_CHAIN_DIFFS, takeSnapshot, unpackLink } from "../../sandbox-host/runner/workspace";
+import type { Tree } from "../../sandbox-host/runner/workspace-diff";
 import { connectDocker } from "../../sandbox-host/sandbox/docker";
 import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
 import { WORKSPACE } from "../../sandbox-host/sandbox/profile";
@@ -68,12 +69,6 @@ const diffRows: Array<Array<string | number>> = [
   ],
 ];
 
-async function treeOf(sandbox: SandboxManager, runId: string): Promise<Tree> {
-  const listed = await sandbox.listTree(runId, WORKSPACE, 8 * 1024 * 1024, { timeoutMs: 300_000 });
-  const tree = listed.listing === null ? null : parseTree(listed.listing);
-  if (!tree) throw new Error(`no tree for ${runId}`);
-  return tree;
-}
 try {
   for (const mb of sizes) {
     const src = `src-${mb}`;
@@ -104,26 +99,29 @@ try {
       restore.push(performance.now() - t3);
       await m.destroy(dst);
     }
-    // Diffs: the tree after the last full snapshot is the base; each round a 1 KiB rewrite, then
-    // the listing, the diff packed and hashed (what snapshotWorkspace does past the first step).
-    const full = new Uint8Array(
-      (await m.packDir(src, WORKSPACE, PACK_CAP, { gzip: true, timeoutMs: 300_000 })).archive as Buffer,
-    );
-    let base = await treeOf(m, src);
+    // Diffs: a chain's full snapshot, then each round a 1 KiB rewrite and the step's snapshot as
+    // snapshotWorkspace takes it (one exec: the listing and what changed since it, packed), hashed.
+    const first = await takeSnapshot(m, src, { tree: null, chain: [] }, PACK_CAP);
+    if (first.kind !== "full") throw new Error(`no full snapshot for ${mb} MB: ${first.kind}`);
+    const full = first.blob;
+    let base: Tree | null = first.tree;
+    const links: WorkspaceLink[] = [
+      { sha256: toHex(await crypto.subtle.digest("SHA-256", full)), bytes: full.byteLength },
+    ];
     const chain: Uint8Array[] = [];
     const diffMs: number[] = [];
     const diffBytes: number[] = [];
     for (let d = 0; d < MAX_CHAIN_DIFFS; d++) {
       await m.exec(src, { cmd: `head -c 1024 /dev/urandom > small.bin` });
       const t0 = performance.now();
-      const tree = await treeOf(m, src);
-      const blob = await packTreeDiff(m, src, diffTrees(base, tree), PACK_CAP);
-      if (!blob) throw new Error(`no diff for ${mb} MB`);
-      toHex(await crypto.subtle.digest("SHA-256", blob));
+      const took = await takeSnapshot(m, src, { tree: base, chain: links }, PACK_CAP);
+      if (took.kind !== "diff" || took.execs !== 1) throw new Error(`no one-exec diff for ${mb} MB: ${took.kind}`);
+      const sha256 = toHex(await crypto.subtle.digest("SHA-256", took.blob));
       diffMs.push(performance.now() - t0);
-      diffBytes.push(blob.byteLength);
-      chain.push(blob);
-      base = tree;
+      diffBytes.push(took.blob.byteLength);
+      chain.push(took.blob);
+      links.push({ sha256, bytes: took.blob.byteLength });
+      base = took.tree;
     }
     const chainMs: number[] = [];
     for (let r = 0; r < rounds; r++) {

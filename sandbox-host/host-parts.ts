@@ -29,7 +29,7 @@ import type { CodeToolSpec } from "./code-tools/tool-modules";
 import { EvalScorer } from "./evals/eval-scorer";
 import { defaultPgPoolMax, type HostConfig, listenDatabaseUrl, reservedSlotsOf } from "./host-config";
 import { FleetActivity } from "./lifecycle/activity";
-import { HeldRunsWatch, holdRunsLock } from "./lifecycle/held-watch";
+import { HeldRunsWatch, holdRunsLock, OwnersWatch } from "./lifecycle/held-watch";
 import { PeriodicTask } from "./lifecycle/periodic";
 import type { Service } from "./lifecycle/service";
 import { FleetSleep, type WakeReason } from "./lifecycle/sleep";
@@ -223,7 +223,9 @@ export async function buildParts(
   const runLostAfterMs = config.runLostAfterMs ?? defaultRunLostAfterMs(config.heartbeatMs);
   // The owner's half of the held-run watch: its heartbeat session holds the lock while it lives
   // and heartbeats. Only on a session of its own to a direct URL (a pooler keeps no session).
-  if (beats !== pool && !isPoolerUrl(config.databaseUrl)) holdRunsLock(beats, { lostAfterMs: runLostAfterMs, log });
+  if (beats !== pool && !isPoolerUrl(config.databaseUrl)) {
+    holdRunsLock(beats, { lostAfterMs: runLostAfterMs, log, hostId: config.hostId });
+  }
   const runner = new Runner({
     db,
     heartbeatDb: beats === pool ? db : drizzle(beats, { schema }),
@@ -282,12 +284,29 @@ export async function buildParts(
   let listener: ReadyListener | null = null;
   // Built below with the sleep; the activity only reads it later.
   let heldWatch: HeldRunsWatch | null = null;
+  // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (host-config.ts decides).
+  const listenTarget = listenDatabaseUrl(config);
+  if (listenTarget.warning) log.warn(listenTarget.warning);
+  // A host quiet over its runs while other hosts hold runs too watches those owners, each from a
+  // session of its own on the LISTEN URL (a direct one, as the waits on a lock need).
+  const ownersWatch =
+    listenTarget.url && config.idleMs > 0
+      ? new OwnersWatch({
+          databaseUrl: listenTarget.url,
+          log,
+          onReleased: (owner) => {
+            log.info("other owner gone: busy", { owner });
+            activity.noteWork();
+          },
+        })
+      : undefined;
   const activity = new FleetActivity({
     idleMs: config.idleMs,
     localRuns: () => runner.active,
     listening: () => listener?.connected === true,
     watchesHeld: () => heldWatch !== null,
     ownLockMs: runLostAfterMs + 1000,
+    ownersWatch,
   });
   runner.onSlotFreed(() => activity.localRunEnded());
   activity.onWork(() => runner.hurryCancelWatch());
@@ -404,9 +423,6 @@ export async function buildParts(
   // The sandboxes the previous process left are gone now; their runs' fences are cleared by the
   // janitor once the reaper has declared those runs over (nothing else would: no listing finds them).
   janitor?.settle(started?.orphanRuns ?? []);
-  // LISTEN needs a session of its own: a Neon pooler URL cannot hold one (host-config.ts decides).
-  const listenTarget = listenDatabaseUrl(config);
-  if (listenTarget.warning) log.warn(listenTarget.warning);
   listener = listenTarget.url
     ? new ReadyListener({
         databaseUrl: listenTarget.url,

@@ -18,8 +18,11 @@
  * expiring or running on another host) is idle too, with them (`ownRunsOnly`): its loops go to
  * the idle cadence and only its runs' heartbeats keep their pace. Its own runs need no reaper of
  * its own (they are alive while it is); its death is seen by the others, asleep over its held-run
- * lock or awake and busy (they look before sleeping, and a run held elsewhere keeps an owner busy:
- * two owners each reap the other on the busy cadence). It looks for that when it has runs and
+ * lock, quiet owners watching its own lock (`ownersWatch`, held-watch.ts OwnersWatch), or awake
+ * and busy (an owner that cannot watch another reaps it on the busy cadence). An owner whose look
+ * finds runs held by at most MAX_WATCHED_OWNERS other hosts, and nothing else, is quiet with
+ * them once each of those owners is watched; a watch granted (that owner gone) is news, and the
+ * watches go whenever the host is busy again. It looks for that when it has runs and
  * nothing happened for BUSY_LOOK_GAP_MS (no announcement, no claim): a host claiming under load
  * never does; and it never sleeps (the Redis wake-up is for hosts without runs: this one keeps
  * its LISTEN session, which the heartbeats keep the compute up for anyway).
@@ -40,6 +43,8 @@
  * failure mode (a leader that stops looking) the per-host look does not have.
  */
 
+import { MAX_WATCHED_OWNERS } from "./held-watch";
+
 /** What one look at Postgres found anywhere in the fleet (src/db/reaper-repo.ts, fleetWork). */
 export interface FleetWork {
   /** Queued and unclaimed: a claimer should take it. */
@@ -50,6 +55,8 @@ export interface FleetWork {
   running: boolean;
   /** Running on another host than the one that looked (absent or null: not asked, so unknown). */
   runningElsewhere?: boolean | null;
+  /** Those hosts, at most MAX_WATCHED_OWNERS + 1 (absent or null: not asked). */
+  ownersElsewhere?: string[] | null;
   /**
    * A job in `waiting` whose approval deadline falls before the next idle look, a queued job whose
    * ttl does, or a running one whose deadline does: the reaper must end it on time, so the fleet
@@ -109,8 +116,26 @@ export class FleetActivity {
        * that ends, late for a run whose owner died meanwhile.
        */
       ownLockMs?: number;
+      /**
+       * A host with runs watches the other owners (lifecycle/held-watch.ts, OwnersWatch): a look
+       * that finds runs held by at most MAX_WATCHED_OWNERS other hosts, and nothing else, leaves
+       * it quiet once all of them are watched. Absent: a run held elsewhere keeps an owner busy.
+       */
+      ownersWatch?: {
+        watch(owners: readonly string[]): Promise<boolean>;
+        clear(): void;
+        readonly size: number;
+      };
     },
   ) {}
+
+  /**
+   * Quiet over its own runs with every other owner watched (no run of another host needs this
+   * host's reaper until a watch reports that owner's end, which ends the quiet).
+   */
+  get ownersWatched(): boolean {
+    return this.idle && this.ownRunsOnly && (this.opts.ownersWatch?.size ?? 0) > 0;
+  }
 
   get idleMs(): number {
     return this.opts.idleMs;
@@ -153,6 +178,8 @@ export class FleetActivity {
     this.lastWorkAt = Date.now();
     if (!this.quiet) return;
     this.quiet = false;
+    // Busy again: this host's reaper watches every run elsewhere, so the watch sessions go.
+    this.opts.ownersWatch?.clear();
     for (const fn of this.listeners) fn();
   }
 
@@ -199,25 +226,40 @@ export class FleetActivity {
     return this.idle && !this.unsure;
   }
 
-  looked(work: FleetWork, startedAt: number): void {
+  async looked(work: FleetWork, startedAt: number): Promise<void> {
     this.unsure = false;
     const local = this.opts.localRuns() > 0;
     // Runs here, and none elsewhere (asked and answered: unknown is not none).
     const ownOnly = local && work.runningElsewhere === false;
+    // Runs here and on a few other hosts, each of which this host can watch.
+    const others = work.ownersElsewhere ?? [];
+    const watchable =
+      local &&
+      work.runningElsewhere === true &&
+      this.opts.ownersWatch !== undefined &&
+      others.length > 0 &&
+      others.length <= MAX_WATCHED_OWNERS;
     const heldOnly =
       !local &&
       work.running &&
       this.opts.watchesHeld?.() === true &&
       Date.now() - this.lastLocalEndAt >= (this.opts.ownLockMs ?? 0);
-    const running = work.running && !(local ? ownOnly : heldOnly);
+    const running = work.running && !(local ? ownOnly || watchable : heldOnly);
     if (work.waiting || work.claimed || running || work.expiring || work.cleanup || work.scoring) {
       this.noteWork();
       return;
     }
     // An announcement while the statement ran may name a job its snapshot did not see.
     if (this.lastWorkAt >= startedAt) return;
+    if (watchable) {
+      // Quiet only once every other owner is watched; one that cannot be keeps this host busy.
+      if (!(await this.opts.ownersWatch?.watch(others))) return this.noteWork();
+      // News while the watches were armed (a claim, an announcement, a watch already released):
+      // busy, whose reaper watches every run, so the watches go.
+      if (this.lastWorkAt >= startedAt) return this.opts.ownersWatch?.clear();
+    } else this.opts.ownersWatch?.clear();
     this.quiet = true;
-    this.ownRunsOnly = ownOnly;
+    this.ownRunsOnly = ownOnly || watchable;
     // Sleep (the quiet listeners) is for a host without runs; an owner only slows its loops.
     if (this.idle && !local) for (const fn of this.quietListeners) fn(work);
   }

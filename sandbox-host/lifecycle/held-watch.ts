@@ -16,10 +16,11 @@
  *    its request waits, one statement in flight and none sent, until the last holder's session
  *    ends. Then it wakes: on its busy cadence the reaper finds the silent runs within the bound.
  *
- * While any owner holds the lock, every owner that heartbeats holds it or is awake anyway: an
- * owner's own reaper runs every HOST_REAP_MS, so one owner dying while another lives is reaped by
- * that one, as before. Only the last holder's end needs a sleeper, and that is what the lock wait
- * reports. A waiting exclusive request makes a new shared request wait too (Postgres queues it
+ * While any owner holds the lock, one owner dying while another lives is the other's to find: a
+ * busy owner's reaper runs every HOST_REAP_MS, and a quiet one watches each other owner's own
+ * lock (HOST_LOCK_CLASS, hostLockKey; OwnersWatch below), which every heartbeat session of that
+ * owner holds beside the shared one. Only the last holder's end needs a sleeper, and that is what
+ * the shared lock's wait reports. A waiting exclusive request makes a new shared request wait too (Postgres queues it
  * behind), so an owner only *tries* the lock (pg_try_advisory_lock_shared: never waits, its
  * heartbeat is not delayed) and tries again at most every HELD_LOCK_RETRY_MS while it holds none.
  *
@@ -29,6 +30,7 @@
  * on its own. The gateway's cron keeps its backstops running while any sleeper sleeps over held
  * runs (src/quota/fleet-wake.ts, anySleeper): the bound when no host is left at all.
  */
+import { createHash } from "node:crypto";
 import pg from "pg";
 import { errorFields, type Logger } from "../log";
 
@@ -36,6 +38,22 @@ import { errorFields, type Logger } from "../log";
 export const HELD_RUNS_LOCK = "4712022040001";
 /** An owner without the lock (a sleeper's request was queued when it tried) tries again this often. */
 export const HELD_LOCK_RETRY_MS = 5000;
+
+/**
+ * The class of each owner's own lock (the two-key form: this class, hostLockKey(host)), held in
+ * shared mode beside HELD_RUNS_LOCK by every heartbeat session of that host, so another owner can
+ * wait for that one host's end (OwnersWatch).
+ */
+export const HOST_LOCK_CLASS = 47120220;
+
+/**
+ * A host's own lock key: the first 4 bytes of SHA-256 of its id, as a signed int4. Two hosts
+ * sharing one (a chance of about n²/2³³ in a fleet of n) only make a watcher of one wait for
+ * both: it wakes late for the first death, and the reaper of a busy host still bounds it.
+ */
+export function hostLockKey(hostId: string): number {
+  return createHash("sha256").update(hostId).digest().readInt32BE(0);
+}
 
 /**
  * The owner's half, on the lease pool (host-parts.ts heartbeatPool: the heartbeat's and the
@@ -50,24 +68,37 @@ export const HELD_LOCK_RETRY_MS = 5000;
  * statement was sent while the try was in flight, which node-postgres warns about ("Calling
  * client.query() when the client is already executing a query") and pg 9 will refuse.
  */
-export function holdRunsLock(pool: pg.Pool, opts: { lostAfterMs: number; log: Logger }): void {
-  const holding = new WeakMap<pg.PoolClient, boolean>();
+export function holdRunsLock(
+  pool: pg.Pool,
+  opts: {
+    lostAfterMs: number;
+    log: Logger;
+    /** This host: its own lock (hostLockKey) is held too, for the other owners' watch (OwnersWatch). */
+    hostId?: string;
+  },
+): void {
+  /** Per session: whether it holds the owners' lock, and this host's own (absent: not asked). */
+  const holding = new WeakMap<pg.PoolClient, { held: boolean; own: boolean }>();
+  const own = opts.hostId === undefined ? null : hostLockKey(opts.hostId);
   let lastTryAt = 0;
   let warned = false;
-  const tryLock = async (client: pg.PoolClient, setTimeout: boolean): Promise<void> => {
+  const tryLock = async (client: pg.PoolClient, was: { held: boolean; own: boolean } | undefined): Promise<void> => {
     lastTryAt = Date.now();
     // One simple-protocol round trip; when the SET fails (Postgres < 14) the SELECT does not run,
-    // and the lock is not taken: a frozen host could not be told from a live one.
-    const text = `${setTimeout ? `SET idle_session_timeout = ${Math.round(opts.lostAfterMs)}; ` : ""}SELECT pg_try_advisory_lock_shared(${HELD_RUNS_LOCK}) AS held`;
+    // and the lock is not taken: a frozen host could not be told from a live one. A retry asks
+    // only for what the session lacks (a shared lock asked twice is held twice).
+    const held = was?.held ? "true" : `pg_try_advisory_lock_shared(${HELD_RUNS_LOCK})`;
+    const mine = own === null || was?.own ? "true" : `pg_try_advisory_lock_shared(${HOST_LOCK_CLASS}, ${own})`;
+    const text = `${was ? "" : `SET idle_session_timeout = ${Math.round(opts.lostAfterMs)}; `}SELECT ${held} AS held, ${mine} AS own`;
     try {
       const res = (await client.query(text)) as pg.QueryResult | pg.QueryResult[];
       const results = Array.isArray(res) ? res : [res];
-      const last = results[results.length - 1] as pg.QueryResult<{ held: boolean }> | undefined;
-      holding.set(client, last?.rows[0]?.held === true);
+      const last = results[results.length - 1] as pg.QueryResult<{ held: boolean; own: boolean }> | undefined;
+      holding.set(client, { held: last?.rows[0]?.held === true, own: last?.rows[0]?.own === true });
     } catch (err) {
       // Not the caller's failure: its own statement follows on this client and reports a broken one.
-      holding.set(client, false);
-      if (setTimeout && !warned) {
+      holding.set(client, { held: was?.held === true, own: was?.own === true });
+      if (!was && !warned) {
         warned = true;
         opts.log.warn("held-run lock not taken: other hosts stay awake while this one holds runs", errorFields(err));
       }
@@ -76,9 +107,9 @@ export function holdRunsLock(pool: pg.Pool, opts: { lostAfterMs: number; log: Lo
   const checkout = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
   const prepared = async (): Promise<pg.PoolClient> => {
     const client = await checkout();
-    const held = holding.get(client);
-    if (held === undefined) await tryLock(client, true);
-    else if (!held && Date.now() - lastTryAt >= HELD_LOCK_RETRY_MS) await tryLock(client, false);
+    const was = holding.get(client);
+    if (was === undefined) await tryLock(client, undefined);
+    else if (!(was.held && was.own) && Date.now() - lastTryAt >= HELD_LOCK_RETRY_MS) await tryLock(client, was);
     return client;
   };
   type Done = (release?: unknown) => void;
@@ -148,5 +179,89 @@ export class HeldRunsWatch implements HeldWatch {
     client
       ?.end()
       .catch((err: unknown) => this.opts.log.info("held-run watch session not closed cleanly", errorFields(err)));
+  }
+}
+
+/** The most other owners a quiet owner watches (a session each); past it the owner stays busy. */
+export const MAX_WATCHED_OWNERS = 4;
+
+/**
+ * An owner's watch on the other owners (lifecycle/activity.ts, a host quiet over its runs while
+ * others hold runs too): one session per other owner, each with a request for that owner's own
+ * lock (hostLockKey) in exclusive mode, waiting, one statement in flight and none sent, until
+ * every session of that host has ended (it died, froze past the lost bound, or its last run
+ * ended). `onReleased` is then called: the host goes busy and its reaper, on the busy cadence,
+ * finds the silent runs within the lost bound, as when every owner was awake. The same waits as
+ * HeldRunsWatch, one per owner, since a quiet owner cannot wait on HELD_RUNS_LOCK: it holds it.
+ */
+export class OwnersWatch {
+  private readonly watches = new Map<string, pg.Client>();
+
+  constructor(private readonly opts: { databaseUrl: string; log: Logger; onReleased: (owner: string) => void }) {}
+
+  /** How many owners are watched now. */
+  get size(): number {
+    return this.watches.size;
+  }
+
+  /**
+   * Watch exactly `owners` (the look's other owners): keep the watches already armed for them,
+   * end the others', arm the new ones. False when one cannot be watched (it holds no lock of its
+   * own: an older build, a pooler URL, or it is already gone) or a session failed: the caller
+   * stays busy, and the watches are ended.
+   */
+  async watch(owners: readonly string[]): Promise<boolean> {
+    for (const owner of [...this.watches.keys()]) if (!owners.includes(owner)) this.end(owner);
+    try {
+      for (const owner of owners) {
+        if (this.watches.has(owner)) continue;
+        if (!(await this.arm(owner))) {
+          this.clear();
+          return false;
+        }
+      }
+      return true;
+    } catch (err) {
+      this.opts.log.warn("cannot watch the other owners; staying busy", errorFields(err));
+      this.clear();
+      return false;
+    }
+  }
+
+  private async arm(owner: string): Promise<boolean> {
+    const key = hostLockKey(owner);
+    const client = new pg.Client({ connectionString: this.opts.databaseUrl, keepAlive: true });
+    client.on("error", () => {});
+    this.watches.set(owner, client);
+    await client.connect();
+    // As HeldRunsWatch: a waiting backend notices within 1 s that this client went.
+    const results = (await client.query(
+      `SET client_connection_check_interval = 1000; SET statement_timeout = 0; SET lock_timeout = 0; SELECT pg_try_advisory_lock(${HOST_LOCK_CLASS}, ${key}) AS free`,
+    )) as unknown as pg.QueryResult<{ free?: boolean }>[];
+    // Granted at once: that owner holds no lock of its own (the session ends with this watch).
+    if (results[results.length - 1]?.rows[0]?.free !== false) return false;
+    // Sent, and in flight until that owner's last session ends. Granted, or failed (Postgres
+    // went, the session was cut): either way the owner is no longer watched, so the host is busy.
+    // A watch ended on purpose (end, clear) is no longer in the map and reports nothing.
+    const done = () => {
+      if (this.watches.get(owner) !== client) return;
+      this.end(owner);
+      this.opts.onReleased(owner);
+    };
+    client.query(`SELECT pg_advisory_lock(${HOST_LOCK_CLASS}, ${key})`).then(done, done);
+    return true;
+  }
+
+  private end(owner: string): void {
+    const client = this.watches.get(owner);
+    this.watches.delete(owner);
+    client
+      ?.end()
+      .catch((err: unknown) => this.opts.log.info("owner watch session not closed cleanly", errorFields(err)));
+  }
+
+  /** Ends every watch (the host went busy, or has no runs). */
+  clear(): void {
+    for (const owner of [...this.watches.keys()]) this.end(owner);
   }
 }

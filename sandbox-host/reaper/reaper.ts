@@ -25,6 +25,7 @@ import type { RedisKeys } from "../../src/quota/keys";
 import { indexReady } from "../../src/quota/ready-index";
 import type { Redis } from "../../src/quota/redis";
 import type { FleetActivity, FleetWork } from "../lifecycle/activity";
+import { MAX_WATCHED_OWNERS } from "../lifecycle/held-watch";
 import { PeriodicService } from "../lifecycle/periodic";
 import { errorFields, type Logger } from "../log";
 
@@ -70,8 +71,10 @@ export class Reaper extends PeriodicService {
     if (activity?.idle) {
       const work = await this.look(activity);
       // A failed look knows nothing: the pass runs in full. This host's own runs are not its
-      // reaper's to watch (they are alive while it is): only another host's are.
-      if (work === null || work.claimed || (work.running && work.runningElsewhere !== false) || work.expiring) {
+      // reaper's to watch (they are alive while it is): only another host's are, unless their
+      // owners are watched (lifecycle/held-watch.ts OwnersWatch: an owner's end ends the quiet).
+      const elsewhere = work?.running === true && work.runningElsewhere !== false && !activity.ownersWatched;
+      if (work === null || work.claimed || elsewhere || work.expiring) {
         await this.reap();
       }
       return;
@@ -89,8 +92,9 @@ export class Reaper extends PeriodicService {
         activity.idleMs * 1.3,
         this.opts.retentionMs ?? null,
         this.opts.hostId ?? null,
+        MAX_WATCHED_OWNERS,
       );
-      activity.looked(work, startedAt);
+      await activity.looked(work, startedAt);
       return work;
     } catch (err) {
       activity.lookFailed();

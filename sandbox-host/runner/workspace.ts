@@ -78,8 +78,7 @@ export async function snapshotWorkspace(exec: Execution): Promise<void> {
       deps.sandbox,
       id.executionId,
       { tree: run.workspaceTree, chain: run.workspaceChain },
-      settings.snapshotMaxBytes,
-      (msg, fields) => deps.log.warn(msg, { ...exec.fields, ...fields }),
+      { maxBytes: settings.snapshotMaxBytes, warn: (msg, fields) => deps.log.warn(msg, { ...exec.fields, ...fields }) },
     );
     if (took.kind === "no workspace") return;
     if (took.kind === "too large") {
@@ -144,9 +143,9 @@ export async function takeSnapshot(
   sandbox: SandboxManager,
   runId: string,
   prior: { tree: Tree | null; chain: readonly WorkspaceLink[] },
-  maxBytes: number,
-  warn: (msg: string, fields: Record<string, unknown>) => void = () => {},
+  opts: { maxBytes: number; warn?: (msg: string, fields: Record<string, unknown>) => void },
 ): Promise<SnapshotTake> {
+  const { maxBytes, warn = () => {} } = opts;
   const [full, ...diffs] = prior.chain;
   const diffBytes = diffs.reduce((n, l) => n + l.bytes, 0);
   // Diff only on a chain with a base tree; a chain due to be cut gets a full archive, or none

@@ -117,6 +117,11 @@ export interface FleetWorkRow {
   running: boolean;
   /** Running with an owner other than the host that asked (null: no host asked). */
   runningElsewhere: boolean | null;
+  /**
+   * Those other owners, at most `ownersAsked` + 1 of them (null: no host asked, or none asked
+   * for): whom a host quiet over its runs watches (sandbox-host/lifecycle/held-watch.ts).
+   */
+  ownersElsewhere: string[] | null;
   expiring: boolean;
   /** A run that is over with its sandbox cleanup fence still set: a janitor's work (a dead host's sandbox). */
   cleanup: boolean;
@@ -157,6 +162,8 @@ export async function fleetWork(
   retentionMs: number | null = null,
   /** The asking host: whether a run is held by another host (`runningElsewhere`); null: not asked. */
   hostId: string | null = null,
+  /** With `hostId`: list up to this many other owners, plus one to tell "more" (0: not asked). */
+  ownersAsked = 0,
 ): Promise<FleetWorkRow> {
   const horizon = sql`now() + make_interval(secs => ${deadlineHorizonMs / 1000})`;
   const retention =
@@ -169,6 +176,7 @@ export async function fleetWork(
     claimed: boolean;
     running: boolean;
     running_elsewhere: boolean | null;
+    owners_elsewhere: string[] | null;
     expiring: boolean;
     cleanup: boolean;
     scoring: boolean;
@@ -180,6 +188,11 @@ export async function fleetWork(
         EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'queued') AS claimed,
         EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running') AS running,
         ${hostId === null ? sql`NULL::boolean` : sql`EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running' AND owner <> ${hostId})`} AS running_elsewhere,
+        ${
+          hostId === null || ownersAsked <= 0
+            ? sql`NULL::text[]`
+            : sql`ARRAY(SELECT DISTINCT owner FROM jobs WHERE ${held()} AND state = 'running' AND owner <> ${hostId} LIMIT ${ownersAsked + 1})`
+        } AS owners_elsewhere,
         (EXISTS (SELECT 1 FROM jobs WHERE state = 'waiting' AND wait_deadline_at < ${horizon})
           OR EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND expires_at < ${horizon})
           OR EXISTS (SELECT 1 FROM jobs WHERE ${held()} AND state = 'running' AND deadline_at < ${horizon})) AS expiring,
@@ -201,6 +214,7 @@ export async function fleetWork(
     claimed: row?.claimed === true,
     running: row?.running === true,
     runningElsewhere: hostId === null ? null : row?.running_elsewhere === true,
+    ownersElsewhere: row?.owners_elsewhere ?? null,
     expiring: row?.expiring === true,
     cleanup: row?.cleanup === true,
     scoring: row?.scoring === true,

@@ -8,7 +8,13 @@
  */
 import pg from "pg";
 import { afterEach, expect, it } from "vitest";
-import { HELD_LOCK_RETRY_MS, HELD_RUNS_LOCK, holdRunsLock } from "../../sandbox-host/lifecycle/held-watch";
+import {
+  HELD_LOCK_RETRY_MS,
+  HELD_RUNS_LOCK,
+  HOST_LOCK_CLASS,
+  holdRunsLock,
+  hostLockKey,
+} from "../../sandbox-host/lifecycle/held-watch";
 import { silentLogger } from "../../sandbox-host/log";
 import { sleep } from "../../src/domain/async";
 import type { TestDb } from "../helpers/db";
@@ -31,9 +37,21 @@ afterEach(async () => {
 function leasePool(): pg.Pool {
   const pool = new pg.Pool({ connectionString: t.url, max: 2 });
   pool.on("error", () => {});
-  holdRunsLock(pool, { lostAfterMs: 8000, log: silentLogger });
+  holdRunsLock(pool, { lostAfterMs: 8000, log: silentLogger, hostId: HOST });
   pools.push(pool);
   return pool;
+}
+
+const HOST = "held-lock-test-host";
+
+/** The backends holding this host's own lock (the other owners' watch waits on it) in shared mode. */
+async function ownHolders(): Promise<number[]> {
+  const { rows } = await t.pool.query<{ pid: number }>(
+    `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted
+       AND classid = $1::bigint::oid AND objid = ($2::bigint & 4294967295)::oid AND objsubid = 2`,
+    [HOST_LOCK_CLASS, hostLockKey(HOST)],
+  );
+  return rows.map((r) => r.pid);
 }
 
 /** The backends holding the held-runs lock in shared mode. */
@@ -71,6 +89,7 @@ it("takes the lock and the timeout before a new session's first statement, never
   expect(new Set(pids).size).toBe(2);
   expect([a.rows[0]?.timeout, b.rows[0]?.timeout]).toEqual(["8s", "8s"]);
   expect((await holders()).sort()).toEqual([...pids].sort());
+  expect((await ownHolders()).sort()).toEqual([...pids].sort());
   // Let a deferred process warning (emitted on the next tick) arrive.
   await sleep(50);
   expect(warnings.filter((w) => /already executing a query/.test(w))).toEqual([]);

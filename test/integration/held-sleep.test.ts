@@ -7,8 +7,8 @@
  * submitted then starts within ~1 s. Then the owner is SIGKILLed: its session's end wakes the
  * sleeper at once, and the job is recovered within the lost bound (HOST_RUN_LOST_AFTER_MS + 1.3 ×
  * HOST_REAP_MS, the bound when every host was awake); once its new owner is quiet over it, a
- * cancel ends it at once. With two owners each holding a run, the death of one is recovered by
- * the other within the same bound.
+ * cancel ends it at once. With two owners each holding a run, both are quiet too, each watching
+ * the other's own lock, and the death of one is recovered by the other within the same bound.
  */
 import { describe, expect, it } from "vitest";
 import { runHeldSleep, runTwoOwners } from "../../tools/lib/held-sleep";
@@ -85,17 +85,33 @@ describe.skipIf(!canRun)("a fleet whose only work is a held run", () => {
     expect(r.nodeWarnings, detail).toEqual([]);
   }, 240_000);
 
-  it("with two owners each holding a run, one's death is recovered by the other within the lost bound", async () => {
-    const r = await runTwoOwners({ heldMs: 30_000, hostEnv: HOST_ENV });
+  it("with two owners each holding a run, both are quiet, each watching the other, and one's death is recovered by the other within the lost bound", async () => {
+    const r = await runTwoOwners({ windowMs: WINDOW_MS, hostEnv: HOST_ENV });
     const detail = JSON.stringify(r);
     console.log(`two owners: ${detail}`);
-    // Held 30 s first: an owner that wrongly went quiet over its own run would reap once a
-    // HOST_IDLE_MS (60 s) and miss this bound.
+    // Each owner quiet over its run with the other watched (before: both busy, each reaping the
+    // other every HOST_REAP_MS, and this wait failed): its heartbeats and a few backstops.
+    for (const texts of r.ownerStatementTexts) {
+      const heartbeats = Object.entries(texts)
+        .filter(([q]) => /heartbeat/i.test(q))
+        .reduce((a, [, n]) => a + n, 0);
+      expect(heartbeats, detail).toBeGreaterThanOrEqual(Math.floor(r.windowS / (HEARTBEAT_MS / 1000)) - 2);
+      const others = Object.entries(texts)
+        .filter(([q]) => !/heartbeat/i.test(q))
+        .reduce((a, [, n]) => a + n, 0);
+      expect(others, detail).toBeLessThanOrEqual(OWNER_BACKSTOPS);
+    }
+    // The watches are sessions opened before the window, waiting: none opened in it.
+    expect(r.newSessions, detail).toBe(0);
+    // The survivor learns of the death from its watch at once, not at its minute backstop…
+    expect(r.busyAfterKillMs, detail).not.toBeNull();
+    expect(r.busyAfterKillMs as number, detail).toBeLessThan(LOST_AFTER_MS);
+    // …so its reaper re-queues the job within the bound every host kept when all were awake.
     expect(r.recoveredAfterKillMs, detail).toBeLessThanOrEqual(LOST_AFTER_MS + 1.3 * REAP_MS + CLAIM_SLACK_MS);
     expect(
       r.hostProblems.filter((l) => !l.includes("run's owner stopped heartbeating")),
       detail,
     ).toEqual([]);
     expect(r.nodeWarnings, detail).toEqual([]);
-  }, 180_000);
+  }, 240_000);
 });

@@ -70,7 +70,7 @@ describe.skipIf(!docker)("workspace chain: full, diffs, restore", () => {
       prior,
       blobs,
       async step(): Promise<SnapshotTake> {
-        const took = await takeSnapshot(counted, run, prior, MAX);
+        const took = await takeSnapshot(counted, run, prior, { maxBytes: MAX });
         if (took.kind === "unchanged") prior.tree = took.tree;
         if (took.kind !== "full" && took.kind !== "diff") return took;
         const link = { sha256: `${blobs.length}`, bytes: took.blob.byteLength };

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BUSY_LOOK_GAP_MS, FleetActivity } from "../../sandbox-host/lifecycle/activity";
+import { MAX_WATCHED_OWNERS } from "../../sandbox-host/lifecycle/held-watch";
 import { sleep } from "../../src/domain/async";
 
 const NONE = { waiting: false, claimed: false, running: false };
@@ -128,5 +129,67 @@ describe("FleetActivity", () => {
     expect(quietCalls).toBe(1);
     state.runs = 1;
     expect(a.idle).toBe(false);
+  });
+
+  it("an owner with runs elsewhere too is quiet only once each other owner is watched, and busy again when one is gone", async () => {
+    const state = { runs: 1, watchOk: true, size: 0, cleared: 0, asked: [] as string[][], duringWatch: () => {} };
+    const a = new FleetActivity({
+      idleMs: 60_000,
+      localRuns: () => state.runs,
+      listening: () => true,
+      ownersWatch: {
+        async watch(owners) {
+          state.asked.push([...owners]);
+          await sleep(1);
+          state.duringWatch();
+          state.size = state.watchOk ? owners.length : 0;
+          return state.watchOk;
+        },
+        clear() {
+          state.cleared++;
+          state.size = 0;
+        },
+        get size() {
+          return state.size;
+        },
+      },
+    });
+    const elsewhere = (owners: string[]) => ({
+      ...NONE,
+      running: true,
+      runningElsewhere: true,
+      ownersElsewhere: owners,
+    });
+    await sleep(2);
+    await a.looked(elsewhere(["b", "c"]), a.lookStarting());
+    expect([a.idle, a.ownersWatched, state.asked]).toEqual([true, true, [["b", "c"]]]);
+    // An owner gone (the watch's release notes work): busy, and the watches go.
+    a.noteWork();
+    expect([a.idle, a.ownersWatched, state.cleared]).toEqual([false, false, 1]);
+    // A watch that cannot be armed (an owner holding no lock of its own): busy.
+    state.watchOk = false;
+    await sleep(2);
+    await a.looked(elsewhere(["b"]), a.lookStarting());
+    expect(a.idle).toBe(false);
+    // More owners than MAX_WATCHED_OWNERS (the look lists one more to tell): busy, none watched.
+    state.watchOk = true;
+    const asked = state.asked.length;
+    await sleep(2);
+    await a.looked(elsewhere(Array.from({ length: MAX_WATCHED_OWNERS + 1 }, (_, i) => `h${i}`)), a.lookStarting());
+    expect([a.idle, state.asked.length]).toEqual([false, asked]);
+    // News while the watches were being armed (a claim, say): not quiet, and they go.
+    state.duringWatch = () => a.noteWork();
+    const cleared = state.cleared;
+    await sleep(2);
+    await a.looked(elsewhere(["b"]), a.lookStarting());
+    expect([a.idle, state.cleared, state.size]).toEqual([false, cleared + 1, 0]);
+    state.duringWatch = () => {};
+    // Its own runs only, after being quiet with watches: the watches go.
+    await sleep(2);
+    await a.looked(elsewhere(["b"]), a.lookStarting());
+    expect(a.ownersWatched).toBe(true);
+    await sleep(2);
+    await a.looked({ ...NONE, running: true, runningElsewhere: false, ownersElsewhere: [] }, a.lookStarting());
+    expect([a.idle, a.ownersWatched, state.size]).toEqual([true, false, 0]);
   });
 });

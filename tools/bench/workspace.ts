@@ -24,7 +24,7 @@ import type { WorkspaceLink } from "../../sandbox-host/runner/journal";
 import { MAX_CHAIN_DIFFS, takeSnapshot, unpackLink } from "../../sandbox-host/runner/workspace";
 import type { Tree } from "../../sandbox-host/runner/workspace-diff";
 import { connectDocker } from "../../sandbox-host/sandbox/docker";
-import { createSandboxManager, type SandboxManager } from "../../sandbox-host/sandbox/manager";
+import { createSandboxManager } from "../../sandbox-host/sandbox/manager";
 import { WORKSPACE } from "../../sandbox-host/sandbox/profile";
 import { isTerminalEventType } from "../../src/contracts/events";
 import { toHex } from "../../src/domain/hex";
@@ -101,7 +101,7 @@ try {
     }
     // Diffs: a chain's full snapshot, then each round a 1 KiB rewrite and the step's snapshot as
     // snapshotWorkspace takes it (one exec: the listing and what changed since it, packed), hashed.
-    const first = await takeSnapshot(m, src, { tree: null, chain: [] }, PACK_CAP);
+    const first = await takeSnapshot(m, src, { tree: null, chain: [] }, { maxBytes: PACK_CAP });
     if (first.kind !== "full") throw new Error(`no full snapshot for ${mb} MB: ${first.kind}`);
     const full = first.blob;
     let base: Tree | null = first.tree;
@@ -114,7 +114,7 @@ try {
     for (let d = 0; d < MAX_CHAIN_DIFFS; d++) {
       await m.exec(src, { cmd: `head -c 1024 /dev/urandom > small.bin` });
       const t0 = performance.now();
-      const took = await takeSnapshot(m, src, { tree: base, chain: links }, PACK_CAP);
+      const took = await takeSnapshot(m, src, { tree: base, chain: links }, { maxBytes: PACK_CAP });
       if (took.kind !== "diff" || took.execs !== 1) throw new Error(`no one-exec diff for ${mb} MB: ${took.kind}`);
       const sha256 = toHex(await crypto.subtle.digest("SHA-256", took.blob));
       diffMs.push(performance.now() - t0);

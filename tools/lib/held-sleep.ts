@@ -19,9 +19,11 @@
  *     1), and the job is cancelled in Postgres alone (no Redis hint): the owner's cancel watch is
  *     on its minute backstop then, so only the `ear_cancel` notification ends the run at once.
  *
- * runTwoOwners: two hosts of one run slot each, each holding a run; one is SIGKILLed, and the
- * other's reaper must re-queue its job within the same bound (neither is quiet over its own run
- * while the other holds one: each one's reaper is what bounds the other's death).
+ * runTwoOwners: two hosts of one run slot each, each holding a run. Both go quiet over their
+ * runs, each watching the other's own lock (sandbox-host/lifecycle/held-watch.ts OwnersWatch):
+ * for the window their statements are their heartbeats and the idle-period backstops, and no
+ * session is opened. Then one is SIGKILLed: the other's watch sees its sessions end, the other
+ * goes busy, and its reaper must re-queue the job within the same bound.
  */
 import { loadavg } from "node:os";
 import { drizzle } from "drizzle-orm/node-postgres";
@@ -228,15 +230,27 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
 
 export interface TwoOwnersResult {
   owners: [string, string];
+  /** From both runs held to both owners quiet over them (`host_fleet_idle` 1 on each). */
+  quietAfterMs: number;
+  windowS: number;
+  /** Each owner's statements in the window, by text (its heartbeats, its idle-period backstops). */
+  ownerStatementTexts: [Record<string, number>, Record<string, number>];
+  /** Sessions either owner's role began in the window (each watch session began before it). */
+  newSessions: number;
+  /** Every host's Redis commands in the window. */
+  redisByCommand: Record<string, number>;
+  /** SIGKILL of the first owner → the survivor logged that it is no longer quiet (its watch). */
+  busyAfterKillMs: number | null;
   /** SIGKILL of the first owner → its job re-queued (`recoveries` 1) by the other's reaper. */
   recoveredAfterKillMs: number;
   hostProblems: string[];
   nodeWarnings: string[];
+  load: { atStart: number[]; atEnd: number[] };
 }
 
 export async function runTwoOwners(opts: {
-  /** Both runs held this long before the kill: each owner has had the looks that could make it quiet. */
-  heldMs: number;
+  /** The window in which both owners are quiet and their statements counted. */
+  windowMs: number;
   hostEnv?: Record<string, string>;
   progress?: (line: string) => void;
 }): Promise<TwoOwnersResult> {
@@ -251,23 +265,68 @@ export async function runTwoOwners(opts: {
     const b = await fleet.submit(db, HELD_PROMPT);
     const owners = [await runningOn(pool, a), await runningOn(pool, b)] as [string, string];
     if (owners[0] === owners[1]) throw new Error(`both jobs run on ${owners[0]} (one run slot each)`);
-    say(`held on ${owners.join(" and ")}; ${opts.heldMs / 1000} s…`);
+    const hosts = owners.map((id) => {
+      const i = fleet.hosts.findIndex((h) => h.id === id);
+      if (i < 0) throw new Error(`the owner ${id} is none of the fleet's hosts`);
+      return { handle: fleet.hosts[i] as (typeof fleet.hosts)[number], role: fleet.roles[i] as string, index: i };
+    }) as [
+      { handle: SleepFleet["hosts"][number]; role: string; index: number },
+      { handle: SleepFleet["hosts"][number]; role: string; index: number },
+    ];
+    say(`held on ${owners.join(" and ")}; waiting for both to be quiet over them…`);
+    const heldAt = Date.now();
+    await waitUntil("both owners quiet over their runs (each watching the other)", 90_000, async () => {
+      for (const h of hosts) if ((await metric(h.handle, "host_fleet_idle")) !== 1) return false;
+      return true;
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}; last host lines:\n${fleet.recent.join("\n")}`);
+    });
+    const quietAfterMs = Date.now() - heldAt;
+    // Their busy loops' last passes end (as runHeldSleep's settle after the owner's look).
+    await sleep(5_000);
     fleet.watch();
-    await sleep(opts.heldMs);
-    const victim = fleet.hosts.find((h) => h.id === owners[0]);
-    if (!victim) throw new Error(`the owner ${owners[0]} is none of the fleet's hosts`);
-    say(`SIGKILL ${victim.id}…`);
+    const loadStart = loadAverage();
+    const before = await fleet.snapshot();
+    const windowStart = new Date();
+    say(`window: ${opts.windowMs / 1000} s…`);
+    const t0 = performance.now();
+    await sleep(opts.windowMs);
+    const windowS = (performance.now() - t0) / 1000;
+    const after = await fleet.snapshot();
+    const loadEnd = loadAverage();
+    const { rows: fresh } = await fleet.observer.query<{ n: string }>(
+      "SELECT count(*)::text AS n FROM pg_stat_activity WHERE usename = ANY($1) AND backend_start >= $2",
+      [hosts.map((h) => h.role), windowStart],
+    );
+    const victim = hosts[0];
+    say(`SIGKILL ${victim.handle.id}…`);
+    const linesAtKill = fleet.lines();
     const killedAt = Date.now();
-    process.kill(-(victim.process.pid as number), "SIGKILL");
+    process.kill(-(victim.handle.process.pid as number), "SIGKILL");
     await waitUntil("the killed owner's job re-queued", 60_000, async () => {
       const { rows } = await pool.query<{ recoveries: number }>("SELECT recoveries FROM jobs WHERE id = $1", [a]);
       return (rows[0]?.recoveries ?? 0) >= 1;
     });
+    const recoveredAfterKillMs = Date.now() - killedAt;
+    const busy = fleet.recent
+      .slice(Math.max(0, fleet.recent.length - (fleet.lines() - linesAtKill)))
+      .find((l) => l.startsWith(`${hosts[1].index + 1}:`) && l.includes('"msg":"other owner gone: busy"'));
+    const busyTs = busy ? /"ts":"([^"]+)"/.exec(busy)?.[1] : undefined;
     return {
       owners,
-      recoveredAfterKillMs: Date.now() - killedAt,
+      quietAfterMs,
+      windowS,
+      ownerStatementTexts: [
+        statementsBetween(before, after, [hosts[0].role]),
+        statementsBetween(before, after, [hosts[1].role]),
+      ],
+      newSessions: Number(fresh[0]?.n ?? 0),
+      redisByCommand: commandsBetween(before, after),
+      busyAfterKillMs: busyTs ? Date.parse(busyTs) - killedAt : null,
+      recoveredAfterKillMs,
       hostProblems: fleet.problems,
       nodeWarnings: fleet.nodeWarnings,
+      load: { atStart: loadStart, atEnd: loadEnd },
     };
   } finally {
     await pool.end().catch(() => {});

@@ -87,13 +87,12 @@ export class Reaper extends PeriodicService {
     const startedAt = activity.lookStarting();
     try {
       // The next look may come 1.3 × HOST_IDLE_MS from now (its jitter): a deadline before then is work.
-      const work = await fleetWork(
-        this.opts.db,
-        activity.idleMs * 1.3,
-        this.opts.retentionMs ?? null,
-        this.opts.hostId ?? null,
-        MAX_WATCHED_OWNERS,
-      );
+      const work = await fleetWork(this.opts.db, {
+        deadlineHorizonMs: activity.idleMs * 1.3,
+        retentionMs: this.opts.retentionMs ?? null,
+        hostId: this.opts.hostId ?? null,
+        ownersAsked: MAX_WATCHED_OWNERS,
+      });
       await activity.looked(work, startedAt);
       return work;
     } catch (err) {

@@ -156,15 +156,18 @@ export const CLEANUP_WORK_WINDOW_S = 600;
  */
 export async function fleetWork(
   db: Db,
-  /** A wait, run_at or expiry within this many ms counts as work (`waiting`, `expiring`). */
-  deadlineHorizonMs = 0,
-  /** JOB_RETENTION_S in ms, to know when the oldest finished job is due for the purge; null: not asked. */
-  retentionMs: number | null = null,
-  /** The asking host: whether a run is held by another host (`runningElsewhere`); null: not asked. */
-  hostId: string | null = null,
-  /** With `hostId`: list up to this many other owners, plus one to tell "more" (0: not asked). */
-  ownersAsked = 0,
+  opts: {
+    /** A wait, run_at or expiry within this many ms counts as work (`waiting`, `expiring`). */
+    deadlineHorizonMs?: number;
+    /** JOB_RETENTION_S in ms, to know when the oldest finished job is due for the purge; null: not asked. */
+    retentionMs?: number | null;
+    /** The asking host: whether a run is held by another host (`runningElsewhere`); null: not asked. */
+    hostId?: string | null;
+    /** With `hostId`: list up to this many other owners, plus one to tell "more" (0: not asked). */
+    ownersAsked?: number;
+  } = {},
 ): Promise<FleetWorkRow> {
+  const { deadlineHorizonMs = 0, retentionMs = null, hostId = null, ownersAsked = 0 } = opts;
   const horizon = sql`now() + make_interval(secs => ${deadlineHorizonMs / 1000})`;
   const retention =
     retentionMs === null

@@ -32,8 +32,9 @@ import { lastConversationSnapshot } from "../../src/db/journal-repo";
 import type { RunnableJob } from "../../src/db/run-repo";
 import { toHex } from "../../src/domain/hex";
 import { errorFields } from "../log";
-import type { SandboxManager } from "../sandbox/manager";
+import type { SandboxManager, TreeSnapshot } from "../sandbox/manager";
 import { WORKSPACE } from "../sandbox/profile";
+import { SandboxError } from "../sandbox/sandbox-errors";
 import { snapshotFromPayload, type WorkspaceLink, type WorkspaceSnapshot } from "./journal";
 import type { Execution } from "./run-context";
 import { argBytes, changedSince, decodeDiff, diffTrees, encodeDiff, parseTree, type Tree } from "./workspace-diff";
@@ -153,14 +154,23 @@ export async function takeSnapshot(
   const since = full && prior.tree ? prior.tree.mark : null;
   const cut = full !== undefined && (diffs.length >= MAX_CHAIN_DIFFS || diffBytes >= full.bytes);
   const budget = full ? maxBytes - full.bytes - diffBytes : maxBytes;
-  const took = await sandbox.snapshotTree(runId, WORKSPACE, {
-    since,
-    cut,
-    maxListingBytes: TREE_LISTING_MAX_BYTES,
-    maxArchiveBytes: maxBytes,
-    maxArgBytes: DIFF_ARG_MAX_BYTES,
-    timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
-  });
+  let took: TreeSnapshot | null;
+  try {
+    took = await sandbox.snapshotTree(runId, WORKSPACE, {
+      since,
+      cut,
+      maxListingBytes: TREE_LISTING_MAX_BYTES,
+      maxArchiveBytes: maxBytes,
+      maxArgBytes: DIFF_ARG_MAX_BYTES,
+      timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
+    });
+  } catch (err) {
+    // A listing that fails (say /tmp, where the marker and the listing go, is full) costs a full
+    // snapshot in a second exec, not the snapshot; the next one is full too (no tree).
+    if (!(err instanceof SandboxError && err.code === "exec_failed")) throw err;
+    warn("workspace tree not listed: the snapshot is full", { error: err.message });
+    return packWhole(sandbox, runId, maxBytes, null);
+  }
   if (took === null) return { kind: "no workspace" };
   if (took.tooLarge) return { kind: "too large" };
   // No tree (a listing past its cap, a name holding a newline): this snapshot and the next are full.
@@ -181,14 +191,24 @@ export async function takeSnapshot(
     }
   }
   // A chain due to be cut with only deletions, a selection that differs, a diff past the budget.
+  // The listing predates this archive; an entry changed in between has a ctime past its marker,
+  // so the next diff takes it again (bytes, never a miss).
+  return packWhole(sandbox, runId, maxBytes, tree);
+}
+
+/** The whole workspace packed in an exec of its own (the step's second), `tree` the next base. */
+async function packWhole(
+  sandbox: SandboxManager,
+  runId: string,
+  maxBytes: number,
+  tree: Tree | null,
+): Promise<SnapshotTake> {
   const packed = await sandbox.packDir(runId, WORKSPACE, maxBytes, {
     gzip: true,
     timeoutMs: WORKSPACE_EXEC_TIMEOUT_MS,
   });
   if (packed.tooLarge) return { kind: "too large" };
   if (!packed.archive) return { kind: "no workspace" };
-  // The listing predates this archive; an entry changed in between has a ctime past its marker,
-  // so the next diff takes it again (bytes, never a miss).
   return { kind: "full", blob: new Uint8Array(packed.archive), tree, execs: 2 };
 }
 

@@ -127,7 +127,7 @@ describe.skipIf(!docker)("workspace chain: full, diffs, restore", () => {
     expect(c.blobs[0]?.byteLength).toBeGreaterThan(50_000);
   }, 120_000);
 
-  it("cuts a chain at MAX_CHAIN_DIFFS to a full archive in the same one exec, and not for a step that changed nothing", async () => {
+  it("cuts a chain at MAX_CHAIN_DIFFS to a full archive in the same one exec, not for a step that changed nothing, and packs whole when /tmp is full", async () => {
     const src = "chain-cut";
     // A full archive that outweighs ten small diffs, so the count of diffs is what cuts the chain.
     await sh(src, "echo 0 > n.txt && head -c 20000 /dev/urandom > r.bin");
@@ -144,6 +144,15 @@ describe.skipIf(!docker)("workspace chain: full, diffs, restore", () => {
     expect([cut.kind, cut.kind === "full" && cut.execs]).toEqual(["full", 1]);
     expect(c.prior.chain).toHaveLength(1);
     expect(calls).toEqual({ ...before, snapshotTree: before.snapshotTree + 2 });
+
+    // /tmp full (where the listing goes): the step still gets a snapshot, whole, from a second exec.
+    await m.exec(src, { cmd: "head -c 100000000 /dev/zero > /tmp/fill" });
+    await sh(src, "echo after-full-tmp > n.txt");
+    const packedAlone = await c.step();
+    expect([packedAlone.kind, packedAlone.kind === "full" && packedAlone.execs]).toEqual(["full", 2]);
+    expect(c.prior.tree).toBeNull();
+    await sh(src, "rm /tmp/fill && echo cut > n.txt");
+    expect((await c.step()).kind).toBe("full");
     const dst = "chain-cut-dst";
     await m.ensure(dst);
     await unpackLink(m, dst, c.blobs[0] as Uint8Array, true);

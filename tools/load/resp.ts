@@ -48,6 +48,9 @@ export class RespInfo {
     // Redis 7.0 has no pubsub_clients in INFO: count subscribers from CLIENT LIST.
     const list = (await this.redis.call("CLIENT", "LIST")) as string;
     out.pubsub_clients = list.split("\n").filter((l) => /\b(sub|psub|ssub)=[1-9]/.test(l)).length;
+    // A sleeping host's wake-poll: a BLPOP on a connection of its own (the bridge opens one per
+    // wait and closes it after the reply, so a host may show two for a moment). Not a leak.
+    out.wake_poll_clients = list.split("\n").filter((l) => /\bcmd=blpop\b/.test(l)).length;
     return out;
   }
 

@@ -27,6 +27,8 @@ export interface Snapshot {
   t: number;
   redisClients: number | null;
   redisPubsub: number | null;
+  /** Of `redisClients`, the sleeping hosts' wake-polls (BLPOP, each on a connection of its own). */
+  redisWakePolls: number | null;
   pgTotal: number | null;
   pgActive: number | null;
   containers: number | null;
@@ -96,14 +98,18 @@ export class Sampler {
     }
   }
 
-  private async redisCounts(): Promise<{ clients: number | null; pubsub: number | null }> {
-    if (!this.redis) return { clients: null, pubsub: null };
+  private async redisCounts(): Promise<{ clients: number | null; pubsub: number | null; wakePolls: number | null }> {
+    if (!this.redis) return { clients: null, pubsub: null, wakePolls: null };
     try {
       const info = await this.redis.clients();
-      return { clients: info.connected_clients ?? null, pubsub: info.pubsub_clients ?? null };
+      return {
+        clients: info.connected_clients ?? null,
+        pubsub: info.pubsub_clients ?? null,
+        wakePolls: info.wake_poll_clients ?? null,
+      };
     } catch (err) {
       this.notes.add(`Redis probe failed: ${(err as Error).message}`);
-      return { clients: null, pubsub: null };
+      return { clients: null, pubsub: null, wakePolls: null };
     }
   }
 
@@ -160,6 +166,7 @@ export class Sampler {
       t: Date.now(),
       redisClients: rc.clients,
       redisPubsub: rc.pubsub,
+      redisWakePolls: rc.wakePolls,
       pgTotal: pgc?.total ?? null,
       pgActive: pgc?.active ?? null,
       containers: dc.containers,

@@ -103,6 +103,27 @@ async function runningOn(pool: pg.Pool, id: string): Promise<string> {
   return owner;
 }
 
+/**
+ * A counted window: the fleet's log watch on, a snapshot of statements and Redis commands before
+ * and after `windowMs`, and the sessions `roles` opened in it.
+ */
+async function countWindow(fleet: SleepFleet, windowMs: number, roles: string[]) {
+  fleet.watch();
+  const atStart = loadAverage();
+  const before = await fleet.snapshot();
+  const windowStart = new Date();
+  const t0 = performance.now();
+  await sleep(windowMs);
+  const windowS = (performance.now() - t0) / 1000;
+  const after = await fleet.snapshot();
+  const atEnd = loadAverage();
+  const { rows } = await fleet.observer.query<{ n: string }>(
+    "SELECT count(*)::text AS n FROM pg_stat_activity WHERE usename = ANY($1) AND backend_start >= $2",
+    [roles, windowStart],
+  );
+  return { windowS, before, after, newSessions: Number(rows[0]?.n ?? 0), load: { atStart, atEnd } };
+}
+
 async function asleep(fleet: SleepFleet, host: SleepFleet["hosts"][number]): Promise<void> {
   await waitUntil("the other host asleep", 90_000, async () => (await metric(host, "host_fleet_asleep")) === 1).catch(
     (err: Error) => {
@@ -130,22 +151,10 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
     // The owner's quiet needs a look after BUSY_LOOK_GAP_MS (10 s) without news, and its busy
     // loops' last passes to end: measured from when its look found its run alone.
     await sleep(opts.settleMs ?? 15_000);
-    fleet.watch();
     const sleeperRole = fleet.roles[sleeperIndex] as string;
     const ownerRole = fleet.roles[ownerIndex] as string;
-    const loadStart = loadAverage();
-    const before = await fleet.snapshot();
-    const windowStart = new Date();
     say(`window: ${opts.windowMs / 1000} s…`);
-    const t0 = performance.now();
-    await sleep(opts.windowMs);
-    const windowS = (performance.now() - t0) / 1000;
-    const after = await fleet.snapshot();
-    const loadEnd = loadAverage();
-    const { rows: fresh } = await fleet.observer.query<{ n: string }>(
-      "SELECT count(*)::text AS n FROM pg_stat_activity WHERE usename = $1 AND backend_start >= $2",
-      [sleeperRole, windowStart],
-    );
+    const { windowS, before, after, newSessions, load } = await countWindow(fleet, opts.windowMs, [sleeperRole]);
     const sleeperStatementTexts = statementsBetween(before, after, [sleeperRole]);
 
     say("a quick job…");
@@ -208,7 +217,7 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
       sleeper: sleeper.id,
       sleeperStatementTexts,
       sleeperStatements: sum(sleeperStatementTexts),
-      sleeperNewSessions: Number(fresh[0]?.n ?? 0),
+      sleeperNewSessions: newSessions,
       ownerStatementTexts: statementsBetween(before, after, [ownerRole]),
       submitStartedMs,
       submitHost: ran[0]?.host ?? null,
@@ -220,7 +229,7 @@ export async function runHeldSleep(opts: HeldSleepOptions): Promise<HeldSleepRes
       cancelEndedMs,
       hostProblems: problemsBeforeCancel,
       nodeWarnings: fleet.nodeWarnings,
-      load: { atStart: loadStart, atEnd: loadEnd },
+      load,
     };
   } finally {
     await pool.end().catch(() => {});
@@ -284,19 +293,11 @@ export async function runTwoOwners(opts: {
     const quietAfterMs = Date.now() - heldAt;
     // Their busy loops' last passes end (as runHeldSleep's settle after the owner's look).
     await sleep(5_000);
-    fleet.watch();
-    const loadStart = loadAverage();
-    const before = await fleet.snapshot();
-    const windowStart = new Date();
     say(`window: ${opts.windowMs / 1000} s…`);
-    const t0 = performance.now();
-    await sleep(opts.windowMs);
-    const windowS = (performance.now() - t0) / 1000;
-    const after = await fleet.snapshot();
-    const loadEnd = loadAverage();
-    const { rows: fresh } = await fleet.observer.query<{ n: string }>(
-      "SELECT count(*)::text AS n FROM pg_stat_activity WHERE usename = ANY($1) AND backend_start >= $2",
-      [hosts.map((h) => h.role), windowStart],
+    const { windowS, before, after, newSessions, load } = await countWindow(
+      fleet,
+      opts.windowMs,
+      hosts.map((h) => h.role),
     );
     const victim = hosts[0];
     say(`SIGKILL ${victim.handle.id}…`);
@@ -320,13 +321,13 @@ export async function runTwoOwners(opts: {
         statementsBetween(before, after, [hosts[0].role]),
         statementsBetween(before, after, [hosts[1].role]),
       ],
-      newSessions: Number(fresh[0]?.n ?? 0),
+      newSessions,
       redisByCommand: commandsBetween(before, after),
       busyAfterKillMs: busyTs ? Date.parse(busyTs) - killedAt : null,
       recoveredAfterKillMs,
       hostProblems: fleet.problems,
       nodeWarnings: fleet.nodeWarnings,
-      load: { atStart: loadStart, atEnd: loadEnd },
+      load,
     };
   } finally {
     await pool.end().catch(() => {});

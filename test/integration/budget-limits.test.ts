@@ -12,6 +12,7 @@ import { describe, expect, it } from "vitest";
 import type { JobView } from "../../src/contracts/job";
 import { budgetKeys, redisKeys } from "../../src/quota/keys";
 import { createRedisClient } from "../../src/quota/redis";
+import { readSse } from "../../tools/lib/sse";
 import { waitFor } from "../../tools/stack/services/ports";
 import { agentJobs, apiClient } from "../helpers/api";
 import type { ProviderRequest } from "../helpers/fake-provider";
@@ -179,7 +180,19 @@ describe.skipIf(!canRun)("run and tree budgets (job limits, max_tokens, on_budge
     expect(await redis().zcard(redisKeys().budgetReservations(budgetKeys.tree(id)))).toBe(0);
     expect(requestsOf("case:ask")).toBe(1);
 
-    // Every host dies while it waits: nothing is lost, a new host resumes it.
+    // Every host dies while it waits: nothing is lost, a new host resumes it. Killed once the
+    // suspend's events are on the stream: a host killed between the suspend's commit and its
+    // outbox's delivery loses them (docs/events.md, "What a SIGKILL can still lose").
+    let suspendedOnStream = false;
+    for await (const ev of readSse(`${t.stack.gatewayUrl}/v1/jobs/${id}/events`, {
+      headers: { authorization: `Bearer ${t.stack.apiKey}` },
+      signal: AbortSignal.timeout(10_000),
+    })) {
+      if (ev.event !== "run.suspended") continue;
+      suspendedOnStream = true;
+      break;
+    }
+    expect(suspendedOnStream).toBe(true);
     for (const h of t.stack.hosts.splice(0)) h.process.kill("SIGKILL");
     await new Promise((r) => setTimeout(r, 1000));
     expect((await jobs.job(id)).state).toBe("waiting");

@@ -54,14 +54,22 @@ describe.skipIf(!canRun)("evals: cases as jobs, scored by the hosts when they en
     expect(v2.status, JSON.stringify(v2.body)).toBe(201);
     const source = await jobs.submit("answerer@1", { input: user(script({ echo_system: true })) });
     expect((await jobs.finished(source)).output).toBe("Paris");
-    const replay = await api().call<{ replay: { id: string } }>("POST", "/v1/replays", {
-      filter: { agent: "answerer@1", limit: 1 },
-    });
-    expect(replay.status).toBe(202);
-
-    // By filter and by the replay's id: the same source, expected answer "Paris"; v2 says "Lyon".
-    for (const replay_of of [{ agent: "answerer@1", state: "completed", limit: 1 }, replay.body.replay.id]) {
-      const made = await createEval({ agent: "answerer@2", replay_of, scorers: [{ type: "equals" }] });
+    // By filter (before the replay: its own job of answerer@1, once completed, would be the newest
+    // the filter finds) and by the replay's id: the same source, expected answer "Paris"; v2 says "Lyon".
+    const replayOf = async (i: number) => {
+      if (i === 0) return { agent: "answerer@1", state: "completed", limit: 1 };
+      const replay = await api().call<{ replay: { id: string } }>("POST", "/v1/replays", {
+        filter: { agent: "answerer@1", limit: 1 },
+      });
+      expect(replay.status).toBe(202);
+      return replay.body.replay.id;
+    };
+    for (const i of [0, 1]) {
+      const made = await createEval({
+        agent: "answerer@2",
+        replay_of: await replayOf(i),
+        scorers: [{ type: "equals" }],
+      });
       expect(made.cases_total).toBe(1);
       const e = await scored(made.id);
       const [c] = e.cases;

@@ -126,6 +126,33 @@ export function holdRunsLock(
   };
 }
 
+/** A session of its own for waiting on an advisory lock (HeldRunsWatch, OwnersWatch). */
+function lockWaitClient(databaseUrl: string): pg.Client {
+  const client = new pg.Client({ connectionString: databaseUrl, keepAlive: true });
+  // An error on an idle or ended client must not kill the process; the wait's promise reports it.
+  client.on("error", () => {});
+  return client;
+}
+
+/**
+ * Connects `client` and asks for the advisory lock `key` (its SQL arguments) in exclusive mode:
+ * null when granted at once (no holder, nothing to wait for: the caller ends the session); else
+ * the request, sent and in flight with nothing sent after it, whose `granted` resolves when the
+ * last holder's session has ended and rejects when this session fails. (Wrapped: an async
+ * function would flatten a promise.)
+ */
+async function waitForLock(client: pg.Client, key: string): Promise<{ granted: Promise<unknown> } | null> {
+  await client.connect();
+  // A backend waiting on a lock does not read its socket: with the check interval it notices
+  // within 1 s that the client went (a host that woke and closed this session, or died), and
+  // leaves the queue, where its request would keep owners from taking their shared locks.
+  const results = (await client.query(
+    `SET client_connection_check_interval = 1000; SET statement_timeout = 0; SET lock_timeout = 0; SELECT pg_try_advisory_lock(${key}) AS free`,
+  )) as unknown as pg.QueryResult<{ free?: boolean }>[];
+  if (results[results.length - 1]?.rows[0]?.free !== false) return null;
+  return { granted: client.query(`SELECT pg_advisory_lock(${key})`) };
+}
+
 /** The sleeper's half (lifecycle/sleep.ts): whether an owner holds the lock, and when none does. */
 export interface HeldWatch {
   /**
@@ -145,29 +172,21 @@ export class HeldRunsWatch implements HeldWatch {
 
   async arm(): Promise<{ released: Promise<void> } | null> {
     this.disarm();
-    const client = new pg.Client({ connectionString: this.opts.databaseUrl, keepAlive: true });
-    // An error on an idle or ended client must not kill the process; the wait's promise reports it.
-    client.on("error", () => {});
+    const client = lockWaitClient(this.opts.databaseUrl);
     this.client = client;
+    let wait: { granted: Promise<unknown> } | null;
     try {
-      await client.connect();
-      // A backend waiting on a lock does not read its socket: with this it notices within 1 s
-      // that the client went (a host that woke and closed this session, or died), and leaves the
-      // queue, where its request would keep owners from taking the shared lock.
-      await client.query(
-        "SET client_connection_check_interval = 1000; SET statement_timeout = 0; SET lock_timeout = 0",
-      );
-      const { rows } = await client.query<{ free: boolean }>(`SELECT pg_try_advisory_lock(${HELD_RUNS_LOCK}) AS free`);
-      if (rows[0]?.free === true) {
-        this.disarm();
-        return null;
-      }
+      wait = await waitForLock(client, HELD_RUNS_LOCK);
     } catch (err) {
       this.disarm();
       throw err;
     }
-    // Sent, and in flight until the last holder's session ends: no other statement while asleep.
-    const released = client.query(`SELECT pg_advisory_lock(${HELD_RUNS_LOCK})`).then(() => {
+    if (!wait) {
+      this.disarm();
+      return null;
+    }
+    // In flight until the last holder's session ends: no other statement while asleep.
+    const released = wait.granted.then(() => {
       if (this.client === client) this.disarm();
     });
     return { released };
@@ -229,26 +248,20 @@ export class OwnersWatch {
   }
 
   private async arm(owner: string): Promise<boolean> {
-    const key = hostLockKey(owner);
-    const client = new pg.Client({ connectionString: this.opts.databaseUrl, keepAlive: true });
-    client.on("error", () => {});
+    const client = lockWaitClient(this.opts.databaseUrl);
     this.watches.set(owner, client);
-    await client.connect();
-    // As HeldRunsWatch: a waiting backend notices within 1 s that this client went.
-    const results = (await client.query(
-      `SET client_connection_check_interval = 1000; SET statement_timeout = 0; SET lock_timeout = 0; SELECT pg_try_advisory_lock(${HOST_LOCK_CLASS}, ${key}) AS free`,
-    )) as unknown as pg.QueryResult<{ free?: boolean }>[];
-    // Granted at once: that owner holds no lock of its own (the session ends with this watch).
-    if (results[results.length - 1]?.rows[0]?.free !== false) return false;
-    // Sent, and in flight until that owner's last session ends. Granted, or failed (Postgres
-    // went, the session was cut): either way the owner is no longer watched, so the host is busy.
-    // A watch ended on purpose (end, clear) is no longer in the map and reports nothing.
+    // Granted at once: that owner holds no lock of its own (the caller ends this session).
+    const wait = await waitForLock(client, `${HOST_LOCK_CLASS}, ${hostLockKey(owner)}`);
+    if (!wait) return false;
+    // Granted, or failed (Postgres went, the session was cut): either way the owner is no longer
+    // watched, so the host is busy. A watch ended on purpose (end, clear) is no longer in the map
+    // and reports nothing.
     const done = () => {
       if (this.watches.get(owner) !== client) return;
       this.end(owner);
       this.opts.onReleased(owner);
     };
-    client.query(`SELECT pg_advisory_lock(${HOST_LOCK_CLASS}, ${key})`).then(done, done);
+    wait.granted.then(done, done);
     return true;
   }
 
